@@ -1,1 +1,15 @@
-//! x
+//! Runs one graph script in a sandbox behind the host interface of `wit/graph.wit`, with a
+//! hard token cap, per-tool approvals, folder-confined tools, nested graphs and a typed trace.
+//!
+//! - [`run::run_graph`] is the one entry point (the CLI and the desktop relay both use it).
+//! - [`host`] holds the capabilities, one module each; [`engine`] wires them to an interpreter.
+//! - [`testing`] runs `*.test.json` cases; [`trace`] prints events for people.
+
+pub mod engine;
+pub mod host;
+pub mod run;
+pub mod testing;
+pub mod trace;
+
+pub use graph_js::{Failure, FailureCode, Limits, Meta, MetaError};
+pub use run::{RunOptions, RunOutcome, RunRequest, RunStatus, run_graph};

@@ -1,1 +1,594 @@
-//! x
+//! The graph script driver: one boa context per graph call, the shared JS prelude, and the
+//! event loop that turns the host's `start-*` / `wait-any` functions (see `wit/graph.wit`)
+//! into promises.
+//!
+//! This crate is compiled twice: natively for the in-process engine and for `wasm32-wasip2`
+//! inside the guest component. Both engines therefore run literally the same driver, which is
+//! what makes their results identical. It does no I/O of its own; everything outside the
+//! interpreter goes through [`Host`].
+
+mod executor;
+mod failure;
+mod meta;
+
+use std::cell::RefCell;
+use std::path::Path;
+use std::rc::Rc;
+
+use boa_engine::builtins::promise::PromiseState;
+use boa_engine::module::IdleModuleLoader;
+use boa_engine::object::ObjectInitializer;
+use boa_engine::property::Attribute;
+use boa_engine::{
+    Context, JsError, JsObject, JsResult, JsString, JsValue, Module, NativeFunction, Source,
+    js_string,
+};
+
+pub use failure::{Failure, FailureCode};
+pub use meta::{Meta, MetaError, is_valid_slug};
+
+/// The JS prelude that builds the `g` object; shared by both engines.
+pub const PRELUDE: &str = include_str!("prelude.js");
+
+/// Results larger than this (JSON text, bytes) are refused instead of crossing the boundary.
+pub const MAX_RESULT_BYTES: usize = 10 * 1024 * 1024;
+/// Error messages leaving the driver are cut to this many characters.
+pub const MAX_ERROR_CHARS: usize = 16 * 1024;
+/// Log lines are cut to this many characters before they reach the host.
+pub const MAX_LOG_LINE_CHARS: usize = 4000;
+/// Scripts larger than this are refused before parsing.
+pub const MAX_SCRIPT_BYTES: usize = 1024 * 1024;
+
+/// One agent call as the script asked for it (the host validates and clips it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentRequest {
+    /// The user prompt.
+    pub prompt: String,
+    /// Optional system prompt.
+    #[serde(default)]
+    pub system: Option<String>,
+    /// Optional model name.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Upper bound on generated tokens.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// Label for the trace and mock replies.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Tools offered to the model.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Upper bound on model turns in a tool loop.
+    #[serde(default)]
+    pub max_turns: Option<u32>,
+}
+
+/// The capabilities a graph can reach: the `host` interface of `wit/graph.wit`, one method per
+/// function, with the same contract.
+pub trait Host {
+    /// `start-agent`.
+    fn start_agent(&mut self, request: AgentRequest) -> Result<u32, Failure>;
+    /// `start-tool`; `args` is JSON text of an object.
+    fn start_tool(&mut self, name: &str, args: &str) -> Result<u32, Failure>;
+    /// `start-graph`; `args` is JSON text of an object.
+    fn start_graph(&mut self, slug: &str, args: &str) -> Result<u32, Failure>;
+    /// `start-sleep`.
+    fn start_sleep(&mut self, ms: u32) -> Result<u32, Failure>;
+    /// `wait-any`: blocks until one of `handles` finishes.
+    fn wait_any(&mut self, handles: &[u32]) -> (u32, Result<String, Failure>);
+    /// `tokens-used`.
+    fn tokens_used(&mut self) -> u64;
+    /// `token-cap`.
+    fn token_cap(&mut self) -> Option<u64>;
+    /// `log`.
+    fn log(&mut self, message: &str);
+    /// Checked between promise jobs: `Some(reason)` stops the script at once (uncatchable).
+    /// The in-process engine uses it for cancellation and the wall-clock deadline; the wasm
+    /// engine stops the guest from outside instead and keeps the default.
+    fn interrupted(&mut self) -> Option<String> {
+        None
+    }
+}
+
+/// Interpreter limits. Each one ends a run with an error that names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Loop iterations allowed in one function call (boa counts per call frame).
+    pub loop_iterations: u64,
+    /// Nested calls allowed (JS frames plus host re-entries such as getters).
+    pub recursion: usize,
+    /// Values on the interpreter's operand stack.
+    pub stack_values: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            loop_iterations: 10_000_000,
+            recursion: 1_000,
+            stack_values: 1_000_000,
+        }
+    }
+}
+
+/// The path boa reports in errors; scripts have no real path inside the sandbox.
+const SCRIPT_NAME: &str = "graph.js";
+
+/// Host and driver state reachable from the native functions through the context.
+struct Shared {
+    host: RefCell<Box<dyn Host + 'static>>,
+    /// Handles started and not yet settled, in start order.
+    pending: RefCell<Vec<u32>>,
+}
+
+#[derive(Clone)]
+struct SharedSlot(Rc<Shared>);
+
+/// What the prelude hands back to the driver.
+struct Prelude {
+    g: JsValue,
+    settle: JsObject,
+    stringify: JsObject,
+    describe: JsObject,
+}
+
+/// Runs `script`'s default export with `args` (JSON text of an object) and returns its result
+/// as JSON text. Errors are readable sentences: an uncaught rejection (with its `code`), a
+/// limit by name, a syntax error with line and column.
+pub fn run(
+    script: &str,
+    args: &str,
+    host: Box<dyn Host + 'static>,
+    limits: &Limits,
+) -> Result<String, String> {
+    let shared = Rc::new(Shared {
+        host: RefCell::new(host),
+        pending: RefCell::new(Vec::new()),
+    });
+    let outcome = run_inner(script, args, &shared, limits);
+    outcome.map_err(|e| cut_chars(&e, MAX_ERROR_CHARS))
+}
+
+/// Evaluates `script` without calling its default export and returns its validated `meta`.
+pub fn describe(script: &str, limits: &Limits) -> Result<Meta, MetaError> {
+    let shared = Rc::new(Shared {
+        host: RefCell::new(Box::new(DescribeHost)),
+        pending: RefCell::new(Vec::new()),
+    });
+    let (mut context, _prelude) =
+        new_context(&shared, limits).map_err(|e| MetaError::Script(e.to_string()))?;
+    let module = parse_module(script, &mut context).map_err(MetaError::Script)?;
+    let promise = module.load_link_evaluate(&mut context);
+    drive(&promise, &shared, &mut context, None).map_err(MetaError::Script)?;
+    let value = module
+        .namespace(&mut context)
+        .get(js_string!("meta"), &mut context)
+        .map_err(|e| MetaError::Script(e.to_string()))?;
+    if value.is_undefined() {
+        return Err(MetaError::Missing);
+    }
+    let json = value
+        .to_json(&mut context)
+        .map_err(|e| MetaError::Invalid(format!("meta is not plain data: {e}")))?;
+    Meta::from_json(json.unwrap_or(serde_json::Value::Null))
+}
+
+fn run_inner(
+    script: &str,
+    args: &str,
+    shared: &Rc<Shared>,
+    limits: &Limits,
+) -> Result<String, String> {
+    let (mut context, prelude) = new_context(shared, limits).map_err(|e| e.to_string())?;
+    let module = parse_module(script, &mut context)?;
+    let evaluated = module.load_link_evaluate(&mut context);
+    drive(&evaluated, shared, &mut context, Some(&prelude))?;
+
+    let entry = module
+        .namespace(&mut context)
+        .get(js_string!("default"), &mut context)
+        .map_err(|e| describe_error(e, &prelude, &mut context))?;
+    let Some(entry) = entry.as_callable() else {
+        return Err(
+            "the graph has no default export function: write `export default async function (args, g) { ... }`"
+                .to_owned(),
+        );
+    };
+    let parsed_args = JsValue::from_json(
+        &serde_json::from_str::<serde_json::Value>(args)
+            .map_err(|e| format!("the arguments are not valid JSON: {e}"))?,
+        &mut context,
+    )
+    .map_err(|e| e.to_string())?;
+    let returned = entry
+        .call(
+            &JsValue::undefined(),
+            &[parsed_args, prelude.g.clone()],
+            &mut context,
+        )
+        .map_err(|e| describe_error(e, &prelude, &mut context))?;
+    let value = match returned.as_promise() {
+        Some(promise) => drive(&promise, shared, &mut context, Some(&prelude))?,
+        None => returned,
+    };
+    let text = prelude
+        .stringify
+        .call(&JsValue::undefined(), &[value], &mut context)
+        .map_err(|e| {
+            format!(
+                "the result cannot be turned into JSON: {}",
+                describe_error(e, &prelude, &mut context)
+            )
+        })?;
+    if text.is_undefined() {
+        return Ok("null".to_owned());
+    }
+    let Some(text) = text.as_string() else {
+        return Err("the result cannot be turned into JSON".to_owned());
+    };
+    // Measure before converting: the copy itself is what a huge result would cost.
+    if text.len() > MAX_RESULT_BYTES {
+        return Err(format!(
+            "result limit exceeded: the result is {} characters of JSON, the limit is {} bytes",
+            text.len(),
+            MAX_RESULT_BYTES
+        ));
+    }
+    let text = text.to_std_string_escaped();
+    if text.len() > MAX_RESULT_BYTES {
+        return Err(format!(
+            "result limit exceeded: the result is {} bytes of JSON, the limit is {} bytes",
+            text.len(),
+            MAX_RESULT_BYTES
+        ));
+    }
+    Ok(text)
+}
+
+fn parse_module(script: &str, context: &mut Context) -> Result<Module, String> {
+    if script.len() > MAX_SCRIPT_BYTES {
+        return Err(format!(
+            "script size limit exceeded: the script is {} bytes, the limit is {} bytes",
+            script.len(),
+            MAX_SCRIPT_BYTES
+        ));
+    }
+    let source = Source::from_bytes(script).with_path(Path::new(SCRIPT_NAME));
+    Module::parse(source, None, context).map_err(|e| syntax_error(&e.to_string(), script))
+}
+
+/// boa reports syntax errors as "... at line L, col C (native)", and an unexpected end of
+/// input without a position; always name a line.
+fn syntax_error(raw: &str, script: &str) -> String {
+    let raw = raw.strip_prefix("SyntaxError: ").unwrap_or(raw);
+    let raw = raw.strip_suffix(" (native)").unwrap_or(raw);
+    if raw.contains(" at line ") {
+        format!("syntax error: {raw}")
+    } else {
+        let lines = script.lines().count().max(1);
+        format!("syntax error: {raw} at line {lines} (the end of the script)")
+    }
+}
+
+fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelude)> {
+    let executor = Rc::new(executor::Executor::new(shared.clone()));
+    let mut context = Context::builder()
+        .job_executor(executor)
+        .module_loader(Rc::new(IdleModuleLoader))
+        .build()?;
+    let runtime = context.runtime_limits_mut();
+    runtime.set_loop_iteration_limit(limits.loop_iterations);
+    runtime.set_recursion_limit(limits.recursion);
+    runtime.set_stack_size_limit(limits.stack_values);
+    context.insert_data(SharedSlot(shared.clone()));
+
+    let natives = ObjectInitializer::new(&mut context)
+        .function(
+            NativeFunction::from_fn_ptr(native_start_agent),
+            js_string!("startAgent"),
+            1,
+        )
+        .function(
+            NativeFunction::from_fn_ptr(native_start_tool),
+            js_string!("startTool"),
+            2,
+        )
+        .function(
+            NativeFunction::from_fn_ptr(native_start_graph),
+            js_string!("startGraph"),
+            2,
+        )
+        .function(
+            NativeFunction::from_fn_ptr(native_start_sleep),
+            js_string!("startSleep"),
+            1,
+        )
+        .function(
+            NativeFunction::from_fn_ptr(native_tokens_used),
+            js_string!("tokensUsed"),
+            0,
+        )
+        .function(
+            NativeFunction::from_fn_ptr(native_token_cap),
+            js_string!("tokenCap"),
+            0,
+        )
+        .function(
+            NativeFunction::from_fn_ptr(native_log),
+            js_string!("log"),
+            1,
+        )
+        .build();
+    let factory = context.eval(Source::from_bytes(PRELUDE))?;
+    let factory = factory
+        .as_callable()
+        .ok_or_else(|| JsError::from_rust(PreludeBroken("the prelude is not a function")))?;
+    let made = factory.call(&JsValue::undefined(), &[natives.into()], &mut context)?;
+    let made = made
+        .as_object()
+        .ok_or_else(|| JsError::from_rust(PreludeBroken("the prelude returned no object")))?;
+    let mut field = |name: JsString| -> JsResult<JsValue> { made.get(name, &mut context) };
+    let g = field(js_string!("g"))?;
+    let settle = field(js_string!("settle"))?;
+    let stringify = field(js_string!("stringify"))?;
+    let describe = field(js_string!("describe"))?;
+    let function = |value: JsValue, what: &'static str| {
+        value
+            .as_callable()
+            .ok_or_else(|| JsError::from_rust(PreludeBroken(what)))
+    };
+    let prelude = Prelude {
+        g,
+        settle: function(settle, "settle is not a function")?,
+        stringify: function(stringify, "stringify is not a function")?,
+        describe: function(describe, "describe is not a function")?,
+    };
+    Ok((context, prelude))
+}
+
+#[derive(Debug)]
+struct PreludeBroken(&'static str);
+
+impl std::fmt::Display for PreludeBroken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "internal error in the graph prelude: {}", self.0)
+    }
+}
+
+impl std::error::Error for PreludeBroken {}
+
+/// Runs jobs and host work until `promise` settles.
+fn drive(
+    promise: &boa_engine::object::builtins::JsPromise,
+    shared: &Rc<Shared>,
+    context: &mut Context,
+    prelude: Option<&Prelude>,
+) -> Result<JsValue, String> {
+    loop {
+        context.run_jobs().map_err(|e| describe_uncatchable(&e))?;
+        match promise.state() {
+            PromiseState::Fulfilled(value) => return Ok(value),
+            PromiseState::Rejected(reason) => {
+                return Err(match prelude {
+                    Some(prelude) => describe_value(reason, prelude, context),
+                    None => reason.display().to_string(),
+                });
+            }
+            PromiseState::Pending => {}
+        }
+        let pending = shared.pending.borrow().clone();
+        if pending.is_empty() {
+            return Err(
+                "the graph is waiting for a promise that nothing will ever settle".to_owned(),
+            );
+        }
+        let (handle, outcome) = shared.host.borrow_mut().wait_any(&pending);
+        shared.pending.borrow_mut().retain(|h| *h != handle);
+        let Some(prelude) = prelude else {
+            return Err("host work was started while describing the graph".to_owned());
+        };
+        let (ok, payload) = match outcome {
+            Ok(json) => (true, JsValue::from(JsString::from(json.as_str()))),
+            Err(failure) => (false, failure_object(&failure, context)),
+        };
+        prelude
+            .settle
+            .call(
+                &JsValue::undefined(),
+                &[JsValue::from(handle), JsValue::from(ok), payload],
+                context,
+            )
+            .map_err(|e| describe_uncatchable(&e))?;
+    }
+}
+
+fn describe_error(error: JsError, prelude: &Prelude, context: &mut Context) -> String {
+    if error.as_engine().is_some() {
+        return describe_uncatchable(&error);
+    }
+    match error.into_opaque(context) {
+        Ok(value) => describe_value(value, prelude, context),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn describe_value(value: JsValue, prelude: &Prelude, context: &mut Context) -> String {
+    let text = prelude
+        .describe
+        .call(&JsValue::undefined(), std::slice::from_ref(&value), context)
+        .ok()
+        .and_then(|v| v.as_string().map(|s| s.to_std_string_escaped()));
+    match text {
+        Some(text) => cut_chars(&text, MAX_ERROR_CHARS),
+        None => cut_chars(&value.display().to_string(), MAX_ERROR_CHARS),
+    }
+}
+
+/// Errors JS cannot catch: runtime limits and interruptions. Named after the limit.
+fn describe_uncatchable(error: &JsError) -> String {
+    use boa_engine::error::{EngineError, RuntimeLimitError};
+    match error.as_engine() {
+        Some(EngineError::RuntimeLimit(RuntimeLimitError::LoopIteration)) => {
+            "loop iteration limit exceeded: a single function call ran too many loop iterations"
+                .to_owned()
+        }
+        Some(EngineError::RuntimeLimit(RuntimeLimitError::Recursion)) => {
+            "recursion limit exceeded: too many nested calls".to_owned()
+        }
+        Some(EngineError::RuntimeLimit(RuntimeLimitError::StackSize)) => {
+            "stack size limit exceeded: the interpreter's value stack is full".to_owned()
+        }
+        Some(EngineError::Panic(panic)) => panic.message().to_owned(),
+        _ => cut_chars(&error.to_string(), MAX_ERROR_CHARS),
+    }
+}
+
+fn failure_object(failure: &Failure, context: &mut Context) -> JsValue {
+    ObjectInitializer::new(context)
+        .property(
+            js_string!("code"),
+            JsString::from(failure.code.as_str()),
+            Attribute::all(),
+        )
+        .property(
+            js_string!("message"),
+            JsString::from(failure.message.as_str()),
+            Attribute::all(),
+        )
+        .build()
+        .into()
+}
+
+/// Cuts `text` to at most `max` characters, on a character boundary.
+fn cut_chars(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+fn shared_of(context: &Context) -> JsResult<Rc<Shared>> {
+    context
+        .get_data::<SharedSlot>()
+        .map(|slot| slot.0.clone())
+        .ok_or_else(|| JsError::from_rust(PreludeBroken("host state missing")))
+}
+
+fn string_arg(args: &[JsValue], index: usize, context: &mut Context) -> JsResult<String> {
+    let value = args.get(index).cloned().unwrap_or_default();
+    Ok(value.to_string(context)?.to_std_string_escaped())
+}
+
+/// Records a started handle, or turns a refusal into `{code, message}` for the prelude.
+fn started(result: Result<u32, Failure>, shared: &Shared, context: &mut Context) -> JsValue {
+    match result {
+        Ok(handle) => {
+            shared.pending.borrow_mut().push(handle);
+            JsValue::from(handle)
+        }
+        Err(failure) => failure_object(&failure, context),
+    }
+}
+
+fn native_start_agent(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let shared = shared_of(context)?;
+    let text = string_arg(args, 0, context)?;
+    let result = match serde_json::from_str::<AgentRequest>(&text) {
+        Ok(request) => shared.host.borrow_mut().start_agent(request),
+        Err(e) => Err(Failure::invalid(format!("malformed agent request: {e}"))),
+    };
+    Ok(started(result, &shared, context))
+}
+
+fn native_start_tool(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let shared = shared_of(context)?;
+    let name = string_arg(args, 0, context)?;
+    let json = string_arg(args, 1, context)?;
+    let result = shared.host.borrow_mut().start_tool(&name, &json);
+    Ok(started(result, &shared, context))
+}
+
+fn native_start_graph(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let shared = shared_of(context)?;
+    let slug = string_arg(args, 0, context)?;
+    let json = string_arg(args, 1, context)?;
+    let result = shared.host.borrow_mut().start_graph(&slug, &json);
+    Ok(started(result, &shared, context))
+}
+
+fn native_start_sleep(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let shared = shared_of(context)?;
+    let ms = args
+        .first()
+        .cloned()
+        .unwrap_or_default()
+        .to_number(context)?;
+    let result = if ms.is_finite() && ms >= 0.0 && ms <= f64::from(u32::MAX) {
+        // Truncation is intended: the prelude only passes integers.
+        shared.host.borrow_mut().start_sleep(ms as u32)
+    } else {
+        Err(Failure::invalid("sleep: ms must be a non-negative integer"))
+    };
+    Ok(started(result, &shared, context))
+}
+
+fn native_tokens_used(_: &JsValue, _: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let shared = shared_of(context)?;
+    let used = shared.host.borrow_mut().tokens_used();
+    // JS numbers are exact up to 2^53, far beyond any token count.
+    Ok(JsValue::from(used as f64))
+}
+
+fn native_token_cap(_: &JsValue, _: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let shared = shared_of(context)?;
+    let cap = shared.host.borrow_mut().token_cap();
+    Ok(cap.map_or(JsValue::null(), |c| JsValue::from(c as f64)))
+}
+
+fn native_log(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let shared = shared_of(context)?;
+    let line = string_arg(args, 0, context)?;
+    let line = cut_chars(&line, MAX_LOG_LINE_CHARS);
+    shared.host.borrow_mut().log(&line);
+    Ok(JsValue::undefined())
+}
+
+/// The host used while describing a graph: module top-level code may log, nothing else.
+struct DescribeHost;
+
+impl Host for DescribeHost {
+    fn start_agent(&mut self, _: AgentRequest) -> Result<u32, Failure> {
+        Err(not_while_describing())
+    }
+    fn start_tool(&mut self, _: &str, _: &str) -> Result<u32, Failure> {
+        Err(not_while_describing())
+    }
+    fn start_graph(&mut self, _: &str, _: &str) -> Result<u32, Failure> {
+        Err(not_while_describing())
+    }
+    fn start_sleep(&mut self, _: u32) -> Result<u32, Failure> {
+        Err(not_while_describing())
+    }
+    fn wait_any(&mut self, handles: &[u32]) -> (u32, Result<String, Failure>) {
+        (
+            handles.first().copied().unwrap_or(0),
+            Err(not_while_describing()),
+        )
+    }
+    fn tokens_used(&mut self) -> u64 {
+        0
+    }
+    fn token_cap(&mut self) -> Option<u64> {
+        None
+    }
+    fn log(&mut self, _: &str) {}
+}
+
+fn not_while_describing() -> Failure {
+    Failure::invalid("host work cannot start at module top level; do it inside the default export")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,200 @@
+// The graph prelude: turns the host's start-*/wait-any functions into the `g` object a graph
+// receives. Shared, unchanged, by the in-process boa engine and the wasm guest.
+//
+// Nothing here is a security boundary. Every limit (token cap, approvals, folder confinement,
+// nesting depth, cancellation) is enforced by the host behind `host.*`; a script that replaces
+// these functions, or reaches the natives some other way, only changes its own view.
+(function (host) {
+  "use strict";
+  const PromiseCtor = Promise;
+  const ErrorCtor = Error;
+  const parse = JSON.parse;
+  const stringify = JSON.stringify;
+  const freeze = Object.freeze;
+  const isInteger = Number.isInteger;
+  const MAX_RETRY_ATTEMPTS = 10;
+  const MAX_SLEEP_MS = 600000;
+
+  // handle -> [resolve, reject] of the promise waiting for that handle's outcome.
+  const waiting = new Map();
+
+  function failure(code, message) {
+    const e = new ErrorCtor(message);
+    e.code = code;
+    return e;
+  }
+
+  // A start-* native answers with a handle number, or with {code, message} when refused.
+  function started(answer) {
+    if (typeof answer === "number") {
+      return new PromiseCtor((resolve, reject) => {
+        waiting.set(answer, [resolve, reject]);
+      });
+    }
+    return PromiseCtor.reject(failure(answer.code, answer.message));
+  }
+
+  // Called by the driver with the outcome of one handle: JSON text, or {code, message}.
+  function settle(handle, ok, outcome) {
+    const entry = waiting.get(handle);
+    if (entry === undefined) {
+      return;
+    }
+    waiting.delete(handle);
+    if (ok) {
+      entry[0](parse(outcome));
+    } else {
+      entry[1](failure(outcome.code, outcome.message));
+    }
+  }
+
+  function describe(value) {
+    if (typeof value === "string") {
+      return value;
+    }
+    if (value instanceof ErrorCtor) {
+      return value.code ? value.code + ": " + value.message : String(value);
+    }
+    try {
+      const text = stringify(value);
+      return text === undefined ? String(value) : text;
+    } catch (_) {
+      return String(value);
+    }
+  }
+
+  function optionalString(opts, key, what) {
+    const value = opts[key];
+    if (value === undefined || value === null) {
+      return null;
+    }
+    if (typeof value !== "string") {
+      throw failure("invalid", what + "." + key + " must be a string");
+    }
+    return value;
+  }
+
+  function optionalCount(opts, key, what) {
+    const value = opts[key];
+    if (value === undefined || value === null) {
+      return null;
+    }
+    if (!isInteger(value) || value < 1) {
+      throw failure("invalid", what + "." + key + " must be a positive integer, got " + describe(value));
+    }
+    return value;
+  }
+
+  function jsonArgs(args, what) {
+    const value = args === undefined ? {} : args;
+    if (value === null || typeof value !== "object" || Array.isArray(value)) {
+      throw failure("invalid", what + " arguments must be an object");
+    }
+    return stringify(value);
+  }
+
+  function agent(opts) {
+    try {
+      if (typeof opts === "string") {
+        opts = { prompt: opts };
+      }
+      if (opts === null || typeof opts !== "object") {
+        throw failure("invalid", "g.agent takes {prompt, system, model, label, maxTokens, tools, maxTurns}");
+      }
+      if (typeof opts.prompt !== "string" || opts.prompt.length === 0) {
+        throw failure("invalid", "g.agent: prompt must be a non-empty string");
+      }
+      const tools = opts.tools === undefined || opts.tools === null ? [] : opts.tools;
+      if (!Array.isArray(tools) || tools.some((t) => typeof t !== "string")) {
+        throw failure("invalid", "g.agent: tools must be a list of tool names");
+      }
+      const request = {
+        prompt: opts.prompt,
+        system: optionalString(opts, "system", "g.agent"),
+        model: optionalString(opts, "model", "g.agent"),
+        label: optionalString(opts, "label", "g.agent"),
+        max_tokens: optionalCount(opts, "maxTokens", "g.agent"),
+        tools: tools,
+        max_turns: optionalCount(opts, "maxTurns", "g.agent"),
+      };
+      return started(host.startAgent(stringify(request)));
+    } catch (e) {
+      return PromiseCtor.reject(e);
+    }
+  }
+
+  function tool(name, args) {
+    try {
+      if (typeof name !== "string" || name.length === 0) {
+        throw failure("invalid", "g.tool: the tool name must be a non-empty string");
+      }
+      return started(host.startTool(name, jsonArgs(args, "g.tool(" + name + ")")));
+    } catch (e) {
+      return PromiseCtor.reject(e);
+    }
+  }
+
+  function graph(slug, args) {
+    try {
+      if (typeof slug !== "string" || slug.length === 0) {
+        throw failure("invalid", "g.graph: the slug must be a non-empty string");
+      }
+      return started(host.startGraph(slug, jsonArgs(args, "g.graph(" + slug + ")")));
+    } catch (e) {
+      return PromiseCtor.reject(e);
+    }
+  }
+
+  function sleep(ms) {
+    if (!isInteger(ms) || ms < 0 || ms > MAX_SLEEP_MS) {
+      return PromiseCtor.reject(failure("invalid", "g.sleep: ms must be an integer from 0 to " + MAX_SLEEP_MS));
+    }
+    return started(host.startSleep(ms));
+  }
+
+  // Errors a retry cannot fix: retrying them would only repeat a refusal.
+  const FINAL_CODES = ["cancelled", "budget_exhausted", "denied"];
+
+  async function retry(fn, opts) {
+    if (typeof fn !== "function") {
+      throw failure("invalid", "g.retry: the first argument must be a function");
+    }
+    const options = opts === undefined || opts === null ? {} : opts;
+    const attempts = options.attempts === undefined ? 3 : options.attempts;
+    if (!isInteger(attempts) || attempts < 1 || attempts > MAX_RETRY_ATTEMPTS) {
+      throw failure("invalid", "g.retry: attempts must be an integer from 1 to " + MAX_RETRY_ATTEMPTS + ", got " + describe(attempts));
+    }
+    const delayMs = options.delayMs === undefined ? 0 : options.delayMs;
+    if (!isInteger(delayMs) || delayMs < 0 || delayMs > MAX_SLEEP_MS) {
+      throw failure("invalid", "g.retry: delayMs must be an integer from 0 to " + MAX_SLEEP_MS);
+    }
+    let last;
+    for (let attempt = 1; attempt <= attempts; attempt++) {
+      try {
+        return await fn(attempt);
+      } catch (e) {
+        last = e;
+        if (e instanceof ErrorCtor && FINAL_CODES.includes(e.code)) {
+          throw e;
+        }
+        host.log("retry: attempt " + attempt + "/" + attempts + " failed: " + describe(e));
+        if (attempt < attempts && delayMs > 0) {
+          await sleep(delayMs);
+        }
+      }
+    }
+    throw last;
+  }
+
+  function log(...parts) {
+    host.log(parts.map(describe).join(" "));
+  }
+
+  function budget() {
+    return { used: host.tokensUsed(), cap: host.tokenCap() };
+  }
+
+  const g = freeze({ agent, tool, graph, sleep, retry, log, budget });
+  globalThis.console = freeze({ log, info: log, warn: log, error: log, debug: log });
+  return freeze({ g, settle, stringify, describe });
+})

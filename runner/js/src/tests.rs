@@ -1,0 +1,307 @@
+//! Driver tests against a scripted in-memory host: the same driver runs in both engines.
+
+use std::collections::VecDeque;
+
+use super::*;
+
+/// A host whose work finishes in the order it was started, with canned outcomes.
+#[derive(Default)]
+struct ScriptedHost {
+    next: u32,
+    done: VecDeque<(u32, Result<String, Failure>)>,
+    started: Vec<String>,
+    logs: Vec<String>,
+    interrupt_after_jobs: Option<String>,
+}
+
+impl ScriptedHost {
+    fn start(&mut self, what: String, outcome: Result<String, Failure>) -> Result<u32, Failure> {
+        self.next += 1;
+        self.started.push(what);
+        self.done.push_back((self.next, outcome));
+        Ok(self.next)
+    }
+}
+
+impl Host for ScriptedHost {
+    fn start_agent(&mut self, request: AgentRequest) -> Result<u32, Failure> {
+        if request.prompt == "refuse" {
+            return Err(Failure::budget_exhausted("cap reached"));
+        }
+        let reply = serde_json::json!({"text": format!("re: {}", request.prompt), "tokens": 3, "label": request.label});
+        self.start(format!("agent:{}", request.prompt), Ok(reply.to_string()))
+    }
+    fn start_tool(&mut self, name: &str, args: &str) -> Result<u32, Failure> {
+        if name == "fs.write" {
+            return self.start(format!("tool:{name}"), Err(Failure::denied("not allowed")));
+        }
+        self.start(format!("tool:{name}:{args}"), Ok(args.to_owned()))
+    }
+    fn start_graph(&mut self, slug: &str, args: &str) -> Result<u32, Failure> {
+        self.start(format!("graph:{slug}"), Ok(args.to_owned()))
+    }
+    fn start_sleep(&mut self, ms: u32) -> Result<u32, Failure> {
+        self.start(format!("sleep:{ms}"), Ok("null".to_owned()))
+    }
+    fn wait_any(&mut self, handles: &[u32]) -> (u32, Result<String, Failure>) {
+        let position = self.done.iter().position(|(h, _)| handles.contains(h));
+        match position.and_then(|p| self.done.remove(p)) {
+            Some(done) => done,
+            None => (0, Err(Failure::invalid("nothing to wait for"))),
+        }
+    }
+    fn tokens_used(&mut self) -> u64 {
+        42
+    }
+    fn token_cap(&mut self) -> Option<u64> {
+        Some(100)
+    }
+    fn log(&mut self, message: &str) {
+        self.logs.push(message.to_owned());
+    }
+    fn interrupted(&mut self) -> Option<String> {
+        self.interrupt_after_jobs.clone()
+    }
+}
+
+fn run_with(script: &str, host: ScriptedHost) -> Result<serde_json::Value, String> {
+    run(script, "{}", Box::new(host), &Limits::default())
+        .map(|text| serde_json::from_str(&text).expect("result is JSON"))
+}
+
+fn run_ok(script: &str) -> serde_json::Value {
+    run_with(script, ScriptedHost::default()).expect("graph completes")
+}
+
+#[test]
+fn returns_the_default_exports_value_as_json() {
+    let out =
+        run_ok("export default async function (args, g) { return { a: 1, b: [true, null] }; }");
+    assert_eq!(out, serde_json::json!({"a": 1, "b": [true, null]}));
+}
+
+#[test]
+fn undefined_result_is_null_and_sync_functions_work() {
+    assert_eq!(
+        run_ok("export default function () {}"),
+        serde_json::Value::Null
+    );
+}
+
+#[test]
+fn arguments_reach_the_graph() {
+    let text = run(
+        "export default async function (args) { return args.x * 2; }",
+        r#"{"x": 21}"#,
+        Box::new(ScriptedHost::default()),
+        &Limits::default(),
+    )
+    .expect("runs");
+    assert_eq!(text, "42");
+}
+
+#[test]
+fn agents_resolve_with_host_replies_and_run_in_parallel() {
+    let out = run_ok(
+        r#"export default async function (args, g) {
+            const [a, b] = await Promise.all([g.agent({prompt: "one", label: "x"}), g.agent("two")]);
+            return [a.text, a.label, b.text];
+        }"#,
+    );
+    assert_eq!(out, serde_json::json!(["re: one", "x", "re: two"]));
+}
+
+#[test]
+fn refusals_reject_with_a_code() {
+    let out = run_ok(
+        r#"export default async function (args, g) {
+            const codes = [];
+            try { await g.agent("refuse"); } catch (e) { codes.push(e.code); }
+            try { await g.tool("fs.write", {path: "x"}); } catch (e) { codes.push(e.code); }
+            try { await g.agent({prompt: ""}); } catch (e) { codes.push(e.code); }
+            try { await g.retry(() => 1, {attempts: 11}); } catch (e) { codes.push(e.code); }
+            return codes;
+        }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!(["budget_exhausted", "denied", "invalid", "invalid"])
+    );
+}
+
+#[test]
+fn an_uncaught_rejection_fails_the_run_with_its_code() {
+    let err = run_with(
+        "export default async function (args, g) { await g.tool('fs.write', {}); }",
+        ScriptedHost::default(),
+    )
+    .unwrap_err();
+    assert_eq!(err, "denied: not allowed");
+}
+
+#[test]
+fn retry_repeats_until_success_and_stops_on_final_codes() {
+    let out = run_ok(
+        r#"export default async function (args, g) {
+            let calls = 0;
+            const v = await g.retry(async (n) => { calls++; if (n < 3) throw new Error("flaky"); return n; }, {attempts: 5, delayMs: 10});
+            let denied = 0;
+            try { await g.retry(async () => { denied++; return g.tool("fs.write", {}); }, {attempts: 4}); } catch (e) {}
+            return {v, calls, denied};
+        }"#,
+    );
+    assert_eq!(out, serde_json::json!({"v": 3, "calls": 3, "denied": 1}));
+}
+
+#[test]
+fn budget_reports_the_host_figures() {
+    let out = run_ok(
+        "export default async function (a, g) { g.log('hi', {x: 1}); console.log('c'); return g.budget(); }",
+    );
+    assert_eq!(out, serde_json::json!({"used": 42, "cap": 100}));
+}
+
+#[test]
+fn replacing_prelude_functions_changes_nothing_on_the_host() {
+    // The script can only see `g`; rewriting globals does not reach the natives.
+    let out = run_ok(
+        r#"export default async function (args, g) {
+            try { g.agent = () => "forged"; } catch (e) {}
+            JSON.stringify = () => "forged";
+            Promise.prototype.then = undefined;
+            return typeof globalThis.startAgent + "/" + (Object.isFrozen(g) ? "frozen" : "open");
+        }"#,
+    );
+    assert_eq!(out, serde_json::json!("undefined/frozen"));
+}
+
+#[test]
+fn syntax_errors_name_line_and_column() {
+    let err = run_with(
+        "export default async function () {\n  return 1 +;\n}",
+        ScriptedHost::default(),
+    )
+    .unwrap_err();
+    assert!(err.starts_with("syntax error"), "{err}");
+    assert!(err.contains("line 2"), "{err}");
+}
+
+#[test]
+fn a_missing_default_export_is_explained() {
+    let err = run_with("export const meta = {};", ScriptedHost::default()).unwrap_err();
+    assert!(err.contains("no default export"), "{err}");
+}
+
+#[test]
+fn an_infinite_loop_hits_the_loop_limit() {
+    let err = run_with(
+        "export default function () { while (true) {} }",
+        ScriptedHost::default(),
+    )
+    .unwrap_err();
+    assert!(err.contains("loop iteration limit"), "{err}");
+}
+
+#[test]
+fn the_loop_limit_cannot_be_caught() {
+    let err = run_with(
+        "export default function () { for (let i = 0; i < 3; i++) { try { while (true) {} } catch (e) {} } return 'escaped'; }",
+        ScriptedHost::default(),
+    )
+    .unwrap_err();
+    assert!(err.contains("loop iteration limit"), "{err}");
+}
+
+#[test]
+fn unbounded_recursion_hits_the_recursion_limit() {
+    let err = run_with(
+        "function f() { return f() + 1; } export default () => f();",
+        ScriptedHost::default(),
+    )
+    .unwrap_err();
+    assert!(err.contains("recursion limit"), "{err}");
+}
+
+#[test]
+fn an_endless_promise_chain_is_interrupted_by_the_host() {
+    let host = ScriptedHost {
+        interrupt_after_jobs: Some("cancelled: stop".to_owned()),
+        ..ScriptedHost::default()
+    };
+    let err = run_with(
+        "function f() { return Promise.resolve().then(f); } export default () => f();",
+        host,
+    )
+    .unwrap_err();
+    assert_eq!(err, "cancelled: stop");
+}
+
+#[test]
+fn awaiting_a_promise_nothing_settles_is_an_error_not_a_hang() {
+    let err = run_with(
+        "export default () => new Promise(() => {});",
+        ScriptedHost::default(),
+    )
+    .unwrap_err();
+    assert!(err.contains("nothing will ever settle"), "{err}");
+}
+
+#[test]
+fn imports_and_outside_capabilities_are_absent() {
+    let out = run_ok(
+        r#"export default async function () {
+            let dynamic;
+            try { await import("fs"); dynamic = "loaded"; } catch (e) { dynamic = "refused"; }
+            return [dynamic, typeof require, typeof process, typeof fetch, typeof WebAssembly, typeof Deno];
+        }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!([
+            "refused",
+            "undefined",
+            "undefined",
+            "undefined",
+            "undefined",
+            "undefined"
+        ])
+    );
+    let err = run_with(
+        "import fs from 'fs'; export default () => 1;",
+        ScriptedHost::default(),
+    )
+    .unwrap_err();
+    assert!(err.contains("module"), "{err}");
+}
+
+#[test]
+fn a_result_over_the_limit_is_refused() {
+    let err = run_with(
+        "export default () => { let s = 'x'; while (s.length < 11 * 1024 * 1024) s = s + s; return s; }",
+        ScriptedHost::default(),
+    )
+    .unwrap_err();
+    assert!(err.contains("result limit exceeded"), "{err}");
+}
+
+#[test]
+fn describe_reads_and_validates_meta() {
+    let meta = describe(
+        "export const meta = {name: 'Triage', slug: 'triage', version: '1.0.0', description: 'd'};\nexport default () => 1;",
+        &Limits::default(),
+    )
+    .expect("valid meta");
+    assert_eq!(meta.slug, "triage");
+    let bad = describe(
+        "export const meta = {name: 'x', slug: 'Bad Slug', version: '1'};",
+        &Limits::default(),
+    );
+    assert!(matches!(bad, Err(MetaError::Invalid(_))), "{bad:?}");
+    let missing = describe("export default () => 1;", &Limits::default());
+    assert_eq!(missing, Err(MetaError::Missing));
+    let syntax = describe("export const meta = {;", &Limits::default());
+    assert!(
+        matches!(&syntax, Err(MetaError::Script(e)) if e.contains("line 1")),
+        "{syntax:?}"
+    );
+}

@@ -1,0 +1,308 @@
+//! `runner`: run and test graph scripts locally. The result goes to stdout, the live trace to
+//! stderr. Exit codes: 0 completed, 1 failed, 3 cancelled, 2 usage error.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use runner::engine::EngineKind;
+use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
+use runner::host::events::{EventSink, NullSink};
+use runner::host::graphs::FolderCatalog;
+use runner::host::mock::MockProvider;
+use runner::host::tools::ToolRegistry;
+use runner::run::{MAX_CONCURRENCY, RunOptions, RunRequest, RunStatus, run_graph};
+use runner::trace::TracePrinter;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+const EXIT_FAILED: u8 = 1;
+const EXIT_USAGE: u8 = 2;
+const EXIT_CANCELLED: u8 = 3;
+
+#[derive(Parser)]
+#[command(
+    name = "runner",
+    version,
+    about = "Run and test graph scripts in a sandbox"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one graph and print its outcome as JSON.
+    Run(RunArgs),
+    /// Parse a graph and validate its `meta`.
+    Check {
+        /// The graph file.
+        file: PathBuf,
+    },
+    /// Run every `*.test.json` in a folder.
+    Test {
+        /// The folder (default: `graphs`).
+        #[arg(default_value = "graphs")]
+        dir: PathBuf,
+        /// The engine.
+        #[arg(long, value_enum, default_value_t = EngineKind::Boa)]
+        engine: EngineKind,
+        /// Print every run's trace too.
+        #[arg(long)]
+        verbose: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The graph file.
+    file: PathBuf,
+    /// Arguments: a JSON object, or @FILE to read one.
+    #[arg(long, default_value = "{}")]
+    args: String,
+    /// The engine.
+    #[arg(long, value_enum, default_value_t = EngineKind::Boa)]
+    engine: EngineKind,
+    /// Mock provider replies file (see the README).
+    #[arg(long)]
+    replies: Option<PathBuf>,
+    /// Hard token cap for the whole run.
+    #[arg(long = "max-tokens")]
+    max_tokens: Option<u64>,
+    /// Tools that run without asking.
+    #[arg(long = "allow", value_name = "TOOL")]
+    allow: Vec<String>,
+    /// Tools that ask on the terminal each time (denied when there is no terminal).
+    #[arg(long = "ask", value_name = "TOOL")]
+    ask: Vec<String>,
+    /// Tools that are refused (also every tool not listed at all).
+    #[arg(long = "deny", value_name = "TOOL")]
+    deny: Vec<String>,
+    /// The only folder the fs tools may use.
+    #[arg(long)]
+    folder: Option<PathBuf>,
+    /// Folder of graphs for nested calls (default: the graph file's folder).
+    #[arg(long)]
+    graphs: Option<PathBuf>,
+    /// Agents running at once.
+    #[arg(long = "max-concurrency", default_value_t = 4,
+          value_parser = clap::value_parser!(u16).range(1..=MAX_CONCURRENCY as i64))]
+    max_concurrency: u16,
+    /// Wall-clock deadline in seconds.
+    #[arg(long, default_value_t = 300.0)]
+    timeout: f64,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RUNNER_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => match run(args).await {
+                Ok(code) => code,
+                Err(e) => usage_error(&e),
+            },
+            Command::Check { file } => check(&file).await,
+            Command::Test {
+                dir,
+                engine,
+                verbose,
+            } => match test(&dir, engine, verbose).await {
+                Ok(code) => code,
+                Err(e) => usage_error(&e),
+            },
+        }
+    })
+}
+
+fn usage_error(error: &anyhow::Error) -> ExitCode {
+    eprintln!("error: {error:#}");
+    ExitCode::from(EXIT_USAGE)
+}
+
+fn parse_args(text: &str) -> anyhow::Result<Value> {
+    let text = match text.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the arguments file {path}"))?,
+        None => text.to_owned(),
+    };
+    let value: Value =
+        serde_json::from_str(&text).context("--args is not valid JSON; pass a JSON object")?;
+    if !value.is_object() {
+        bail!("--args must be a JSON object, like '{{\"ticket\": \"...\"}}'");
+    }
+    Ok(value)
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let script = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("cannot read the graph {}", args.file.display()))?;
+    let graph_args = parse_args(&args.args)?;
+    if !(args.timeout.is_finite() && args.timeout > 0.0) {
+        bail!("--timeout must be a positive number of seconds");
+    }
+    let mut options = RunOptions::new(args.engine.build());
+    if let Some(path) = &args.replies {
+        options.provider = Arc::new(MockProvider::from_file(path)?);
+    }
+    options.tools = ToolRegistry::standard(args.folder.clone())
+        .map_err(|e| anyhow::anyhow!("--folder: {}", e.message))?;
+    let mut policy = ApprovalPolicy::default();
+    for (tools, p) in [
+        (&args.allow, Policy::Allow),
+        (&args.ask, Policy::Ask),
+        (&args.deny, Policy::Deny),
+    ] {
+        for tool in tools {
+            policy.set(tool.clone(), p);
+        }
+    }
+    options.policy = policy;
+    options.approver = TerminalApprover::for_stdin();
+    let graphs_dir = match &args.graphs {
+        Some(dir) => dir.clone(),
+        None => args
+            .file
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+    };
+    let catalog = FolderCatalog::load(&graphs_dir)
+        .with_context(|| format!("cannot read the graphs folder {}", graphs_dir.display()))?;
+    for (path, reason) in catalog.skipped() {
+        tracing::debug!("not in the catalog: {}: {reason}", path.display());
+    }
+    options.catalog = Arc::new(catalog);
+    options.token_cap = args.max_tokens;
+    options.max_concurrency = usize::from(args.max_concurrency);
+    options.timeout = Duration::from_secs_f64(args.timeout);
+    options.events = Arc::new(TracePrinter::stderr());
+
+    let cancel = CancellationToken::new();
+    let on_interrupt = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("interrupted: cancelling the run");
+            on_interrupt.cancel();
+        }
+    });
+    let graph = args
+        .file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let outcome = run_graph(
+        RunRequest {
+            script: script.into(),
+            args: graph_args,
+            graph,
+            run_id: None,
+        },
+        &options,
+        cancel,
+    )
+    .await;
+    let printed = Printed {
+        status: outcome.status,
+        result: &outcome.result,
+        error: &outcome.error,
+        total_tokens: outcome.total_tokens,
+        reported_cost: outcome.reported_cost,
+    };
+    println!("{}", serde_json::to_string(&printed)?);
+    Ok(match outcome.status {
+        RunStatus::Completed => ExitCode::SUCCESS,
+        RunStatus::Failed => ExitCode::from(EXIT_FAILED),
+        RunStatus::Cancelled => ExitCode::from(EXIT_CANCELLED),
+    })
+}
+
+/// The one JSON object `runner run` prints, in this field order.
+#[derive(serde::Serialize)]
+struct Printed<'a> {
+    status: RunStatus,
+    result: &'a Option<Value>,
+    error: &'a Option<String>,
+    total_tokens: u64,
+    reported_cost: f64,
+}
+
+async fn check(file: &Path) -> ExitCode {
+    let script = match std::fs::read_to_string(file) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: cannot read {}: {e}", file.display());
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    match EngineKind::Boa.build().describe(script.into()).await {
+        Ok(meta) => {
+            match serde_json::to_string(&meta) {
+                Ok(json) => println!("{json}"),
+                Err(e) => eprintln!("error: {e}"),
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", file.display());
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
+
+async fn test(dir: &Path, engine: EngineKind, verbose: bool) -> anyhow::Result<ExitCode> {
+    let tests = runner::testing::find_tests(dir)?;
+    if tests.is_empty() {
+        bail!("no *.test.json files in {}", dir.display());
+    }
+    let events: Arc<dyn EventSink> = if verbose {
+        Arc::new(TracePrinter::stderr())
+    } else {
+        Arc::new(NullSink)
+    };
+    eprintln!(
+        "running {} test files in {} on engine {:?}",
+        tests.len(),
+        dir.display(),
+        engine
+    );
+    let reports = runner::testing::run_dir(dir, engine.build(), events, |report| {
+        if report.passed() {
+            println!("PASS {}", report.name);
+        } else {
+            println!("FAIL {}", report.name);
+            for problem in &report.problems {
+                println!("     {problem}");
+            }
+        }
+    })
+    .await?;
+    let passed = reports.iter().filter(|r| r.passed()).count();
+    let failed = reports.len() - passed;
+    println!("{passed} passed, {failed} failed");
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILED)
+    })
+}

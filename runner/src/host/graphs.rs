@@ -1,0 +1,159 @@
+//! Nested graphs: a catalog of graphs by slug, and the nesting limit. A nested graph shares its
+//! caller's budget, approvals and cancellation (it runs inside the same run).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use graph_js::{Failure, Limits, Meta};
+
+/// Graphs may nest this deep (the top graph is depth 0).
+pub const MAX_DEPTH: usize = 8;
+/// At most this many nested graphs may be running at once in one run.
+pub const MAX_LIVE_GRAPHS: usize = 64;
+
+/// A graph the catalog can hand out.
+#[derive(Debug, Clone)]
+pub struct GraphSource {
+    /// Its validated metadata.
+    pub meta: Meta,
+    /// The module text.
+    pub script: Arc<str>,
+}
+
+/// Where nested graphs come from: a folder for the CLI, the shared sessions on the desktop.
+pub trait Catalog: Send + Sync {
+    /// The graph with `slug`, if there is one.
+    fn lookup(&self, slug: &str) -> Option<GraphSource>;
+}
+
+/// A catalog with no graphs.
+#[derive(Debug, Default)]
+pub struct EmptyCatalog;
+
+impl Catalog for EmptyCatalog {
+    fn lookup(&self, _: &str) -> Option<GraphSource> {
+        None
+    }
+}
+
+/// Graphs by slug, loaded from the `*.js` files of one folder.
+#[derive(Debug, Default, Clone)]
+pub struct FolderCatalog {
+    graphs: BTreeMap<String, GraphSource>,
+    skipped: Vec<(PathBuf, String)>,
+}
+
+impl FolderCatalog {
+    /// Reads every `*.js` file in `dir` (not recursively) and indexes it by its `meta.slug`.
+    /// Files that do not describe themselves are skipped and listed in [`Self::skipped`].
+    /// Describing evaluates module top-level code in-process under the interpreter limits, so
+    /// point this at graphs you wrote; the desktop builds its catalog from shared sessions.
+    pub fn load(dir: &Path) -> std::io::Result<Self> {
+        let mut catalog = Self::default();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "js") && p.is_file())
+            .collect();
+        files.sort();
+        for path in files {
+            let script = match std::fs::read_to_string(&path) {
+                Ok(s) => s,
+                Err(e) => {
+                    catalog.skipped.push((path, e.to_string()));
+                    continue;
+                }
+            };
+            match graph_js::describe(&script, &Limits::default()) {
+                Ok(meta) => match catalog.graphs.entry(meta.slug.clone()) {
+                    std::collections::btree_map::Entry::Occupied(taken) => {
+                        let reason = format!("slug {} is used by another file", taken.key());
+                        catalog.skipped.push((path, reason));
+                    }
+                    std::collections::btree_map::Entry::Vacant(slot) => {
+                        slot.insert(GraphSource {
+                            meta,
+                            script: script.into(),
+                        });
+                    }
+                },
+                Err(e) => catalog.skipped.push((path, e.to_string())),
+            }
+        }
+        Ok(catalog)
+    }
+
+    /// Adds one graph.
+    pub fn insert(&mut self, source: GraphSource) {
+        self.graphs.insert(source.meta.slug.clone(), source);
+    }
+
+    /// Files that were not loaded, with the reason.
+    pub fn skipped(&self) -> &[(PathBuf, String)] {
+        &self.skipped
+    }
+
+    /// The slugs available.
+    pub fn slugs(&self) -> impl Iterator<Item = &str> {
+        self.graphs.keys().map(String::as_str)
+    }
+}
+
+impl Catalog for FolderCatalog {
+    fn lookup(&self, slug: &str) -> Option<GraphSource> {
+        self.graphs.get(slug).cloned()
+    }
+}
+
+/// Refuses a nested call that would go deeper than [`MAX_DEPTH`], naming the chain of slugs.
+pub fn check_depth(chain: &[String], slug: &str) -> Result<(), Failure> {
+    if chain.len() < MAX_DEPTH + 1 {
+        return Ok(());
+    }
+    let mut path = chain.join(" → ");
+    path.push_str(" → ");
+    path.push_str(slug);
+    let cycle = if chain.iter().any(|s| s == slug) {
+        " (the graph calls itself: give the recursion a base case)"
+    } else {
+        ""
+    };
+    Err(Failure::failed(format!(
+        "graph nesting limit of {MAX_DEPTH} reached{cycle}: {path}"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_is_checked_against_the_chain() {
+        let chain: Vec<String> = (0..=MAX_DEPTH).map(|i| format!("g{i}")).collect();
+        assert!(
+            check_depth(&chain[..MAX_DEPTH], "x").is_ok(),
+            "depth 8 is allowed"
+        );
+        let err = check_depth(&chain, "x").unwrap_err();
+        assert!(err.message.contains("nesting limit of 8"), "{err}");
+        let selfish = vec!["loop".to_owned(); MAX_DEPTH + 1];
+        let err = check_depth(&selfish, "loop").unwrap_err();
+        assert!(err.message.contains("calls itself"), "{err}");
+    }
+
+    #[test]
+    fn folder_catalog_indexes_by_slug_and_reports_skips() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("a.js"),
+            "export const meta = {name: 'A', slug: 'alpha', version: '1'};\nexport default async function () { return 1; }",
+        )
+        .expect("a");
+        std::fs::write(dir.path().join("broken.js"), "export const meta = {").expect("broken");
+        std::fs::write(dir.path().join("notes.txt"), "not a graph").expect("txt");
+        let catalog = FolderCatalog::load(dir.path()).expect("loads");
+        assert!(catalog.lookup("alpha").is_some());
+        assert!(catalog.lookup("broken").is_none());
+        assert_eq!(catalog.skipped().len(), 1);
+    }
+}

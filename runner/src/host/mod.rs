@@ -1,0 +1,603 @@
+//! The capabilities a graph may reach, one module each, and the per-graph [`Invocation`] that
+//! wires them to an engine: it implements the `host` interface of `wit/graph.wit` (start work,
+//! hand out handles, deliver each outcome once through `wait_any`).
+
+pub mod agents;
+pub mod approvals;
+pub mod budget;
+pub mod events;
+pub mod graphs;
+pub mod mock;
+pub mod tools;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use graph_js::{AgentRequest, Failure, FailureCode, Limits};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::Engine;
+use agents::{AgentContext, AgentProvider, ProviderProgress, Usage};
+use approvals::{ApprovalRequest, Approvals, BoxFuture, Checked};
+use budget::Budget;
+use events::{EventKind, Events};
+use graphs::Catalog;
+use tools::ToolRegistry;
+
+/// Longest `g.sleep` / retry delay.
+pub const MAX_SLEEP_MS: u32 = 600_000;
+/// Most handles one graph may have started and not yet collected.
+pub const MAX_LIVE_HANDLES: usize = 10_000;
+
+/// Everything one run shares across its graphs: the budget, approvals, providers, tools,
+/// catalog, trace, concurrency slots and the cancellation that stops it all.
+pub struct RunShared {
+    /// The run's id (the desktop's execution id).
+    pub run_id: String,
+    /// The token meter.
+    pub budget: Budget,
+    /// Tool approvals.
+    pub approvals: Approvals,
+    /// Where agents run.
+    pub provider: Arc<dyn AgentProvider>,
+    /// Tools by name.
+    pub tools: ToolRegistry,
+    /// Nested graphs by slug.
+    pub catalog: Arc<dyn Catalog>,
+    /// The trace.
+    pub events: Events,
+    /// The engine nested graphs run on.
+    pub engine: Arc<dyn Engine>,
+    /// Interpreter limits.
+    pub limits: Limits,
+    cancel: CancellationToken,
+    stop_reason: OnceLock<(FailureCode, String)>,
+    agent_slots: Arc<Semaphore>,
+    live_graphs: AtomicUsize,
+}
+
+/// What a run is built from (see [`crate::run::RunOptions`]).
+pub struct RunParts {
+    /// The run's id.
+    pub run_id: String,
+    /// Token cap.
+    pub token_cap: Option<u64>,
+    /// Tool approvals.
+    pub approvals: Approvals,
+    /// Agent provider.
+    pub provider: Arc<dyn AgentProvider>,
+    /// Tools.
+    pub tools: ToolRegistry,
+    /// Catalog for nested graphs.
+    pub catalog: Arc<dyn Catalog>,
+    /// Trace.
+    pub events: Events,
+    /// Engine for nested graphs.
+    pub engine: Arc<dyn Engine>,
+    /// Interpreter limits.
+    pub limits: Limits,
+    /// Agents running at once.
+    pub max_concurrency: usize,
+    /// Fires to stop the run.
+    pub cancel: CancellationToken,
+}
+
+impl RunShared {
+    /// Builds the shared state of one run.
+    pub fn new(parts: RunParts) -> Arc<Self> {
+        Arc::new(Self {
+            run_id: parts.run_id,
+            budget: Budget::new(parts.token_cap),
+            approvals: parts.approvals,
+            provider: parts.provider,
+            tools: parts.tools,
+            catalog: parts.catalog,
+            events: parts.events,
+            engine: parts.engine,
+            limits: parts.limits,
+            cancel: parts.cancel,
+            stop_reason: OnceLock::new(),
+            agent_slots: Arc::new(Semaphore::new(parts.max_concurrency.max(1))),
+            live_graphs: AtomicUsize::new(0),
+        })
+    }
+
+    /// Stops the run: every pending and later host call fails with `code` and `reason`.
+    /// The first reason given wins.
+    pub fn stop(&self, code: FailureCode, reason: impl Into<String>) {
+        let _ = self.stop_reason.set((code, reason.into()));
+        self.cancel.cancel();
+    }
+
+    /// Why the run was stopped, if it was.
+    pub fn stopped(&self) -> Option<Failure> {
+        if !self.cancel.is_cancelled() {
+            return None;
+        }
+        Some(match self.stop_reason.get() {
+            Some((code, reason)) => Failure::new(*code, reason.clone()),
+            None => Failure::cancelled("the run was cancelled"),
+        })
+    }
+
+    /// The token that fires when the run stops.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Calls a tool: approvals first (a tool without a policy is denied), then the tool, all
+    /// abandoned if the run stops. Used by `g.tool` and by agents' tool loops alike.
+    pub async fn call_tool(&self, depth: usize, name: &str, args: Value) -> Result<Value, Failure> {
+        if let Some(stopped) = self.stopped() {
+            return Err(stopped);
+        }
+        if !args.is_object() {
+            return Err(Failure::invalid(format!(
+                "{name}: arguments must be a JSON object"
+            )));
+        }
+        let request = ApprovalRequest {
+            run_id: self.run_id.clone(),
+            tool: name.to_owned(),
+            args,
+        };
+        let checked = self
+            .approvals
+            .check(&request, &self.cancel, || {
+                self.events.emit(
+                    depth,
+                    EventKind::ApprovalRequested {
+                        tool: name.to_owned(),
+                    },
+                );
+            })
+            .await;
+        if let Err(failure) = checked {
+            if failure.code == FailureCode::Denied {
+                self.events.emit(
+                    depth,
+                    EventKind::ToolDenied {
+                        tool: name.to_owned(),
+                        reason: failure.message.clone(),
+                    },
+                );
+            }
+            return Err(failure);
+        }
+        debug_assert!(matches!(checked, Ok(Checked::Allowed | Checked::Approved)));
+        let Some(tool) = self.tools.get(name) else {
+            let failure = Failure::not_found(format!("there is no tool called {name}"));
+            self.events.emit(
+                depth,
+                EventKind::ToolCalled {
+                    tool: name.to_owned(),
+                    error: Some(failure.message.clone()),
+                },
+            );
+            return Err(failure);
+        };
+        let outcome = tokio::select! {
+            outcome = tool.call(request.args) => outcome,
+            () = self.cancel.cancelled() => Err(self.stopped().unwrap_or_else(|| Failure::cancelled("the run was cancelled"))),
+        };
+        self.events.emit(
+            depth,
+            EventKind::ToolCalled {
+                tool: name.to_owned(),
+                error: outcome.as_ref().err().map(|f| f.to_string()),
+            },
+        );
+        outcome
+    }
+}
+
+type Outcome = Result<String, Failure>;
+
+/// One graph's view of its run: the handles it started and the outcomes not yet collected.
+/// Engines drive it through the `host` interface; dropping it aborts work still running.
+pub struct Invocation {
+    run: Arc<RunShared>,
+    chain: Vec<String>,
+    runtime: tokio::runtime::Handle,
+    next_handle: u32,
+    tasks: JoinSet<(u32, Outcome)>,
+    task_handles: HashMap<tokio::task::Id, u32>,
+    live: HashSet<u32>,
+    finished: HashMap<u32, Outcome>,
+}
+
+impl Invocation {
+    /// The top graph of `run`, or a nested one: `chain` is the slugs from the top down to it.
+    pub fn new(run: Arc<RunShared>, chain: Vec<String>, runtime: tokio::runtime::Handle) -> Self {
+        Self {
+            run,
+            chain,
+            runtime,
+            next_handle: 0,
+            tasks: JoinSet::new(),
+            task_handles: HashMap::new(),
+            live: HashSet::new(),
+            finished: HashMap::new(),
+        }
+    }
+
+    /// The run this graph belongs to.
+    pub fn run(&self) -> &Arc<RunShared> {
+        &self.run
+    }
+
+    /// Nesting depth (0: the top graph).
+    pub fn depth(&self) -> usize {
+        self.chain.len().saturating_sub(1)
+    }
+
+    fn admit_new_handle(&mut self) -> Result<u32, Failure> {
+        if let Some(stopped) = self.run.stopped() {
+            return Err(stopped);
+        }
+        if self.live.len() >= MAX_LIVE_HANDLES {
+            return Err(Failure::invalid(format!(
+                "more than {MAX_LIVE_HANDLES} operations started and not awaited"
+            )));
+        }
+        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        Ok(self.next_handle)
+    }
+
+    fn spawn(
+        &mut self,
+        handle: u32,
+        work: impl std::future::Future<Output = Outcome> + Send + 'static,
+    ) -> u32 {
+        let task = self
+            .tasks
+            .spawn_on(async move { (handle, work.await) }, &self.runtime);
+        self.task_handles.insert(task.id(), handle);
+        self.live.insert(handle);
+        handle
+    }
+
+    /// `start-agent`.
+    pub fn start_agent(&mut self, request: AgentRequest) -> Result<u32, Failure> {
+        agents::validate(&request)?;
+        let mut specs = Vec::with_capacity(request.tools.len());
+        for name in &request.tools {
+            let tool = self.run.tools.get(name).ok_or_else(|| {
+                Failure::not_found(format!("agent tools: there is no tool called {name}"))
+            })?;
+            specs.push(tool.spec());
+        }
+        if let Err(refused) = self.run.budget.admit(request.max_tokens) {
+            self.emit_exhausted();
+            return Err(refused);
+        }
+        let handle = self.admit_new_handle()?;
+        let run = self.run.clone();
+        let depth = self.depth();
+        Ok(self.spawn(handle, async move {
+            let permit = tokio::select! {
+                permit = run.agent_slots.clone().acquire_owned() => permit,
+                () = run.cancel.cancelled() => return Err(stopped_failure(&run)),
+            };
+            let Ok(_permit) = permit else {
+                return Err(Failure::failed("the agent slots were closed"));
+            };
+            // Checked again: the cap may have been reached while this agent waited for a slot.
+            let max_tokens = match run.budget.admit(request.max_tokens) {
+                Ok(m) => m,
+                Err(refused) => {
+                    emit_exhausted(&run, depth);
+                    return Err(refused);
+                }
+            };
+            run.events.emit(
+                depth,
+                EventKind::AgentStarted {
+                    handle,
+                    label: request.label.clone(),
+                    max_tokens,
+                },
+            );
+            let context = AgentCtx {
+                run: run.clone(),
+                depth,
+                handle,
+            };
+            let outcome = agents::run_agent(
+                &run.provider,
+                &context,
+                &request,
+                specs,
+                max_tokens,
+                &run.cancel,
+            )
+            .await;
+            match outcome {
+                Ok(reply) => {
+                    run.events.emit(
+                        depth,
+                        EventKind::AgentFinished {
+                            handle,
+                            label: reply.label.clone(),
+                            tokens: reply.tokens,
+                            cost: reply.cost,
+                        },
+                    );
+                    serde_json::to_string(&reply)
+                        .map_err(|e| Failure::failed(format!("cannot encode the reply: {e}")))
+                }
+                Err(failure) => {
+                    run.events.emit(
+                        depth,
+                        EventKind::AgentFailed {
+                            handle,
+                            label: request.label.clone(),
+                            error: failure.to_string(),
+                        },
+                    );
+                    if failure.code == FailureCode::Cancelled {
+                        Err(stopped_failure(&run))
+                    } else {
+                        Err(failure)
+                    }
+                }
+            }
+        }))
+    }
+
+    fn emit_exhausted(&self) {
+        emit_exhausted(&self.run, self.depth());
+    }
+
+    /// `start-tool`.
+    pub fn start_tool(&mut self, name: &str, args: &str) -> Result<u32, Failure> {
+        let args: Value = serde_json::from_str(args)
+            .map_err(|e| Failure::invalid(format!("{name}: arguments are not valid JSON: {e}")))?;
+        if !args.is_object() {
+            return Err(Failure::invalid(format!(
+                "{name}: arguments must be a JSON object"
+            )));
+        }
+        let handle = self.admit_new_handle()?;
+        let run = self.run.clone();
+        let depth = self.depth();
+        let name = name.to_owned();
+        Ok(self.spawn(handle, async move {
+            let value = run.call_tool(depth, &name, args).await?;
+            Ok(value.to_string())
+        }))
+    }
+
+    /// `start-graph`.
+    pub fn start_graph(&mut self, slug: &str, args: &str) -> Result<u32, Failure> {
+        graphs::check_depth(&self.chain, slug)?;
+        let source = self.run.catalog.lookup(slug).ok_or_else(|| {
+            Failure::not_found(format!("there is no graph with slug {slug} in the catalog"))
+        })?;
+        let parsed: Value = serde_json::from_str(args).map_err(|e| {
+            Failure::invalid(format!("graph {slug}: arguments are not valid JSON: {e}"))
+        })?;
+        if !parsed.is_object() {
+            return Err(Failure::invalid(format!(
+                "graph {slug}: arguments must be a JSON object"
+            )));
+        }
+        let handle = self.admit_new_handle()?;
+        if self.run.live_graphs.fetch_add(1, Ordering::SeqCst) >= graphs::MAX_LIVE_GRAPHS {
+            self.run.live_graphs.fetch_sub(1, Ordering::SeqCst);
+            return Err(Failure::failed(format!(
+                "more than {} nested graphs running at once in this run",
+                graphs::MAX_LIVE_GRAPHS
+            )));
+        }
+        let mut chain = self.chain.clone();
+        chain.push(slug.to_owned());
+        let child = Invocation::new(self.run.clone(), chain, self.runtime.clone());
+        let run = self.run.clone();
+        let depth = self.depth();
+        let slug = slug.to_owned();
+        let args = args.to_owned();
+        Ok(self.spawn(handle, async move {
+            run.events.emit(
+                depth,
+                EventKind::GraphStarted {
+                    handle,
+                    slug: slug.clone(),
+                },
+            );
+            let outcome = run.engine.run(source.script.clone(), args, child).await;
+            run.live_graphs.fetch_sub(1, Ordering::SeqCst);
+            run.events.emit(
+                depth,
+                EventKind::GraphFinished {
+                    handle,
+                    slug: slug.clone(),
+                    error: outcome.as_ref().err().cloned(),
+                },
+            );
+            match outcome {
+                Ok(json) => Ok(json),
+                Err(_) if run.cancel.is_cancelled() => Err(stopped_failure(&run)),
+                Err(e) => Err(Failure::failed(format!("graph {slug} failed: {e}"))),
+            }
+        }))
+    }
+
+    /// `start-sleep`.
+    pub fn start_sleep(&mut self, ms: u32) -> Result<u32, Failure> {
+        if ms > MAX_SLEEP_MS {
+            return Err(Failure::invalid(format!(
+                "sleep of {ms} ms is over the limit of {MAX_SLEEP_MS} ms"
+            )));
+        }
+        let handle = self.admit_new_handle()?;
+        let run = self.run.clone();
+        Ok(self.spawn(handle, async move {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(u64::from(ms))) => Ok("null".to_owned()),
+                () = run.cancel.cancelled() => Err(stopped_failure(&run)),
+            }
+        }))
+    }
+
+    /// `wait-any`: the first of `handles` to finish, with its outcome (delivered once).
+    pub async fn wait_any(&mut self, handles: &[u32]) -> (u32, Outcome) {
+        let Some(&first) = handles.first() else {
+            return (
+                0,
+                Err(Failure::invalid("wait-any needs at least one handle")),
+            );
+        };
+        if let Some(&unknown) = handles
+            .iter()
+            .find(|h| !self.live.contains(h) && !self.finished.contains_key(h))
+        {
+            return (
+                unknown,
+                Err(Failure::invalid(format!(
+                    "handle {unknown} was not started by this graph or was already collected"
+                ))),
+            );
+        }
+        loop {
+            for &handle in handles {
+                if let Some(outcome) = self.finished.remove(&handle) {
+                    return (handle, outcome);
+                }
+            }
+            if let Some(stopped) = self.run.stopped() {
+                return (first, Err(stopped));
+            }
+            let joined = tokio::select! {
+                joined = self.tasks.join_next_with_id() => joined,
+                () = self.run.cancel.cancelled() => continue,
+            };
+            match joined {
+                Some(Ok((id, (handle, outcome)))) => {
+                    self.task_handles.remove(&id);
+                    self.live.remove(&handle);
+                    self.finished.insert(handle, outcome);
+                }
+                Some(Err(error)) => {
+                    let Some(handle) = self.task_handles.remove(&error.id()) else {
+                        continue;
+                    };
+                    self.live.remove(&handle);
+                    let reason = if error.is_panic() {
+                        "the host operation crashed"
+                    } else {
+                        "the host operation was aborted"
+                    };
+                    self.finished.insert(handle, Err(Failure::failed(reason)));
+                }
+                None => {
+                    return (
+                        first,
+                        Err(Failure::invalid("nothing is running for these handles")),
+                    );
+                }
+            }
+        }
+    }
+
+    /// `tokens-used`.
+    pub fn tokens_used(&self) -> u64 {
+        self.run.budget.used()
+    }
+
+    /// `token-cap`.
+    pub fn token_cap(&self) -> Option<u64> {
+        self.run.budget.cap()
+    }
+
+    /// `log`.
+    pub fn log(&self, message: &str) {
+        let cut: String = message.chars().take(graph_js::MAX_LOG_LINE_CHARS).collect();
+        self.run.events.log(self.depth(), &cut);
+    }
+}
+
+fn stopped_failure(run: &RunShared) -> Failure {
+    run.stopped()
+        .unwrap_or_else(|| Failure::cancelled("the run was cancelled"))
+}
+
+fn emit_exhausted(run: &RunShared, depth: usize) {
+    run.events.emit(
+        depth,
+        EventKind::BudgetExhausted {
+            used: run.budget.used(),
+            cap: run.budget.cap().unwrap_or(0),
+        },
+    );
+}
+
+/// The agent loop's view of the run.
+struct AgentCtx {
+    run: Arc<RunShared>,
+    depth: usize,
+    handle: u32,
+}
+
+impl AgentContext for AgentCtx {
+    fn admit(&self, max_tokens: Option<u32>) -> Result<Option<u32>, Failure> {
+        let admitted = self.run.budget.admit(max_tokens);
+        if admitted.is_err() {
+            emit_exhausted(&self.run, self.depth);
+        }
+        admitted
+    }
+
+    fn record(&self, usage: Usage, cost: f64) {
+        self.run.budget.record(usage.total(), cost);
+    }
+
+    fn exhausted(&self) -> Option<Failure> {
+        if self.run.budget.is_exhausted() {
+            emit_exhausted(&self.run, self.depth);
+            Some(self.run.budget.exhausted_failure())
+        } else {
+            None
+        }
+    }
+
+    fn call_tool<'a>(
+        &'a self,
+        name: &'a str,
+        args: Value,
+    ) -> BoxFuture<'a, Result<Value, Failure>> {
+        Box::pin(self.run.call_tool(self.depth, name, args))
+    }
+
+    fn on_turn(&self, turn: u32, tokens: u64, tool_calls: Vec<String>) {
+        self.run.events.emit(
+            self.depth,
+            EventKind::AgentTurn {
+                handle: self.handle,
+                turn,
+                tokens,
+                tool_calls,
+            },
+        );
+    }
+
+    fn on_progress(&self, progress: ProviderProgress) {
+        let kind = match progress {
+            ProviderProgress::Chars(chars) => EventKind::AgentProgress {
+                handle: self.handle,
+                chars,
+            },
+            ProviderProgress::Retry { attempt, reason } => EventKind::AgentRetry {
+                handle: self.handle,
+                attempt,
+                reason,
+            },
+        };
+        self.run.events.emit(self.depth, kind);
+    }
+}

@@ -1,0 +1,234 @@
+//! `run_graph`: the one entry point that runs a graph with a hard token cap, approvals and a
+//! deadline, and reports exactly one outcome. Used by the CLI and by the desktop relay.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use graph_js::{FailureCode, Limits};
+use serde::Serialize;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::Engine;
+use crate::host::agents::{AgentProvider, NoProvider};
+use crate::host::approvals::{
+    ApprovalPolicy, Approvals, Approver, DEFAULT_APPROVAL_TIMEOUT, NobodyToAsk,
+};
+use crate::host::events::{EventKind, EventSink, Events, NullSink};
+use crate::host::graphs::{Catalog, EmptyCatalog};
+use crate::host::tools::ToolRegistry;
+use crate::host::{Invocation, RunParts, RunShared};
+
+/// Agents of one run running at once, by default.
+pub const DEFAULT_MAX_CONCURRENCY: usize = 4;
+/// Upper bound on `max_concurrency`.
+pub const MAX_CONCURRENCY: usize = 64;
+/// A run's wall-clock deadline, by default.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// The graph returned a result.
+    Completed,
+    /// The graph threw, hit a limit, or could not start.
+    Failed,
+    /// The run was cancelled from outside.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// The status as written in outcomes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The one outcome of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunOutcome {
+    /// The run's id.
+    pub run_id: String,
+    /// How it ended.
+    pub status: RunStatus,
+    /// The graph's result, when completed.
+    pub result: Option<Value>,
+    /// Why it did not complete.
+    pub error: Option<String>,
+    /// Tokens metered over the whole run.
+    pub total_tokens: u64,
+    /// Cost reported by providers.
+    pub reported_cost: f64,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    /// The module text.
+    pub script: Arc<str>,
+    /// Arguments (must be a JSON object).
+    pub args: Value,
+    /// Name for the trace (slug or file name).
+    pub graph: String,
+    /// Run id to use; a fresh UUID otherwise.
+    pub run_id: Option<String>,
+}
+
+/// How to run it.
+#[derive(Clone)]
+pub struct RunOptions {
+    /// The engine.
+    pub engine: Arc<dyn Engine>,
+    /// Where agents run.
+    pub provider: Arc<dyn AgentProvider>,
+    /// Tools.
+    pub tools: ToolRegistry,
+    /// Tool approval policy.
+    pub policy: ApprovalPolicy,
+    /// Who answers `ask`.
+    pub approver: Arc<dyn Approver>,
+    /// How long an `ask` waits.
+    pub approval_timeout: Duration,
+    /// Nested graphs by slug.
+    pub catalog: Arc<dyn Catalog>,
+    /// Hard token cap.
+    pub token_cap: Option<u64>,
+    /// Agents at once.
+    pub max_concurrency: usize,
+    /// Wall-clock deadline.
+    pub timeout: Duration,
+    /// Where the trace goes.
+    pub events: Arc<dyn EventSink>,
+    /// Interpreter limits.
+    pub limits: Limits,
+}
+
+impl RunOptions {
+    /// Defaults: no provider, no tools allowed, no catalog, no cap, 4 agents at once, 300 s.
+    pub fn new(engine: Arc<dyn Engine>) -> Self {
+        Self {
+            engine,
+            provider: Arc::new(NoProvider),
+            tools: ToolRegistry::default(),
+            policy: ApprovalPolicy::default(),
+            approver: Arc::new(NobodyToAsk),
+            approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            catalog: Arc::new(EmptyCatalog),
+            token_cap: None,
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
+            timeout: DEFAULT_TIMEOUT,
+            events: Arc::new(NullSink),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// Runs one graph to exactly one outcome. `cancel` stops it from outside: the outcome is then
+/// `cancelled`, whatever the graph did in between.
+pub async fn run_graph(
+    request: RunRequest,
+    options: &RunOptions,
+    cancel: CancellationToken,
+) -> RunOutcome {
+    let run_id = request
+        .run_id
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let stop = cancel.child_token();
+    let run = RunShared::new(RunParts {
+        run_id: run_id.clone(),
+        token_cap: options.token_cap,
+        approvals: Approvals::new(
+            options.policy.clone(),
+            options.approver.clone(),
+            options.approval_timeout,
+        ),
+        provider: options.provider.clone(),
+        tools: options.tools.clone(),
+        catalog: options.catalog.clone(),
+        events: Events::new(options.events.clone()),
+        engine: options.engine.clone(),
+        limits: options.limits,
+        max_concurrency: options.max_concurrency.clamp(1, MAX_CONCURRENCY),
+        cancel: stop.clone(),
+    });
+    run.events.emit(
+        0,
+        EventKind::RunStarted {
+            run_id: run_id.clone(),
+            graph: request.graph.clone(),
+            engine: options.engine.name().to_owned(),
+        },
+    );
+
+    let (status, result, error) = if !request.args.is_object() {
+        (
+            RunStatus::Failed,
+            None,
+            Some("the arguments must be a JSON object".to_owned()),
+        )
+    } else {
+        let invocation = Invocation::new(
+            run.clone(),
+            vec![request.graph.clone()],
+            tokio::runtime::Handle::current(),
+        );
+        let finished =
+            options
+                .engine
+                .run(request.script.clone(), request.args.to_string(), invocation);
+        tokio::select! {
+            finished = finished => match finished {
+                Ok(json) => match serde_json::from_str::<Value>(&json) {
+                    Ok(value) => (RunStatus::Completed, Some(value), None),
+                    Err(e) => (RunStatus::Failed, None, Some(format!("the result is not valid JSON: {e}"))),
+                },
+                Err(error) => (RunStatus::Failed, None, Some(error)),
+            },
+            () = cancel.cancelled() => (RunStatus::Cancelled, None, None),
+            () = tokio::time::sleep(options.timeout) => {
+                let reason = format!(
+                    "wall-clock deadline exceeded: the run took longer than {} s (--timeout)",
+                    options.timeout.as_secs_f64()
+                );
+                run.stop(FailureCode::Failed, reason.clone());
+                (RunStatus::Failed, None, Some(reason))
+            }
+        }
+    };
+    // A cancel seen at any point decides the outcome, even if the graph finished meanwhile.
+    let (status, result, error) = if cancel.is_cancelled() {
+        (
+            RunStatus::Cancelled,
+            None,
+            Some("the run was cancelled".to_owned()),
+        )
+    } else {
+        (status, result, error)
+    };
+    // Stops work the graph started and never awaited.
+    run.stop(FailureCode::Cancelled, "the run has ended");
+    let outcome = RunOutcome {
+        run_id,
+        status,
+        result,
+        error,
+        total_tokens: run.budget.used(),
+        reported_cost: run.budget.cost(),
+    };
+    run.events.emit(
+        0,
+        EventKind::RunFinished {
+            status: outcome.status.as_str().to_owned(),
+            total_tokens: outcome.total_tokens,
+            reported_cost: outcome.reported_cost,
+            error: outcome.error.clone(),
+        },
+    );
+    outcome
+}

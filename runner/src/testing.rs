@@ -1,0 +1,419 @@
+//! `runner test`: runs every `*.test.json` beside the graphs and compares outcomes.
+//!
+//! A test file holds one case, or `{"graph": "x.js", "cases": [...]}`. A case:
+//!
+//! ```json
+//! {"name": "urgent ticket", "graph": "triage.js", "args": {"ticket": "..."},
+//!  "replies": {"replies": [...], "default": {...}},   // or "replies_file": "replies.json"
+//!  "allow": ["fs.read"], "ask": ["fs.write"], "approve": ["fs.write"], "deny": [],
+//!  "max_tokens": 1000, "max_concurrency": 4, "timeout_secs": 30,
+//!  "files": {"notes/in.md": "seed content"},
+//!  "expect": {"status": "completed", "result": {...}, "result_contains": "...",
+//!             "error_contains": "...", "total_tokens": 240,
+//!             "files": {"notes/out.md": "expected content"}, "absent": ["x.md"]}}
+//! ```
+//!
+//! The graph defaults to the test file's name without `.test.json`, plus `.js`. `ask` tools are
+//! answered by the test: approved when listed in `approve`, denied otherwise. Each case gets a
+//! fresh temporary folder for the fs tools.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::Engine;
+use crate::host::agents::AgentProvider;
+use crate::host::approvals::{
+    ApprovalPolicy, ApprovalRequest, Approver, BoxFuture, Decision, Policy,
+};
+use crate::host::events::EventSink;
+use crate::host::graphs::{Catalog, FolderCatalog};
+use crate::host::mock::MockProvider;
+use crate::host::tools::ToolRegistry;
+use crate::run::{RunOptions, RunOutcome, RunRequest, RunStatus, run_graph};
+
+/// Suffix of test files.
+pub const TEST_SUFFIX: &str = ".test.json";
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum TestFile {
+    Many {
+        #[serde(default)]
+        graph: Option<String>,
+        cases: Vec<TestCase>,
+    },
+    One(Box<TestCase>),
+}
+
+/// One test case.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestCase {
+    /// Name shown in the report.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The graph file, relative to the test file.
+    #[serde(default)]
+    pub graph: Option<String>,
+    /// Arguments.
+    #[serde(default = "empty_object")]
+    pub args: Value,
+    /// Inline mock replies.
+    #[serde(default)]
+    pub replies: Option<Value>,
+    /// Mock replies file, relative to the test file.
+    #[serde(default)]
+    pub replies_file: Option<String>,
+    /// Tools allowed.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Tools that ask.
+    #[serde(default)]
+    pub ask: Vec<String>,
+    /// Asked tools the test approves.
+    #[serde(default)]
+    pub approve: Vec<String>,
+    /// Tools denied.
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Token cap.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// Agents at once.
+    #[serde(default)]
+    pub max_concurrency: Option<usize>,
+    /// Deadline in seconds.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    /// Files placed in the folder before the run.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    /// What must hold afterwards.
+    pub expect: Expect,
+}
+
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+/// What a case expects.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// The status.
+    pub status: RunStatus,
+    /// The exact result.
+    #[serde(default)]
+    pub result: Option<Value>,
+    /// A substring of the result's JSON text.
+    #[serde(default)]
+    pub result_contains: Option<String>,
+    /// A substring of the error.
+    #[serde(default)]
+    pub error_contains: Option<String>,
+    /// The exact token total.
+    #[serde(default)]
+    pub total_tokens: Option<u64>,
+    /// Files that must exist afterwards, with their content.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    /// Files that must not exist afterwards.
+    #[serde(default)]
+    pub absent: Vec<String>,
+}
+
+/// The outcome of one case.
+#[derive(Debug, Clone)]
+pub struct CaseReport {
+    /// The test file.
+    pub file: PathBuf,
+    /// The case's name.
+    pub name: String,
+    /// What did not match (empty: passed).
+    pub problems: Vec<String>,
+    /// The run's outcome, if it ran.
+    pub outcome: Option<RunOutcome>,
+}
+
+impl CaseReport {
+    /// Whether every expectation held.
+    pub fn passed(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Why a test folder could not be run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum TestError {
+    /// The folder could not be read.
+    #[error("cannot read the test folder {path}: {source}")]
+    Folder {
+        /// The folder.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// Answers `ask` from the case's `approve` list.
+struct CaseApprover(Vec<String>);
+
+impl Approver for CaseApprover {
+    fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
+        let approved = self.0.contains(&request.tool);
+        Box::pin(async move {
+            if approved {
+                Decision::Approved
+            } else {
+                Decision::Denied(format!("the test denied tool {}", request.tool))
+            }
+        })
+    }
+}
+
+/// Finds the `*.test.json` files of `dir`, sorted.
+pub fn find_tests(dir: &Path) -> Result<Vec<PathBuf>, TestError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| TestError::Folder {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(TEST_SUFFIX))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Runs every test of `dir` on `engine`, reporting each case to `on_case` as it finishes.
+pub async fn run_dir(
+    dir: &Path,
+    engine: Arc<dyn Engine>,
+    events: Arc<dyn EventSink>,
+    mut on_case: impl FnMut(&CaseReport),
+) -> Result<Vec<CaseReport>, TestError> {
+    let catalog: Arc<dyn Catalog> =
+        Arc::new(
+            FolderCatalog::load(dir).map_err(|source| TestError::Folder {
+                path: dir.display().to_string(),
+                source,
+            })?,
+        );
+    let mut reports = Vec::new();
+    for file in find_tests(dir)? {
+        for report in run_file(&file, &engine, &catalog, &events).await {
+            on_case(&report);
+            reports.push(report);
+        }
+    }
+    Ok(reports)
+}
+
+fn file_stem(file: &Path) -> String {
+    let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("test");
+    name.strip_suffix(TEST_SUFFIX).unwrap_or(name).to_owned()
+}
+
+async fn run_file(
+    file: &Path,
+    engine: &Arc<dyn Engine>,
+    catalog: &Arc<dyn Catalog>,
+    events: &Arc<dyn EventSink>,
+) -> Vec<CaseReport> {
+    let stem = file_stem(file);
+    let broken = |problem: String| {
+        vec![CaseReport {
+            file: file.to_path_buf(),
+            name: stem.clone(),
+            problems: vec![problem],
+            outcome: None,
+        }]
+    };
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => return broken(format!("cannot read the test file: {e}")),
+    };
+    let (default_graph, cases) = match serde_json::from_str::<TestFile>(&text) {
+        Ok(TestFile::Many { graph, cases }) => (graph, cases),
+        Ok(TestFile::One(case)) => (None, vec![*case]),
+        Err(e) => return broken(format!("the test file is not valid: {e}")),
+    };
+    let base = file.parent().unwrap_or(Path::new("."));
+    let mut reports = Vec::with_capacity(cases.len());
+    for (i, case) in cases.into_iter().enumerate() {
+        let name = case
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("{stem} #{}", i + 1));
+        let graph = case
+            .graph
+            .clone()
+            .or_else(|| default_graph.clone())
+            .unwrap_or_else(|| format!("{stem}.js"));
+        let (problems, outcome) =
+            match run_case(&case, &base.join(&graph), base, engine, catalog, events).await {
+                Ok(outcome) => (check(&case.expect, &outcome.0, &outcome.1), Some(outcome.0)),
+                Err(problem) => (vec![problem], None),
+            };
+        reports.push(CaseReport {
+            file: file.to_path_buf(),
+            name,
+            problems,
+            outcome,
+        });
+    }
+    reports
+}
+
+async fn run_case(
+    case: &TestCase,
+    graph: &Path,
+    base: &Path,
+    engine: &Arc<dyn Engine>,
+    catalog: &Arc<dyn Catalog>,
+    events: &Arc<dyn EventSink>,
+) -> Result<(RunOutcome, tempfile::TempDir), String> {
+    let script = std::fs::read_to_string(graph)
+        .map_err(|e| format!("cannot read the graph {}: {e}", graph.display()))?;
+    let folder =
+        tempfile::tempdir().map_err(|e| format!("cannot create a temporary folder: {e}"))?;
+    for (path, content) in &case.files {
+        let target = folder.path().join(path);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("cannot seed {path}: {e}"))?;
+        }
+        std::fs::write(&target, content).map_err(|e| format!("cannot seed {path}: {e}"))?;
+    }
+    let provider: Option<Arc<dyn AgentProvider>> = match (&case.replies, &case.replies_file) {
+        (Some(replies), _) => Some(Arc::new(
+            MockProvider::from_json(replies.clone()).map_err(|e| e.to_string())?,
+        )),
+        (None, Some(file)) => Some(Arc::new(
+            MockProvider::from_file(&base.join(file)).map_err(|e| e.to_string())?,
+        )),
+        (None, None) => None,
+    };
+    let mut policy = ApprovalPolicy::default();
+    for (tools, p) in [
+        (&case.allow, Policy::Allow),
+        (&case.ask, Policy::Ask),
+        (&case.deny, Policy::Deny),
+    ] {
+        for tool in tools {
+            policy.set(tool.clone(), p);
+        }
+    }
+    let mut options = RunOptions::new(engine.clone());
+    if let Some(provider) = provider {
+        options.provider = provider;
+    }
+    options.tools =
+        ToolRegistry::standard(Some(folder.path().to_path_buf())).map_err(|e| e.to_string())?;
+    options.policy = policy;
+    options.approver = Arc::new(CaseApprover(case.approve.clone()));
+    options.catalog = catalog.clone();
+    options.token_cap = case.max_tokens;
+    if let Some(n) = case.max_concurrency {
+        options.max_concurrency = n;
+    }
+    if let Some(secs) = case.timeout_secs {
+        options.timeout = Duration::from_secs(secs);
+    }
+    options.events = events.clone();
+    let graph_name = graph
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let outcome = run_graph(
+        RunRequest {
+            script: script.into(),
+            args: case.args.clone(),
+            graph: graph_name,
+            run_id: None,
+        },
+        &options,
+        CancellationToken::new(),
+    )
+    .await;
+    Ok((outcome, folder))
+}
+
+fn check(expect: &Expect, outcome: &RunOutcome, folder: &tempfile::TempDir) -> Vec<String> {
+    let mut problems = Vec::new();
+    if outcome.status != expect.status {
+        problems.push(format!(
+            "status: expected {}, got {}{}",
+            expect.status.as_str(),
+            outcome.status.as_str(),
+            outcome
+                .error
+                .as_deref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        ));
+    }
+    if let Some(result) = &expect.result
+        && outcome.result.as_ref() != Some(result)
+    {
+        problems.push(format!(
+            "result: expected {result}, got {}",
+            outcome
+                .result
+                .as_ref()
+                .map_or("none".to_owned(), Value::to_string)
+        ));
+    }
+    if let Some(needle) = &expect.result_contains {
+        let text = outcome
+            .result
+            .as_ref()
+            .map(Value::to_string)
+            .unwrap_or_default();
+        if !text.contains(needle.as_str()) {
+            problems.push(format!(
+                "result: expected it to contain {needle:?}, got {text}"
+            ));
+        }
+    }
+    if let Some(needle) = &expect.error_contains {
+        let error = outcome.error.as_deref().unwrap_or("");
+        if !error.contains(needle.as_str()) {
+            problems.push(format!(
+                "error: expected it to contain {needle:?}, got {error:?}"
+            ));
+        }
+    }
+    if let Some(tokens) = expect.total_tokens
+        && outcome.total_tokens != tokens
+    {
+        problems.push(format!(
+            "total_tokens: expected {tokens}, got {}",
+            outcome.total_tokens
+        ));
+    }
+    for (path, expected) in &expect.files {
+        match std::fs::read_to_string(folder.path().join(path)) {
+            Ok(content) if &content == expected => {}
+            Ok(content) => problems.push(format!(
+                "file {path}: expected {expected:?}, got {content:?}"
+            )),
+            Err(e) => problems.push(format!("file {path}: {e}")),
+        }
+    }
+    for path in &expect.absent {
+        if folder.path().join(path).exists() {
+            problems.push(format!("file {path} exists but should not"));
+        }
+    }
+    problems
+}
