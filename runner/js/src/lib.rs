@@ -51,8 +51,8 @@ pub struct AgentRequest {
     /// Optional model name.
     #[serde(default)]
     pub model: Option<String>,
-    /// Upper bound on generated tokens.
-    #[serde(default)]
+    /// Upper bound on generated tokens (larger numbers saturate: the budget clips them anyway).
+    #[serde(default, deserialize_with = "saturating_u32")]
     pub max_tokens: Option<u32>,
     /// Label for the trace and mock replies.
     #[serde(default)]
@@ -63,6 +63,11 @@ pub struct AgentRequest {
     /// Upper bound on model turns in a tool loop.
     #[serde(default)]
     pub max_turns: Option<u32>,
+}
+
+fn saturating_u32<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    let value: Option<u64> = serde::Deserialize::deserialize(d)?;
+    Ok(value.map(|v| u32::try_from(v).unwrap_or(u32::MAX)))
 }
 
 /// The capabilities a graph can reach: the `host` interface of `wit/graph.wit`, one method per

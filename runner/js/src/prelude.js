@@ -15,8 +15,13 @@
   const MAX_RETRY_ATTEMPTS = 10;
   const MAX_SLEEP_MS = 600000;
 
-  // handle -> [resolve, reject] of the promise waiting for that handle's outcome.
-  const waiting = new Map();
+  // handle -> [resolve, reject] of the promise waiting for that handle's outcome. A bare object
+  // with no prototype, so a script patching Map or Object.prototype cannot disturb it.
+  const waiting = Object.create(null);
+
+  function rejected(error) {
+    return new PromiseCtor((_, reject) => reject(error));
+  }
 
   function failure(code, message) {
     const e = new ErrorCtor(message);
@@ -28,19 +33,19 @@
   function started(answer) {
     if (typeof answer === "number") {
       return new PromiseCtor((resolve, reject) => {
-        waiting.set(answer, [resolve, reject]);
+        waiting[answer] = [resolve, reject];
       });
     }
-    return PromiseCtor.reject(failure(answer.code, answer.message));
+    return rejected(failure(answer.code, answer.message));
   }
 
   // Called by the driver with the outcome of one handle: JSON text, or {code, message}.
   function settle(handle, ok, outcome) {
-    const entry = waiting.get(handle);
+    const entry = waiting[handle];
     if (entry === undefined) {
       return;
     }
-    waiting.delete(handle);
+    delete waiting[handle];
     if (ok) {
       entry[0](parse(outcome));
     } else {
@@ -119,7 +124,7 @@
       };
       return started(host.startAgent(stringify(request)));
     } catch (e) {
-      return PromiseCtor.reject(e);
+      return rejected(e);
     }
   }
 
@@ -130,7 +135,7 @@
       }
       return started(host.startTool(name, jsonArgs(args, "g.tool(" + name + ")")));
     } catch (e) {
-      return PromiseCtor.reject(e);
+      return rejected(e);
     }
   }
 
@@ -141,13 +146,13 @@
       }
       return started(host.startGraph(slug, jsonArgs(args, "g.graph(" + slug + ")")));
     } catch (e) {
-      return PromiseCtor.reject(e);
+      return rejected(e);
     }
   }
 
   function sleep(ms) {
     if (!isInteger(ms) || ms < 0 || ms > MAX_SLEEP_MS) {
-      return PromiseCtor.reject(failure("invalid", "g.sleep: ms must be an integer from 0 to " + MAX_SLEEP_MS));
+      return rejected(failure("invalid", "g.sleep: ms must be an integer from 0 to " + MAX_SLEEP_MS));
     }
     return started(host.startSleep(ms));
   }

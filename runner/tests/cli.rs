@@ -1,0 +1,357 @@
+//! The `runner` command line as a graph author uses it: output shape, exit codes, approvals and
+//! folder confinement, `check` and `test`.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn runner() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_runner"))
+}
+
+fn workspace() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+}
+
+fn stdout_json(output: &Output) -> Value {
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        text.lines().count(),
+        1,
+        "exactly one line on stdout: {text}"
+    );
+    serde_json::from_str(&text).expect("stdout is one JSON object")
+}
+
+const WRITE: &str = r#"
+export const meta = {name: "Write", slug: "write", version: "1"};
+export default async function (args, g) { return g.tool("fs.write", {path: args.path, text: "hello"}); }
+"#;
+
+fn write_graph(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("write.js");
+    std::fs::write(&path, WRITE).expect("graph");
+    path
+}
+
+#[test]
+fn every_example_graph_passes_runner_test() {
+    let output = runner()
+        .arg("test")
+        .arg(workspace().join("graphs"))
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let last = stdout.lines().last().unwrap_or("");
+    assert!(last.ends_with(" passed, 0 failed"), "{last}");
+    let passed: usize = last
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("count");
+    assert!(passed >= 4, "{stdout}");
+}
+
+#[test]
+fn runner_test_fails_on_a_failing_case() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("one.js"), "export const meta = {name: 'One', slug: 'one', version: '1'};\nexport default async function () { return 1; }").expect("graph");
+    std::fs::write(
+        dir.path().join("one.test.json"),
+        r#"{"expect": {"status": "completed", "result": 2}}"#,
+    )
+    .expect("test");
+    let output = runner().arg("test").arg(dir.path()).output().expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("FAIL one #1") && stdout.contains("expected 2, got 1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.trim_end().ends_with("0 passed, 1 failed"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn run_prints_one_json_object_and_exits_by_status() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ok = dir.path().join("ok.js");
+    std::fs::write(
+        &ok,
+        "export default async function (args) { return {twice: args.n * 2}; }",
+    )
+    .expect("graph");
+    let output = runner()
+        .arg("run")
+        .arg(&ok)
+        .args(["--args", r#"{"n": 21}"#])
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(0));
+    let json = stdout_json(&output);
+    assert_eq!(json["status"], "completed");
+    assert_eq!(json["result"], serde_json::json!({"twice": 42}));
+    assert_eq!(json["error"], Value::Null);
+    assert_eq!(json["total_tokens"], 0);
+    let keys: Vec<&String> = json.as_object().expect("object").keys().collect();
+    assert_eq!(keys.len(), 5);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("run completed"),
+        "the trace goes to stderr: {stderr}"
+    );
+
+    let bad = dir.path().join("bad.js");
+    std::fs::write(
+        &bad,
+        "export default async function () { throw new Error('nope'); }",
+    )
+    .expect("graph");
+    let output = runner().arg("run").arg(&bad).output().expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    let json = stdout_json(&output);
+    assert_eq!(json["status"], "failed");
+    assert_eq!(json["error"], "Error: nope");
+}
+
+#[test]
+fn usage_errors_exit_2_without_running() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = write_graph(dir.path());
+    for args in [
+        vec![
+            "run".to_owned(),
+            graph.display().to_string(),
+            "--args".into(),
+            "[1,2]".into(),
+        ],
+        vec![
+            "run".to_owned(),
+            graph.display().to_string(),
+            "--args".into(),
+            "{nope".into(),
+        ],
+        vec![
+            "run".to_owned(),
+            dir.path().join("missing.js").display().to_string(),
+        ],
+        vec![
+            "run".to_owned(),
+            graph.display().to_string(),
+            "--max-concurrency".into(),
+            "0".into(),
+        ],
+        vec![
+            "run".to_owned(),
+            graph.display().to_string(),
+            "--bogus".into(),
+        ],
+    ] {
+        let output = runner().args(&args).output().expect("runs");
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn fs_write_is_denied_unless_allowed_and_nothing_is_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = write_graph(dir.path());
+    let folder = dir.path().join("folder");
+    std::fs::create_dir(&folder).expect("folder");
+    let output = runner()
+        .arg("run")
+        .arg(&graph)
+        .args(["--args", r#"{"path": "notes/a.md"}"#, "--folder"])
+        .arg(&folder)
+        .output()
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    let json = stdout_json(&output);
+    assert!(
+        json["error"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("denied: tool fs.write is not allowed"),
+        "{json}"
+    );
+    assert!(!folder.join("notes").exists(), "nothing was written");
+
+    // `--ask` with no terminal to ask on is a denial that says how to allow it.
+    let output = runner()
+        .arg("run")
+        .arg(&graph)
+        .args([
+            "--args",
+            r#"{"path": "a.md"}"#,
+            "--ask",
+            "fs.write",
+            "--folder",
+        ])
+        .arg(&folder)
+        .output()
+        .expect("runs");
+    let json = stdout_json(&output);
+    assert!(
+        json["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("--allow fs.write"),
+        "{json}"
+    );
+    assert!(!folder.join("a.md").exists());
+
+    let output = runner()
+        .arg("run")
+        .arg(&graph)
+        .args([
+            "--args",
+            r#"{"path": "notes/a.md"}"#,
+            "--allow",
+            "fs.write",
+            "--folder",
+        ])
+        .arg(&folder)
+        .output()
+        .expect("runs");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    assert_eq!(
+        std::fs::read_to_string(folder.join("notes/a.md")).expect("written"),
+        "hello"
+    );
+}
+
+#[test]
+fn escapes_are_refused_even_when_allowed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = write_graph(dir.path());
+    let folder = dir.path().join("folder");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&folder).expect("folder");
+    std::fs::create_dir(&outside).expect("outside");
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&outside, folder.join("link")).expect("symlink");
+    let absolute = outside.join("abs.md").display().to_string();
+    let mut paths = vec![
+        "../outside/up.md".to_owned(),
+        "a/../../outside/up2.md".to_owned(),
+        absolute,
+    ];
+    if cfg!(unix) {
+        paths.push("link/through.md".to_owned());
+    }
+    for path in paths {
+        let output = runner()
+            .arg("run")
+            .arg(&graph)
+            .args([
+                "--args",
+                &serde_json::json!({"path": path}).to_string(),
+                "--allow",
+                "fs.write",
+                "--folder",
+            ])
+            .arg(&folder)
+            .output()
+            .expect("runs");
+        assert_eq!(output.status.code(), Some(1), "{path}");
+        let json = stdout_json(&output);
+        assert!(
+            json["error"].as_str().unwrap_or("").starts_with("denied:"),
+            "{path}: {json}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&outside).expect("outside").count(),
+        0,
+        "nothing escaped"
+    );
+}
+
+#[test]
+fn check_prints_meta_or_names_line_and_column() {
+    let output = runner()
+        .arg("check")
+        .arg(workspace().join("graphs/triage.js"))
+        .output()
+        .expect("runs");
+    assert!(output.status.success());
+    let meta: Value = serde_json::from_slice(&output.stdout).expect("meta JSON");
+    assert_eq!(meta["slug"], "triage");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broken = dir.path().join("broken.js");
+    std::fs::write(&broken, "export const meta = {name: 'x', slug: 'x', version: '1'};\nexport default async function () {\n  return 1 +;\n}\n").expect("graph");
+    let output = runner().arg("check").arg(&broken).output().expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("line 3") && stderr.contains("col"),
+        "{stderr}"
+    );
+
+    let no_meta = dir.path().join("nometa.js");
+    std::fs::write(&no_meta, "export default async function () {}").expect("graph");
+    let output = runner().arg("check").arg(&no_meta).output().expect("runs");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no meta export"));
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_cancels_the_run_and_exits_3() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = dir.path().join("slow.js");
+    std::fs::write(
+        &graph,
+        "export default async function (a, g) { await g.sleep(600000); }",
+    )
+    .expect("graph");
+    let mut child = runner()
+        .arg("run")
+        .arg(&graph)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawns");
+    // Wait until the run has started (the trace says so) before interrupting it.
+    let mut stderr = child.stderr.take().expect("stderr");
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains("started") {
+        if stderr.read(&mut byte).expect("reads") == 0 {
+            break;
+        }
+        seen.push(byte[0]);
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let output = child.wait_with_output().expect("exits");
+    assert_eq!(output.status.code(), Some(3));
+    let json = stdout_json(&output);
+    assert_eq!(json["status"], "cancelled");
+}
