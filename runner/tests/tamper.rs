@@ -150,7 +150,7 @@ async fn direct_host_calls_with_forged_arguments_are_checked() {
         tools: ToolRegistry::standard(Some(dir.path().to_path_buf())).expect("tools"),
         catalog: Arc::new(EmptyCatalog),
         events: Events::new(Arc::new(NullSink)),
-        engine: EngineKind::Boa.build(),
+        engine: EngineKind::Boa.build().expect("boa"),
         limits: Default::default(),
         max_concurrency: 4,
         cancel: CancellationToken::new(),

@@ -148,108 +148,139 @@ pub fn run(
     host: Box<dyn Host + 'static>,
     limits: &Limits,
 ) -> Result<String, String> {
-    let shared = Rc::new(Shared {
-        host: RefCell::new(host),
-        pending: RefCell::new(Vec::new()),
-    });
-    let outcome = run_inner(script, args, &shared, limits);
-    outcome.map_err(|e| cut_chars(&e, MAX_ERROR_CHARS))
+    Prepared::new(script, limits)?.run(args, host)
 }
 
 /// Evaluates `script` without calling its default export and returns its validated `meta`.
 pub fn describe(script: &str, limits: &Limits) -> Result<Meta, MetaError> {
-    let shared = Rc::new(Shared {
-        host: RefCell::new(Box::new(DescribeHost)),
-        pending: RefCell::new(Vec::new()),
-    });
-    let (mut context, _prelude) =
-        new_context(&shared, limits).map_err(|e| MetaError::Script(e.to_string()))?;
-    let module = parse_module(script, &mut context).map_err(MetaError::Script)?;
-    let promise = module.load_link_evaluate(&mut context);
-    drive(&promise, &shared, &mut context, None).map_err(MetaError::Script)?;
-    let value = module
-        .namespace(&mut context)
-        .get(js_string!("meta"), &mut context)
-        .map_err(|e| MetaError::Script(e.to_string()))?;
-    if value.is_undefined() {
-        return Err(MetaError::Missing);
-    }
-    let json = value
-        .to_json(&mut context)
-        .map_err(|e| MetaError::Invalid(format!("meta is not plain data: {e}")))?;
-    Meta::from_json(json.unwrap_or(serde_json::Value::Null))
+    Prepared::new(script, limits)
+        .map_err(MetaError::Script)?
+        .meta()
 }
 
-fn run_inner(
-    script: &str,
-    args: &str,
-    shared: &Rc<Shared>,
-    limits: &Limits,
-) -> Result<String, String> {
-    let (mut context, prelude) = new_context(shared, limits).map_err(|e| e.to_string())?;
-    let module = parse_module(script, &mut context)?;
-    let evaluated = module.load_link_evaluate(&mut context);
-    drive(&evaluated, shared, &mut context, Some(&prelude))?;
+/// A graph parsed, linked and evaluated (its top-level code has run, without a host), ready to
+/// have its default export called once. The wasm guest keeps one in its pre-initialized memory
+/// snapshot, so a compiled graph starts without parsing.
+pub struct Prepared {
+    context: Context,
+    module: Module,
+    prelude: Prelude,
+    shared: Rc<Shared>,
+}
 
-    let entry = module
-        .namespace(&mut context)
-        .get(js_string!("default"), &mut context)
-        .map_err(|e| describe_error(e, &prelude, &mut context))?;
-    let Some(entry) = entry.as_callable() else {
-        return Err(
-            "the graph has no default export function: write `export default async function (args, g) { ... }`"
-                .to_owned(),
-        );
-    };
-    let parsed_args = JsValue::from_json(
-        &serde_json::from_str::<serde_json::Value>(args)
-            .map_err(|e| format!("the arguments are not valid JSON: {e}"))?,
-        &mut context,
-    )
-    .map_err(|e| e.to_string())?;
-    let returned = entry
-        .call(
-            &JsValue::undefined(),
-            &[parsed_args, prelude.g.clone()],
-            &mut context,
+impl Prepared {
+    /// Parses and evaluates `script`. Module top-level code runs here with no host: it may
+    /// compute and log (logs are dropped), but host work cannot start before the default
+    /// export is called.
+    pub fn new(script: &str, limits: &Limits) -> Result<Self, String> {
+        let shared = Rc::new(Shared {
+            host: RefCell::new(Box::new(TopLevelHost)),
+            pending: RefCell::new(Vec::new()),
+        });
+        let (mut context, prelude) = new_context(&shared, limits).map_err(|e| e.to_string())?;
+        let module = parse_module(script, &mut context)?;
+        let evaluated = module.load_link_evaluate(&mut context);
+        drive(&evaluated, &shared, &mut context, &prelude)
+            .map_err(|e| cut_chars(&e, MAX_ERROR_CHARS))?;
+        Ok(Self {
+            context,
+            module,
+            prelude,
+            shared,
+        })
+    }
+
+    /// The module's validated `meta` export.
+    pub fn meta(&mut self) -> Result<Meta, MetaError> {
+        let context = &mut self.context;
+        let value = self
+            .module
+            .namespace(context)
+            .get(js_string!("meta"), context)
+            .map_err(|e| MetaError::Script(e.to_string()))?;
+        if value.is_undefined() {
+            return Err(MetaError::Missing);
+        }
+        let json = value
+            .to_json(context)
+            .map_err(|e| MetaError::Invalid(format!("meta is not plain data: {e}")))?;
+        Meta::from_json(json.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// Calls the default export with `args` (JSON text of an object) against `host`.
+    pub fn run(mut self, args: &str, host: Box<dyn Host + 'static>) -> Result<String, String> {
+        *self.shared.host.borrow_mut() = host;
+        self.run_default(args)
+            .map_err(|e| cut_chars(&e, MAX_ERROR_CHARS))
+    }
+
+    fn run_default(&mut self, args: &str) -> Result<String, String> {
+        let Self {
+            context,
+            module,
+            prelude,
+            shared,
+        } = self;
+        let entry = module
+            .namespace(context)
+            .get(js_string!("default"), context)
+            .map_err(|e| describe_error(e, prelude, context))?;
+        let Some(entry) = entry.as_callable() else {
+            return Err(
+                "the graph has no default export function: write `export default async function (args, g) { ... }`"
+                    .to_owned(),
+            );
+        };
+        let parsed_args = JsValue::from_json(
+            &serde_json::from_str::<serde_json::Value>(args)
+                .map_err(|e| format!("the arguments are not valid JSON: {e}"))?,
+            context,
         )
-        .map_err(|e| describe_error(e, &prelude, &mut context))?;
-    let value = match returned.as_promise() {
-        Some(promise) => drive(&promise, shared, &mut context, Some(&prelude))?,
-        None => returned,
-    };
-    let text = prelude
-        .stringify
-        .call(&JsValue::undefined(), &[value], &mut context)
-        .map_err(|e| {
-            format!(
-                "the result cannot be turned into JSON: {}",
-                describe_error(e, &prelude, &mut context)
+        .map_err(|e| e.to_string())?;
+        let returned = entry
+            .call(
+                &JsValue::undefined(),
+                &[parsed_args, prelude.g.clone()],
+                context,
             )
-        })?;
-    if text.is_undefined() {
-        return Ok("null".to_owned());
+            .map_err(|e| describe_error(e, prelude, context))?;
+        let value = match returned.as_promise() {
+            Some(promise) => drive(&promise, shared, context, prelude)?,
+            None => returned,
+        };
+        let text = prelude
+            .stringify
+            .call(&JsValue::undefined(), &[value], context)
+            .map_err(|e| {
+                format!(
+                    "the result cannot be turned into JSON: {}",
+                    describe_error(e, prelude, context)
+                )
+            })?;
+        if text.is_undefined() {
+            return Ok("null".to_owned());
+        }
+        let Some(text) = text.as_string() else {
+            return Err("the result cannot be turned into JSON".to_owned());
+        };
+        // Measure before converting: the copy itself is what a huge result would cost.
+        if text.len() > MAX_RESULT_BYTES {
+            return Err(format!(
+                "result limit exceeded: the result is {} characters of JSON, the limit is {} bytes",
+                text.len(),
+                MAX_RESULT_BYTES
+            ));
+        }
+        let text = text.to_std_string_escaped();
+        if text.len() > MAX_RESULT_BYTES {
+            return Err(format!(
+                "result limit exceeded: the result is {} bytes of JSON, the limit is {} bytes",
+                text.len(),
+                MAX_RESULT_BYTES
+            ));
+        }
+        Ok(text)
     }
-    let Some(text) = text.as_string() else {
-        return Err("the result cannot be turned into JSON".to_owned());
-    };
-    // Measure before converting: the copy itself is what a huge result would cost.
-    if text.len() > MAX_RESULT_BYTES {
-        return Err(format!(
-            "result limit exceeded: the result is {} characters of JSON, the limit is {} bytes",
-            text.len(),
-            MAX_RESULT_BYTES
-        ));
-    }
-    let text = text.to_std_string_escaped();
-    if text.len() > MAX_RESULT_BYTES {
-        return Err(format!(
-            "result limit exceeded: the result is {} bytes of JSON, the limit is {} bytes",
-            text.len(),
-            MAX_RESULT_BYTES
-        ));
-    }
-    Ok(text)
 }
 
 fn parse_module(script: &str, context: &mut Context) -> Result<Module, String> {
@@ -369,17 +400,14 @@ fn drive(
     promise: &boa_engine::object::builtins::JsPromise,
     shared: &Rc<Shared>,
     context: &mut Context,
-    prelude: Option<&Prelude>,
+    prelude: &Prelude,
 ) -> Result<JsValue, String> {
     loop {
         context.run_jobs().map_err(|e| describe_uncatchable(&e))?;
         match promise.state() {
             PromiseState::Fulfilled(value) => return Ok(value),
             PromiseState::Rejected(reason) => {
-                return Err(match prelude {
-                    Some(prelude) => describe_value(reason, prelude, context),
-                    None => reason.display().to_string(),
-                });
+                return Err(describe_value(reason, prelude, context));
             }
             PromiseState::Pending => {}
         }
@@ -391,9 +419,6 @@ fn drive(
         }
         let (handle, outcome) = shared.host.borrow_mut().wait_any(&pending);
         shared.pending.borrow_mut().retain(|h| *h != handle);
-        let Some(prelude) = prelude else {
-            return Err("host work was started while describing the graph".to_owned());
-        };
         let (ok, payload) = match outcome {
             Ok(json) => (true, JsValue::from(JsString::from(json.as_str()))),
             Err(failure) => (false, failure_object(&failure, context)),
@@ -560,26 +585,26 @@ fn native_log(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<
     Ok(JsValue::undefined())
 }
 
-/// The host used while describing a graph: module top-level code may log, nothing else.
-struct DescribeHost;
+/// The host while module top-level code runs: it may compute, nothing reaches the outside.
+struct TopLevelHost;
 
-impl Host for DescribeHost {
+impl Host for TopLevelHost {
     fn start_agent(&mut self, _: AgentRequest) -> Result<u32, Failure> {
-        Err(not_while_describing())
+        Err(not_at_top_level())
     }
     fn start_tool(&mut self, _: &str, _: &str) -> Result<u32, Failure> {
-        Err(not_while_describing())
+        Err(not_at_top_level())
     }
     fn start_graph(&mut self, _: &str, _: &str) -> Result<u32, Failure> {
-        Err(not_while_describing())
+        Err(not_at_top_level())
     }
     fn start_sleep(&mut self, _: u32) -> Result<u32, Failure> {
-        Err(not_while_describing())
+        Err(not_at_top_level())
     }
     fn wait_any(&mut self, handles: &[u32]) -> (u32, Result<String, Failure>) {
         (
             handles.first().copied().unwrap_or(0),
-            Err(not_while_describing()),
+            Err(not_at_top_level()),
         )
     }
     fn tokens_used(&mut self) -> u64 {
@@ -591,7 +616,7 @@ impl Host for DescribeHost {
     fn log(&mut self, _: &str) {}
 }
 
-fn not_while_describing() -> Failure {
+fn not_at_top_level() -> Failure {
     Failure::invalid("host work cannot start at module top level; do it inside the default export")
 }
 

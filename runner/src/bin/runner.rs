@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use runner::engine::EngineKind;
+use runner::engine::boa::BoaEngine;
+use runner::engine::wasm::{WasmEngine, WasmLimits};
+use runner::engine::{Engine, EngineKind};
 use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
 use runner::host::events::{EventSink, NullSink};
 use runner::host::graphs::FolderCatalog;
@@ -38,23 +40,103 @@ struct Cli {
 enum Command {
     /// Run one graph and print its outcome as JSON.
     Run(RunArgs),
-    /// Parse a graph and validate its `meta`.
+    /// Parse a graph and validate its `meta`; prints the meta as JSON.
     Check {
         /// The graph file.
         file: PathBuf,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Run every `*.test.json` in a folder.
     Test {
         /// The folder (default: `graphs`).
         #[arg(default_value = "graphs")]
         dir: PathBuf,
-        /// The engine.
-        #[arg(long, value_enum, default_value_t = EngineKind::Boa)]
-        engine: EngineKind,
+        #[command(flatten)]
+        engine: EngineArgs,
         /// Print every run's trace too.
         #[arg(long)]
         verbose: bool,
     },
+    /// Compile a graph into a self-contained, pre-initialized wasm component.
+    Build {
+        /// The graph file.
+        file: PathBuf,
+        /// Where to write the component.
+        #[arg(short = 'o', long = "output", value_name = "OUT.wasm")]
+        output: PathBuf,
+    },
+}
+
+/// Which engine, and the wasm sandbox's limits.
+#[derive(clap::Args)]
+struct EngineArgs {
+    /// The engine: `wasm` (the sandbox) or `boa` (in-process, for quick local iteration).
+    #[arg(long, value_enum, default_value_t = EngineKind::Wasm)]
+    engine: EngineKind,
+    /// Wasm only: a deterministic instruction budget (wasmtime fuel units).
+    #[arg(long)]
+    fuel: Option<u64>,
+    /// Wasm only: linear-memory cap in MiB.
+    #[arg(long = "memory-mib", default_value_t = 256,
+          value_parser = clap::value_parser!(u64).range(16..=4096))]
+    memory_mib: u64,
+    /// Wasm only: wasm stack cap in KiB.
+    #[arg(long = "wasm-stack-kib", default_value_t = 16384,
+          value_parser = clap::value_parser!(u64).range(256..=262144))]
+    wasm_stack_kib: u64,
+}
+
+impl EngineArgs {
+    fn limits(&self) -> WasmLimits {
+        WasmLimits {
+            memory_bytes: self.memory_mib * 1024 * 1024,
+            wasm_stack_bytes: usize::try_from(self.wasm_stack_kib * 1024).unwrap_or(usize::MAX),
+            fuel: self.fuel,
+        }
+    }
+
+    /// The engine for a graph file: a compiled component always runs in the wasm engine.
+    fn build(&self, component: Option<&[u8]>) -> anyhow::Result<Arc<dyn Engine>> {
+        if self.engine == EngineKind::Boa && self.fuel.is_some() {
+            bail!("--fuel applies to the wasm engine only");
+        }
+        if let Some(bytes) = component {
+            if self.engine == EngineKind::Boa {
+                bail!("a compiled component runs in the wasm engine; drop --engine boa");
+            }
+            return Ok(Arc::new(WasmEngine::for_component(bytes, self.limits())?));
+        }
+        Ok(match self.engine {
+            EngineKind::Wasm => Arc::new(WasmEngine::new(self.limits())?),
+            EngineKind::Boa => Arc::new(BoaEngine::default()),
+        })
+    }
+}
+
+/// The first bytes of every WebAssembly binary.
+const WASM_MAGIC: &[u8] = b"\0asm";
+
+/// A graph file: module text, or a compiled component.
+enum GraphFile {
+    Script(String),
+    Component(Vec<u8>),
+}
+
+fn read_graph(path: &Path) -> anyhow::Result<GraphFile> {
+    let bytes =
+        std::fs::read(path).with_context(|| format!("cannot read the graph {}", path.display()))?;
+    if bytes.starts_with(WASM_MAGIC) {
+        return Ok(GraphFile::Component(bytes));
+    }
+    String::from_utf8(bytes)
+        .map(GraphFile::Script)
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "{} is neither UTF-8 JavaScript nor a wasm component",
+                path.display()
+            )
+        })
 }
 
 #[derive(clap::Args)]
@@ -64,9 +146,8 @@ struct RunArgs {
     /// Arguments: a JSON object, or @FILE to read one.
     #[arg(long, default_value = "{}")]
     args: String,
-    /// The engine.
-    #[arg(long, value_enum, default_value_t = EngineKind::Boa)]
-    engine: EngineKind,
+    #[command(flatten)]
+    engine: EngineArgs,
     /// Mock provider replies file (see the README).
     #[arg(long)]
     replies: Option<PathBuf>,
@@ -122,15 +203,16 @@ fn main() -> ExitCode {
                 Ok(code) => code,
                 Err(e) => usage_error(&e),
             },
-            Command::Check { file } => check(&file).await,
+            Command::Check { file, engine } => check(&file, &engine).await,
             Command::Test {
                 dir,
                 engine,
                 verbose,
-            } => match test(&dir, engine, verbose).await {
+            } => match test(&dir, &engine, verbose).await {
                 Ok(code) => code,
                 Err(e) => usage_error(&e),
             },
+            Command::Build { file, output } => build(&file, &output).await,
         }
     })
 }
@@ -155,13 +237,16 @@ fn parse_args(text: &str) -> anyhow::Result<Value> {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let script = std::fs::read_to_string(&args.file)
-        .with_context(|| format!("cannot read the graph {}", args.file.display()))?;
+    let (script, engine) = match read_graph(&args.file)? {
+        GraphFile::Script(script) => (script, args.engine.build(None)?),
+        // The graph is built into the component: its script argument stays empty.
+        GraphFile::Component(bytes) => (String::new(), args.engine.build(Some(&bytes))?),
+    };
     let graph_args = parse_args(&args.args)?;
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
         bail!("--timeout must be a positive number of seconds");
     }
-    let mut options = RunOptions::new(args.engine.build());
+    let mut options = RunOptions::new(engine);
     if let Some(path) = &args.replies {
         options.provider = Arc::new(MockProvider::from_file(path)?);
     }
@@ -247,15 +332,15 @@ struct Printed<'a> {
     reported_cost: f64,
 }
 
-async fn check(file: &Path) -> ExitCode {
-    let script = match std::fs::read_to_string(file) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: cannot read {}: {e}", file.display());
-            return ExitCode::from(EXIT_USAGE);
-        }
+async fn check(file: &Path, engine: &EngineArgs) -> ExitCode {
+    let described = match read_graph(file).and_then(|graph| match graph {
+        GraphFile::Script(script) => Ok((script, engine.build(None)?)),
+        GraphFile::Component(bytes) => Ok((String::new(), engine.build(Some(&bytes))?)),
+    }) {
+        Ok((script, engine)) => engine.describe(script.into()).await,
+        Err(e) => return usage_error(&e),
     };
-    match EngineKind::Boa.build().describe(script.into()).await {
+    match described {
         Ok(meta) => {
             match serde_json::to_string(&meta) {
                 Ok(json) => println!("{json}"),
@@ -270,7 +355,39 @@ async fn check(file: &Path) -> ExitCode {
     }
 }
 
-async fn test(dir: &Path, engine: EngineKind, verbose: bool) -> anyhow::Result<ExitCode> {
+async fn build(file: &Path, output: &Path) -> ExitCode {
+    let script = match read_graph(file) {
+        Ok(GraphFile::Script(script)) => script,
+        Ok(GraphFile::Component(_)) => {
+            eprintln!("error: {} is already a compiled component", file.display());
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(e) => return usage_error(&e),
+    };
+    eprintln!(
+        "building {} (compiling the sandbox takes a few seconds)",
+        file.display()
+    );
+    match runner::engine::wasm::build_component(&script, WasmLimits::default()).await {
+        Ok(bytes) => match std::fs::write(output, &bytes) {
+            Ok(()) => {
+                eprintln!("wrote {} ({} bytes)", output.display(), bytes.len());
+                println!("{}", output.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: cannot write {}: {e}", output.display());
+                ExitCode::from(EXIT_FAILED)
+            }
+        },
+        Err(e) => {
+            eprintln!("{}: {e}", file.display());
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
+
+async fn test(dir: &Path, engine: &EngineArgs, verbose: bool) -> anyhow::Result<ExitCode> {
     let tests = runner::testing::find_tests(dir)?;
     if tests.is_empty() {
         bail!("no *.test.json files in {}", dir.display());
@@ -284,9 +401,9 @@ async fn test(dir: &Path, engine: EngineKind, verbose: bool) -> anyhow::Result<E
         "running {} test files in {} on engine {:?}",
         tests.len(),
         dir.display(),
-        engine
+        engine.engine
     );
-    let reports = runner::testing::run_dir(dir, engine.build(), events, |report| {
+    let reports = runner::testing::run_dir(dir, engine.build(None)?, events, |report| {
         if report.passed() {
             println!("PASS {}", report.name);
         } else {

@@ -2,6 +2,7 @@
 //! capabilities and their limits live in `host/`.
 
 pub mod boa;
+pub mod wasm;
 
 use std::sync::Arc;
 
@@ -34,15 +35,18 @@ pub trait Engine: Send + Sync {
 )]
 #[serde(rename_all = "lowercase")]
 pub enum EngineKind {
+    /// boa compiled to a wasm component under wasmtime: the sandbox for untrusted graphs.
+    Wasm,
     /// boa in-process: fast to start, for trusted graphs (see ARCHITECTURE.md).
     Boa,
 }
 
 impl EngineKind {
-    /// Builds the engine.
-    pub fn build(self) -> Arc<dyn Engine> {
-        match self {
+    /// Builds the engine with default limits.
+    pub fn build(self) -> Result<Arc<dyn Engine>, wasm::WasmError> {
+        Ok(match self {
+            EngineKind::Wasm => Arc::new(wasm::WasmEngine::new(wasm::WasmLimits::default())?),
             EngineKind::Boa => Arc::new(boa::BoaEngine::default()),
-        }
+        })
     }
 }

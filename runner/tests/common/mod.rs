@@ -9,9 +9,12 @@ use runner::host::mock::MockProvider;
 use runner::run::{RunOptions, RunOutcome, RunRequest, run_graph};
 use tokio_util::sync::CancellationToken;
 
-/// The engines every behaviour is checked on.
+/// The engines every behaviour is checked on: the sandbox and the in-process interpreter.
 pub fn engines() -> Vec<Arc<dyn Engine>> {
-    vec![EngineKind::Boa.build()]
+    [EngineKind::Wasm, EngineKind::Boa]
+        .into_iter()
+        .map(|kind| kind.build().expect("the engine starts"))
+        .collect()
 }
 
 /// Options with a mock provider built from `replies` and a collecting trace.

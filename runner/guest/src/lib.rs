@@ -1,0 +1,120 @@
+//! The guest component: the shared graph driver (`graph-js`, boa and the prelude) exporting the
+//! `graph` world of `wit/graph.wit`, with every host function reached through the WIT imports.
+//! Nothing else is reachable from a script: the component has no filesystem or socket imports,
+//! and the host gives it an empty environment and no arguments.
+
+use std::cell::RefCell;
+
+use graph_js::{AgentRequest, Failure, FailureCode, Limits, Prepared};
+
+wit_bindgen::generate!({
+    path: "../../wit",
+    world: "graph-guest",
+});
+
+use graphrelay::graph::host;
+
+thread_local! {
+    /// The graph built in by `runner build` (pre-initialized memory); `run` takes it.
+    static BUILT_IN: RefCell<Option<Prepared>> = const { RefCell::new(None) };
+    /// Its `meta` as JSON, for `describe`.
+    static BUILT_IN_META: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+struct Component;
+
+impl Guest for Component {
+    fn describe(script: String) -> Result<String, String> {
+        if script.is_empty() {
+            return BUILT_IN_META
+                .with(|meta| meta.borrow().clone())
+                .ok_or_else(no_built_in);
+        }
+        let meta = graph_js::describe(&script, &Limits::default()).map_err(|e| e.to_string())?;
+        serde_json::to_string(&meta).map_err(|e| e.to_string())
+    }
+
+    fn run(script: String, args: String) -> Result<String, String> {
+        let host = Box::new(WitHost);
+        if script.is_empty() {
+            let prepared = BUILT_IN
+                .with(|built_in| built_in.borrow_mut().take())
+                .ok_or_else(no_built_in)?;
+            return prepared.run(&args, host);
+        }
+        graph_js::run(&script, &args, host, &Limits::default())
+    }
+
+    fn initialize(script: String) -> Result<(), String> {
+        let mut prepared = Prepared::new(&script, &Limits::default())?;
+        let meta = prepared.meta().map_err(|e| e.to_string())?;
+        let meta = serde_json::to_string(&meta).map_err(|e| e.to_string())?;
+        BUILT_IN.with(|built_in| *built_in.borrow_mut() = Some(prepared));
+        BUILT_IN_META.with(|m| *m.borrow_mut() = Some(meta));
+        Ok(())
+    }
+}
+
+fn no_built_in() -> String {
+    "this component has no graph built in: pass the script".to_owned()
+}
+
+export!(Component);
+
+/// The `graph-js` host, answered by the WIT imports.
+struct WitHost;
+
+fn failure(f: host::Failure) -> Failure {
+    match f {
+        host::Failure::BudgetExhausted(m) => Failure::new(FailureCode::BudgetExhausted, m),
+        host::Failure::Denied(m) => Failure::new(FailureCode::Denied, m),
+        host::Failure::Cancelled(m) => Failure::new(FailureCode::Cancelled, m),
+        host::Failure::NotFound(m) => Failure::new(FailureCode::NotFound, m),
+        host::Failure::Invalid(m) => Failure::new(FailureCode::Invalid, m),
+        host::Failure::Failed(m) => Failure::new(FailureCode::Failed, m),
+    }
+}
+
+impl graph_js::Host for WitHost {
+    fn start_agent(&mut self, request: AgentRequest) -> Result<u32, Failure> {
+        host::start_agent(&host::AgentRequest {
+            prompt: request.prompt,
+            system: request.system,
+            model: request.model,
+            max_tokens: request.max_tokens,
+            label: request.label,
+            tools: request.tools,
+            max_turns: request.max_turns,
+        })
+        .map_err(failure)
+    }
+
+    fn start_tool(&mut self, name: &str, args: &str) -> Result<u32, Failure> {
+        host::start_tool(name, args).map_err(failure)
+    }
+
+    fn start_graph(&mut self, slug: &str, args: &str) -> Result<u32, Failure> {
+        host::start_graph(slug, args).map_err(failure)
+    }
+
+    fn start_sleep(&mut self, ms: u32) -> Result<u32, Failure> {
+        host::start_sleep(ms).map_err(failure)
+    }
+
+    fn wait_any(&mut self, handles: &[u32]) -> (u32, Result<String, Failure>) {
+        let (handle, outcome) = host::wait_any(handles);
+        (handle, outcome.map_err(failure))
+    }
+
+    fn tokens_used(&mut self) -> u64 {
+        host::tokens_used()
+    }
+
+    fn token_cap(&mut self) -> Option<u64> {
+        host::token_cap()
+    }
+
+    fn log(&mut self, message: &str) {
+        host::log(message);
+    }
+}

@@ -1,0 +1,784 @@
+//! The sandbox: boa compiled to a WebAssembly component (`runner/guest`) under wasmtime.
+//!
+//! What it contains, each surfacing as `failed` with an error that names the limit: a
+//! wall-clock deadline and outside cancellation (epoch interruption, checked every
+//! [`EPOCH_TICK`]), an optional deterministic instruction budget (fuel), a linear-memory cap
+//! and a wasm stack cap. The component imports only `wasi:io`, `wasi:clocks`, `wasi:random`,
+//! `wasi:cli` (empty environment, no arguments, empty stdin, bounded stdout/stderr captured into
+//! the trace) and the graph's `host` interface; no filesystem or sockets are linked at all.
+//!
+//! Compiling the guest takes seconds, so compiled artifacts are cached on disk (keyed by the
+//! guest's hash and the engine's compatibility hash, checked with a checksum) and in memory.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use graph_js::{AgentRequest, Failure, FailureCode, Meta, MetaError};
+use sha2::Digest;
+use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
+use wasmtime::{Config, Store, Trap, UpdateDeadline};
+use wasmtime_wasi::p2::pipe::{ClosedInputStream, MemoryOutputPipe};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::Engine;
+use crate::host::Invocation;
+use crate::host::approvals::BoxFuture;
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "graph",
+    imports: { default: async },
+    exports: { default: async },
+});
+
+use graphrelay::graph::host as wit;
+
+/// The guest component, built by `build.rs`.
+pub const GUEST_WASM: &[u8] = include_bytes!(env!("GRAPH_GUEST_WASM"));
+/// Its SHA-256, computed at build time.
+pub const GUEST_SHA256: &str = env!("GRAPH_GUEST_SHA256");
+
+/// How often the epoch advances: the granularity of deadlines and cancellation.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+/// Default linear-memory cap.
+pub const DEFAULT_MEMORY_BYTES: u64 = 256 * 1024 * 1024;
+/// Default wasm stack cap (native stack used by wasm frames).
+pub const DEFAULT_WASM_STACK_BYTES: usize = 16 * 1024 * 1024;
+/// Guest stdout and stderr are each captured up to this many bytes.
+pub const MAX_CAPTURED_OUTPUT_BYTES: usize = 64 * 1024;
+/// `describe` of an untrusted script gets at most this long.
+pub const DESCRIBE_DEADLINE: Duration = Duration::from_secs(10);
+/// Tables (function references) may not grow past this many elements.
+pub const MAX_TABLE_ELEMENTS: usize = 100_000;
+
+/// Limits of the sandbox. Each has a safe default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WasmLimits {
+    /// Linear-memory cap in bytes.
+    pub memory_bytes: u64,
+    /// Wasm stack cap in bytes.
+    pub wasm_stack_bytes: usize,
+    /// Deterministic instruction budget (wasmtime fuel), if any.
+    pub fuel: Option<u64>,
+}
+
+impl Default for WasmLimits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: DEFAULT_MEMORY_BYTES,
+            wasm_stack_bytes: DEFAULT_WASM_STACK_BYTES,
+            fuel: None,
+        }
+    }
+}
+
+/// Why the sandbox could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum WasmError {
+    /// wasmtime refused the configuration or the component.
+    #[error("cannot set up the wasm sandbox: {0}")]
+    Setup(String),
+}
+
+fn setup(e: impl std::fmt::Display) -> WasmError {
+    WasmError::Setup(format!("{e:#}"))
+}
+
+/// Where compiled components are cached (`$GRAPHRELAY_CACHE_DIR`, else the user's cache dir).
+pub fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("GRAPHRELAY_CACHE_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("graphrelay").join("wasm"))
+}
+
+/// A compiled component ready to instantiate, with the engine it belongs to.
+struct Loaded {
+    engine: wasmtime::Engine,
+    pre: GraphPre<HostState>,
+}
+
+/// What splits the in-memory component cache: the component's hash, whether fuel is on, and
+/// the wasm stack size.
+type LoadKey = (String, bool, usize);
+
+/// The wasm engine: one compiled component (the generic guest, or a compiled graph).
+#[derive(Clone)]
+pub struct WasmEngine {
+    loaded: Arc<Loaded>,
+    limits: WasmLimits,
+}
+
+/// How a component was obtained, for benchmarks and the trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Already loaded in this process.
+    Memory,
+    /// Deserialized from the disk cache.
+    Disk,
+    /// Compiled now.
+    Compiled,
+}
+
+impl WasmEngine {
+    /// The generic guest with `limits`, cached in memory and on disk.
+    pub fn new(limits: WasmLimits) -> Result<Self, WasmError> {
+        Self::load(
+            GUEST_WASM,
+            GUEST_SHA256,
+            limits,
+            default_cache_dir().as_deref(),
+        )
+        .map(|(e, _)| e)
+    }
+
+    /// A component (`runner build` output) with `limits`.
+    pub fn for_component(bytes: &[u8], limits: WasmLimits) -> Result<Self, WasmError> {
+        let hash = hex(&sha2::Sha256::digest(bytes));
+        Self::load(bytes, &hash, limits, default_cache_dir().as_deref()).map(|(e, _)| e)
+    }
+
+    /// Loads `bytes` (whose SHA-256 is `hash`), from memory, the cache in `cache_dir`, or by
+    /// compiling, and says which.
+    pub fn load(
+        bytes: &[u8],
+        hash: &str,
+        limits: WasmLimits,
+        cache_dir: Option<&Path>,
+    ) -> Result<(Self, Source), WasmError> {
+        static LOADED: OnceLock<Mutex<HashMap<LoadKey, Arc<Loaded>>>> = OnceLock::new();
+        // Fuel changes the compiled code and the stack size is an engine setting; the memory cap
+        // is applied per store, so it does not split the cache.
+        let key = (
+            hash.to_owned(),
+            limits.fuel.is_some(),
+            limits.wasm_stack_bytes,
+        );
+        let loaded_map = LOADED.get_or_init(Default::default);
+        if let Some(loaded) = lock(loaded_map).get(&key) {
+            return Ok((
+                Self {
+                    loaded: loaded.clone(),
+                    limits,
+                },
+                Source::Memory,
+            ));
+        }
+        let engine = new_engine(limits)?;
+        let (component, source) = compile_cached(&engine, bytes, hash, cache_dir)?;
+        let mut linker = Linker::<HostState>::new(&engine);
+        link_wasi(&mut linker).map_err(setup)?;
+        Graph::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
+            .map_err(setup)?;
+        let pre =
+            GraphPre::new(linker.instantiate_pre(&component).map_err(setup)?).map_err(setup)?;
+        let loaded = Arc::new(Loaded { engine, pre });
+        lock(loaded_map).insert(key, loaded.clone());
+        Ok((Self { loaded, limits }, source))
+    }
+
+    /// The wasmtime engine (for `runner build`).
+    pub fn wasmtime(&self) -> &wasmtime::Engine {
+        &self.loaded.engine
+    }
+
+    /// The limits runs get.
+    pub fn limits(&self) -> WasmLimits {
+        self.limits
+    }
+
+    async fn call<R>(
+        &self,
+        invocation: Invocation,
+        call: impl AsyncFnOnce(&Graph, &mut Store<HostState>) -> wasmtime::Result<R>,
+    ) -> Result<R, String> {
+        let mut store = self.new_store(invocation)?;
+        let instance = self
+            .loaded
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| describe_trap(&e, &store, self.limits))?;
+        let outcome = call(&instance, &mut store).await;
+        store.data().flush_output();
+        outcome.map_err(|e| describe_trap(&e, &store, self.limits))
+    }
+
+    fn new_store(&self, invocation: Invocation) -> Result<Store<HostState>, String> {
+        new_store(&self.loaded.engine, self.limits, invocation)
+    }
+}
+
+/// A store for one instance: its invocation, WASI, memory cap, fuel and epoch checks.
+fn new_store(
+    engine: &wasmtime::Engine,
+    limits: WasmLimits,
+    invocation: Invocation,
+) -> Result<Store<HostState>, String> {
+    let stdout = MemoryOutputPipe::new(MAX_CAPTURED_OUTPUT_BYTES);
+    let stderr = MemoryOutputPipe::new(MAX_CAPTURED_OUTPUT_BYTES);
+    let wasi = WasiCtx::builder()
+        .stdin(ClosedInputStream)
+        .stdout(stdout.clone())
+        .stderr(stderr.clone())
+        .build();
+    let state = HostState {
+        invocation,
+        wasi,
+        table: ResourceTable::new(),
+        limiter: MemoryLimiter {
+            memory_bytes: limits.memory_bytes,
+            hit: false,
+        },
+        stdout,
+        stderr,
+    };
+    let mut store = Store::new(engine, state);
+    store.limiter(|state| &mut state.limiter);
+    if let Some(fuel) = limits.fuel {
+        store
+            .set_fuel(fuel)
+            .map_err(|e| format!("cannot set fuel: {e}"))?;
+    }
+    // Every tick the guest yields to the executor and checks whether its run was stopped
+    // (cancelled from outside, or past its deadline).
+    store.epoch_deadline_callback(|context| {
+        if context.data().invocation.run().stopped().is_some() {
+            Ok(UpdateDeadline::Interrupt)
+        } else {
+            Ok(UpdateDeadline::Yield(1))
+        }
+    });
+    store.set_epoch_deadline(1);
+    Ok(store)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn new_engine(limits: WasmLimits) -> Result<wasmtime::Engine, WasmError> {
+    let mut config = Config::new();
+    config
+        .epoch_interruption(true)
+        .consume_fuel(limits.fuel.is_some())
+        .max_wasm_stack(limits.wasm_stack_bytes)
+        // The fiber that runs wasm must hold the whole wasm stack plus host frames.
+        .async_stack_size(limits.wasm_stack_bytes + 2 * 1024 * 1024);
+    let engine = wasmtime::Engine::new(&config).map_err(setup)?;
+    start_epoch_ticker(&engine);
+    Ok(engine)
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] until the engine is dropped.
+fn start_epoch_ticker(engine: &wasmtime::Engine) {
+    let weak = engine.weak();
+    let _ = std::thread::Builder::new()
+        .name("wasm-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        });
+}
+
+/// Adds the WASI interfaces the guest may use: io, clocks, random and cli. Filesystem and
+/// sockets are deliberately absent.
+fn link_wasi(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    use wasmtime_wasi::cli::{WasiCli, WasiCliView};
+    use wasmtime_wasi::p2::bindings::{cli, random};
+    use wasmtime_wasi::random::WasiRandom;
+    // io, both clocks, random, stdin, stdout and stderr.
+    wasmtime_wasi::p2::add_to_linker_proxy_interfaces_async(linker)?;
+    let l = linker;
+    random::insecure::add_to_linker::<HostState, WasiRandom>(l, |s| s.wasi.random())?;
+    random::insecure_seed::add_to_linker::<HostState, WasiRandom>(l, |s| s.wasi.random())?;
+    cli::exit::add_to_linker::<HostState, WasiCli>(l, <HostState as WasiCliView>::cli)?;
+    cli::environment::add_to_linker::<HostState, WasiCli>(l, <HostState as WasiCliView>::cli)?;
+    cli::terminal_input::add_to_linker::<HostState, WasiCli>(l, <HostState as WasiCliView>::cli)?;
+    cli::terminal_output::add_to_linker::<HostState, WasiCli>(l, <HostState as WasiCliView>::cli)?;
+    cli::terminal_stdin::add_to_linker::<HostState, WasiCli>(l, <HostState as WasiCliView>::cli)?;
+    cli::terminal_stdout::add_to_linker::<HostState, WasiCli>(l, <HostState as WasiCliView>::cli)?;
+    cli::terminal_stderr::add_to_linker::<HostState, WasiCli>(l, <HostState as WasiCliView>::cli)?;
+    Ok(())
+}
+
+/// Caps linear memory and tables, and remembers that the cap was hit.
+struct MemoryLimiter {
+    memory_bytes: u64,
+    hit: bool,
+}
+
+impl wasmtime::ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired as u64 > self.memory_bytes {
+            self.hit = true;
+            return Err(wasmtime::format_err!("memory limit reached"));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// One instance's state: the graph's invocation, WASI, limits and captured output.
+struct HostState {
+    invocation: Invocation,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: MemoryLimiter,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+}
+
+impl HostState {
+    /// Moves captured guest output into the trace.
+    fn flush_output(&self) {
+        for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            let bytes = pipe.contents();
+            if bytes.is_empty() {
+                continue;
+            }
+            let text = String::from_utf8_lossy(&bytes);
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                self.invocation.log(&format!("guest {stream}: {line}"));
+            }
+        }
+    }
+
+    fn captured_stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.contents())
+            .trim()
+            .to_owned()
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+fn to_wit(failure: Failure) -> wit::Failure {
+    match failure.code {
+        FailureCode::BudgetExhausted => wit::Failure::BudgetExhausted(failure.message),
+        FailureCode::Denied => wit::Failure::Denied(failure.message),
+        FailureCode::Cancelled => wit::Failure::Cancelled(failure.message),
+        FailureCode::NotFound => wit::Failure::NotFound(failure.message),
+        FailureCode::Invalid => wit::Failure::Invalid(failure.message),
+        FailureCode::Failed => wit::Failure::Failed(failure.message),
+    }
+}
+
+impl wit::Host for HostState {
+    async fn start_agent(&mut self, request: wit::AgentRequest) -> Result<u32, wit::Failure> {
+        self.invocation
+            .start_agent(AgentRequest {
+                prompt: request.prompt,
+                system: request.system,
+                model: request.model,
+                max_tokens: request.max_tokens,
+                label: request.label,
+                tools: request.tools,
+                max_turns: request.max_turns,
+            })
+            .map_err(to_wit)
+    }
+
+    async fn start_tool(&mut self, name: String, args: String) -> Result<u32, wit::Failure> {
+        self.invocation.start_tool(&name, &args).map_err(to_wit)
+    }
+
+    async fn start_graph(&mut self, slug: String, args: String) -> Result<u32, wit::Failure> {
+        self.invocation.start_graph(&slug, &args).map_err(to_wit)
+    }
+
+    async fn start_sleep(&mut self, ms: u32) -> Result<u32, wit::Failure> {
+        self.invocation.start_sleep(ms).map_err(to_wit)
+    }
+
+    async fn wait_any(&mut self, handles: Vec<u32>) -> (u32, Result<String, wit::Failure>) {
+        let (handle, outcome) = self.invocation.wait_any(&handles).await;
+        (handle, outcome.map_err(to_wit))
+    }
+
+    async fn tokens_used(&mut self) -> u64 {
+        self.invocation.tokens_used()
+    }
+
+    async fn token_cap(&mut self) -> Option<u64> {
+        self.invocation.token_cap()
+    }
+
+    async fn log(&mut self, message: String) {
+        self.invocation.log(&message);
+    }
+}
+
+/// Turns a trap into a sentence that names the limit.
+fn describe_trap(error: &wasmtime::Error, store: &Store<HostState>, limits: WasmLimits) -> String {
+    let state = store.data();
+    if let Some(stopped) = state.invocation.run().stopped() {
+        return stopped.to_string();
+    }
+    if state.limiter.hit {
+        return format!(
+            "memory limit exceeded: the graph tried to use more than {} MiB of memory",
+            limits.memory_bytes / (1024 * 1024)
+        );
+    }
+    let aborted = || {
+        let stderr = state.captured_stderr();
+        if stderr.is_empty() {
+            "the interpreter aborted".to_owned()
+        } else {
+            format!("the interpreter aborted: {stderr}")
+        }
+    };
+    match error.downcast_ref::<Trap>() {
+        Some(Trap::OutOfFuel) => format!(
+            "instruction budget exhausted: the graph used all {} units of fuel (--fuel)",
+            limits.fuel.unwrap_or(0)
+        ),
+        Some(Trap::StackOverflow) => format!(
+            "wasm stack limit exceeded: the graph needed more than {} KiB of stack (too deep a recursion or nesting)",
+            limits.wasm_stack_bytes / 1024
+        ),
+        Some(Trap::Interrupt) => "interrupted".to_owned(),
+        Some(Trap::UnreachableCodeReached) => aborted(),
+        Some(Trap::MemoryOutOfBounds) => {
+            "the interpreter ran out of stack (too deep a recursion or nesting)".to_owned()
+        }
+        Some(other) => format!("the sandbox trapped: {other}"),
+        None => format!("the sandbox failed: {error:#}"),
+    }
+}
+
+impl Engine for WasmEngine {
+    fn name(&self) -> &'static str {
+        "wasm"
+    }
+
+    fn run(
+        &self,
+        script: Arc<str>,
+        args: String,
+        invocation: Invocation,
+    ) -> BoxFuture<'static, Result<String, String>> {
+        let engine = self.clone();
+        Box::pin(async move {
+            engine
+                .call(invocation, async |graph, store| {
+                    graph.call_run(store, &script, &args).await
+                })
+                .await?
+        })
+    }
+
+    fn describe(&self, script: Arc<str>) -> BoxFuture<'static, Result<Meta, MetaError>> {
+        let engine = self.clone();
+        Box::pin(async move {
+            let invocation = describe_invocation();
+            let run = invocation.run().clone();
+            let call = engine.call(invocation, async |graph, store| {
+                graph.call_describe(store, &script).await
+            });
+            let described = tokio::select! {
+                described = call => described,
+                () = tokio::time::sleep(DESCRIBE_DEADLINE) => {
+                    run.stop(FailureCode::Failed, "describe took too long");
+                    Err(format!("reading the graph's meta took longer than {} s", DESCRIBE_DEADLINE.as_secs()))
+                }
+            };
+            let json = described
+                .map_err(MetaError::Script)?
+                .map_err(MetaError::Script)?;
+            let value: serde_json::Value =
+                serde_json::from_str(&json).map_err(|e| MetaError::Invalid(e.to_string()))?;
+            Meta::from_json(value)
+        })
+    }
+}
+
+/// An invocation with nothing behind it: `describe` never starts host work.
+fn describe_invocation() -> Invocation {
+    use crate::host::approvals::{ApprovalPolicy, Approvals, NobodyToAsk};
+    use crate::host::events::{Events, NullSink};
+    use crate::host::{RunParts, RunShared};
+    let run = RunShared::new(RunParts {
+        run_id: "describe".into(),
+        token_cap: Some(0),
+        approvals: Approvals::new(
+            ApprovalPolicy::default(),
+            Arc::new(NobodyToAsk),
+            Duration::ZERO,
+        ),
+        provider: Arc::new(crate::host::agents::NoProvider),
+        tools: Default::default(),
+        catalog: Arc::new(crate::host::graphs::EmptyCatalog),
+        events: Events::new(Arc::new(NullSink)),
+        engine: Arc::new(super::boa::BoaEngine::default()),
+        limits: Default::default(),
+        max_concurrency: 1,
+        cancel: Default::default(),
+    });
+    Invocation::new(
+        run,
+        vec!["describe".into()],
+        tokio::runtime::Handle::current(),
+    )
+}
+
+/// Magic and version of a serialized component, then its bytes, then a SHA-256 of those bytes.
+const CACHE_MAGIC: &[u8; 8] = b"GRCWASM1";
+
+fn cache_path(engine: &wasmtime::Engine, hash: &str, dir: &Path) -> PathBuf {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    let settings = hasher.finish();
+    dir.join(format!("{hash}-{settings:016x}.cwasm"))
+}
+
+/// A cached artifact, if there is a valid one: a truncated, corrupt or foreign file is a miss.
+fn read_cache(engine: &wasmtime::Engine, path: &Path) -> Option<Component> {
+    let bytes = std::fs::read(path).ok()?;
+    let body = bytes.strip_prefix(CACHE_MAGIC.as_slice())?;
+    let (payload, checksum) = body.split_at_checked(body.len().checked_sub(32)?)?;
+    if sha2::Sha256::digest(payload).as_slice() != checksum {
+        return None;
+    }
+    // SAFETY: the bytes were produced by `Component::serialize` of this same wasmtime build
+    // (the file name carries the engine's compatibility hash) and are verified by checksum.
+    unsafe { Component::deserialize(engine, payload) }.ok()
+}
+
+fn write_cache(path: &Path, serialized: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    use std::io::Write;
+    tmp.write_all(CACHE_MAGIC)?;
+    tmp.write_all(serialized)?;
+    tmp.write_all(&sha2::Sha256::digest(serialized))?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+fn compile_cached(
+    engine: &wasmtime::Engine,
+    bytes: &[u8],
+    hash: &str,
+    cache_dir: Option<&Path>,
+) -> Result<(Component, Source), WasmError> {
+    let path = cache_dir.map(|dir| cache_path(engine, hash, dir));
+    if let Some(component) = path.as_deref().and_then(|p| read_cache(engine, p)) {
+        return Ok((component, Source::Disk));
+    }
+    tracing::info!("compiling the wasm component (a few seconds, cached afterwards)");
+    let component = Component::new(engine, bytes).map_err(setup)?;
+    if let Some(path) = &path {
+        match component.serialize() {
+            Ok(serialized) => {
+                if let Err(e) = write_cache(path, &serialized) {
+                    tracing::warn!(
+                        "cannot write the compiled component to {}: {e}",
+                        path.display()
+                    );
+                }
+            }
+            Err(e) => tracing::warn!("cannot serialize the compiled component: {e}"),
+        }
+    }
+    Ok((component, Source::Compiled))
+}
+
+/// `runner build` may take this long to evaluate a graph's top-level code.
+pub const BUILD_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Why a graph could not be compiled into its own component.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The sandbox could not be set up.
+    #[error(transparent)]
+    Setup(#[from] WasmError),
+    /// The graph did not parse, failed at top level, or has no valid `meta`.
+    #[error("{0}")]
+    Graph(String),
+    /// Pre-initialization (wizer) failed.
+    #[error("cannot snapshot the initialized graph: {0}")]
+    Snapshot(String),
+}
+
+/// Compiles `script` into a self-contained component: the guest, pre-initialized with wizer
+/// after parsing, linking and evaluating the graph (its top-level code runs now, in the sandbox,
+/// with the same limits and a [`BUILD_DEADLINE`]). The result exports the `graph` world (and
+/// the unused `initialize`); its `run` and `describe` take an empty script for the graph built in.
+pub async fn build_component(script: &str, limits: WasmLimits) -> Result<Vec<u8>, BuildError> {
+    use wasmtime_wizer::Wizer;
+    let mut wizer = Wizer::new();
+    // Keeping the export is required: wizer removes it from the core module, but the
+    // component's lift of it would then dangle. The host never calls it after the build.
+    wizer.init_func("initialize").keep_init_func(true);
+    let (context, instrumented) = wizer
+        .instrument_component(GUEST_WASM)
+        .map_err(|e| BuildError::Snapshot(format!("{e:#}")))?;
+    let engine = new_engine(limits)?;
+    let component = Component::new(&engine, &instrumented).map_err(setup)?;
+    let mut linker = Linker::<HostState>::new(&engine);
+    link_wasi(&mut linker).map_err(setup)?;
+    Graph::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
+        .map_err(setup)?;
+    let invocation = describe_invocation();
+    let run = invocation.run().clone();
+    let mut store = new_store(&engine, limits, invocation).map_err(BuildError::Graph)?;
+    let instance = linker
+        .instantiate_async(&mut store, &component)
+        .await
+        .map_err(|e| BuildError::Graph(describe_trap(&e, &store, limits)))?;
+    let initialize = instance
+        .get_typed_func::<(&str,), (Result<(), String>,)>(&mut store, "initialize")
+        .map_err(setup)?;
+    let initialized = tokio::select! {
+        called = initialize.call_async(&mut store, (script,)) => called,
+        () = tokio::time::sleep(BUILD_DEADLINE) => {
+            run.stop(FailureCode::Failed, format!("evaluating the graph took longer than {} s", BUILD_DEADLINE.as_secs()));
+            return Err(BuildError::Graph(format!("evaluating the graph took longer than {} s", BUILD_DEADLINE.as_secs())));
+        }
+    };
+    match initialized {
+        Ok((Ok(()),)) => {}
+        Ok((Err(message),)) => return Err(BuildError::Graph(message)),
+        Err(trap) => return Err(BuildError::Graph(describe_trap(&trap, &store, limits))),
+    }
+    let mut state = SnapshotState {
+        store: &mut store,
+        instance,
+        error: None,
+    };
+    let snapshot = wizer
+        .snapshot_component(&context, &mut state)
+        .await
+        .map_err(|e| BuildError::Snapshot(format!("{e:#}")))?;
+    if let Some(error) = state.error {
+        return Err(BuildError::Snapshot(error));
+    }
+    Ok(snapshot)
+}
+
+/// Lets wizer read the initialized instance's memories and globals through the accessor
+/// functions its instrumentation exported.
+struct SnapshotState<'a> {
+    store: &'a mut Store<HostState>,
+    instance: wasmtime::component::Instance,
+    error: Option<String>,
+}
+
+impl SnapshotState<'_> {
+    async fn call<R>(&mut self, instance: &str, func: &str) -> Option<R>
+    where
+        R: wasmtime::component::ComponentType + wasmtime::component::Lift + Send + Sync + 'static,
+    {
+        let found = self
+            .instance
+            .get_export_index(&mut *self.store, None, instance)
+            .and_then(|parent| {
+                self.instance
+                    .get_export_index(&mut *self.store, Some(&parent), func)
+            });
+        let Some(index) = found else {
+            self.error.get_or_insert_with(|| {
+                format!("the instrumented component lacks {instance}#{func}")
+            });
+            return None;
+        };
+        let typed = match self
+            .instance
+            .get_typed_func::<(), (R,)>(&mut *self.store, index)
+        {
+            Ok(typed) => typed,
+            Err(e) => {
+                self.error
+                    .get_or_insert_with(|| format!("{instance}#{func}: {e:#}"));
+                return None;
+            }
+        };
+        match typed.call_async(&mut *self.store, ()).await {
+            Ok((value,)) => Some(value),
+            Err(e) => {
+                self.error
+                    .get_or_insert_with(|| format!("{instance}#{func}: {e:#}"));
+                None
+            }
+        }
+    }
+}
+
+impl wasmtime_wizer::ComponentInstanceState for SnapshotState<'_> {
+    async fn call_func_ret_list_u8(
+        &mut self,
+        instance: &str,
+        func: &str,
+        contents: impl FnOnce(&[u8]) + Send,
+    ) {
+        match self
+            .call::<wasmtime::component::WasmList<u8>>(instance, func)
+            .await
+        {
+            Some(list) => contents(list.as_le_slice(&*self.store)),
+            None => contents(&[]),
+        }
+    }
+
+    async fn call_func_ret_s32(&mut self, instance: &str, func: &str) -> i32 {
+        self.call::<i32>(instance, func).await.unwrap_or_default()
+    }
+
+    async fn call_func_ret_s64(&mut self, instance: &str, func: &str) -> i64 {
+        self.call::<i64>(instance, func).await.unwrap_or_default()
+    }
+
+    async fn call_func_ret_f32(&mut self, instance: &str, func: &str) -> u32 {
+        self.call::<f32>(instance, func)
+            .await
+            .map(f32::to_bits)
+            .unwrap_or_default()
+    }
+
+    async fn call_func_ret_f64(&mut self, instance: &str, func: &str) -> u64 {
+        self.call::<f64>(instance, func)
+            .await
+            .map(f64::to_bits)
+            .unwrap_or_default()
+    }
+}
