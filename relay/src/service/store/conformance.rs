@@ -1,0 +1,1 @@
+//! The conformance suite every [`Store`] must pass (placeholder filled below).
