@@ -696,3 +696,187 @@ pub fn canonical_json(value: &Value) -> String {
 pub fn sha256_hex(text: &str) -> String {
     super::auth::hex(&Sha256::digest(text.as_bytes()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command(status: RunStatus, cancel_requested: bool) -> CommandRecord {
+        let mut command = CommandRecord::queued(
+            CommandId::new_random(),
+            "p".into(),
+            "a".into(),
+            "gs_00000000000000000000000000000001".parse().unwrap(),
+            "slug".into(),
+            Map::new(),
+            "key-0001".into(),
+            "h".into(),
+            Timestamp::EPOCH,
+        );
+        command.status = status;
+        command.cancel_requested = cancel_requested;
+        command.execution_id = Some("exec".into());
+        command.completion_hash = status.is_terminal().then(|| "done".to_owned());
+        command
+    }
+
+    fn completion(status: CompletionStatus) -> CompleteRequest {
+        CompleteRequest {
+            execution_id: "exec".into(),
+            status,
+            result: Some(serde_json::json!({"r": 1})),
+            result_truncated: false,
+            total_tokens: Some(3),
+            reported_cost: Some(0.5),
+            error: None,
+        }
+    }
+
+    fn written(decision: Decision) -> CommandRecord {
+        match decision {
+            Decision::Write(next) => *next,
+            other => panic!("expected a write, got {other:?}"),
+        }
+    }
+
+    const NOW: Timestamp = Timestamp::from_unix_millis(5_000);
+
+    #[test]
+    fn start_moves_queued_to_running_once() {
+        let started = written(transition(
+            &command(RunStatus::Queued, false),
+            RunEvent::Started { execution_id: "e1" },
+            NOW,
+        ));
+        assert_eq!(started.status, RunStatus::Running);
+        assert_eq!(started.started_at, Some(NOW));
+        assert_eq!(started.last_seen_at, Some(NOW));
+        let running = command(RunStatus::Running, false);
+        let same = RunEvent::Started {
+            execution_id: "exec",
+        };
+        assert_eq!(transition(&running, same, NOW), Decision::Replay);
+        let other = RunEvent::Started { execution_id: "e2" };
+        assert!(matches!(
+            transition(&running, other, NOW),
+            Decision::Conflict(_)
+        ));
+        for status in [
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ] {
+            assert!(matches!(
+                transition(&command(status, false), same, NOW),
+                Decision::Conflict(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn cancel_ends_queued_flags_running_and_leaves_finished() {
+        let cancelled = written(transition(
+            &command(RunStatus::Queued, false),
+            RunEvent::CancelRequested,
+            NOW,
+        ));
+        assert_eq!(cancelled.status, RunStatus::Cancelled);
+        assert_eq!(cancelled.finished_at, Some(NOW));
+        let flagged = written(transition(
+            &command(RunStatus::Running, false),
+            RunEvent::CancelRequested,
+            NOW,
+        ));
+        assert_eq!(flagged.status, RunStatus::Running);
+        assert!(flagged.cancel_requested);
+        assert_eq!(
+            transition(
+                &command(RunStatus::Running, true),
+                RunEvent::CancelRequested,
+                NOW
+            ),
+            Decision::Replay
+        );
+        for status in [
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ] {
+            assert_eq!(
+                transition(&command(status, false), RunEvent::CancelRequested, NOW),
+                Decision::AlreadyFinished(status)
+            );
+        }
+    }
+
+    #[test]
+    fn completion_after_a_cancel_flag_is_cancelled() {
+        let request = completion(CompletionStatus::Completed);
+        let event = RunEvent::Completed {
+            completion: &request,
+            completion_hash: "h1",
+        };
+        let done = written(transition(&command(RunStatus::Running, false), event, NOW));
+        assert_eq!(done.status, RunStatus::Completed);
+        assert_eq!(done.result, request.result);
+        let cancelled = written(transition(&command(RunStatus::Running, true), event, NOW));
+        assert_eq!(cancelled.status, RunStatus::Cancelled);
+        assert_eq!(cancelled.result, None);
+        assert_eq!(cancelled.total_tokens, Some(3));
+        assert!(cancelled.error.is_some());
+        let unshared = completion(CompletionStatus::Cancelled);
+        let from_queued = written(transition(
+            &command(RunStatus::Queued, false),
+            RunEvent::Completed {
+                completion: &unshared,
+                completion_hash: "h2",
+            },
+            NOW,
+        ));
+        assert_eq!(from_queued.status, RunStatus::Cancelled);
+    }
+
+    #[test]
+    fn a_finished_run_replays_its_own_completion_and_refuses_others() {
+        let finished = command(RunStatus::Completed, false);
+        let request = completion(CompletionStatus::Completed);
+        let same = RunEvent::Completed {
+            completion: &request,
+            completion_hash: "done",
+        };
+        assert_eq!(transition(&finished, same, NOW), Decision::Replay);
+        let other = RunEvent::Completed {
+            completion: &request,
+            completion_hash: "other",
+        };
+        assert!(matches!(
+            transition(&finished, other, NOW),
+            Decision::Conflict(_)
+        ));
+    }
+
+    #[test]
+    fn only_running_runs_go_silent() {
+        let event = RunEvent::DesktopSilent { error: "silent" };
+        let failed = written(transition(&command(RunStatus::Running, true), event, NOW));
+        assert_eq!(failed.status, RunStatus::Failed);
+        assert_eq!(failed.error.as_deref(), Some("silent"));
+        assert_eq!(
+            transition(&command(RunStatus::Queued, false), event, NOW),
+            Decision::Replay
+        );
+        assert_eq!(
+            transition(&command(RunStatus::Completed, false), event, NOW),
+            Decision::AlreadyFinished(RunStatus::Completed)
+        );
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_depth() {
+        let a = serde_json::json!({"b": 1, "a": {"d": [1, {"z": 0, "y": 1}], "c": "x"}});
+        assert_eq!(
+            canonical_json(&a),
+            r#"{"a":{"c":"x","d":[1,{"y":1,"z":0}]},"b":1}"#
+        );
+    }
+}
