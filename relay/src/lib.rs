@@ -4,6 +4,8 @@
 //! - [`clock`]: the injected source of time.
 //! - [`service`]: the axum app (MCP tools, auth, runs, desktop API, store).
 
+#![warn(missing_docs)]
+
 pub mod clock;
 pub mod protocol;
 pub mod service;

@@ -373,8 +373,6 @@ pub struct StartedResponse {
 pub struct ControlResponse {
     /// Stop the run: the agent cancelled it, or the service no longer expects its result.
     pub cancel_requested: bool,
-    /// The command's status on the service.
-    pub status: RunStatus,
 }
 
 /// `POST commands/{id}/complete` body.
@@ -455,8 +453,6 @@ pub struct CompleteResponse {
     pub ok: bool,
     /// True when this repeated an identical, already recorded completion.
     pub replayed: bool,
-    /// The status recorded (a completion after a cancel request is recorded `cancelled`).
-    pub status: RunStatus,
 }
 
 /// The body of every non-2xx desktop API answer.

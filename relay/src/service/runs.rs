@@ -607,7 +607,6 @@ pub async fn command_control(
         // A run the service has given up on (cancelled, failed as silent) should stop too.
         cancel_requested: command.cancel_requested
             || matches!(command.status, RunStatus::Cancelled | RunStatus::Failed),
-        status: command.status,
     })
 }
 
@@ -636,13 +635,11 @@ pub async fn command_completed(
             Ok(CompleteResponse {
                 ok: true,
                 replayed: false,
-                status: command.status,
             })
         }
         Decision::Replay => Ok(CompleteResponse {
             ok: true,
             replayed: true,
-            status: command.status,
         }),
         Decision::Conflict(message) => Err(DesktopError::Conflict {
             message,

@@ -22,7 +22,9 @@ pub struct SessionList {
     pub project_id: String,
     /// Sessions the desktop's last sync uploaded.
     pub sessions: Vec<SessionMeta>,
-    /// When the desktop last synced this project; `null` if it never did.
+    /// When the desktop last synced this project; `None` if it never did. Kept out of the
+    /// tool's structured answer, whose shape is the seed's `{project_id, sessions}`.
+    #[serde(skip)]
     pub last_sync_at: Option<Timestamp>,
 }
 

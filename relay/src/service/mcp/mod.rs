@@ -162,11 +162,15 @@ impl GraphTools {
         let project_id = arguments.string("project_id").map_err(RunError::Invalid)?;
         let limit = arguments.integer("limit").map_err(RunError::Invalid)?;
         let list = sessions::list_sessions(&self.app, agent, project_id, limit).await?;
-        let text = match list.sessions.len() {
+        let mut text = match list.sessions.len() {
             0 => "No graph sessions are shared with this project yet; the owner shares them from the desktop.".to_owned(),
             1 => "1 graph session is shared with this project.".to_owned(),
             n => format!("{n} graph sessions are shared with this project."),
         };
+        match list.last_sync_at {
+            Some(at) => text.push_str(&format!(" The desktop last synced at {at}.")),
+            None => text.push_str(" The desktop has not synced this project yet."),
+        }
         Ok((to_value(&list), text))
     }
 
