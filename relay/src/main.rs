@@ -124,6 +124,9 @@ async fn main() -> Result<()> {
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Reporting a failed log write goes to stderr too and panics when stderr is gone (a
+        // closed pipe); the service must keep serving without its log.
+        .log_internal_errors(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),

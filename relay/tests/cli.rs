@@ -190,21 +190,20 @@ async fn serve_answers_mcp_on_its_listener() {
             .expect("start relay serve"),
     );
     let stderr = child.0.stderr.take().expect("stderr");
-    let (found, url) = tokio::sync::oneshot::channel();
-    // Keep draining the log after the URL shows up: a closed pipe would break the server.
-    std::thread::spawn(move || {
-        let mut found = Some(found);
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let url = line.find("http://").and_then(|start| {
+    // The log pipe is closed once the URL shows up: the server must keep serving without it.
+    let url = tokio::task::spawn_blocking(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|line| {
+                let start = line.find("http://")?;
                 let end = line[start..].find("/mcp")? + start + 4;
                 Some(line[start..end].to_owned())
-            });
-            if let (Some(url), Some(found)) = (url, found.take()) {
-                let _ = found.send(url);
-            }
-        }
-    });
-    let url = url.await.expect("relay serve logs its MCP URL");
+            })
+    })
+    .await
+    .expect("read log")
+    .expect("relay serve logs its MCP URL");
     let client = mcp_client(&url, &token, Era::Current).await;
     assert_eq!(client.list_all_tools().await.expect("list").len(), 4);
     client.cancel().await.expect("close");
