@@ -179,14 +179,6 @@ pub enum RunError {
     /// The idempotency key was used before with other content.
     #[error("{IDEMPOTENCY_CONFLICT}")]
     IdempotencyConflict,
-    /// The event contradicts the recorded state.
-    #[error("{message}")]
-    Conflict {
-        /// What contradicts what.
-        message: String,
-        /// The command's status.
-        status: RunStatus,
-    },
     /// Concurrent writers kept winning; retrying later will work.
     #[error("the run is changing too quickly; try again")]
     Contended,
@@ -317,16 +309,27 @@ pub async fn queue_run(
         replayed,
         poll_after_seconds: app.config.poll_hint.as_secs(),
     };
-    // A retry after a lost response must get its run back even if the session was unshared
-    // in between, so the key is looked at before the sharing check.
+    // The same key must name the same request, or it could stand for two different runs.
+    let replay = |existing: CommandRecord| {
+        if existing.request_hash == request_hash {
+            Ok(ticket(&existing, true))
+        } else {
+            Err(RunError::IdempotencyConflict)
+        }
+    };
     let session = app
         .store
         .session(&agent.project_id, &graph_session_id)
         .await?;
     let Some(session) = session else {
-        return match existing_for_key(app, agent, &request.idempotency_key).await? {
-            Some(existing) if existing.request_hash == request_hash => Ok(ticket(&existing, true)),
-            Some(_) => Err(RunError::IdempotencyConflict),
+        // A retry after a lost response gets its run back even if the session was unshared
+        // in between.
+        let existing = app
+            .store
+            .command_by_key(&agent.token_id, &request.idempotency_key)
+            .await?;
+        return match existing {
+            Some(existing) => replay(existing),
             None => Err(RunError::Invalid(format!(
                 "graph session {graph_session_id} is not shared with this project (as of the desktop's last sync): call list_graph_sessions to see the shared sessions"
             ))),
@@ -348,19 +351,8 @@ pub async fn queue_run(
             tracing::info!(command_id = %created.id, agent = %agent.token_id, "run queued");
             Ok(ticket(&created, false))
         }
-        InsertOutcome::Existing(existing) if existing.request_hash == request_hash => {
-            Ok(ticket(&existing, true))
-        }
-        InsertOutcome::Existing(_) => Err(RunError::IdempotencyConflict),
+        InsertOutcome::Existing(existing) => replay(existing),
     }
-}
-
-async fn existing_for_key(
-    app: &AppState,
-    agent: &AgentIdentity,
-    key: &str,
-) -> Result<Option<CommandRecord>, StoreError> {
-    app.store.command_by_key(&agent.token_id, key).await
 }
 
 fn check_idempotency_key(key: &str) -> Result<(), RunError> {
@@ -527,7 +519,6 @@ impl From<RunError> for DesktopError {
     fn from(error: RunError) -> Self {
         match error {
             RunError::NotFound => DesktopError::NotFound(command_not_found()),
-            RunError::Conflict { message, status } => DesktopError::Conflict { message, status },
             RunError::Invalid(message) => DesktopError::BadRequest(message),
             other => DesktopError::Run(other),
         }
