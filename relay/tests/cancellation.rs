@@ -4,34 +4,19 @@
 
 mod common;
 
-use common::{Era, TestService, call, mcp_client, ok, run_args};
+use common::{Era, Setup, call, ok, queue, setup};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_queued_run_is_terminal_at_once_and_never_synced() {
-    let service = TestService::start().await;
-    let project = service.project("p", "alice").await;
-    let desktop = service.desktop(&project).await;
-    desktop.sync(&project, &[1]).await;
-    let client = mcp_client(
-        &service.mcp_url(),
-        &service.full_agent(&project).await,
-        Era::Current,
-    )
-    .await;
-    let keep = ok(&call(
-        &client,
-        "run_graph_session",
-        run_args(1, "keep-this-run", json!({})),
-    )
-    .await);
-    let drop = ok(&call(
-        &client,
-        "run_graph_session",
-        run_args(1, "drop-this-run", json!({})),
-    )
-    .await);
-    let id = drop["command_id"].as_str().unwrap().to_owned();
+    let Setup {
+        service,
+        project,
+        desktop,
+        client,
+    } = setup(Era::Current).await;
+    let keep = queue(&client, "keep-this-run").await;
+    let id = queue(&client, "drop-this-run").await;
 
     let cancelled = ok(&call(&client, "cancel_graph_run", json!({"command_id": id})).await);
     assert_eq!(cancelled["status"], "cancelled");
@@ -43,7 +28,7 @@ async fn a_cancelled_queued_run_is_terminal_at_once_and_never_synced() {
 
     let commands = desktop.sync(&project, &[1]).await;
     assert_eq!(commands.len(), 1);
-    assert_eq!(commands[0]["command_id"], keep["command_id"]);
+    assert_eq!(commands[0]["command_id"], json!(keep));
     // A desktop that raced the cancel is told not to run it.
     let (status, body) = desktop.started(&id, "exec-late").await;
     assert_eq!(status, 409, "{body}");
@@ -53,23 +38,13 @@ async fn a_cancelled_queued_run_is_terminal_at_once_and_never_synced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_running_run_is_flagged_and_ends_cancelled() {
-    let service = TestService::start().await;
-    let project = service.project("p", "alice").await;
-    let desktop = service.desktop(&project).await;
-    desktop.sync(&project, &[1]).await;
-    let client = mcp_client(
-        &service.mcp_url(),
-        &service.full_agent(&project).await,
-        Era::Sessions2025,
-    )
-    .await;
-    let ticket = ok(&call(
-        &client,
-        "run_graph_session",
-        run_args(1, "running-run-key", json!({})),
-    )
-    .await);
-    let id = ticket["command_id"].as_str().unwrap().to_owned();
+    let Setup {
+        service,
+        project,
+        desktop,
+        client,
+    } = setup(Era::Sessions2025).await;
+    let id = queue(&client, "running-run-key").await;
     desktop.sync(&project, &[1]).await;
     assert_eq!(desktop.started(&id, "exec-1").await.0, 200);
     let (_, control) = desktop.control(&id).await;
@@ -103,23 +78,13 @@ async fn a_cancelled_running_run_is_flagged_and_ends_cancelled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_finished_run_changes_nothing() {
-    let service = TestService::start().await;
-    let project = service.project("p", "alice").await;
-    let desktop = service.desktop(&project).await;
-    desktop.sync(&project, &[1]).await;
-    let client = mcp_client(
-        &service.mcp_url(),
-        &service.full_agent(&project).await,
-        Era::Current,
-    )
-    .await;
-    let ticket = ok(&call(
-        &client,
-        "run_graph_session",
-        run_args(1, "finished-run-key", json!({})),
-    )
-    .await);
-    let id = ticket["command_id"].as_str().unwrap().to_owned();
+    let Setup {
+        service,
+        project,
+        desktop,
+        client,
+    } = setup(Era::Current).await;
+    let id = queue(&client, "finished-run-key").await;
     desktop.sync(&project, &[1]).await;
     desktop.started(&id, "exec-1").await;
     let completion = json!({"execution_id": "exec-1", "status": "completed", "result": {"answer": 42}, "total_tokens": 7, "reported_cost": 0.5});

@@ -3,21 +3,10 @@
 
 mod common;
 
-use common::{Era, TestService, call, gs, mcp_client, ok, run_args, session};
+use common::{Era, Setup, TestService, call, gs, mcp_client, ok, queue, session, setup};
 use relay::protocol::{MAX_ERROR_CHARS, MAX_RESULT_CHARS, MAX_SYNC_SESSIONS, json_utf16_len};
 use relay::service::desktop_api::MAX_DESKTOP_BODY_BYTES;
 use serde_json::{Value, json};
-
-async fn queued_run(service: &TestService, project: &str, key: &str) -> String {
-    let client = mcp_client(
-        &service.mcp_url(),
-        &service.full_agent(project).await,
-        Era::Current,
-    )
-    .await;
-    let ticket = ok(&call(&client, "run_graph_session", run_args(1, key, json!({}))).await);
-    ticket["command_id"].as_str().unwrap().to_owned()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sync_accepts_100_sessions_and_rejects_101_or_a_bad_id_whole() {
@@ -152,11 +141,13 @@ async fn non_uuid_ids_get_400_before_any_state_is_read() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_is_idempotent_and_a_different_one_conflicts() {
-    let service = TestService::start().await;
-    let project = service.project("p", "alice").await;
-    let desktop = service.desktop(&project).await;
-    desktop.sync(&project, &[1]).await;
-    let id = queued_run(&service, &project, "completion-key").await;
+    let Setup {
+        service,
+        project,
+        desktop,
+        client,
+    } = setup(Era::Current).await;
+    let id = queue(&client, "completion-key").await;
     let commands = desktop.sync(&project, &[1]).await;
     assert_eq!(commands[0]["graph_session_id"], json!(gs(1)));
     assert_eq!(commands[0]["created_at"], "2026-11-08T09:30:00.000Z");
@@ -212,16 +203,15 @@ async fn completion_is_idempotent_and_a_different_one_conflicts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_limits_are_enforced_at_the_edge() {
-    let service = TestService::start().await;
-    let project = service.project("p", "alice").await;
-    let desktop = service.desktop(&project).await;
-    desktop.sync(&project, &[1]).await;
-    let agent_token = service.full_agent(&project).await;
-    let agent = mcp_client(&service.mcp_url(), &agent_token, Era::Current).await;
+    let Setup {
+        service,
+        project,
+        desktop,
+        client: agent,
+    } = setup(Era::Current).await;
     let mut ids = Vec::new();
     for key in ["limit-key-1", "limit-key-2", "limit-key-3"] {
-        let ticket = ok(&call(&agent, "run_graph_session", run_args(1, key, json!({}))).await);
-        ids.push(ticket["command_id"].as_str().unwrap().to_owned());
+        ids.push(queue(&agent, key).await);
     }
 
     // A completion whose JSON is exactly 100,000 UTF-16 units fits; one unit more does not.

@@ -5,30 +5,20 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Era, TestService, call, mcp_client, ok, run_args};
+use common::{Era, Setup, call, ok, queue, setup, setup_with};
 use relay::service::ServiceConfig;
 use relay::service::runs::{self, DEFAULT_SILENCE_TIMEOUT};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_desktop_fails_its_run_after_the_timeout_and_not_before() {
-    let service = TestService::start().await;
-    let project = service.project("p", "alice").await;
-    let desktop = service.desktop(&project).await;
-    desktop.sync(&project, &[1]).await;
-    let client = mcp_client(
-        &service.mcp_url(),
-        &service.full_agent(&project).await,
-        Era::Current,
-    )
-    .await;
-    let ticket = ok(&call(
-        &client,
-        "run_graph_session",
-        run_args(1, "silent-run-key", json!({})),
-    )
-    .await);
-    let id = ticket["command_id"].as_str().unwrap().to_owned();
+    let Setup {
+        service,
+        project,
+        desktop,
+        client,
+    } = setup(Era::Current).await;
+    let id = queue(&client, "silent-run-key").await;
     desktop.sync(&project, &[1]).await;
     desktop.started(&id, "exec-1").await;
 
@@ -71,20 +61,15 @@ async fn the_sweep_fails_silent_runs_without_a_read_and_the_timeout_is_configura
         silence_timeout: Duration::from_secs(120),
         ..ServiceConfig::default()
     };
-    let service = TestService::start_with_config(config).await;
-    let project = service.project("p", "alice").await;
-    let desktop = service.desktop(&project).await;
-    desktop.sync(&project, &[1]).await;
-    let client = mcp_client(
-        &service.mcp_url(),
-        &service.full_agent(&project).await,
-        Era::Current,
-    )
-    .await;
+    let Setup {
+        service,
+        project,
+        desktop,
+        client,
+    } = setup_with(Era::Current, config).await;
     let mut ids = Vec::new();
     for key in ["sweep-key-1", "sweep-key-2", "sweep-key-3"] {
-        let ticket = ok(&call(&client, "run_graph_session", run_args(1, key, json!({}))).await);
-        ids.push(ticket["command_id"].as_str().unwrap().to_owned());
+        ids.push(queue(&client, key).await);
     }
     desktop.sync(&project, &[1]).await;
     desktop.started(&ids[0], "exec-1").await;

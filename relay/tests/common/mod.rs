@@ -303,3 +303,41 @@ pub fn text(result: &CallToolResult) -> String {
 pub fn run_args(n: u32, key: &str, arguments: Value) -> Value {
     json!({"graph_session_id": gs(n), "arguments": arguments, "idempotency_key": key})
 }
+
+/// A service with project `p` (owner `alice`), its desktop sharing session 1, and an agent
+/// client with both scopes.
+pub struct Setup {
+    pub service: TestService,
+    pub project: String,
+    pub desktop: Desktop,
+    pub client: McpClient,
+}
+
+/// The usual starting point of a test: see [`Setup`].
+pub async fn setup(era: Era) -> Setup {
+    setup_with(era, ServiceConfig::default()).await
+}
+
+/// [`setup`] with a service configured by `config`.
+pub async fn setup_with(era: Era, config: ServiceConfig) -> Setup {
+    let service = TestService::start_with_config(config).await;
+    let project = service.project("p", "alice").await;
+    let desktop = service.desktop(&project).await;
+    desktop.sync(&project, &[1]).await;
+    let client = mcp_client(&service.mcp_url(), &service.full_agent(&project).await, era).await;
+    Setup {
+        service,
+        project,
+        desktop,
+        client,
+    }
+}
+
+/// Queues a run of session 1 under `key`; returns its command id.
+pub async fn queue(client: &McpClient, key: &str) -> String {
+    let ticket = ok(&call(client, "run_graph_session", run_args(1, key, json!({}))).await);
+    ticket["command_id"]
+        .as_str()
+        .expect("command id")
+        .to_owned()
+}
