@@ -1,1 +1,11 @@
-//! x
+//! The graph relay: the service that queues chat agents' graph runs for owners' desktops.
+//!
+//! - [`protocol`]: wire types of the desktop API, shared by service and desktop.
+//! - [`clock`]: the injected source of time.
+//! - [`service`]: the axum app (MCP tools, auth, runs, desktop API, store).
+
+#![warn(missing_docs)]
+
+pub mod clock;
+pub mod protocol;
+pub mod service;

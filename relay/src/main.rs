@@ -1,0 +1,222 @@
+//! `relay`: the command-line shell over the relay library.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use relay::clock::SystemClock;
+use relay::service::admin::{self, TokenSpec};
+use relay::service::store::SqliteStore;
+use relay::service::{self, AppState, ServiceConfig};
+use serde::Serialize;
+
+/// The graph relay: queue chat agents' graph runs for owners' desktops.
+#[derive(Debug, Parser)]
+#[command(name = "relay", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the service: MCP at /mcp, the desktop API, OAuth metadata.
+    Serve(ServeArgs),
+    /// Operator actions on the service's database: projects and tokens.
+    Admin(AdminArgs),
+}
+
+#[derive(Debug, Args)]
+struct DbArg {
+    /// The service's SQLite database (created and migrated if needed).
+    #[arg(long, env = "RELAY_DB", default_value = "relay.db", global = true)]
+    db: PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8787")]
+    listen: SocketAddr,
+    #[command(flatten)]
+    db: DbArg,
+    /// Public base URL for OAuth metadata (default: derived from each request's Host).
+    #[arg(long)]
+    public_url: Option<String>,
+    /// Minutes a running run may go without a control poll before it is failed.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    silence_timeout_minutes: u64,
+}
+
+#[derive(Debug, Args)]
+struct AdminArgs {
+    #[command(flatten)]
+    db: DbArg,
+    /// Print a JSON object with every detail instead of one plain value.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: AdminCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum AdminCommand {
+    /// Projects.
+    #[command(subcommand)]
+    Project(ProjectCommand),
+    /// Bearer tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ProjectCommand {
+    /// Create a project; prints its id.
+    Create {
+        /// Project name.
+        name: String,
+        /// Owner name (created if new); one owner's desktop serves all its projects.
+        #[arg(long)]
+        owner: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Mint a token; prints it (shown only once).
+    Create(TokenCreateArgs),
+    /// Revoke a token by its id (or the token itself); prints the token id.
+    Revoke {
+        /// Token id from `token create --json`, or the token text.
+        id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("kind").required(true).args(["desktop", "agent", "owner"]))]
+struct TokenCreateArgs {
+    /// A desktop token: lets the project owner's desktop sync all that owner's projects.
+    #[arg(long)]
+    desktop: bool,
+    /// An agent token for the connected agent NAME on this project (needs --scope).
+    #[arg(long, value_name = "NAME")]
+    agent: Option<String>,
+    /// An owner token for the project owner's own API.
+    #[arg(long)]
+    owner: bool,
+    /// The project.
+    #[arg(long, value_name = "ID")]
+    project: String,
+    /// Scope of an agent token: osfoundry:read and/or osfoundry:run (repeatable).
+    #[arg(long = "scope", value_name = "SCOPE")]
+    scopes: Vec<String>,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let default_level = match cli.command {
+        Command::Serve(_) => "info",
+        Command::Admin(_) => "warn",
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        // Reporting a failed log write goes to stderr too and panics when stderr is gone (a
+        // closed pipe); the service must keep serving without its log.
+        .log_internal_errors(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
+        )
+        .init();
+    match cli.command {
+        Command::Serve(args) => serve(args).await,
+        Command::Admin(args) => run_admin(args).await,
+    }
+}
+
+async fn open_state(db: &Path, config: ServiceConfig) -> Result<Arc<AppState>> {
+    let path = db.to_owned();
+    let store = tokio::task::spawn_blocking(move || SqliteStore::open(&path))
+        .await
+        .context("opening the database was interrupted")?
+        .with_context(|| format!("cannot use the database {}", db.display()))?;
+    Ok(AppState::new(
+        Arc::new(store),
+        Arc::new(SystemClock),
+        config,
+    ))
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    let config = ServiceConfig {
+        silence_timeout: Duration::from_secs(args.silence_timeout_minutes * 60),
+        public_url: args.public_url,
+        ..ServiceConfig::default()
+    };
+    let app = open_state(&args.db.db, config).await?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {}: is another service using it?",
+                args.listen
+            )
+        })?;
+    let address = listener.local_addr()?;
+    tracing::info!(db = %args.db.db.display(), "serving MCP at http://{address}/mcp");
+    let shutdown = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        tracing::info!("shutting down");
+    };
+    service::serve(listener, app, shutdown)
+        .await
+        .context("the server stopped with an error")
+}
+
+async fn run_admin(args: AdminArgs) -> Result<()> {
+    let app = open_state(&args.db.db, ServiceConfig::default()).await?;
+    match args.command {
+        AdminCommand::Project(ProjectCommand::Create { name, owner }) => {
+            let project = admin::create_project(&app, &name, owner.as_deref()).await?;
+            print(args.json, &project, &project.project_id)
+        }
+        AdminCommand::Token(TokenCommand::Create(create)) => {
+            let spec = match (create.desktop, create.agent, create.owner) {
+                (true, None, false) => TokenSpec::Desktop,
+                (false, None, true) => TokenSpec::Owner,
+                (false, Some(name), false) => TokenSpec::Agent {
+                    name,
+                    scopes: create.scopes.clone(),
+                },
+                _ => anyhow::bail!("choose exactly one of --desktop, --agent NAME, --owner"),
+            };
+            if !matches!(spec, TokenSpec::Agent { .. }) && !create.scopes.is_empty() {
+                anyhow::bail!("--scope applies to agent tokens only (--agent NAME)");
+            }
+            let token = admin::create_token(&app, &create.project, spec).await?;
+            print(args.json, &token, &token.token)
+        }
+        AdminCommand::Token(TokenCommand::Revoke { id }) => {
+            let revoked = admin::revoke_token(&app, &id).await?;
+            if !revoked.newly_revoked {
+                tracing::warn!(token_id = %revoked.token_id, "token was already revoked");
+            }
+            print(args.json, &revoked, &revoked.token_id)
+        }
+    }
+}
+
+fn print(json: bool, detail: &impl Serialize, plain: &str) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(detail)?);
+    } else {
+        println!("{plain}");
+    }
+    Ok(())
+}

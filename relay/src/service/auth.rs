@@ -1,0 +1,284 @@
+//! Bearer tokens: minting, hashing, checking, and the identities they carry.
+//!
+//! Tokens are 256 random bits shown once; the store keeps only their SHA-256. Every request
+//! looks its token up again, so a revocation takes effect on the very next request.
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+
+use super::AppState;
+use super::store::{StoreError, TokenKind, TokenRecord};
+
+/// Random bytes in a token's secret.
+const TOKEN_SECRET_BYTES: usize = 32;
+/// Longest text accepted as a token before hashing (a real one is far shorter).
+const MAX_TOKEN_CHARS: usize = 256;
+
+/// A permission an agent token can carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    /// Read sessions and runs: `osfoundry:read`.
+    Read,
+    /// Start and cancel runs: `osfoundry:run`.
+    Run,
+}
+
+impl Scope {
+    /// Every scope.
+    pub const ALL: [Scope; 2] = [Scope::Read, Scope::Run];
+
+    /// The OAuth scope string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Read => "osfoundry:read",
+            Scope::Run => "osfoundry:run",
+        }
+    }
+
+    /// Parses an OAuth scope string.
+    pub fn parse(text: &str) -> Option<Scope> {
+        Scope::ALL.into_iter().find(|scope| scope.as_str() == text)
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A connected agent, as its token says: one agent on one project.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentIdentity {
+    /// The token's id: the identity that owns the runs it starts.
+    pub token_id: String,
+    /// The agent's display name.
+    pub agent_name: String,
+    /// The one project it may use.
+    pub project_id: String,
+    /// The project's owner.
+    pub owner_id: String,
+    /// What it may do.
+    pub scopes: Vec<Scope>,
+}
+
+impl AgentIdentity {
+    /// Whether the token carries `scope`.
+    pub fn has_scope(&self, scope: Scope) -> bool {
+        self.scopes.contains(&scope)
+    }
+}
+
+/// One owner's desktop relay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesktopIdentity {
+    /// The token's id.
+    pub token_id: String,
+    /// The owner whose projects it may sync.
+    pub owner_id: String,
+}
+
+/// The owner acting through their own API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerIdentity {
+    /// The token's id.
+    pub token_id: String,
+    /// The owner.
+    pub owner_id: String,
+}
+
+/// Who a valid, unrevoked token speaks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// A connected agent.
+    Agent(AgentIdentity),
+    /// A desktop relay.
+    Desktop(DesktopIdentity),
+    /// An owner.
+    Owner(OwnerIdentity),
+}
+
+/// Why a token was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// No `Authorization: Bearer` header.
+    #[error("missing bearer token: send `Authorization: Bearer <token>`")]
+    Missing,
+    /// Unknown, malformed or revoked token.
+    #[error("the bearer token is unknown or revoked: ask the operator for a new one")]
+    Invalid,
+    /// A valid token of the wrong kind for this endpoint.
+    #[error("this is a {actual} token; this endpoint needs a {expected} token")]
+    WrongKind {
+        /// The kind presented.
+        actual: &'static str,
+        /// The kind needed.
+        expected: &'static str,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A freshly minted token: the text to show once, and its hash to store.
+#[derive(Debug, Clone)]
+pub struct MintedToken {
+    /// The token text; never stored.
+    pub text: String,
+    /// SHA-256 of the text, lowercase hex.
+    pub hash: String,
+}
+
+/// Mints a random token of `kind`; the prefix says the kind so an operator can tell them apart.
+pub fn mint_token(kind: TokenKind) -> Result<MintedToken, getrandom::Error> {
+    let mut secret = [0u8; TOKEN_SECRET_BYTES];
+    getrandom::fill(&mut secret)?;
+    let prefix = match kind {
+        TokenKind::Desktop => "grd_",
+        TokenKind::Agent => "gra_",
+        TokenKind::Owner => "gro_",
+    };
+    let text = format!("{prefix}{}", hex(&secret));
+    let hash = hash_token(&text);
+    Ok(MintedToken { text, hash })
+}
+
+/// SHA-256 of a token's text, lowercase hex: the only form the store keeps.
+pub fn hash_token(text: &str) -> String {
+    hex(&Sha256::digest(text.as_bytes()))
+}
+
+/// Whether `text` looks like a token (rather than a token id).
+pub fn looks_like_token(text: &str) -> bool {
+    ["grd_", "gra_", "gro_"]
+        .iter()
+        .any(|prefix| text.starts_with(prefix))
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    text
+}
+
+/// The token in an `Authorization` header value, if it is a bearer token.
+pub fn bearer_token(header: Option<&http::HeaderValue>) -> Option<&str> {
+    let value = header?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Checks a token against the store: it must exist and not be revoked.
+pub async fn authenticate(app: &AppState, token: Option<&str>) -> Result<Identity, AuthError> {
+    let token = token.ok_or(AuthError::Missing)?;
+    if token.chars().count() > MAX_TOKEN_CHARS {
+        return Err(AuthError::Invalid);
+    }
+    let record = app
+        .store
+        .token_by_hash(&hash_token(token))
+        .await?
+        .ok_or(AuthError::Invalid)?;
+    if record.revoked_at.is_some() {
+        return Err(AuthError::Invalid);
+    }
+    identity_of(record)
+}
+
+fn identity_of(record: TokenRecord) -> Result<Identity, AuthError> {
+    let corrupt = |what: &str| {
+        AuthError::Store(StoreError::Corrupt(format!(
+            "token {} has no {what}",
+            record.id
+        )))
+    };
+    Ok(match record.kind {
+        TokenKind::Agent => Identity::Agent(AgentIdentity {
+            project_id: record
+                .project_id
+                .clone()
+                .ok_or_else(|| corrupt("project"))?,
+            agent_name: record.agent_name.clone().unwrap_or_default(),
+            scopes: record
+                .scopes
+                .iter()
+                .filter_map(|s| Scope::parse(s))
+                .collect(),
+            owner_id: record.owner_id,
+            token_id: record.id,
+        }),
+        TokenKind::Desktop => Identity::Desktop(DesktopIdentity {
+            token_id: record.id,
+            owner_id: record.owner_id,
+        }),
+        TokenKind::Owner => Identity::Owner(OwnerIdentity {
+            token_id: record.id,
+            owner_id: record.owner_id,
+        }),
+    })
+}
+
+impl Identity {
+    fn kind_name(&self) -> &'static str {
+        match self {
+            Identity::Agent(_) => "agent",
+            Identity::Desktop(_) => "desktop",
+            Identity::Owner(_) => "owner",
+        }
+    }
+
+    /// The agent identity, or a wrong-kind error.
+    pub fn into_agent(self) -> Result<AgentIdentity, AuthError> {
+        match self {
+            Identity::Agent(agent) => Ok(agent),
+            other => Err(AuthError::WrongKind {
+                actual: other.kind_name(),
+                expected: "agent",
+            }),
+        }
+    }
+
+    /// The desktop identity, or a wrong-kind error.
+    pub fn into_desktop(self) -> Result<DesktopIdentity, AuthError> {
+        match self {
+            Identity::Desktop(desktop) => Ok(desktop),
+            other => Err(AuthError::WrongKind {
+                actual: other.kind_name(),
+                expected: "desktop",
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_random_prefixed_and_hashed() {
+        let a = mint_token(TokenKind::Agent).unwrap();
+        let b = mint_token(TokenKind::Agent).unwrap();
+        assert_ne!(a.text, b.text);
+        assert!(a.text.starts_with("gra_") && a.text.len() == 4 + 2 * TOKEN_SECRET_BYTES);
+        assert_eq!(a.hash, hash_token(&a.text));
+        assert_eq!(a.hash.len(), 64);
+        assert!(!a.hash.contains(&a.text[4..]));
+    }
+
+    #[test]
+    fn bearer_header_parsing() {
+        let header = |v: &str| http::HeaderValue::from_str(v).unwrap();
+        assert_eq!(bearer_token(Some(&header("Bearer abc"))), Some("abc"));
+        assert_eq!(bearer_token(Some(&header("bearer  abc "))), Some("abc"));
+        assert_eq!(bearer_token(Some(&header("Basic abc"))), None);
+        assert_eq!(bearer_token(Some(&header("Bearer "))), None);
+        assert_eq!(bearer_token(None), None);
+    }
+}

@@ -1,0 +1,98 @@
+//! Shared graph sessions: the desktop's sync replaces a project's snapshot; agents list it.
+
+use std::ops::RangeInclusive;
+
+use serde::Serialize;
+
+use super::AppState;
+use super::auth::{AgentIdentity, DesktopIdentity};
+use super::runs::{DesktopError, RunError};
+use crate::clock::Timestamp;
+use crate::protocol::{MAX_SYNC_COMMANDS, QueuedCommand, SessionMeta, SyncRequest, SyncResponse};
+
+/// Allowed `limit` of `list_graph_sessions`.
+pub const LIST_LIMIT: RangeInclusive<i64> = 1..=50;
+/// `limit` when the agent gives none.
+pub const DEFAULT_LIST_LIMIT: i64 = 20;
+
+/// What an agent sees of its project's shared sessions.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionList {
+    /// The project.
+    pub project_id: String,
+    /// Sessions the desktop's last sync uploaded.
+    pub sessions: Vec<SessionMeta>,
+    /// When the desktop last synced this project; `None` if it never did. Kept out of the
+    /// tool's structured answer, whose shape is the seed's `{project_id, sessions}`.
+    #[serde(skip)]
+    pub last_sync_at: Option<Timestamp>,
+}
+
+/// Lists up to `limit` sessions of `project_id`, which must be the agent's project.
+pub async fn list_sessions(
+    app: &AppState,
+    agent: &AgentIdentity,
+    project_id: &str,
+    limit: Option<i64>,
+) -> Result<SessionList, RunError> {
+    let limit = limit.unwrap_or(DEFAULT_LIST_LIMIT);
+    if !LIST_LIMIT.contains(&limit) {
+        return Err(RunError::Invalid(format!(
+            "limit must be between {} and {}, got {limit}",
+            LIST_LIMIT.start(),
+            LIST_LIMIT.end()
+        )));
+    }
+    if project_id != agent.project_id {
+        return Err(RunError::Invalid(format!(
+            "this connection is for project {}, not `{project_id}`: pass project_id \"{}\"",
+            agent.project_id, agent.project_id
+        )));
+    }
+    let limit = usize::try_from(limit).unwrap_or(1);
+    let snapshot = app.store.sessions(project_id, limit).await?;
+    Ok(SessionList {
+        project_id: project_id.to_owned(),
+        sessions: snapshot.sessions.into_iter().map(|s| s.meta).collect(),
+        last_sync_at: snapshot.last_sync_at,
+    })
+}
+
+/// Replaces the project's snapshot with the desktop's and returns its queued commands.
+pub async fn sync_project(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    request: SyncRequest,
+) -> Result<SyncResponse, DesktopError> {
+    request
+        .validate()
+        .map_err(|e| DesktopError::BadRequest(e.0))?;
+    let project = app.store.project(&request.project_id).await?;
+    if project.is_none_or(|project| project.owner_id != desktop.owner_id) {
+        return Err(DesktopError::Forbidden(format!(
+            "project `{}` is not one of this desktop's owner's projects: check the project id, or use the desktop token of the project's owner",
+            request.project_id
+        )));
+    }
+    let now = app.clock.now();
+    app.store
+        .replace_sessions(&request.project_id, request.sessions, now)
+        .await?;
+    let commands = app
+        .store
+        .queued_commands(&request.project_id, MAX_SYNC_COMMANDS)
+        .await?
+        .into_iter()
+        .map(|command| QueuedCommand {
+            command_id: command.id,
+            graph_session_id: command.graph_session_id,
+            slug: command.slug,
+            arguments: command.arguments,
+            created_at: command.created_at,
+        })
+        .collect();
+    Ok(SyncResponse {
+        project_id: request.project_id,
+        commands,
+    })
+}

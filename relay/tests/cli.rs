@@ -1,0 +1,211 @@
+//! The `relay` binary: admin commands print one plain value (or JSON with `--json`) and fail
+//! with a non-zero exit and a helpful message; `relay serve` serves MCP on its listener.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use common::{Era, mcp_client};
+use serde_json::Value;
+
+fn relay(db: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_relay"))
+        .arg("admin")
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("RELAY_DB")
+        .output()
+        .expect("run relay")
+}
+
+fn plain(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "relay failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout.clone()).expect("utf-8");
+    let lines: Vec<_> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one plain value on stdout: {stdout:?}");
+    lines[0].to_owned()
+}
+
+fn failure(output: &Output) -> String {
+    assert!(!output.status.success(), "expected a failure");
+    assert!(output.stdout.is_empty(), "nothing on stdout on failure");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn admin_commands_print_one_value_and_fail_clearly() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    let project = plain(&relay(&db, &["project", "create", "Demo"]));
+    assert!(uuid::Uuid::parse_str(&project).is_ok(), "{project}");
+    let desktop = plain(&relay(
+        &db,
+        &["token", "create", "--desktop", "--project", &project],
+    ));
+    assert!(desktop.starts_with("grd_"), "{desktop}");
+    let agent = plain(&relay(
+        &db,
+        &[
+            "token",
+            "create",
+            "--agent",
+            "claude",
+            "--project",
+            &project,
+            "--scope",
+            "osfoundry:read",
+            "--scope",
+            "osfoundry:run",
+        ],
+    ));
+    assert!(agent.starts_with("gra_"), "{agent}");
+    assert_ne!(agent, desktop);
+
+    let json = plain(&relay(
+        &db,
+        &[
+            "--json",
+            "token",
+            "create",
+            "--agent",
+            "reader",
+            "--project",
+            &project,
+            "--scope",
+            "osfoundry:read",
+        ],
+    ));
+    let detail: Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(detail["kind"], "agent");
+    assert_eq!(detail["scopes"], serde_json::json!(["osfoundry:read"]));
+    let token_id = detail["token_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        plain(&relay(&db, &["token", "revoke", &token_id])),
+        token_id
+    );
+    // The token text works as the id too.
+    let revoked = plain(&relay(&db, &["token", "revoke", &desktop, "--json"]));
+    assert_eq!(
+        serde_json::from_str::<Value>(&revoked).unwrap()["newly_revoked"],
+        true
+    );
+    let owned = plain(&relay(
+        &db,
+        &["--json", "project", "create", "Other", "--owner", "bob"],
+    ));
+    assert_eq!(
+        serde_json::from_str::<Value>(&owned).unwrap()["owner"],
+        "bob"
+    );
+
+    let message = failure(&relay(
+        &db,
+        &["token", "create", "--desktop", "--project", "nope"],
+    ));
+    assert!(message.contains("no project with id `nope`"), "{message}");
+    let message = failure(&relay(
+        &db,
+        &["token", "create", "--agent", "x", "--project", &project],
+    ));
+    assert!(message.contains("at least one --scope"), "{message}");
+    let message = failure(&relay(
+        &db,
+        &[
+            "token",
+            "create",
+            "--agent",
+            "x",
+            "--project",
+            &project,
+            "--scope",
+            "osfoundry:admin",
+        ],
+    ));
+    assert!(
+        message.contains("unknown scope `osfoundry:admin`"),
+        "{message}"
+    );
+    failure(&relay(
+        &db,
+        &[
+            "token",
+            "create",
+            "--desktop",
+            "--agent",
+            "x",
+            "--project",
+            &project,
+        ],
+    ));
+    failure(&relay(&db, &["token", "create", "--project", &project]));
+    let message = failure(&relay(&db, &["token", "revoke", "no-such-token"]));
+    assert!(message.contains("no token with id"), "{message}");
+    failure(&relay(&db, &["project", "create", " "]));
+}
+
+/// Kills the child it holds when dropped, so a failing test leaves no server behind.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_mcp_on_its_listener() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    let project = plain(&relay(&db, &["project", "create", "Demo"]));
+    let token = plain(&relay(
+        &db,
+        &[
+            "token",
+            "create",
+            "--agent",
+            "claude",
+            "--project",
+            &project,
+            "--scope",
+            "osfoundry:read",
+        ],
+    ));
+    let mut child = Child(
+        Command::new(env!("CARGO_BIN_EXE_relay"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+            .arg(&db)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start relay serve"),
+    );
+    let stderr = child.0.stderr.take().expect("stderr");
+    // The log pipe is closed once the URL shows up: the server must keep serving without it.
+    let url = tokio::task::spawn_blocking(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|line| {
+                let start = line.find("http://")?;
+                let end = line[start..].find("/mcp")? + start + 4;
+                Some(line[start..end].to_owned())
+            })
+    })
+    .await
+    .expect("read log")
+    .expect("relay serve logs its MCP URL");
+    let client = mcp_client(&url, &token, Era::Current).await;
+    assert_eq!(client.list_all_tools().await.expect("list").len(), 4);
+    client.cancel().await.expect("close");
+    drop(child);
+}

@@ -1,0 +1,114 @@
+//! The router is a plain tower service: it runs in-process with no socket, on tokio's paused
+//! time through the injected clock (what the simulator needs).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use relay::clock::{Timestamp, TokioClock};
+use relay::service::admin::{self, TokenSpec};
+use relay::service::store::SqliteStore;
+use relay::service::{AppState, ServiceConfig, router, runs};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+async fn post(app: &Arc<AppState>, token: &str, path: &str, body: Value) -> (StatusCode, Value) {
+    let request = Request::post(path)
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("request");
+    let response = router(app.clone())
+        .oneshot(request)
+        .await
+        .expect("answered");
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .expect("body");
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_router_runs_without_sockets_on_paused_time() {
+    let store = SqliteStore::open_in_memory().expect("store");
+    let clock = TokioClock::starting_at(Timestamp::from_unix_millis(1_794_130_200_000));
+    let app = AppState::new(Arc::new(store), Arc::new(clock), ServiceConfig::default());
+    let project = admin::create_project(&app, "p", None)
+        .await
+        .expect("project")
+        .project_id;
+    let desktop = admin::create_token(&app, &project, TokenSpec::Desktop)
+        .await
+        .expect("token")
+        .token;
+    let sync = "/external-assistants/graph-relays/sync";
+    let session = json!({"graph_session_id": format!("gs_{:032x}", 1), "name": "g", "slug": "g"});
+    let (status, body) = post(
+        &app,
+        &desktop,
+        sync,
+        json!({"project_id": project, "sessions": [session]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    // An agent's run, queued through the domain functions, reaches the desktop.
+    let agent = admin::create_token(
+        &app,
+        &project,
+        TokenSpec::Agent {
+            name: "a".into(),
+            scopes: vec!["osfoundry:run".into(), "osfoundry:read".into()],
+        },
+    )
+    .await
+    .expect("agent");
+    let identity = relay::service::auth::authenticate(&app, Some(&agent.token))
+        .await
+        .expect("auth")
+        .into_agent()
+        .expect("agent identity");
+    let request = runs::RunRequest {
+        graph_session_id: format!("gs_{:032x}", 1),
+        arguments: serde_json::Map::new(),
+        idempotency_key: "paused-key".into(),
+    };
+    let ticket = runs::queue_run(&app, &identity, request)
+        .await
+        .expect("queued");
+    tokio::time::advance(Duration::from_secs(20)).await;
+    let (_, body) = post(
+        &app,
+        &desktop,
+        sync,
+        json!({"project_id": project, "sessions": [session]}),
+    )
+    .await;
+    assert_eq!(
+        body["commands"][0]["command_id"],
+        json!(ticket.command_id.to_string())
+    );
+    let started = format!(
+        "/external-assistants/graph-relays/commands/{}/started",
+        ticket.command_id
+    );
+    assert_eq!(
+        post(&app, &desktop, &started, json!({"execution_id": "e"}))
+            .await
+            .0,
+        StatusCode::OK
+    );
+
+    // Virtual time drives the silence timeout.
+    tokio::time::advance(runs::DEFAULT_SILENCE_TIMEOUT + Duration::from_secs(1)).await;
+    let view = runs::get_run(&app, &identity, &ticket.command_id.to_string())
+        .await
+        .expect("run");
+    assert_eq!(view.status, relay::protocol::RunStatus::Failed);
+    assert_eq!(view.created_at.to_rfc3339(), "2026-11-08T09:30:00.000Z");
+}
