@@ -1,11 +1,14 @@
-//! The graph relay: the service that queues chat agents' graph runs for owners' desktops.
+//! The graph relay: the service that queues chat agents' graph runs for owners' desktops, and
+//! the desktop relay that picks them up over outbound HTTP and runs them in the sandbox.
 //!
 //! - [`protocol`]: wire types of the desktop API, shared by service and desktop.
 //! - [`clock`]: the injected source of time.
 //! - [`service`]: the axum app (MCP tools, auth, runs, desktop API, store).
+//! - [`desktop`]: the relay loop (poller, outbox, consent re-check, executor, bounding).
 
 #![warn(missing_docs)]
 
 pub mod clock;
+pub mod desktop;
 pub mod protocol;
 pub mod service;

@@ -1,5 +1,7 @@
 //! `relay`: the command-line shell over the relay library.
 
+mod desktop_cli;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,6 +29,8 @@ enum Command {
     Serve(ServeArgs),
     /// Operator actions on the service's database: projects and tokens.
     Admin(AdminArgs),
+    /// The desktop relay and its owner's controls: sessions, sharing, approvals, history.
+    Desktop(desktop_cli::DesktopArgs),
 }
 
 #[derive(Debug, Args)]
@@ -121,6 +125,7 @@ async fn main() -> Result<()> {
     let default_level = match cli.command {
         Command::Serve(_) => "info",
         Command::Admin(_) => "warn",
+        Command::Desktop(_) => "info",
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -135,6 +140,7 @@ async fn main() -> Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
         Command::Admin(args) => run_admin(args).await,
+        Command::Desktop(args) => desktop_cli::run(args).await,
     }
 }
 

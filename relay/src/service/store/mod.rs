@@ -285,7 +285,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreFuture<'a, bool>;
     /// Records a heartbeat for a running command; true if it was running.
     fn touch_running(&self, id: CommandId, now: Timestamp) -> StoreFuture<'_, bool>;
-    /// Up to `limit` queued commands of the project, oldest first.
+    /// Up to `limit` queued commands of the project, oldest first (ties in insertion order).
     fn queued_commands<'a>(
         &'a self,
         project_id: &'a str,

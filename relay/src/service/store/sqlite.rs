@@ -732,7 +732,7 @@ impl Store for SqliteStore {
                 .prepare(&format!(
                     "SELECT {COMMAND_COLUMNS} FROM commands \
                      WHERE project_id = ?1 AND status = 'queued' \
-                     ORDER BY created_at, id LIMIT ?2"
+                     ORDER BY created_at, rowid LIMIT ?2"
                 ))
                 .and_then(|mut statement| {
                     statement

@@ -1,0 +1,593 @@
+//! The desktop relay: outbound-only. Every pass it re-sends the outbox, syncs each enabled
+//! project (uploading the metadata of the sessions shared with it, at most 100) and runs the
+//! queued commands it gets back, one at a time, each after re-checking consent. SPEC.md §2.
+//!
+//! Passes run every [`DEFAULT_POLL_INTERVAL`] and right after a change to sharing; a pass that
+//! is due while the previous one is still busy is skipped (and counted). All waiting uses
+//! tokio's timers, so the simulator can drive the loop on paused time.
+
+pub mod api;
+pub mod approver;
+pub mod bounding;
+pub mod state;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use runner::engine::Engine;
+use runner::host::agents::AgentProvider;
+use runner::host::events::{Event, EventSink};
+use runner::host::graphs::{FolderCatalog, GraphSource};
+use runner::host::tools::ToolRegistry;
+use runner::run::{RunOptions, RunRequest, RunStatus, run_graph};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use self::api::{ApiError, DesktopApi, Started};
+use self::state::{DesktopState, OutboxEntry, StateError};
+use crate::clock::Clock;
+use crate::protocol::{CommandId, CompleteRequest, CompletionStatus, QueuedCommand, SyncRequest};
+
+/// The pass interval.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(20);
+/// How often a running command's cancel flag is read.
+pub const DEFAULT_CONTROL_INTERVAL: Duration = Duration::from_secs(3);
+/// How often the loop looks for sharing changes made by `relay desktop share` and friends.
+pub const SHARING_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+/// How long an `ask` tool waits for the owner by default.
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(600);
+/// A remote run's wall-clock deadline by default.
+pub const DEFAULT_GRAPH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// Most trace events kept per execution in the history.
+pub const MAX_TRACE_EVENTS: usize = 2000;
+/// The error of a command whose session is no longer shared (SPEC.md §2, exact text).
+pub const NOT_SHARED: &str = "Graph session is no longer shared with this project";
+
+/// Tunables of the relay loop.
+#[derive(Debug, Clone)]
+pub struct DesktopConfig {
+    /// Time between passes.
+    pub poll_interval: Duration,
+    /// Time between control polls of a running command.
+    pub control_interval: Duration,
+    /// Time between checks for sharing changes.
+    pub sharing_watch_interval: Duration,
+    /// How long an `ask` waits for the owner.
+    pub approval_timeout: Duration,
+    /// A run's deadline.
+    pub graph_timeout: Duration,
+    /// Token cap for each remote run.
+    pub token_cap: Option<u64>,
+    /// Agents of one run at once.
+    pub max_concurrency: usize,
+    /// The folder the fs tools may use (overrides the stored one).
+    pub folder: Option<PathBuf>,
+    /// Completions go through the persistent outbox. Only the simulator turns this off, to
+    /// show what is lost without it.
+    pub outbox: bool,
+}
+
+impl Default for DesktopConfig {
+    fn default() -> Self {
+        Self {
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            control_interval: DEFAULT_CONTROL_INTERVAL,
+            sharing_watch_interval: SHARING_WATCH_INTERVAL,
+            approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            graph_timeout: DEFAULT_GRAPH_TIMEOUT,
+            token_cap: None,
+            max_concurrency: runner::run::DEFAULT_MAX_CONCURRENCY,
+            folder: None,
+            outbox: true,
+        }
+    }
+}
+
+/// Counters a test (or the simulator) can read.
+#[derive(Debug, Default)]
+pub struct RelayStats {
+    /// Passes started.
+    pub passes: AtomicU64,
+    /// Passes skipped because the previous one was still busy.
+    pub passes_skipped: AtomicU64,
+    /// Commands executed (the graph actually ran).
+    pub executed: AtomicU64,
+    /// Commands refused by the consent re-check.
+    pub refused: AtomicU64,
+    /// Completions delivered (2xx).
+    pub delivered: AtomicU64,
+}
+
+/// What the relay needs to run graphs.
+pub struct Runtime {
+    /// The engine (the wasm sandbox by default).
+    pub engine: Arc<dyn Engine>,
+    /// Where agents run.
+    pub provider: Arc<dyn AgentProvider>,
+    /// Where run traces go live (the history keeps a copy of each).
+    pub events: Arc<dyn EventSink>,
+}
+
+/// The desktop relay.
+pub struct Relay {
+    state: DesktopState,
+    api: DesktopApi,
+    clock: Arc<dyn Clock>,
+    runtime: Runtime,
+    config: DesktopConfig,
+    stats: Arc<RelayStats>,
+    busy: AtomicBool,
+}
+
+/// Why the relay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// The state file failed.
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+impl Relay {
+    /// A relay over `state`, talking to the service through `api`.
+    pub fn new(
+        state: DesktopState,
+        api: DesktopApi,
+        clock: Arc<dyn Clock>,
+        runtime: Runtime,
+        config: DesktopConfig,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            state,
+            api,
+            clock,
+            runtime,
+            config,
+            stats: Arc::new(RelayStats::default()),
+            busy: AtomicBool::new(false),
+        })
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Arc<RelayStats> {
+        &self.stats
+    }
+
+    /// The state.
+    pub fn state(&self) -> &DesktopState {
+        &self.state
+    }
+
+    /// Runs passes until `shutdown` fires: one at once, then every poll interval and right
+    /// after each sharing change. A running graph is stopped on shutdown and reported failed.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), RelayError> {
+        self.recover_unfinished().await?;
+        let mut ticker = tokio::time::interval(self.config.poll_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut watch = tokio::time::interval(self.config.sharing_watch_interval);
+        watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut sharing = self.state.sharing_version()?;
+        let mut passes = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                _ = ticker.tick() => self.clone().trigger(&mut passes, &shutdown),
+                _ = watch.tick() => {
+                    let now = self.state.sharing_version()?;
+                    if now != sharing {
+                        sharing = now;
+                        tracing::info!("sharing changed: running a pass now");
+                        self.clone().trigger(&mut passes, &shutdown);
+                    }
+                }
+                Some(_) = passes.join_next(), if !passes.is_empty() => {}
+            }
+        }
+        while passes.join_next().await.is_some() {}
+        Ok(())
+    }
+
+    /// Starts a pass unless the previous one is still busy (then it is skipped and counted).
+    fn trigger(
+        self: Arc<Self>,
+        passes: &mut tokio::task::JoinSet<()>,
+        shutdown: &CancellationToken,
+    ) {
+        if self.busy.swap(true, Ordering::SeqCst) {
+            self.stats.passes_skipped.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!("the previous pass is still busy: skipping this one");
+            return;
+        }
+        let shutdown = shutdown.clone();
+        passes.spawn(async move {
+            self.pass(&shutdown).await;
+            self.busy.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// One pass: outbox first, then each enabled project's sync and its commands, serially.
+    pub async fn pass(&self, shutdown: &CancellationToken) {
+        self.stats.passes.fetch_add(1, Ordering::Relaxed);
+        self.deliver_outbox().await;
+        let projects = match self.state.enabled_projects() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!("cannot read the enabled projects: {e}");
+                return;
+            }
+        };
+        for project in projects {
+            if shutdown.is_cancelled() {
+                return;
+            }
+            let commands = match self.sync(&project).await {
+                Ok(commands) => commands,
+                Err(e) => {
+                    tracing::warn!(project, "sync failed: {e}");
+                    continue;
+                }
+            };
+            for command in commands {
+                if shutdown.is_cancelled() {
+                    return;
+                }
+                if let Err(e) = self.handle(&project, command, shutdown).await {
+                    tracing::error!(project, "a command could not be handled: {e}");
+                }
+            }
+        }
+    }
+
+    async fn sync(&self, project: &str) -> Result<Vec<QueuedCommand>, String> {
+        let sessions = self
+            .state
+            .shared_sessions(project)
+            .map_err(|e| e.to_string())?;
+        let request = SyncRequest {
+            project_id: project.to_owned(),
+            sessions: sessions.iter().map(|s| s.meta()).collect(),
+        };
+        let raw = self.api.sync(&request).await.map_err(|e| e.to_string())?;
+        let mut commands = Vec::with_capacity(raw.len());
+        for command in raw {
+            match command.validate() {
+                Ok(command) => commands.push(command),
+                // Refused before anything is written.
+                Err(reason) => tracing::warn!(project, "ignoring a malformed command: {reason}"),
+            }
+        }
+        Ok(commands)
+    }
+
+    /// Re-sends every completion the service has not acknowledged.
+    pub async fn deliver_outbox(&self) {
+        let entries = match self.state.outbox() {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::error!("cannot read the outbox: {e}");
+                return;
+            }
+        };
+        for entry in entries {
+            self.deliver(&entry).await;
+        }
+    }
+
+    /// Posts one completion; removes it from the outbox on a 2xx, or on an answer that can
+    /// never change (a 409 for a conflicting completion is logged and dropped).
+    async fn deliver(&self, entry: &OutboxEntry) -> bool {
+        match self.api.complete(&entry.command_id, &entry.body).await {
+            Ok(answer) => {
+                self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(command = %entry.command_id, replayed = answer.replayed, "completion delivered");
+                self.forget(&entry.command_id);
+                true
+            }
+            Err(e) if !e.is_retryable() => {
+                tracing::error!(command = %entry.command_id, "the service refused the completion for good, dropping it: {e}");
+                self.forget(&entry.command_id);
+                false
+            }
+            Err(e) => {
+                tracing::warn!(command = %entry.command_id, attempts = entry.attempts + 1, "completion not delivered, will retry next pass: {e}");
+                if let Err(e2) = self
+                    .state
+                    .note_outbox_failure(&entry.command_id, &e.to_string())
+                {
+                    tracing::error!("cannot update the outbox: {e2}");
+                }
+                false
+            }
+        }
+    }
+
+    fn forget(&self, command_id: &CommandId) {
+        if let Err(e) = self.state.remove_from_outbox(command_id) {
+            tracing::error!(command = %command_id, "cannot remove a delivered completion from the outbox: {e}");
+        }
+    }
+
+    /// Records the end of an execution and posts it: through the outbox (written first, in the
+    /// same transaction as the history), or directly when the outbox is off.
+    async fn complete(
+        &self,
+        command_id: &CommandId,
+        full_result: Option<&Value>,
+        trace: Option<&Value>,
+        completion: CompleteRequest,
+    ) -> Result<(), RelayError> {
+        self.state.finish_execution(
+            command_id,
+            full_result,
+            trace,
+            &completion,
+            self.clock.now(),
+        )?;
+        let entry = OutboxEntry {
+            command_id: *command_id,
+            body: completion,
+            attempts: 0,
+        };
+        if self.config.outbox {
+            self.deliver(&entry).await;
+        } else {
+            self.forget(command_id);
+            if let Err(e) = self.api.complete(&entry.command_id, &entry.body).await {
+                tracing::warn!(command = %command_id, "completion lost (no outbox): {e}");
+            } else {
+                self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Executions that began and never finished (the relay stopped while they ran) are
+    /// reported failed, through the outbox.
+    async fn recover_unfinished(&self) -> Result<(), RelayError> {
+        for (execution_id, command_id) in self.state.unfinished_executions()? {
+            tracing::warn!(command = %command_id, "reporting a run the relay stopped during as failed");
+            let completion = bounding::completion(
+                &execution_id,
+                CompletionStatus::Failed,
+                None,
+                0,
+                0.0,
+                Some("the desktop relay stopped while this graph was running"),
+            );
+            self.state
+                .finish_execution(&command_id, None, None, &completion, self.clock.now())?;
+        }
+        Ok(())
+    }
+
+    /// Handles one command: consent re-check, `started`, the run with its control poll, and
+    /// the bounded completion.
+    async fn handle(
+        &self,
+        project: &str,
+        command: QueuedCommand,
+        shutdown: &CancellationToken,
+    ) -> Result<(), RelayError> {
+        let execution_id = uuid::Uuid::new_v4().to_string();
+        let id = command.command_id;
+        let channel = format!("graph:external:{id}");
+        let Some(session) =
+            self.state
+                .consented_session(project, &command.graph_session_id, &command.slug)?
+        else {
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(%channel, "consent re-check failed: {NOT_SHARED}");
+            self.state.begin_execution(
+                &execution_id,
+                &id,
+                project,
+                &command.graph_session_id,
+                &command.slug,
+                self.clock.now(),
+            )?;
+            let completion = bounding::completion(
+                &execution_id,
+                CompletionStatus::Cancelled,
+                None,
+                0,
+                0.0,
+                Some(NOT_SHARED),
+            );
+            return self.complete(&id, None, None, completion).await;
+        };
+
+        self.state.begin_execution(
+            &execution_id,
+            &id,
+            project,
+            &session.id,
+            &session.slug,
+            self.clock.now(),
+        )?;
+        let cancel_requested = match self.api.started(&id, &execution_id).await {
+            Ok(Started::Go { cancel_requested }) => cancel_requested,
+            Ok(Started::Refused(reason)) => {
+                tracing::info!(%channel, "the service says not to run it: {reason}");
+                self.state.forget_execution(&execution_id)?;
+                return Ok(());
+            }
+            Err(e) => {
+                // The command stays queued on the service and comes back next pass.
+                tracing::warn!(%channel, "cannot report the start, not running it now: {e}");
+                self.state.forget_execution(&execution_id)?;
+                return Ok(());
+            }
+        };
+        tracing::info!(%channel, slug = %session.slug, execution = %execution_id, "running");
+
+        let cancel = CancellationToken::new();
+        let cancel_seen = Arc::new(AtomicBool::new(cancel_requested));
+        if cancel_requested {
+            cancel.cancel();
+        }
+        let control = tokio::spawn(control_poll(
+            self.api.clone(),
+            id,
+            self.config.control_interval,
+            cancel.clone(),
+            cancel_seen.clone(),
+        ));
+        let stop_on_shutdown = {
+            let cancel = cancel.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                shutdown.cancelled().await;
+                cancel.cancel();
+            })
+        };
+
+        let trace = Arc::new(TraceKeeper::default());
+        let options = self.run_options(trace.clone())?;
+        let request = RunRequest {
+            script: session.script.clone().into(),
+            args: Value::Object(command.arguments.clone()),
+            graph: session.slug.clone(),
+            run_id: Some(execution_id.clone()),
+        };
+        self.stats.executed.fetch_add(1, Ordering::Relaxed);
+        let outcome = run_graph(request, &options, cancel.clone()).await;
+        control.abort();
+        stop_on_shutdown.abort();
+
+        // Once a cancel was seen the outcome is `cancelled`, even if the graph finished between
+        // the flag and the stop.
+        let (status, error) = if cancel_seen.load(Ordering::SeqCst) {
+            (
+                CompletionStatus::Cancelled,
+                Some("Cancelled by the agent".to_owned()),
+            )
+        } else if shutdown.is_cancelled() && outcome.status == RunStatus::Cancelled {
+            (
+                CompletionStatus::Failed,
+                Some("the desktop relay was stopped while this graph was running".to_owned()),
+            )
+        } else {
+            let status = match outcome.status {
+                RunStatus::Completed => CompletionStatus::Completed,
+                RunStatus::Failed => CompletionStatus::Failed,
+                RunStatus::Cancelled => CompletionStatus::Cancelled,
+            };
+            (status, outcome.error.clone())
+        };
+        let result = (status == CompletionStatus::Completed)
+            .then(|| outcome.result.clone())
+            .flatten();
+        let completion = bounding::completion(
+            &execution_id,
+            status,
+            result,
+            outcome.total_tokens,
+            outcome.reported_cost,
+            error.as_deref(),
+        );
+        tracing::info!(%channel, status = ?completion.status, truncated = completion.result_truncated, "finished");
+        let trace = trace.to_json();
+        self.complete(&id, outcome.result.as_ref(), Some(&trace), completion)
+            .await
+    }
+
+    fn run_options(&self, trace: Arc<TraceKeeper>) -> Result<RunOptions, RelayError> {
+        let mut options = RunOptions::new(self.runtime.engine.clone());
+        options.provider = self.runtime.provider.clone();
+        let folder = match &self.config.folder {
+            Some(folder) => Some(folder.clone()),
+            None => self.state.folder()?,
+        };
+        options.tools = match ToolRegistry::standard(folder) {
+            Ok(tools) => tools,
+            Err(e) => {
+                tracing::warn!("the fs tools are unavailable: {e}");
+                ToolRegistry::standard(None).unwrap_or_default()
+            }
+        };
+        options.policy = self.state.policy()?;
+        options.approver = Arc::new(approver::OwnerApprover::new(
+            self.state.clone(),
+            self.clock.clone(),
+        ));
+        options.approval_timeout = self.config.approval_timeout;
+        let mut catalog = FolderCatalog::default();
+        for session in self.state.sessions()? {
+            catalog.insert(GraphSource {
+                meta: graph_js::Meta {
+                    name: session.name.clone(),
+                    slug: session.slug.clone(),
+                    version: session.version.clone(),
+                    description: session.description.clone(),
+                },
+                script: session.script.clone().into(),
+            });
+        }
+        options.catalog = Arc::new(catalog);
+        options.token_cap = self.config.token_cap;
+        options.max_concurrency = self.config.max_concurrency;
+        options.timeout = self.config.graph_timeout;
+        options.events = Arc::new(runner::host::events::FanOut(vec![
+            self.runtime.events.clone(),
+            trace,
+        ]));
+        Ok(options)
+    }
+}
+
+/// Reads the cancel flag every `interval` until it is set; then stops the run, once.
+async fn control_poll(
+    api: DesktopApi,
+    id: CommandId,
+    interval: Duration,
+    cancel: CancellationToken,
+    seen: Arc<AtomicBool>,
+) {
+    loop {
+        tokio::time::sleep(interval).await;
+        match api.control(&id).await {
+            Ok(true) => {
+                if !seen.swap(true, Ordering::SeqCst) {
+                    tracing::info!(command = %id, "cancel requested: stopping the run");
+                    cancel.cancel();
+                }
+                return;
+            }
+            Ok(false) => {}
+            Err(ApiError::Unreachable(e)) => {
+                tracing::debug!(command = %id, "control poll failed, trying again: {e}")
+            }
+            Err(e) => tracing::warn!(command = %id, "control poll refused: {e}"),
+        }
+    }
+}
+
+/// Keeps a run's first [`MAX_TRACE_EVENTS`] events for the history.
+#[derive(Default)]
+struct TraceKeeper {
+    events: Mutex<Vec<Event>>,
+}
+
+impl TraceKeeper {
+    fn to_json(&self) -> Value {
+        let events = self
+            .events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        serde_json::to_value(&*events).unwrap_or(Value::Null)
+    }
+}
+
+impl EventSink for TraceKeeper {
+    fn emit(&self, event: &Event) {
+        let mut events = self
+            .events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if events.len() < MAX_TRACE_EVENTS {
+            events.push(event.clone());
+        }
+    }
+}

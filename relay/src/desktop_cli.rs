@@ -1,0 +1,379 @@
+//! `relay desktop ...`: the owner's side, over the desktop's own state file.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use relay::clock::{Clock, SystemClock};
+use relay::desktop::api::{DesktopApi, HttpTransport};
+use relay::desktop::state::DesktopState;
+use relay::desktop::{DesktopConfig, Relay, Runtime};
+use relay::protocol::GraphSessionId;
+use runner::engine::EngineKind;
+use runner::host::agents::{AgentProvider, NoProvider};
+use runner::host::approvals::Policy;
+use runner::host::mock::MockProvider;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Args)]
+pub struct DesktopArgs {
+    /// The desktop's state file (sessions, sharing, outbox, history).
+    #[arg(
+        long,
+        env = "RELAY_DESKTOP_STATE",
+        default_value = "desktop.db",
+        global = true
+    )]
+    state: PathBuf,
+    #[command(subcommand)]
+    command: DesktopCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum DesktopCommand {
+    /// Graph sessions stored on this desktop.
+    #[command(subcommand)]
+    Session(SessionCommand),
+    /// Projects this desktop serves.
+    #[command(subcommand)]
+    Project(ProjectCommand),
+    /// Share (check) a session with a project.
+    Share(ShareArgs),
+    /// Stop sharing a session with a project.
+    Unshare(ShareArgs),
+    /// Tool calls waiting for your approval in remotely started runs.
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
+    /// Per-tool approval policy (tools not listed are denied).
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// Show, or set, the only folder the fs tools may use.
+    Folder {
+        /// The folder to set.
+        dir: Option<PathBuf>,
+    },
+    /// Past executions, newest first, with their full results.
+    History {
+        /// Print JSON (one array).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the relay: pick up queued commands and run them.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum SessionCommand {
+    /// Store a graph (or update the session with the same slug); prints its `gs_` id.
+    Add {
+        /// The graph file.
+        file: PathBuf,
+        /// Display name (default: the graph's meta.name).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List the sessions.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a session (and unshare it everywhere).
+    Remove {
+        /// The session id.
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ProjectCommand {
+    /// Serve this project (sync it every pass).
+    Enable {
+        /// The project id.
+        id: String,
+    },
+    /// Stop serving this project.
+    Disable {
+        /// The project id.
+        id: String,
+    },
+    /// List projects and whether they are enabled.
+    List,
+}
+
+#[derive(Debug, Args)]
+struct ShareArgs {
+    /// The project id.
+    #[arg(long)]
+    project: String,
+    /// The session id (`gs_...`).
+    #[arg(long)]
+    session: String,
+}
+
+#[derive(Debug, Subcommand)]
+enum ApprovalsCommand {
+    /// List pending approvals (`--all` for decided ones too).
+    List {
+        /// Include decided and expired ones.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a pending tool call.
+    Approve {
+        /// The approval id.
+        id: String,
+    },
+    /// Deny a pending tool call.
+    Deny {
+        /// The approval id.
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyCommand {
+    /// Set a tool's policy: allow, ask or deny.
+    Set {
+        /// The tool (e.g. fs.write).
+        tool: String,
+        /// allow, ask or deny.
+        policy: Policy,
+    },
+    /// List the policies.
+    List,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The service's base URL.
+    #[arg(long, env = "RELAY_SERVICE_URL")]
+    service: String,
+    /// The desktop token (`relay admin token create --desktop`).
+    #[arg(long, env = "RELAY_DESKTOP_TOKEN", hide_env_values = true)]
+    token: String,
+    /// Seconds between passes.
+    #[arg(long = "poll-interval", default_value_t = 20.0)]
+    poll_interval: f64,
+    /// Seconds between cancel-flag reads of a running command.
+    #[arg(long = "control-interval", default_value_t = 3.0)]
+    control_interval: f64,
+    /// The engine: the wasm sandbox, or boa in-process (trusted graphs only).
+    #[arg(long, value_enum, default_value_t = EngineKind::Wasm)]
+    engine: EngineKind,
+    /// Mock agent provider replies file.
+    #[arg(long)]
+    replies: Option<PathBuf>,
+    /// The only folder the fs tools may use (default: `relay desktop folder`).
+    #[arg(long)]
+    folder: Option<PathBuf>,
+    /// Seconds an `ask` tool waits for your approval; no answer is a denial.
+    #[arg(long = "approval-timeout", default_value_t = 600.0)]
+    approval_timeout: f64,
+    /// Seconds a remote run may take.
+    #[arg(long = "graph-timeout", default_value_t = 1800.0)]
+    graph_timeout: f64,
+    /// Token cap for each remote run.
+    #[arg(long = "max-tokens")]
+    max_tokens: Option<u64>,
+}
+
+fn seconds(name: &str, value: f64) -> Result<Duration> {
+    if !(value.is_finite() && value > 0.0 && value <= 86_400.0) {
+        bail!("{name} must be a number of seconds above 0 and at most 86400");
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+fn session_id(text: &str) -> Result<GraphSessionId> {
+    text.parse()
+        .map_err(|e: relay::protocol::InvalidInput| anyhow::anyhow!(e.0))
+}
+
+pub async fn run(args: DesktopArgs) -> Result<()> {
+    let state = DesktopState::open(&args.state)
+        .with_context(|| format!("cannot use the desktop state {}", args.state.display()))?;
+    let clock = SystemClock;
+    match args.command {
+        DesktopCommand::Session(SessionCommand::Add { file, name }) => {
+            let id = add_session(&state, &file, name.as_deref(), clock.now()).await?;
+            println!("{id}");
+        }
+        DesktopCommand::Session(SessionCommand::List { json }) => {
+            let sessions = state.sessions()?;
+            if json {
+                println!("{}", serde_json::to_string(&sessions)?);
+            } else {
+                for s in sessions {
+                    println!("{}  {}  {}  {}", s.id, s.slug, s.version, s.name);
+                }
+            }
+        }
+        DesktopCommand::Session(SessionCommand::Remove { id }) => {
+            state.remove_session(&session_id(&id)?)?;
+            println!("{id}");
+        }
+        DesktopCommand::Project(ProjectCommand::Enable { id }) => {
+            state.set_project_enabled(&id, true, clock.now())?;
+            println!("{id}");
+        }
+        DesktopCommand::Project(ProjectCommand::Disable { id }) => {
+            state.set_project_enabled(&id, false, clock.now())?;
+            println!("{id}");
+        }
+        DesktopCommand::Project(ProjectCommand::List) => {
+            for (id, enabled) in state.projects()? {
+                println!("{id}  {}", if enabled { "enabled" } else { "disabled" });
+            }
+        }
+        DesktopCommand::Share(share) => {
+            state.share(&share.project, &session_id(&share.session)?, clock.now())?;
+            println!("{}", share.session);
+        }
+        DesktopCommand::Unshare(share) => {
+            state.unshare(&share.project, &session_id(&share.session)?)?;
+            println!("{}", share.session);
+        }
+        DesktopCommand::Approvals(ApprovalsCommand::List { all, json }) => {
+            let approvals = state.approvals(all)?;
+            if json {
+                println!("{}", serde_json::to_string(&approvals)?);
+            } else {
+                for a in approvals {
+                    println!(
+                        "{}  {}  {}  {}  {}",
+                        a.id, a.status, a.tool, a.execution_id, a.args
+                    );
+                }
+            }
+        }
+        DesktopCommand::Approvals(ApprovalsCommand::Approve { id }) => {
+            decide(&state, &id, "approved", clock.now())?;
+        }
+        DesktopCommand::Approvals(ApprovalsCommand::Deny { id }) => {
+            decide(&state, &id, "denied", clock.now())?;
+        }
+        DesktopCommand::Policy(PolicyCommand::Set { tool, policy }) => {
+            state.set_policy(&tool, policy)?;
+            println!("{tool} {}", policy.as_str());
+        }
+        DesktopCommand::Policy(PolicyCommand::List) => {
+            for (tool, policy) in state.policy()?.iter() {
+                println!("{tool} {}", policy.as_str());
+            }
+        }
+        DesktopCommand::Folder { dir } => {
+            if let Some(dir) = dir {
+                state.set_folder(&dir)?;
+            }
+            match state.folder()? {
+                Some(folder) => println!("{}", folder.display()),
+                None => bail!("no folder is set: `relay desktop folder DIR` sets one"),
+            }
+        }
+        DesktopCommand::History { json } => {
+            let history = state.history()?;
+            if json {
+                println!("{}", serde_json::to_string(&history)?);
+            } else {
+                for h in history {
+                    let detail = match (&h.error, &h.result) {
+                        (Some(e), _) => e.clone(),
+                        (None, Some(r)) => {
+                            let text = r.to_string();
+                            text.chars().take(120).collect()
+                        }
+                        (None, None) => String::new(),
+                    };
+                    println!(
+                        "{}  {}  {}  {}  {} tokens{}  {}",
+                        h.execution_id,
+                        h.command_id,
+                        h.slug,
+                        h.status,
+                        h.total_tokens,
+                        if h.result_truncated {
+                            "  (posted truncated)"
+                        } else {
+                            ""
+                        },
+                        detail
+                    );
+                }
+            }
+        }
+        DesktopCommand::Run(run) => run_relay(state, run).await?,
+    }
+    Ok(())
+}
+
+fn decide(
+    state: &DesktopState,
+    id: &str,
+    decision: &str,
+    now: relay::clock::Timestamp,
+) -> Result<()> {
+    if state.decide(id, decision, now)? {
+        println!("{id}");
+        Ok(())
+    } else {
+        bail!("no pending approval {id}: see `relay desktop approvals list` (it may have expired)")
+    }
+}
+
+/// Reads a graph, checks its `meta` in the sandbox and stores it.
+pub async fn add_session(
+    state: &DesktopState,
+    file: &Path,
+    name: Option<&str>,
+    now: relay::clock::Timestamp,
+) -> Result<GraphSessionId> {
+    let script = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read the graph {}", file.display()))?;
+    let engine = EngineKind::Wasm.build()?;
+    let meta = engine
+        .describe(script.clone().into())
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    Ok(state.upsert_session(&meta, &script, name, now)?)
+}
+
+async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
+    let config = DesktopConfig {
+        poll_interval: seconds("--poll-interval", args.poll_interval)?,
+        control_interval: seconds("--control-interval", args.control_interval)?,
+        approval_timeout: seconds("--approval-timeout", args.approval_timeout)?,
+        graph_timeout: seconds("--graph-timeout", args.graph_timeout)?,
+        token_cap: args.max_tokens,
+        folder: args.folder,
+        ..DesktopConfig::default()
+    };
+    let provider: Arc<dyn AgentProvider> = match &args.replies {
+        Some(path) => Arc::new(MockProvider::from_file(path)?),
+        None => Arc::new(NoProvider),
+    };
+    let transport = HttpTransport::new(&args.service).map_err(|e| anyhow::anyhow!(e))?;
+    let api = DesktopApi::new(Arc::new(transport), &args.token);
+    let runtime = Runtime {
+        engine: args.engine.build()?,
+        provider,
+        events: Arc::new(runner::trace::TracePrinter::stderr()),
+    };
+    let relay = Relay::new(state, api, Arc::new(SystemClock), runtime, config);
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            tracing::info!("stopping the relay");
+            on_signal.cancel();
+        }
+    });
+    tracing::info!(service = %args.service, "desktop relay running; Ctrl-C stops it");
+    relay.run(shutdown).await?;
+    Ok(())
+}
