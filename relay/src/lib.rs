@@ -5,10 +5,12 @@
 //! - [`clock`]: the injected source of time.
 //! - [`service`]: the axum app (MCP tools, auth, runs, desktop API, store).
 //! - [`desktop`]: the relay loop (poller, outbox, consent re-check, executor, bounding).
+//! - [`demo`]: the whole product on one machine, with a self-check through MCP.
 
 #![warn(missing_docs)]
 
 pub mod clock;
+pub mod demo;
 pub mod desktop;
 pub mod protocol;
 pub mod service;

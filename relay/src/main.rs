@@ -31,6 +31,25 @@ enum Command {
     Admin(AdminArgs),
     /// The desktop relay and its owner's controls: sessions, sharing, approvals, history.
     Desktop(desktop_cli::DesktopArgs),
+    /// Everything on one machine: a service, a desktop relay with the example graphs, an agent
+    /// token, and a self-check through MCP; then it keeps running for any MCP client.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+struct DemoArgs {
+    /// Run the self-check and exit with its status.
+    #[arg(long)]
+    once: bool,
+    /// The folder of example graphs.
+    #[arg(long, default_value = "graphs")]
+    graphs: PathBuf,
+    /// The mock agent replies (default: GRAPHS/replies/demo.json).
+    #[arg(long)]
+    replies: Option<PathBuf>,
+    /// The engine that runs the graphs.
+    #[arg(long, value_enum, default_value_t = runner::engine::EngineKind::Wasm)]
+    engine: runner::engine::EngineKind,
 }
 
 #[derive(Debug, Args)]
@@ -126,6 +145,7 @@ async fn main() -> Result<()> {
         Command::Serve(_) => "info",
         Command::Admin(_) => "warn",
         Command::Desktop(_) => "info",
+        Command::Demo(_) => "warn",
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -141,7 +161,44 @@ async fn main() -> Result<()> {
         Command::Serve(args) => serve(args).await,
         Command::Admin(args) => run_admin(args).await,
         Command::Desktop(args) => desktop_cli::run(args).await,
+        Command::Demo(args) => demo(args).await,
     }
+}
+
+async fn demo(args: DemoArgs) -> Result<()> {
+    let options = relay::demo::DemoOptions {
+        replies: args
+            .replies
+            .clone()
+            .unwrap_or_else(|| args.graphs.join("replies").join("demo.json")),
+        graphs: args.graphs,
+        engine: args.engine,
+    };
+    let demo = relay::demo::Demo::start(&options).await?;
+    let checked = demo.self_check().await;
+    match &checked {
+        Ok(run) => eprintln!(
+            "demo: self-check passed: {}",
+            serde_json::to_string(&run["result"])?
+        ),
+        Err(e) => eprintln!("demo: {e}"),
+    }
+    if args.once {
+        demo.stop().await;
+        checked?;
+        return Ok(());
+    }
+    println!("MCP URL: {}", demo.mcp_url);
+    println!("Token:   {}", demo.agent_token);
+    eprintln!(
+        "demo: connect any MCP client (e.g. the MCP Inspector) with that URL and bearer token; Ctrl-C stops everything"
+    );
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+    eprintln!("demo: stopping");
+    demo.stop().await;
+    Ok(())
 }
 
 async fn open_state(db: &Path, config: ServiceConfig) -> Result<Arc<AppState>> {
