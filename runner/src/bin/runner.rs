@@ -284,12 +284,12 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     options.events = Arc::new(TracePrinter::stderr());
 
     let cancel = CancellationToken::new();
+    let interrupted = interrupt_listener()?;
     let on_interrupt = cancel.clone();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("interrupted: cancelling the run");
-            on_interrupt.cancel();
-        }
+        interrupted.await;
+        eprintln!("interrupted: cancelling the run");
+        on_interrupt.cancel();
     });
     let graph = args
         .file
@@ -320,6 +320,27 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         RunStatus::Failed => ExitCode::from(EXIT_FAILED),
         RunStatus::Cancelled => ExitCode::from(EXIT_CANCELLED),
     })
+}
+
+/// Listens for Ctrl-C from now on: the handler is installed before the run starts, so an
+/// interrupt that arrives early still cancels the run instead of killing the process.
+fn interrupt_listener() -> anyhow::Result<impl std::future::Future<Output = ()> + Send> {
+    #[cfg(unix)]
+    {
+        let mut signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .context("cannot listen for Ctrl-C")?;
+        Ok(async move {
+            signal.recv().await;
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(async {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
+    }
 }
 
 /// The one JSON object `runner run` prints, in this field order.
