@@ -15,6 +15,7 @@ use runner::engine::EngineKind;
 use runner::host::agents::{AgentProvider, NoProvider};
 use runner::host::approvals::Policy;
 use runner::host::mock::MockProvider;
+use runner::host::providers::ProviderArgs;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Args)]
@@ -61,7 +62,8 @@ enum DesktopCommand {
         json: bool,
     },
     /// Run the relay: pick up queued commands and run them.
-    Run(RunArgs),
+    // Boxed: the provider flags make it much larger than the other commands.
+    Run(Box<RunArgs>),
 }
 
 #[derive(Debug, Subcommand)]
@@ -167,8 +169,11 @@ struct RunArgs {
     #[arg(long, value_enum, default_value_t = EngineKind::Wasm)]
     engine: EngineKind,
     /// Mock agent provider replies file.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["provider", "providers"])]
     replies: Option<PathBuf>,
+    /// Real agent providers (the same flags and providers file as `runner run`).
+    #[command(flatten)]
+    providers: ProviderArgs,
     /// The only folder the fs tools may use (default: `relay desktop folder`).
     #[arg(long)]
     folder: Option<PathBuf>,
@@ -307,7 +312,7 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
                 }
             }
         }
-        DesktopCommand::Run(run) => run_relay(state, run).await?,
+        DesktopCommand::Run(run) => run_relay(state, *run).await?,
     }
     Ok(())
 }
@@ -355,7 +360,10 @@ async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
     };
     let provider: Arc<dyn AgentProvider> = match &args.replies {
         Some(path) => Arc::new(MockProvider::from_file(path)?),
-        None => Arc::new(NoProvider),
+        None => args
+            .providers
+            .build()?
+            .unwrap_or_else(|| Arc::new(NoProvider)),
     };
     let transport = HttpTransport::new(&args.service).map_err(|e| anyhow::anyhow!(e))?;
     let api = DesktopApi::new(Arc::new(transport), &args.token);

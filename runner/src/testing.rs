@@ -196,10 +196,12 @@ pub fn find_tests(dir: &Path) -> Result<Vec<PathBuf>, TestError> {
 }
 
 /// Runs every test of `dir` on `engine`, reporting each case to `on_case` as it finishes.
+/// Cases without `replies` run their agents on `provider` (none: agents fail).
 pub async fn run_dir(
     dir: &Path,
     engine: Arc<dyn Engine>,
     events: Arc<dyn EventSink>,
+    provider: Option<Arc<dyn AgentProvider>>,
     mut on_case: impl FnMut(&CaseReport),
 ) -> Result<Vec<CaseReport>, TestError> {
     let catalog: Arc<dyn Catalog> =
@@ -211,7 +213,7 @@ pub async fn run_dir(
         );
     let mut reports = Vec::new();
     for file in find_tests(dir)? {
-        for report in run_file(&file, &engine, &catalog, &events).await {
+        for report in run_file(&file, &engine, &catalog, &events, provider.as_ref()).await {
             on_case(&report);
             reports.push(report);
         }
@@ -229,6 +231,7 @@ async fn run_file(
     engine: &Arc<dyn Engine>,
     catalog: &Arc<dyn Catalog>,
     events: &Arc<dyn EventSink>,
+    provider: Option<&Arc<dyn AgentProvider>>,
 ) -> Vec<CaseReport> {
     let stem = file_stem(file);
     let broken = |problem: String| {
@@ -260,11 +263,20 @@ async fn run_file(
             .clone()
             .or_else(|| default_graph.clone())
             .unwrap_or_else(|| format!("{stem}.js"));
-        let (problems, outcome) =
-            match run_case(&case, &base.join(&graph), base, engine, catalog, events).await {
-                Ok(outcome) => (check(&case.expect, &outcome.0, &outcome.1), Some(outcome.0)),
-                Err(problem) => (vec![problem], None),
-            };
+        let (problems, outcome) = match run_case(
+            &case,
+            &base.join(&graph),
+            base,
+            engine,
+            catalog,
+            events,
+            provider,
+        )
+        .await
+        {
+            Ok(outcome) => (check(&case.expect, &outcome.0, &outcome.1), Some(outcome.0)),
+            Err(problem) => (vec![problem], None),
+        };
         reports.push(CaseReport {
             file: file.to_path_buf(),
             name,
@@ -282,6 +294,7 @@ async fn run_case(
     engine: &Arc<dyn Engine>,
     catalog: &Arc<dyn Catalog>,
     events: &Arc<dyn EventSink>,
+    run_provider: Option<&Arc<dyn AgentProvider>>,
 ) -> Result<(RunOutcome, tempfile::TempDir), String> {
     let script = std::fs::read_to_string(graph)
         .map_err(|e| format!("cannot read the graph {}: {e}", graph.display()))?;
@@ -301,7 +314,7 @@ async fn run_case(
         (None, Some(file)) => Some(Arc::new(
             MockProvider::from_file(&base.join(file)).map_err(|e| e.to_string())?,
         )),
-        (None, None) => None,
+        (None, None) => run_provider.cloned(),
     };
     let mut policy = ApprovalPolicy::default();
     for (tools, p) in [

@@ -61,6 +61,7 @@ pub fn describe(kind: &EventKind) -> Option<String> {
             turn,
             tokens,
             tool_calls,
+            ..
         } => {
             if tool_calls.is_empty() && *turn == 1 {
                 return None;
@@ -70,7 +71,11 @@ pub fn describe(kind: &EventKind) -> Option<String> {
             } else {
                 format!(
                     "agent #{handle} turn {turn}: {tokens} tokens, calls {}",
-                    tool_calls.join(", ")
+                    tool_calls
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )
             }
         }

@@ -11,10 +11,12 @@ use clap::{Parser, Subcommand};
 use runner::engine::boa::BoaEngine;
 use runner::engine::wasm::{WasmEngine, WasmLimits};
 use runner::engine::{Engine, EngineKind};
+use runner::host::agents::AgentProvider;
 use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
 use runner::host::events::{EventSink, NullSink};
 use runner::host::graphs::FolderCatalog;
 use runner::host::mock::MockProvider;
+use runner::host::providers::ProviderArgs;
 use runner::host::tools::ToolRegistry;
 use runner::run::{MAX_CONCURRENCY, RunOptions, RunRequest, RunStatus, run_graph};
 use runner::trace::TracePrinter;
@@ -57,6 +59,9 @@ enum Command {
         /// Print every run's trace too.
         #[arg(long)]
         verbose: bool,
+        /// Agents of cases without `replies` use this provider (see `runner run --help`).
+        #[command(flatten)]
+        providers: ProviderArgs,
     },
     /// Compile a graph into a self-contained, pre-initialized wasm component.
     Build {
@@ -149,8 +154,10 @@ struct RunArgs {
     #[command(flatten)]
     engine: EngineArgs,
     /// Mock provider replies file (see the README).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["provider", "providers"])]
     replies: Option<PathBuf>,
+    #[command(flatten)]
+    providers: ProviderArgs,
     /// Hard token cap for the whole run.
     #[arg(long = "max-tokens")]
     max_tokens: Option<u64>,
@@ -208,7 +215,8 @@ fn main() -> ExitCode {
                 dir,
                 engine,
                 verbose,
-            } => match test(&dir, &engine, verbose).await {
+                providers,
+            } => match test(&dir, &engine, verbose, &providers).await {
                 Ok(code) => code,
                 Err(e) => usage_error(&e),
             },
@@ -249,6 +257,8 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut options = RunOptions::new(engine);
     if let Some(path) = &args.replies {
         options.provider = Arc::new(MockProvider::from_file(path)?);
+    } else if let Some(provider) = args.providers.build()? {
+        options.provider = provider;
     }
     options.tools = ToolRegistry::standard(args.folder.clone())
         .map_err(|e| anyhow::anyhow!("--folder: {}", e.message))?;
@@ -408,7 +418,13 @@ async fn build(file: &Path, output: &Path) -> ExitCode {
     }
 }
 
-async fn test(dir: &Path, engine: &EngineArgs, verbose: bool) -> anyhow::Result<ExitCode> {
+async fn test(
+    dir: &Path,
+    engine: &EngineArgs,
+    verbose: bool,
+    providers: &ProviderArgs,
+) -> anyhow::Result<ExitCode> {
+    let provider: Option<Arc<dyn AgentProvider>> = providers.build()?;
     let tests = runner::testing::find_tests(dir)?;
     if tests.is_empty() {
         bail!("no *.test.json files in {}", dir.display());
@@ -424,7 +440,7 @@ async fn test(dir: &Path, engine: &EngineArgs, verbose: bool) -> anyhow::Result<
         dir.display(),
         engine.engine
     );
-    let reports = runner::testing::run_dir(dir, engine.build(None)?, events, |report| {
+    let reports = runner::testing::run_dir(dir, engine.build(None)?, events, provider, |report| {
         if report.passed() {
             println!("PASS {}", report.name);
         } else {

@@ -1,6 +1,8 @@
 //! Agents: the provider trait (one model turn at a time, so a tool loop can run between turns
-//! on the host, through the same approvals as `g.tool`), the loop itself, and the providers
-//! that need no network (the deterministic mock, and "none configured").
+//! on the host, through the same approvals as `g.tool`), the loop itself, and the provider used
+//! when none is configured. The real providers are [`super::openai`] and [`super::anthropic`],
+//! chosen by model name through [`super::providers`]; the deterministic mock is
+//! [`super::mock`].
 
 use std::sync::Arc;
 
@@ -15,6 +17,9 @@ use super::approvals::BoxFuture;
 pub const DEFAULT_MAX_TURNS: u32 = 8;
 /// Upper bound on `maxTurns`.
 pub const MAX_TURNS: u32 = 32;
+/// Most tool calls one model turn may ask for; a turn asking for more fails the agent (no model
+/// needs more, and each call may be an approval prompt for the owner).
+pub const MAX_TOOL_CALLS_PER_TURN: usize = 16;
 
 /// Who said a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +59,9 @@ pub struct Message {
     /// Which call this answers, on tool messages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// On tool messages: the call was refused or failed (the content says why).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
 }
 
 impl Message {
@@ -64,6 +72,7 @@ impl Message {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            is_error: false,
         }
     }
 }
@@ -82,7 +91,8 @@ pub struct ToolSpec {
 /// One request for one model turn.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnRequest {
-    /// The model asked for (provider-specific name, already stripped of any `provider:`).
+    /// The model as the graph named it: `provider:model`, a bare name, or none. A provider set
+    /// ([`super::providers::ProviderSet`]) resolves it and hands its provider the bare model.
     pub model: Option<String>,
     /// The conversation so far.
     pub messages: Vec<Message>,
@@ -184,6 +194,13 @@ pub type ProgressFn<'a> = &'a (dyn Fn(ProviderProgress) + Send + Sync);
 
 /// A model provider: answers one turn at a time.
 pub trait AgentProvider: Send + Sync {
+    /// Checks, before an agent starts, that this provider can serve `model` (as the graph named
+    /// it): an unknown provider or model is `invalid` at once, not after a slot and a request.
+    fn check_model(&self, model: Option<&str>) -> Result<(), ProviderError> {
+        let _ = model;
+        Ok(())
+    }
+
     /// Answers `request`. Must stop promptly (with a `cancelled` error) once `cancel` fires.
     fn turn<'a>(
         &'a self,
@@ -207,7 +224,7 @@ impl AgentProvider for NoProvider {
         Box::pin(async {
             Err(ProviderError::new(
                 FailureCode::Invalid,
-                "no agent provider is configured: pass --replies FILE to use the mock provider",
+                "no agent provider is configured: pass --provider openai|anthropic --model NAME, --providers FILE, or --replies FILE for the mock provider",
             ))
         })
     }
@@ -239,7 +256,7 @@ pub trait AgentContext: Send + Sync {
     fn call_tool<'a>(&'a self, name: &'a str, args: Value)
     -> BoxFuture<'a, Result<Value, Failure>>;
     /// Reports a finished turn.
-    fn on_turn(&self, turn: u32, tokens: u64, tool_calls: Vec<String>);
+    fn on_turn(&self, turn_number: u32, turn: &Turn);
     /// Reports provider progress.
     fn on_progress(&self, progress: ProviderProgress);
 }
@@ -259,6 +276,8 @@ pub struct AgentReply {
     pub cost: f64,
     /// Turns taken.
     pub turns: u32,
+    /// Why the last turn's generation stopped (`stop`, `length`, ...).
+    pub finish_reason: String,
 }
 
 /// Runs one agent: a single turn, or with `tools` a loop of turns and tool calls, until a final
@@ -279,10 +298,6 @@ pub async fn run_agent(
     }
     messages.push(Message::new(Role::User, request.prompt.clone()));
     let offered: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
-    let model = request
-        .model
-        .as_deref()
-        .map(|m| m.split_once(':').map_or(m, |(_, name)| name).to_owned());
     let mut tokens = 0u64;
     let mut cost = 0.0f64;
     let mut max_tokens = first_max_tokens;
@@ -291,7 +306,7 @@ pub async fn run_agent(
             max_tokens = context.admit(request.max_tokens)?;
         }
         let turn_request = TurnRequest {
-            model: model.clone(),
+            model: request.model.clone(),
             messages: messages.clone(),
             tools: tools.clone(),
             max_tokens,
@@ -306,11 +321,7 @@ pub async fn run_agent(
         context.record(turn.usage, turn.cost);
         tokens = tokens.saturating_add(turn.usage.total());
         cost += turn.cost;
-        context.on_turn(
-            turn_number,
-            turn.usage.total(),
-            turn.tool_calls.iter().map(|c| c.name.clone()).collect(),
-        );
+        context.on_turn(turn_number, &turn);
         if turn.tool_calls.is_empty() {
             return Ok(AgentReply {
                 text: turn.text,
@@ -319,7 +330,14 @@ pub async fn run_agent(
                 model: turn.model,
                 cost,
                 turns: turn_number,
+                finish_reason: turn.finish_reason,
             });
+        }
+        if turn.tool_calls.len() > MAX_TOOL_CALLS_PER_TURN {
+            return Err(Failure::failed(format!(
+                "the model asked for {} tool calls in one turn, over the limit of {MAX_TOOL_CALLS_PER_TURN}",
+                turn.tool_calls.len()
+            )));
         }
         if turn_number == max_turns {
             return Err(Failure::failed(format!(
@@ -331,6 +349,7 @@ pub async fn run_agent(
             content: turn.text.clone(),
             tool_calls: turn.tool_calls.clone(),
             tool_call_id: None,
+            is_error: false,
         });
         for call in &turn.tool_calls {
             let outcome = if offered.iter().any(|name| name == &call.name) {
@@ -341,19 +360,21 @@ pub async fn run_agent(
                     call.name
                 )))
             };
-            let content = match outcome {
-                Ok(value) => value.to_string(),
+            let (content, is_error) = match outcome {
+                Ok(value) => (value.to_string(), false),
                 Err(failure) if failure.code == FailureCode::Cancelled => return Err(failure),
-                Err(failure) => {
+                Err(failure) => (
                     serde_json::json!({"error": failure.code.as_str(), "message": failure.message})
-                        .to_string()
-                }
+                        .to_string(),
+                    true,
+                ),
             };
             messages.push(Message {
                 role: Role::Tool,
                 content,
                 tool_calls: Vec::new(),
                 tool_call_id: Some(call.id.clone()),
+                is_error,
             });
         }
         if let Some(exhausted) = context.exhausted() {

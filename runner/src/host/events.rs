@@ -53,10 +53,18 @@ pub enum EventKind {
         handle: u32,
         /// Turn number, from 1.
         turn: u32,
-        /// Tokens of this turn.
+        /// Tokens of this turn (input plus output, as the provider reported them).
         tokens: u64,
+        /// Prompt tokens of this turn.
+        input_tokens: u64,
+        /// Generated tokens of this turn.
+        output_tokens: u64,
+        /// The model that answered.
+        model: String,
+        /// Why generation stopped (`stop`, `length`, `tool_calls`).
+        finish_reason: String,
         /// Tool calls the model asked for in this turn.
-        tool_calls: Vec<String>,
+        tool_calls: Vec<TurnToolCall>,
     },
     /// Streaming progress of a reply being generated.
     AgentProgress {
@@ -141,6 +149,15 @@ pub enum EventKind {
         /// The error, if any.
         error: Option<String>,
     },
+}
+
+/// A tool call as the trace shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TurnToolCall {
+    /// The tool.
+    pub name: String,
+    /// The arguments the model gave.
+    pub arguments: serde_json::Value,
 }
 
 /// An event with when (since the run started) and where (graph nesting depth) it happened.

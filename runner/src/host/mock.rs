@@ -280,7 +280,11 @@ impl AgentProvider for MockProvider {
                 tool_calls,
                 usage,
                 cost: entry.cost.unwrap_or(0.0),
-                model: request.model.clone().unwrap_or_else(|| "mock".to_owned()),
+                // The graph may name `provider:model`; the mock answers as the model part.
+                model: request.model.as_deref().map_or_else(
+                    || "mock".to_owned(),
+                    |m| m.split_once(':').map_or(m, |(_, name)| name).to_owned(),
+                ),
                 finish_reason: finish_reason.to_owned(),
             })
         })

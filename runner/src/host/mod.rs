@@ -3,11 +3,16 @@
 //! hand out handles, deliver each outcome once through `wait_any`).
 
 pub mod agents;
+pub mod anthropic;
 pub mod approvals;
 pub mod budget;
 pub mod events;
 pub mod graphs;
+pub mod http;
 pub mod mock;
+pub mod openai;
+pub mod providers;
+pub mod sse;
 pub mod tools;
 
 use std::collections::{HashMap, HashSet};
@@ -22,7 +27,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::Engine;
-use agents::{AgentContext, AgentProvider, ProviderProgress, Usage};
+use agents::{AgentContext, AgentProvider, ProviderProgress, Turn, Usage};
 use approvals::{ApprovalRequest, Approvals, BoxFuture, Checked};
 use budget::Budget;
 use events::{EventKind, Events};
@@ -265,6 +270,10 @@ impl Invocation {
     /// `start-agent`.
     pub fn start_agent(&mut self, request: AgentRequest) -> Result<u32, Failure> {
         agents::validate(&request)?;
+        self.run
+            .provider
+            .check_model(request.model.as_deref())
+            .map_err(Failure::from)?;
         let mut specs = Vec::with_capacity(request.tools.len());
         for name in &request.tools {
             let tool = self.run.tools.get(name).ok_or_else(|| {
@@ -574,14 +583,25 @@ impl AgentContext for AgentCtx {
         Box::pin(self.run.call_tool(self.depth, name, args))
     }
 
-    fn on_turn(&self, turn: u32, tokens: u64, tool_calls: Vec<String>) {
+    fn on_turn(&self, turn_number: u32, turn: &Turn) {
         self.run.events.emit(
             self.depth,
             EventKind::AgentTurn {
                 handle: self.handle,
-                turn,
-                tokens,
-                tool_calls,
+                turn: turn_number,
+                tokens: turn.usage.total(),
+                input_tokens: turn.usage.input_tokens,
+                output_tokens: turn.usage.output_tokens,
+                model: turn.model.clone(),
+                finish_reason: turn.finish_reason.clone(),
+                tool_calls: turn
+                    .tool_calls
+                    .iter()
+                    .map(|c| events::TurnToolCall {
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                    })
+                    .collect(),
             },
         );
     }

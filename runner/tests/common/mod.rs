@@ -1,6 +1,9 @@
 //! Helpers shared by the runner's integration tests.
 #![allow(dead_code)]
 
+pub mod llm;
+pub mod server;
+
 use std::sync::Arc;
 
 use runner::engine::{Engine, EngineKind};
@@ -77,4 +80,107 @@ pub fn max_in_flight(events: &[Event]) -> usize {
         }
     }
     max
+}
+
+/// The in-process engine: provider tests are about providers, and boa starts at once.
+pub fn boa() -> Arc<dyn Engine> {
+    EngineKind::Boa.build().expect("boa")
+}
+
+/// Options running agents on `provider`, with a collecting trace.
+pub fn options_with(
+    engine: Arc<dyn Engine>,
+    provider: Arc<dyn runner::host::agents::AgentProvider>,
+) -> (RunOptions, Arc<CollectingSink>) {
+    let sink = Arc::new(CollectingSink::default());
+    let mut options = RunOptions::new(engine);
+    options.provider = provider;
+    options.events = sink.clone();
+    (options, sink)
+}
+
+/// An OpenAI-compatible entry called `name` at `base_url` with default model `model`, and quick
+/// retries (the waits are not what these tests check).
+pub fn openai_entry(
+    name: &str,
+    base_url: &str,
+    model: &str,
+) -> runner::host::providers::ProviderConfig {
+    use runner::host::providers::{ProviderConfig, ProviderKind};
+    let mut config = ProviderConfig::new(name, ProviderKind::OpenAi);
+    config.base_url = base_url.to_owned();
+    config.model = Some(model.to_owned());
+    config.temperature = Some(0.0);
+    config.retry.initial_backoff = std::time::Duration::from_millis(10);
+    config.retry.max_backoff = std::time::Duration::from_millis(50);
+    config
+}
+
+/// A provider set of `entries` (the first is the default).
+pub fn provider_set(
+    entries: Vec<runner::host::providers::ProviderConfig>,
+) -> Arc<runner::host::providers::ProviderSet> {
+    let mut set = runner::host::providers::ProviderSet::default();
+    let first = entries.first().map(|e| e.name.clone());
+    for entry in entries {
+        set.add(entry).expect("valid entry");
+    }
+    if let Some(first) = first {
+        set.set_default(&first).expect("default");
+    }
+    Arc::new(set)
+}
+
+/// A streamed OpenAI chat completion: `text`, then `stop`, then usage, then `[DONE]`.
+pub fn openai_reply(text: &str, prompt_tokens: u64, completion_tokens: u64) -> server::Scripted {
+    let chunks = [
+        serde_json::json!({"id": "c1", "object": "chat.completion.chunk", "model": "canned",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": null}]}),
+        serde_json::json!({"id": "c1", "object": "chat.completion.chunk", "model": "canned",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        serde_json::json!({"id": "c1", "object": "chat.completion.chunk", "model": "canned", "choices": [],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens}}),
+    ];
+    let mut body: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+    body.push_str("data: [DONE]\n\n");
+    server::Scripted::sse_text(body)
+}
+
+/// Cancels a token when the first event matching a predicate is emitted (and records all).
+pub struct CancelOn {
+    pub events: CollectingSink,
+    pub cancel: CancellationToken,
+    pub when: Box<dyn Fn(&EventKind) -> bool + Send + Sync>,
+}
+
+impl runner::host::events::EventSink for CancelOn {
+    fn emit(&self, event: &Event) {
+        runner::host::events::EventSink::emit(&self.events, event);
+        if (self.when)(&event.kind) {
+            self.cancel.cancel();
+        }
+    }
+}
+
+/// The agent turns of a trace.
+pub fn turns(events: &[Event]) -> Vec<&EventKind> {
+    events
+        .iter()
+        .map(|e| &e.kind)
+        .filter(|k| matches!(k, EventKind::AgentTurn { .. }))
+        .collect()
+}
+
+/// The retry events of a trace, as `(attempt, reason)`.
+pub fn retries(events: &[Event]) -> Vec<(u32, String)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::AgentRetry {
+                attempt, reason, ..
+            } => Some((*attempt, reason.clone())),
+            _ => None,
+        })
+        .collect()
 }
