@@ -79,7 +79,9 @@ pub fn describe(kind: &EventKind) -> Option<String> {
                 )
             }
         }
-        EventKind::AgentProgress { .. } => return None,
+        EventKind::AgentProgress { handle, chars } => {
+            format!("agent #{handle} generating: {chars} characters so far")
+        }
         EventKind::AgentRetry {
             handle,
             attempt,

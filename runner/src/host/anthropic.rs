@@ -51,8 +51,8 @@ impl AnthropicProvider {
         let uri = endpoint(&config.base_url, MESSAGES_PATH)
             .map_err(|reason| ProviderConfigError::entry(&config.name, reason))?;
         let credential = Credential::of(&config);
-        let client =
-            HttpClient::new().map_err(|reason| ProviderConfigError::entry(&config.name, reason))?;
+        let client = HttpClient::new(config.connect_timeout)
+            .map_err(|reason| ProviderConfigError::entry(&config.name, reason))?;
         Ok(Self {
             config,
             uri,

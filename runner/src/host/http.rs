@@ -36,8 +36,12 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 /// Upper bound on the configured per-request timeout.
 pub const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
-/// Time allowed to open a TCP connection.
+/// Time allowed to open a connection, by default: TCP and, for https, the TLS handshake (a
+/// server that accepts TCP and never answers a TLS hello would otherwise hold a request until
+/// the per-request timeout).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Upper bound on the configured connect timeout.
+pub const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Largest answer read from a provider (a streamed reply sends every token wrapped in JSON, so
 /// this is far above any reply text a model is allowed to generate).
 pub const MAX_RESPONSE_BYTES: usize = 32 * 1024 * 1024;
@@ -223,7 +227,52 @@ where
     }
 }
 
-type Connector = HttpsConnector<HttpConnector>;
+/// The https-or-http connector with a bound on the whole connection set-up.
+#[derive(Clone)]
+struct Connector {
+    inner: HttpsConnector<HttpConnector>,
+    timeout: Duration,
+}
+
+type Connecting = std::pin::Pin<
+    Box<
+        dyn Future<
+                Output = Result<
+                    <HttpsConnector<HttpConnector> as tower::Service<Uri>>::Response,
+                    BoxError,
+                >,
+            > + Send,
+    >,
+>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower::Service<Uri> for Connector {
+    type Response = <HttpsConnector<HttpConnector> as tower::Service<Uri>>::Response;
+    type Error = BoxError;
+    type Future = Connecting;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connecting = self.inner.call(uri);
+        let timeout = self.timeout;
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, connecting).await {
+                Ok(connected) => connected,
+                Err(_) => Err(format!(
+                    "no connection within {} s (TCP connect and TLS handshake)",
+                    timeout.as_secs_f64()
+                )
+                .into()),
+            }
+        })
+    }
+}
 
 /// An HTTP client for one provider: http and https (rustls, ring, the system's roots), HTTP/1.1
 /// with a connection pool.
@@ -261,19 +310,23 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
 }
 
 impl HttpClient {
-    /// A client with its own connection pool.
-    pub(crate) fn new() -> Result<Self, String> {
+    /// A client with its own connection pool; opening a connection may take `connect_timeout`.
+    pub(crate) fn new(connect_timeout: Duration) -> Result<Self, String> {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
-        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        http.set_connect_timeout(Some(connect_timeout));
         http.set_nodelay(true);
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config((*tls_config()?).clone())
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
+        let connector = Connector {
+            inner: https,
+            timeout: connect_timeout,
+        };
         Ok(Self {
-            client: Client::builder(TokioExecutor::new()).build(https),
+            client: Client::builder(TokioExecutor::new()).build(connector),
         })
     }
 
@@ -516,8 +569,8 @@ pub(crate) fn endpoint(base_url: &str, path: &str) -> Result<Uri, String> {
 }
 
 /// Reports reply progress at most every this many characters (plus the first), so a long
-/// reply does not flood the trace with one event per token.
-pub const PROGRESS_STEP_CHARS: usize = 64;
+/// reply shows a line now and then in the trace instead of one event per token.
+pub const PROGRESS_STEP_CHARS: usize = 256;
 
 /// Tracks reply characters and reports them through `progress` in steps.
 pub(crate) struct ProgressMeter<'a> {

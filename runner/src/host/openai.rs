@@ -44,8 +44,8 @@ impl OpenAiProvider {
         let uri = endpoint(&config.base_url, CHAT_COMPLETIONS_PATH)
             .map_err(|reason| ProviderConfigError::entry(&config.name, reason))?;
         let credential = Credential::of(&config);
-        let client =
-            HttpClient::new().map_err(|reason| ProviderConfigError::entry(&config.name, reason))?;
+        let client = HttpClient::new(config.connect_timeout)
+            .map_err(|reason| ProviderConfigError::entry(&config.name, reason))?;
         Ok(Self {
             config,
             uri,

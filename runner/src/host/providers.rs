@@ -36,7 +36,10 @@ use super::agents::{
 };
 use super::anthropic::AnthropicProvider;
 use super::approvals::BoxFuture;
-use super::http::{ApiKey, DEFAULT_REQUEST_TIMEOUT, MAX_REQUEST_TIMEOUT, MAX_RETRIES, RetryPolicy};
+use super::http::{
+    ApiKey, CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, MAX_CONNECT_TIMEOUT, MAX_REQUEST_TIMEOUT,
+    MAX_RETRIES, RetryPolicy,
+};
 use super::mock::CHARS_PER_TOKEN;
 use super::openai::OpenAiProvider;
 
@@ -174,6 +177,8 @@ pub struct ProviderConfig {
     pub temperature: Option<f64>,
     /// Per-request timeout.
     pub timeout: Duration,
+    /// Time to open a connection (TCP and TLS).
+    pub connect_timeout: Duration,
     /// Retries and backoff.
     pub retry: RetryPolicy,
     /// Stream replies (progress in the trace while generating).
@@ -200,6 +205,7 @@ impl ProviderConfig {
             api_key: None,
             temperature: None,
             timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: CONNECT_TIMEOUT,
             retry: RetryPolicy::default(),
             stream: true,
             max_tokens_field: MaxTokensField::default(),
@@ -270,6 +276,12 @@ impl ProviderConfig {
             return Err(format!(
                 "the request timeout must be above 0 and at most {} s",
                 MAX_REQUEST_TIMEOUT.as_secs()
+            ));
+        }
+        if self.connect_timeout.is_zero() || self.connect_timeout > MAX_CONNECT_TIMEOUT {
+            return Err(format!(
+                "the connect timeout must be above 0 and at most {} s",
+                MAX_CONNECT_TIMEOUT.as_secs()
             ));
         }
         if self.retry.max_retries > MAX_RETRIES {
@@ -393,6 +405,8 @@ struct EntryIn {
     #[serde(default)]
     timeout_secs: Option<f64>,
     #[serde(default)]
+    connect_timeout_secs: Option<f64>,
+    #[serde(default)]
     max_retries: Option<u32>,
     #[serde(default)]
     stream: Option<bool>,
@@ -432,6 +446,15 @@ impl EntryIn {
                 ));
             }
             config.timeout = Duration::from_secs_f64(secs);
+        }
+        if let Some(secs) = self.connect_timeout_secs {
+            if !(secs.is_finite() && secs > 0.0 && secs <= MAX_CONNECT_TIMEOUT.as_secs_f64()) {
+                return Err(format!(
+                    "connect_timeout_secs must be above 0 and at most {}, got {secs}",
+                    MAX_CONNECT_TIMEOUT.as_secs()
+                ));
+            }
+            config.connect_timeout = Duration::from_secs_f64(secs);
         }
         if let Some(n) = self.max_retries {
             config.retry.max_retries = n;
@@ -1039,6 +1062,14 @@ model = "claude-haiku-4-5"
                 "timeout_secs",
             ),
             (
+                "[providers.x]\nkind = \"openai\"\ntimeout_secs = 3600.5\n",
+                "timeout_secs",
+            ),
+            (
+                "[providers.x]\nkind = \"openai\"\nconnect_timeout_secs = 121\n",
+                "connect_timeout_secs",
+            ),
+            (
                 "[providers.x]\nkind = \"openai\"\nmax_retries = 11\n",
                 "max_retries",
             ),
@@ -1059,7 +1090,10 @@ model = "claude-haiku-4-5"
             assert!(error.contains(needle), "{text:?}: {error}");
         }
         assert!(
-            ProviderSet::parse("[providers.x]\nkind = \"openai\"\nmax_retries = 10\n").is_ok(),
+            ProviderSet::parse(
+                "[providers.x]\nkind = \"openai\"\nmax_retries = 10\ntimeout_secs = 3600\nconnect_timeout_secs = 120\n"
+            )
+            .is_ok(),
             "at the limit"
         );
     }
