@@ -44,7 +44,10 @@ fn local_entry(proxy: &TestServer) -> ProviderConfig {
 fn server_usage(records: &[Record]) -> Vec<(u64, u64)> {
     records
         .iter()
-        .map(|r| r.openai_usage().expect("the server reported usage"))
+        .map(|r| {
+            r.openai_usage()
+                .unwrap_or_else(|| panic!("the server reported no usage: {r:?}"))
+        })
         .collect()
 }
 
@@ -246,10 +249,22 @@ async fn tool_run(
     path: &str,
     max_turns: u32,
 ) -> ToolRun {
+    tool_run_capped(proxy, folder, allow, path, max_turns, None).await
+}
+
+async fn tool_run_capped(
+    proxy: &TestServer,
+    folder: &std::path::Path,
+    allow: bool,
+    path: &str,
+    max_turns: u32,
+    token_cap: Option<u64>,
+) -> ToolRun {
     let (mut options, sink) = common::options_with(
         common::boa(),
         common::provider_set(vec![local_entry(proxy)]),
     );
+    options.token_cap = token_cap;
     options.tools = ToolRegistry::standard(Some(folder.to_path_buf())).expect("tools");
     if allow {
         options.policy.set("fs.write", Policy::Allow);
@@ -411,6 +426,35 @@ async fn max_turns_bounds_the_loop() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_used_up_by_a_turn_ends_the_loop_budget_exhausted() {
+    let Some((_llm, proxy)) = model_behind_proxy(Vec::new()).await else {
+        return;
+    };
+    let folder = tempfile::tempdir().expect("tempdir");
+    // The offered tool's schema alone makes the first prompt far longer than this.
+    let cap = 100;
+    let run = tool_run_capped(&proxy, folder.path(), true, "note.txt", 8, Some(cap)).await;
+    assert_first_turn_calls_the_tool(&run, "note.txt");
+    assert_eq!(run.records.len(), 1, "no second turn was sent");
+    let (prompt, completion) = run.records[0].openai_usage().expect("usage");
+    assert!(prompt + completion >= cap);
+    assert_eq!(
+        run.records[0].body["max_tokens"], cap,
+        "clipped to the budget"
+    );
+    assert_eq!(run.result["ok"], false);
+    assert_eq!(run.result["code"], "budget_exhausted", "{}", run.result);
+    assert!(
+        run.result["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&format!("{} of {cap} tokens", prompt + completion))),
+        "real counts: {}",
+        run.result
+    );
+    assert_eq!(common::turns(&run.events).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_during_a_generation_ends_the_run_cancelled_and_drops_the_request() {
     let Some((llm, proxy)) = model_behind_proxy(Vec::new()).await else {
         return;
@@ -496,6 +540,42 @@ async fn a_429_in_front_of_the_model_is_retried_once() {
     let retries = common::retries(&sink.events());
     assert_eq!(retries.len(), 1);
     assert!(retries[0].1.contains("429"), "{retries:?}");
+}
+
+/// Straight to llama-server, no proxy: it closes the connection after every streamed reply
+/// (while announcing keep-alive), and a turn sent at once on a kept connection used to fail
+/// into a retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn back_to_back_turns_on_the_server_itself_need_no_retry() {
+    let Some(llm) = common::llm::local_llm().await else {
+        return;
+    };
+    let (options, sink) = common::options_with(
+        common::boa(),
+        common::provider_set(vec![common::openai_entry("local", &llm.base_url, MODEL)]),
+    );
+    let script = r#"export default async function (a, g) {
+        const tokens = [];
+        for (let i = 0; i < 8; i++) {
+          tokens.push((await g.agent({prompt: `Say one word (${i}).`, maxTokens: 4})).tokens);
+        }
+        return tokens;
+    }"#;
+    let outcome = common::run(script, json!({}), &options).await;
+    assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
+    let events = sink.events();
+    assert_eq!(common::retries(&events), Vec::new());
+    let per_agent: Vec<u64> = outcome
+        .result
+        .expect("result")
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|t| t.as_u64().expect("tokens"))
+        .collect();
+    assert_eq!(per_agent.len(), 8);
+    assert_eq!(outcome.total_tokens, per_agent.iter().sum::<u64>());
+    assert_eq!(common::turns(&events).len(), 8);
 }
 
 fn stdout_json(output: &std::process::Output) -> Value {

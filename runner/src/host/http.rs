@@ -274,8 +274,14 @@ impl tower::Service<Uri> for Connector {
     }
 }
 
-/// An HTTP client for one provider: http and https (rustls, ring, the system's roots), HTTP/1.1
-/// with a connection pool.
+/// An HTTP client for one provider: http and https (rustls, ring, the system's roots), HTTP/1.1,
+/// one connection per request.
+///
+/// Connections are not kept for reuse: llama.cpp's `llama-server` closes a connection right
+/// after a streamed reply while announcing keep-alive, so the next turn, sent at once on the
+/// pooled connection, raced the close and failed ("connection closed before message
+/// completed") into a retry with backoff. A new connection costs a handshake per turn, little
+/// next to a model's reply.
 #[derive(Clone)]
 pub(crate) struct HttpClient {
     client: Client<Connector, Full<Bytes>>,
@@ -310,7 +316,7 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
 }
 
 impl HttpClient {
-    /// A client with its own connection pool; opening a connection may take `connect_timeout`.
+    /// A client; opening a connection may take `connect_timeout`.
     pub(crate) fn new(connect_timeout: Duration) -> Result<Self, String> {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
@@ -326,7 +332,9 @@ impl HttpClient {
             timeout: connect_timeout,
         };
         Ok(Self {
-            client: Client::builder(TokioExecutor::new()).build(connector),
+            client: Client::builder(TokioExecutor::new())
+                .pool_max_idle_per_host(0)
+                .build(connector),
         })
     }
 

@@ -16,6 +16,10 @@ pub const LLAMA_VERSION: &str = "11434.0.0";
 pub const MODEL: &str = "smollm2";
 /// How long a fresh server may take to load the model (it is healthy in under a second here).
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(120);
+/// Threads per server: llama.cpp's threads wait for each other at every step, so with tests
+/// and builds competing for two cores, two threads fell to 1-20 tokens/s where one steadily gave
+/// ~75 (and each test starts its own server).
+const THREADS: &str = "1";
 /// Attempts at starting a server (another process may take the free port first).
 const START_ATTEMPTS: usize = 3;
 
@@ -112,7 +116,16 @@ pub async fn local_llm() -> Option<LocalLlm> {
                 "--port",
                 &port.to_string(),
             ])
-            .args(["-c", "4096", "-np", "1", "-t", "2", "--offline", "--jinja"])
+            .args([
+                "-c",
+                "4096",
+                "-np",
+                "1",
+                "-t",
+                THREADS,
+                "--offline",
+                "--jinja",
+            ])
             .arg("--chat-template-file")
             .arg(&template)
             .stdin(Stdio::null())

@@ -177,7 +177,12 @@ impl TestServer {
             otherwise: Mutex::new(None),
             upstream,
             records: Mutex::new(Vec::new()),
-            client: reqwest::Client::new(),
+            // llama-server closes a connection after a streamed reply: reusing it raced the
+            // close and failed the next forward.
+            client: reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .expect("client"),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -346,9 +351,11 @@ async fn forward(
         Ok(r) => r,
         Err(e) => {
             let mut records = shared.records.lock().expect("lock");
+            let answer = format!("upstream: {e:?}");
             records[index].status = 502;
             records[index].completed = true;
-            let mut response = Response::new(Body::from(format!("upstream: {e}")));
+            records[index].answer = answer.clone();
+            let mut response = Response::new(Body::from(answer));
             *response.status_mut() = StatusCode::BAD_GATEWAY;
             return response;
         }
