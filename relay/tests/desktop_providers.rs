@@ -1,8 +1,16 @@
 //! `relay desktop run` takes the same agent-provider flags and providers file as `runner run`
-//! (`runner/tests/provider_*.rs` test the providers themselves); a bad file or flag stops it
-//! before it contacts the service.
+//! (`runner/tests/provider_*.rs` test the providers themselves): a queued run's agents go to the
+//! provider the file names, with the key from the environment variable it names; a bad file or
+//! flag stops it before it contacts the service.
 
-use std::process::{Command, Output};
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use serde_json::{Value, json};
 
 fn desktop_run(dir: &std::path::Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_relay"))
@@ -52,4 +60,200 @@ fn the_desktop_relay_reads_the_providers_file_and_flags() {
     );
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot be used with"));
+}
+
+/// Kills the child it holds when dropped, so a failing test leaves no relay behind.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What the stand-in provider received: the request body and its `authorization` header.
+type Received = Arc<Mutex<Vec<(Value, String)>>>;
+
+/// A stand-in for an OpenAI-compatible server: every chat completion streams "hi from the
+/// provider" with 11 prompt and 4 completion tokens.
+async fn scripted_provider() -> (String, Received) {
+    let received: Received = Arc::default();
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post({
+            let received = received.clone();
+            move |headers: HeaderMap, axum::Json(body): axum::Json<Value>| async move {
+                let auth = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                received.lock().expect("lock").push((body, auth));
+                let chunks = [
+                    json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi from the provider"}, "finish_reason": null}]}),
+                    json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+                    json!({"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}}),
+                ];
+                let mut body: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+                body.push_str("data: [DONE]\n\n");
+                ([("content-type", "text/event-stream")], body)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let base = format!("http://{}/v1", listener.local_addr().expect("address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (base, received)
+}
+
+fn desktop(state: &std::path::Path, args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .arg("desktop")
+        .arg("--state")
+        .arg(state)
+        .args(args)
+        .output()
+        .expect("relay desktop");
+    assert!(output.status.success(), "{args:?}: {output:?}");
+    String::from_utf8(output.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_owned()
+}
+
+const KEY: &str = "sk-desktop-provider-test-7c1d9e";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_run_uses_the_provider_the_providers_file_names() {
+    let service = common::TestService::start().await;
+    let project = service.project("Acme", "alice").await;
+    let desktop_token = service.desktop(&project).await.token;
+    let agent = common::mcp_client(
+        &service.mcp_url(),
+        &service.full_agent(&project).await,
+        common::Era::Current,
+    )
+    .await;
+    let (provider_url, received) = scripted_provider().await;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("desktop.db");
+    let graph = dir.path().join("ask.js");
+    std::fs::write(
+        &graph,
+        r#"export const meta = {name: "Ask", slug: "ask", version: "1.0.0", description: "asks a model"};
+export default async function (args, g) {
+  const r = await g.agent({prompt: args.question, model: "local:m"});
+  return {text: r.text, tokens: r.tokens, model: r.model};
+}"#,
+    )
+    .expect("graph");
+    let providers = dir.path().join("providers.toml");
+    std::fs::write(
+        &providers,
+        format!(
+            "default = \"local\"\n[providers.local]\nkind = \"openai\"\nbase_url = \"{provider_url}\"\n\
+             model = \"m\"\napi_key_env = \"GRAPHRELAY_DESKTOP_TEST_KEY\"\n"
+        ),
+    )
+    .expect("providers file");
+    let session = desktop(&state, &["session", "add", graph.to_str().expect("utf-8")]);
+    desktop(&state, &["project", "enable", &project]);
+    desktop(
+        &state,
+        &["share", "--project", &project, "--session", &session],
+    );
+
+    // Everything the relay prints, even at trace level, to look for the key in.
+    let log_path = dir.path().join("relay.log");
+    let log = std::fs::File::create(&log_path).expect("log");
+    let relay = Child(
+        Command::new(env!("CARGO_BIN_EXE_relay"))
+            .arg("desktop")
+            .arg("--state")
+            .arg(&state)
+            .args(["run", "--service", &service.base, "--token", &desktop_token])
+            .args(["--poll-interval", "0.2", "--providers"])
+            .arg(&providers)
+            .env("GRAPHRELAY_DESKTOP_TEST_KEY", KEY)
+            .env("RUST_LOG", "trace")
+            .stdout(Stdio::from(log.try_clone().expect("log")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("relay desktop run"),
+    );
+
+    // The relay's first pass uploads the shared session.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = common::ok(
+            &common::call(
+                &agent,
+                "list_graph_sessions",
+                json!({"project_id": project}),
+            )
+            .await,
+        );
+        if listed["sessions"][0]["graph_session_id"] == session.as_str() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never synced: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let queued = common::call(
+        &agent,
+        "run_graph_session",
+        json!({"graph_session_id": session, "arguments": {"question": "hello?"},
+               "idempotency_key": "desktop-provider-1"}),
+    )
+    .await;
+    let command = common::ok(&queued)["command_id"]
+        .as_str()
+        .expect("command id")
+        .to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let run = loop {
+        let run = common::ok(
+            &common::call(&agent, "get_graph_run", json!({"command_id": command})).await,
+        );
+        if matches!(
+            run["status"].as_str(),
+            Some("completed" | "failed" | "cancelled")
+        ) {
+            break run;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never finished: {run}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(
+        run["result"],
+        json!({"text": "hi from the provider", "tokens": 15, "model": "m"})
+    );
+    assert_eq!(run["total_tokens"], 15);
+
+    let received = received.lock().expect("lock").clone();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].0["model"], "m");
+    assert_eq!(received[0].0["messages"][0]["content"], "hello?");
+    assert_eq!(received[0].1, format!("Bearer {KEY}"));
+
+    drop(relay);
+    let printed = std::fs::read_to_string(&log_path).expect("log");
+    assert!(!printed.is_empty(), "the relay logged");
+    assert!(!printed.contains(KEY), "the key was printed: {printed}");
+    let history = desktop(&state, &["history", "--json"]);
+    assert!(history.contains("hi from the provider"), "{history}");
+    assert!(!history.contains(KEY));
+    agent.cancel().await.expect("close");
+    service.stop().await;
 }

@@ -67,3 +67,76 @@ async fn cancel_during_a_retry_wait_does_not_wait_it_out() {
     assert_eq!(common::retries(&events).len(), 1);
     assert_eq!(server.records().len(), 1, "no second attempt");
 }
+
+/// The provider itself stops at the cancel (not only the run around it, which also aborts the
+/// agent's task when it ends), for both kinds of provider: the Anthropic one is fed a stream in
+/// its documented event format, stalled after the first text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_turn_returns_cancelled_at_once_and_drops_its_request() {
+    use runner::FailureCode;
+    use runner::host::agents::{AgentProvider, Message, ProviderProgress, Role, TurnRequest};
+    use runner::host::http::ApiKey;
+    use runner::host::providers::{ProviderConfig, ProviderKind};
+
+    let openai_first = format!(
+        "data: {}\n\n",
+        json!({"choices": [{"index": 0, "delta": {"content": "partial"}}]})
+    );
+    let anthropic_first = [
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+            "role": "assistant", "content": [], "model": "m", "stop_reason": null,
+            "usage": {"input_tokens": 3, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": "partial"}}),
+    ]
+    .iter()
+    .map(|e| {
+        format!(
+            "event: {}\ndata: {e}\n\n",
+            e["type"].as_str().expect("type")
+        )
+    })
+    .collect::<String>();
+
+    for (kind, first) in [
+        (ProviderKind::OpenAi, openai_first),
+        (ProviderKind::Anthropic, anthropic_first),
+    ] {
+        let server = TestServer::start(vec![Scripted::Stall { first }], None).await;
+        let mut entry = ProviderConfig::new("p", kind);
+        entry.base_url = server.base_url();
+        entry.model = Some("m".into());
+        entry.api_key = Some(ApiKey::new("k"));
+        let provider = common::provider_set(vec![entry]);
+        let request = TurnRequest {
+            model: None,
+            messages: vec![Message::new(Role::User, "p")],
+            tools: Vec::new(),
+            max_tokens: None,
+            label: None,
+            turn: 1,
+        };
+        let cancel = CancellationToken::new();
+        let on_progress = {
+            let cancel = cancel.clone();
+            move |p: ProviderProgress| {
+                if matches!(p, ProviderProgress::Chars(_)) {
+                    cancel.cancel();
+                }
+            }
+        };
+        let error = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            provider.turn(&request, &on_progress, &cancel),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{kind:?}: the turn ended at the cancel, not at a timeout"))
+        .expect_err("cancelled");
+        assert_eq!(error.code, FailureCode::Cancelled, "{kind:?}: {error:?}");
+        let records = server.settled().await;
+        assert_eq!(records.len(), 1, "{kind:?}");
+        assert!(records[0].dropped, "{kind:?}: {records:?}");
+    }
+}
