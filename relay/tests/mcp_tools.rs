@@ -42,7 +42,10 @@ fn expected_tools() -> Value {
             "name": "get_graph_run",
             "inputSchema": {
                 "type": "object",
-                "properties": {"command_id": {"type": "string"}},
+                "properties": {
+                    "command_id": {"type": "string"},
+                    "wait_seconds": {"type": "integer", "minimum": 0, "maximum": 45}
+                },
                 "required": ["command_id"],
                 "additionalProperties": false
             },

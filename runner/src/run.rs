@@ -25,6 +25,9 @@ pub const DEFAULT_MAX_CONCURRENCY: usize = 4;
 pub const MAX_CONCURRENCY: usize = 64;
 /// A run's wall-clock deadline, by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// After a cancel or the deadline, how long `run_graph` waits for the engine to stop before it
+/// reports the outcome anyway.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]

@@ -8,6 +8,7 @@ pub mod admin;
 pub mod auth;
 pub mod desktop_api;
 pub mod mcp;
+pub mod notify;
 pub mod oauth;
 pub mod runs;
 pub mod sessions;
@@ -63,6 +64,8 @@ pub struct AppState {
     pub config: ServiceConfig,
     /// Cancelled when the service shuts down; ends open MCP sessions and streams.
     pub shutdown: CancellationToken,
+    /// Wakes long polls (`sync` with a wait, `get_graph_run` with a wait).
+    pub notifier: Arc<dyn notify::Notifier>,
 }
 
 impl AppState {
@@ -73,6 +76,7 @@ impl AppState {
             clock,
             config,
             shutdown: CancellationToken::new(),
+            notifier: Arc::new(notify::LocalNotifier::default()),
         })
     }
 }

@@ -36,6 +36,19 @@ const INSTRUCTIONS: &str = "Graphs run on the owner's desktop, not here. list_gr
 run_graph_session queues a run and returns a command_id at once; get_graph_run reads progress and the result \
 (look about 20 s after queueing, then every 15 s); cancel_graph_run stops it.";
 
+/// `get_graph_run`'s optional `wait_seconds`: 0 to [`runs::MAX_GET_WAIT`].
+fn wait_seconds(arguments: &Arguments<'_>) -> Result<std::time::Duration, String> {
+    let max = runs::MAX_GET_WAIT.as_secs();
+    match arguments.integer("wait_seconds")? {
+        None => Ok(std::time::Duration::ZERO),
+        Some(seconds) => u64::try_from(seconds)
+            .ok()
+            .filter(|s| *s <= max)
+            .map(std::time::Duration::from_secs)
+            .ok_or_else(|| format!("wait_seconds must be from 0 to {max}")),
+    }
+}
+
 /// The `/mcp` routes: the rmcp service behind the token gate.
 pub fn routes(app: Arc<AppState>) -> Router {
     let handler = GraphTools { app: app.clone() };
@@ -129,12 +142,16 @@ impl GraphTools {
         let outcome = match spec.name {
             LIST_GRAPH_SESSIONS => self.list(agent, &arguments).await,
             RUN_GRAPH_SESSION => self.run(agent, &arguments).await,
-            GET_GRAPH_RUN => match arguments.string("command_id") {
-                Ok(id) => runs::get_run(app, agent, id).await.map(|view| {
-                    let text = run_text(&view);
-                    (to_value(&view), text)
-                }),
-                Err(message) => Err(RunError::Invalid(message)),
+            GET_GRAPH_RUN => match (arguments.string("command_id"), wait_seconds(&arguments)) {
+                (Ok(id), Ok(wait)) => {
+                    runs::get_run_waiting(app, agent, id, wait)
+                        .await
+                        .map(|view| {
+                            let text = run_text(&view);
+                            (to_value(&view), text)
+                        })
+                }
+                (Err(message), _) | (_, Err(message)) => Err(RunError::Invalid(message)),
             },
             CANCEL_GRAPH_RUN => match arguments.string("command_id") {
                 Ok(id) => runs::cancel_run(app, agent, id)

@@ -7,7 +7,7 @@ use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde_json::{Map, Value, json};
 
 use crate::service::auth::Scope;
-use crate::service::runs::{IDEMPOTENCY_KEY_CHARS, RUN_NOT_FOUND};
+use crate::service::runs::{IDEMPOTENCY_KEY_CHARS, MAX_GET_WAIT, RUN_NOT_FOUND};
 use crate::service::sessions::LIST_LIMIT;
 
 /// `list_graph_sessions`.
@@ -50,7 +50,7 @@ pub const TOOLS: [ToolSpec; 4] = [
         name: GET_GRAPH_RUN,
         scope: Scope::Read,
         read_only: true,
-        arguments: &["command_id"],
+        arguments: &["command_id", "wait_seconds"],
     },
     ToolSpec {
         name: CANCEL_GRAPH_RUN,
@@ -87,9 +87,11 @@ fn description(name: &str) -> String {
         ),
         GET_GRAPH_RUN => format!(
             "Get the status (queued, running, completed, failed, cancelled), timestamps and result of a Graph run started by this Connected agent with run_graph_session. \
-             Runs usually take about a minute: look first about 20 s after queueing, then every 15 s or so (poll_after_seconds says when). \
+             Runs usually take about a minute: look first about 20 s after queueing, then every 15 s or so (poll_after_seconds says when); \
+             or pass wait_seconds (at most {max_wait}) and the call waits for the run to finish, answering as soon as it has. \
              A result too large to post shows result_truncated: true; the full result stays on the owner's desktop. \
-             A run not started by this Connected agent, an unknown id and a malformed id all get \"{RUN_NOT_FOUND}\"."
+             A run not started by this Connected agent, an unknown id and a malformed id all get \"{RUN_NOT_FOUND}\".",
+            max_wait = MAX_GET_WAIT.as_secs()
         ),
         CANCEL_GRAPH_RUN => format!(
             "Cancel a Graph run started by this Connected agent. \
@@ -125,6 +127,15 @@ pub fn input_schema(name: &str) -> Value {
                 }
             },
             "required": ["graph_session_id", "idempotency_key"],
+            "additionalProperties": false
+        }),
+        GET_GRAPH_RUN => json!({
+            "type": "object",
+            "properties": {
+                "command_id": {"type": "string"},
+                "wait_seconds": {"type": "integer", "minimum": 0, "maximum": MAX_GET_WAIT.as_secs()}
+            },
+            "required": ["command_id"],
             "additionalProperties": false
         }),
         _ => json!({
