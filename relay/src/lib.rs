@@ -6,6 +6,7 @@
 //! - [`service`]: the axum app (MCP tools, auth, runs, desktop API, store).
 //! - [`desktop`]: the relay loop (poller, outbox, consent re-check, executor, bounding).
 //! - [`demo`]: the whole product on one machine, with a self-check through MCP.
+//! - [`sim`]: the seeds' experiments through the real code on virtual time.
 
 #![warn(missing_docs)]
 
@@ -14,3 +15,4 @@ pub mod demo;
 pub mod desktop;
 pub mod protocol;
 pub mod service;
+pub mod sim;

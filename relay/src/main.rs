@@ -34,6 +34,28 @@ enum Command {
     /// Everything on one machine: a service, a desktop relay with the example graphs, an agent
     /// token, and a self-check through MCP; then it keeps running for any MCP client.
     Demo(DemoArgs),
+    /// The seeds' experiments replayed through the real code on a virtual clock.
+    Sim(SimArgs),
+}
+
+#[derive(Debug, Args)]
+struct SimArgs {
+    /// One scenario (pickup, serial, polling, cancel, idempotency, offline, outbox,
+    /// result-size, access) or all.
+    #[arg(long, default_value = "all")]
+    scenario: String,
+    /// Runs per sampled scenario (pickup, cancel; polling and idempotency a tenth).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    runs: u64,
+    /// Seed of the random choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// poll: the seed's 20 s polling desktop; longpoll: the held sync and the waiting get.
+    #[arg(long, value_parser = ["poll", "longpoll"], default_value = "poll")]
+    mode: String,
+    /// One JSON object per scenario per line.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -146,6 +168,7 @@ async fn main() -> Result<()> {
         Command::Admin(_) => "warn",
         Command::Desktop(_) => "info",
         Command::Demo(_) => "warn",
+        Command::Sim(_) => "error",
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -162,7 +185,43 @@ async fn main() -> Result<()> {
         Command::Admin(args) => run_admin(args).await,
         Command::Desktop(args) => desktop_cli::run(args).await,
         Command::Demo(args) => demo(args).await,
+        Command::Sim(args) => sim(args),
     }
+}
+
+fn sim(args: SimArgs) -> Result<()> {
+    let options = relay::sim::SimOptions {
+        scenario: args.scenario,
+        runs: usize::try_from(args.runs).unwrap_or(usize::MAX),
+        seed: args.seed,
+        long_poll: args.mode == "longpoll",
+    };
+    let started = std::time::Instant::now();
+    let json = args.json;
+    // The simulation runs its own paused-time runtimes, off this one.
+    std::thread::scope(|scope| -> Result<()> {
+        scope
+            .spawn(|| {
+                relay::sim::run(&options, |name, report, seconds| {
+                    if json {
+                        println!("{}", report.json);
+                    } else {
+                        for line in &report.lines {
+                            println!("{line}");
+                        }
+                    }
+                    eprintln!("sim: {name} done in {seconds:.1} s of wall time");
+                })
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("the simulation thread panicked"))??;
+        Ok(())
+    })?;
+    eprintln!(
+        "sim: finished in {:.1} s of wall time",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 async fn demo(args: DemoArgs) -> Result<()> {

@@ -312,6 +312,15 @@ pub struct SyncRequest {
     /// Commands this desktop is running now: a cancel request on one ends a long poll at once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub running: Vec<CommandId>,
+    /// Queued commands this desktop already knows of (from the previous answer): they do not
+    /// end a long poll again, so a desktop busy with one run does not spin on the others.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub known: Vec<CommandId>,
+    /// The shared sessions are the same as in this desktop's previous sync: `sessions` is
+    /// empty and the snapshot is kept (long polls re-issue often; rewriting it each time would
+    /// make every waiting desktop a writer).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sessions_unchanged: bool,
 }
 
 impl SyncRequest {
@@ -325,6 +334,16 @@ impl SyncRequest {
         if self.running.len() > MAX_SYNC_RUNNING {
             return Err(InvalidInput(format!(
                 "running names at most {MAX_SYNC_RUNNING} commands"
+            )));
+        }
+        if self.sessions_unchanged && !self.sessions.is_empty() {
+            return Err(InvalidInput(
+                "sessions_unchanged: true goes with an empty sessions list".into(),
+            ));
+        }
+        if self.known.len() > MAX_SYNC_COMMANDS {
+            return Err(InvalidInput(format!(
+                "known names at most {MAX_SYNC_COMMANDS} commands"
             )));
         }
         if self.sessions.len() > MAX_SYNC_SESSIONS {
@@ -623,6 +642,8 @@ mod tests {
             sessions: (0..MAX_SYNC_SESSIONS).map(session).collect(),
             wait_ms: None,
             running: Vec::new(),
+            known: Vec::new(),
+            sessions_unchanged: false,
         };
         assert!(sync.validate().is_ok());
         sync.sessions.push(session(MAX_SYNC_SESSIONS));

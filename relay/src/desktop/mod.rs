@@ -140,6 +140,8 @@ pub struct Relay {
     wake: tokio::sync::Notify,
     /// The command running now, with the token that stops it and whether a cancel was seen.
     running: Mutex<Option<RunningCommand>>,
+    /// Bumped whenever the running command changes: long polls re-issue naming the new one.
+    running_changed: tokio::sync::watch::Sender<u64>,
 }
 
 /// The command being executed.
@@ -188,6 +190,7 @@ impl Relay {
             pending: AtomicBool::new(false),
             wake: tokio::sync::Notify::new(),
             running: Mutex::new(None),
+            running_changed: tokio::sync::watch::channel(0).0,
         })
     }
 
@@ -279,28 +282,51 @@ impl Relay {
         shutdown: CancellationToken,
     ) {
         let mut retry = LONG_POLL_RETRY;
+        // Queued commands already handed to a pass: they do not end the next long poll.
+        let mut known: Vec<CommandId> = Vec::new();
+        let mut running_changed = self.running_changed.subscribe();
+        // The sharing version the service last got the sessions of; they are sent again only
+        // when it changes (and after a failed sync).
+        let mut uploaded: Option<i64> = None;
         while !shutdown.is_cancelled() {
-            let sessions = match self.state.shared_sessions(&project) {
-                Ok(sessions) => sessions.iter().map(|s| s.meta()).collect(),
-                Err(e) => {
-                    tracing::error!(project, "cannot read the shared sessions: {e}");
-                    Vec::new()
+            running_changed.mark_unchanged();
+            let version = self.state.sharing_version().ok();
+            let unchanged = uploaded.is_some() && uploaded == version;
+            let sessions = if unchanged {
+                Vec::new()
+            } else {
+                match self.state.shared_sessions(&project) {
+                    Ok(sessions) => sessions.iter().map(|s| s.meta()).collect(),
+                    Err(e) => {
+                        tracing::error!(project, "cannot read the shared sessions: {e}");
+                        Vec::new()
+                    }
                 }
             };
-            let running = self.current().map(|r| vec![r.id]).unwrap_or_default();
+            // A command whose cancel was already seen is not watched again.
+            let running = self
+                .current()
+                .filter(|r| !r.cancel_seen.load(Ordering::SeqCst))
+                .map(|r| vec![r.id])
+                .unwrap_or_default();
             let request = SyncRequest {
                 project_id: project.clone(),
                 sessions,
                 wait_ms: Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
                 running,
+                known: known.clone(),
+                sessions_unchanged: unchanged,
             };
             let answer = tokio::select! {
                 answer = self.api.sync(&request) => answer,
+                // A command started or ended: ask again, naming what runs now.
+                _ = running_changed.changed() => continue,
                 () = shutdown.cancelled() => return,
             };
             match answer {
                 Ok(answer) => {
                     retry = LONG_POLL_RETRY;
+                    uploaded = version;
                     for id in &answer.cancel_requested {
                         if let Some(running) = self.current()
                             && id.as_str() == Some(running.id.to_string().as_str())
@@ -308,11 +334,18 @@ impl Relay {
                             running.cancel();
                         }
                     }
-                    if !answer.commands.is_empty() {
+                    let queued: Vec<CommandId> = answer
+                        .commands
+                        .iter()
+                        .filter_map(|c| c.command_id.as_str().and_then(|id| id.parse().ok()))
+                        .collect();
+                    if queued.iter().any(|id| !known.contains(id)) {
                         self.wake.notify_one();
                     }
+                    known = queued;
                 }
                 Err(e) => {
+                    uploaded = None;
                     tracing::warn!(project, "long poll failed, retrying in {retry:?}: {e}");
                     tokio::select! {
                         () = tokio::time::sleep(retry) => {}
@@ -336,6 +369,7 @@ impl Relay {
             .running
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = command;
+        self.running_changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Starts a pass unless the previous one is still busy (then it is skipped and counted; in
@@ -421,6 +455,8 @@ impl Relay {
             sessions: sessions.iter().map(|s| s.meta()).collect(),
             wait_ms: None,
             running: Vec::new(),
+            known: Vec::new(),
+            sessions_unchanged: false,
         };
         let raw = self.api.sync(&request).await.map_err(|e| e.to_string())?;
         let mut commands = Vec::with_capacity(raw.commands.len());

@@ -80,10 +80,13 @@ pub async fn sync_project(
     let now = app.clock.now();
     let project_id = request.project_id.clone();
     let running = request.running.clone();
+    let known = request.known.clone();
     let wait = std::time::Duration::from_millis(request.wait_ms.unwrap_or(0));
-    app.store
-        .replace_sessions(&request.project_id, request.sessions, now)
-        .await?;
+    if !request.sessions_unchanged {
+        app.store
+            .replace_sessions(&request.project_id, request.sessions, now)
+            .await?;
+    }
     // Subscribe before reading, so work queued between the read and the wait wakes it.
     let mut changes =
         (!wait.is_zero()).then(|| app.notifier.subscribe(&Topic::Project(project_id.clone())));
@@ -93,7 +96,11 @@ pub async fn sync_project(
         let Some(changes) = changes.as_mut() else {
             return Ok(answer);
         };
-        if !answer.commands.is_empty() || !answer.cancel_requested.is_empty() {
+        let news = answer
+            .commands
+            .iter()
+            .any(|c| !known.contains(&c.command_id));
+        if news || !answer.cancel_requested.is_empty() {
             return Ok(answer);
         }
         tokio::select! {
@@ -128,6 +135,7 @@ async fn sync_answer(
     for id in running {
         if let Some(command) = app.store.command(*id).await?
             && command.project_id == project_id
+            && command.status == crate::protocol::RunStatus::Running
             && command.cancel_requested
             && app
                 .store

@@ -113,7 +113,7 @@ struct Pool {
     /// `None` for an in-memory database, which lives in its single connection.
     path: Option<PathBuf>,
     idle: Mutex<Vec<Connection>>,
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
 }
 
 impl SqliteStore {
@@ -125,7 +125,7 @@ impl SqliteStore {
             pool: Arc::new(Pool {
                 path: Some(path.to_owned()),
                 idle: Mutex::new(vec![connection]),
-                permits: Semaphore::new(MAX_CONNECTIONS),
+                permits: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
             }),
         })
     }
@@ -137,7 +137,7 @@ impl SqliteStore {
             pool: Arc::new(Pool {
                 path: None,
                 idle: Mutex::new(vec![connection]),
-                permits: Semaphore::new(1),
+                permits: Arc::new(Semaphore::new(1)),
             }),
         })
     }
@@ -150,28 +150,48 @@ impl SqliteStore {
     {
         let pool = self.pool.clone();
         Box::pin(async move {
-            let _permit = pool
+            // The permit and the connection travel into the blocking task and come back to the
+            // pool when it ends, even if the caller stopped waiting (a long poll's deadline, a
+            // cancelled request): an in-memory database lives in its one connection, and a
+            // connection lost with a dropped future would lose the database.
+            let permit = pool
                 .permits
-                .acquire()
+                .clone()
+                .acquire_owned()
                 .await
                 .map_err(|_| StoreError::Backend("the connection pool is closed".into()))?;
-            let idle = pool.idle.lock().map(|mut idle| idle.pop()).ok().flatten();
-            let path = pool.path.clone();
-            let blocking = tokio::task::spawn_blocking(move || {
-                let mut connection = match idle {
-                    Some(connection) => connection,
-                    None => open_connection(path.as_deref())?,
+            if pool.path.is_none() {
+                // An in-memory database does no I/O: its statements take microseconds, less than
+                // handing them to another thread would.
+                let Some(mut connection) = pool.idle.lock().ok().and_then(|mut idle| idle.pop())
+                else {
+                    return Err(StoreError::Backend(
+                        "the in-memory connection is missing".into(),
+                    ));
                 };
                 let result = work(&mut connection);
-                Ok::<_, StoreError>((connection, result))
-            });
-            let (connection, result) = blocking
-                .await
-                .map_err(|e| StoreError::Backend(format!("database task failed: {e}")))??;
-            if let Ok(mut idle) = pool.idle.lock() {
-                idle.push(connection);
+                if let Ok(mut idle) = pool.idle.lock() {
+                    idle.push(connection);
+                }
+                drop(permit);
+                return result;
             }
-            result
+            let blocking = tokio::task::spawn_blocking(move || {
+                let idle = pool.idle.lock().map(|mut idle| idle.pop()).ok().flatten();
+                let mut connection = match idle {
+                    Some(connection) => connection,
+                    None => open_connection(pool.path.as_deref())?,
+                };
+                let result = work(&mut connection);
+                if let Ok(mut idle) = pool.idle.lock() {
+                    idle.push(connection);
+                }
+                drop(permit);
+                result
+            });
+            blocking
+                .await
+                .map_err(|e| StoreError::Backend(format!("database task failed: {e}")))?
         })
     }
 }
