@@ -205,7 +205,7 @@ async fn serve_answers_mcp_on_its_listener() {
     .expect("read log")
     .expect("relay serve logs its MCP URL");
     let client = mcp_client(&url, &token, Era::Current).await;
-    assert_eq!(client.list_all_tools().await.expect("list").len(), 4);
+    assert_eq!(client.list_all_tools().await.expect("list").len(), 9);
     client.cancel().await.expect("close");
     drop(child);
 }
