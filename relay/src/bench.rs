@@ -230,6 +230,7 @@ async fn poll(client: &reqwest::Client, variant: &Variant) -> Result<String, Ben
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", "tools/call")
+        .header("mcp-name", "list_linked_chat_tasks")
         .json(&poll_body(&variant.link))
         .send()
         .await
