@@ -92,8 +92,7 @@ pub async fn list_tasks(
     chat_link_id: &str,
 ) -> Result<Inbox, TaskError> {
     let link = agent_link(app, agent, chat_link_id).await?;
-    sweep(app).await?;
-    let mut tasks = app.store.open_tasks(&link.id, INBOX_LIMIT + 1).await?;
+    let mut tasks = super::sweep::open_tasks(app, &link.id, INBOX_LIMIT + 1).await?;
     let more = tasks.len() > INBOX_LIMIT;
     tasks.truncate(INBOX_LIMIT);
     Ok(Inbox {

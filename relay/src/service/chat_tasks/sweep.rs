@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::service::AppState;
-use crate::service::store::{StoreError, SweepCounts};
+use crate::service::store::{StoreError, SweepCounts, TaskRecord};
 
 /// How reads sweep before they look.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -58,20 +58,25 @@ impl SweepStats {
 
 /// Sweeps what is due at the clock's now, as the service's [`SweepMode`] says.
 pub async fn sweep(app: &AppState) -> Result<SweepCounts, StoreError> {
-    let now = app.clock.now();
-    let stats = &app.task_sweeps;
     match app.config.task_sweep {
         SweepMode::Off => return Ok(SweepCounts::default()),
         SweepMode::Unguarded => {}
         SweepMode::Guarded => {
-            stats.guard_checks.fetch_add(1, Ordering::Relaxed);
-            if !app.store.tasks_due(now).await? {
+            app.task_sweeps.guard_checks.fetch_add(1, Ordering::Relaxed);
+            if !app.store.tasks_due(app.clock.now()).await? {
                 return Ok(SweepCounts::default());
             }
         }
     }
-    stats.write_transactions.fetch_add(1, Ordering::Relaxed);
-    let counts = app.store.sweep_tasks(now).await?;
+    write_sweep(app).await
+}
+
+/// The sweep's write transaction, unconditionally.
+async fn write_sweep(app: &AppState) -> Result<SweepCounts, StoreError> {
+    app.task_sweeps
+        .write_transactions
+        .fetch_add(1, Ordering::Relaxed);
+    let counts = app.store.sweep_tasks(app.clock.now()).await?;
     if counts.requeued > 0 || counts.expired > 0 {
         tracing::info!(
             requeued = counts.requeued,
@@ -80,4 +85,29 @@ pub async fn sweep(app: &AppState) -> Result<SweepCounts, StoreError> {
         );
     }
     Ok(counts)
+}
+
+/// Up to `limit` open tasks of the link after sweeping what is due: the inbox read. In the
+/// guarded mode the guard and the read share one store call, so an empty poll costs one
+/// indexed probe more than no sweep at all.
+pub async fn open_tasks(
+    app: &AppState,
+    chat_link_id: &str,
+    limit: usize,
+) -> Result<Vec<TaskRecord>, StoreError> {
+    if app.config.task_sweep == SweepMode::Guarded {
+        app.task_sweeps.guard_checks.fetch_add(1, Ordering::Relaxed);
+        let now = app.clock.now();
+        if let Some(tasks) = app
+            .store
+            .open_tasks_unless_due(chat_link_id, limit, now)
+            .await?
+        {
+            return Ok(tasks);
+        }
+        write_sweep(app).await?;
+    } else {
+        sweep(app).await?;
+    }
+    app.store.open_tasks(chat_link_id, limit).await
 }

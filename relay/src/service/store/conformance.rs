@@ -869,6 +869,16 @@ pub async fn sweep_moves_exactly_what_the_state_machine_says(store: &dyn Store) 
         !store.tasks_due(now).await.expect("guard"),
         "nothing due yet"
     );
+    let guarded = store
+        .open_tasks_unless_due(&seed.link, 10, now)
+        .await
+        .expect("guarded read")
+        .expect("nothing due: the open tasks");
+    let open = store.open_tasks(&seed.link, 10).await.expect("read");
+    assert_eq!(
+        guarded, open,
+        "with nothing due the guarded read is the plain read"
+    );
     store
         .claim_task(attempt(&lapsed, &seed.link, "c", Some(at(100))))
         .await
@@ -877,6 +887,19 @@ pub async fn sweep_moves_exactly_what_the_state_machine_says(store: &dyn Store) 
     assert!(
         store.tasks_due(now).await.expect("guard"),
         "a lease lapsing at now is due"
+    );
+    assert_eq!(
+        store
+            .open_tasks_unless_due(&seed.link, 10, now)
+            .await
+            .expect("guarded read"),
+        None,
+        "the guarded read reports the due lease instead of listing"
+    );
+    assert_eq!(
+        read_task(store, lapsed.id).await.status,
+        TaskStatus::Claimed,
+        "and writes nothing"
     );
     let old_queued = new_task(store, task(&seed.link, "old-q", at(100 - 24 * 60 * 60))).await;
     let old_claimed = new_task(store, task(&seed.link, "old-c", at(99 - 24 * 60 * 60))).await;

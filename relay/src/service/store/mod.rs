@@ -461,6 +461,15 @@ pub trait Store: Send + Sync + 'static {
         chat_link_id: &'a str,
         limit: usize,
     ) -> StoreFuture<'a, Vec<TaskRecord>>;
+    /// [`Store::tasks_due`] and [`Store::open_tasks`] in one step, so the guard of an inbox read
+    /// costs one more indexed probe rather than one more round trip: `None` when something is
+    /// due (sweep, then read again), else the open tasks.
+    fn open_tasks_unless_due<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<Vec<TaskRecord>>>;
     /// Up to `limit` tasks of the link in any status, newest first.
     fn link_tasks<'a>(
         &'a self,

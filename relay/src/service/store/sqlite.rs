@@ -809,6 +809,15 @@ impl Store for SqliteStore {
         self.open_tasks_impl(chat_link_id.to_owned(), limit)
     }
 
+    fn open_tasks_unless_due<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<Vec<TaskRecord>>> {
+        self.open_tasks_unless_due_impl(chat_link_id.to_owned(), limit, now)
+    }
+
     fn link_tasks<'a>(
         &'a self,
         chat_link_id: &'a str,

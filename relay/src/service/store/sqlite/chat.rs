@@ -207,6 +207,35 @@ fn select_tasks(
         .map_err(backend)
 }
 
+fn select_open_tasks(
+    connection: &Connection,
+    chat_link_id: &str,
+    limit: usize,
+) -> Result<Vec<TaskRecord>, StoreError> {
+    select_tasks(
+        connection,
+        &format!(
+            "SELECT {TASK_COLUMNS} FROM chat_tasks \
+             WHERE chat_link_id = ?1 AND status IN ('queued', 'claimed') \
+             ORDER BY created_at, id LIMIT ?2"
+        ),
+        chat_link_id,
+        limit,
+    )
+}
+
+fn any_due(connection: &Connection, now: Timestamp) -> Result<bool, StoreError> {
+    connection
+        .prepare_cached(DUE_GUARD)
+        .and_then(|mut statement| {
+            statement
+                .query_row([now.unix_millis()], |_| Ok(()))
+                .optional()
+        })
+        .map(|hit| hit.is_some())
+        .map_err(backend)
+}
+
 impl SqliteStore {
     pub(super) fn insert_chat_link_impl(&self, link: ChatLinkRecord) -> StoreFuture<'static, ()> {
         self.call(move |connection| {
@@ -289,17 +318,20 @@ impl SqliteStore {
         chat_link_id: String,
         limit: usize,
     ) -> StoreFuture<'static, Vec<TaskRecord>> {
+        self.call(move |connection| select_open_tasks(connection, &chat_link_id, limit))
+    }
+
+    pub(super) fn open_tasks_unless_due_impl(
+        &self,
+        chat_link_id: String,
+        limit: usize,
+        now: Timestamp,
+    ) -> StoreFuture<'static, Option<Vec<TaskRecord>>> {
         self.call(move |connection| {
-            select_tasks(
-                connection,
-                &format!(
-                    "SELECT {TASK_COLUMNS} FROM chat_tasks \
-                     WHERE chat_link_id = ?1 AND status IN ('queued', 'claimed') \
-                     ORDER BY created_at, id LIMIT ?2"
-                ),
-                &chat_link_id,
-                limit,
-            )
+            if any_due(connection, now)? {
+                return Ok(None);
+            }
+            select_open_tasks(connection, &chat_link_id, limit).map(Some)
         })
     }
 
@@ -416,17 +448,7 @@ impl SqliteStore {
     }
 
     pub(super) fn tasks_due_impl(&self, now: Timestamp) -> StoreFuture<'static, bool> {
-        self.call(move |connection| {
-            connection
-                .prepare_cached(DUE_GUARD)
-                .and_then(|mut statement| {
-                    statement
-                        .query_row([now.unix_millis()], |_| Ok(()))
-                        .optional()
-                })
-                .map(|hit| hit.is_some())
-                .map_err(backend)
-        })
+        self.call(move |connection| any_due(connection, now))
     }
 
     pub(super) fn sweep_tasks_impl(&self, now: Timestamp) -> StoreFuture<'static, SweepCounts> {
