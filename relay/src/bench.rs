@@ -123,6 +123,35 @@ pub struct VariantReport {
     pub write_transactions: u64,
     /// Bytes of tool-result text of one empty inbox read.
     pub inbox_text_bytes: usize,
+    /// The ratio of this variant's batch median to the baseline's in the same round, over
+    /// all rounds: how far apart the two are next to how much they move round to round.
+    pub round_ratio: Quartiles,
+}
+
+/// First quartile, median and third quartile of a set of figures.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Quartiles {
+    /// 25th percentile.
+    pub q1: f64,
+    /// Median.
+    pub median: f64,
+    /// 75th percentile.
+    pub q3: f64,
+}
+
+impl Quartiles {
+    fn of(mut values: Vec<f64>) -> Quartiles {
+        values.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            let index = ((values.len() as f64 - 1.0) * q).round() as usize;
+            values.get(index).copied().unwrap_or(0.0)
+        };
+        Quartiles {
+            q1: at(0.25),
+            median: at(0.5),
+            q3: at(0.75),
+        }
+    }
 }
 
 /// The whole run.
@@ -132,6 +161,9 @@ pub struct EmptyPollReport {
     pub options: EmptyPollOptions,
     /// One per [`SweepMode`], in [`SweepMode::ALL`] order.
     pub variants: Vec<VariantReport>,
+    /// A second no-sweep service's per-round ratio to the first: how much two identical
+    /// services differ, the yardstick for "within noise".
+    pub noise: Quartiles,
 }
 
 impl fmt::Display for EmptyPollReport {
@@ -184,6 +216,22 @@ impl fmt::Display for EmptyPollReport {
                 )?;
             }
         }
+        writeln!(
+            f,
+            "\nper round of {BATCH_POLLS} HTTP polls, this variant's p50 / the baseline's p50 (median [q1–q3]):"
+        )?;
+        let rows = self
+            .variants
+            .iter()
+            .map(|v| (v.mode.name(), v.round_ratio))
+            .chain([("no sweep, again", self.noise)]);
+        for (name, r) in rows {
+            writeln!(f, "{name:<16} {:>5.2} [{:.2}–{:.2}]", r.median, r.q1, r.q3)?;
+        }
+        writeln!(
+            f,
+            "(\"no sweep, again\" is a second identical no-sweep service: the noise)"
+        )?;
         if let Some(variant) = base {
             writeln!(
                 f,
@@ -206,6 +254,8 @@ struct Variant {
     link: String,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     http_samples: Vec<Duration>,
+    /// The median of each batch over HTTP, in turn order.
+    batch_p50s: Vec<f64>,
     in_process_samples: Vec<Duration>,
     inbox_text_bytes: usize,
 }
@@ -258,7 +308,11 @@ async fn start_variant(
     mode: SweepMode,
     options: EmptyPollOptions,
 ) -> Result<Variant, BenchError> {
-    let path = dir.join(format!("{}.db", mode.name().replace(' ', "-")));
+    let path = dir.join(format!(
+        "{}-{}.db",
+        mode.name().replace(' ', "-"),
+        uuid::Uuid::new_v4()
+    ));
     let store = tokio::task::spawn_blocking(move || SqliteStore::open(&path))
         .await
         .map_err(|e| failed("opening the database", e))?
@@ -305,6 +359,7 @@ async fn start_variant(
         link: links,
         server,
         http_samples: Vec::with_capacity(options.polls),
+        batch_p50s: Vec::new(),
         in_process_samples: Vec::with_capacity(options.polls),
         inbox_text_bytes: 0,
     })
@@ -450,12 +505,13 @@ fn check(options: EmptyPollOptions) -> Result<(), BenchError> {
     )
 }
 
-/// Runs the three variants side by side and reports their figures.
+/// Runs the three variants side by side (and a second no-sweep service, whose difference from
+/// the first is the noise) and reports their figures.
 pub async fn empty_polls(options: EmptyPollOptions) -> Result<EmptyPollReport, BenchError> {
     check(options)?;
     let dir = tempfile::tempdir().map_err(|e| failed("creating a temporary directory", e))?;
     let mut variants = Vec::new();
-    for mode in SweepMode::ALL {
+    for mode in SweepMode::ALL.into_iter().chain([SweepMode::Off]) {
         variants.push(start_variant(dir.path(), mode, options).await?);
     }
     let client = reqwest::Client::builder()
@@ -486,6 +542,9 @@ pub async fn empty_polls(options: EmptyPollOptions) -> Result<EmptyPollReport, B
             let index = (turn + offset) % variants.len();
             let variant = &variants[index];
             let samples = run_http_batch(&client, variant, batch, options.concurrency).await?;
+            variants[index]
+                .batch_p50s
+                .push(Latency::of(samples.clone()).p50_us);
             variants[index].http_samples.extend(samples);
         }
         done += batch;
@@ -507,13 +566,22 @@ pub async fn empty_polls(options: EmptyPollOptions) -> Result<EmptyPollReport, B
         }
         done += batch;
     }
+    let baseline = variants
+        .first()
+        .map(|v| v.batch_p50s.clone())
+        .unwrap_or_default();
     let mut report = EmptyPollReport {
         options,
         variants: Vec::new(),
+        noise: Quartiles::default(),
     };
     for (variant, (guard_checks, write_transactions)) in variants.into_iter().zip(reports) {
         variant.app.shutdown.cancel();
         variant.server.abort();
+        if report.variants.len() == SweepMode::ALL.len() {
+            report.noise = Quartiles::of(round_ratios(&variant.batch_p50s, &baseline));
+            continue;
+        }
         report.variants.push(VariantReport {
             mode: variant.mode,
             http: Latency::of(variant.http_samples),
@@ -521,7 +589,16 @@ pub async fn empty_polls(options: EmptyPollOptions) -> Result<EmptyPollReport, B
             guard_checks,
             write_transactions,
             inbox_text_bytes: variant.inbox_text_bytes,
+            round_ratio: Quartiles::of(round_ratios(&variant.batch_p50s, &baseline)),
         });
     }
     Ok(report)
+}
+
+fn round_ratios(own: &[f64], baseline: &[f64]) -> Vec<f64> {
+    own.iter()
+        .zip(baseline)
+        .filter(|(_, base)| **base > 0.0)
+        .map(|(own, base)| own / base)
+        .collect()
 }

@@ -37,6 +37,10 @@ async fn the_bench_runs_three_variants_side_by_side() {
             variant.mode
         );
     }
+    assert!(
+        report.noise.median > 0.0,
+        "a second no-sweep service measures the noise"
+    );
     let text = report.to_string();
     for name in [
         "no sweep",
