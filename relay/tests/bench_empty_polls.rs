@@ -72,6 +72,18 @@ async fn out_of_range_options_are_refused() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_most_pollers_at_once_still_run() {
+    let options = EmptyPollOptions {
+        polls: 4,
+        tasks: 10,
+        links: 2,
+        concurrency: relay::bench::MAX_BENCH_CONCURRENCY,
+    };
+    let report = empty_polls(options).await.expect("bench runs");
+    assert!(report.variants.iter().all(|v| v.http.count == 4));
+}
+
 #[test]
 fn the_cli_prints_the_report() {
     let output = Command::new(env!("CARGO_BIN_EXE_relay"))

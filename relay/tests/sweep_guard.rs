@@ -38,13 +38,26 @@ async fn empty_polls_write_nothing_and_a_due_lease_is_swept_once() {
     );
 
     let task = chat.service.assign(&chat.link, "Lapse me", "guard-1").await;
-    claim(&chat.client, &chat.link, &task).await;
+    let claimed = claim(&chat.client, &chat.link, &task).await;
+    assert_eq!(
+        claimed["lease_until"], "2026-11-08T10:00:00.000Z",
+        "the default lease is 30 minutes"
+    );
     assert_eq!(
         stats.write_transactions(),
         0,
         "assigning and claiming sweep nothing"
     );
-    chat.service.clock.advance(Duration::from_secs(30 * 60));
+    chat.service
+        .clock
+        .advance(Duration::from_secs(30 * 60) - Duration::from_millis(1));
+    assert_eq!(ok(&poll(&chat).await)["tasks"][0]["status"], "claimed");
+    assert_eq!(
+        stats.write_transactions(),
+        0,
+        "1 ms before the lease lapses"
+    );
+    chat.service.clock.advance(Duration::from_millis(1));
     let inbox = ok(&poll(&chat).await);
     assert_eq!(
         inbox["tasks"][0]["status"], "queued",
