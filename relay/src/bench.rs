@@ -338,7 +338,6 @@ async fn start_variant(
         .and_then(Identity::into_agent)
         .map_err(|e| failed("checking the token", e))?;
     seed_history(&store, &project.project_id, options).await?;
-    let links = first_link(&store, &project.project_id, options).await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| failed("binding a loopback port", e))?;
@@ -356,7 +355,8 @@ async fn start_variant(
         url: format!("http://{address}/mcp"),
         token,
         agent,
-        link: links,
+        // Link 0 holds history like every other, and nothing open.
+        link: link_id(0),
         server,
         http_samples: Vec::with_capacity(options.polls),
         batch_p50s: Vec::new(),
@@ -422,22 +422,6 @@ async fn seed_history(
         .import_chat_history(links, tasks)
         .await
         .map_err(|e| failed("seeding the history", e))
-}
-
-async fn first_link(
-    store: &SqliteStore,
-    project_id: &str,
-    options: EmptyPollOptions,
-) -> Result<String, BenchError> {
-    use crate::service::store::Store;
-    let link = link_id(0);
-    match store.chat_link(&link).await {
-        Ok(Some(record)) if record.project_id == project_id => Ok(link),
-        other => Err(BenchError::Failed(format!(
-            "the seeded link is missing ({other:?}); links: {}",
-            options.links
-        ))),
-    }
 }
 
 async fn run_http_batch(

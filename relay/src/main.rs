@@ -81,7 +81,7 @@ struct ServeArgs {
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     silence_timeout_minutes: u64,
     /// Seconds a chat task's claim holds before the task returns to the queue (0: no lease).
-    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(0..=MAX_TASK_LEASE_SECS))]
+    #[arg(long, alias = "lease-seconds", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(0..=MAX_TASK_LEASE_SECS))]
     task_lease_seconds: u64,
 }
 

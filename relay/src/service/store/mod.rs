@@ -1,8 +1,8 @@
 //! Durable state of the service behind one trait, so a PostgreSQL store can replace SQLite.
 //!
 //! The store knows no clock and no rules: callers pass timestamps and decide transitions
-//! (`runs::transition`); the store only makes each write conditional on the state the
-//! caller read, so concurrent writers cannot both win.
+//! (`runs::transition`, `chat_tasks::machine::transition`); the store only makes each write
+//! conditional on the state the caller read, so concurrent writers cannot both win.
 
 pub mod conformance;
 pub mod sqlite;
