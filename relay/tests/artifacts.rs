@@ -2,9 +2,11 @@
 //! or a conflict (other content); content, count and names are bounded; the owner reads them
 //! back with their sha256.
 
+mod chat_support;
 mod common;
 
-use common::{Chat, call, chat_setup, claim, claim_id, err, ok};
+use chat_support::{Chat, ChatService, chat_setup, claim, claim_id};
+use common::{call, err, ok};
 use relay::service::ServiceConfig;
 use relay::service::chat_tasks::owner::{self, Acting};
 use relay::service::chat_tasks::{
@@ -47,7 +49,7 @@ impl Upload<'_> {
 async fn claimed<'a>(chat: &'a Chat, key: &str) -> Upload<'a> {
     let task = chat
         .service
-        .assign(&chat.link, "Write the report", key)
+        .assign_goal(&chat.link, "Write the report", key)
         .await;
     let claim = claim_id(&claim(&chat.client, &chat.link, &task).await);
     Upload { chat, task, claim }
@@ -107,7 +109,7 @@ async fn a_finished_task_takes_no_new_artifacts_but_replays_old_ones() {
     ok(&call(
         &chat.client,
         "submit_linked_chat_result",
-        common::submit_args(&chat.link, &upload.task, &upload.claim, "completed", "done"),
+        chat_support::submit_args(&chat.link, &upload.task, &upload.claim, "completed", "done"),
     )
     .await);
     assert_eq!(ok(&upload.text("a1", "before").await)["replayed"], true);

@@ -3,12 +3,14 @@
 //! link gets the winner's claim back. The naive read-then-write claim (a test-only switch)
 //! loses the same race, so this test is known to catch double claims.
 
+mod chat_support;
 mod common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::{Chat, Era, McpClient, chat_setup, claim_args, mcp_client};
+use chat_support::{Chat, ChatService, chat_setup, claim_args};
+use common::{Era, McpClient, mcp_client};
 use relay::service::ServiceConfig;
 use relay::service::chat_tasks::NOT_CLAIMABLE;
 use rmcp::model::CallToolRequestParams;
@@ -71,7 +73,7 @@ async fn race(naive: bool) -> RaceOutcome {
     let mut outcome = RaceOutcome::default();
     for n in 0..TASKS {
         let task = service
-            .assign(&link, &format!("Race task {n}"), &format!("race-{n}"))
+            .assign_goal(&link, &format!("Race task {n}"), &format!("race-{n}"))
             .await;
         let barrier = Arc::new(Barrier::new(CLAIMERS));
         let claims: Vec<_> = (0..CLAIMERS)

@@ -2,11 +2,13 @@
 //! inbox is at most 87 bytes of tool-result text and each waiting task adds at most 210 (the
 //! seed's figures), whatever the goal's length, script or punctuation.
 
+mod chat_support;
 mod common;
 
 use std::time::Duration;
 
-use common::{McpClient, call, chat_setup, claim, text};
+use chat_support::{ChatService, chat_setup, claim};
+use common::{McpClient, call, text};
 use relay::service::ServiceConfig;
 use relay::service::chat_tasks::{GOAL_PREVIEW_BYTES, INBOX_LIMIT};
 use serde_json::{Value, json};
@@ -64,7 +66,7 @@ async fn an_empty_inbox_and_each_waiting_task_stay_within_the_seeds_bytes() {
         // One millisecond apart, so "oldest first" is the order of assignment.
         chat.service.clock.advance(Duration::from_millis(1));
         chat.service
-            .assign(&chat.link, goal, &format!("bytes-{n}"))
+            .assign_goal(&chat.link, goal, &format!("bytes-{n}"))
             .await;
         let inbox = inbox_text(&chat.client, &chat.link).await;
         let step = inbox.len() - previous;
@@ -96,7 +98,7 @@ async fn an_empty_inbox_and_each_waiting_task_stay_within_the_seeds_bytes() {
     // Past the limit the inbox says there is more instead of growing.
     chat.service.clock.advance(Duration::from_millis(1));
     chat.service
-        .assign(&chat.link, "one more", "bytes-more")
+        .assign_goal(&chat.link, "one more", "bytes-more")
         .await;
     let full = inbox_text(&chat.client, &chat.link).await;
     let full_value: Value = serde_json::from_str(&full).expect("JSON");
@@ -113,7 +115,10 @@ async fn an_empty_inbox_and_each_waiting_task_stay_within_the_seeds_bytes() {
 async fn the_whole_goal_comes_with_the_claim_and_the_read() {
     let chat = chat_setup(ServiceConfig::default()).await;
     let goal = "日本語 ".repeat(600);
-    let task = chat.service.assign(&chat.link, &goal, "whole-goal").await;
+    let task = chat
+        .service
+        .assign_goal(&chat.link, &goal, "whole-goal")
+        .await;
     let inbox: Value =
         serde_json::from_str(&inbox_text(&chat.client, &chat.link).await).expect("JSON");
     let preview = inbox["tasks"][0]["goal"].as_str().expect("goal");

@@ -2,13 +2,13 @@
 //! submit and upload, so a chat that went silent and comes back late cannot overwrite the chat
 //! that took over. Time moves only on the injected clock.
 
+mod chat_support;
 mod common;
 
 use std::time::Duration;
 
-use common::{
-    Era, call, chat_setup, claim, claim_args, claim_id, err, mcp_client, ok, submit_args,
-};
+use chat_support::{ChatService, chat_setup, claim, claim_args, claim_id, submit_args};
+use common::{Era, call, err, mcp_client, ok};
 use relay::service::ServiceConfig;
 use relay::service::chat_tasks::model::TaskStatus;
 use relay::service::chat_tasks::{LEASE_LAPSED, NOT_CLAIMABLE, STALE_CLAIM};
@@ -28,7 +28,7 @@ async fn a_silent_claim_lapses_and_its_late_submit_is_rejected() {
     .await;
     let service = &chat.service;
     let task = service
-        .assign(&chat.link, "Summarise the pricing thread", "lease-1")
+        .assign_goal(&chat.link, "Summarise the pricing thread", "lease-1")
         .await;
     // Chat A claims and goes silent. Chat B, open on the same link in another tab, and a chat
     // on another link poll every 100 ms.
@@ -119,7 +119,7 @@ async fn a_submit_after_the_lease_lapsed_is_rejected_before_anyone_reclaims() {
     .await;
     let task = chat
         .service
-        .assign(&chat.link, "Draft the FAQ", "lease-2")
+        .assign_goal(&chat.link, "Draft the FAQ", "lease-2")
         .await;
     let claimed = claim(&chat.client, &chat.link, &task).await;
     chat.service.clock.advance(LEASE - Duration::from_millis(1));
@@ -171,7 +171,7 @@ async fn a_zero_lease_holds_the_claim_until_the_task_ends() {
     .await;
     let task = chat
         .service
-        .assign(&chat.link, "Translate the notes", "lease-3")
+        .assign_goal(&chat.link, "Translate the notes", "lease-3")
         .await;
     let first = claim(&chat.client, &chat.link, &task).await;
     assert_eq!(first["lease_until"], serde_json::Value::Null);

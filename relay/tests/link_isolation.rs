@@ -2,12 +2,11 @@
 //! project: another link learns nothing about whether a task exists, a token does only what
 //! its scopes allow, and reads need no more than `osfoundry:read`.
 
+mod chat_support;
 mod common;
 
-use common::{
-    Era, TestService, call, chat_setup, claim, claim_args, claim_id, err, mcp_client, ok,
-    submit_args,
-};
+use chat_support::{ChatService, chat_setup, claim, claim_args, claim_id, submit_args};
+use common::{Era, TestService, call, err, mcp_client, ok};
 use relay::service::ServiceConfig;
 use relay::service::chat_tasks::{LINK_NOT_FOUND, NOT_CLAIMABLE, TASK_NOT_FOUND};
 use serde_json::{Value, json};
@@ -17,7 +16,7 @@ async fn another_link_cannot_tell_a_task_from_no_task() {
     let chat = chat_setup(ServiceConfig::default()).await;
     let task = chat
         .service
-        .assign(&chat.link, "Only for link A", "iso-1")
+        .assign_goal(&chat.link, "Only for link A", "iso-1")
         .await;
     let unknown = uuid::Uuid::new_v4().to_string();
     let other = &chat.other_link;
@@ -83,7 +82,7 @@ async fn a_link_of_another_project_is_not_found() {
     let chat = chat_setup(ServiceConfig::default()).await;
     let service = &chat.service;
     let task = service
-        .assign(&chat.link, "Project A's work", "iso-2")
+        .assign_goal(&chat.link, "Project A's work", "iso-2")
         .await;
     let other_project = service.project("q", "alice").await;
     let foreign = mcp_client(
@@ -119,8 +118,8 @@ async fn a_link_of_another_project_is_not_found() {
 async fn reading_needs_read_and_claiming_needs_run() {
     let service = TestService::start().await;
     let project = service.project("p", "alice").await;
-    let link = service.chat_link(&project, "claude").await;
-    let task = service.assign(&link, "Scoped work", "iso-3").await;
+    let link = service.link_chat(&project, "claude").await;
+    let task = service.assign_goal(&link, "Scoped work", "iso-3").await;
     let (reader_token, _) = service.agent(&project, &["osfoundry:read"]).await;
     let (runner_token, _) = service.agent(&project, &["osfoundry:run"]).await;
     let reader = mcp_client(&service.mcp_url(), &reader_token, Era::Current).await;

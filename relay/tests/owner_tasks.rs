@@ -2,12 +2,14 @@
 //! task), watch the list with its labels and hint, cancel. Over the owner HTTP API with an
 //! owner token, and through `relay admin`.
 
+mod chat_support;
 mod common;
 
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{TestService, call, chat_setup, claim, claim_id, decode, ok, submit_args};
+use chat_support::{ChatService, chat_setup, claim, claim_id, submit_args};
+use common::{TestService, call, decode, ok};
 use relay::service::ServiceConfig;
 use relay::service::chat_tasks::{NO_EVENT_SUBSCRIPTION_HINT, TASK_KEY_CONFLICT};
 use serde_json::{Value, json};
@@ -43,7 +45,7 @@ async fn owner(service: &TestService, project: &str) -> Owner {
     Owner {
         http: reqwest::Client::new(),
         base: service.base.clone(),
-        token: service.owner_token(project).await,
+        token: service.mint_owner_token(project).await,
     }
 }
 
@@ -209,7 +211,7 @@ async fn an_owner_reaches_only_their_own_links_and_tasks() {
     let chat = chat_setup(ServiceConfig::default()).await;
     let service = &chat.service;
     let task = service
-        .assign(&chat.link, "Private work", "private-1")
+        .assign_goal(&chat.link, "Private work", "private-1")
         .await;
     let bob_project = service.project("b", "bob").await;
     let bob = owner(service, &bob_project).await;

@@ -2,9 +2,11 @@
 //! as a replay, a different one against the finished task is rejected, and the first result
 //! stays.
 
+mod chat_support;
 mod common;
 
-use common::{call, chat_setup, claim, claim_id, err, ok, submit_args};
+use chat_support::{ChatService, chat_setup, claim, claim_id, submit_args};
+use common::{call, err, ok};
 use relay::service::ServiceConfig;
 use relay::service::chat_tasks::model::TaskStatus;
 use relay::service::chat_tasks::{DIFFERENT_RESULT, result_hash};
@@ -17,7 +19,7 @@ async fn four_identical_submits_then_a_different_one() {
     let chat = chat_setup(ServiceConfig::default()).await;
     let task = chat
         .service
-        .assign(&chat.link, "List open questions", "submit-1")
+        .assign_goal(&chat.link, "List open questions", "submit-1")
         .await;
     let claim_id = claim_id(&claim(&chat.client, &chat.link, &task).await);
     let submit = |result: &str| {
@@ -67,7 +69,7 @@ async fn a_failed_submit_is_idempotent_too() {
     let chat = chat_setup(ServiceConfig::default()).await;
     let task = chat
         .service
-        .assign(&chat.link, "Book a room", "submit-2")
+        .assign_goal(&chat.link, "Book a room", "submit-2")
         .await;
     let claim_id = claim_id(&claim(&chat.client, &chat.link, &task).await);
     let args = submit_args(
@@ -104,7 +106,7 @@ async fn a_submit_must_name_a_status_the_chat_can_report() {
     let chat = chat_setup(ServiceConfig::default()).await;
     let task = chat
         .service
-        .assign(&chat.link, "Anything", "submit-3")
+        .assign_goal(&chat.link, "Anything", "submit-3")
         .await;
     let claim_id = claim_id(&claim(&chat.client, &chat.link, &task).await);
     for status in ["cancelled", "expired", "queued", "done"] {

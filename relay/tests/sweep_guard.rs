@@ -2,11 +2,13 @@
 //! write lock, even with a long history, while a poll that finds something due sweeps it
 //! once. The unguarded sweep (the first version) takes the lock on every read.
 
+mod chat_support;
 mod common;
 
 use std::time::Duration;
 
-use common::{call, chat_setup, claim, ok};
+use chat_support::{ChatService, chat_setup, claim};
+use common::{call, ok};
 use relay::service::ServiceConfig;
 use relay::service::chat_tasks::sweep::SweepMode;
 use relay::service::store::SqliteStore;
@@ -14,7 +16,7 @@ use serde_json::json;
 
 const POLLS: u64 = 20;
 
-async fn poll(chat: &common::Chat) -> rmcp::model::CallToolResult {
+async fn poll(chat: &chat_support::Chat) -> rmcp::model::CallToolResult {
     call(
         &chat.client,
         "list_linked_chat_tasks",
@@ -37,7 +39,10 @@ async fn empty_polls_write_nothing_and_a_due_lease_is_swept_once() {
         "an empty poll takes no write lock"
     );
 
-    let task = chat.service.assign(&chat.link, "Lapse me", "guard-1").await;
+    let task = chat
+        .service
+        .assign_goal(&chat.link, "Lapse me", "guard-1")
+        .await;
     let claimed = claim(&chat.client, &chat.link, &task).await;
     assert_eq!(
         claimed["lease_until"], "2026-11-08T10:00:00.000Z",

@@ -1,9 +1,11 @@
 //! A cancelled task cannot be completed: the owner's cancel is a status change, and a submit
 //! (or upload) under the old claim is rejected with `rejected: task is cancelled`.
 
+mod chat_support;
 mod common;
 
-use common::{call, chat_setup, claim, claim_args, claim_id, err, ok, submit_args};
+use chat_support::{ChatService, chat_setup, claim, claim_args, claim_id, submit_args};
+use common::{call, err, ok};
 use relay::service::ServiceConfig;
 use relay::service::chat_tasks::model::TaskStatus;
 use relay::service::chat_tasks::owner::{self, Acting};
@@ -16,7 +18,7 @@ async fn cancel_then_submit_is_rejected() {
     let app = &chat.service.app;
     let task = chat
         .service
-        .assign(&chat.link, "Write the launch post", "cancel-1")
+        .assign_goal(&chat.link, "Write the launch post", "cancel-1")
         .await;
     let claim_id = claim_id(&claim(&chat.client, &chat.link, &task).await);
     let cancelled = owner::cancel_task(app, Acting::Operator, &task)
@@ -69,7 +71,7 @@ async fn cancelling_a_queued_or_finished_task() {
     let app = &chat.service.app;
     let queued = chat
         .service
-        .assign(&chat.link, "Queued one", "cancel-2")
+        .assign_goal(&chat.link, "Queued one", "cancel-2")
         .await;
     let first = owner::cancel_task(app, Acting::Operator, &queued)
         .await
@@ -85,7 +87,7 @@ async fn cancelling_a_queued_or_finished_task() {
 
     let done = chat
         .service
-        .assign(&chat.link, "Done one", "cancel-3")
+        .assign_goal(&chat.link, "Done one", "cancel-3")
         .await;
     let claim_id = claim_id(&claim(&chat.client, &chat.link, &done).await);
     ok(&call(

@@ -1,11 +1,13 @@
 //! A task not finished within 24 h of its creation expires, lazily: the first read, claim or
 //! submit after the deadline sweeps it to `expired`. Time moves only on the injected clock.
 
+mod chat_support;
 mod common;
 
 use std::time::Duration;
 
-use common::{call, chat_setup, claim, claim_args, claim_id, err, ok, submit_args};
+use chat_support::{ChatService, chat_setup, claim, claim_args, claim_id, submit_args};
+use common::{call, err, ok};
 use relay::service::ServiceConfig;
 use relay::service::chat_tasks::model::TaskStatus;
 use relay::service::chat_tasks::owner::{self, Acting};
@@ -25,10 +27,10 @@ async fn tasks_expire_a_day_after_they_were_assigned() {
     let service = &chat.service;
     assert_eq!(TASK_TTL, Duration::from_secs(24 * 60 * 60));
     let queued = service
-        .assign(&chat.link, "Queued until it expires", "expiry-1")
+        .assign_goal(&chat.link, "Queued until it expires", "expiry-1")
         .await;
     let claimed = service
-        .assign(&chat.link, "Claimed until it expires", "expiry-2")
+        .assign_goal(&chat.link, "Claimed until it expires", "expiry-2")
         .await;
     let claim_id = claim_id(&claim(&chat.client, &chat.link, &claimed).await);
     let view = ok(&call(
@@ -97,7 +99,7 @@ async fn claiming_again_as_leases_lapse_does_not_outlive_the_day() {
     let chat = chat_setup(ServiceConfig::default()).await;
     let task = chat
         .service
-        .assign(&chat.link, "Finish before the day is out", "expiry-3")
+        .assign_goal(&chat.link, "Finish before the day is out", "expiry-3")
         .await;
     let first = claim(&chat.client, &chat.link, &task).await;
     // Keep claiming again as leases lapse, until the day is over (72 steps of 20 minutes).
@@ -117,7 +119,7 @@ async fn claiming_again_as_leases_lapse_does_not_outlive_the_day() {
             refused = true;
             break;
         }
-        claim_id = common::claim_id(&ok(&answer));
+        claim_id = chat_support::claim_id(&ok(&answer));
     }
     assert!(refused, "the claims stop when the day is over");
     let submit = call(

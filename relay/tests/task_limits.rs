@@ -1,9 +1,11 @@
 //! Every limit on chat tasks holds at its bound and refuses one past it: goal length, the
 //! owner's key length, result length, id length, and the owner's list size.
 
+mod chat_support;
 mod common;
 
-use common::{call, chat_setup, claim, claim_id, err, ok, submit_args};
+use chat_support::{ChatService, chat_setup, claim, claim_id, submit_args};
+use common::{call, err, ok};
 use relay::service::ServiceConfig;
 use relay::service::chat_tasks::owner::{self, Acting, AssignRequest};
 use relay::service::chat_tasks::{
@@ -75,7 +77,7 @@ async fn results_are_bounded() {
     let chat = chat_setup(ServiceConfig::default()).await;
     let task = chat
         .service
-        .assign(&chat.link, "Write a lot", "result-limit")
+        .assign_goal(&chat.link, "Write a lot", "result-limit")
         .await;
     let claim_id = claim_id(&claim(&chat.client, &chat.link, &task).await);
     let result = "日".repeat(MAX_TASK_RESULT_CHARS);

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use relay::clock::{ManualClock, Timestamp};
 use relay::service::admin::{self, TokenSpec};
-use relay::service::chat_tasks::{self, owner::Acting};
 use relay::service::store::SqliteStore;
 use relay::service::{self, AppState, ServiceConfig};
 use rmcp::RoleClient;
@@ -341,98 +340,4 @@ pub async fn queue(client: &McpClient, key: &str) -> String {
         .as_str()
         .expect("command id")
         .to_owned()
-}
-
-/// A service with project `p` (owner `alice`), two Claude chat links on it, and an agent
-/// client with both scopes: the usual start of a chat task test.
-pub struct Chat {
-    pub service: TestService,
-    pub project: String,
-    /// The link tasks are assigned to.
-    pub link: String,
-    /// Another link of the same project.
-    pub other_link: String,
-    pub token: String,
-    pub client: McpClient,
-}
-
-/// See [`Chat`].
-pub async fn chat_setup(config: ServiceConfig) -> Chat {
-    let service = TestService::start_with_config(config).await;
-    let project = service.project("p", "alice").await;
-    let link = service.chat_link(&project, "claude").await;
-    let other_link = service.chat_link(&project, "claude").await;
-    let token = service.full_agent(&project).await;
-    let client = mcp_client(&service.mcp_url(), &token, Era::Current).await;
-    Chat {
-        service,
-        project,
-        link,
-        other_link,
-        token,
-        client,
-    }
-}
-
-impl TestService {
-    /// A chat link on `project` to a `host` chat, without event subscription.
-    pub async fn chat_link(&self, project: &str, host: &str) -> String {
-        chat_tasks::owner::create_link(&self.app, Acting::Operator, project, host, false)
-            .await
-            .expect("create chat link")
-            .chat_link_id
-    }
-
-    /// Assigns `goal` to `link` under `key`; returns the task id.
-    pub async fn assign(&self, link: &str, goal: &str, key: &str) -> String {
-        let request = chat_tasks::owner::AssignRequest {
-            chat_link_id: link,
-            goal,
-            idempotency_key: key,
-        };
-        chat_tasks::owner::assign_task(&self.app, Acting::Operator, request)
-            .await
-            .expect("assign task")
-            .task
-            .task_id
-            .to_string()
-    }
-
-    /// An owner token for the owner of `project`.
-    pub async fn owner_token(&self, project: &str) -> String {
-        admin::create_token(&self.app, project, TokenSpec::Owner)
-            .await
-            .expect("create owner token")
-            .token
-    }
-
-    /// The task as stored (bypassing every access check).
-    pub async fn stored_task(&self, task_id: &str) -> relay::service::store::TaskRecord {
-        self.app
-            .store
-            .task(task_id.parse().expect("task id"))
-            .await
-            .expect("read task")
-            .expect("task exists")
-    }
-}
-
-/// `claim_linked_chat_task` arguments.
-pub fn claim_args(link: &str, task: &str) -> Value {
-    json!({"chat_link_id": link, "task_id": task})
-}
-
-/// `submit_linked_chat_result` arguments.
-pub fn submit_args(link: &str, task: &str, claim: &str, status: &str, result: &str) -> Value {
-    json!({"chat_link_id": link, "task_id": task, "claim_id": claim, "status": status, "result": result})
-}
-
-/// Claims `task` on `link`, expecting success; returns the claim answer.
-pub async fn claim(client: &McpClient, link: &str, task: &str) -> Value {
-    ok(&call(client, "claim_linked_chat_task", claim_args(link, task)).await)
-}
-
-/// The claim id of a claim answer.
-pub fn claim_id(answer: &Value) -> String {
-    answer["claim_id"].as_str().expect("claim id").to_owned()
 }
