@@ -431,3 +431,23 @@ fn the_cli_links_assigns_lists_and_cancels() {
     let failure = relay(&db, &["task", "cancel", "not-a-uuid"]);
     assert!(!failure.status.success() && failure.stdout.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_request_bodies_are_bounded() {
+    use relay::service::owner_api::MAX_OWNER_BODY_BYTES;
+    let chat = chat_setup(ServiceConfig::default()).await;
+    let owner = owner(&chat.service, &chat.project).await;
+    let path = format!("/chat-links/{}/tasks", chat.link);
+    let body_of = |len: usize| {
+        let shell = json!({"goal": "", "idempotency_key": "k"}).to_string();
+        json!({"goal": "g".repeat(len - shell.len()), "idempotency_key": "k"})
+    };
+    let at_limit = body_of(MAX_OWNER_BODY_BYTES);
+    assert_eq!(at_limit.to_string().len(), MAX_OWNER_BODY_BYTES);
+    let (status, answer) = owner.post(&path, at_limit).await;
+    assert_eq!(status, 400, "read, then refused for its goal: {answer}");
+    assert!(answer["error"].as_str().unwrap().contains("goal"));
+    let (status, _) = owner.post(&path, body_of(MAX_OWNER_BODY_BYTES + 1)).await;
+    assert_eq!(status, 413, "not even read");
+    chat.service.stop().await;
+}
