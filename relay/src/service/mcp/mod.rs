@@ -1,6 +1,7 @@
 //! The MCP endpoint at `/mcp`: rmcp's Streamable HTTP server (stateless current protocol and
 //! 2025-era sessions from one service) behind a bearer-token gate.
 
+mod chat;
 mod http;
 pub mod tools;
 
@@ -34,7 +35,9 @@ pub const MCP_PATH: &str = "/mcp";
 
 const INSTRUCTIONS: &str = "Graphs run on the owner's desktop, not here. list_graph_sessions shows what the owner shares; \
 run_graph_session queues a run and returns a command_id at once; get_graph_run reads progress and the result \
-(look about 20 s after queueing, then every 15 s); cancel_graph_run stops it.";
+(look about 20 s after queueing, then every 15 s); cancel_graph_run stops it. \
+Linked chat tasks are work the owner assigned to this chat (by chat_link_id): list_linked_chat_tasks shows what waits; \
+claim_linked_chat_task, do the work, then submit_linked_chat_result with the claim_id.";
 
 /// `get_graph_run`'s optional `wait_seconds`: 0 to [`runs::MAX_GET_WAIT`].
 fn wait_seconds(arguments: &Arguments<'_>) -> Result<std::time::Duration, String> {
@@ -67,7 +70,8 @@ pub fn routes(app: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(app, http::gate))
 }
 
-/// The MCP server: four graph tools over the service's run functions.
+/// The MCP server: the graph tools over the service's run functions and the linked chat task
+/// tools over `chat_tasks`.
 #[derive(Clone)]
 pub struct GraphTools {
     app: Arc<AppState>,
@@ -139,6 +143,9 @@ impl GraphTools {
             Err(message) => return error_result(&message),
         };
         let app = &self.app;
+        if chat::is_chat_tool(spec.name) {
+            return chat::dispatch(app, spec, agent, &arguments).await;
+        }
         let outcome = match spec.name {
             LIST_GRAPH_SESSIONS => self.list(agent, &arguments).await,
             RUN_GRAPH_SESSION => self.run(agent, &arguments).await,

@@ -12,11 +12,15 @@ use serde_json::{Map, Value};
 use tokio::sync::Semaphore;
 
 use super::{
-    CommandRecord, InsertOutcome, OwnerRecord, ProjectRecord, SessionRecord, SessionSnapshot,
-    Store, StoreError, StoreFuture, TokenKind, TokenRecord,
+    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, CommandRecord,
+    InsertOutcome, OwnerRecord, ProjectRecord, SessionRecord, SessionSnapshot, Store, StoreError,
+    StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use crate::clock::Timestamp;
 use crate::protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
+use crate::service::chat_tasks::model::TaskId;
+
+mod chat;
 
 /// Connections one file-backed store keeps open; WAL lets readers run beside the one writer.
 const MAX_CONNECTIONS: usize = 4;
@@ -25,7 +29,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts those applied.
 /// Never edit a released entry: append a new one.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE owners (
     id TEXT PRIMARY KEY,
     name TEXT NOT NULL UNIQUE,
@@ -93,7 +98,9 @@ CREATE TABLE commands (
 CREATE UNIQUE INDEX commands_by_idempotency_key ON commands(agent_id, idempotency_key);
 CREATE INDEX commands_queued ON commands(project_id, status, created_at);
 CREATE INDEX commands_running ON commands(status, last_seen_at);
-"#];
+"#,
+    chat::MIGRATION,
+];
 
 const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_session_id, slug, arguments, \
     idempotency_key, request_hash, status, cancel_requested, execution_id, result, \
@@ -792,5 +799,86 @@ impl Store for SqliteStore {
                 })
                 .collect()
         })
+    }
+
+    fn insert_chat_link(&self, link: ChatLinkRecord) -> StoreFuture<'_, ()> {
+        self.insert_chat_link_impl(link)
+    }
+
+    fn chat_link<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<ChatLinkRecord>> {
+        self.chat_link_impl(id.to_owned())
+    }
+
+    fn set_event_subscription<'a>(&'a self, id: &'a str, active: bool) -> StoreFuture<'a, bool> {
+        self.set_event_subscription_impl(id.to_owned(), active)
+    }
+
+    fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsertOutcome> {
+        self.insert_task_impl(task)
+    }
+
+    fn task(&self, id: TaskId) -> StoreFuture<'_, Option<TaskRecord>> {
+        self.task_impl(id)
+    }
+
+    fn open_tasks<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<TaskRecord>> {
+        self.open_tasks_impl(chat_link_id.to_owned(), limit)
+    }
+
+    fn open_tasks_unless_due<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<Vec<TaskRecord>>> {
+        self.open_tasks_unless_due_impl(chat_link_id.to_owned(), limit, now)
+    }
+
+    fn link_tasks<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<TaskRecord>> {
+        self.link_tasks_impl(chat_link_id.to_owned(), limit)
+    }
+
+    fn claim_task(&self, attempt: ClaimAttempt) -> StoreFuture<'_, Option<TaskRecord>> {
+        self.claim_task_impl(attempt)
+    }
+
+    fn claim_task_unconditionally(&self, attempt: ClaimAttempt) -> StoreFuture<'_, bool> {
+        self.claim_task_unconditionally_impl(attempt)
+    }
+
+    fn update_task<'a>(
+        &'a self,
+        from: &'a TaskRecord,
+        next: &'a TaskRecord,
+    ) -> StoreFuture<'a, bool> {
+        self.update_task_impl(from, next)
+    }
+
+    fn tasks_due(&self, now: Timestamp) -> StoreFuture<'_, bool> {
+        self.tasks_due_impl(now)
+    }
+
+    fn sweep_tasks(&self, now: Timestamp) -> StoreFuture<'_, SweepCounts> {
+        self.sweep_tasks_impl(now)
+    }
+
+    fn insert_artifact(
+        &self,
+        artifact: ArtifactRecord,
+        max_per_task: usize,
+    ) -> StoreFuture<'_, ArtifactInsertOutcome> {
+        self.insert_artifact_impl(artifact, max_per_task)
+    }
+
+    fn artifacts(&self, task_id: TaskId) -> StoreFuture<'_, Vec<ArtifactRecord>> {
+        self.artifacts_impl(task_id)
     }
 }
