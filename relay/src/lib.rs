@@ -8,6 +8,7 @@
 //! - [`demo`]: the whole product on one machine, with a self-check through MCP.
 //! - [`sim`]: the seeds' experiments through the real code on virtual time.
 //! - [`bench`]: `relay bench`, the empty-poll benchmark of the chat tasks' sweep.
+//! - [`loadtest`]: `relay bench long-polls`, thousands of waiting desktops on one service.
 
 #![warn(missing_docs)]
 
@@ -15,6 +16,7 @@ pub mod bench;
 pub mod clock;
 pub mod demo;
 pub mod desktop;
+pub mod loadtest;
 pub mod protocol;
 pub mod service;
 pub mod sim;

@@ -87,6 +87,19 @@ struct DemoArgs {
 enum BenchCommand {
     /// Empty inbox reads over loopback HTTP: no sweep vs unguarded sweep vs guarded sweep.
     EmptyPolls(EmptyPollArgs),
+    /// Many desktops long-polling one `relay serve` over loopback: its memory, and pickup
+    /// latency under that load.
+    LongPolls(LongPollArgs),
+}
+
+#[derive(Debug, Args)]
+struct LongPollArgs {
+    /// Desktops long-polling at once.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    desktops: u64,
+    /// Runs queued while they wait.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    runs: u64,
 }
 
 #[derive(Debug, Args)]
@@ -281,6 +294,16 @@ async fn main() -> Result<()> {
         Command::Desktop(args) => desktop_cli::run(args).await,
         Command::Demo(args) => demo(args).await,
         Command::Sim(args) => sim(args),
+        Command::Bench(BenchCommand::LongPolls(args)) => {
+            let report = relay::loadtest::long_polls(relay::loadtest::LongPollOptions {
+                desktops: usize::try_from(args.desktops).unwrap_or(usize::MAX),
+                runs: usize::try_from(args.runs).unwrap_or(usize::MAX),
+                server: std::env::current_exe().context("cannot find the relay binary")?,
+            })
+            .await?;
+            print!("{report}");
+            Ok(())
+        }
         Command::Bench(BenchCommand::EmptyPolls(args)) => {
             let options = EmptyPollOptions {
                 polls: args.polls,
