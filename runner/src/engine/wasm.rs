@@ -475,6 +475,15 @@ fn describe_trap(error: &wasmtime::Error, store: &Store<HostState>, limits: Wasm
             limits.wasm_stack_bytes / 1024
         ),
         Some(Trap::Interrupt) => "interrupted".to_owned(),
+        // A single allocation past what wasm32 can address (`"x".repeat(2 ** 28)` asks for
+        // gigabytes at once) panics before the memory cap is ever consulted; it is the same
+        // limit as far as the graph is concerned.
+        Some(Trap::UnreachableCodeReached) if allocation_refused(&state.captured_stderr()) => {
+            format!(
+                "memory limit exceeded: the graph asked for a single allocation larger than the sandbox can hold (the cap is {} MiB)",
+                limits.memory_bytes / (1024 * 1024)
+            )
+        }
         Some(Trap::UnreachableCodeReached) => aborted(),
         Some(Trap::MemoryOutOfBounds) => {
             "the interpreter ran out of stack (too deep a recursion or nesting)".to_owned()
@@ -482,6 +491,11 @@ fn describe_trap(error: &wasmtime::Error, store: &Store<HostState>, limits: Wasm
         Some(other) => format!("the sandbox trapped: {other}"),
         None => format!("the sandbox failed: {error:#}"),
     }
+}
+
+/// Whether the guest's last words are Rust's report of an allocation it could not make.
+fn allocation_refused(stderr: &str) -> bool {
+    stderr.contains("capacity overflow") || stderr.contains("memory allocation of")
 }
 
 impl Engine for WasmEngine {
