@@ -175,6 +175,20 @@ impl WasmEngine {
                 Source::Memory,
             ));
         }
+        let (engine, source) = Self::load_uncached(bytes, hash, limits, cache_dir)?;
+        lock(loaded_map).insert(key, engine.loaded.clone());
+        Ok((engine, source))
+    }
+
+    /// Like [`Self::load`], but never from or into this process's memory: the component comes
+    /// from the cache in `cache_dir` or is compiled. For measuring start-up, and for callers
+    /// that keep their own engines.
+    pub fn load_uncached(
+        bytes: &[u8],
+        hash: &str,
+        limits: WasmLimits,
+        cache_dir: Option<&Path>,
+    ) -> Result<(Self, Source), WasmError> {
         let engine = new_engine(limits)?;
         let (component, source) = compile_cached(&engine, bytes, hash, cache_dir)?;
         let mut linker = Linker::<HostState>::new(&engine);
@@ -184,7 +198,6 @@ impl WasmEngine {
         let pre =
             GraphPre::new(linker.instantiate_pre(&component).map_err(setup)?).map_err(setup)?;
         let loaded = Arc::new(Loaded { engine, pre });
-        lock(loaded_map).insert(key, loaded.clone());
         Ok((Self { loaded, limits }, source))
     }
 
