@@ -27,7 +27,8 @@ use runner::run::{RunOptions, RunRequest, run_graph};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-/// When the wrapped run was last polled and when it was dropped.
+/// When the wrapped run was last polled (if the guest was between polls at the cancel, it
+/// never ran again: the figure is then zero) and when it was dropped.
 #[derive(Default)]
 struct Seen {
     last_poll_end: Option<Instant>,
@@ -136,7 +137,6 @@ async fn cancel_while_spinning(script: &str, spin: Duration) -> Latency {
         .expect("the graph logged before its loop")
         .expect("log signal");
     tokio::time::sleep(spin).await;
-    let polls_before = seen.lock().expect("probe").polls;
     let cancelled_at = Instant::now();
     cancel.cancel();
     let (outcome, finished_at) = tokio::time::timeout(Duration::from_secs(10), run)
@@ -145,11 +145,10 @@ async fn cancel_while_spinning(script: &str, spin: Duration) -> Latency {
         .expect("run task");
     assert_eq!(outcome.status, RunStatus::Cancelled, "{outcome:?}");
     assert_eq!(outcome.result, None);
+    // `cancelled` also says the loop was still running at the cancel: a run that had ended
+    // (say at the loop limit) would have been reported before it.
     let seen = seen.lock().expect("probe");
-    assert!(
-        seen.polls > polls_before,
-        "the guest was still being driven when the cancel came"
-    );
+    assert!(seen.polls > 0);
     let last_poll = seen.last_poll_end.expect("polled");
     let dropped = seen.dropped.expect("the engine's future was dropped");
     Latency {
