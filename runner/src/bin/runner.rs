@@ -13,7 +13,7 @@ use runner::engine::wasm::{WasmEngine, WasmLimits};
 use runner::engine::{Engine, EngineKind};
 use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
 use runner::host::events::{EventSink, NullSink};
-use runner::host::graphs::FolderCatalog;
+use runner::host::graphs::{DESCRIBE_TIMEOUT, FolderCatalog};
 use runner::host::mock::MockProvider;
 use runner::host::tools::ToolRegistry;
 use runner::run::{MAX_CONCURRENCY, RunOptions, RunRequest, RunStatus, run_graph};
@@ -272,7 +272,10 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .filter(|p| !p.as_os_str().is_empty())
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
     };
-    let catalog = FolderCatalog::load(&graphs_dir)
+    // The folder's graphs are described by the run's own engine, each within the run's deadline.
+    let describe_timeout = Duration::from_secs_f64(args.timeout).min(DESCRIBE_TIMEOUT);
+    let catalog = FolderCatalog::load(&graphs_dir, options.engine.as_ref(), describe_timeout)
+        .await
         .with_context(|| format!("cannot read the graphs folder {}", graphs_dir.display()))?;
     for (path, reason) in catalog.skipped() {
         tracing::debug!("not in the catalog: {}: {reason}", path.display());

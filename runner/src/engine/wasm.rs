@@ -53,6 +53,10 @@ pub const MAX_CAPTURED_OUTPUT_BYTES: usize = 64 * 1024;
 pub const DESCRIBE_DEADLINE: Duration = Duration::from_secs(10);
 /// Tables (function references) may not grow past this many elements.
 pub const MAX_TABLE_ELEMENTS: usize = 100_000;
+/// All instances of one run together (the top graph and up to 64 nested graphs at once, each
+/// under the per-instance cap) may hold at most this many times the per-instance memory cap.
+/// Without it, a graph fanning out nested memory bombs holds 65 × the cap of host memory.
+pub const RUN_MEMORY_FACTOR: u64 = 4;
 
 /// Limits of the sandbox. Each has a safe default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -171,6 +175,20 @@ impl WasmEngine {
                 Source::Memory,
             ));
         }
+        let (engine, source) = Self::load_uncached(bytes, hash, limits, cache_dir)?;
+        lock(loaded_map).insert(key, engine.loaded.clone());
+        Ok((engine, source))
+    }
+
+    /// Like [`Self::load`], but never from or into this process's memory: the component comes
+    /// from the cache in `cache_dir` or is compiled. For measuring start-up, and for callers
+    /// that keep their own engines.
+    pub fn load_uncached(
+        bytes: &[u8],
+        hash: &str,
+        limits: WasmLimits,
+        cache_dir: Option<&Path>,
+    ) -> Result<(Self, Source), WasmError> {
         let engine = new_engine(limits)?;
         let (component, source) = compile_cached(&engine, bytes, hash, cache_dir)?;
         let mut linker = Linker::<HostState>::new(&engine);
@@ -180,7 +198,6 @@ impl WasmEngine {
         let pre =
             GraphPre::new(linker.instantiate_pre(&component).map_err(setup)?).map_err(setup)?;
         let loaded = Arc::new(Loaded { engine, pre });
-        lock(loaded_map).insert(key, loaded.clone());
         Ok((Self { loaded, limits }, source))
     }
 
@@ -229,13 +246,16 @@ fn new_store(
         .stdout(stdout.clone())
         .stderr(stderr.clone())
         .build();
+    let run = invocation.run().clone();
     let state = HostState {
         invocation,
         wasi,
         table: ResourceTable::new(),
         limiter: MemoryLimiter {
             memory_bytes: limits.memory_bytes,
-            hit: false,
+            run,
+            held: 0,
+            hit: None,
         },
         stdout,
         stderr,
@@ -318,23 +338,59 @@ fn link_wasi(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     Ok(())
 }
 
-/// Caps linear memory and tables, and remembers that the cap was hit.
+/// Which memory cap was hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MemoryCap {
+    /// This instance's own cap.
+    Instance,
+    /// The cap on all instances of the run together.
+    Run,
+}
+
+/// Caps linear memory (per instance, and summed over the run's instances) and tables, and
+/// remembers which cap was hit.
 struct MemoryLimiter {
     memory_bytes: u64,
-    hit: bool,
+    run: Arc<crate::host::RunShared>,
+    /// What this instance holds of the run's sum; given back when the store is dropped.
+    held: u64,
+    hit: Option<MemoryCap>,
+}
+
+impl MemoryLimiter {
+    fn run_cap(&self) -> u64 {
+        self.memory_bytes.saturating_mul(RUN_MEMORY_FACTOR)
+    }
+}
+
+impl Drop for MemoryLimiter {
+    fn drop(&mut self) {
+        self.run
+            .sandbox_memory
+            .fetch_sub(self.held, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl wasmtime::ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        use std::sync::atomic::Ordering;
         if desired as u64 > self.memory_bytes {
-            self.hit = true;
+            self.hit = Some(MemoryCap::Instance);
             return Err(wasmtime::format_err!("memory limit reached"));
         }
+        let growth = desired.saturating_sub(current) as u64;
+        let before = self.run.sandbox_memory.fetch_add(growth, Ordering::SeqCst);
+        if before.saturating_add(growth) > self.run_cap() {
+            self.run.sandbox_memory.fetch_sub(growth, Ordering::SeqCst);
+            self.hit = Some(MemoryCap::Run);
+            return Err(wasmtime::format_err!("run memory limit reached"));
+        }
+        self.held += growth;
         Ok(true)
     }
 
@@ -451,11 +507,20 @@ fn describe_trap(error: &wasmtime::Error, store: &Store<HostState>, limits: Wasm
     if let Some(stopped) = state.invocation.run().stopped() {
         return stopped.to_string();
     }
-    if state.limiter.hit {
-        return format!(
-            "memory limit exceeded: the graph tried to use more than {} MiB of memory",
-            limits.memory_bytes / (1024 * 1024)
-        );
+    match state.limiter.hit {
+        Some(MemoryCap::Instance) => {
+            return format!(
+                "memory limit exceeded: the graph tried to use more than {} MiB of memory",
+                limits.memory_bytes / (1024 * 1024)
+            );
+        }
+        Some(MemoryCap::Run) => {
+            return format!(
+                "memory limit exceeded: the run's graphs together tried to use more than {} MiB of memory",
+                state.limiter.run_cap() / (1024 * 1024)
+            );
+        }
+        None => {}
     }
     let aborted = || {
         let stderr = state.captured_stderr();
@@ -475,6 +540,15 @@ fn describe_trap(error: &wasmtime::Error, store: &Store<HostState>, limits: Wasm
             limits.wasm_stack_bytes / 1024
         ),
         Some(Trap::Interrupt) => "interrupted".to_owned(),
+        // A single allocation past what wasm32 can address (`"x".repeat(2 ** 28)` asks for
+        // gigabytes at once) panics before the memory cap is ever consulted; it is the same
+        // limit as far as the graph is concerned.
+        Some(Trap::UnreachableCodeReached) if allocation_refused(&state.captured_stderr()) => {
+            format!(
+                "memory limit exceeded: the graph asked for a single allocation larger than the sandbox can hold (the cap is {} MiB)",
+                limits.memory_bytes / (1024 * 1024)
+            )
+        }
         Some(Trap::UnreachableCodeReached) => aborted(),
         Some(Trap::MemoryOutOfBounds) => {
             "the interpreter ran out of stack (too deep a recursion or nesting)".to_owned()
@@ -482,6 +556,11 @@ fn describe_trap(error: &wasmtime::Error, store: &Store<HostState>, limits: Wasm
         Some(other) => format!("the sandbox trapped: {other}"),
         None => format!("the sandbox failed: {error:#}"),
     }
+}
+
+/// Whether the guest's last words are Rust's report of an allocation it could not make.
+fn allocation_refused(stderr: &str) -> bool {
+    stderr.contains("capacity overflow") || stderr.contains("memory allocation of")
 }
 
 impl Engine for WasmEngine {
