@@ -86,41 +86,46 @@ fn cold_start(c: &mut Criterion) {
             assert_eq!(source, Source::Compiled);
         });
     });
+    // What `WasmEngine::new` pays once per machine: snapshot the guest with the prelude
+    // evaluated, then compile the snapshot.
+    group.bench_function("pre_initialize_and_compile_no_cache", |b| {
+        b.iter(|| {
+            let (_, source) = WasmEngine::generic_uncached(WasmLimits::default(), None)
+                .expect("pre-initializes");
+            assert_eq!(source, Source::Compiled);
+        });
+    });
     group.finish();
 }
 
 /// Loading the compiled guest from the disk cache (a new process's first run).
 fn disk_cache_load(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (_, source) = WasmEngine::load_uncached(
-        GUEST_WASM,
-        GUEST_SHA256,
-        WasmLimits::default(),
-        Some(dir.path()),
-    )
-    .expect("primes the cache");
+    let (_, source) = WasmEngine::generic_uncached(WasmLimits::default(), Some(dir.path()))
+        .expect("primes the cache");
     assert_eq!(source, Source::Compiled);
     c.bench_function("disk_cache_load", |b| {
         b.iter(|| {
-            let (_, source) = WasmEngine::load_uncached(
-                GUEST_WASM,
-                GUEST_SHA256,
-                WasmLimits::default(),
-                Some(dir.path()),
-            )
-            .expect("loads");
+            let (_, source) = WasmEngine::generic_uncached(WasmLimits::default(), Some(dir.path()))
+                .expect("loads");
             assert_eq!(source, Source::Disk);
         });
     });
 }
 
-/// The generic guest already loaded: instantiate, prelude, parse, run a graph, return.
+/// The generic guest already loaded: instantiate, parse, run a graph, return. `wasm` is the
+/// pre-initialized guest `WasmEngine::new` gives (the prelude is in the snapshot);
+/// `wasm_no_snapshot` creates the interpreter and evaluates the prelude on every run.
 fn cached_start(c: &mut Criterion) {
     let rt = runtime();
     let wasm: Arc<dyn Engine> = Arc::new(WasmEngine::new(WasmLimits::default()).expect("sandbox"));
+    let (plain, _) =
+        WasmEngine::load_uncached(GUEST_WASM, GUEST_SHA256, WasmLimits::default(), None)
+            .expect("compiles");
+    let plain: Arc<dyn Engine> = Arc::new(plain);
     let boa: Arc<dyn Engine> = Arc::new(BoaEngine::default());
     let mut group = c.benchmark_group("cached_start");
-    for (name, engine) in [("wasm", &wasm), ("boa", &boa)] {
+    for (name, engine) in [("wasm", &wasm), ("wasm_no_snapshot", &plain), ("boa", &boa)] {
         let options = options(engine.clone());
         for (graph, script) in [("trivial", TRIVIAL), ("typical", TYPICAL)] {
             group.bench_function(format!("{name}/{graph}"), |b| {

@@ -132,15 +132,34 @@ pub enum Source {
 }
 
 impl WasmEngine {
-    /// The generic guest with `limits`, cached in memory and on disk.
+    /// The generic guest with `limits`, pre-initialized (see [`Self::generic_uncached`]) and
+    /// cached in memory and on disk.
     pub fn new(limits: WasmLimits) -> Result<Self, WasmError> {
-        Self::load(
-            GUEST_WASM,
-            GUEST_SHA256,
-            limits,
-            default_cache_dir().as_deref(),
-        )
-        .map(|(e, _)| e)
+        let cache_dir = default_cache_dir();
+        let blank = blank_key();
+        let loaded = Self::load_with(&blank, limits, cache_dir.as_deref(), &mut || {
+            build_blank(limits)
+        });
+        match loaded {
+            Ok((engine, _)) => Ok(engine),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot pre-initialize the generic guest ({e}); runs start without the snapshot"
+                );
+                Self::load(GUEST_WASM, GUEST_SHA256, limits, cache_dir.as_deref()).map(|(e, _)| e)
+            }
+        }
+    }
+
+    /// The generic guest pre-initialized with wizer: boa's intrinsics created and the prelude
+    /// evaluated in the snapshot, so a run only parses and evaluates its own script. Never from
+    /// or into this process's memory; from the cache in `cache_dir` or built now (a snapshot
+    /// and two compilations: seconds). For measuring start-up.
+    pub fn generic_uncached(
+        limits: WasmLimits,
+        cache_dir: Option<&Path>,
+    ) -> Result<(Self, Source), WasmError> {
+        Self::load_uncached_with(&blank_key(), limits, cache_dir, &mut || build_blank(limits))
     }
 
     /// A component (`runner build` output) with `limits`.
@@ -157,7 +176,20 @@ impl WasmEngine {
         limits: WasmLimits,
         cache_dir: Option<&Path>,
     ) -> Result<(Self, Source), WasmError> {
+        Self::load_with(hash, limits, cache_dir, &mut || Ok(bytes.to_vec()))
+    }
+
+    /// Like [`Self::load`], with the component's bytes produced only when they must be compiled.
+    fn load_with(
+        hash: &str,
+        limits: WasmLimits,
+        cache_dir: Option<&Path>,
+        bytes: &mut dyn FnMut() -> Result<Vec<u8>, WasmError>,
+    ) -> Result<(Self, Source), WasmError> {
         static LOADED: OnceLock<Mutex<HashMap<LoadKey, Arc<Loaded>>>> = OnceLock::new();
+        // One load at a time: threads asking for the same component at once wait for the first
+        // instead of each compiling it (seconds of CPU each).
+        static LOADING: Mutex<()> = Mutex::new(());
         // Fuel changes the compiled code and the stack size is an engine setting; the memory cap
         // is applied per store, so it does not split the cache.
         let key = (
@@ -166,16 +198,20 @@ impl WasmEngine {
             limits.wasm_stack_bytes,
         );
         let loaded_map = LOADED.get_or_init(Default::default);
-        if let Some(loaded) = lock(loaded_map).get(&key) {
-            return Ok((
-                Self {
-                    loaded: loaded.clone(),
-                    limits,
-                },
-                Source::Memory,
-            ));
+        let found = |map: &Mutex<HashMap<LoadKey, Arc<Loaded>>>| {
+            lock(map).get(&key).map(|loaded| Self {
+                loaded: loaded.clone(),
+                limits,
+            })
+        };
+        if let Some(engine) = found(loaded_map) {
+            return Ok((engine, Source::Memory));
         }
-        let (engine, source) = Self::load_uncached(bytes, hash, limits, cache_dir)?;
+        let _loading = lock(&LOADING);
+        if let Some(engine) = found(loaded_map) {
+            return Ok((engine, Source::Memory));
+        }
+        let (engine, source) = Self::load_uncached_with(hash, limits, cache_dir, bytes)?;
         lock(loaded_map).insert(key, engine.loaded.clone());
         Ok((engine, source))
     }
@@ -189,8 +225,17 @@ impl WasmEngine {
         limits: WasmLimits,
         cache_dir: Option<&Path>,
     ) -> Result<(Self, Source), WasmError> {
+        Self::load_uncached_with(hash, limits, cache_dir, &mut || Ok(bytes.to_vec()))
+    }
+
+    fn load_uncached_with(
+        hash: &str,
+        limits: WasmLimits,
+        cache_dir: Option<&Path>,
+        bytes: &mut dyn FnMut() -> Result<Vec<u8>, WasmError>,
+    ) -> Result<(Self, Source), WasmError> {
         let engine = new_engine(limits)?;
-        let (component, source) = compile_cached(&engine, bytes, hash, cache_dir)?;
+        let (component, source) = compile_cached(&engine, hash, cache_dir, bytes)?;
         let mut linker = Linker::<HostState>::new(&engine);
         link_wasi(&mut linker).map_err(setup)?;
         Graph::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
@@ -676,16 +721,17 @@ fn write_cache(path: &Path, serialized: &[u8]) -> std::io::Result<()> {
 
 fn compile_cached(
     engine: &wasmtime::Engine,
-    bytes: &[u8],
     hash: &str,
     cache_dir: Option<&Path>,
+    bytes: &mut dyn FnMut() -> Result<Vec<u8>, WasmError>,
 ) -> Result<(Component, Source), WasmError> {
     let path = cache_dir.map(|dir| cache_path(engine, hash, dir));
     if let Some(component) = path.as_deref().and_then(|p| read_cache(engine, p)) {
         return Ok((component, Source::Disk));
     }
+    let bytes = bytes()?;
     tracing::info!("compiling the wasm component (a few seconds, cached afterwards)");
-    let component = Component::new(engine, bytes).map_err(setup)?;
+    let component = Component::new(engine, &bytes).map_err(setup)?;
     if let Some(path) = &path {
         match component.serialize() {
             Ok(serialized) => {
@@ -700,6 +746,33 @@ fn compile_cached(
         }
     }
     Ok((component, Source::Compiled))
+}
+
+/// Names the pre-initialized generic guest in the caches; the suffix changes when what the
+/// snapshot holds does.
+fn blank_key() -> String {
+    format!("{GUEST_SHA256}-blank1")
+}
+
+/// The generic guest pre-initialized with an interpreter and no graph (`initialize("")`).
+/// Built on a thread of its own with its own runtime, so it works from inside a runtime and
+/// from none.
+fn build_blank(limits: WasmLimits) -> Result<Vec<u8>, WasmError> {
+    tracing::info!("pre-initializing the generic guest (seconds, once per machine)");
+    let built = std::thread::Builder::new()
+        .name("wasm-pre-init".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .map_err(setup)?;
+            runtime
+                .block_on(pre_initialize("", limits))
+                .map_err(|e| WasmError::Setup(e.to_string()))
+        })
+        .map_err(setup)?
+        .join();
+    built.unwrap_or_else(|_| Err(WasmError::Setup("pre-initialization panicked".into())))
 }
 
 /// `runner build` may take this long to evaluate a graph's top-level code.
@@ -724,6 +797,17 @@ pub enum BuildError {
 /// with the same limits and a [`BUILD_DEADLINE`]). The result exports the `graph` world (and
 /// the unused `initialize`); its `run` and `describe` take an empty script for the graph built in.
 pub async fn build_component(script: &str, limits: WasmLimits) -> Result<Vec<u8>, BuildError> {
+    if script.trim().is_empty() {
+        return Err(BuildError::Graph(
+            "the graph is empty: a graph exports `meta` and a default function".into(),
+        ));
+    }
+    pre_initialize(script, limits).await
+}
+
+/// The guest snapshotted after `initialize(script)`; an empty script leaves an interpreter with
+/// the prelude evaluated and no graph.
+async fn pre_initialize(script: &str, limits: WasmLimits) -> Result<Vec<u8>, BuildError> {
     use wasmtime_wizer::Wizer;
     let mut wizer = Wizer::new();
     // Keeping the export is required: wizer removes it from the core module, but the
