@@ -90,8 +90,8 @@ fn cold_start(c: &mut Criterion) {
     // evaluated, then compile the snapshot.
     group.bench_function("pre_initialize_and_compile_no_cache", |b| {
         b.iter(|| {
-            let (_, source) = WasmEngine::generic_uncached(WasmLimits::default(), None)
-                .expect("pre-initializes");
+            let (_, source) =
+                WasmEngine::generic_uncached(WasmLimits::default(), None).expect("pre-initializes");
             assert_eq!(source, Source::Compiled);
         });
     });

@@ -32,7 +32,11 @@ async fn what_a_run_changes_is_gone_for_the_next() {
     let (options, _, _) = common::options(engine, json!({"default": {"text": "ok"}}));
     for run in 0..3 {
         let outcome = common::run(PATCHING, json!({}), &options).await;
-        assert_eq!(outcome.status, RunStatus::Completed, "run {run}: {outcome:?}");
+        assert_eq!(
+            outcome.status,
+            RunStatus::Completed,
+            "run {run}: {outcome:?}"
+        );
         assert_eq!(
             outcome.result,
             Some(json!({"marker": null, "map": true, "agent": "function"})),
@@ -52,7 +56,10 @@ async fn randoms(options: &runner::run::RunOptions, script: &str) -> Vec<Value> 
         let outcome = common::run(script, json!({}), options).await;
         assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
         let result = outcome.result.expect("a result");
-        assert!(result[2].as_f64().unwrap_or(0.0) > 1.7e12, "a real clock: {result}");
+        assert!(
+            result[2].as_f64().unwrap_or(0.0) > 1.7e12,
+            "a real clock: {result}"
+        );
         seen.push(result[0].clone());
     }
     seen
@@ -70,7 +77,10 @@ async fn random_numbers_are_not_frozen_into_the_generic_snapshot() {
     let engine = Arc::new(WasmEngine::new(WasmLimits::default()).expect("the sandbox starts"));
     let (options, _, _) = common::options(engine, json!({"default": {"text": "ok"}}));
     let seen = randoms(&options, RANDOM).await;
-    assert!(all_different(&seen), "the same Math.random() in every run: {seen:?}");
+    assert!(
+        all_different(&seen),
+        "the same Math.random() in every run: {seen:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,7 +92,10 @@ async fn random_numbers_are_not_frozen_into_a_compiled_graph() {
         Arc::new(WasmEngine::for_component(&bytes, WasmLimits::default()).expect("it loads"));
     let (options, _, _) = common::options(engine, json!({"default": {"text": "ok"}}));
     let seen = randoms(&options, "").await;
-    assert!(all_different(&seen), "the same Math.random() in every run: {seen:?}");
+    assert!(
+        all_different(&seen),
+        "the same Math.random() in every run: {seen:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -105,13 +105,40 @@ impl EngineArgs {
             if self.engine == EngineKind::Boa {
                 bail!("a compiled component runs in the wasm engine; drop --engine boa");
             }
-            return Ok(Arc::new(WasmEngine::for_component(bytes, self.limits())?));
+            let limits = self.limits();
+            return Ok(Arc::new(slow_notice(
+                "compiling the component (seconds, cached afterwards)",
+                || WasmEngine::for_component(bytes, limits),
+            )?));
         }
         Ok(match self.engine {
-            EngineKind::Wasm => Arc::new(WasmEngine::new(self.limits())?),
+            EngineKind::Wasm => {
+                let limits = self.limits();
+                Arc::new(slow_notice(
+                    "preparing the sandbox (about 10 s on the first run on this machine, cached afterwards)",
+                    || WasmEngine::new(limits),
+                )?)
+            }
             EngineKind::Boa => Arc::new(BoaEngine::default()),
         })
     }
+}
+
+/// Runs `work`, saying `message` on stderr if it takes longer than a second.
+fn slow_notice<T>(message: &str, work: impl FnOnce() -> T) -> T {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let message = message.to_owned();
+    let notice = std::thread::spawn(move || {
+        if finished.recv_timeout(std::time::Duration::from_secs(1))
+            == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        {
+            eprintln!("{message}");
+        }
+    });
+    let result = work();
+    drop(done);
+    let _ = notice.join();
+    result
 }
 
 /// The first bytes of every WebAssembly binary.
