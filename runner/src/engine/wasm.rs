@@ -339,6 +339,10 @@ fn new_engine(limits: WasmLimits) -> Result<wasmtime::Engine, WasmError> {
     let mut config = Config::new();
     config
         .epoch_interruption(true)
+        // boa calls through function tables all the time; tables filled at instantiation save
+        // the lazy-init check on every indirect call: loops run about 5 % faster for about
+        // 0.1 ms more per start (`cargo bench -p runner --bench sandbox`).
+        .table_lazy_init(false)
         .consume_fuel(limits.fuel.is_some())
         .max_wasm_stack(limits.wasm_stack_bytes)
         // The fiber that runs wasm must hold the whole wasm stack plus host frames.
