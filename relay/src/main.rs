@@ -9,11 +9,17 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
+use relay::bench::{self, EmptyPollOptions};
 use relay::clock::SystemClock;
 use relay::service::admin::{self, TokenSpec};
+use relay::service::chat_tasks::owner::{self, Acting, AssignRequest};
+use relay::service::chat_tasks::view::goal_preview;
 use relay::service::store::SqliteStore;
 use relay::service::{self, AppState, ServiceConfig};
 use serde::Serialize;
+
+/// Bytes of goal a line of `task list` shows.
+const LIST_GOAL_PREVIEW_BYTES: usize = 60;
 
 /// The graph relay: queue chat agents' graph runs for owners' desktops.
 #[derive(Debug, Parser)]
@@ -27,13 +33,38 @@ struct Cli {
 enum Command {
     /// Run the service: MCP at /mcp, the desktop API, OAuth metadata.
     Serve(ServeArgs),
-    /// Operator actions on the service's database: projects and tokens.
+    /// Operator actions on the service's database: projects, tokens, chat links and tasks.
     Admin(AdminArgs),
     /// The desktop relay and its owner's controls: sessions, sharing, approvals, history.
     Desktop(desktop_cli::DesktopArgs),
     /// Everything on one machine: a service, a desktop relay with the example graphs, an agent
     /// token, and a self-check through MCP; then it keeps running for any MCP client.
     Demo(DemoArgs),
+    /// The seeds' experiments replayed through the real code on a virtual clock.
+    Sim(SimArgs),
+    /// Measure the service.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Args)]
+struct SimArgs {
+    /// One scenario (pickup, serial, polling, cancel, idempotency, offline, outbox,
+    /// result-size, access) or all.
+    #[arg(long, default_value = "all")]
+    scenario: String,
+    /// Runs per sampled scenario (pickup, cancel; polling and idempotency a tenth).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    runs: u64,
+    /// Seed of the random choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// poll: the seed's 20 s polling desktop; longpoll: the held sync and the waiting get.
+    #[arg(long, value_parser = ["poll", "longpoll"], default_value = "poll")]
+    mode: String,
+    /// One JSON object per scenario per line.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -50,6 +81,41 @@ struct DemoArgs {
     /// The engine that runs the graphs.
     #[arg(long, value_enum, default_value_t = runner::engine::EngineKind::Wasm)]
     engine: runner::engine::EngineKind,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Empty inbox reads over loopback HTTP: no sweep vs unguarded sweep vs guarded sweep.
+    EmptyPolls(EmptyPollArgs),
+    /// Many desktops long-polling one `relay serve` over loopback: its memory, and pickup
+    /// latency under that load.
+    LongPolls(LongPollArgs),
+}
+
+#[derive(Debug, Args)]
+struct LongPollArgs {
+    /// Desktops long-polling at once.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    desktops: u64,
+    /// Runs queued while they wait.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    runs: u64,
+}
+
+#[derive(Debug, Args)]
+struct EmptyPollArgs {
+    /// Measured polls per variant.
+    #[arg(long, default_value_t = 2_000)]
+    polls: usize,
+    /// Finished tasks in the seeded history.
+    #[arg(long, default_value_t = 10_000)]
+    tasks: usize,
+    /// Links the history is spread over.
+    #[arg(long, default_value_t = 500)]
+    links: usize,
+    /// Pollers at once.
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
 }
 
 #[derive(Debug, Args)]
@@ -72,7 +138,13 @@ struct ServeArgs {
     /// Minutes a running run may go without a control poll before it is failed.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     silence_timeout_minutes: u64,
+    /// Seconds a chat task's claim holds before the task returns to the queue (0: no lease).
+    #[arg(long, alias = "lease-seconds", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(0..=MAX_TASK_LEASE_SECS))]
+    task_lease_seconds: u64,
 }
+
+/// The longest lease `--task-lease-seconds` takes: a task expires after a day anyway.
+const MAX_TASK_LEASE_SECS: u64 = 24 * 60 * 60;
 
 #[derive(Debug, Args)]
 struct AdminArgs {
@@ -93,6 +165,64 @@ enum AdminCommand {
     /// Bearer tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Chat conversations linked to a project, which the owner hands tasks to.
+    #[command(subcommand)]
+    ChatLink(ChatLinkCommand),
+    /// Tasks for linked chats.
+    #[command(subcommand)]
+    Task(TaskCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ChatLinkCommand {
+    /// Link a chat to a project; prints the link id (give it to the chat).
+    Create {
+        /// The project.
+        #[arg(long, value_name = "ID")]
+        project: String,
+        /// The host the chat lives on.
+        #[arg(long, value_parser = ["claude", "chatgpt", "other"])]
+        host: String,
+        /// The host is told when a task arrives (ChatGPT work chats with MCP events).
+        #[arg(long)]
+        event_subscription: bool,
+    },
+    /// Record whether the link's host has an event subscription; prints the link id.
+    Subscription {
+        /// The link.
+        id: String,
+        /// true or false.
+        #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
+        active: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TaskCommand {
+    /// Assign a task to a linked chat; prints the task id.
+    Assign {
+        /// The chat link.
+        #[arg(long, value_name = "ID")]
+        link: String,
+        /// What the chat should do.
+        #[arg(long)]
+        goal: String,
+        /// Repeat with the same key to get the same task back instead of a second one
+        /// (default: a fresh key, so a new task).
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
+    /// List a link's tasks, newest first, with their status labels.
+    List {
+        /// The chat link.
+        #[arg(long, value_name = "ID")]
+        link: String,
+    },
+    /// Cancel a task (a finished one is left as it is); prints the task id.
+    Cancel {
+        /// The task.
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -143,9 +273,10 @@ async fn main() -> Result<()> {
     let cli = Cli::parse();
     let default_level = match cli.command {
         Command::Serve(_) => "info",
-        Command::Admin(_) => "warn",
+        Command::Admin(_) | Command::Bench(_) => "warn",
         Command::Desktop(_) => "info",
         Command::Demo(_) => "warn",
+        Command::Sim(_) => "error",
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -162,7 +293,66 @@ async fn main() -> Result<()> {
         Command::Admin(args) => run_admin(args).await,
         Command::Desktop(args) => desktop_cli::run(args).await,
         Command::Demo(args) => demo(args).await,
+        Command::Sim(args) => sim(args),
+        Command::Bench(BenchCommand::LongPolls(args)) => {
+            let report = relay::loadtest::long_polls(relay::loadtest::LongPollOptions {
+                desktops: usize::try_from(args.desktops).unwrap_or(usize::MAX),
+                runs: usize::try_from(args.runs).unwrap_or(usize::MAX),
+                server: std::env::current_exe().context("cannot find the relay binary")?,
+            })
+            .await?;
+            print!("{report}");
+            Ok(())
+        }
+        Command::Bench(BenchCommand::EmptyPolls(args)) => {
+            let options = EmptyPollOptions {
+                polls: args.polls,
+                tasks: args.tasks,
+                links: args.links,
+                concurrency: args.concurrency,
+            };
+            let report = bench::empty_polls(options)
+                .await
+                .context("the benchmark failed")?;
+            print!("{report}");
+            Ok(())
+        }
     }
+}
+
+fn sim(args: SimArgs) -> Result<()> {
+    let options = relay::sim::SimOptions {
+        scenario: args.scenario,
+        runs: usize::try_from(args.runs).unwrap_or(usize::MAX),
+        seed: args.seed,
+        long_poll: args.mode == "longpoll",
+    };
+    let started = std::time::Instant::now();
+    let json = args.json;
+    // The simulation runs its own paused-time runtimes, off this one.
+    std::thread::scope(|scope| -> Result<()> {
+        scope
+            .spawn(|| {
+                relay::sim::run(&options, |name, report, seconds| {
+                    if json {
+                        println!("{}", report.json);
+                    } else {
+                        for line in &report.lines {
+                            println!("{line}");
+                        }
+                    }
+                    eprintln!("sim: {name} done in {seconds:.1} s of wall time");
+                })
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("the simulation thread panicked"))??;
+        Ok(())
+    })?;
+    eprintln!(
+        "sim: finished in {:.1} s of wall time",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 async fn demo(args: DemoArgs) -> Result<()> {
@@ -218,6 +408,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let config = ServiceConfig {
         silence_timeout: Duration::from_secs(args.silence_timeout_minutes * 60),
         public_url: args.public_url,
+        task_lease: Duration::from_secs(args.task_lease_seconds),
         ..ServiceConfig::default()
     };
     let app = open_state(&args.db.db, config).await?;
@@ -271,6 +462,63 @@ async fn run_admin(args: AdminArgs) -> Result<()> {
                 tracing::warn!(token_id = %revoked.token_id, "token was already revoked");
             }
             print(args.json, &revoked, &revoked.token_id)
+        }
+        AdminCommand::ChatLink(ChatLinkCommand::Create {
+            project,
+            host,
+            event_subscription,
+        }) => {
+            let link =
+                owner::create_link(&app, Acting::Operator, &project, &host, event_subscription)
+                    .await?;
+            print(args.json, &link, &link.chat_link_id)
+        }
+        AdminCommand::ChatLink(ChatLinkCommand::Subscription { id, active }) => {
+            let link = owner::set_event_subscription(&app, Acting::Operator, &id, active).await?;
+            print(args.json, &link, &link.chat_link_id)
+        }
+        AdminCommand::Task(TaskCommand::Assign {
+            link,
+            goal,
+            idempotency_key,
+        }) => {
+            let key = idempotency_key.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            let request = AssignRequest {
+                chat_link_id: &link,
+                goal: &goal,
+                idempotency_key: &key,
+            };
+            let assigned = owner::assign_task(&app, Acting::Operator, request).await?;
+            if assigned.replayed {
+                tracing::warn!(task_id = %assigned.task.task_id, "this key already assigned the task; no second task was made");
+            }
+            print(args.json, &assigned, &assigned.task.task_id.to_string())
+        }
+        AdminCommand::Task(TaskCommand::List { link }) => {
+            let list = owner::list_tasks(&app, Acting::Operator, &link).await?;
+            if args.json {
+                println!("{}", serde_json::to_string(&list)?);
+                return Ok(());
+            }
+            for task in &list.tasks {
+                println!(
+                    "{}\t{}\t{}",
+                    task.task_id,
+                    task.status_label,
+                    goal_preview(&task.goal, LIST_GOAL_PREVIEW_BYTES)
+                );
+            }
+            if let Some(hint) = list.hint {
+                println!("{hint}");
+            }
+            Ok(())
+        }
+        AdminCommand::Task(TaskCommand::Cancel { id }) => {
+            let cancelled = owner::cancel_task(&app, Acting::Operator, &id).await?;
+            if cancelled.already_finished {
+                tracing::warn!(task_id = %cancelled.task_id, status = %cancelled.status, "the task had already ended; nothing changed");
+            }
+            print(args.json, &cancelled, &cancelled.task_id.to_string())
         }
     }
 }

@@ -33,6 +33,10 @@ pub const MAX_SESSION_VERSION_CHARS: usize = 64;
 pub const MAX_SESSION_STATUS_CHARS: usize = 32;
 /// The desktop's pass interval; agents are told to look about this long after queueing.
 pub const DESKTOP_POLL_INTERVAL_SECS: u64 = 20;
+/// Longest a long-polling `sync` is held (below the desktop's 30 s request timeout).
+pub const MAX_SYNC_WAIT_MS: u64 = 25_000;
+/// Most `running` commands one sync may name.
+pub const MAX_SYNC_RUNNING: usize = 16;
 
 /// Path prefix of the desktop API.
 pub const DESKTOP_API_PREFIX: &str = "/external-assistants/graph-relays";
@@ -301,11 +305,47 @@ pub struct SyncRequest {
     pub project_id: String,
     /// Every session currently shared with the project (at most [`MAX_SYNC_SESSIONS`]).
     pub sessions: Vec<SessionMeta>,
+    /// Long poll: hold the answer up to this many milliseconds (at most [`MAX_SYNC_WAIT_MS`])
+    /// until a command is queued for the project or one in `running` gets a cancel request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// Commands this desktop is running now: a cancel request on one ends a long poll at once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running: Vec<CommandId>,
+    /// Queued commands this desktop already knows of (from the previous answer): they do not
+    /// end a long poll again, so a desktop busy with one run does not spin on the others.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub known: Vec<CommandId>,
+    /// The shared sessions are the same as in this desktop's previous sync: `sessions` is
+    /// empty and the snapshot is kept (long polls re-issue often; rewriting it each time would
+    /// make every waiting desktop a writer).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sessions_unchanged: bool,
 }
 
 impl SyncRequest {
-    /// Checks the session count, every session, and that no id repeats.
+    /// Checks the session count, every session, that no id repeats, and the long-poll fields.
     pub fn validate(&self) -> Result<(), InvalidInput> {
+        if self.wait_ms.is_some_and(|wait| wait > MAX_SYNC_WAIT_MS) {
+            return Err(InvalidInput(format!(
+                "wait_ms may be at most {MAX_SYNC_WAIT_MS}"
+            )));
+        }
+        if self.running.len() > MAX_SYNC_RUNNING {
+            return Err(InvalidInput(format!(
+                "running names at most {MAX_SYNC_RUNNING} commands"
+            )));
+        }
+        if self.sessions_unchanged && !self.sessions.is_empty() {
+            return Err(InvalidInput(
+                "sessions_unchanged: true goes with an empty sessions list".into(),
+            ));
+        }
+        if self.known.len() > MAX_SYNC_COMMANDS {
+            return Err(InvalidInput(format!(
+                "known names at most {MAX_SYNC_COMMANDS} commands"
+            )));
+        }
         if self.sessions.len() > MAX_SYNC_SESSIONS {
             return Err(InvalidInput(format!(
                 "a sync carries at most {MAX_SYNC_SESSIONS} sessions, this one has {}: share fewer sessions with the project",
@@ -348,6 +388,9 @@ pub struct SyncResponse {
     pub project_id: String,
     /// The project's queued commands, oldest first (at most [`MAX_SYNC_COMMANDS`]).
     pub commands: Vec<QueuedCommand>,
+    /// Of the request's `running` commands, those with a cancel request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cancel_requested: Vec<CommandId>,
 }
 
 /// `POST commands/{id}/started` body.
@@ -597,6 +640,10 @@ mod tests {
         let mut sync = SyncRequest {
             project_id: "p".into(),
             sessions: (0..MAX_SYNC_SESSIONS).map(session).collect(),
+            wait_ms: None,
+            running: Vec::new(),
+            known: Vec::new(),
+            sessions_unchanged: false,
         };
         assert!(sync.validate().is_ok());
         sync.sessions.push(session(MAX_SYNC_SESSIONS));

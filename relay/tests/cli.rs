@@ -205,7 +205,47 @@ async fn serve_answers_mcp_on_its_listener() {
     .expect("read log")
     .expect("relay serve logs its MCP URL");
     let client = mcp_client(&url, &token, Era::Current).await;
-    assert_eq!(client.list_all_tools().await.expect("list").len(), 4);
+    assert_eq!(client.list_all_tools().await.expect("list").len(), 9);
     client.cancel().await.expect("close");
     drop(child);
+}
+
+#[test]
+fn serve_takes_a_task_lease_of_at_most_a_day() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    let serve = |lease: &str| {
+        Command::new(env!("CARGO_BIN_EXE_relay"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--task-lease-seconds",
+                lease,
+                "--db",
+            ])
+            .arg(&db)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start relay serve")
+    };
+    let refused = serve("86401").wait_with_output().expect("relay exits");
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--task-lease-seconds"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    for lease in ["86400", "0"] {
+        let mut child = Child(serve(lease));
+        let stderr = child.0.stderr.take().expect("stderr");
+        let serving = BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .any(|line| line.contains("serving MCP at"));
+        assert!(serving, "a lease of {lease} s is accepted");
+    }
 }

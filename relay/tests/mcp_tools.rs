@@ -1,5 +1,6 @@
-//! A real MCP client (rmcp) sees exactly four tools with their contracts, and drives a run
-//! through run → get → cancel, in both protocol eras.
+//! A real MCP client (rmcp) sees exactly the nine tools (four graph tools, five linked chat
+//! task tools) with their contracts, and drives a run through run → get → cancel, in both
+//! protocol eras.
 
 mod common;
 
@@ -42,7 +43,10 @@ fn expected_tools() -> Value {
             "name": "get_graph_run",
             "inputSchema": {
                 "type": "object",
-                "properties": {"command_id": {"type": "string"}},
+                "properties": {
+                    "command_id": {"type": "string"},
+                    "wait_seconds": {"type": "integer", "minimum": 0, "maximum": 45}
+                },
                 "required": ["command_id"],
                 "additionalProperties": false
             },
@@ -59,9 +63,113 @@ fn expected_tools() -> Value {
             },
             "annotations": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true},
             "securitySchemes": [{"type": "oauth2", "scopes": ["osfoundry:run"]}]
+        },
+        {
+            "name": "list_linked_chat_tasks",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"chat_link_id": {"type": "string"}},
+                "required": ["chat_link_id"],
+                "additionalProperties": false
+            },
+            "annotations": {"readOnlyHint": true},
+            "securitySchemes": [{"type": "oauth2", "scopes": ["osfoundry:read"]}]
+        },
+        {
+            "name": "get_linked_chat_task",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"chat_link_id": {"type": "string"}, "task_id": {"type": "string"}},
+                "required": ["chat_link_id", "task_id"],
+                "additionalProperties": false
+            },
+            "annotations": {"readOnlyHint": true},
+            "securitySchemes": [{"type": "oauth2", "scopes": ["osfoundry:read"]}]
+        },
+        {
+            "name": "claim_linked_chat_task",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"chat_link_id": {"type": "string"}, "task_id": {"type": "string"}},
+                "required": ["chat_link_id", "task_id"],
+                "additionalProperties": false
+            },
+            "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true},
+            "securitySchemes": [{"type": "oauth2", "scopes": ["osfoundry:run"]}]
+        },
+        {
+            "name": "submit_linked_chat_result",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "chat_link_id": {"type": "string"},
+                    "task_id": {"type": "string"},
+                    "claim_id": {"type": "string"},
+                    "status": {"type": "string", "enum": ["completed", "failed"]},
+                    "result": {"type": "string", "maxLength": 100000}
+                },
+                "required": ["chat_link_id", "task_id", "claim_id", "status", "result"],
+                "additionalProperties": false
+            },
+            "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true},
+            "securitySchemes": [{"type": "oauth2", "scopes": ["osfoundry:run"]}]
+        },
+        {
+            "name": "upload_linked_chat_artifact",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "chat_link_id": {"type": "string"},
+                    "task_id": {"type": "string"},
+                    "claim_id": {"type": "string"},
+                    "artifact_id": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[A-Za-z0-9._:-]+$"},
+                    "name": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "mime": {"type": "string", "maxLength": 100},
+                    "content": {"type": "string"}
+                },
+                "required": ["chat_link_id", "task_id", "claim_id", "artifact_id", "name", "mime", "content"],
+                "additionalProperties": false
+            },
+            "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true},
+            "securitySchemes": [{"type": "oauth2", "scopes": ["osfoundry:run"]}]
         }
     ])
 }
+
+/// What each chat task tool's description must warn about, so a model does not retry in a loop.
+const REJECTIONS: [(&str, &[&str]); 5] = [
+    (
+        "list_linked_chat_tasks",
+        &["Rejected", "do not poll in a loop"],
+    ),
+    (
+        "get_linked_chat_task",
+        &["Rejected", "task not found on this chat link"],
+    ),
+    (
+        "claim_linked_chat_task",
+        &["Rejected", "not claimable", "replayed: true"],
+    ),
+    (
+        "submit_linked_chat_result",
+        &[
+            "Rejected",
+            "rejected: stale claim, task was re-claimed",
+            "rejected: task is cancelled",
+            "a cancelled task cannot be completed",
+            "replayed: true",
+        ],
+    ),
+    (
+        "upload_linked_chat_artifact",
+        &[
+            "Rejected",
+            "different content",
+            "stale claim",
+            "replayed: true",
+        ],
+    ),
+];
 
 async fn check_listing(era: Era) {
     let service = TestService::start().await;
@@ -71,7 +179,7 @@ async fn check_listing(era: Era) {
     let tools = client.list_all_tools().await.expect("list tools");
     let listed = serde_json::to_value(&tools).expect("tools as JSON");
     let expected = expected_tools();
-    assert_eq!(tools.len(), 4, "exactly four tools");
+    assert_eq!(tools.len(), 9, "exactly nine tools");
     for (tool, want) in listed
         .as_array()
         .unwrap()
@@ -104,17 +212,34 @@ async fn check_listing(era: Era) {
             .to_owned();
         assert!(description.contains(RUN_NOT_FOUND), "{tool}");
     }
+    for (tool, warnings) in REJECTIONS {
+        let description = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == tool)
+            .unwrap()["description"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        for warning in warnings {
+            assert!(
+                description.contains(warning),
+                "{tool} must mention {warning:?}"
+            );
+        }
+    }
     client.cancel().await.expect("close client");
     service.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lists_four_tools_in_the_current_era() {
+async fn lists_nine_tools_in_the_current_era() {
     check_listing(Era::Current).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lists_four_tools_in_the_2025_session_era() {
+async fn lists_nine_tools_in_the_2025_session_era() {
     check_listing(Era::Sessions2025).await;
 }
 
@@ -178,7 +303,7 @@ async fn tools_list_carries_top_level_security_schemes_on_the_wire() {
     .await;
     assert_eq!(status, 200, "{body}");
     let tools = body["result"]["tools"].as_array().expect("tools");
-    assert_eq!(tools.len(), 4);
+    assert_eq!(tools.len(), 9);
     for (tool, want) in tools.iter().zip(expected.as_array().unwrap()) {
         assert_eq!(
             tool["securitySchemes"], want["securitySchemes"],

@@ -25,6 +25,9 @@ pub const DEFAULT_MAX_CONCURRENCY: usize = 4;
 pub const MAX_CONCURRENCY: usize = 64;
 /// A run's wall-clock deadline, by default.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// After a cancel or the deadline, how long `run_graph` waits for the engine to stop before it
+/// reports the outcome anyway.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -178,25 +181,43 @@ pub async fn run_graph(
             vec![request.graph.clone()],
             tokio::runtime::Handle::current(),
         );
-        let finished =
+        let mut finished =
             options
                 .engine
                 .run(request.script.clone(), request.args.to_string(), invocation);
-        tokio::select! {
-            finished = finished => match finished {
-                Ok(json) => match serde_json::from_str::<Value>(&json) {
-                    Ok(value) => (RunStatus::Completed, Some(value), None),
-                    Err(e) => (RunStatus::Failed, None, Some(format!("the result is not valid JSON: {e}"))),
-                },
-                Err(error) => (RunStatus::Failed, None, Some(error)),
-            },
-            () = cancel.cancelled() => (RunStatus::Cancelled, None, None),
+        let outcome = tokio::select! {
+            finished = &mut finished => Some(finished),
+            () = cancel.cancelled() => {
+                run.stop(FailureCode::Cancelled, "the run was cancelled");
+                None
+            }
             () = tokio::time::sleep(options.timeout) => {
-                let reason = format!(
+                run.stop(FailureCode::Failed, format!(
                     "wall-clock deadline exceeded: the run took longer than {} s (--timeout)",
                     options.timeout.as_secs_f64()
-                );
-                run.stop(FailureCode::Failed, reason.clone());
+                ));
+                None
+            }
+        };
+        match outcome {
+            Some(Ok(json)) => match serde_json::from_str::<Value>(&json) {
+                Ok(value) => (RunStatus::Completed, Some(value), None),
+                Err(e) => (
+                    RunStatus::Failed,
+                    None,
+                    Some(format!("the result is not valid JSON: {e}")),
+                ),
+            },
+            Some(Err(error)) => (RunStatus::Failed, None, Some(error)),
+            None => {
+                // Give the engine a moment to stop, so the tokens and the trace are final when
+                // the outcome is reported. An interpreter that cannot be interrupted (boa inside
+                // a runaway built-in) is not waited for beyond the grace.
+                let _ = tokio::time::timeout(STOP_GRACE, &mut finished).await;
+                let reason = run
+                    .stopped()
+                    .map(|f| f.message)
+                    .unwrap_or_else(|| "the run was cancelled".to_owned());
                 (RunStatus::Failed, None, Some(reason))
             }
         }

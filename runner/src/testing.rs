@@ -32,7 +32,7 @@ use crate::host::approvals::{
     ApprovalPolicy, ApprovalRequest, Approver, BoxFuture, Decision, Policy,
 };
 use crate::host::events::EventSink;
-use crate::host::graphs::{Catalog, FolderCatalog};
+use crate::host::graphs::{Catalog, DESCRIBE_TIMEOUT, FolderCatalog};
 use crate::host::mock::MockProvider;
 use crate::host::tools::ToolRegistry;
 use crate::run::{RunOptions, RunOutcome, RunRequest, RunStatus, run_graph};
@@ -204,13 +204,14 @@ pub async fn run_dir(
     provider: Option<Arc<dyn AgentProvider>>,
     mut on_case: impl FnMut(&CaseReport),
 ) -> Result<Vec<CaseReport>, TestError> {
-    let catalog: Arc<dyn Catalog> =
-        Arc::new(
-            FolderCatalog::load(dir).map_err(|source| TestError::Folder {
+    let catalog: Arc<dyn Catalog> = Arc::new(
+        FolderCatalog::load(dir, engine.as_ref(), DESCRIBE_TIMEOUT)
+            .await
+            .map_err(|source| TestError::Folder {
                 path: dir.display().to_string(),
                 source,
             })?,
-        );
+    );
     let mut reports = Vec::new();
     for file in find_tests(dir)? {
         for report in run_file(&file, &engine, &catalog, &events, provider.as_ref()).await {

@@ -355,3 +355,36 @@ fn ctrl_c_cancels_the_run_and_exits_3() {
     let json = stdout_json(&output);
     assert_eq!(json["status"], "cancelled");
 }
+
+#[test]
+fn a_hostile_file_beside_the_graph_cannot_take_runner_run_down() {
+    // The graphs folder (by default the graph's own) is described to build the catalog of
+    // nested graphs, which evaluates each file's top level. That happens in the sandbox:
+    // a memory bomb or an endless loop there only gets its file skipped.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("bomb.js"),
+        "let s = 'x'; for (;;) s = s + s; export default () => 1;",
+    )
+    .expect("bomb");
+    std::fs::write(
+        dir.path().join("spin.js"),
+        "function spin() { for (let i = 0; i < 1000; i++) {} } for (;;) spin(); export default () => 1;",
+    )
+    .expect("spin");
+    let graph = dir.path().join("ok.js");
+    std::fs::write(
+        &graph,
+        "export default async function () { return 'fine'; }",
+    )
+    .expect("ok");
+    let output = runner()
+        .arg("run")
+        .arg(&graph)
+        .args(["--engine", "wasm", "--timeout", "2"])
+        .output()
+        .expect("runs");
+    let json = stdout_json(&output);
+    assert_eq!(json["status"], "completed", "{json}");
+    assert_eq!(json["result"], "fine");
+}

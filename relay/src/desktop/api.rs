@@ -188,10 +188,15 @@ impl RawCommand {
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct RawSyncResponse {
+/// A sync answer before validation.
+#[derive(Debug, Default, Deserialize)]
+pub struct SyncAnswer {
+    /// The queued commands, unvalidated.
     #[serde(default)]
-    commands: Vec<RawCommand>,
+    pub commands: Vec<RawCommand>,
+    /// Running commands (of those the request named) with a cancel request.
+    #[serde(default)]
+    pub cancel_requested: Vec<Value>,
 }
 
 /// What `started` answered.
@@ -254,11 +259,11 @@ impl DesktopApi {
         serde_json::from_slice(&bytes).map_err(|e| ApiError::Malformed(format!("{path}: {e}")))
     }
 
-    /// Uploads a project's shared sessions; returns its queued commands (unvalidated).
-    pub async fn sync(&self, request: &SyncRequest) -> Result<Vec<RawCommand>, ApiError> {
+    /// Uploads a project's shared sessions; returns its queued commands (unvalidated) and the
+    /// cancel requests on the commands the request named as running.
+    pub async fn sync(&self, request: &SyncRequest) -> Result<SyncAnswer, ApiError> {
         let body = serde_json::to_vec(request).map_err(|e| ApiError::Malformed(e.to_string()))?;
-        let answer: RawSyncResponse = self.call(Method::POST, sync_path(), Some(body)).await?;
-        Ok(answer.commands)
+        self.call(Method::POST, sync_path(), Some(body)).await
     }
 
     /// Reports that a command started.

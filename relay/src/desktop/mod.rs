@@ -45,6 +45,15 @@ pub const DEFAULT_GRAPH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 pub const MAX_TRACE_EVENTS: usize = 2000;
 /// The error of a command whose session is no longer shared (SPEC.md §2, exact text).
 pub const NOT_SHARED: &str = "Graph session is no longer shared with this project";
+/// The long poll's wait in long-poll mode, by default (the service holds at most 25 s).
+pub const DEFAULT_LONG_POLL: Duration = Duration::from_secs(25);
+/// After a failed long poll, wait this long before the next one (doubling up to the cap).
+pub const LONG_POLL_RETRY: Duration = Duration::from_secs(1);
+/// The longest wait between failed long polls.
+pub const LONG_POLL_RETRY_CAP: Duration = Duration::from_secs(20);
+/// In long-poll mode a pass syncs a project again after running its commands, at most this
+/// many times, so work queued meanwhile starts at once.
+pub const MAX_SYNCS_PER_PROJECT_PASS: usize = 100;
 
 /// Tunables of the relay loop.
 #[derive(Debug, Clone)]
@@ -68,6 +77,10 @@ pub struct DesktopConfig {
     /// Completions go through the persistent outbox. Only the simulator turns this off, to
     /// show what is lost without it.
     pub outbox: bool,
+    /// Long-poll mode: hold a `sync` per enabled project open this long (the service answers
+    /// at once when work is queued or a running command is cancelled) and re-issue it right
+    /// away. The timed passes stay as the fallback and for the outbox and metadata.
+    pub long_poll: Option<Duration>,
 }
 
 impl Default for DesktopConfig {
@@ -82,6 +95,7 @@ impl Default for DesktopConfig {
             max_concurrency: runner::run::DEFAULT_MAX_CONCURRENCY,
             folder: None,
             outbox: true,
+            long_poll: None,
         }
     }
 }
@@ -120,6 +134,32 @@ pub struct Relay {
     config: DesktopConfig,
     stats: Arc<RelayStats>,
     busy: AtomicBool,
+    /// A pass was asked for while one was busy (long-poll mode runs another right after).
+    pending: AtomicBool,
+    /// Wakes the loop to run a pass now (long-poll answers).
+    wake: tokio::sync::Notify,
+    /// The command running now, with the token that stops it and whether a cancel was seen.
+    running: Mutex<Option<RunningCommand>>,
+    /// Bumped whenever the running command changes: long polls re-issue naming the new one.
+    running_changed: tokio::sync::watch::Sender<u64>,
+}
+
+/// The command being executed.
+#[derive(Clone)]
+struct RunningCommand {
+    id: CommandId,
+    cancel: CancellationToken,
+    cancel_seen: Arc<AtomicBool>,
+}
+
+impl RunningCommand {
+    /// Stops the run once; the outcome is then `cancelled` whatever happens next.
+    fn cancel(&self) {
+        if !self.cancel_seen.swap(true, Ordering::SeqCst) {
+            tracing::info!(command = %self.id, "cancel requested: stopping the run");
+        }
+        self.cancel.cancel();
+    }
 }
 
 /// Why the relay could not run.
@@ -147,6 +187,10 @@ impl Relay {
             config,
             stats: Arc::new(RelayStats::default()),
             busy: AtomicBool::new(false),
+            pending: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
+            running: Mutex::new(None),
+            running_changed: tokio::sync::watch::channel(0).0,
         })
     }
 
@@ -170,26 +214,167 @@ impl Relay {
         watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut sharing = self.state.sharing_version()?;
         let mut passes = tokio::task::JoinSet::new();
+        let mut long_polls: std::collections::HashMap<String, tokio::task::AbortHandle> =
+            Default::default();
+        let mut polls = tokio::task::JoinSet::new();
+        self.reconcile_long_polls(&mut long_polls, &mut polls, &shutdown)?;
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 _ = ticker.tick() => self.clone().trigger(&mut passes, &shutdown),
+                () = self.wake.notified() => self.clone().trigger(&mut passes, &shutdown),
                 _ = watch.tick() => {
                     let now = self.state.sharing_version()?;
                     if now != sharing {
                         sharing = now;
                         tracing::info!("sharing changed: running a pass now");
+                        self.reconcile_long_polls(&mut long_polls, &mut polls, &shutdown)?;
                         self.clone().trigger(&mut passes, &shutdown);
                     }
                 }
                 Some(_) = passes.join_next(), if !passes.is_empty() => {}
+                Some(_) = polls.join_next(), if !polls.is_empty() => {}
             }
         }
+        polls.abort_all();
         while passes.join_next().await.is_some() {}
+        while polls.join_next().await.is_some() {}
         Ok(())
     }
 
-    /// Starts a pass unless the previous one is still busy (then it is skipped and counted).
+    /// Long-poll mode: one long poll per enabled project, started and stopped as projects are
+    /// enabled and disabled.
+    fn reconcile_long_polls(
+        self: &Arc<Self>,
+        live: &mut std::collections::HashMap<String, tokio::task::AbortHandle>,
+        polls: &mut tokio::task::JoinSet<()>,
+        shutdown: &CancellationToken,
+    ) -> Result<(), RelayError> {
+        let Some(wait) = self.config.long_poll else {
+            return Ok(());
+        };
+        let enabled = self.state.enabled_projects()?;
+        live.retain(|project, handle| {
+            let keep = enabled.contains(project);
+            if !keep {
+                handle.abort();
+            }
+            keep
+        });
+        for project in enabled {
+            if live.contains_key(&project) {
+                continue;
+            }
+            let relay = self.clone();
+            let shutdown = shutdown.clone();
+            let handle = polls.spawn(relay.long_poll(project.clone(), wait, shutdown));
+            live.insert(project, handle);
+        }
+        Ok(())
+    }
+
+    /// Holds a `sync` open for `project`, again and again: queued work runs a pass at once, a
+    /// cancel request stops the running command at once.
+    async fn long_poll(
+        self: Arc<Self>,
+        project: String,
+        wait: Duration,
+        shutdown: CancellationToken,
+    ) {
+        let mut retry = LONG_POLL_RETRY;
+        // Queued commands already handed to a pass: they do not end the next long poll.
+        let mut known: Vec<CommandId> = Vec::new();
+        let mut running_changed = self.running_changed.subscribe();
+        // The sharing version the service last got the sessions of; they are sent again only
+        // when it changes (and after a failed sync).
+        let mut uploaded: Option<i64> = None;
+        while !shutdown.is_cancelled() {
+            running_changed.mark_unchanged();
+            let version = self.state.sharing_version().ok();
+            let unchanged = uploaded.is_some() && uploaded == version;
+            let sessions = if unchanged {
+                Vec::new()
+            } else {
+                match self.state.shared_sessions(&project) {
+                    Ok(sessions) => sessions.iter().map(|s| s.meta()).collect(),
+                    Err(e) => {
+                        tracing::error!(project, "cannot read the shared sessions: {e}");
+                        Vec::new()
+                    }
+                }
+            };
+            // A command whose cancel was already seen is not watched again.
+            let running = self
+                .current()
+                .filter(|r| !r.cancel_seen.load(Ordering::SeqCst))
+                .map(|r| vec![r.id])
+                .unwrap_or_default();
+            let request = SyncRequest {
+                project_id: project.clone(),
+                sessions,
+                wait_ms: Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
+                running,
+                known: known.clone(),
+                sessions_unchanged: unchanged,
+            };
+            let answer = tokio::select! {
+                answer = self.api.sync(&request) => answer,
+                // A command started or ended: ask again, naming what runs now.
+                _ = running_changed.changed() => continue,
+                () = shutdown.cancelled() => return,
+            };
+            match answer {
+                Ok(answer) => {
+                    retry = LONG_POLL_RETRY;
+                    uploaded = version;
+                    for id in &answer.cancel_requested {
+                        if let Some(running) = self.current()
+                            && id.as_str() == Some(running.id.to_string().as_str())
+                        {
+                            running.cancel();
+                        }
+                    }
+                    let queued: Vec<CommandId> = answer
+                        .commands
+                        .iter()
+                        .filter_map(|c| c.command_id.as_str().and_then(|id| id.parse().ok()))
+                        .collect();
+                    if queued.iter().any(|id| !known.contains(id)) {
+                        self.wake.notify_one();
+                    }
+                    known = queued;
+                }
+                Err(e) => {
+                    uploaded = None;
+                    tracing::warn!(project, "long poll failed, retrying in {retry:?}: {e}");
+                    tokio::select! {
+                        () = tokio::time::sleep(retry) => {}
+                        () = shutdown.cancelled() => return,
+                    }
+                    retry = (retry * 2).min(LONG_POLL_RETRY_CAP);
+                }
+            }
+        }
+    }
+
+    fn current(&self) -> Option<RunningCommand> {
+        self.running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    fn set_current(&self, command: Option<RunningCommand>) {
+        *self
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = command;
+        self.running_changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Starts a pass unless the previous one is still busy (then it is skipped and counted; in
+    /// long-poll mode the busy pass runs another right after, so queued work is not left for
+    /// the next interval).
     fn trigger(
         self: Arc<Self>,
         passes: &mut tokio::task::JoinSet<()>,
@@ -197,12 +382,20 @@ impl Relay {
     ) {
         if self.busy.swap(true, Ordering::SeqCst) {
             self.stats.passes_skipped.fetch_add(1, Ordering::Relaxed);
+            if self.config.long_poll.is_some() {
+                self.pending.store(true, Ordering::SeqCst);
+            }
             tracing::debug!("the previous pass is still busy: skipping this one");
             return;
         }
         let shutdown = shutdown.clone();
         passes.spawn(async move {
-            self.pass(&shutdown).await;
+            loop {
+                self.pass(&shutdown).await;
+                if !self.pending.swap(false, Ordering::SeqCst) || shutdown.is_cancelled() {
+                    break;
+                }
+            }
             self.busy.store(false, Ordering::SeqCst);
         });
     }
@@ -218,23 +411,35 @@ impl Relay {
                 return;
             }
         };
+        // One sync per project and pass (SPEC.md §2); in long-poll mode the project is synced
+        // again after its commands ran, until nothing is queued.
+        let syncs = if self.config.long_poll.is_some() {
+            MAX_SYNCS_PER_PROJECT_PASS
+        } else {
+            1
+        };
         for project in projects {
-            if shutdown.is_cancelled() {
-                return;
-            }
-            let commands = match self.sync(&project).await {
-                Ok(commands) => commands,
-                Err(e) => {
-                    tracing::warn!(project, "sync failed: {e}");
-                    continue;
-                }
-            };
-            for command in commands {
+            for _ in 0..syncs {
                 if shutdown.is_cancelled() {
                     return;
                 }
-                if let Err(e) = self.handle(&project, command, shutdown).await {
-                    tracing::error!(project, "a command could not be handled: {e}");
+                let commands = match self.sync(&project).await {
+                    Ok(commands) => commands,
+                    Err(e) => {
+                        tracing::warn!(project, "sync failed: {e}");
+                        break;
+                    }
+                };
+                if commands.is_empty() {
+                    break;
+                }
+                for command in commands {
+                    if shutdown.is_cancelled() {
+                        return;
+                    }
+                    if let Err(e) = self.handle(&project, command, shutdown).await {
+                        tracing::error!(project, "a command could not be handled: {e}");
+                    }
                 }
             }
         }
@@ -248,10 +453,14 @@ impl Relay {
         let request = SyncRequest {
             project_id: project.to_owned(),
             sessions: sessions.iter().map(|s| s.meta()).collect(),
+            wait_ms: None,
+            running: Vec::new(),
+            known: Vec::new(),
+            sessions_unchanged: false,
         };
         let raw = self.api.sync(&request).await.map_err(|e| e.to_string())?;
-        let mut commands = Vec::with_capacity(raw.len());
-        for command in raw {
+        let mut commands = Vec::with_capacity(raw.commands.len());
+        for command in raw.commands {
             match command.validate() {
                 Ok(command) => commands.push(command),
                 // Refused before anything is written.
@@ -422,20 +631,22 @@ impl Relay {
         };
         tracing::info!(%channel, slug = %session.slug, execution = %execution_id, "running");
 
-        let cancel = CancellationToken::new();
-        let cancel_seen = Arc::new(AtomicBool::new(cancel_requested));
+        let running = RunningCommand {
+            id,
+            cancel: CancellationToken::new(),
+            cancel_seen: Arc::new(AtomicBool::new(false)),
+        };
         if cancel_requested {
-            cancel.cancel();
+            running.cancel();
         }
+        self.set_current(Some(running.clone()));
         let control = tokio::spawn(control_poll(
             self.api.clone(),
-            id,
+            running.clone(),
             self.config.control_interval,
-            cancel.clone(),
-            cancel_seen.clone(),
         ));
         let stop_on_shutdown = {
-            let cancel = cancel.clone();
+            let cancel = running.cancel.clone();
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
                 shutdown.cancelled().await;
@@ -452,13 +663,47 @@ impl Relay {
             run_id: Some(execution_id.clone()),
         };
         self.stats.executed.fetch_add(1, Ordering::Relaxed);
-        let outcome = run_graph(request, &options, cancel.clone()).await;
+        let run = run_graph(request, &options, running.cancel.clone());
+        tokio::pin!(run);
+        // In long-poll mode a seen cancel is reported at once (the outcome is decided the moment
+        // the cancel is seen), while the engine winds down; the next command still waits for it.
+        let early = if self.config.long_poll.is_some() {
+            tokio::select! {
+                outcome = &mut run => Some(outcome),
+                () = running.cancel.cancelled(), if !shutdown.is_cancelled() => None,
+            }
+        } else {
+            Some((&mut run).await)
+        };
+        let reported_early = early.is_none();
+        if reported_early && running.cancel_seen.load(Ordering::SeqCst) {
+            let completion = bounding::completion(
+                &execution_id,
+                CompletionStatus::Cancelled,
+                None,
+                trace.tokens(),
+                0.0,
+                Some("Cancelled by the agent"),
+            );
+            tracing::info!(%channel, "cancel seen: reporting the outcome while the engine stops");
+            let entry = OutboxEntry {
+                command_id: id,
+                body: completion,
+                attempts: 0,
+            };
+            self.deliver(&entry).await;
+        }
+        let outcome = match early {
+            Some(outcome) => outcome,
+            None => run.await,
+        };
         control.abort();
         stop_on_shutdown.abort();
+        self.set_current(None);
 
         // Once a cancel was seen the outcome is `cancelled`, even if the graph finished between
         // the flag and the stop.
-        let (status, error) = if cancel_seen.load(Ordering::SeqCst) {
+        let (status, error) = if running.cancel_seen.load(Ordering::SeqCst) {
             (
                 CompletionStatus::Cancelled,
                 Some("Cancelled by the agent".to_owned()),
@@ -489,6 +734,18 @@ impl Relay {
         );
         tracing::info!(%channel, status = ?completion.status, truncated = completion.result_truncated, "finished");
         let trace = trace.to_json();
+        if reported_early && completion.status == CompletionStatus::Cancelled {
+            // Already delivered; keep the final figures in the history only.
+            self.state.finish_execution(
+                &id,
+                outcome.result.as_ref(),
+                Some(&trace),
+                &completion,
+                self.clock.now(),
+            )?;
+            self.state.remove_from_outbox(&id)?;
+            return Ok(());
+        }
         self.complete(&id, outcome.result.as_ref(), Some(&trace), completion)
             .await
     }
@@ -538,21 +795,13 @@ impl Relay {
 }
 
 /// Reads the cancel flag every `interval` until it is set; then stops the run, once.
-async fn control_poll(
-    api: DesktopApi,
-    id: CommandId,
-    interval: Duration,
-    cancel: CancellationToken,
-    seen: Arc<AtomicBool>,
-) {
+async fn control_poll(api: DesktopApi, running: RunningCommand, interval: Duration) {
+    let id = running.id;
     loop {
         tokio::time::sleep(interval).await;
         match api.control(&id).await {
             Ok(true) => {
-                if !seen.swap(true, Ordering::SeqCst) {
-                    tracing::info!(command = %id, "cancel requested: stopping the run");
-                    cancel.cancel();
-                }
+                running.cancel();
                 return;
             }
             Ok(false) => {}
@@ -571,6 +820,21 @@ struct TraceKeeper {
 }
 
 impl TraceKeeper {
+    /// Tokens metered so far (the sum of finished turns).
+    fn tokens(&self) -> u64 {
+        let events = self
+            .events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        events
+            .iter()
+            .map(|e| match e.kind {
+                runner::host::events::EventKind::AgentTurn { tokens, .. } => tokens,
+                _ => 0,
+            })
+            .sum()
+    }
+
     fn to_json(&self) -> Value {
         let events = self
             .events

@@ -18,9 +18,9 @@ const MAX_TOKEN_CHARS: usize = 256;
 /// A permission an agent token can carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Scope {
-    /// Read sessions and runs: `osfoundry:read`.
+    /// Read sessions, runs and linked chat tasks: `osfoundry:read`.
     Read,
-    /// Start and cancel runs: `osfoundry:run`.
+    /// Start and cancel runs; claim, submit and upload for chat tasks: `osfoundry:run`.
     Run,
 }
 
@@ -241,6 +241,17 @@ impl Identity {
             other => Err(AuthError::WrongKind {
                 actual: other.kind_name(),
                 expected: "agent",
+            }),
+        }
+    }
+
+    /// The owner identity, or a wrong-kind error.
+    pub fn into_owner(self) -> Result<OwnerIdentity, AuthError> {
+        match self {
+            Identity::Owner(owner) => Ok(owner),
+            other => Err(AuthError::WrongKind {
+                actual: other.kind_name(),
+                expected: "owner",
             }),
         }
     }

@@ -1,14 +1,18 @@
-//! The relay service: MCP tools for chat agents, the durable run queue, auth and the desktop
-//! API, as one axum app over an injected [`Store`] and [`Clock`].
+//! The relay service: MCP tools for chat agents, the durable run queue, linked chat tasks,
+//! auth, the desktop API and the owner API, as one axum app over an injected [`Store`] and
+//! [`Clock`].
 //!
 //! The router needs no sockets ([`router`] is a tower service), so tests and the simulator can
 //! call it in-process; [`serve`] runs it on a TCP listener.
 
 pub mod admin;
 pub mod auth;
+pub mod chat_tasks;
 pub mod desktop_api;
 pub mod mcp;
+pub mod notify;
 pub mod oauth;
+pub mod owner_api;
 pub mod runs;
 pub mod sessions;
 pub mod store;
@@ -23,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::protocol::DESKTOP_POLL_INTERVAL_SECS;
+use chat_tasks::sweep::{SweepMode, SweepStats};
 pub use store::Store;
 
 /// How often [`serve`] fails runs whose desktop went silent (reads also check lazily).
@@ -38,6 +43,15 @@ pub struct ServiceConfig {
     /// The public base URL (e.g. `https://relay.example.com`) used in OAuth metadata; when
     /// unset it is derived from each request's Host.
     pub public_url: Option<String>,
+    /// How long a chat task's claim holds before the task returns to the queue; zero
+    /// disables leases (a claim then holds until the task finishes, is cancelled or expires).
+    pub task_lease: Duration,
+    /// How reads sweep lapsed leases and expired tasks; anything but the default is for the
+    /// empty-poll benchmark.
+    pub task_sweep: SweepMode,
+    /// Test-only: claim chat tasks by read-then-write instead of one conditional write, so the
+    /// race test can show it catches the double claims that causes. Never set in production.
+    pub naive_claim: bool,
 }
 
 impl Default for ServiceConfig {
@@ -46,6 +60,9 @@ impl Default for ServiceConfig {
             silence_timeout: runs::DEFAULT_SILENCE_TIMEOUT,
             poll_hint: Duration::from_secs(DESKTOP_POLL_INTERVAL_SECS),
             public_url: None,
+            task_lease: chat_tasks::DEFAULT_TASK_LEASE,
+            task_sweep: SweepMode::default(),
+            naive_claim: false,
         }
     }
 }
@@ -63,6 +80,10 @@ pub struct AppState {
     pub config: ServiceConfig,
     /// Cancelled when the service shuts down; ends open MCP sessions and streams.
     pub shutdown: CancellationToken,
+    /// Wakes long polls (`sync` with a wait, `get_graph_run` with a wait).
+    pub notifier: Arc<dyn notify::Notifier>,
+    /// What the chat tasks' lazy sweep did (guard checks, write transactions).
+    pub task_sweeps: SweepStats,
 }
 
 impl AppState {
@@ -73,11 +94,14 @@ impl AppState {
             clock,
             config,
             shutdown: CancellationToken::new(),
+            notifier: Arc::new(notify::LocalNotifier::default()),
+            task_sweeps: SweepStats::default(),
         })
     }
 }
 
-/// The whole service as one router: `/mcp`, the desktop API and the OAuth metadata.
+/// The whole service as one router: `/mcp`, the desktop API, the owner API and the OAuth
+/// metadata.
 pub fn router(app: Arc<AppState>) -> Router {
     let metadata = Router::new()
         .route(
@@ -91,7 +115,8 @@ pub fn router(app: Arc<AppState>) -> Router {
         .with_state(app.clone());
     Router::new()
         .merge(mcp::routes(app.clone()))
-        .merge(desktop_api::routes(app))
+        .merge(desktop_api::routes(app.clone()))
+        .merge(owner_api::routes(app))
         .merge(metadata)
 }
 

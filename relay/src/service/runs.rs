@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::AppState;
 use super::auth::{AgentIdentity, DesktopIdentity};
+use super::notify::Topic;
 use super::store::{CommandRecord, InsertOutcome, StoreError};
 use crate::clock::Timestamp;
 use crate::protocol::{
@@ -349,6 +350,8 @@ pub async fn queue_run(
     match app.store.insert_command(command).await? {
         InsertOutcome::Created(created) => {
             tracing::info!(command_id = %created.id, agent = %agent.token_id, "run queued");
+            app.notifier
+                .notify(&Topic::Project(created.project_id.clone()));
             Ok(ticket(&created, false))
         }
         InsertOutcome::Existing(existing) => replay(existing),
@@ -366,6 +369,42 @@ fn check_idempotency_key(key: &str) -> Result<(), RunError> {
             IDEMPOTENCY_KEY_CHARS.end()
         )))
     }
+}
+
+/// Longest wait `get_graph_run` accepts: well under the ~60 s chat hosts allow a tool call.
+pub const MAX_GET_WAIT: Duration = Duration::from_secs(45);
+
+/// [`get_run`], waiting up to `wait` (at most [`MAX_GET_WAIT`]) for the run to finish: it
+/// answers as soon as the run is terminal, or with its current state when the wait ends.
+pub async fn get_run_waiting(
+    app: &AppState,
+    agent: &AgentIdentity,
+    command_id: &str,
+    wait: Duration,
+) -> Result<RunView, RunError> {
+    if wait > MAX_GET_WAIT {
+        return Err(RunError::Invalid(format!(
+            "wait_seconds may be at most {}",
+            MAX_GET_WAIT.as_secs()
+        )));
+    }
+    let view = get_run(app, agent, command_id).await?;
+    if view.status.is_terminal() || wait.is_zero() {
+        return Ok(view);
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut changes = app.notifier.subscribe(&Topic::Run(view.command_id));
+    // Read again after subscribing: a change in between is then seen, not waited for.
+    let mut view = get_run(app, agent, command_id).await?;
+    while !view.status.is_terminal() {
+        tokio::select! {
+            () = changes.changed() => {}
+            () = tokio::time::sleep_until(deadline) => break,
+            () = app.shutdown.cancelled() => break,
+        }
+        view = get_run(app, agent, command_id).await?;
+    }
+    Ok(view)
 }
 
 /// The run `command_id` if `agent` started it, after failing it if its desktop went silent.
@@ -473,6 +512,15 @@ async fn apply(
             return Ok((command, decision));
         };
         if app.store.update_command(&command, next).await? {
+            app.notifier.notify(&Topic::Run(next.id));
+            // A cancel flag on a running command wakes its desktop's long-polling sync.
+            if next.cancel_requested
+                && !command.cancel_requested
+                && next.status == RunStatus::Running
+            {
+                app.notifier
+                    .notify(&Topic::Project(next.project_id.clone()));
+            }
             return Ok(((**next).clone(), decision));
         }
         command = app

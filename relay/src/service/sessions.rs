@@ -6,9 +6,12 @@ use serde::Serialize;
 
 use super::AppState;
 use super::auth::{AgentIdentity, DesktopIdentity};
+use super::notify::Topic;
 use super::runs::{DesktopError, RunError};
 use crate::clock::Timestamp;
-use crate::protocol::{MAX_SYNC_COMMANDS, QueuedCommand, SessionMeta, SyncRequest, SyncResponse};
+use crate::protocol::{
+    CommandId, MAX_SYNC_COMMANDS, QueuedCommand, SessionMeta, SyncRequest, SyncResponse,
+};
 
 /// Allowed `limit` of `list_graph_sessions`.
 pub const LIST_LIMIT: RangeInclusive<i64> = 1..=50;
@@ -75,12 +78,49 @@ pub async fn sync_project(
         )));
     }
     let now = app.clock.now();
-    app.store
-        .replace_sessions(&request.project_id, request.sessions, now)
-        .await?;
+    let project_id = request.project_id.clone();
+    let running = request.running.clone();
+    let known = request.known.clone();
+    let wait = std::time::Duration::from_millis(request.wait_ms.unwrap_or(0));
+    if !request.sessions_unchanged {
+        app.store
+            .replace_sessions(&request.project_id, request.sessions, now)
+            .await?;
+    }
+    // Subscribe before reading, so work queued between the read and the wait wakes it.
+    let mut changes =
+        (!wait.is_zero()).then(|| app.notifier.subscribe(&Topic::Project(project_id.clone())));
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let answer = sync_answer(app, desktop, &project_id, &running).await?;
+        let Some(changes) = changes.as_mut() else {
+            return Ok(answer);
+        };
+        let news = answer
+            .commands
+            .iter()
+            .any(|c| !known.contains(&c.command_id));
+        if news || !answer.cancel_requested.is_empty() {
+            return Ok(answer);
+        }
+        tokio::select! {
+            () = changes.changed() => {}
+            () = tokio::time::sleep_until(deadline) => return Ok(answer),
+            () = app.shutdown.cancelled() => return Ok(answer),
+        }
+    }
+}
+
+/// The queued commands of `project_id`, and which of `running` have a cancel request.
+async fn sync_answer(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    project_id: &str,
+    running: &[CommandId],
+) -> Result<SyncResponse, DesktopError> {
     let commands = app
         .store
-        .queued_commands(&request.project_id, MAX_SYNC_COMMANDS)
+        .queued_commands(project_id, MAX_SYNC_COMMANDS)
         .await?
         .into_iter()
         .map(|command| QueuedCommand {
@@ -91,8 +131,24 @@ pub async fn sync_project(
             created_at: command.created_at,
         })
         .collect();
+    let mut cancel_requested = Vec::new();
+    for id in running {
+        if let Some(command) = app.store.command(*id).await?
+            && command.project_id == project_id
+            && command.status == crate::protocol::RunStatus::Running
+            && command.cancel_requested
+            && app
+                .store
+                .project(&command.project_id)
+                .await?
+                .is_some_and(|p| p.owner_id == desktop.owner_id)
+        {
+            cancel_requested.push(*id);
+        }
+    }
     Ok(SyncResponse {
-        project_id: request.project_id,
+        project_id: project_id.to_owned(),
         commands,
+        cancel_requested,
     })
 }

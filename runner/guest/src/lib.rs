@@ -5,7 +5,7 @@
 
 use std::cell::RefCell;
 
-use graph_js::{AgentRequest, Failure, FailureCode, Limits, Prepared};
+use graph_js::{AgentRequest, Failure, FailureCode, Interpreter, Limits, Prepared};
 
 wit_bindgen::generate!({
     path: "../../wit",
@@ -15,6 +15,9 @@ wit_bindgen::generate!({
 use graphrelay::graph::host;
 
 thread_local! {
+    /// An interpreter with the prelude evaluated, from the pre-initialized generic component
+    /// (`initialize("")`); the first `run` or `describe` of an instance takes it.
+    static BLANK: RefCell<Option<Interpreter>> = const { RefCell::new(None) };
     /// The graph built in by `runner build` (pre-initialized memory); `run` takes it.
     static BUILT_IN: RefCell<Option<Prepared>> = const { RefCell::new(None) };
     /// Its `meta` as JSON, for `describe`.
@@ -30,7 +33,8 @@ impl Guest for Component {
                 .with(|meta| meta.borrow().clone())
                 .ok_or_else(no_built_in);
         }
-        let meta = graph_js::describe(&script, &Limits::default()).map_err(|e| e.to_string())?;
+        let mut prepared = interpreter()?.prepare(&script)?;
+        let meta = prepared.meta().map_err(|e| e.to_string())?;
         serde_json::to_string(&meta).map_err(|e| e.to_string())
     }
 
@@ -42,16 +46,29 @@ impl Guest for Component {
                 .ok_or_else(no_built_in)?;
             return prepared.run(&args, host);
         }
-        graph_js::run(&script, &args, host, &Limits::default())
+        interpreter()?.prepare(&script)?.run(&args, host)
     }
 
     fn initialize(script: String) -> Result<(), String> {
+        if script.is_empty() {
+            let blank = Interpreter::new(&Limits::default())?;
+            BLANK.with(|b| *b.borrow_mut() = Some(blank));
+            return Ok(());
+        }
         let mut prepared = Prepared::new(&script, &Limits::default())?;
         let meta = prepared.meta().map_err(|e| e.to_string())?;
         let meta = serde_json::to_string(&meta).map_err(|e| e.to_string())?;
         BUILT_IN.with(|built_in| *built_in.borrow_mut() = Some(prepared));
         BUILT_IN_META.with(|m| *m.borrow_mut() = Some(meta));
         Ok(())
+    }
+}
+
+/// The pre-initialized interpreter if this instance has one, else a fresh one.
+fn interpreter() -> Result<Interpreter, String> {
+    match BLANK.with(|b| b.borrow_mut().take()) {
+        Some(blank) => Ok(blank),
+        None => Interpreter::new(&Limits::default()),
     }
 }
 

@@ -158,6 +158,52 @@ pub fn describe(script: &str, limits: &Limits) -> Result<Meta, MetaError> {
         .meta()
 }
 
+/// An interpreter with the prelude evaluated and no graph yet: the expensive part of starting
+/// (creating boa's intrinsics, evaluating the prelude). The wasm guest keeps one in the
+/// pre-initialized memory of the generic component, so a run only parses its script.
+pub struct Interpreter {
+    context: Context,
+    prelude: Prelude,
+    shared: Rc<Shared>,
+}
+
+impl Interpreter {
+    /// A fresh interpreter with `limits`.
+    pub fn new(limits: &Limits) -> Result<Self, String> {
+        let shared = Rc::new(Shared {
+            host: RefCell::new(Box::new(TopLevelHost)),
+            pending: RefCell::new(Vec::new()),
+        });
+        let (context, prelude) = new_context(&shared, limits).map_err(|e| e.to_string())?;
+        Ok(Self {
+            context,
+            prelude,
+            shared,
+        })
+    }
+
+    /// Parses and evaluates `script` in this interpreter. Module top-level code runs here with
+    /// no host: it may compute and log (logs are dropped), but host work cannot start before
+    /// the default export is called.
+    pub fn prepare(self, script: &str) -> Result<Prepared, String> {
+        let Self {
+            mut context,
+            prelude,
+            shared,
+        } = self;
+        let module = parse_module(script, &mut context)?;
+        let evaluated = module.load_link_evaluate(&mut context);
+        drive(&evaluated, &shared, &mut context, &prelude)
+            .map_err(|e| cut_chars(&e, MAX_ERROR_CHARS))?;
+        Ok(Prepared {
+            context,
+            module,
+            prelude,
+            shared,
+        })
+    }
+}
+
 /// A graph parsed, linked and evaluated (its top-level code has run, without a host), ready to
 /// have its default export called once. The wasm guest keeps one in its pre-initialized memory
 /// snapshot, so a compiled graph starts without parsing.
@@ -169,25 +215,9 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// Parses and evaluates `script`. Module top-level code runs here with no host: it may
-    /// compute and log (logs are dropped), but host work cannot start before the default
-    /// export is called.
+    /// Parses and evaluates `script` in a fresh interpreter (see [`Interpreter::prepare`]).
     pub fn new(script: &str, limits: &Limits) -> Result<Self, String> {
-        let shared = Rc::new(Shared {
-            host: RefCell::new(Box::new(TopLevelHost)),
-            pending: RefCell::new(Vec::new()),
-        });
-        let (mut context, prelude) = new_context(&shared, limits).map_err(|e| e.to_string())?;
-        let module = parse_module(script, &mut context)?;
-        let evaluated = module.load_link_evaluate(&mut context);
-        drive(&evaluated, &shared, &mut context, &prelude)
-            .map_err(|e| cut_chars(&e, MAX_ERROR_CHARS))?;
-        Ok(Self {
-            context,
-            module,
-            prelude,
-            shared,
-        })
+        Interpreter::new(limits)?.prepare(script)
     }
 
     /// The module's validated `meta` export.

@@ -14,7 +14,7 @@ use runner::engine::{Engine, EngineKind};
 use runner::host::agents::AgentProvider;
 use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
 use runner::host::events::{EventSink, NullSink};
-use runner::host::graphs::FolderCatalog;
+use runner::host::graphs::{DESCRIBE_TIMEOUT, FolderCatalog};
 use runner::host::mock::MockProvider;
 use runner::host::providers::ProviderArgs;
 use runner::host::tools::ToolRegistry;
@@ -110,13 +110,40 @@ impl EngineArgs {
             if self.engine == EngineKind::Boa {
                 bail!("a compiled component runs in the wasm engine; drop --engine boa");
             }
-            return Ok(Arc::new(WasmEngine::for_component(bytes, self.limits())?));
+            let limits = self.limits();
+            return Ok(Arc::new(slow_notice(
+                "compiling the component (seconds, cached afterwards)",
+                || WasmEngine::for_component(bytes, limits),
+            )?));
         }
         Ok(match self.engine {
-            EngineKind::Wasm => Arc::new(WasmEngine::new(self.limits())?),
+            EngineKind::Wasm => {
+                let limits = self.limits();
+                Arc::new(slow_notice(
+                    "preparing the sandbox (about 10 s on the first run on this machine, cached afterwards)",
+                    || WasmEngine::new(limits),
+                )?)
+            }
             EngineKind::Boa => Arc::new(BoaEngine::default()),
         })
     }
+}
+
+/// Runs `work`, saying `message` on stderr if it takes longer than a second.
+fn slow_notice<T>(message: &str, work: impl FnOnce() -> T) -> T {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let message = message.to_owned();
+    let notice = std::thread::spawn(move || {
+        if finished.recv_timeout(std::time::Duration::from_secs(1))
+            == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        {
+            eprintln!("{message}");
+        }
+    });
+    let result = work();
+    drop(done);
+    let _ = notice.join();
+    result
 }
 
 /// The first bytes of every WebAssembly binary.
@@ -282,7 +309,10 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .filter(|p| !p.as_os_str().is_empty())
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
     };
-    let catalog = FolderCatalog::load(&graphs_dir)
+    // The folder's graphs are described by the run's own engine, each within the run's deadline.
+    let describe_timeout = Duration::from_secs_f64(args.timeout).min(DESCRIBE_TIMEOUT);
+    let catalog = FolderCatalog::load(&graphs_dir, options.engine.as_ref(), describe_timeout)
+        .await
         .with_context(|| format!("cannot read the graphs folder {}", graphs_dir.display()))?;
     for (path, reason) in catalog.skipped() {
         tracing::debug!("not in the catalog: {}: {reason}", path.display());

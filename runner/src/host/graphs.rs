@@ -4,13 +4,18 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use graph_js::{Failure, Limits, Meta};
+use graph_js::{Failure, Meta};
+
+use crate::engine::Engine;
 
 /// Graphs may nest this deep (the top graph is depth 0).
 pub const MAX_DEPTH: usize = 8;
 /// At most this many nested graphs may be running at once in one run.
 pub const MAX_LIVE_GRAPHS: usize = 64;
+/// Reading one file's `meta` while loading a folder may take at most this long.
+pub const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A graph the catalog can hand out.
 #[derive(Debug, Clone)]
@@ -47,9 +52,13 @@ pub struct FolderCatalog {
 impl FolderCatalog {
     /// Reads every `*.js` file in `dir` (not recursively) and indexes it by its `meta.slug`.
     /// Files that do not describe themselves are skipped and listed in [`Self::skipped`].
-    /// Describing evaluates module top-level code in-process under the interpreter limits, so
-    /// point this at graphs you wrote; the desktop builds its catalog from shared sessions.
-    pub fn load(dir: &Path) -> std::io::Result<Self> {
+    ///
+    /// Describing a file evaluates its module top-level code, and the folder usually holds the
+    /// very graph about to run, untrusted. So it is described by `engine` (in the sandbox when
+    /// that is the wasm engine), each file for at most `timeout`: a top-level memory bomb or
+    /// endless loop only gets that file skipped. Evaluating it in-process, whatever engine the
+    /// run uses, would let one hostile file in the folder abort or hang `runner run`.
+    pub async fn load(dir: &Path, engine: &dyn Engine, timeout: Duration) -> std::io::Result<Self> {
         let mut catalog = Self::default();
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -57,27 +66,32 @@ impl FolderCatalog {
             .collect();
         files.sort();
         for path in files {
-            let script = match std::fs::read_to_string(&path) {
-                Ok(s) => s,
+            let script: Arc<str> = match std::fs::read_to_string(&path) {
+                Ok(s) => s.into(),
                 Err(e) => {
                     catalog.skipped.push((path, e.to_string()));
                     continue;
                 }
             };
-            match graph_js::describe(&script, &Limits::default()) {
+            let described =
+                match tokio::time::timeout(timeout, engine.describe(script.clone())).await {
+                    Ok(described) => described.map_err(|e| e.to_string()),
+                    Err(_) => Err(format!(
+                        "reading its meta took longer than {} s",
+                        timeout.as_secs_f64()
+                    )),
+                };
+            match described {
                 Ok(meta) => match catalog.graphs.entry(meta.slug.clone()) {
                     std::collections::btree_map::Entry::Occupied(taken) => {
                         let reason = format!("slug {} is used by another file", taken.key());
                         catalog.skipped.push((path, reason));
                     }
                     std::collections::btree_map::Entry::Vacant(slot) => {
-                        slot.insert(GraphSource {
-                            meta,
-                            script: script.into(),
-                        });
+                        slot.insert(GraphSource { meta, script });
                     }
                 },
-                Err(e) => catalog.skipped.push((path, e.to_string())),
+                Err(e) => catalog.skipped.push((path, e)),
             }
         }
         Ok(catalog)
@@ -141,8 +155,8 @@ mod tests {
         assert!(err.message.contains("calls itself"), "{err}");
     }
 
-    #[test]
-    fn folder_catalog_indexes_by_slug_and_reports_skips() {
+    #[tokio::test]
+    async fn folder_catalog_indexes_by_slug_and_reports_skips() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(
             dir.path().join("a.js"),
@@ -151,7 +165,10 @@ mod tests {
         .expect("a");
         std::fs::write(dir.path().join("broken.js"), "export const meta = {").expect("broken");
         std::fs::write(dir.path().join("notes.txt"), "not a graph").expect("txt");
-        let catalog = FolderCatalog::load(dir.path()).expect("loads");
+        let engine = crate::engine::boa::BoaEngine::default();
+        let catalog = FolderCatalog::load(dir.path(), &engine, DESCRIBE_TIMEOUT)
+            .await
+            .expect("loads");
         assert!(catalog.lookup("alpha").is_some());
         assert!(catalog.lookup("broken").is_none());
         assert_eq!(catalog.skipped().len(), 1);

@@ -64,6 +64,9 @@ pub struct RunShared {
     stop_reason: OnceLock<(FailureCode, String)>,
     agent_slots: Arc<Semaphore>,
     live_graphs: AtomicUsize,
+    /// Linear memory held by this run's sandboxed graph instances together (the top graph and
+    /// every nested one); the wasm engine keeps the sum under its run-wide cap.
+    pub sandbox_memory: std::sync::atomic::AtomicU64,
 }
 
 /// What a run is built from (see [`crate::run::RunOptions`]).
@@ -109,6 +112,7 @@ impl RunShared {
             stop_reason: OnceLock::new(),
             agent_slots: Arc::new(Semaphore::new(parts.max_concurrency.max(1))),
             live_graphs: AtomicUsize::new(0),
+            sandbox_memory: std::sync::atomic::AtomicU64::new(0),
         })
     }
 

@@ -1,6 +1,7 @@
 //! The MCP endpoint at `/mcp`: rmcp's Streamable HTTP server (stateless current protocol and
 //! 2025-era sessions from one service) behind a bearer-token gate.
 
+mod chat;
 mod http;
 pub mod tools;
 
@@ -34,7 +35,22 @@ pub const MCP_PATH: &str = "/mcp";
 
 const INSTRUCTIONS: &str = "Graphs run on the owner's desktop, not here. list_graph_sessions shows what the owner shares; \
 run_graph_session queues a run and returns a command_id at once; get_graph_run reads progress and the result \
-(look about 20 s after queueing, then every 15 s); cancel_graph_run stops it.";
+(look about 20 s after queueing, then every 15 s); cancel_graph_run stops it. \
+Linked chat tasks are work the owner assigned to this chat (by chat_link_id): list_linked_chat_tasks shows what waits; \
+claim_linked_chat_task, do the work, then submit_linked_chat_result with the claim_id.";
+
+/// `get_graph_run`'s optional `wait_seconds`: 0 to [`runs::MAX_GET_WAIT`].
+fn wait_seconds(arguments: &Arguments<'_>) -> Result<std::time::Duration, String> {
+    let max = runs::MAX_GET_WAIT.as_secs();
+    match arguments.integer("wait_seconds")? {
+        None => Ok(std::time::Duration::ZERO),
+        Some(seconds) => u64::try_from(seconds)
+            .ok()
+            .filter(|s| *s <= max)
+            .map(std::time::Duration::from_secs)
+            .ok_or_else(|| format!("wait_seconds must be from 0 to {max}")),
+    }
+}
 
 /// The `/mcp` routes: the rmcp service behind the token gate.
 pub fn routes(app: Arc<AppState>) -> Router {
@@ -54,7 +70,8 @@ pub fn routes(app: Arc<AppState>) -> Router {
         .layer(axum::middleware::from_fn_with_state(app, http::gate))
 }
 
-/// The MCP server: four graph tools over the service's run functions.
+/// The MCP server: the graph tools over the service's run functions and the linked chat task
+/// tools over `chat_tasks`.
 #[derive(Clone)]
 pub struct GraphTools {
     app: Arc<AppState>,
@@ -126,15 +143,22 @@ impl GraphTools {
             Err(message) => return error_result(&message),
         };
         let app = &self.app;
+        if chat::is_chat_tool(spec.name) {
+            return chat::dispatch(app, spec, agent, &arguments).await;
+        }
         let outcome = match spec.name {
             LIST_GRAPH_SESSIONS => self.list(agent, &arguments).await,
             RUN_GRAPH_SESSION => self.run(agent, &arguments).await,
-            GET_GRAPH_RUN => match arguments.string("command_id") {
-                Ok(id) => runs::get_run(app, agent, id).await.map(|view| {
-                    let text = run_text(&view);
-                    (to_value(&view), text)
-                }),
-                Err(message) => Err(RunError::Invalid(message)),
+            GET_GRAPH_RUN => match (arguments.string("command_id"), wait_seconds(&arguments)) {
+                (Ok(id), Ok(wait)) => {
+                    runs::get_run_waiting(app, agent, id, wait)
+                        .await
+                        .map(|view| {
+                            let text = run_text(&view);
+                            (to_value(&view), text)
+                        })
+                }
+                (Err(message), _) | (_, Err(message)) => Err(RunError::Invalid(message)),
             },
             CANCEL_GRAPH_RUN => match arguments.string("command_id") {
                 Ok(id) => runs::cancel_run(app, agent, id)

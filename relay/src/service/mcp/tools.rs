@@ -1,5 +1,5 @@
-//! The four graph tools: names, descriptions, argument schemas, annotations, scopes, and the
-//! checking of the arguments an agent sends.
+//! The tools (four for graph runs, five for linked chat tasks): names, descriptions, argument
+//! schemas, annotations, scopes, and the checking of the arguments an agent sends.
 
 use std::sync::Arc;
 
@@ -7,7 +7,12 @@ use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde_json::{Map, Value, json};
 
 use crate::service::auth::Scope;
-use crate::service::runs::{IDEMPOTENCY_KEY_CHARS, RUN_NOT_FOUND};
+use crate::service::chat_tasks::{
+    GOAL_PREVIEW_BYTES, INBOX_LIMIT, LINK_NOT_FOUND, MAX_ARTIFACT_BYTES, MAX_ARTIFACT_ID_CHARS,
+    MAX_ARTIFACT_NAME_CHARS, MAX_ARTIFACTS_PER_TASK, MAX_MIME_CHARS, MAX_TASK_RESULT_CHARS,
+    NOT_CLAIMABLE, STALE_CLAIM, TASK_CANCELLED, TASK_EXPIRED, TASK_NOT_FOUND,
+};
+use crate::service::runs::{IDEMPOTENCY_KEY_CHARS, MAX_GET_WAIT, RUN_NOT_FOUND};
 use crate::service::sessions::LIST_LIMIT;
 
 /// `list_graph_sessions`.
@@ -18,6 +23,16 @@ pub const RUN_GRAPH_SESSION: &str = "run_graph_session";
 pub const GET_GRAPH_RUN: &str = "get_graph_run";
 /// `cancel_graph_run`.
 pub const CANCEL_GRAPH_RUN: &str = "cancel_graph_run";
+/// `list_linked_chat_tasks`.
+pub const LIST_LINKED_CHAT_TASKS: &str = "list_linked_chat_tasks";
+/// `get_linked_chat_task`.
+pub const GET_LINKED_CHAT_TASK: &str = "get_linked_chat_task";
+/// `claim_linked_chat_task`.
+pub const CLAIM_LINKED_CHAT_TASK: &str = "claim_linked_chat_task";
+/// `submit_linked_chat_result`.
+pub const SUBMIT_LINKED_CHAT_RESULT: &str = "submit_linked_chat_result";
+/// `upload_linked_chat_artifact`.
+pub const UPLOAD_LINKED_CHAT_ARTIFACT: &str = "upload_linked_chat_artifact";
 
 /// One tool's contract.
 #[derive(Debug, Clone, Copy)]
@@ -28,35 +43,95 @@ pub struct ToolSpec {
     pub scope: Scope,
     /// Whether it only reads.
     pub read_only: bool,
+    /// Whether a write may destroy or replace something (hosts ask before such calls).
+    pub destructive: bool,
+    /// Whether repeating the same call changes nothing more.
+    pub idempotent: bool,
     /// Argument names it accepts; anything else is rejected.
     pub arguments: &'static [&'static str],
 }
 
-/// The tools, in listing order.
-pub const TOOLS: [ToolSpec; 4] = [
+/// The tools, in listing order: the graph tools first, then the chat task tools.
+pub const TOOLS: [ToolSpec; 9] = [
     ToolSpec {
         name: LIST_GRAPH_SESSIONS,
         scope: Scope::Read,
         read_only: true,
+        destructive: false,
+        idempotent: true,
         arguments: &["project_id", "limit"],
     },
     ToolSpec {
         name: RUN_GRAPH_SESSION,
         scope: Scope::Run,
         read_only: false,
+        destructive: true,
+        idempotent: false,
         arguments: &["graph_session_id", "arguments", "idempotency_key"],
     },
     ToolSpec {
         name: GET_GRAPH_RUN,
         scope: Scope::Read,
         read_only: true,
-        arguments: &["command_id"],
+        destructive: false,
+        idempotent: true,
+        arguments: &["command_id", "wait_seconds"],
     },
     ToolSpec {
         name: CANCEL_GRAPH_RUN,
         scope: Scope::Run,
         read_only: false,
+        destructive: true,
+        idempotent: true,
         arguments: &["command_id"],
+    },
+    ToolSpec {
+        name: LIST_LINKED_CHAT_TASKS,
+        scope: Scope::Read,
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+        arguments: &["chat_link_id"],
+    },
+    ToolSpec {
+        name: GET_LINKED_CHAT_TASK,
+        scope: Scope::Read,
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+        arguments: &["chat_link_id", "task_id"],
+    },
+    ToolSpec {
+        name: CLAIM_LINKED_CHAT_TASK,
+        scope: Scope::Run,
+        read_only: false,
+        destructive: false,
+        idempotent: true,
+        arguments: &["chat_link_id", "task_id"],
+    },
+    ToolSpec {
+        name: SUBMIT_LINKED_CHAT_RESULT,
+        scope: Scope::Run,
+        read_only: false,
+        destructive: false,
+        idempotent: true,
+        arguments: &["chat_link_id", "task_id", "claim_id", "status", "result"],
+    },
+    ToolSpec {
+        name: UPLOAD_LINKED_CHAT_ARTIFACT,
+        scope: Scope::Run,
+        read_only: false,
+        destructive: false,
+        idempotent: true,
+        arguments: &[
+            "chat_link_id",
+            "task_id",
+            "claim_id",
+            "artifact_id",
+            "name",
+            "mime",
+            "content",
+        ],
     },
 ];
 
@@ -87,15 +162,45 @@ fn description(name: &str) -> String {
         ),
         GET_GRAPH_RUN => format!(
             "Get the status (queued, running, completed, failed, cancelled), timestamps and result of a Graph run started by this Connected agent with run_graph_session. \
-             Runs usually take about a minute: look first about 20 s after queueing, then every 15 s or so (poll_after_seconds says when). \
+             Runs usually take about a minute: look first about 20 s after queueing, then every 15 s or so (poll_after_seconds says when); \
+             or pass wait_seconds (at most {max_wait}) and the call waits for the run to finish, answering as soon as it has. \
              A result too large to post shows result_truncated: true; the full result stays on the owner's desktop. \
-             A run not started by this Connected agent, an unknown id and a malformed id all get \"{RUN_NOT_FOUND}\"."
+             A run not started by this Connected agent, an unknown id and a malformed id all get \"{RUN_NOT_FOUND}\".",
+            max_wait = MAX_GET_WAIT.as_secs()
         ),
         CANCEL_GRAPH_RUN => format!(
             "Cancel a Graph run started by this Connected agent. \
              A queued run is cancelled at once and never starts; a running run gets a cancel flag that the desktop reads within seconds, and it ends as cancelled. \
              A run that already finished is left unchanged (the answer says so), and a cancelled run cannot complete. \
              A run not started by this Connected agent, an unknown id and a malformed id all get \"{RUN_NOT_FOUND}\"."
+        ),
+        LIST_LINKED_CHAT_TASKS => format!(
+            "List the tasks the owner assigned to this linked chat that are still open (queued or claimed), oldest first, at most {INBOX_LIMIT} (more: true when others wait). \
+             Each shows task_id, status and the start of the goal (at most {GOAL_PREVIEW_BYTES} bytes; the whole goal comes with claim_linked_chat_task or get_linked_chat_task). \
+             An empty list means nothing is waiting: tell the user and stop, do not poll in a loop. \
+             To work on a task: claim_linked_chat_task, do the work, then submit_linked_chat_result with the claim_id. \
+             Rejected: a chat_link_id that is not linked to this connection's project (\"{LINK_NOT_FOUND}\")."
+        ),
+        GET_LINKED_CHAT_TASK => format!(
+            "Get one task of this linked chat in full: status (queued, claimed, completed, failed, cancelled, expired), the whole goal, expires_at (24 h after it was assigned), lease_until while claimed, and the result once submitted. \
+             Rejected: a task of another chat link, an unknown id and a malformed id all get \"{TASK_NOT_FOUND}\"."
+        ),
+        CLAIM_LINKED_CHAT_TASK => format!(
+            "Claim a queued task of this linked chat before working on it. Returns claim_id (pass it to submit_linked_chat_result and upload_linked_chat_artifact), lease_until and the whole goal. \
+             Claiming a task this chat link already holds returns the same claim again (replayed: true), so a repeated call is safe. \
+             The claim lapses at lease_until: submit before then, or the task goes back to the queue and a later claim gets a new claim_id. \
+             Rejected: a task that is not this chat link's, or does not exist (\"{NOT_CLAIMABLE}\"), and a finished, cancelled or expired task (\"{NOT_CLAIMABLE}: task is ...\"). A rejected claim will not succeed on retry."
+        ),
+        SUBMIT_LINKED_CHAT_RESULT => format!(
+            "Submit the outcome of a claimed task: status \"completed\" with the answer as result, or \"failed\" with the reason as result (at most {MAX_TASK_RESULT_CHARS} characters). \
+             Sending the identical submit again (e.g. after a lost response) returns ok with replayed: true; the first result is kept. \
+             Rejected, and not worth retrying: a stale claim_id (\"{STALE_CLAIM}\", or its lease lapsed), a cancelled task (\"{TASK_CANCELLED}\": a cancelled task cannot be completed), an expired task (\"{TASK_EXPIRED}\"), and a different status or result for a task already finished. \
+             Tell the user what was rejected instead of resubmitting."
+        ),
+        UPLOAD_LINKED_CHAT_ARTIFACT => format!(
+            "Attach a text file (a report, a patch, a table) to a claimed task before submitting it: content at most {MAX_ARTIFACT_BYTES} bytes, at most {MAX_ARTIFACTS_PER_TASK} artifacts per task. \
+             Choose a stable artifact_id (1 to {MAX_ARTIFACT_ID_CHARS} characters of letters, digits, '.', '_', ':', '-') and reuse it when retrying: the same content again is a no-op (replayed: true). \
+             Rejected: different content under an artifact_id already used, a stale claim_id (\"{STALE_CLAIM}\"), a cancelled (\"{TASK_CANCELLED}\") or expired task, and a task already finished."
         ),
         _ => String::new(),
     }
@@ -127,6 +232,61 @@ pub fn input_schema(name: &str) -> Value {
             "required": ["graph_session_id", "idempotency_key"],
             "additionalProperties": false
         }),
+        GET_GRAPH_RUN => json!({
+            "type": "object",
+            "properties": {
+                "command_id": {"type": "string"},
+                "wait_seconds": {"type": "integer", "minimum": 0, "maximum": MAX_GET_WAIT.as_secs()}
+            },
+            "required": ["command_id"],
+            "additionalProperties": false
+        }),
+        LIST_LINKED_CHAT_TASKS => json!({
+            "type": "object",
+            "properties": {"chat_link_id": {"type": "string"}},
+            "required": ["chat_link_id"],
+            "additionalProperties": false
+        }),
+        GET_LINKED_CHAT_TASK | CLAIM_LINKED_CHAT_TASK => json!({
+            "type": "object",
+            "properties": {
+                "chat_link_id": {"type": "string"},
+                "task_id": {"type": "string"}
+            },
+            "required": ["chat_link_id", "task_id"],
+            "additionalProperties": false
+        }),
+        SUBMIT_LINKED_CHAT_RESULT => json!({
+            "type": "object",
+            "properties": {
+                "chat_link_id": {"type": "string"},
+                "task_id": {"type": "string"},
+                "claim_id": {"type": "string"},
+                "status": {"type": "string", "enum": ["completed", "failed"]},
+                "result": {"type": "string", "maxLength": MAX_TASK_RESULT_CHARS}
+            },
+            "required": ["chat_link_id", "task_id", "claim_id", "status", "result"],
+            "additionalProperties": false
+        }),
+        UPLOAD_LINKED_CHAT_ARTIFACT => json!({
+            "type": "object",
+            "properties": {
+                "chat_link_id": {"type": "string"},
+                "task_id": {"type": "string"},
+                "claim_id": {"type": "string"},
+                "artifact_id": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_ARTIFACT_ID_CHARS,
+                    "pattern": "^[A-Za-z0-9._:-]+$"
+                },
+                "name": {"type": "string", "minLength": 1, "maxLength": MAX_ARTIFACT_NAME_CHARS},
+                "mime": {"type": "string", "maxLength": MAX_MIME_CHARS},
+                "content": {"type": "string"}
+            },
+            "required": ["chat_link_id", "task_id", "claim_id", "artifact_id", "name", "mime", "content"],
+            "additionalProperties": false
+        }),
         _ => json!({
             "type": "object",
             "properties": {"command_id": {"type": "string"}},
@@ -150,13 +310,15 @@ pub fn definition(spec: &ToolSpec) -> Tool {
     };
     let annotations = if spec.read_only {
         ToolAnnotations::new().read_only(true)
-    } else if spec.name == CANCEL_GRAPH_RUN {
+    } else if spec.idempotent {
         ToolAnnotations::new()
             .read_only(false)
-            .destructive(true)
+            .destructive(spec.destructive)
             .idempotent(true)
     } else {
-        ToolAnnotations::new().read_only(false).destructive(true)
+        ToolAnnotations::new()
+            .read_only(false)
+            .destructive(spec.destructive)
     };
     let mut meta = Map::new();
     meta.insert("securitySchemes".into(), security_schemes(spec.scope));
@@ -165,7 +327,7 @@ pub fn definition(spec: &ToolSpec) -> Tool {
         .with_meta(MetaObject(meta))
 }
 
-/// All four definitions, in listing order.
+/// All definitions, in listing order.
 pub fn definitions() -> Vec<Tool> {
     TOOLS.iter().map(definition).collect()
 }

@@ -7,9 +7,15 @@ use std::sync::Arc;
 
 use serde_json::{Map, json};
 
-use super::{CommandRecord, InsertOutcome, ProjectRecord, Store, TokenKind, TokenRecord};
+use super::{
+    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, CommandRecord,
+    InsertOutcome, ProjectRecord, Store, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind,
+    TokenRecord,
+};
 use crate::clock::Timestamp;
 use crate::protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
+use crate::service::chat_tasks::machine::{TaskDecision, TaskEvent, transition};
+use crate::service::chat_tasks::model::{HostKind, TaskId, TaskStatus};
 
 const T0: Timestamp = Timestamp::from_unix_millis(1_794_130_200_000);
 
@@ -120,6 +126,15 @@ where
     queued_commands_are_oldest_first_and_bounded(make().as_ref()).await;
     heartbeat_touches_only_running_commands(make().as_ref()).await;
     silent_runs_fail_by_cutoff(make().as_ref()).await;
+    chat_links_round_trip(make().as_ref()).await;
+    task_idempotency_key_is_unique_per_link(make().as_ref()).await;
+    concurrent_assignments_create_one_task(make()).await;
+    claim_is_one_conditional_write(make().as_ref()).await;
+    concurrent_claims_have_one_winner(make()).await;
+    task_updates_are_fenced_by_status_claim_and_lease(make().as_ref()).await;
+    task_lists_are_ordered_and_bounded(make().as_ref()).await;
+    sweep_moves_exactly_what_the_state_machine_says(make().as_ref()).await;
+    artifacts_are_fenced_unique_and_bounded(make().as_ref()).await;
 }
 
 /// `ensure_owner` creates an owner once and returns it again by name.
@@ -474,4 +489,560 @@ pub async fn silent_runs_fail_by_cutoff(store: &dyn Store) {
             .is_empty(),
         "a failed run is not failed twice"
     );
+}
+
+const DAY: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
+
+struct ChatSeed {
+    link: String,
+    other_link: String,
+}
+
+async fn chat_seed(store: &dyn Store) -> ChatSeed {
+    let seed = seed(store).await;
+    let mut links = Vec::new();
+    for host in [HostKind::Claude, HostKind::Chatgpt] {
+        let id = uuid::Uuid::new_v4().to_string();
+        store
+            .insert_chat_link(ChatLinkRecord {
+                id: id.clone(),
+                project_id: seed.project_id.clone(),
+                host,
+                event_subscription: false,
+                created_at: T0,
+            })
+            .await
+            .expect("insert link");
+        links.push(id);
+    }
+    let other_link = links.pop().unwrap_or_default();
+    let link = links.pop().unwrap_or_default();
+    ChatSeed { link, other_link }
+}
+
+fn task(link: &str, key: &str, created: Timestamp) -> TaskRecord {
+    TaskRecord::queued(
+        link.to_owned(),
+        format!("goal of {key}"),
+        key.to_owned(),
+        created,
+        DAY,
+    )
+}
+
+async fn new_task(store: &dyn Store, task: TaskRecord) -> TaskRecord {
+    match store.insert_task(task).await.expect("insert task") {
+        TaskInsertOutcome::Created(created) => created,
+        TaskInsertOutcome::Existing(existing) => {
+            panic!("expected a new task, got existing {}", existing.id)
+        }
+    }
+}
+
+fn attempt(task: &TaskRecord, link: &str, claim: &str, lease: Option<Timestamp>) -> ClaimAttempt {
+    ClaimAttempt {
+        task_id: task.id,
+        chat_link_id: link.to_owned(),
+        claim_id: claim.to_owned(),
+        lease_until: lease,
+        now: at(1),
+    }
+}
+
+async fn read_task(store: &dyn Store, id: TaskId) -> TaskRecord {
+    store
+        .task(id)
+        .await
+        .expect("read task")
+        .expect("task exists")
+}
+
+/// Links read back as written; the subscription flag can be switched; unknown ids are none.
+pub async fn chat_links_round_trip(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let link = store
+        .chat_link(&seed.link)
+        .await
+        .expect("read link")
+        .expect("link exists");
+    assert_eq!(link.host, HostKind::Claude);
+    assert!(!link.event_subscription);
+    assert_eq!(link.created_at, T0);
+    assert!(
+        store
+            .set_event_subscription(&seed.link, true)
+            .await
+            .expect("set")
+    );
+    let link = store
+        .chat_link(&seed.link)
+        .await
+        .expect("read")
+        .expect("exists");
+    assert!(link.event_subscription);
+    assert!(
+        !store
+            .set_event_subscription("nope", true)
+            .await
+            .expect("set")
+    );
+    assert!(store.chat_link("nope").await.expect("read").is_none());
+}
+
+/// One task per (link, key); another link's same key is its own task; tasks read back whole.
+pub async fn task_idempotency_key_is_unique_per_link(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let first = new_task(store, task(&seed.link, "key-1", at(0))).await;
+    assert_eq!(first.status, TaskStatus::Queued);
+    assert_eq!(first.expires_at, at(24 * 60 * 60));
+    match store
+        .insert_task(task(&seed.link, "key-1", at(5)))
+        .await
+        .expect("insert")
+    {
+        TaskInsertOutcome::Existing(existing) => assert_eq!(existing, first),
+        TaskInsertOutcome::Created(created) => panic!("a repeated key created {}", created.id),
+    }
+    let other = new_task(store, task(&seed.other_link, "key-1", at(0))).await;
+    assert_ne!(other.id, first.id);
+    assert_eq!(read_task(store, first.id).await, first);
+    assert!(
+        store
+            .task(TaskId::new_random())
+            .await
+            .expect("read")
+            .is_none()
+    );
+}
+
+/// Fifty concurrent assignments under one key create exactly one task.
+pub async fn concurrent_assignments_create_one_task(store: Arc<dyn Store>) {
+    const CONCURRENT_INSERTS: usize = 50;
+    let seed = Arc::new(chat_seed(store.as_ref()).await);
+    let inserts: Vec<_> = (0..CONCURRENT_INSERTS)
+        .map(|_| {
+            let (store, seed) = (store.clone(), seed.clone());
+            tokio::spawn(async move {
+                store
+                    .insert_task(task(&seed.link, "double-click", at(0)))
+                    .await
+                    .expect("insert")
+            })
+        })
+        .collect();
+    let mut created = 0;
+    let mut ids = std::collections::BTreeSet::new();
+    for insert in inserts {
+        match insert.await.expect("task") {
+            TaskInsertOutcome::Created(task) => {
+                created += 1;
+                ids.insert(task.id);
+            }
+            TaskInsertOutcome::Existing(task) => {
+                ids.insert(task.id);
+            }
+        }
+    }
+    assert_eq!(created, 1, "exactly one insert may create the task");
+    assert_eq!(ids.len(), 1, "every caller must get the same task back");
+}
+
+/// A claim lands only on a queued, unexpired task of the claiming link, and only once; the
+/// unconditional write (the naive claim's) lands whatever the status.
+pub async fn claim_is_one_conditional_write(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let queued = new_task(store, task(&seed.link, "key-c", at(0))).await;
+    assert!(
+        store
+            .claim_task(attempt(&queued, &seed.other_link, "c-other", None))
+            .await
+            .expect("claim")
+            .is_none(),
+        "another link cannot claim"
+    );
+    let claimed = store
+        .claim_task(attempt(&queued, &seed.link, "c-1", Some(at(31))))
+        .await
+        .expect("claim")
+        .expect("the first claim lands");
+    assert_eq!(claimed.status, TaskStatus::Claimed);
+    assert_eq!(claimed.claim_id.as_deref(), Some("c-1"));
+    assert_eq!(claimed.lease_until, Some(at(31)));
+    assert_eq!(claimed.claimed_at, Some(at(1)));
+    assert_eq!(claimed.updated_at, at(1));
+    assert_eq!(read_task(store, queued.id).await, claimed);
+    assert!(
+        store
+            .claim_task(attempt(&queued, &seed.link, "c-2", None))
+            .await
+            .expect("claim")
+            .is_none(),
+        "a claimed task cannot be claimed again"
+    );
+    let mut unknown = queued.clone();
+    unknown.id = TaskId::new_random();
+    assert!(
+        store
+            .claim_task(attempt(&unknown, &seed.link, "c-3", None))
+            .await
+            .expect("claim")
+            .is_none()
+    );
+    let overdue = new_task(store, task(&seed.link, "key-old", at(-(24 * 60 * 60)))).await;
+    assert!(
+        store
+            .claim_task(attempt(&overdue, &seed.link, "c-4", None))
+            .await
+            .expect("claim")
+            .is_none(),
+        "a task past expires_at cannot be claimed even before the sweep"
+    );
+    assert!(
+        store
+            .claim_task_unconditionally(attempt(&queued, &seed.link, "c-5", None))
+            .await
+            .expect("claim")
+    );
+    assert_eq!(
+        read_task(store, queued.id).await.claim_id.as_deref(),
+        Some("c-5"),
+        "the unconditional write overwrites a live claim: the race the conditional claim prevents"
+    );
+}
+
+/// Fifty concurrent claims of one task: exactly one lands.
+pub async fn concurrent_claims_have_one_winner(store: Arc<dyn Store>) {
+    const CONCURRENT_CLAIMS: usize = 50;
+    let seed = chat_seed(store.as_ref()).await;
+    let queued = new_task(store.as_ref(), task(&seed.link, "key-race", at(0))).await;
+    let claims: Vec<_> = (0..CONCURRENT_CLAIMS)
+        .map(|n| {
+            let store = store.clone();
+            let attempt = attempt(&queued, &seed.link, &format!("claim-{n}"), None);
+            tokio::spawn(async move { store.claim_task(attempt).await.expect("claim") })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for claim in claims {
+        if let Some(task) = claim.await.expect("task") {
+            winners.push(task.claim_id);
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one claim may land: {winners:?}");
+    assert_eq!(
+        read_task(store.as_ref(), queued.id).await.claim_id,
+        winners[0]
+    );
+}
+
+/// A task write decided from a stale status, claim or lease does not land.
+pub async fn task_updates_are_fenced_by_status_claim_and_lease(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let queued = new_task(store, task(&seed.link, "key-u", at(0))).await;
+    let claimed = store
+        .claim_task(attempt(&queued, &seed.link, "c-a", Some(at(30))))
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let mut done = claimed.clone();
+    done.status = TaskStatus::Completed;
+    done.result = Some("日本語 😀 \"quoted\"".into());
+    done.result_hash = Some("h".into());
+    done.lease_until = None;
+    done.finished_at = Some(at(9));
+    done.updated_at = at(9);
+    assert!(
+        !store.update_task(&queued, &done).await.expect("update"),
+        "a write decided on the queued row must not land on the claimed one"
+    );
+    let mut other_claim = claimed.clone();
+    other_claim.claim_id = Some("c-b".into());
+    assert!(
+        !store
+            .update_task(&other_claim, &done)
+            .await
+            .expect("update"),
+        "a write fenced by another claim id must not land"
+    );
+    let mut other_lease = claimed.clone();
+    other_lease.lease_until = Some(at(99));
+    assert!(
+        !store
+            .update_task(&other_lease, &done)
+            .await
+            .expect("update"),
+        "a write decided on another lease must not land"
+    );
+    assert!(store.update_task(&claimed, &done).await.expect("update"));
+    assert_eq!(read_task(store, queued.id).await, done);
+    assert!(
+        !store.update_task(&claimed, &done).await.expect("update"),
+        "the same write twice lands once"
+    );
+}
+
+/// The inbox is the link's open tasks oldest first; the owner's list all its tasks newest
+/// first; both bounded.
+pub async fn task_lists_are_ordered_and_bounded(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let third = new_task(store, task(&seed.link, "k3", at(3))).await;
+    let first = new_task(store, task(&seed.link, "k1", at(1))).await;
+    let second = new_task(store, task(&seed.link, "k2", at(2))).await;
+    new_task(store, task(&seed.other_link, "k4", at(0))).await;
+    let mut cancelled = second.clone();
+    cancelled.status = TaskStatus::Cancelled;
+    cancelled.finished_at = Some(at(4));
+    assert!(
+        store
+            .update_task(&second, &cancelled)
+            .await
+            .expect("update")
+    );
+    store
+        .claim_task(attempt(&third, &seed.link, "c", None))
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let open: Vec<_> = store
+        .open_tasks(&seed.link, 10)
+        .await
+        .expect("list")
+        .iter()
+        .map(|t| (t.id, t.status))
+        .collect();
+    assert_eq!(
+        open,
+        [
+            (first.id, TaskStatus::Queued),
+            (third.id, TaskStatus::Claimed)
+        ]
+    );
+    assert_eq!(
+        store.open_tasks(&seed.link, 1).await.expect("list").len(),
+        1
+    );
+    let all: Vec<_> = store
+        .link_tasks(&seed.link, 10)
+        .await
+        .expect("list")
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(all, [third.id, second.id, first.id]);
+    assert_eq!(
+        store.link_tasks(&seed.link, 2).await.expect("list").len(),
+        2
+    );
+    assert!(store.open_tasks("nope", 10).await.expect("list").is_empty());
+}
+
+/// The guard sees exactly what is due; the sweep moves exactly those tasks, each as
+/// `transition` decides for `LeaseLapsed` or `Expire`, and nothing else.
+pub async fn sweep_moves_exactly_what_the_state_machine_says(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let now = at(100);
+    assert!(
+        !store.tasks_due(now).await.expect("guard"),
+        "nothing stored, nothing due"
+    );
+    let lapsed = new_task(store, task(&seed.link, "lapsed", at(0))).await;
+    let live = new_task(store, task(&seed.link, "live", at(0))).await;
+    let unleased = new_task(store, task(&seed.link, "unleased", at(0))).await;
+    let fresh = new_task(store, task(&seed.link, "fresh", at(50))).await;
+    let finished_old = new_task(store, task(&seed.link, "old-done", at(-(2 * 24 * 60 * 60)))).await;
+    let mut done = finished_old.clone();
+    done.status = TaskStatus::Completed;
+    assert!(
+        store
+            .update_task(&finished_old, &done)
+            .await
+            .expect("update")
+    );
+    for (task, lease) in [(&live, Some(at(101))), (&unleased, None)] {
+        store
+            .claim_task(attempt(task, &seed.link, "c", lease))
+            .await
+            .expect("claim")
+            .expect("claimed");
+    }
+    assert!(
+        !store.tasks_due(now).await.expect("guard"),
+        "nothing due yet"
+    );
+    let guarded = store
+        .open_tasks_unless_due(&seed.link, 10, now)
+        .await
+        .expect("guarded read")
+        .expect("nothing due: the open tasks");
+    let open = store.open_tasks(&seed.link, 10).await.expect("read");
+    assert_eq!(
+        guarded, open,
+        "with nothing due the guarded read is the plain read"
+    );
+    store
+        .claim_task(attempt(&lapsed, &seed.link, "c", Some(at(100))))
+        .await
+        .expect("claim")
+        .expect("claimed");
+    assert!(
+        store.tasks_due(now).await.expect("guard"),
+        "a lease lapsing at now is due"
+    );
+    assert_eq!(
+        store
+            .open_tasks_unless_due(&seed.link, 10, now)
+            .await
+            .expect("guarded read"),
+        None,
+        "the guarded read reports the due lease instead of listing"
+    );
+    assert_eq!(
+        read_task(store, lapsed.id).await.status,
+        TaskStatus::Claimed,
+        "and writes nothing"
+    );
+    let old_queued = new_task(store, task(&seed.link, "old-q", at(100 - 24 * 60 * 60))).await;
+    let old_claimed = new_task(store, task(&seed.link, "old-c", at(99 - 24 * 60 * 60))).await;
+    store
+        .claim_task(ClaimAttempt {
+            now: at(100 - 24 * 60 * 60),
+            ..attempt(&old_claimed, &seed.link, "c", Some(at(1000)))
+        })
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let ids = [
+        lapsed.id,
+        live.id,
+        unleased.id,
+        old_queued.id,
+        old_claimed.id,
+        fresh.id,
+        done.id,
+    ];
+    let mut before = Vec::new();
+    for id in ids {
+        before.push(read_task(store, id).await);
+    }
+    let counts = store.sweep_tasks(now).await.expect("sweep");
+    assert_eq!(
+        counts,
+        SweepCounts {
+            requeued: 1,
+            expired: 2
+        }
+    );
+    for previous in before {
+        let expected = [TaskEvent::Expire, TaskEvent::LeaseLapsed]
+            .into_iter()
+            .fold(previous.clone(), |task, event| {
+                match transition(&task, event, now) {
+                    TaskDecision::Write(next) => *next,
+                    _ => task,
+                }
+            });
+        assert_eq!(
+            read_task(store, previous.id).await,
+            expected,
+            "the sweep must move task `{}` as the state machine does",
+            previous.idempotency_key
+        );
+    }
+    assert!(
+        !store.tasks_due(now).await.expect("guard"),
+        "nothing due after the sweep"
+    );
+    assert_eq!(
+        store.sweep_tasks(now).await.expect("sweep"),
+        SweepCounts::default(),
+        "a second sweep finds nothing"
+    );
+}
+
+fn artifact(task: &TaskRecord, id: &str, claim: &str, content: &str) -> ArtifactRecord {
+    ArtifactRecord {
+        task_id: task.id,
+        artifact_id: id.to_owned(),
+        claim_id: claim.to_owned(),
+        name: format!("{id}.md"),
+        mime: "text/markdown".into(),
+        content: content.to_owned(),
+        size_bytes: content.len() as u64,
+        sha256: format!("sha-of-{content}"),
+        created_at: at(2),
+    }
+}
+
+/// An artifact lands only under the task's live claim, once per id, and at most `max` per task.
+pub async fn artifacts_are_fenced_unique_and_bounded(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let queued = new_task(store, task(&seed.link, "key-a", at(0))).await;
+    assert_eq!(
+        store
+            .insert_artifact(artifact(&queued, "a1", "c-1", "x"), 3)
+            .await
+            .expect("insert"),
+        ArtifactInsertOutcome::Refused,
+        "no artifact without a claim"
+    );
+    store
+        .claim_task(attempt(&queued, &seed.link, "c-1", Some(at(60))))
+        .await
+        .expect("claim")
+        .expect("claimed");
+    assert_eq!(
+        store
+            .insert_artifact(artifact(&queued, "a1", "c-0", "x"), 3)
+            .await
+            .expect("insert"),
+        ArtifactInsertOutcome::Refused,
+        "no artifact under a stale claim id"
+    );
+    let first = artifact(&queued, "a1", "c-1", "日本語");
+    assert_eq!(
+        store
+            .insert_artifact(first.clone(), 3)
+            .await
+            .expect("insert"),
+        ArtifactInsertOutcome::Stored
+    );
+    assert_eq!(
+        store
+            .insert_artifact(artifact(&queued, "a1", "c-1", "other"), 3)
+            .await
+            .expect("insert"),
+        ArtifactInsertOutcome::Existing(first.clone()),
+        "a used id returns what it holds"
+    );
+    for id in ["a2", "a3"] {
+        assert_eq!(
+            store
+                .insert_artifact(artifact(&queued, id, "c-1", id), 3)
+                .await
+                .expect("insert"),
+            ArtifactInsertOutcome::Stored
+        );
+    }
+    assert_eq!(
+        store
+            .insert_artifact(artifact(&queued, "a4", "c-1", "a4"), 3)
+            .await
+            .expect("insert"),
+        ArtifactInsertOutcome::Refused,
+        "at most `max` artifacts per task"
+    );
+    let mut expired_lease = artifact(&queued, "a5", "c-1", "late");
+    expired_lease.created_at = at(60);
+    assert_eq!(
+        store
+            .insert_artifact(expired_lease, 10)
+            .await
+            .expect("insert"),
+        ArtifactInsertOutcome::Refused,
+        "no artifact once the lease lapsed"
+    );
+    let stored = store.artifacts(queued.id).await.expect("list");
+    let ids: Vec<_> = stored.iter().map(|a| a.artifact_id.as_str()).collect();
+    assert_eq!(ids, ["a1", "a2", "a3"]);
+    assert_eq!(stored[0], first);
 }

@@ -1,8 +1,8 @@
 //! Durable state of the service behind one trait, so a PostgreSQL store can replace SQLite.
 //!
 //! The store knows no clock and no rules: callers pass timestamps and decide transitions
-//! (`runs::transition`); the store only makes each write conditional on the state the
-//! caller read, so concurrent writers cannot both win.
+//! (`runs::transition`, `chat_tasks::machine::transition`); the store only makes each write
+//! conditional on the state the caller read, so concurrent writers cannot both win.
 
 pub mod conformance;
 pub mod sqlite;
@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use crate::clock::Timestamp;
 use crate::protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
+use crate::service::chat_tasks::model::{HostKind, TaskId, TaskStatus};
 
 pub use sqlite::SqliteStore;
 
@@ -227,6 +228,150 @@ pub enum InsertOutcome {
     Existing(CommandRecord),
 }
 
+/// A chat conversation on a host, linked to one project, that the owner hands tasks to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatLinkRecord {
+    /// Link id (UUID); the chat passes it to every task tool.
+    pub id: String,
+    /// The project whose agent tokens may use the link.
+    pub project_id: String,
+    /// The host the conversation lives on.
+    pub host: HostKind,
+    /// Whether the host is told when a task arrives (otherwise a person must open the chat).
+    pub event_subscription: bool,
+    /// When it was created.
+    pub created_at: Timestamp,
+}
+
+/// A task the owner assigned to a linked chat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRecord {
+    /// Task id.
+    pub id: TaskId,
+    /// The only link that may see, claim and finish it.
+    pub chat_link_id: String,
+    /// What the owner asks for.
+    pub goal: String,
+    /// The owner's idempotency key, unique per link.
+    pub idempotency_key: String,
+    /// Lifecycle status.
+    pub status: TaskStatus,
+    /// The current claim (the fencing token of submits and uploads); kept once finished.
+    pub claim_id: Option<String>,
+    /// When the current claim lapses; `None` when leases are disabled or nothing is claimed.
+    pub lease_until: Option<Timestamp>,
+    /// When the current claim was made.
+    pub claimed_at: Option<Timestamp>,
+    /// The chat's answer (or why it failed).
+    pub result: Option<String>,
+    /// `sha256(status + result)`, to recognise an identical repeat of the submit.
+    pub result_hash: Option<String>,
+    /// When it was assigned.
+    pub created_at: Timestamp,
+    /// Last change.
+    pub updated_at: Timestamp,
+    /// When it reached a terminal status.
+    pub finished_at: Option<Timestamp>,
+    /// When an unfinished task becomes `expired`.
+    pub expires_at: Timestamp,
+}
+
+impl TaskRecord {
+    /// A freshly assigned task that expires `ttl` after `now`.
+    pub fn queued(
+        chat_link_id: String,
+        goal: String,
+        idempotency_key: String,
+        now: Timestamp,
+        ttl: std::time::Duration,
+    ) -> Self {
+        TaskRecord {
+            id: TaskId::new_random(),
+            chat_link_id,
+            goal,
+            idempotency_key,
+            status: TaskStatus::Queued,
+            claim_id: None,
+            lease_until: None,
+            claimed_at: None,
+            result: None,
+            result_hash: None,
+            created_at: now,
+            updated_at: now,
+            finished_at: None,
+            expires_at: now.saturating_add(ttl),
+        }
+    }
+}
+
+/// What inserting a task under an idempotency key did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskInsertOutcome {
+    /// No task of the link had this key: this one was stored.
+    Created(TaskRecord),
+    /// A task of the link with this key already existed; it is returned unchanged.
+    Existing(TaskRecord),
+}
+
+/// A claim the store is asked to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimAttempt {
+    /// The task.
+    pub task_id: TaskId,
+    /// The link claiming it; only the task's own link can.
+    pub chat_link_id: String,
+    /// The new claim id.
+    pub claim_id: String,
+    /// When the claim lapses (`None`: never).
+    pub lease_until: Option<Timestamp>,
+    /// When the claim is made.
+    pub now: Timestamp,
+}
+
+/// What one lazy sweep changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SweepCounts {
+    /// Claims whose lease lapsed, now `queued` again.
+    pub requeued: usize,
+    /// Unfinished tasks past `expires_at`, now `expired`.
+    pub expired: usize,
+}
+
+/// A file the chat attached to a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArtifactRecord {
+    /// The task.
+    pub task_id: TaskId,
+    /// The chat's stable id for the file; a retry reuses it.
+    pub artifact_id: String,
+    /// The claim it was uploaded under.
+    pub claim_id: String,
+    /// File name.
+    pub name: String,
+    /// Media type, e.g. `text/markdown`.
+    pub mime: String,
+    /// The content.
+    pub content: String,
+    /// Size of the content in bytes (UTF-8).
+    pub size_bytes: u64,
+    /// SHA-256 of the content, lowercase hex.
+    pub sha256: String,
+    /// When it was stored.
+    pub created_at: Timestamp,
+}
+
+/// What inserting an artifact did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArtifactInsertOutcome {
+    /// Stored.
+    Stored,
+    /// The task already has an artifact with this id; it is returned unchanged.
+    Existing(ArtifactRecord),
+    /// Not stored: the task is not claimed under this claim id, or it has the most artifacts
+    /// allowed.
+    Refused,
+}
+
 /// The durable state of the service.
 ///
 /// Every method is one atomic step. Implementations must pass [`conformance::run_all`].
@@ -299,4 +444,63 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
         error: &'a str,
     ) -> StoreFuture<'a, Vec<CommandId>>;
+
+    /// Stores a new chat link.
+    fn insert_chat_link(&self, link: ChatLinkRecord) -> StoreFuture<'_, ()>;
+    /// The chat link with this id.
+    fn chat_link<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<ChatLinkRecord>>;
+    /// Records whether the link's host has an event subscription; true if the link exists.
+    fn set_event_subscription<'a>(&'a self, id: &'a str, active: bool) -> StoreFuture<'a, bool>;
+    /// Stores `task` unless its (link, idempotency key) exists; then returns the existing one.
+    fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsertOutcome>;
+    /// The task with this id.
+    fn task(&self, id: TaskId) -> StoreFuture<'_, Option<TaskRecord>>;
+    /// Up to `limit` queued or claimed tasks of the link, oldest first.
+    fn open_tasks<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<TaskRecord>>;
+    /// [`Store::tasks_due`] and [`Store::open_tasks`] in one step, so the guard of an inbox read
+    /// costs one more indexed probe rather than one more round trip: `None` when something is
+    /// due (sweep, then read again), else the open tasks.
+    fn open_tasks_unless_due<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<Vec<TaskRecord>>>;
+    /// Up to `limit` tasks of the link in any status, newest first.
+    fn link_tasks<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<TaskRecord>>;
+    /// Claims a queued task of `attempt.chat_link_id` in one conditional write; the claimed
+    /// task, or `None` when it was not queued, not that link's, or unknown.
+    fn claim_task(&self, attempt: ClaimAttempt) -> StoreFuture<'_, Option<TaskRecord>>;
+    /// Writes a claim with no condition on the status: the read-then-write race that
+    /// [`Store::claim_task`] prevents. Only the test-only naive claim uses it.
+    fn claim_task_unconditionally(&self, attempt: ClaimAttempt) -> StoreFuture<'_, bool>;
+    /// Writes `next` over the task only if its status, claim id and lease are still `from`'s;
+    /// true when it was written.
+    fn update_task<'a>(
+        &'a self,
+        from: &'a TaskRecord,
+        next: &'a TaskRecord,
+    ) -> StoreFuture<'a, bool>;
+    /// Whether any lease lapsed or unfinished task expired by `now`: a read-only check, so a
+    /// caller can skip [`Store::sweep_tasks`] (and its write lock) when nothing is due.
+    fn tasks_due(&self, now: Timestamp) -> StoreFuture<'_, bool>;
+    /// Expires unfinished tasks past `expires_at` and requeues claims whose lease lapsed.
+    fn sweep_tasks(&self, now: Timestamp) -> StoreFuture<'_, SweepCounts>;
+    /// Stores `artifact` if its task is claimed under `artifact.claim_id` and has fewer than
+    /// `max_per_task` artifacts; an existing (task, artifact id) is returned instead.
+    fn insert_artifact(
+        &self,
+        artifact: ArtifactRecord,
+        max_per_task: usize,
+    ) -> StoreFuture<'_, ArtifactInsertOutcome>;
+    /// The task's artifacts, oldest first.
+    fn artifacts(&self, task_id: TaskId) -> StoreFuture<'_, Vec<ArtifactRecord>>;
 }

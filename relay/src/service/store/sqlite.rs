@@ -12,11 +12,15 @@ use serde_json::{Map, Value};
 use tokio::sync::Semaphore;
 
 use super::{
-    CommandRecord, InsertOutcome, OwnerRecord, ProjectRecord, SessionRecord, SessionSnapshot,
-    Store, StoreError, StoreFuture, TokenKind, TokenRecord,
+    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, CommandRecord,
+    InsertOutcome, OwnerRecord, ProjectRecord, SessionRecord, SessionSnapshot, Store, StoreError,
+    StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use crate::clock::Timestamp;
 use crate::protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
+use crate::service::chat_tasks::model::TaskId;
+
+mod chat;
 
 /// Connections one file-backed store keeps open; WAL lets readers run beside the one writer.
 const MAX_CONNECTIONS: usize = 4;
@@ -25,7 +29,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts those applied.
 /// Never edit a released entry: append a new one.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE owners (
     id TEXT PRIMARY KEY,
     name TEXT NOT NULL UNIQUE,
@@ -93,7 +98,9 @@ CREATE TABLE commands (
 CREATE UNIQUE INDEX commands_by_idempotency_key ON commands(agent_id, idempotency_key);
 CREATE INDEX commands_queued ON commands(project_id, status, created_at);
 CREATE INDEX commands_running ON commands(status, last_seen_at);
-"#];
+"#,
+    chat::MIGRATION,
+];
 
 const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_session_id, slug, arguments, \
     idempotency_key, request_hash, status, cancel_requested, execution_id, result, \
@@ -113,7 +120,7 @@ struct Pool {
     /// `None` for an in-memory database, which lives in its single connection.
     path: Option<PathBuf>,
     idle: Mutex<Vec<Connection>>,
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
 }
 
 impl SqliteStore {
@@ -125,7 +132,7 @@ impl SqliteStore {
             pool: Arc::new(Pool {
                 path: Some(path.to_owned()),
                 idle: Mutex::new(vec![connection]),
-                permits: Semaphore::new(MAX_CONNECTIONS),
+                permits: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
             }),
         })
     }
@@ -137,7 +144,7 @@ impl SqliteStore {
             pool: Arc::new(Pool {
                 path: None,
                 idle: Mutex::new(vec![connection]),
-                permits: Semaphore::new(1),
+                permits: Arc::new(Semaphore::new(1)),
             }),
         })
     }
@@ -150,28 +157,48 @@ impl SqliteStore {
     {
         let pool = self.pool.clone();
         Box::pin(async move {
-            let _permit = pool
+            // The permit and the connection travel into the blocking task and come back to the
+            // pool when it ends, even if the caller stopped waiting (a long poll's deadline, a
+            // cancelled request): an in-memory database lives in its one connection, and a
+            // connection lost with a dropped future would lose the database.
+            let permit = pool
                 .permits
-                .acquire()
+                .clone()
+                .acquire_owned()
                 .await
                 .map_err(|_| StoreError::Backend("the connection pool is closed".into()))?;
-            let idle = pool.idle.lock().map(|mut idle| idle.pop()).ok().flatten();
-            let path = pool.path.clone();
-            let blocking = tokio::task::spawn_blocking(move || {
-                let mut connection = match idle {
-                    Some(connection) => connection,
-                    None => open_connection(path.as_deref())?,
+            if pool.path.is_none() {
+                // An in-memory database does no I/O: its statements take microseconds, less than
+                // handing them to another thread would.
+                let Some(mut connection) = pool.idle.lock().ok().and_then(|mut idle| idle.pop())
+                else {
+                    return Err(StoreError::Backend(
+                        "the in-memory connection is missing".into(),
+                    ));
                 };
                 let result = work(&mut connection);
-                Ok::<_, StoreError>((connection, result))
-            });
-            let (connection, result) = blocking
-                .await
-                .map_err(|e| StoreError::Backend(format!("database task failed: {e}")))??;
-            if let Ok(mut idle) = pool.idle.lock() {
-                idle.push(connection);
+                if let Ok(mut idle) = pool.idle.lock() {
+                    idle.push(connection);
+                }
+                drop(permit);
+                return result;
             }
-            result
+            let blocking = tokio::task::spawn_blocking(move || {
+                let idle = pool.idle.lock().map(|mut idle| idle.pop()).ok().flatten();
+                let mut connection = match idle {
+                    Some(connection) => connection,
+                    None => open_connection(pool.path.as_deref())?,
+                };
+                let result = work(&mut connection);
+                if let Ok(mut idle) = pool.idle.lock() {
+                    idle.push(connection);
+                }
+                drop(permit);
+                result
+            });
+            blocking
+                .await
+                .map_err(|e| StoreError::Backend(format!("database task failed: {e}")))?
         })
     }
 }
@@ -772,5 +799,86 @@ impl Store for SqliteStore {
                 })
                 .collect()
         })
+    }
+
+    fn insert_chat_link(&self, link: ChatLinkRecord) -> StoreFuture<'_, ()> {
+        self.insert_chat_link_impl(link)
+    }
+
+    fn chat_link<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<ChatLinkRecord>> {
+        self.chat_link_impl(id.to_owned())
+    }
+
+    fn set_event_subscription<'a>(&'a self, id: &'a str, active: bool) -> StoreFuture<'a, bool> {
+        self.set_event_subscription_impl(id.to_owned(), active)
+    }
+
+    fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsertOutcome> {
+        self.insert_task_impl(task)
+    }
+
+    fn task(&self, id: TaskId) -> StoreFuture<'_, Option<TaskRecord>> {
+        self.task_impl(id)
+    }
+
+    fn open_tasks<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<TaskRecord>> {
+        self.open_tasks_impl(chat_link_id.to_owned(), limit)
+    }
+
+    fn open_tasks_unless_due<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<Vec<TaskRecord>>> {
+        self.open_tasks_unless_due_impl(chat_link_id.to_owned(), limit, now)
+    }
+
+    fn link_tasks<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<TaskRecord>> {
+        self.link_tasks_impl(chat_link_id.to_owned(), limit)
+    }
+
+    fn claim_task(&self, attempt: ClaimAttempt) -> StoreFuture<'_, Option<TaskRecord>> {
+        self.claim_task_impl(attempt)
+    }
+
+    fn claim_task_unconditionally(&self, attempt: ClaimAttempt) -> StoreFuture<'_, bool> {
+        self.claim_task_unconditionally_impl(attempt)
+    }
+
+    fn update_task<'a>(
+        &'a self,
+        from: &'a TaskRecord,
+        next: &'a TaskRecord,
+    ) -> StoreFuture<'a, bool> {
+        self.update_task_impl(from, next)
+    }
+
+    fn tasks_due(&self, now: Timestamp) -> StoreFuture<'_, bool> {
+        self.tasks_due_impl(now)
+    }
+
+    fn sweep_tasks(&self, now: Timestamp) -> StoreFuture<'_, SweepCounts> {
+        self.sweep_tasks_impl(now)
+    }
+
+    fn insert_artifact(
+        &self,
+        artifact: ArtifactRecord,
+        max_per_task: usize,
+    ) -> StoreFuture<'_, ArtifactInsertOutcome> {
+        self.insert_artifact_impl(artifact, max_per_task)
+    }
+
+    fn artifacts(&self, task_id: TaskId) -> StoreFuture<'_, Vec<ArtifactRecord>> {
+        self.artifacts_impl(task_id)
     }
 }

@@ -1,0 +1,259 @@
+//! Start-up and speed of the wasm sandbox against boa in-process.
+//!
+//! `cargo bench -p runner --bench sandbox` runs everything; a filter picks one group, e.g.
+//! `cargo bench -p runner --bench sandbox -- cached_start`. The issue's targets: cached start of
+//! the generic engine ≤ 5 ms to the graph's first statement, compiled-graph start ≤ 2 ms, a
+//! 1e6-iteration loop in boa-in-wasm ≤ 2.5× native boa.
+//!
+//! `BENCH_ALT_GUEST=path/to/guest.wasm` adds that guest component to the loop comparison, to
+//! try other guest build settings without rebuilding the runner.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use runner::engine::Engine;
+use runner::engine::boa::BoaEngine;
+use runner::engine::wasm::{GUEST_SHA256, GUEST_WASM, Source, WasmEngine, WasmLimits};
+use runner::host::mock::MockProvider;
+use runner::run::{RunOptions, RunRequest, RunStatus, run_graph};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// The smallest graph: the time to run it is the time to its first statement and back.
+const TRIVIAL: &str = "export default function () { return 1; }";
+
+/// A graph with a body worth parsing (about the size of the examples in `graphs/`).
+const TYPICAL: &str = r#"
+export const meta = {name: "Typical", slug: "typical", version: "1"};
+function route(kind) {
+  switch (kind) {
+    case "bug": return {team: "eng", priority: 1};
+    case "billing": return {team: "finance", priority: 2};
+    default: return {team: "support", priority: 3};
+  }
+}
+export default async function (args, g) {
+  const kinds = ["bug", "billing", "question"];
+  const routed = kinds.map(route);
+  const merged = routed.reduce((acc, r) => ({...acc, [r.team]: r.priority}), {});
+  return {routed: routed.length, merged};
+}
+"#;
+
+const LOOP_1E6: &str = "export default function () { let s = 0; for (let i = 0; i < 1000000; i++) { s += i; } return s; }";
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn options(engine: Arc<dyn Engine>) -> RunOptions {
+    let mut options = RunOptions::new(engine);
+    options.provider =
+        Arc::new(MockProvider::from_json(json!({"default": {"text": "ok"}})).expect("mock"));
+    options
+}
+
+async fn run(script: &str, options: &RunOptions) {
+    let outcome = run_graph(
+        RunRequest {
+            script: script.into(),
+            args: json!({}),
+            graph: "bench.js".into(),
+            run_id: Some("bench".into()),
+        },
+        options,
+        CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
+}
+
+/// Compiling the guest with no cache at all (what the very first run on a machine pays).
+fn cold_start(c: &mut Criterion) {
+    let mut group = c.benchmark_group("cold_start");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(40));
+    group.bench_function("compile_guest_no_cache", |b| {
+        b.iter(|| {
+            let (_, source) =
+                WasmEngine::load_uncached(GUEST_WASM, GUEST_SHA256, WasmLimits::default(), None)
+                    .expect("compiles");
+            assert_eq!(source, Source::Compiled);
+        });
+    });
+    // What `WasmEngine::new` pays once per machine: snapshot the guest with the prelude
+    // evaluated, then compile the snapshot.
+    group.bench_function("pre_initialize_and_compile_no_cache", |b| {
+        b.iter(|| {
+            let (_, source) =
+                WasmEngine::generic_uncached(WasmLimits::default(), None).expect("pre-initializes");
+            assert_eq!(source, Source::Compiled);
+        });
+    });
+    group.finish();
+}
+
+/// Loading the compiled guest from the disk cache (a new process's first run).
+fn disk_cache_load(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, source) = WasmEngine::generic_uncached(WasmLimits::default(), Some(dir.path()))
+        .expect("primes the cache");
+    assert_eq!(source, Source::Compiled);
+    c.bench_function("disk_cache_load", |b| {
+        b.iter(|| {
+            let (_, source) = WasmEngine::generic_uncached(WasmLimits::default(), Some(dir.path()))
+                .expect("loads");
+            assert_eq!(source, Source::Disk);
+        });
+    });
+}
+
+/// The generic guest already loaded: instantiate, parse, run a graph, return. `wasm` is the
+/// pre-initialized guest `WasmEngine::new` gives (the prelude is in the snapshot);
+/// `wasm_no_snapshot` creates the interpreter and evaluates the prelude on every run.
+fn cached_start(c: &mut Criterion) {
+    let rt = runtime();
+    let wasm: Arc<dyn Engine> = Arc::new(WasmEngine::new(WasmLimits::default()).expect("sandbox"));
+    let (plain, _) =
+        WasmEngine::load_uncached(GUEST_WASM, GUEST_SHA256, WasmLimits::default(), None)
+            .expect("compiles");
+    let plain: Arc<dyn Engine> = Arc::new(plain);
+    let boa: Arc<dyn Engine> = Arc::new(BoaEngine::default());
+    let mut group = c.benchmark_group("cached_start");
+    for (name, engine) in [("wasm", &wasm), ("wasm_no_snapshot", &plain), ("boa", &boa)] {
+        let options = options(engine.clone());
+        for (graph, script) in [("trivial", TRIVIAL), ("typical", TYPICAL)] {
+            group.bench_function(format!("{name}/{graph}"), |b| {
+                b.iter(|| rt.block_on(run(script, &options)));
+            });
+        }
+    }
+    group.finish();
+}
+
+/// A component from `runner build` (prelude loaded, graph parsed and evaluated by wizer).
+fn compiled_graph_start(c: &mut Criterion) {
+    let rt = runtime();
+    let mut group = c.benchmark_group("compiled_graph_start");
+    for (graph, script) in [("trivial", TRIVIAL), ("typical", TYPICAL)] {
+        let script_with_meta = if script.contains("meta") {
+            script.to_owned()
+        } else {
+            format!("export const meta = {{name: \"T\", slug: \"t\", version: \"1\"}};\n{script}")
+        };
+        let bytes = rt
+            .block_on(runner::engine::wasm::build_component(
+                &script_with_meta,
+                WasmLimits::default(),
+            ))
+            .expect("builds");
+        let hash = format!("bench-compiled-{graph}-{}", bytes.len());
+        let (engine, _) =
+            WasmEngine::load_uncached(&bytes, &hash, WasmLimits::default(), None).expect("loads");
+        let options = options(Arc::new(engine));
+        group.bench_function(graph, |b| b.iter(|| rt.block_on(run("", &options))));
+    }
+    group.finish();
+}
+
+/// One host call from a script and back, per call: `g.budget()` (two synchronous calls,
+/// `tokens-used` and `token-cap`) and an awaited `g.tool` refused by the approval policy (a
+/// `start-tool`, a task on the host, and a `wait-any` that delivers its outcome). The time
+/// includes the graph's start (see `cached_start`), spread over the calls.
+fn host_call_round_trip(c: &mut Criterion) {
+    const CALLS: u64 = 1000;
+    let rt = runtime();
+    let wasm: Arc<dyn Engine> = Arc::new(WasmEngine::new(WasmLimits::default()).expect("sandbox"));
+    let boa: Arc<dyn Engine> = Arc::new(BoaEngine::default());
+    let scripts = [
+        (
+            "budget",
+            format!(
+                "export default function (a, g) {{ let n = 0; for (let i = 0; i < {CALLS}; i++) {{ n += g.budget().used; }} return n; }}"
+            ),
+        ),
+        (
+            "denied_tool",
+            format!(
+                "export default async function (a, g) {{ let n = 0; for (let i = 0; i < {CALLS}; i++) {{ try {{ await g.tool('none', {{}}); }} catch (e) {{ n++; }} }} return n; }}"
+            ),
+        ),
+    ];
+    let mut group = c.benchmark_group("host_call_round_trip");
+    group.throughput(Throughput::Elements(CALLS));
+    for (name, engine) in [("wasm", &wasm), ("boa", &boa)] {
+        let options = options(engine.clone());
+        for (call, script) in &scripts {
+            group.bench_function(format!("{name}/{call}"), |b| {
+                b.iter(|| rt.block_on(run(script, &options)));
+            });
+        }
+    }
+    group.finish();
+}
+
+/// A million loop iterations: boa native against boa compiled to wasm.
+///
+/// Besides criterion's report, prints the ratio of the fastest of 15 interleaved runs of
+/// each: on a shared machine the means move with the load, the minimum of alternating runs
+/// much less.
+fn loop_1e6(c: &mut Criterion) {
+    const PAIRS: usize = 15;
+    let rt = runtime();
+    let wasm: Arc<dyn Engine> = Arc::new(WasmEngine::new(WasmLimits::default()).expect("sandbox"));
+    let boa: Arc<dyn Engine> = Arc::new(BoaEngine::default());
+    let mut engines = vec![("boa_native", boa), ("boa_in_wasm", wasm)];
+    // An alternative guest (built with other settings) to compare against, when given.
+    if let Some(path) = std::env::var_os("BENCH_ALT_GUEST") {
+        let bytes = std::fs::read(&path).expect("BENCH_ALT_GUEST is readable");
+        let (alt, _) = WasmEngine::load_uncached(
+            &bytes,
+            &format!("bench-alt-guest-{}", bytes.len()),
+            WasmLimits::default(),
+            None,
+        )
+        .expect("the alternative guest loads");
+        engines.push(("boa_in_wasm_alt_guest", Arc::new(alt)));
+    }
+    let options: Vec<(&str, RunOptions)> = engines
+        .into_iter()
+        .map(|(name, engine)| (name, options(engine)))
+        .collect();
+    let mut group = c.benchmark_group("loop_1e6");
+    group.sample_size(20);
+    for (name, options) in &options {
+        group.bench_function(*name, |b| b.iter(|| rt.block_on(run(LOOP_1E6, options))));
+    }
+    group.finish();
+    let mut fastest = vec![Duration::MAX; options.len()];
+    for _ in 0..PAIRS {
+        for (i, (_, options)) in options.iter().enumerate() {
+            let started = Instant::now();
+            rt.block_on(run(LOOP_1E6, options));
+            fastest[i] = fastest[i].min(started.elapsed());
+        }
+    }
+    for (i, (name, _)) in options.iter().enumerate() {
+        println!(
+            "loop_1e6: {name} fastest of {PAIRS}: {:?}, {:.2}× boa native",
+            fastest[i],
+            fastest[i].as_secs_f64() / fastest[0].as_secs_f64()
+        );
+    }
+}
+
+criterion_group!(
+    benches,
+    cached_start,
+    compiled_graph_start,
+    host_call_round_trip,
+    loop_1e6,
+    disk_cache_load,
+    cold_start
+);
+criterion_main!(benches);
