@@ -67,6 +67,8 @@ pub struct RunShared {
     /// Linear memory held by this run's sandboxed graph instances together (the top graph and
     /// every nested one); the wasm engine keeps the sum under its run-wide cap.
     pub sandbox_memory: std::sync::atomic::AtomicU64,
+    /// Whether the trace has said that the budget is exhausted (it says so once per run).
+    exhausted_reported: std::sync::atomic::AtomicBool,
 }
 
 /// What a run is built from (see [`crate::run::RunOptions`]).
@@ -113,6 +115,7 @@ impl RunShared {
             agent_slots: Arc::new(Semaphore::new(parts.max_concurrency.max(1))),
             live_graphs: AtomicUsize::new(0),
             sandbox_memory: std::sync::atomic::AtomicU64::new(0),
+            exhausted_reported: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -540,7 +543,14 @@ fn stopped_failure(run: &RunShared) -> Failure {
         .unwrap_or_else(|| Failure::cancelled("the run was cancelled"))
 }
 
+/// Says in the trace, the first time only, that the budget is exhausted.
 fn emit_exhausted(run: &RunShared, depth: usize) {
+    if run
+        .exhausted_reported
+        .swap(true, std::sync::atomic::Ordering::SeqCst)
+    {
+        return;
+    }
     run.events.emit(
         depth,
         EventKind::BudgetExhausted {
