@@ -32,14 +32,14 @@ pub trait Transport: Send + Sync {
     fn send(&self, request: Request<Vec<u8>>) -> BoxFuture<'_, Result<Response<Vec<u8>>, String>>;
 }
 
-/// HTTP over reqwest to a base URL.
+/// HTTP or HTTPS (rustls, the system's roots) to a base URL.
 pub struct HttpTransport {
-    client: reqwest::Client,
+    client: runner::host::http::WebClient,
     base: String,
 }
 
 impl HttpTransport {
-    /// A transport to `base` (e.g. `http://127.0.0.1:8787`).
+    /// A transport to `base` (e.g. `http://127.0.0.1:8787` or `https://relay.example.com`).
     pub fn new(base: &str) -> Result<Self, String> {
         let base = base.trim_end_matches('/').to_owned();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
@@ -47,34 +47,38 @@ impl HttpTransport {
                 "the service URL must start with http:// or https://, got `{base}`"
             ));
         }
-        let client = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        format!("{base}/")
+            .parse::<http::Uri>()
+            .map_err(|e| format!("the service URL `{base}` is not a valid URL: {e}"))?;
+        let client = runner::host::http::WebClient::new(CONNECT_TIMEOUT)?;
         Ok(Self { client, base })
     }
 }
 
+/// Opening a connection to the service (TCP and TLS) may take this long.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl Transport for HttpTransport {
     fn send(&self, request: Request<Vec<u8>>) -> BoxFuture<'_, Result<Response<Vec<u8>>, String>> {
         Box::pin(async move {
-            let (parts, body) = request.into_parts();
+            let (mut parts, body) = request.into_parts();
             let url = format!("{}{}", self.base, parts.uri);
-            let mut builder = self.client.request(parts.method, &url).body(body);
-            for (name, value) in &parts.headers {
-                builder = builder.header(name, value);
+            parts.uri = url
+                .parse()
+                .map_err(|e| format!("{url} is not a valid URL: {e}"))?;
+            let request = Request::from_parts(parts, body);
+            match tokio::time::timeout(
+                REQUEST_TIMEOUT,
+                self.client.send(request, MAX_RESPONSE_BYTES),
+            )
+            .await
+            {
+                Ok(answer) => answer.map_err(|e| format!("{url}: {e}")),
+                Err(_) => Err(format!(
+                    "{url}: no answer within {} s",
+                    REQUEST_TIMEOUT.as_secs()
+                )),
             }
-            let answer = builder.send().await.map_err(|e| format!("{url}: {e}"))?;
-            let status = answer.status();
-            let bytes = answer.bytes().await.map_err(|e| format!("{url}: {e}"))?;
-            if bytes.len() > MAX_RESPONSE_BYTES {
-                return Err(format!(
-                    "{url}: answer larger than {MAX_RESPONSE_BYTES} bytes"
-                ));
-            }
-            let mut response = Response::new(bytes.to_vec());
-            *response.status_mut() = status;
-            Ok(response)
         })
     }
 }

@@ -318,23 +318,10 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
 impl HttpClient {
     /// A client; opening a connection may take `connect_timeout`.
     pub(crate) fn new(connect_timeout: Duration) -> Result<Self, String> {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(connect_timeout));
-        http.set_nodelay(true);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config((*tls_config()?).clone())
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let connector = Connector {
-            inner: https,
-            timeout: connect_timeout,
-        };
         Ok(Self {
             client: Client::builder(TokioExecutor::new())
                 .pool_max_idle_per_host(0)
-                .build(connector),
+                .build(connector(connect_timeout)?),
         })
     }
 
@@ -383,6 +370,63 @@ impl HttpClient {
             }
         );
         Err(classify(status, what, retry_after))
+    }
+}
+
+/// The https-or-http connector every client uses.
+fn connector(connect_timeout: Duration) -> Result<Connector, String> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(connect_timeout));
+    http.set_nodelay(true);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config((*tls_config()?).clone())
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(Connector {
+        inner: https,
+        timeout: connect_timeout,
+    })
+}
+
+/// A plain HTTP(S) client for the rest of graphrelay (the desktop relay talks to its service
+/// with it): the providers' TLS set-up (rustls on ring, the system's roots, which
+/// `SSL_CERT_FILE` or `SSL_CERT_DIR` replace), a bound on connection set-up, connections kept
+/// for reuse.
+#[derive(Clone)]
+pub struct WebClient {
+    client: Client<Connector, Full<Bytes>>,
+}
+
+impl WebClient {
+    /// A client; opening a connection may take `connect_timeout`.
+    pub fn new(connect_timeout: Duration) -> Result<Self, String> {
+        Ok(Self {
+            client: Client::builder(TokioExecutor::new()).build(connector(connect_timeout)?),
+        })
+    }
+
+    /// Sends `request` (an absolute URI) and reads its answer, at most `max_bytes` of body.
+    /// Errors name the cause (connection, TLS, a body too large), one line.
+    pub async fn send(
+        &self,
+        request: http::Request<Vec<u8>>,
+        max_bytes: usize,
+    ) -> Result<http::Response<Vec<u8>>, String> {
+        let response = self
+            .client
+            .request(request.map(|body| Full::new(Bytes::from(body))))
+            .await
+            .map_err(|e| error_chain(&e))?;
+        let (parts, body) = response.into_parts();
+        let limited = http_body_util::Limited::new(body, max_bytes);
+        let bytes = limited
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?
+            .to_bytes();
+        Ok(http::Response::from_parts(parts, bytes.to_vec()))
     }
 }
 
