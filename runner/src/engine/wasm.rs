@@ -707,7 +707,61 @@ fn read_cache(engine: &wasmtime::Engine, path: &Path) -> Option<Component> {
     }
     // SAFETY: the bytes were produced by `Component::serialize` of this same wasmtime build
     // (the file name carries the engine's compatibility hash) and are verified by checksum.
-    unsafe { Component::deserialize(engine, payload) }.ok()
+    let component = unsafe { Component::deserialize(engine, payload) }.ok()?;
+    // Used now: pruning keeps it (see `prune_cache`).
+    let _ = std::fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|file| file.set_modified(std::time::SystemTime::now()));
+    Some(component)
+}
+
+/// Cached artifacts not used for this long are removed when a new one is written (every guest
+/// or wasmtime upgrade, and every compiled graph, leaves one of 10–20 MB behind).
+pub const CACHE_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Whether `name` is a cache entry this module wrote (`<hash>-<16 hex>.cwasm`), or one of its
+/// temporary files (`.tmp…`, left behind by a crash mid-write).
+fn is_cache_file(name: &str) -> bool {
+    if name.starts_with(".tmp") {
+        return true;
+    }
+    name.strip_suffix(".cwasm")
+        .and_then(|stem| stem.rsplit_once('-'))
+        .is_some_and(|(hash, settings)| {
+            !hash.is_empty()
+                && settings.len() == 16
+                && settings.bytes().all(|b| b.is_ascii_hexdigit())
+        })
+}
+
+/// Removes the cache entries in `dir` (and stray temporary files) last used before
+/// `now - CACHE_MAX_AGE`. Files this module did not write are left alone; errors are ignored
+/// (another process may be pruning too).
+fn prune_cache(dir: &Path, now: std::time::SystemTime) {
+    let Some(cutoff) = now.checked_sub(CACHE_MAX_AGE) else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !is_cache_file(name) {
+            continue;
+        }
+        let stale = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|modified| modified < cutoff);
+        if stale && entry.file_type().is_ok_and(|t| t.is_file()) {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => tracing::info!("removed the unused cached component {name}"),
+                Err(e) => tracing::debug!("cannot remove {name} from the cache: {e}"),
+            }
+        }
+    }
 }
 
 fn write_cache(path: &Path, serialized: &[u8]) -> std::io::Result<()> {
@@ -739,6 +793,9 @@ fn compile_cached(
     if let Some(path) = &path {
         match component.serialize() {
             Ok(serialized) => {
+                if let Some(dir) = path.parent() {
+                    prune_cache(dir, std::time::SystemTime::now());
+                }
                 if let Err(e) = write_cache(path, &serialized) {
                     tracing::warn!(
                         "cannot write the compiled component to {}: {e}",
@@ -947,5 +1004,63 @@ impl wasmtime_wizer::ComponentInstanceState for SnapshotState<'_> {
             .await
             .map(f64::to_bits)
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aged(path: &Path, age: Duration) {
+        std::fs::write(path, b"x").expect("write");
+        let when = std::time::SystemTime::now() - age;
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .and_then(|f| f.set_modified(when))
+            .expect("set mtime");
+    }
+
+    #[test]
+    fn pruning_removes_only_old_entries_this_cache_wrote() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let day = Duration::from_secs(24 * 3600);
+        let old = format!("{}-0123456789abcdef.cwasm", "a".repeat(64));
+        let old_blank = format!("{}-blank1-0123456789abcdef.cwasm", "b".repeat(64));
+        let recent = format!("{}-0123456789abcdef.cwasm", "c".repeat(64));
+        for (name, age) in [
+            (old.as_str(), 40 * day),
+            (old_blank.as_str(), 31 * day),
+            (".tmpA1b2C3", 40 * day),
+            (recent.as_str(), 29 * day),
+            ("notes.cwasm", 400 * day),
+            ("readme.txt", 400 * day),
+            ("x-0123456789abcdeg.cwasm", 400 * day),
+        ] {
+            aged(&dir.path().join(name), age);
+        }
+        prune_cache(dir.path(), std::time::SystemTime::now());
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("read")
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .collect();
+        left.sort();
+        let mut expected = vec![
+            recent,
+            "notes.cwasm".to_owned(),
+            "readme.txt".to_owned(),
+            "x-0123456789abcdeg.cwasm".to_owned(),
+        ];
+        expected.sort();
+        assert_eq!(left, expected);
+    }
+
+    #[test]
+    fn a_missing_cache_dir_is_no_error() {
+        prune_cache(
+            Path::new("/nonexistent/graphrelay-cache"),
+            std::time::SystemTime::now(),
+        );
     }
 }
