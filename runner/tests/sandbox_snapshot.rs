@@ -105,3 +105,36 @@ async fn an_empty_graph_does_not_build() {
         .expect_err("nothing to build");
     assert!(error.to_string().contains("empty"), "{error}");
 }
+
+/// The interpreter's set-up (10–30 million units of fuel without the snapshot) is not charged to
+/// the graph: a budget of one million runs a small graph and still stops a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_fuel_budget_limits_the_graph_not_the_set_up() {
+    let limits = WasmLimits {
+        fuel: Some(1_000_000),
+        ..WasmLimits::default()
+    };
+    let engine = Arc::new(WasmEngine::new(limits).expect("the sandbox starts"));
+    let (options, _, _) = common::options(engine, json!({"default": {"text": "ok"}}));
+    let small = common::run(
+        "export default function () { return [1, 2, 3].map((x) => x * 2); }",
+        json!({}),
+        &options,
+    )
+    .await;
+    assert_eq!(small.result, Some(json!([2, 4, 6])), "{small:?}");
+    let looping = common::run(
+        "export default function () { for (;;) {} }",
+        json!({}),
+        &options,
+    )
+    .await;
+    assert_eq!(looping.status, RunStatus::Failed);
+    assert!(
+        looping
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("instruction budget exhausted")),
+        "{looping:?}"
+    );
+}

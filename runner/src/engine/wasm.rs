@@ -137,9 +137,7 @@ impl WasmEngine {
     pub fn new(limits: WasmLimits) -> Result<Self, WasmError> {
         let cache_dir = default_cache_dir();
         let blank = blank_key();
-        let loaded = Self::load_with(&blank, limits, cache_dir.as_deref(), &mut || {
-            build_blank(limits)
-        });
+        let loaded = Self::load_with(&blank, limits, cache_dir.as_deref(), &mut build_blank);
         match loaded {
             Ok((engine, _)) => Ok(engine),
             Err(e) => {
@@ -159,7 +157,7 @@ impl WasmEngine {
         limits: WasmLimits,
         cache_dir: Option<&Path>,
     ) -> Result<(Self, Source), WasmError> {
-        Self::load_uncached_with(&blank_key(), limits, cache_dir, &mut || build_blank(limits))
+        Self::load_uncached_with(&blank_key(), limits, cache_dir, &mut build_blank)
     }
 
     /// A component (`runner build` output) with `limits`.
@@ -817,8 +815,10 @@ fn blank_key() -> String {
 
 /// The generic guest pre-initialized with an interpreter and no graph (`initialize("")`).
 /// Built on a thread of its own with its own runtime, so it works from inside a runtime and
-/// from none.
-fn build_blank(limits: WasmLimits) -> Result<Vec<u8>, WasmError> {
+/// from none. The snapshot does not depend on the limits runs get, so it is always taken with
+/// the defaults: a small `--fuel` or memory cap limits the graph, not the set-up before it.
+fn build_blank() -> Result<Vec<u8>, WasmError> {
+    let limits = WasmLimits::default();
     tracing::info!("pre-initializing the generic guest (seconds, once per machine)");
     let built = std::thread::Builder::new()
         .name("wasm-pre-init".into())
