@@ -26,7 +26,7 @@ use super::http::{
 use super::providers::{
     Credential, ProviderConfig, ProviderConfigError, ToolNames, cancelled, parse_arguments,
 };
-use super::sse::SseDecoder;
+use super::sse::{Next, read_events};
 
 /// The path under the base URL.
 pub const MESSAGES_PATH: &str = "/messages";
@@ -110,41 +110,26 @@ impl AnthropicProvider {
         let mut reply = Reply::default();
         let mut meter = ProgressMeter::new(progress);
         if streamed {
-            let mut decoder = SseDecoder::default();
-            'read: loop {
-                let (events, at_end) = match reader.next_chunk().await? {
-                    Some(chunk) => (decoder.push(&chunk).map_err(stream_error)?, false),
-                    None => (
-                        decoder
-                            .finish()
-                            .map_err(stream_error)?
-                            .into_iter()
-                            .collect(),
-                        true,
-                    ),
-                };
-                for event in events {
-                    let parsed: StreamEvent = serde_json::from_str(&event.data).map_err(|e| {
-                        AttemptError::fatal(
-                            FailureCode::Failed,
-                            format!("the provider streamed an event that is not valid: {e}"),
-                        )
-                    })?;
-                    if reply.apply(parsed, key, &mut meter)? {
-                        break 'read;
-                    }
-                }
-                if at_end {
-                    if reply.stop_reason.is_none() {
-                        return Err(AttemptError::fatal(
-                            FailureCode::Failed,
-                            "the provider's stream ended before the reply was complete",
-                        ));
-                    }
-                    break;
-                }
+            let done = read_events(&mut reader, |event| {
+                let parsed: StreamEvent = serde_json::from_str(&event.data).map_err(|e| {
+                    AttemptError::fatal(
+                        FailureCode::Failed,
+                        format!("the provider streamed an event that is not valid: {e}"),
+                    )
+                })?;
+                Ok(if reply.apply(parsed, key, &mut meter)? {
+                    Next::Done
+                } else {
+                    Next::More
+                })
+            })
+            .await?;
+            if !done && reply.stop_reason.is_none() {
+                return Err(AttemptError::fatal(
+                    FailureCode::Failed,
+                    "the provider's stream ended before the reply was complete",
+                ));
             }
-            reader.drain().await;
         } else {
             let bytes = reader.read_all().await?;
             let message: MessageIn = serde_json::from_slice(&bytes).map_err(|e| {
@@ -157,10 +142,6 @@ impl AnthropicProvider {
         }
         reply.into_turn(names)
     }
-}
-
-fn stream_error(error: super::sse::SseError) -> AttemptError {
-    AttemptError::fatal(FailureCode::Failed, error.to_string())
 }
 
 /// The conversation in the API's shape: user and assistant turns, assistant tool calls as

@@ -25,7 +25,7 @@ use super::providers::{
     Credential, MaxTokensField, ProviderConfig, ProviderConfigError, ToolNames, cancelled,
     estimate_usage, parse_arguments,
 };
-use super::sse::SseDecoder;
+use super::sse::{Next, read_events};
 
 /// The path under the base URL.
 pub const CHAT_COMPLETIONS_PATH: &str = "/chat/completions";
@@ -107,43 +107,27 @@ impl OpenAiProvider {
         let mut reply = Reply::default();
         let mut meter = ProgressMeter::new(progress);
         if streamed {
-            let mut decoder = SseDecoder::default();
-            'read: loop {
-                let (events, at_end) = match reader.next_chunk().await? {
-                    Some(chunk) => (decoder.push(&chunk).map_err(stream_error)?, false),
-                    None => (
-                        decoder
-                            .finish()
-                            .map_err(stream_error)?
-                            .into_iter()
-                            .collect(),
-                        true,
-                    ),
-                };
-                for event in events {
-                    if event.data.trim() == "[DONE]" {
-                        break 'read;
-                    }
-                    let chunk: Chunk = serde_json::from_str(&event.data).map_err(|e| {
-                        AttemptError::fatal(
-                            FailureCode::Failed,
-                            format!("the provider streamed a chunk that is not valid: {e}"),
-                        )
-                    })?;
-                    meter.add(reply.apply(chunk, key)?);
+            let done = read_events(&mut reader, |event| {
+                if event.data.trim() == "[DONE]" {
+                    return Ok(Next::Done);
                 }
-                if at_end {
-                    // Some servers end without `[DONE]`: fine once the reply has finished.
-                    if reply.finish_reason.is_none() && reply.usage.is_none() {
-                        return Err(AttemptError::fatal(
-                            FailureCode::Failed,
-                            "the provider's stream ended before the reply was complete",
-                        ));
-                    }
-                    break;
-                }
+                let chunk: Chunk = serde_json::from_str(&event.data).map_err(|e| {
+                    AttemptError::fatal(
+                        FailureCode::Failed,
+                        format!("the provider streamed a chunk that is not valid: {e}"),
+                    )
+                })?;
+                meter.add(reply.apply(chunk, key)?);
+                Ok(Next::More)
+            })
+            .await?;
+            // Some servers end without `[DONE]`: fine once the reply has finished.
+            if !done && reply.finish_reason.is_none() && reply.usage.is_none() {
+                return Err(AttemptError::fatal(
+                    FailureCode::Failed,
+                    "the provider's stream ended before the reply was complete",
+                ));
             }
-            reader.drain().await;
         } else {
             let bytes = reader.read_all().await?;
             let whole: Chunk = serde_json::from_slice(&bytes).map_err(|e| {
@@ -156,10 +140,6 @@ impl OpenAiProvider {
         }
         reply.into_turn(names, request)
     }
-}
-
-fn stream_error(error: super::sse::SseError) -> AttemptError {
-    AttemptError::fatal(FailureCode::Failed, error.to_string())
 }
 
 fn message_json(message: &Message, names: &ToolNames) -> Value {

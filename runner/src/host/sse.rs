@@ -113,6 +113,53 @@ impl SseDecoder {
     }
 }
 
+/// What a provider's handler says after one event of a streamed reply.
+pub(crate) enum Next {
+    /// Keep reading.
+    More,
+    /// The reply is complete; the rest of the body is drained.
+    Done,
+}
+
+/// Reads a streamed reply: decodes `reader`'s body as server-sent events and hands each to
+/// `on_event` until it answers [`Next::Done`] or the body ends, then drains what is left.
+/// Returns whether `on_event` said it was done (false: the stream simply ended).
+pub(crate) async fn read_events(
+    reader: &mut super::http::BodyReader,
+    mut on_event: impl FnMut(SseEvent) -> Result<Next, super::http::AttemptError>,
+) -> Result<bool, super::http::AttemptError> {
+    let mut decoder = SseDecoder::default();
+    let mut done = false;
+    'read: loop {
+        let (events, at_end) = match reader.next_chunk().await? {
+            Some(chunk) => (decoder.push(&chunk).map_err(stream_error)?, false),
+            None => (
+                decoder
+                    .finish()
+                    .map_err(stream_error)?
+                    .into_iter()
+                    .collect(),
+                true,
+            ),
+        };
+        for event in events {
+            if let Next::Done = on_event(event)? {
+                done = true;
+                break 'read;
+            }
+        }
+        if at_end {
+            break;
+        }
+    }
+    reader.drain().await;
+    Ok(done)
+}
+
+fn stream_error(error: SseError) -> super::http::AttemptError {
+    super::http::AttemptError::fatal(graph_js::FailureCode::Failed, error.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
