@@ -24,7 +24,8 @@ use super::http::{
     is_event_stream, with_retries,
 };
 use super::providers::{
-    Credential, ProviderConfig, ProviderConfigError, ToolNames, cancelled, parse_arguments,
+    Credential, ProviderConfig, ProviderConfigError, ToolNames, encode_body, finish_turn,
+    parse_arguments,
 };
 use super::sse::{Next, read_events};
 
@@ -204,13 +205,7 @@ impl AgentProvider for AnthropicProvider {
             let model = self.config.model_for(request.model.as_deref())?;
             let key = self.credential.key(&self.config)?;
             let names = ToolNames::new(&request.tools);
-            let body = serde_json::to_vec(&self.body(request, &model, &names)).map_err(|e| {
-                ProviderError::new(
-                    FailureCode::Failed,
-                    format!("cannot encode the request: {e}"),
-                )
-            })?;
-            let body = Bytes::from(body);
+            let body = encode_body(&self.body(request, &model, &names))?;
             let mut headers = HeaderMap::new();
             headers.insert(
                 HeaderName::from_static("anthropic-version"),
@@ -222,17 +217,7 @@ impl AgentProvider for AnthropicProvider {
             let work = with_retries(&self.config.retry, self.config.timeout, progress, || {
                 self.attempt(&headers, body.clone(), key, &names, progress)
             });
-            // Dropping `work` closes the connection of the request in flight.
-            let mut turn = tokio::select! {
-                biased;
-                () = cancel.cancelled() => return Err(cancelled()),
-                turn = work => turn?,
-            };
-            if turn.model.is_empty() {
-                turn.model = model.clone();
-            }
-            turn.cost = self.config.cost(&model, turn.usage);
-            Ok(turn)
+            finish_turn(&self.config, &model, work, cancel).await
         })
     }
 }

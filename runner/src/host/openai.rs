@@ -22,8 +22,8 @@ use super::http::{
     is_event_stream, with_retries,
 };
 use super::providers::{
-    Credential, MaxTokensField, ProviderConfig, ProviderConfigError, ToolNames, cancelled,
-    estimate_usage, parse_arguments,
+    Credential, MaxTokensField, ProviderConfig, ProviderConfigError, ToolNames, encode_body,
+    estimate_usage, finish_turn, parse_arguments,
 };
 use super::sse::{Next, read_events};
 
@@ -193,13 +193,7 @@ impl AgentProvider for OpenAiProvider {
             let model = self.config.model_for(request.model.as_deref())?;
             let key = self.credential.key(&self.config)?;
             let names = ToolNames::new(&request.tools);
-            let body = serde_json::to_vec(&self.body(request, &model, &names)).map_err(|e| {
-                ProviderError::new(
-                    FailureCode::Failed,
-                    format!("cannot encode the request: {e}"),
-                )
-            })?;
-            let body = Bytes::from(body);
+            let body = encode_body(&self.body(request, &model, &names))?;
             let mut headers = HeaderMap::new();
             if let Some(key) = key {
                 headers.insert(AUTHORIZATION, key.header("Bearer ")?);
@@ -207,18 +201,7 @@ impl AgentProvider for OpenAiProvider {
             let work = with_retries(&self.config.retry, self.config.timeout, progress, || {
                 self.attempt(&headers, body.clone(), key, &names, request, progress)
             });
-            // Dropping `work` drops the request in flight and closes its connection, which is
-            // how the server learns to stop generating.
-            let mut turn = tokio::select! {
-                biased;
-                () = cancel.cancelled() => return Err(cancelled()),
-                turn = work => turn?,
-            };
-            if turn.model.is_empty() {
-                turn.model = model.clone();
-            }
-            turn.cost = self.config.cost(&model, turn.usage);
-            Ok(turn)
+            finish_turn(&self.config, &model, work, cancel).await
         })
     }
 }

@@ -896,6 +896,40 @@ impl Credential {
 }
 
 /// The failure of a turn stopped by the run's cancellation.
+/// A request body as bytes.
+pub(crate) fn encode_body(body: &Value) -> Result<bytes::Bytes, ProviderError> {
+    serde_json::to_vec(body)
+        .map(bytes::Bytes::from)
+        .map_err(|e| {
+            ProviderError::new(
+                FailureCode::Failed,
+                format!("cannot encode the request: {e}"),
+            )
+        })
+}
+
+/// What both HTTP providers do around their attempts (`work`): the run's cancel wins, and
+/// dropping `work` then drops the request in flight and closes its connection, which is how a
+/// server learns to stop generating; the reply gets the model it was asked of when the server
+/// named none, and its cost from `config`'s price table.
+pub(crate) async fn finish_turn(
+    config: &ProviderConfig,
+    model: &str,
+    work: impl std::future::Future<Output = Result<Turn, ProviderError>>,
+    cancel: &CancellationToken,
+) -> Result<Turn, ProviderError> {
+    let mut turn = tokio::select! {
+        biased;
+        () = cancel.cancelled() => return Err(cancelled()),
+        turn = work => turn?,
+    };
+    if turn.model.is_empty() {
+        turn.model = model.to_owned();
+    }
+    turn.cost = config.cost(model, turn.usage);
+    Ok(turn)
+}
+
 pub(crate) fn cancelled() -> ProviderError {
     ProviderError::new(
         FailureCode::Cancelled,
