@@ -1,15 +1,14 @@
 //! The router is a plain tower service: it runs in-process with no socket, on tokio's paused
 //! time through the injected clock (what the simulator needs).
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use relay::clock::{Timestamp, TokioClock};
-use relay::service::admin::{self, TokenSpec};
-use relay::service::store::SqliteStore;
-use relay::service::{AppState, ServiceConfig, router, runs};
+use relay::service::{AppState, router, runs};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -35,17 +34,12 @@ async fn post(app: &Arc<AppState>, token: &str, path: &str, body: Value) -> (Sta
 
 #[tokio::test(start_paused = true)]
 async fn the_router_runs_without_sockets_on_paused_time() {
-    let store = SqliteStore::open_in_memory().expect("store");
-    let clock = TokioClock::starting_at(Timestamp::from_unix_millis(1_794_130_200_000));
-    let app = AppState::new(Arc::new(store), Arc::new(clock), ServiceConfig::default());
-    let project = admin::create_project(&app, "p", None)
-        .await
-        .expect("project")
-        .project_id;
-    let desktop = admin::create_token(&app, &project, TokenSpec::Desktop)
-        .await
-        .expect("token")
-        .token;
+    let common::InProcess {
+        app,
+        project,
+        desktop,
+        agent: identity,
+    } = common::in_process().await;
     let sync = "/external-assistants/graph-relays/sync";
     let session = json!({"graph_session_id": format!("gs_{:032x}", 1), "name": "g", "slug": "g"});
     let (status, body) = post(
@@ -58,21 +52,6 @@ async fn the_router_runs_without_sockets_on_paused_time() {
     assert_eq!(status, StatusCode::OK, "{body}");
 
     // An agent's run, queued through the domain functions, reaches the desktop.
-    let agent = admin::create_token(
-        &app,
-        &project,
-        TokenSpec::Agent {
-            name: "a".into(),
-            scopes: vec!["osfoundry:run".into(), "osfoundry:read".into()],
-        },
-    )
-    .await
-    .expect("agent");
-    let identity = relay::service::auth::authenticate(&app, Some(&agent.token))
-        .await
-        .expect("auth")
-        .into_agent()
-        .expect("agent identity");
     let request = runs::RunRequest {
         graph_session_id: format!("gs_{:032x}", 1),
         arguments: serde_json::Map::new(),

@@ -2,15 +2,14 @@
 //! as work is queued for its project or a running command it names is cancelled; a waiting
 //! `get_graph_run` answers as soon as the run finishes; both answer at their deadline otherwise.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::Request;
-use relay::clock::{Timestamp, TokioClock};
-use relay::service::admin::{self, TokenSpec};
-use relay::service::store::SqliteStore;
-use relay::service::{AppState, ServiceConfig, router, runs};
+use relay::service::{AppState, router, runs};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -22,32 +21,12 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
-    let store = SqliteStore::open_in_memory().expect("store");
-    let clock = TokioClock::starting_at(Timestamp::from_unix_millis(1_794_130_200_000));
-    let app = AppState::new(Arc::new(store), Arc::new(clock), ServiceConfig::default());
-    let project = admin::create_project(&app, "p", None)
-        .await
-        .expect("project")
-        .project_id;
-    let desktop = admin::create_token(&app, &project, TokenSpec::Desktop)
-        .await
-        .expect("token")
-        .token;
-    let agent = admin::create_token(
-        &app,
-        &project,
-        TokenSpec::Agent {
-            name: "a".into(),
-            scopes: vec!["osfoundry:run".into(), "osfoundry:read".into()],
-        },
-    )
-    .await
-    .expect("agent");
-    let agent = relay::service::auth::authenticate(&app, Some(&agent.token))
-        .await
-        .expect("auth")
-        .into_agent()
-        .expect("agent identity");
+    let common::InProcess {
+        app,
+        project,
+        desktop,
+        agent,
+    } = common::in_process().await;
     let setup = Setup {
         app,
         desktop,

@@ -2,17 +2,17 @@
 //! due while the previous one is still busy is skipped and counted; a sharing change runs a
 //! pass at once instead of waiting for the interval.
 
+mod common;
+
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use relay::clock::{SystemClock, Timestamp, TokioClock};
+use relay::clock::{SystemClock, Timestamp};
 use relay::desktop::api::{DesktopApi, RouterTransport};
 use relay::desktop::state::DesktopState;
 use relay::desktop::{DesktopConfig, Relay, Runtime};
-use relay::service::admin::{self, TokenSpec};
-use relay::service::store::SqliteStore;
-use relay::service::{AppState, ServiceConfig, router, runs};
+use relay::service::{AppState, router, runs};
 use runner::host::events::NullSink;
 use runner::host::mock::MockProvider;
 use serde_json::json;
@@ -76,32 +76,12 @@ struct Setup {
 }
 
 async fn setup(latency_secs: u64) -> Setup {
-    let store = SqliteStore::open_in_memory().expect("store");
-    let clock = TokioClock::starting_at(Timestamp::from_unix_millis(1_794_130_200_000));
-    let app = AppState::new(Arc::new(store), Arc::new(clock), ServiceConfig::default());
-    let project = admin::create_project(&app, "p", None)
-        .await
-        .expect("project")
-        .project_id;
-    let desktop = admin::create_token(&app, &project, TokenSpec::Desktop)
-        .await
-        .expect("token")
-        .token;
-    let agent = admin::create_token(
-        &app,
-        &project,
-        TokenSpec::Agent {
-            name: "a".into(),
-            scopes: vec!["osfoundry:run".into(), "osfoundry:read".into()],
-        },
-    )
-    .await
-    .expect("agent");
-    let agent = relay::service::auth::authenticate(&app, Some(&agent.token))
-        .await
-        .expect("auth")
-        .into_agent()
-        .expect("agent identity");
+    let common::InProcess {
+        app,
+        project,
+        desktop,
+        agent,
+    } = common::in_process().await;
     let state = DesktopState::open_in_memory().expect("state");
     let meta = graph_js::describe(SLOW, &Default::default()).expect("meta");
     let now = Timestamp::from_unix_millis(1);

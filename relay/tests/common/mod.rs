@@ -341,3 +341,48 @@ pub async fn queue(client: &McpClient, key: &str) -> String {
         .expect("command id")
         .to_owned()
 }
+
+/// A service for in-process tests on tokio's clock (paused time): in-memory store, one project,
+/// its desktop token, and an agent with both scopes (already authenticated).
+pub struct InProcess {
+    pub app: Arc<AppState>,
+    pub project: String,
+    pub desktop: String,
+    pub agent: relay::service::auth::AgentIdentity,
+}
+
+/// See [`InProcess`].
+pub async fn in_process() -> InProcess {
+    let store = SqliteStore::open_in_memory().expect("store");
+    let clock = relay::clock::TokioClock::starting_at(START);
+    let app = AppState::new(Arc::new(store), Arc::new(clock), ServiceConfig::default());
+    let project = admin::create_project(&app, "p", None)
+        .await
+        .expect("project")
+        .project_id;
+    let desktop = admin::create_token(&app, &project, TokenSpec::Desktop)
+        .await
+        .expect("token")
+        .token;
+    let agent = admin::create_token(
+        &app,
+        &project,
+        TokenSpec::Agent {
+            name: "a".into(),
+            scopes: vec!["osfoundry:run".into(), "osfoundry:read".into()],
+        },
+    )
+    .await
+    .expect("agent");
+    let agent = relay::service::auth::authenticate(&app, Some(&agent.token))
+        .await
+        .expect("auth")
+        .into_agent()
+        .expect("agent identity");
+    InProcess {
+        app,
+        project,
+        desktop,
+        agent,
+    }
+}
