@@ -20,12 +20,12 @@ use super::agents::{
 };
 use super::approvals::BoxFuture;
 use super::http::{
-    ApiKey, AttemptError, BodyReader, HttpClient, MAX_RESPONSE_BYTES, ProgressMeter, endpoint,
+    ApiKey, AttemptError, BodyReader, HttpClient, MAX_RESPONSE_BYTES, ProgressMeter,
     is_event_stream, with_retries,
 };
 use super::providers::{
     Credential, ProviderConfig, ProviderConfigError, ToolNames, encode_body, finish_turn,
-    parse_arguments,
+    http_parts, parse_arguments,
 };
 use super::sse::{Next, read_events};
 
@@ -49,11 +49,7 @@ pub struct AnthropicProvider {
 impl AnthropicProvider {
     /// A provider for `config`; its API key is read from the environment now.
     pub fn new(config: ProviderConfig) -> Result<Self, ProviderConfigError> {
-        let uri = endpoint(&config.base_url, MESSAGES_PATH)
-            .map_err(|reason| ProviderConfigError::entry(&config.name, reason))?;
-        let credential = Credential::of(&config);
-        let client = HttpClient::new(config.connect_timeout)
-            .map_err(|reason| ProviderConfigError::entry(&config.name, reason))?;
+        let (uri, credential, client) = http_parts(&config, MESSAGES_PATH)?;
         Ok(Self {
             config,
             uri,

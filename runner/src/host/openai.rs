@@ -18,12 +18,12 @@ use super::agents::{
 };
 use super::approvals::BoxFuture;
 use super::http::{
-    ApiKey, AttemptError, BodyReader, HttpClient, MAX_RESPONSE_BYTES, ProgressMeter, endpoint,
+    ApiKey, AttemptError, BodyReader, HttpClient, MAX_RESPONSE_BYTES, ProgressMeter,
     is_event_stream, with_retries,
 };
 use super::providers::{
     Credential, MaxTokensField, ProviderConfig, ProviderConfigError, ToolNames, encode_body,
-    estimate_usage, finish_turn, parse_arguments,
+    estimate_usage, finish_turn, http_parts, parse_arguments,
 };
 use super::sse::{Next, read_events};
 
@@ -41,11 +41,7 @@ pub struct OpenAiProvider {
 impl OpenAiProvider {
     /// A provider for `config`; its API key (if it names one) is read from the environment now.
     pub fn new(config: ProviderConfig) -> Result<Self, ProviderConfigError> {
-        let uri = endpoint(&config.base_url, CHAT_COMPLETIONS_PATH)
-            .map_err(|reason| ProviderConfigError::entry(&config.name, reason))?;
-        let credential = Credential::of(&config);
-        let client = HttpClient::new(config.connect_timeout)
-            .map_err(|reason| ProviderConfigError::entry(&config.name, reason))?;
+        let (uri, credential, client) = http_parts(&config, CHAT_COMPLETIONS_PATH)?;
         Ok(Self {
             config,
             uri,

@@ -896,6 +896,20 @@ impl Credential {
 }
 
 /// The failure of a turn stopped by the run's cancellation.
+/// What an HTTP provider needs besides its config: the URI of `path` under the base URL, the
+/// credential (its key read from the environment now) and a client.
+pub(crate) fn http_parts(
+    config: &ProviderConfig,
+    path: &str,
+) -> Result<(http::Uri, Credential, super::http::HttpClient), ProviderConfigError> {
+    let uri = super::http::endpoint(&config.base_url, path)
+        .map_err(|reason| ProviderConfigError::entry(&config.name, reason))?;
+    let credential = Credential::of(config);
+    let client = super::http::HttpClient::new(config.connect_timeout)
+        .map_err(|reason| ProviderConfigError::entry(&config.name, reason))?;
+    Ok((uri, credential, client))
+}
+
 /// A request body as bytes.
 pub(crate) fn encode_body(body: &Value) -> Result<bytes::Bytes, ProviderError> {
     serde_json::to_vec(body)
