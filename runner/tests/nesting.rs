@@ -5,6 +5,7 @@ mod common;
 use std::sync::Arc;
 
 use runner::RunStatus;
+use runner::engine::wasm::{WasmEngine, WasmLimits};
 use runner::host::graphs::{FolderCatalog, GraphSource, MAX_DEPTH};
 use runner::{Limits, Meta};
 use serde_json::json;
@@ -84,4 +85,83 @@ async fn an_unknown_slug_is_not_found() {
         .await;
         assert_eq!(outcome.result, Some(json!("not_found")));
     }
+}
+
+/// Loops `args.n` times: about 1,250 units of wasm fuel per iteration.
+const BURN: &str = r#"
+export const meta = {name: "Burn", slug: "burn", version: "1"};
+export default function (args) { let s = 0; for (let i = 0; i < args.n; i++) { s += i; } return s; }
+"#;
+
+/// Runs `burn` `args.times` times, one after another or all at once.
+const BURN_TIMES: &str = r#"
+export default async function (args, g) {
+  if (args.together) {
+    const all = [];
+    for (let k = 0; k < args.times; k++) all.push(g.graph("burn", {n: args.n}));
+    return (await Promise.all(all)).length;
+  }
+  let done = 0;
+  for (let k = 0; k < args.times; k++) { await g.graph("burn", {n: args.n}); done++; }
+  return done;
+}
+"#;
+
+fn fuel_options(fuel: u64) -> runner::run::RunOptions {
+    let limits = WasmLimits {
+        fuel: Some(fuel),
+        ..WasmLimits::default()
+    };
+    let engine = Arc::new(WasmEngine::new(limits).expect("the sandbox starts"));
+    let mut catalog = FolderCatalog::default();
+    catalog.insert(graph("burn", BURN));
+    let (mut options, _, _) = common::options(engine, json!({}));
+    options.catalog = Arc::new(catalog);
+    options
+}
+
+fn out_of_fuel(outcome: &runner::run::RunOutcome) -> bool {
+    outcome.status == RunStatus::Failed
+        && outcome
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("instruction budget exhausted"))
+}
+
+/// `--fuel` is one budget for the whole run: nested graphs draw on it rather than each getting
+/// a fresh one, so a graph cannot multiply its budget by calling others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_graphs_draw_on_the_runs_one_fuel_budget() {
+    // One burn of 20,000 iterations needs 20–30 million units.
+    let options = fuel_options(100_000_000);
+    let two = common::run(BURN_TIMES, json!({"times": 2, "n": 20_000}), &options).await;
+    assert_eq!(two.result, Some(json!(2)), "{two:?}");
+    // Six of them, each well within 100 million alone, are not.
+    let six = common::run(BURN_TIMES, json!({"times": 6, "n": 20_000}), &options).await;
+    assert!(out_of_fuel(&six), "{six:?}");
+    // The budget is per run: the next run has all of it again.
+    let again = common::run(BURN_TIMES, json!({"times": 2, "n": 20_000}), &options).await;
+    assert_eq!(again.result, Some(json!(2)), "{again:?}");
+}
+
+/// Graphs running side by side learn of each other's use every epoch tick: six that need about
+/// 150 million units each, any one of them well within a budget of 300 million, do not all
+/// finish on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_nested_graphs_share_the_fuel_budget() {
+    let options = fuel_options(300_000_000);
+    let one = common::run(
+        BURN_TIMES,
+        json!({"times": 1, "n": 120_000, "together": true}),
+        &options,
+    )
+    .await;
+    assert_eq!(one.result, Some(json!(1)), "{one:?}");
+    let six = common::run(
+        BURN_TIMES,
+        json!({"times": 6, "n": 120_000, "together": true}),
+        &options,
+    )
+    .await;
+    assert!(out_of_fuel(&six), "{six:?}");
 }

@@ -79,7 +79,8 @@ struct EngineArgs {
     /// The engine: `wasm` (the sandbox) or `boa` (in-process, for quick local iteration).
     #[arg(long, value_enum, default_value_t = EngineKind::Wasm)]
     engine: EngineKind,
-    /// Wasm only: a deterministic instruction budget (wasmtime fuel units).
+    /// Wasm only: a deterministic instruction budget (wasmtime fuel units) for the whole run,
+    /// nested graphs included.
     #[arg(long)]
     fuel: Option<u64>,
     /// Wasm only: linear-memory cap in MiB.

@@ -19,7 +19,7 @@ use std::time::Duration;
 use graph_js::{AgentRequest, Failure, FailureCode, Meta, MetaError};
 use sha2::Digest;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
-use wasmtime::{Config, Store, Trap, UpdateDeadline};
+use wasmtime::{AsContextMut, Config, Store, StoreContextMut, Trap, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::{ClosedInputStream, MemoryOutputPipe};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
@@ -65,7 +65,8 @@ pub struct WasmLimits {
     pub memory_bytes: u64,
     /// Wasm stack cap in bytes.
     pub wasm_stack_bytes: usize,
-    /// Deterministic instruction budget (wasmtime fuel), if any.
+    /// Deterministic instruction budget (wasmtime fuel) for a whole run, nested graphs
+    /// included, if any.
     pub fuel: Option<u64>,
 }
 
@@ -260,13 +261,15 @@ impl WasmEngine {
         call: impl AsyncFnOnce(&Graph, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R, String> {
         let mut store = self.new_store(invocation)?;
-        let instance = self
-            .loaded
-            .pre
-            .instantiate_async(&mut store)
-            .await
-            .map_err(|e| describe_trap(&e, &store, self.limits))?;
+        let instance = match self.loaded.pre.instantiate_async(&mut store).await {
+            Ok(instance) => instance,
+            Err(e) => {
+                settle_fuel(store.as_context_mut());
+                return Err(describe_trap(&e, &store, self.limits));
+            }
+        };
         let outcome = call(&instance, &mut store).await;
+        settle_fuel(store.as_context_mut());
         store.data().flush_output();
         outcome.map_err(|e| describe_trap(&e, &store, self.limits))
     }
@@ -302,22 +305,33 @@ fn new_store(
         },
         stdout,
         stderr,
+        fuel: limits.fuel.map(|budget| FuelShare { budget, given: 0 }),
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);
-    if let Some(fuel) = limits.fuel {
+    let spent = store
+        .data()
+        .invocation
+        .run()
+        .sandbox_fuel_spent
+        .load(std::sync::atomic::Ordering::SeqCst);
+    if let Some(share) = &mut store.data_mut().fuel {
+        // What the run's other instances left of the budget.
+        share.given = share.budget.saturating_sub(spent);
+        let given = share.given;
         store
-            .set_fuel(fuel)
+            .set_fuel(given)
             .map_err(|e| format!("cannot set fuel: {e}"))?;
     }
     // Every tick the guest yields to the executor and checks whether its run was stopped
-    // (cancelled from outside, or past its deadline).
-    store.epoch_deadline_callback(|context| {
+    // (cancelled from outside, or past its deadline); the fuel it burned goes into the run's
+    // count, and it gets what the run has left.
+    store.epoch_deadline_callback(|mut context| {
         if context.data().invocation.run().stopped().is_some() {
-            Ok(UpdateDeadline::Interrupt)
-        } else {
-            Ok(UpdateDeadline::Yield(1))
+            return Ok(UpdateDeadline::Interrupt);
         }
+        settle_fuel(context.as_context_mut());
+        Ok(UpdateDeadline::Yield(1))
     });
     store.set_epoch_deadline(1);
     Ok(store)
@@ -394,6 +408,42 @@ enum MemoryCap {
     Run,
 }
 
+/// Moves the fuel an instance burned since it last settled into its run's count and gives the
+/// instance what the run has left. With one graph this changes nothing (it burns exactly its
+/// budget); with nested graphs, whose instances draw on the same budget, an instance learns of
+/// its siblings' use at its next settle, so the run can overshoot by at most one
+/// [`EPOCH_TICK`] of work per running instance.
+fn settle_fuel(mut store: StoreContextMut<'_, HostState>) {
+    use std::sync::atomic::Ordering;
+    let Some(share) = store.data().fuel.as_ref().map(|s| (s.budget, s.given)) else {
+        return;
+    };
+    let (budget, given) = share;
+    let Ok(left) = store.get_fuel() else {
+        return;
+    };
+    let used = given.saturating_sub(left);
+    let run = Arc::clone(store.data().invocation.run());
+    let spent = run
+        .sandbox_fuel_spent
+        .fetch_add(used, Ordering::SeqCst)
+        .saturating_add(used);
+    let remaining = budget.saturating_sub(spent);
+    if store.set_fuel(remaining).is_ok()
+        && let Some(share) = &mut store.data_mut().fuel
+    {
+        share.given = remaining;
+    }
+}
+
+/// An instance's draw on the run's fuel budget.
+struct FuelShare {
+    /// The run's whole budget (`--fuel`).
+    budget: u64,
+    /// The fuel the instance was given when it last settled.
+    given: u64,
+}
+
 /// Caps linear memory (per instance, and summed over the run's instances) and tables, and
 /// remembers which cap was hit.
 struct MemoryLimiter {
@@ -459,6 +509,8 @@ struct HostState {
     limiter: MemoryLimiter,
     stdout: MemoryOutputPipe,
     stderr: MemoryOutputPipe,
+    /// This instance's draw on the run's fuel, when `--fuel` is set.
+    fuel: Option<FuelShare>,
 }
 
 impl HostState {
@@ -579,7 +631,7 @@ fn describe_trap(error: &wasmtime::Error, store: &Store<HostState>, limits: Wasm
     };
     match error.downcast_ref::<Trap>() {
         Some(Trap::OutOfFuel) => format!(
-            "instruction budget exhausted: the graph used all {} units of fuel (--fuel)",
+            "instruction budget exhausted: the run used all {} units of fuel (--fuel; nested graphs draw on the same budget)",
             limits.fuel.unwrap_or(0)
         ),
         Some(Trap::StackOverflow) => format!(

@@ -67,6 +67,9 @@ pub struct RunShared {
     /// Linear memory held by this run's sandboxed graph instances together (the top graph and
     /// every nested one); the wasm engine keeps the sum under its run-wide cap.
     pub sandbox_memory: std::sync::atomic::AtomicU64,
+    /// Fuel burned by this run's sandboxed graph instances together: `--fuel` is one budget for
+    /// the run, nested graphs included.
+    pub sandbox_fuel_spent: std::sync::atomic::AtomicU64,
     /// Whether the trace has said that the budget is exhausted (it says so once per run).
     exhausted_reported: std::sync::atomic::AtomicBool,
 }
@@ -115,6 +118,7 @@ impl RunShared {
             agent_slots: Arc::new(Semaphore::new(parts.max_concurrency.max(1))),
             live_graphs: AtomicUsize::new(0),
             sandbox_memory: std::sync::atomic::AtomicU64::new(0),
+            sandbox_fuel_spent: std::sync::atomic::AtomicU64::new(0),
             exhausted_reported: std::sync::atomic::AtomicBool::new(false),
         })
     }
