@@ -415,10 +415,9 @@ enum MemoryCap {
 /// [`EPOCH_TICK`] of work per running instance.
 fn settle_fuel(mut store: StoreContextMut<'_, HostState>) {
     use std::sync::atomic::Ordering;
-    let Some(share) = store.data().fuel.as_ref().map(|s| (s.budget, s.given)) else {
+    let Some((budget, given)) = store.data().fuel.as_ref().map(|s| (s.budget, s.given)) else {
         return;
     };
-    let (budget, given) = share;
     let Ok(left) = store.get_fuel() else {
         return;
     };
