@@ -264,12 +264,13 @@ impl WasmEngine {
         let instance = match self.loaded.pre.instantiate_async(&mut store).await {
             Ok(instance) => instance,
             Err(e) => {
-                settle_fuel(store.as_context_mut());
+                // Settling cannot fail here: the store was given fuel when it was made.
+                let _ = settle_fuel(store.as_context_mut());
                 return Err(describe_trap(&e, &store, self.limits));
             }
         };
         let outcome = call(&instance, &mut store).await;
-        settle_fuel(store.as_context_mut());
+        let _ = settle_fuel(store.as_context_mut());
         store.data().flush_output();
         outcome.map_err(|e| describe_trap(&e, &store, self.limits))
     }
@@ -309,20 +310,8 @@ fn new_store(
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);
-    let spent = store
-        .data()
-        .invocation
-        .run()
-        .sandbox_fuel_spent
-        .load(std::sync::atomic::Ordering::SeqCst);
-    if let Some(share) = &mut store.data_mut().fuel {
-        // What the run's other instances left of the budget.
-        share.given = share.budget.saturating_sub(spent);
-        let given = share.given;
-        store
-            .set_fuel(given)
-            .map_err(|e| format!("cannot set fuel: {e}"))?;
-    }
+    // The instance starts with what the run's other instances left of the budget.
+    settle_fuel(store.as_context_mut()).map_err(|e| format!("cannot set fuel: {e}"))?;
     // Every tick the guest yields to the executor and checks whether its run was stopped
     // (cancelled from outside, or past its deadline); the fuel it burned goes into the run's
     // count, and it gets what the run has left.
@@ -330,7 +319,7 @@ fn new_store(
         if context.data().invocation.run().stopped().is_some() {
             return Ok(UpdateDeadline::Interrupt);
         }
-        settle_fuel(context.as_context_mut());
+        settle_fuel(context.as_context_mut())?;
         Ok(UpdateDeadline::Yield(1))
     });
     store.set_epoch_deadline(1);
@@ -412,15 +401,14 @@ enum MemoryCap {
 /// instance what the run has left. With one graph this changes nothing (it burns exactly its
 /// budget); with nested graphs, whose instances draw on the same budget, an instance learns of
 /// its siblings' use at its next settle, so the run can overshoot by at most one
-/// [`EPOCH_TICK`] of work per running instance.
-fn settle_fuel(mut store: StoreContextMut<'_, HostState>) {
+/// [`EPOCH_TICK`] of work per running instance. A new store (no fuel yet, nothing given) gets
+/// what the run has left. Fails only if the engine does not meter fuel.
+fn settle_fuel(mut store: StoreContextMut<'_, HostState>) -> wasmtime::Result<()> {
     use std::sync::atomic::Ordering;
     let Some((budget, given)) = store.data().fuel.as_ref().map(|s| (s.budget, s.given)) else {
-        return;
+        return Ok(());
     };
-    let Ok(left) = store.get_fuel() else {
-        return;
-    };
+    let left = store.get_fuel()?;
     let used = given.saturating_sub(left);
     let run = Arc::clone(store.data().invocation.run());
     let spent = run
@@ -428,11 +416,11 @@ fn settle_fuel(mut store: StoreContextMut<'_, HostState>) {
         .fetch_add(used, Ordering::SeqCst)
         .saturating_add(used);
     let remaining = budget.saturating_sub(spent);
-    if store.set_fuel(remaining).is_ok()
-        && let Some(share) = &mut store.data_mut().fuel
-    {
+    store.set_fuel(remaining)?;
+    if let Some(share) = &mut store.data_mut().fuel {
         share.given = remaining;
     }
+    Ok(())
 }
 
 /// An instance's draw on the run's fuel budget.
