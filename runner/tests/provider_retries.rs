@@ -202,3 +202,39 @@ async fn a_provider_that_stalls_hits_the_per_request_timeout() {
     assert_eq!(records.len(), 1);
     assert!(records[0].dropped, "the stalled request was dropped");
 }
+
+/// An answer that is not what the API documents fails the agent with what was wrong, and is not
+/// retried (the reply may already have been generated and billed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_that_does_not_decode_fails_without_a_retry() {
+    let broken_json = Scripted::Reply {
+        status: 200,
+        headers: Vec::new(),
+        content_type: "application/json",
+        body: "{\"choices\": [".into(),
+    };
+    let broken_event = Scripted::sse_text("data: {\"choices\": [\n\n");
+    for (answer, needle) in [
+        (
+            broken_json,
+            "the provider's answer is not a chat completion: ",
+        ),
+        (
+            broken_event,
+            "the provider streamed a chunk that is not valid: ",
+        ),
+    ] {
+        let server = TestServer::start(vec![answer], None).await;
+        let (outcome, events) = run_against(&server, |_| {}).await;
+        let result = outcome.result.expect("result");
+        assert_eq!(result["code"], "failed", "{result}");
+        assert!(
+            result["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(needle)),
+            "{needle}: {result}"
+        );
+        assert_eq!(server.records().len(), 1, "{needle}");
+        assert!(common::retries(&events).is_empty(), "{needle}");
+    }
+}

@@ -20,7 +20,7 @@ use super::agents::{
 };
 use super::approvals::BoxFuture;
 use super::http::{
-    ApiKey, AttemptError, BodyReader, HttpClient, MAX_RESPONSE_BYTES, ProgressMeter,
+    ApiKey, AttemptError, BodyReader, HttpClient, MAX_RESPONSE_BYTES, ProgressMeter, decode_json,
     is_event_stream, with_retries,
 };
 use super::providers::{
@@ -108,12 +108,10 @@ impl AnthropicProvider {
         let mut meter = ProgressMeter::new(progress);
         if streamed {
             let done = read_events(&mut reader, |event| {
-                let parsed: StreamEvent = serde_json::from_str(&event.data).map_err(|e| {
-                    AttemptError::fatal(
-                        FailureCode::Failed,
-                        format!("the provider streamed an event that is not valid: {e}"),
-                    )
-                })?;
+                let parsed: StreamEvent = decode_json(
+                    event.data.as_bytes(),
+                    "the provider streamed an event that is not valid",
+                )?;
                 Ok(if reply.apply(parsed, key, &mut meter)? {
                     Next::Done
                 } else {
@@ -129,12 +127,7 @@ impl AnthropicProvider {
             }
         } else {
             let bytes = reader.read_all().await?;
-            let message: MessageIn = serde_json::from_slice(&bytes).map_err(|e| {
-                AttemptError::fatal(
-                    FailureCode::Failed,
-                    format!("the provider's answer is not a message: {e}"),
-                )
-            })?;
+            let message: MessageIn = decode_json(&bytes, "the provider's answer is not a message")?;
             reply.whole(message, &mut meter)?;
         }
         reply.into_turn(names)

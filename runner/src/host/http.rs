@@ -174,6 +174,16 @@ impl AttemptError {
     }
 }
 
+/// Decodes a piece of the provider's answer; what does not decode fails the attempt for good,
+/// as `{what}: {the decoder's reason}`.
+pub(crate) fn decode_json<T: serde::de::DeserializeOwned>(
+    json: &[u8],
+    what: &str,
+) -> Result<T, AttemptError> {
+    serde_json::from_slice(json)
+        .map_err(|e| AttemptError::fatal(FailureCode::Failed, format!("{what}: {e}")))
+}
+
 /// Runs `attempt` until it succeeds, fails for good, or the retries are used up. Each attempt
 /// is bounded by `timeout`; each retry is reported through `progress` before its wait.
 pub(crate) async fn with_retries<T, F, Fut>(

@@ -18,7 +18,7 @@ use super::agents::{
 };
 use super::approvals::BoxFuture;
 use super::http::{
-    ApiKey, AttemptError, BodyReader, HttpClient, MAX_RESPONSE_BYTES, ProgressMeter,
+    ApiKey, AttemptError, BodyReader, HttpClient, MAX_RESPONSE_BYTES, ProgressMeter, decode_json,
     is_event_stream, with_retries,
 };
 use super::providers::{
@@ -107,12 +107,10 @@ impl OpenAiProvider {
                 if event.data.trim() == "[DONE]" {
                     return Ok(Next::Done);
                 }
-                let chunk: Chunk = serde_json::from_str(&event.data).map_err(|e| {
-                    AttemptError::fatal(
-                        FailureCode::Failed,
-                        format!("the provider streamed a chunk that is not valid: {e}"),
-                    )
-                })?;
+                let chunk: Chunk = decode_json(
+                    event.data.as_bytes(),
+                    "the provider streamed a chunk that is not valid",
+                )?;
                 meter.add(reply.apply(chunk, key)?);
                 Ok(Next::More)
             })
@@ -126,12 +124,8 @@ impl OpenAiProvider {
             }
         } else {
             let bytes = reader.read_all().await?;
-            let whole: Chunk = serde_json::from_slice(&bytes).map_err(|e| {
-                AttemptError::fatal(
-                    FailureCode::Failed,
-                    format!("the provider's answer is not a chat completion: {e}"),
-                )
-            })?;
+            let whole: Chunk =
+                decode_json(&bytes, "the provider's answer is not a chat completion")?;
             meter.add(reply.apply(whole, key)?);
         }
         reply.into_turn(names, request)
