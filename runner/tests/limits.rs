@@ -53,6 +53,17 @@ async fn unbounded_recursion_hits_the_recursion_limit() {
     .await;
 }
 
+/// boa reports a limit hit inside an `await` as an internal error wrapping the limit; the run
+/// must still name the limit, not boa's "cannot fail per spec".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbounded_async_recursion_hits_the_recursion_limit() {
+    fails_naming(
+        "const f = async () => f(); export default async function () { return await f(); }",
+        "recursion limit",
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recursion_through_getters_hits_the_recursion_limit() {
     fails_naming(

@@ -500,9 +500,23 @@ fn describe_uncatchable(error: &JsError) -> String {
         Some(EngineError::RuntimeLimit(RuntimeLimitError::StackSize)) => {
             "stack size limit exceeded: the interpreter's value stack is full".to_owned()
         }
-        Some(EngineError::Panic(panic)) => panic.message().to_owned(),
+        // Some built-ins (`await`, promise resolution) wrap whatever stopped them in an internal
+        // error ("cannot fail per spec"); when that was a limit, name the limit.
+        Some(EngineError::Panic(panic)) => match limit_behind(panic) {
+            Some(inner) => describe_uncatchable(inner),
+            None => panic.message().to_owned(),
+        },
         _ => cut_chars(&error.to_string(), MAX_ERROR_CHARS),
     }
+}
+
+/// The engine error (a runtime limit, or another wrapped one) an internal error was caused by.
+fn limit_behind(panic: &boa_engine::error::PanicError) -> Option<&JsError> {
+    let source = std::error::Error::source(panic)?;
+    let inner = source
+        .downcast_ref::<JsError>()
+        .or_else(|| source.downcast_ref::<Box<JsError>>().map(|boxed| &**boxed))?;
+    inner.as_engine().is_some().then_some(inner)
 }
 
 fn failure_object(failure: &Failure, context: &mut Context) -> JsValue {
@@ -609,8 +623,20 @@ fn native_token_cap(_: &JsValue, _: &[JsValue], context: &mut Context) -> JsResu
 
 fn native_log(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
     let shared = shared_of(context)?;
-    let line = string_arg(args, 0, context)?;
-    let line = cut_chars(&line, MAX_LOG_LINE_CHARS);
+    let text = args
+        .get(0)
+        .cloned()
+        .unwrap_or_default()
+        .to_string(context)?;
+    // Only the part that is kept is converted, so a huge line costs no more than a long one:
+    // MAX_LOG_LINE_CHARS + 1 characters fit in twice as many UTF-16 units.
+    let keep = 2 * (MAX_LOG_LINE_CHARS + 1);
+    let head = if text.len() > keep {
+        text.slice(0, keep)
+    } else {
+        text
+    };
+    let line = cut_chars(&head.to_std_string_escaped(), MAX_LOG_LINE_CHARS);
     shared.host.borrow_mut().log(&line);
     Ok(JsValue::undefined())
 }

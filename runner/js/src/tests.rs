@@ -1,6 +1,8 @@
 //! Driver tests against a scripted in-memory host: the same driver runs in both engines.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::rc::Rc;
 
 use super::*;
 
@@ -10,7 +12,7 @@ struct ScriptedHost {
     next: u32,
     done: VecDeque<(u32, Result<String, Failure>)>,
     started: Vec<String>,
-    logs: Vec<String>,
+    logs: Rc<RefCell<Vec<String>>>,
     interrupt_after_jobs: Option<String>,
 }
 
@@ -57,7 +59,7 @@ impl Host for ScriptedHost {
         Some(100)
     }
     fn log(&mut self, message: &str) {
-        self.logs.push(message.to_owned());
+        self.logs.borrow_mut().push(message.to_owned());
     }
     fn interrupted(&mut self) -> Option<String> {
         self.interrupt_after_jobs.clone()
@@ -304,4 +306,30 @@ fn describe_reads_and_validates_meta() {
         matches!(&syntax, Err(MetaError::Script(e)) if e.contains("line 1")),
         "{syntax:?}"
     );
+}
+
+#[test]
+fn log_lines_are_cut_to_the_limit_counting_characters_not_utf16_units() {
+    let host = ScriptedHost::default();
+    let logs = host.logs.clone();
+    let script = format!(
+        "export default function (a, g) {{
+            g.log('a'.repeat({max}));
+            g.log('\\u{{1F600}}'.repeat({max} + 10));
+            g.log('b'.repeat(5e6));
+        }}",
+        max = MAX_LOG_LINE_CHARS
+    );
+    run_with(&script, host).expect("graph completes");
+    let logs = logs.borrow();
+    assert_eq!(
+        logs[0],
+        "a".repeat(MAX_LOG_LINE_CHARS),
+        "a line at the limit is kept whole"
+    );
+    assert_eq!(
+        logs[1],
+        format!("{}…", "\u{1F600}".repeat(MAX_LOG_LINE_CHARS))
+    );
+    assert_eq!(logs[2], format!("{}…", "b".repeat(MAX_LOG_LINE_CHARS)));
 }
