@@ -624,7 +624,7 @@ fn native_token_cap(_: &JsValue, _: &[JsValue], context: &mut Context) -> JsResu
 fn native_log(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
     let shared = shared_of(context)?;
     let text = args
-        .get(0)
+        .first()
         .cloned()
         .unwrap_or_default()
         .to_string(context)?;
