@@ -44,6 +44,9 @@ async fn queued_run_is_picked_up_run_in_the_sandbox_and_completed() {
         run["result"],
         json!({"text": "hello from the desktop", "tokens": 42})
     );
+    // The result reaches the agent with the graph's key order (`{tokens, text}`), not sorted.
+    let keys: Vec<&String> = run["result"].as_object().expect("object").keys().collect();
+    assert_eq!(keys, ["tokens", "text"]);
     assert_eq!(run["total_tokens"], 42);
     stop.cancel();
     task.await.expect("relay stops");

@@ -125,6 +125,31 @@ fn run_prints_one_json_object_and_exits_by_status() {
 }
 
 #[test]
+fn the_result_keeps_the_graphs_key_order_in_both_engines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = dir.path().join("order.js");
+    std::fs::write(
+        &graph,
+        "export default function () { return {zeta: 1, alpha: {y: 2, b: 3}, mid: [{q: 1, p: 2}]}; }",
+    )
+    .expect("graph");
+    for engine in ["wasm", "boa"] {
+        let output = runner()
+            .arg("run")
+            .args(["--engine", engine])
+            .arg(&graph)
+            .output()
+            .expect("runs");
+        assert_eq!(output.status.code(), Some(0), "{engine}");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            stdout.contains(r#""result":{"zeta":1,"alpha":{"y":2,"b":3},"mid":[{"q":1,"p":2}]}"#),
+            "{engine}: {stdout}"
+        );
+    }
+}
+
+#[test]
 fn usage_errors_exit_2_without_running() {
     let dir = tempfile::tempdir().expect("tempdir");
     let graph = write_graph(dir.path());

@@ -23,7 +23,7 @@ pub const ECHO: &str = r#"
 export const meta = {name: "Echo", slug: "echo", version: "1.0.0", description: "Asks one agent."};
 export default async function (args, g) {
   const r = await g.agent({label: "echo", prompt: "Say: " + (args.text ?? "hi")});
-  return {text: r.text, tokens: r.tokens};
+  return {tokens: r.tokens, text: r.text};
 }
 "#;
 
