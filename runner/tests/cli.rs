@@ -150,6 +150,22 @@ fn the_result_keeps_the_graphs_key_order_in_both_engines() {
 }
 
 #[test]
+fn a_wasm_file_that_is_not_a_component_is_refused_not_run_as_javascript() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fake = dir.path().join("graph.wasm");
+    // Valid JavaScript, so only the name says it should have been a component.
+    std::fs::write(&fake, "export default function () { return 1; }").expect("file");
+    let output = runner().arg("run").arg(&fake).output().expect("runs");
+    assert_ne!(output.status.code(), Some(0));
+    assert!(output.stdout.is_empty(), "no outcome is printed");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("is not a WebAssembly component") && stderr.contains("runner build"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn usage_errors_exit_2_without_running() {
     let dir = tempfile::tempdir().expect("tempdir");
     let graph = write_graph(dir.path());

@@ -162,6 +162,17 @@ fn read_graph(path: &Path) -> anyhow::Result<GraphFile> {
     if bytes.starts_with(WASM_MAGIC) {
         return Ok(GraphFile::Component(bytes));
     }
+    // A `.wasm` name promises a component; running its bytes as JavaScript would only confuse.
+    if path
+        .extension()
+        .is_some_and(|ext| ext.eq_ignore_ascii_case("wasm"))
+    {
+        bail!(
+            "{} is not a WebAssembly component (it does not start with \\0asm); build one with `runner build GRAPH.js -o {}`",
+            path.display(),
+            path.display()
+        );
+    }
     String::from_utf8(bytes)
         .map(GraphFile::Script)
         .map_err(|_| {
