@@ -474,3 +474,41 @@ async fn drives_run_get_cancel_in_the_current_era() {
 async fn drives_run_get_cancel_in_a_2025_session() {
     run_get_cancel(Era::Sessions2025).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_is_not_json_gets_a_json_rpc_parse_error() {
+    let service = TestService::start().await;
+    let project = service.project("p", "alice").await;
+    let token = service.full_agent(&project).await;
+    for body in ["{not json", "", "[1, 2"] {
+        let response = reqwest::Client::new()
+            .post(service.mcp_url())
+            .bearer_auth(&token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body)
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status().as_u16(), 400, "{body:?}");
+        let answer: Value = response.json().await.expect("a JSON-RPC answer");
+        assert_eq!(answer["error"]["code"], -32700, "{answer}");
+        assert_eq!(answer["id"], Value::Null);
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not JSON")),
+            "{answer}"
+        );
+    }
+    // The service is unaffected: a well-formed request right after is answered.
+    let (status, _, body) = raw_mcp(
+        &service,
+        &token,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": modern_meta()}}),
+        &[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list")],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(9));
+}

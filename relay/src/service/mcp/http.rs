@@ -61,7 +61,13 @@ pub async fn gate(State(app): State<Arc<AppState>>, request: Request, next: Next
             )
                 .into_response();
         };
-        if let Ok(peek) = serde_json::from_slice::<Peek>(&bytes) {
+        let peek = serde_json::from_slice::<Peek>(&bytes);
+        if peek.is_err()
+            && let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
+        {
+            return parse_error(&error);
+        }
+        if let Ok(peek) = peek {
             match peek.method.as_deref() {
                 Some("tools/list") => lists_tools = true,
                 Some("tools/call") => {
@@ -89,6 +95,20 @@ pub async fn gate(State(app): State<Arc<AppState>>, request: Request, next: Next
     } else {
         response
     }
+}
+
+/// 400 with JSON-RPC's parse error (-32700) for a body that is not JSON at all; rmcp would
+/// answer such a body with 415 and a bare text.
+fn parse_error(error: &serde_json::Error) -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": -32700,
+            "message": format!("parse error: the request body is not JSON ({error}); send one JSON-RPC message"),
+        },
+    });
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
 /// 403 with the `insufficient_scope` challenge; the body is the JSON-RPC answer a host reading
