@@ -136,6 +136,23 @@ async fn non_uuid_ids_get_400_before_any_state_is_read() {
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 401);
+    // An agent's token is refused on the desktop API, with a message naming both kinds.
+    let response = reqwest::Client::new()
+        .post(format!(
+            "{}/external-assistants/graph-relays/sync",
+            service.base
+        ))
+        .bearer_auth(service.full_agent(&project).await)
+        .json(&json!({"project_id": project, "sessions": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 401);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(
+        body["error"],
+        "wrong kind of token: this endpoint takes desktop tokens, not agent tokens"
+    );
     service.stop().await;
 }
 

@@ -109,7 +109,7 @@ pub enum AuthError {
     #[error("the bearer token is unknown or revoked: ask the operator for a new one")]
     Invalid,
     /// A valid token of the wrong kind for this endpoint.
-    #[error("this is a {actual} token; this endpoint needs a {expected} token")]
+    #[error("wrong kind of token: this endpoint takes {expected} tokens, not {actual} tokens")]
     WrongKind {
         /// The kind presented.
         actual: &'static str,
