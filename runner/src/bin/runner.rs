@@ -14,7 +14,7 @@ use runner::engine::{Engine, EngineKind};
 use runner::host::agents::AgentProvider;
 use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
 use runner::host::events::{EventSink, NullSink};
-use runner::host::graphs::{DESCRIBE_TIMEOUT, FolderCatalog};
+use runner::host::graphs::{DESCRIBE_TIMEOUT, LazyFolderCatalog};
 use runner::host::mock::MockProvider;
 use runner::host::providers::ProviderArgs;
 use runner::host::tools::ToolRegistry;
@@ -321,15 +321,16 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .filter(|p| !p.as_os_str().is_empty())
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
     };
-    // The folder's graphs are described by the run's own engine, each within the run's deadline.
-    let describe_timeout = Duration::from_secs_f64(args.timeout).min(DESCRIBE_TIMEOUT);
-    let catalog = FolderCatalog::load(&graphs_dir, options.engine.as_ref(), describe_timeout)
-        .await
+    // The folder's graphs are described by the run's own engine, each within the run's deadline,
+    // on the first nested call: a run that calls no other graph does not evaluate them at all.
+    std::fs::read_dir(&graphs_dir)
         .with_context(|| format!("cannot read the graphs folder {}", graphs_dir.display()))?;
-    for (path, reason) in catalog.skipped() {
-        tracing::debug!("not in the catalog: {}: {reason}", path.display());
-    }
-    options.catalog = Arc::new(catalog);
+    let describe_timeout = Duration::from_secs_f64(args.timeout).min(DESCRIBE_TIMEOUT);
+    options.catalog = Arc::new(LazyFolderCatalog::new(
+        graphs_dir,
+        options.engine.clone(),
+        describe_timeout,
+    ));
     options.token_cap = args.max_tokens;
     options.max_concurrency = usize::from(args.max_concurrency);
     options.timeout = Duration::from_secs_f64(args.timeout);

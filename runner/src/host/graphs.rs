@@ -9,6 +9,7 @@ use std::time::Duration;
 use graph_js::{Failure, Meta};
 
 use crate::engine::Engine;
+use crate::host::approvals::BoxFuture;
 
 /// Graphs may nest this deep (the top graph is depth 0).
 pub const MAX_DEPTH: usize = 8;
@@ -28,8 +29,9 @@ pub struct GraphSource {
 
 /// Where nested graphs come from: a folder for the CLI, the shared sessions on the desktop.
 pub trait Catalog: Send + Sync {
-    /// The graph with `slug`, if there is one.
-    fn lookup(&self, slug: &str) -> Option<GraphSource>;
+    /// The graph with `slug`, or why there is none (`not_found`, or a catalog that could not
+    /// be read). A catalog may read its graphs on the first lookup.
+    fn lookup<'a>(&'a self, slug: &'a str) -> BoxFuture<'a, Result<GraphSource, Failure>>;
 }
 
 /// A catalog with no graphs.
@@ -37,9 +39,20 @@ pub trait Catalog: Send + Sync {
 pub struct EmptyCatalog;
 
 impl Catalog for EmptyCatalog {
-    fn lookup(&self, _: &str) -> Option<GraphSource> {
-        None
+    fn lookup<'a>(&'a self, slug: &'a str) -> BoxFuture<'a, Result<GraphSource, Failure>> {
+        Box::pin(std::future::ready(Err(not_found(slug, &[]))))
     }
+}
+
+fn not_found(slug: &str, known: &[&str]) -> Failure {
+    let known = if known.is_empty() {
+        "it has no graphs".to_owned()
+    } else {
+        format!("it has {}", known.join(", "))
+    };
+    Failure::not_found(format!(
+        "there is no graph with slug {slug} in the catalog ({known})"
+    ))
 }
 
 /// Graphs by slug, loaded from the `*.js` files of one folder.
@@ -113,9 +126,61 @@ impl FolderCatalog {
     }
 }
 
+impl FolderCatalog {
+    fn find(&self, slug: &str) -> Result<GraphSource, Failure> {
+        self.graphs.get(slug).cloned().ok_or_else(|| {
+            let known: Vec<&str> = self.slugs().collect();
+            not_found(slug, &known)
+        })
+    }
+}
+
 impl Catalog for FolderCatalog {
-    fn lookup(&self, slug: &str) -> Option<GraphSource> {
-        self.graphs.get(slug).cloned()
+    fn lookup<'a>(&'a self, slug: &'a str) -> BoxFuture<'a, Result<GraphSource, Failure>> {
+        Box::pin(std::future::ready(self.find(slug)))
+    }
+}
+
+/// The graphs of a folder, read on the first nested call: a run that calls no other graph
+/// never evaluates the folder's files, so a slow or hostile file beside the graph costs it
+/// nothing. A run that does call one pays [`FolderCatalog::load`] once.
+pub struct LazyFolderCatalog {
+    dir: PathBuf,
+    engine: Arc<dyn Engine>,
+    timeout: Duration,
+    loaded: tokio::sync::OnceCell<Result<FolderCatalog, String>>,
+}
+
+impl LazyFolderCatalog {
+    /// A catalog of `dir`, described by `engine`, each file for at most `timeout`.
+    pub fn new(dir: PathBuf, engine: Arc<dyn Engine>, timeout: Duration) -> Self {
+        Self {
+            dir,
+            engine,
+            timeout,
+            loaded: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    async fn load(&self) -> Result<FolderCatalog, String> {
+        let catalog = FolderCatalog::load(&self.dir, self.engine.as_ref(), self.timeout)
+            .await
+            .map_err(|e| format!("cannot read the graphs folder {}: {e}", self.dir.display()))?;
+        for (path, reason) in catalog.skipped() {
+            tracing::debug!("not in the catalog: {}: {reason}", path.display());
+        }
+        Ok(catalog)
+    }
+}
+
+impl Catalog for LazyFolderCatalog {
+    fn lookup<'a>(&'a self, slug: &'a str) -> BoxFuture<'a, Result<GraphSource, Failure>> {
+        Box::pin(async move {
+            match self.loaded.get_or_init(|| self.load()).await {
+                Ok(catalog) => catalog.find(slug),
+                Err(e) => Err(Failure::failed(e.clone())),
+            }
+        })
     }
 }
 
@@ -169,8 +234,10 @@ mod tests {
         let catalog = FolderCatalog::load(dir.path(), &engine, DESCRIBE_TIMEOUT)
             .await
             .expect("loads");
-        assert!(catalog.lookup("alpha").is_some());
-        assert!(catalog.lookup("broken").is_none());
+        assert!(catalog.lookup("alpha").await.is_ok());
+        let missing = catalog.lookup("broken").await.unwrap_err();
+        assert_eq!(missing.code.as_str(), "not_found");
+        assert!(missing.message.contains("(it has alpha)"), "{missing}");
         assert_eq!(catalog.skipped().len(), 1);
     }
 }

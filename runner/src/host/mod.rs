@@ -396,9 +396,6 @@ impl Invocation {
     /// `start-graph`.
     pub fn start_graph(&mut self, slug: &str, args: &str) -> Result<u32, Failure> {
         graphs::check_depth(&self.chain, slug)?;
-        let source = self.run.catalog.lookup(slug).ok_or_else(|| {
-            Failure::not_found(format!("there is no graph with slug {slug} in the catalog"))
-        })?;
         let parsed: Value = serde_json::from_str(args).map_err(|e| {
             Failure::invalid(format!("graph {slug}: arguments are not valid JSON: {e}"))
         })?;
@@ -423,6 +420,14 @@ impl Invocation {
         let slug = slug.to_owned();
         let args = args.to_owned();
         Ok(self.spawn(handle, async move {
+            // The catalog may read its folder now, on the run's first nested call.
+            let source = match run.catalog.lookup(&slug).await {
+                Ok(source) => source,
+                Err(failure) => {
+                    run.live_graphs.fetch_sub(1, Ordering::SeqCst);
+                    return Err(failure);
+                }
+            };
             run.events.emit(
                 depth,
                 EventKind::GraphStarted {
