@@ -237,7 +237,10 @@ async fn a_graphs_folder_is_read_only_on_the_first_nested_call_and_only_once() {
         assert_eq!(result[2], "not_found");
         assert_eq!(
             result[3],
-            "there is no graph with slug nope in the catalog (it has countdown, loop)"
+            format!(
+                "there is no graph with slug nope in the graphs folder {} (it has countdown, loop); --graphs DIR names another folder",
+                dir.path().display()
+            )
         );
         assert_eq!(
             describes.load(Ordering::SeqCst),

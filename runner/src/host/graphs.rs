@@ -40,18 +40,18 @@ pub struct EmptyCatalog;
 
 impl Catalog for EmptyCatalog {
     fn lookup<'a>(&'a self, slug: &'a str) -> BoxFuture<'a, Result<GraphSource, Failure>> {
-        Box::pin(std::future::ready(Err(not_found(slug, &[]))))
+        Box::pin(std::future::ready(Err(not_found(slug, "the catalog", &[]))))
     }
 }
 
-fn not_found(slug: &str, known: &[&str]) -> Failure {
+fn not_found(slug: &str, place: &str, known: &[&str]) -> Failure {
     let known = if known.is_empty() {
         "it has no graphs".to_owned()
     } else {
         format!("it has {}", known.join(", "))
     };
     Failure::not_found(format!(
-        "there is no graph with slug {slug} in the catalog ({known})"
+        "there is no graph with slug {slug} in {place} ({known})"
     ))
 }
 
@@ -127,17 +127,17 @@ impl FolderCatalog {
 }
 
 impl FolderCatalog {
-    fn find(&self, slug: &str) -> Result<GraphSource, Failure> {
+    fn find(&self, slug: &str, place: &str) -> Result<GraphSource, Failure> {
         self.graphs.get(slug).cloned().ok_or_else(|| {
             let known: Vec<&str> = self.slugs().collect();
-            not_found(slug, &known)
+            not_found(slug, place, &known)
         })
     }
 }
 
 impl Catalog for FolderCatalog {
     fn lookup<'a>(&'a self, slug: &'a str) -> BoxFuture<'a, Result<GraphSource, Failure>> {
-        Box::pin(std::future::ready(self.find(slug)))
+        Box::pin(std::future::ready(self.find(slug, "the catalog")))
     }
 }
 
@@ -177,7 +177,15 @@ impl Catalog for LazyFolderCatalog {
     fn lookup<'a>(&'a self, slug: &'a str) -> BoxFuture<'a, Result<GraphSource, Failure>> {
         Box::pin(async move {
             match self.loaded.get_or_init(|| self.load()).await {
-                Ok(catalog) => catalog.find(slug),
+                Ok(catalog) => {
+                    let place = format!("the graphs folder {}", self.dir.display());
+                    catalog.find(slug, &place).map_err(|failure| {
+                        Failure::not_found(format!(
+                            "{}; --graphs DIR names another folder",
+                            failure.message
+                        ))
+                    })
+                }
                 Err(e) => Err(Failure::failed(e.clone())),
             }
         })
