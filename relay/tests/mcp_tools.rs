@@ -286,6 +286,19 @@ fn modern_meta() -> Value {
     })
 }
 
+/// `tools/list` in the current era (stateless, per-request metadata), answered 200.
+async fn list_tools_now(service: &TestService, token: &str) -> Value {
+    let (status, _, body) = raw_mcp(
+        service,
+        token,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": modern_meta()}}),
+        &[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list")],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_list_carries_top_level_security_schemes_on_the_wire() {
     let service = TestService::start().await;
@@ -294,14 +307,7 @@ async fn tools_list_carries_top_level_security_schemes_on_the_wire() {
     let expected = expected_tools();
 
     // Current era: a stateless request with per-request metadata, answered as JSON.
-    let (status, _, body) = raw_mcp(
-        &service,
-        &token,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": modern_meta()}}),
-        &[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list")],
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    let body = list_tools_now(&service, &token).await;
     let tools = body["result"]["tools"].as_array().expect("tools");
     assert_eq!(tools.len(), 9);
     for (tool, want) in tools.iter().zip(expected.as_array().unwrap()) {
@@ -502,13 +508,6 @@ async fn a_body_that_is_not_json_gets_a_json_rpc_parse_error() {
         );
     }
     // The service is unaffected: a well-formed request right after is answered.
-    let (status, _, body) = raw_mcp(
-        &service,
-        &token,
-        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": modern_meta()}}),
-        &[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list")],
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
+    let body = list_tools_now(&service, &token).await;
     assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(9));
 }
