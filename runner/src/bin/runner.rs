@@ -478,10 +478,11 @@ async fn test(
         Arc::new(NullSink)
     };
     eprintln!(
-        "running {} test files in {} on engine {:?}",
+        "running {} test files in {} on engine {}",
         tests.len(),
         dir.display(),
-        engine.engine
+        clap::ValueEnum::to_possible_value(&engine.engine)
+            .map_or_else(String::new, |value| value.get_name().to_owned())
     );
     let reports = runner::testing::run_dir(dir, engine.build(None)?, events, provider, |report| {
         if report.passed() {
