@@ -513,9 +513,8 @@ fn describe_uncatchable(error: &JsError) -> String {
 /// The engine error (a runtime limit, or another wrapped one) an internal error was caused by.
 fn limit_behind(panic: &boa_engine::error::PanicError) -> Option<&JsError> {
     let source = std::error::Error::source(panic)?;
-    let inner = source
-        .downcast_ref::<JsError>()
-        .or_else(|| source.downcast_ref::<Box<JsError>>().map(|boxed| &**boxed))?;
+    // thiserror hands out the `Option<Box<JsError>>` field as the box itself.
+    let inner: &JsError = source.downcast_ref::<Box<JsError>>()?;
     inner.as_engine().is_some().then_some(inner)
 }
 
