@@ -8,20 +8,6 @@ use runner::Meta;
 use runner::RunStatus;
 use serde_json::json;
 
-const COUNTDOWN: &str = r#"
-export const meta = {name: "Countdown", slug: "countdown", version: "1"};
-export default async function (args, g) {
-  if (args.n === 0) return ["done"];
-  const rest = await g.graph("countdown", {n: args.n - 1});
-  return [args.n, ...rest];
-}
-"#;
-
-const SELF_CALLING: &str = r#"
-export const meta = {name: "Loop", slug: "loop", version: "1"};
-export default async function (args, g) { return g.graph("loop", {n: (args.n ?? 0) + 1}); }
-"#;
-
 /// An engine that counts how often it is asked for a graph's `meta`.
 struct CountingDescribes {
     inner: Arc<dyn runner::engine::Engine>,
@@ -55,8 +41,8 @@ async fn a_graphs_folder_is_read_only_on_the_first_nested_call_and_only_once() {
     use runner::host::graphs::{DESCRIBE_TIMEOUT, LazyFolderCatalog};
     use std::sync::atomic::{AtomicUsize, Ordering};
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("countdown.js"), COUNTDOWN).expect("countdown");
-    std::fs::write(dir.path().join("loop.js"), SELF_CALLING).expect("loop");
+    std::fs::write(dir.path().join("countdown.js"), common::COUNTDOWN).expect("countdown");
+    std::fs::write(dir.path().join("loop.js"), common::SELF_CALLING).expect("loop");
     std::fs::write(dir.path().join("broken.js"), "export const meta = {").expect("broken");
     for inner in common::engines() {
         let describes = Arc::new(AtomicUsize::new(0));

@@ -19,28 +19,14 @@ fn graph(slug: &str, script: &str) -> GraphSource {
     }
 }
 
-const SELF_CALLING: &str = r#"
-export const meta = {name: "Loop", slug: "loop", version: "1"};
-export default async function (args, g) { return g.graph("loop", {n: (args.n ?? 0) + 1}); }
-"#;
-
-const COUNTDOWN: &str = r#"
-export const meta = {name: "Countdown", slug: "countdown", version: "1"};
-export default async function (args, g) {
-  if (args.n === 0) return ["done"];
-  const rest = await g.graph("countdown", {n: args.n - 1});
-  return [args.n, ...rest];
-}
-"#;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graph_that_calls_itself_stops_at_the_depth_limit() {
     for engine in common::engines() {
         let mut catalog = FolderCatalog::default();
-        catalog.insert(graph("loop", SELF_CALLING));
+        catalog.insert(graph("loop", common::SELF_CALLING));
         let (mut options, _, _) = common::options(engine, json!({}));
         options.catalog = Arc::new(catalog);
-        let outcome = common::run(SELF_CALLING, json!({}), &options).await;
+        let outcome = common::run(common::SELF_CALLING, json!({}), &options).await;
         assert_eq!(outcome.status, RunStatus::Failed);
         let error = outcome.error.unwrap_or_default();
         assert!(
@@ -55,11 +41,11 @@ async fn a_graph_that_calls_itself_stops_at_the_depth_limit() {
 async fn recursion_with_a_base_case_within_the_limit_works() {
     for engine in common::engines() {
         let mut catalog = FolderCatalog::default();
-        catalog.insert(graph("countdown", COUNTDOWN));
+        catalog.insert(graph("countdown", common::COUNTDOWN));
         let (mut options, _, _) = common::options(engine, json!({}));
         options.catalog = Arc::new(catalog);
         let n = MAX_DEPTH as i64;
-        let outcome = common::run(COUNTDOWN, json!({"n": n}), &options).await;
+        let outcome = common::run(common::COUNTDOWN, json!({"n": n}), &options).await;
         assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
         let expected: Vec<serde_json::Value> = (1..=n)
             .rev()
@@ -68,7 +54,7 @@ async fn recursion_with_a_base_case_within_the_limit_works() {
             .collect();
         assert_eq!(outcome.result, Some(json!(expected)));
         // One level deeper is refused.
-        let outcome = common::run(COUNTDOWN, json!({"n": n + 1}), &options).await;
+        let outcome = common::run(common::COUNTDOWN, json!({"n": n + 1}), &options).await;
         assert_eq!(outcome.status, RunStatus::Failed);
     }
 }
@@ -164,4 +150,48 @@ async fn concurrent_nested_graphs_share_the_fuel_budget() {
     )
     .await;
     assert!(out_of_fuel(&six), "{six:?}");
+}
+
+/// At most `MAX_LIVE_GRAPHS` nested graphs run at once; one that finishes, or that was never
+/// found, frees its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_graphs_running_at_once_are_capped_and_free_their_place() {
+    const NAP: &str = r#"
+export const meta = {name: "Nap", slug: "nap", version: "1"};
+export default async function (args, g) { await g.sleep(300); return 1; }
+"#;
+    let script = format!(
+        r#"export default async function (a, g) {{
+            const starts = (n, slug) => Promise.allSettled(Array.from({{length: n}}, () => g.graph(slug, {{}})));
+            const missing = await starts({max} + 6, "nope");
+            const naps = await starts({max} + 1, "nap");
+            const again = await starts({max}, "nap");
+            const ok = (all) => all.filter(r => r.status === "fulfilled").length;
+            return {{
+                missing: missing.filter(r => r.reason.code === "not_found").length,
+                naps: ok(naps),
+                refused: naps.filter(r => r.status === "rejected").map(r => r.reason.message),
+                again: ok(again),
+            }};
+        }}"#,
+        max = runner::host::graphs::MAX_LIVE_GRAPHS
+    );
+    for engine in common::engines() {
+        let mut catalog = FolderCatalog::default();
+        catalog.insert(graph("nap", NAP));
+        let (mut options, _, _) = common::options(engine, json!({}));
+        options.catalog = Arc::new(catalog);
+        let outcome = common::run(&script, json!({}), &options).await;
+        assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
+        let max = runner::host::graphs::MAX_LIVE_GRAPHS;
+        assert_eq!(
+            outcome.result,
+            Some(json!({
+                "missing": max + 6,
+                "naps": max,
+                "refused": [format!("more than {max} nested graphs running at once in this run")],
+                "again": max,
+            })),
+        );
+    }
 }

@@ -124,9 +124,8 @@ impl FolderCatalog {
     pub fn slugs(&self) -> impl Iterator<Item = &str> {
         self.graphs.keys().map(String::as_str)
     }
-}
 
-impl FolderCatalog {
+    /// The graph with `slug`, or `not_found` naming `place` and the slugs there are.
     fn find(&self, slug: &str, place: &str) -> Result<GraphSource, Failure> {
         self.graphs.get(slug).cloned().ok_or_else(|| {
             let known: Vec<&str> = self.slugs().collect();

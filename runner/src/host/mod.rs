@@ -100,6 +100,16 @@ pub struct RunParts {
     pub cancel: CancellationToken,
 }
 
+/// One of the run's nested graphs counted in `live_graphs`, from `start-graph` until its work
+/// ends, fails to start or is dropped.
+struct LiveGraph(Arc<RunShared>);
+
+impl Drop for LiveGraph {
+    fn drop(&mut self) {
+        self.0.live_graphs.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl RunShared {
     /// Builds the shared state of one run.
     pub fn new(parts: RunParts) -> Arc<Self> {
@@ -405,8 +415,9 @@ impl Invocation {
             )));
         }
         let handle = self.admit_new_handle()?;
-        if self.run.live_graphs.fetch_add(1, Ordering::SeqCst) >= graphs::MAX_LIVE_GRAPHS {
-            self.run.live_graphs.fetch_sub(1, Ordering::SeqCst);
+        let running = self.run.live_graphs.fetch_add(1, Ordering::SeqCst);
+        let live = LiveGraph(self.run.clone());
+        if running >= graphs::MAX_LIVE_GRAPHS {
             return Err(Failure::failed(format!(
                 "more than {} nested graphs running at once in this run",
                 graphs::MAX_LIVE_GRAPHS
@@ -421,13 +432,7 @@ impl Invocation {
         let args = args.to_owned();
         Ok(self.spawn(handle, async move {
             // The catalog may read its folder now, on the run's first nested call.
-            let source = match run.catalog.lookup(&slug).await {
-                Ok(source) => source,
-                Err(failure) => {
-                    run.live_graphs.fetch_sub(1, Ordering::SeqCst);
-                    return Err(failure);
-                }
-            };
+            let source = run.catalog.lookup(&slug).await?;
             run.events.emit(
                 depth,
                 EventKind::GraphStarted {
@@ -436,7 +441,7 @@ impl Invocation {
                 },
             );
             let outcome = run.engine.run(source.script.clone(), args, child).await;
-            run.live_graphs.fetch_sub(1, Ordering::SeqCst);
+            drop(live);
             run.events.emit(
                 depth,
                 EventKind::GraphFinished {

@@ -12,6 +12,22 @@ use runner::host::mock::MockProvider;
 use runner::run::{RunOptions, RunOutcome, RunRequest, run_graph};
 use tokio_util::sync::CancellationToken;
 
+/// A graph that calls itself with no base case (slug `loop`).
+pub const SELF_CALLING: &str = r#"
+export const meta = {name: "Loop", slug: "loop", version: "1"};
+export default async function (args, g) { return g.graph("loop", {n: (args.n ?? 0) + 1}); }
+"#;
+
+/// A graph that calls itself `args.n` deep and lists the levels (slug `countdown`).
+pub const COUNTDOWN: &str = r#"
+export const meta = {name: "Countdown", slug: "countdown", version: "1"};
+export default async function (args, g) {
+  if (args.n === 0) return ["done"];
+  const rest = await g.graph("countdown", {n: args.n - 1});
+  return [args.n, ...rest];
+}
+"#;
+
 /// The engines every behaviour is checked on: the sandbox and the in-process interpreter.
 pub fn engines() -> Vec<Arc<dyn Engine>> {
     [EngineKind::Wasm, EngineKind::Boa]
