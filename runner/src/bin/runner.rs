@@ -477,14 +477,14 @@ async fn test(
     } else {
         Arc::new(NullSink)
     };
+    let engine = engine.build(None)?;
     eprintln!(
         "running {} test files in {} on engine {}",
         tests.len(),
         dir.display(),
-        clap::ValueEnum::to_possible_value(&engine.engine)
-            .map_or_else(String::new, |value| value.get_name().to_owned())
+        engine.name()
     );
-    let reports = runner::testing::run_dir(dir, engine.build(None)?, events, provider, |report| {
+    let reports = runner::testing::run_dir(dir, engine, events, provider, |report| {
         if report.passed() {
             println!("PASS {}", report.name);
         } else {
