@@ -264,13 +264,13 @@ impl WasmEngine {
         let instance = match self.loaded.pre.instantiate_async(&mut store).await {
             Ok(instance) => instance,
             Err(e) => {
-                // Settling cannot fail here: the store was given fuel when it was made.
-                let _ = settle_fuel(store.as_context_mut());
+                // Counting cannot fail here: the store was given fuel when it was made.
+                let _ = count_fuel(store.as_context_mut());
                 return Err(describe_trap(&e, &store, self.limits));
             }
         };
         let outcome = call(&instance, &mut store).await;
-        let _ = settle_fuel(store.as_context_mut());
+        let _ = count_fuel(store.as_context_mut());
         store.data().flush_output();
         outcome.map_err(|e| describe_trap(&e, &store, self.limits))
     }
@@ -306,20 +306,22 @@ fn new_store(
         },
         stdout,
         stderr,
-        fuel: limits.fuel.map(|budget| FuelShare { budget, given: 0 }),
+        fuel: limits.fuel.map(|budget| FuelShare { budget, seen: 0 }),
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);
     // The instance starts with what the run's other instances left of the budget.
-    settle_fuel(store.as_context_mut()).map_err(|e| format!("cannot set fuel: {e}"))?;
+    give_fuel(store.as_context_mut()).map_err(|e| format!("cannot set fuel: {e}"))?;
     // Every tick the guest yields to the executor and checks whether its run was stopped
     // (cancelled from outside, or past its deadline); the fuel it burned goes into the run's
-    // count, and it gets what the run has left.
+    // count, and it stops once the run's budget is used up.
     store.epoch_deadline_callback(|mut context| {
         if context.data().invocation.run().stopped().is_some() {
             return Ok(UpdateDeadline::Interrupt);
         }
-        settle_fuel(context.as_context_mut())?;
+        if count_fuel(context.as_context_mut())? == Some(0) {
+            return Err(Trap::OutOfFuel.into());
+        }
         Ok(UpdateDeadline::Yield(1))
     });
     store.set_epoch_deadline(1);
@@ -397,28 +399,48 @@ enum MemoryCap {
     Run,
 }
 
-/// Moves the fuel an instance burned since it last settled into its run's count and gives the
-/// instance what the run has left. With one graph this changes nothing (it burns exactly its
-/// budget); with nested graphs, whose instances draw on the same budget, an instance learns of
-/// its siblings' use at its next settle, so the run can overshoot by at most one
-/// [`EPOCH_TICK`] of work per running instance. A new store (no fuel yet, nothing given) gets
-/// what the run has left. Fails only if the engine does not meter fuel.
-fn settle_fuel(mut store: StoreContextMut<'_, HostState>) -> wasmtime::Result<()> {
+/// Moves the fuel an instance burned since it last counted into its run's count and returns
+/// what the run has left of its budget, or `None` when the run has no `--fuel`. Fails only if
+/// the engine does not meter fuel.
+///
+/// An instance's own fuel is set once, when its store is made (see [`new_store`]): to what the
+/// run has left then. It is never changed while wasm runs: code compiled by wasmtime keeps its
+/// fuel count in a register across the epoch check and writes it back at its next call, so a
+/// `set_fuel` from the epoch callback is silently undone. Instead the callback stops the
+/// instance once the run's count reaches the budget. With one graph this changes nothing (it
+/// burns exactly its budget); with nested graphs, which draw on the same budget, an instance
+/// learns of its siblings' use at its next epoch tick, so the run can overshoot by at most one
+/// [`EPOCH_TICK`] of work per running instance.
+fn count_fuel(mut store: StoreContextMut<'_, HostState>) -> wasmtime::Result<Option<u64>> {
     use std::sync::atomic::Ordering;
-    let Some((budget, given)) = store.data().fuel.as_ref().map(|s| (s.budget, s.given)) else {
-        return Ok(());
+    let Some((budget, seen)) = store.data().fuel.as_ref().map(|s| (s.budget, s.seen)) else {
+        return Ok(None);
     };
+    // Inside the epoch callback this may lag behind by what the running function has not
+    // written back yet; that part is counted at the next count. It never rises while wasm
+    // runs, so `seen` only falls.
     let left = store.get_fuel()?;
-    let used = given.saturating_sub(left);
-    let run = Arc::clone(store.data().invocation.run());
-    let spent = run
+    let used = seen.saturating_sub(left);
+    if let Some(share) = &mut store.data_mut().fuel {
+        share.seen = left;
+    }
+    let spent = store
+        .data()
+        .invocation
+        .run()
         .sandbox_fuel_spent
         .fetch_add(used, Ordering::SeqCst)
         .saturating_add(used);
-    let remaining = budget.saturating_sub(spent);
-    store.set_fuel(remaining)?;
-    if let Some(share) = &mut store.data_mut().fuel {
-        share.given = remaining;
+    Ok(Some(budget.saturating_sub(spent)))
+}
+
+/// Gives a new store, before any of its wasm runs, what the run has left of its fuel budget.
+fn give_fuel(mut store: StoreContextMut<'_, HostState>) -> wasmtime::Result<()> {
+    if let Some(left) = count_fuel(store.as_context_mut())? {
+        store.set_fuel(left)?;
+        if let Some(share) = &mut store.data_mut().fuel {
+            share.seen = left;
+        }
     }
     Ok(())
 }
@@ -427,8 +449,8 @@ fn settle_fuel(mut store: StoreContextMut<'_, HostState>) -> wasmtime::Result<()
 struct FuelShare {
     /// The run's whole budget (`--fuel`).
     budget: u64,
-    /// The fuel the instance was given when it last settled.
-    given: u64,
+    /// The instance's fuel when it last counted (see [`count_fuel`]).
+    seen: u64,
 }
 
 /// Caps linear memory (per instance, and summed over the run's instances) and tables, and
