@@ -195,6 +195,12 @@ fn usage_errors_exit_2_without_running() {
         vec![
             "run".to_owned(),
             graph.display().to_string(),
+            "--fuel".into(),
+            "0".into(),
+        ],
+        vec![
+            "run".to_owned(),
+            graph.display().to_string(),
             "--bogus".into(),
         ],
     ] {

@@ -81,7 +81,7 @@ struct EngineArgs {
     engine: EngineKind,
     /// Wasm only: a deterministic instruction budget (wasmtime fuel units) for the whole run,
     /// nested graphs included.
-    #[arg(long)]
+    #[arg(long, value_name = "UNITS", value_parser = parse_fuel)]
     fuel: Option<u64>,
     /// Wasm only: linear-memory cap in MiB.
     #[arg(long = "memory-mib", default_value_t = 256,
@@ -127,6 +127,15 @@ impl EngineArgs {
             }
             EngineKind::Boa => Arc::new(BoaEngine::default()),
         })
+    }
+}
+
+/// `--fuel`: a whole number of fuel units, at least 1.
+fn parse_fuel(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(0) => Err("a budget of 0 units cannot run anything; give at least 1 (a trivial graph needs about 300,000)".to_owned()),
+        Ok(units) => Ok(units),
+        Err(e) => Err(format!("expected a whole number of fuel units: {e}")),
     }
 }
 
