@@ -351,14 +351,16 @@ fn new_engine(limits: WasmLimits) -> Result<wasmtime::Engine, WasmError> {
         // The fiber that runs wasm must hold the whole wasm stack plus host frames.
         .async_stack_size(limits.wasm_stack_bytes + 2 * 1024 * 1024);
     let engine = wasmtime::Engine::new(&config).map_err(setup)?;
-    start_epoch_ticker(&engine);
+    // Without the ticker no deadline, cancel or shared fuel budget would ever take effect.
+    start_epoch_ticker(&engine)
+        .map_err(|e| WasmError::Setup(format!("cannot start the epoch ticker thread: {e}")))?;
     Ok(engine)
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until the engine is dropped.
-fn start_epoch_ticker(engine: &wasmtime::Engine) {
+fn start_epoch_ticker(engine: &wasmtime::Engine) -> std::io::Result<()> {
     let weak = engine.weak();
-    let _ = std::thread::Builder::new()
+    std::thread::Builder::new()
         .name("wasm-epoch".into())
         .spawn(move || {
             while let Some(engine) = weak.upgrade() {
@@ -366,7 +368,8 @@ fn start_epoch_ticker(engine: &wasmtime::Engine) {
                 drop(engine);
                 std::thread::sleep(EPOCH_TICK);
             }
-        });
+        })
+        .map(drop)
 }
 
 /// Adds the WASI interfaces the guest may use: io, clocks, random and cli. Filesystem and
