@@ -40,15 +40,45 @@ use crate::run::{RunOptions, RunOutcome, RunRequest, RunStatus, run_graph};
 /// Suffix of test files.
 pub const TEST_SUFFIX: &str = ".test.json";
 
+/// A test file with several cases: `{"graph"?, "cases": [...]}`. (A file without `cases` is
+/// one case.)
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum TestFile {
-    Many {
-        #[serde(default)]
-        graph: Option<String>,
-        cases: Vec<TestCase>,
-    },
-    One(Box<TestCase>),
+#[serde(deny_unknown_fields)]
+struct ManyCases {
+    #[serde(default)]
+    graph: Option<String>,
+    cases: Vec<Value>,
+}
+
+/// The default graph and the cases of a test file's text, or what is wrong with it, naming the
+/// case (`case 2 ("name")`) when one case is.
+fn parse_test_file(text: &str) -> Result<(Option<String>, Vec<TestCase>), String> {
+    let value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let Value::Object(fields) = &value else {
+        return Err(
+            "expected a JSON object: one case, or {\"graph\": ..., \"cases\": [...]}".to_owned(),
+        );
+    };
+    if !fields.contains_key("cases") {
+        let case = serde_json::from_value::<TestCase>(value).map_err(|e| e.to_string())?;
+        return Ok((None, vec![case]));
+    }
+    let many = serde_json::from_value::<ManyCases>(value).map_err(|e| e.to_string())?;
+    let cases = many
+        .cases
+        .into_iter()
+        .enumerate()
+        .map(|(i, case)| {
+            let name = case
+                .get("name")
+                .and_then(Value::as_str)
+                .map(|n| format!(" ({n:?})"))
+                .unwrap_or_default();
+            serde_json::from_value::<TestCase>(case)
+                .map_err(|e| format!("case {}{name}: {e}", i + 1))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((many.graph, cases))
 }
 
 /// One test case.
@@ -247,9 +277,8 @@ async fn run_file(
         Ok(t) => t,
         Err(e) => return broken(format!("cannot read the test file: {e}")),
     };
-    let (default_graph, cases) = match serde_json::from_str::<TestFile>(&text) {
-        Ok(TestFile::Many { graph, cases }) => (graph, cases),
-        Ok(TestFile::One(case)) => (None, vec![*case]),
+    let (default_graph, cases) = match parse_test_file(&text) {
+        Ok(parsed) => parsed,
         Err(e) => return broken(format!("the test file is not valid: {e}")),
     };
     let base = file.parent().unwrap_or(Path::new("."));
@@ -430,4 +459,51 @@ fn check(expect: &Expect, outcome: &RunOutcome, folder: &tempfile::TempDir) -> V
         }
     }
     problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_test_file;
+
+    fn problem(text: &str) -> String {
+        match parse_test_file(text) {
+            Ok(parsed) => panic!("{text} parsed: {parsed:?}"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn a_broken_test_file_names_the_case_and_the_field() {
+        let missing = problem(
+            r#"{"cases": [{"expect": {"status": "completed"}}, {"name": "second", "expect": {}}]}"#,
+        );
+        assert_eq!(missing, r#"case 2 ("second"): missing field `status`"#);
+        let unnamed = problem(r#"{"cases": [{"expect": {"status": "completed", "reslt": 1}}]}"#);
+        assert!(
+            unnamed.starts_with("case 1: unknown field `reslt`"),
+            "{unnamed}"
+        );
+        let typo = problem(r#"{"graf": "g.js", "cases": []}"#);
+        assert!(typo.starts_with("unknown field `graf`"), "{typo}");
+        let one = problem(r#"{"expect": {"status": "done"}}"#);
+        assert!(one.contains("unknown variant `done`"), "{one}");
+        assert!(problem("[]").starts_with("expected a JSON object"));
+        assert!(problem("{nope").contains("line 1 column 2"));
+    }
+
+    #[test]
+    fn one_case_or_many_cases_parse() {
+        let (graph, cases) = parse_test_file(
+            r#"{"graph": "g.js", "cases": [{"name": "a", "expect": {"status": "completed"}}, {"expect": {"status": "failed"}}]}"#,
+        )
+        .expect("valid");
+        assert_eq!(graph.as_deref(), Some("g.js"));
+        assert_eq!(cases.len(), 2);
+        assert_eq!(cases[0].name.as_deref(), Some("a"));
+        let (graph, cases) =
+            parse_test_file(r#"{"args": {"x": 1}, "expect": {"status": "completed"}}"#)
+                .expect("valid");
+        assert_eq!(graph, None);
+        assert_eq!(cases[0].args["x"], 1);
+    }
 }
