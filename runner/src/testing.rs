@@ -34,8 +34,9 @@ use crate::host::approvals::{
 use crate::host::events::EventSink;
 use crate::host::graphs::{Catalog, DESCRIBE_TIMEOUT, FolderCatalog};
 use crate::host::mock::MockProvider;
-use crate::host::tools::ToolRegistry;
+use crate::host::tools::{Folder, ToolRegistry};
 use crate::run::{RunOptions, RunOutcome, RunRequest, RunStatus, run_graph};
+use graph_js::FailureCode;
 
 /// Suffix of test files.
 pub const TEST_SUFFIX: &str = ".test.json";
@@ -330,11 +331,12 @@ async fn run_case(
         .map_err(|e| format!("cannot read the graph {}: {e}", graph.display()))?;
     let folder =
         tempfile::tempdir().map_err(|e| format!("cannot create a temporary folder: {e}"))?;
+    // Seeded files stay inside the case's folder, by the same rules as the graph's fs tools.
+    let confined = Folder::open(folder.path()).map_err(|e| e.message)?;
     for (path, content) in &case.files {
-        let target = folder.path().join(path);
-        if let Some(parent) = target.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("cannot seed {path}: {e}"))?;
-        }
+        let target = confined
+            .for_writing(path)
+            .map_err(|e| format!("cannot seed {path}: {}", e.message))?;
         std::fs::write(&target, content).map_err(|e| format!("cannot seed {path}: {e}"))?;
     }
     let provider: Option<Arc<dyn AgentProvider>> = match (&case.replies, &case.replies_file) {
@@ -444,8 +446,20 @@ fn check(expect: &Expect, outcome: &RunOutcome, folder: &tempfile::TempDir) -> V
             outcome.total_tokens
         ));
     }
+    // Only files inside the case's folder are checked, by the same rules as the graph's fs tools.
+    let confined = match Folder::open(folder.path()) {
+        Ok(confined) => confined,
+        Err(e) => {
+            problems.push(e.message);
+            return problems;
+        }
+    };
     for (path, expected) in &expect.files {
-        match std::fs::read_to_string(folder.path().join(path)) {
+        let read = confined
+            .existing(path)
+            .map_err(|e| e.message)
+            .and_then(|file| std::fs::read_to_string(file).map_err(|e| e.to_string()));
+        match read {
             Ok(content) if &content == expected => {}
             Ok(content) => problems.push(format!(
                 "file {path}: expected {expected:?}, got {content:?}"
@@ -454,8 +468,10 @@ fn check(expect: &Expect, outcome: &RunOutcome, folder: &tempfile::TempDir) -> V
         }
     }
     for path in &expect.absent {
-        if folder.path().join(path).exists() {
-            problems.push(format!("file {path} exists but should not"));
+        match confined.existing(path) {
+            Err(e) if e.code == FailureCode::NotFound => {}
+            Ok(_) => problems.push(format!("file {path} exists but should not")),
+            Err(e) => problems.push(format!("file {path}: {}", e.message)),
         }
     }
     problems

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn runner() -> Command {
     Command::new(env!("CARGO_BIN_EXE_runner"))
@@ -60,6 +60,46 @@ fn every_example_graph_passes_runner_test() {
     assert!(passed >= 4, "{stdout}");
 }
 
+/// A test file's `files` (seeded) and `expect.files`/`absent` (checked) are confined to the
+/// case's own folder, by the rules of the graph's fs tools: an absolute path or `..` is refused,
+/// nothing is written outside and nothing outside is read.
+#[test]
+fn runner_test_keeps_seeded_and_checked_files_inside_the_cases_folder() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let outside = dir.path().join("outside.txt");
+    let secret = dir.path().join("secret.txt");
+    std::fs::write(&secret, "secret").expect("secret");
+    std::fs::write(dir.path().join("one.js"), "export const meta = {name: 'One', slug: 'one', version: '1'};\nexport default async function () { return 1; }").expect("graph");
+    let cases = json!({"cases": [
+        {"name": "absolute seed", "files": {outside.display().to_string(): "x"}, "expect": {"status": "completed"}},
+        {"name": "parent seed", "files": {"../x.txt": "x"}, "expect": {"status": "completed"}},
+        {"name": "absolute check", "expect": {"status": "completed", "files": {secret.display().to_string(): "secret"}}},
+        {"name": "inside", "files": {"a/b.txt": "x"}, "expect": {"status": "completed", "files": {"a/b.txt": "x"}, "absent": ["c.txt"]}},
+    ]});
+    std::fs::write(dir.path().join("one.test.json"), cases.to_string()).expect("test");
+    let output = runner().arg("test").arg(dir.path()).output().expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(
+        !outside.exists(),
+        "nothing is written outside the case's folder"
+    );
+    for expected in [
+        "FAIL absolute seed",
+        "is absolute; use a path relative to the folder",
+        "FAIL parent seed",
+        "uses `..`; paths must stay inside the folder",
+        "FAIL absolute check",
+        "PASS inside",
+    ] {
+        assert!(stdout.contains(expected), "{expected}: {stdout}");
+    }
+    assert!(
+        stdout.trim_end().ends_with("1 passed, 3 failed"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn runner_test_fails_on_a_failing_case() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -100,7 +140,7 @@ fn run_prints_one_json_object_and_exits_by_status() {
     assert_eq!(output.status.code(), Some(0));
     let json = stdout_json(&output);
     assert_eq!(json["status"], "completed");
-    assert_eq!(json["result"], serde_json::json!({"twice": 42}));
+    assert_eq!(json["result"], json!({"twice": 42}));
     assert_eq!(json["error"], Value::Null);
     assert_eq!(json["total_tokens"], 0);
     let keys: Vec<&String> = json.as_object().expect("object").keys().collect();
@@ -313,7 +353,7 @@ fn escapes_are_refused_even_when_allowed() {
             .arg(&graph)
             .args([
                 "--args",
-                &serde_json::json!({"path": path}).to_string(),
+                &json!({"path": path}).to_string(),
                 "--allow",
                 "fs.write",
                 "--folder",
