@@ -100,6 +100,70 @@ fn runner_test_keeps_seeded_and_checked_files_inside_the_cases_folder() {
     );
 }
 
+/// `runner build` refuses an output it must not or cannot write before building (the graph's
+/// own source, a folder, a missing folder), and a built component runs with `runner run`.
+#[test]
+fn runner_build_refuses_a_bad_output_and_its_component_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let source = dir.path().join("one.js");
+    let script = "export const meta = {name: 'One', slug: 'one', version: '1'};\nexport default async function (a) { return {twice: a.n * 2}; }";
+    std::fs::write(&source, script).expect("graph");
+    let missing = dir.path().join("missing").join("one.wasm");
+    for (output, says) in [
+        (&source, "is the graph's own source"),
+        (&dir.path().to_path_buf(), "is a folder"),
+        (&missing, "does not exist; create it first"),
+    ] {
+        let result = runner()
+            .arg("build")
+            .arg(&source)
+            .arg("-o")
+            .arg(output)
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert_eq!(result.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(says), "{says}: {stderr}");
+        assert!(
+            !stderr.contains("building"),
+            "refused before building: {stderr}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&source).expect("source"), script);
+    let component = dir.path().join("one.wasm");
+    let built = runner()
+        .arg("build")
+        .arg(&source)
+        .arg("-o")
+        .arg(&component)
+        .output()
+        .expect("runs");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&built.stdout).trim(),
+        component.display().to_string()
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".partial"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let ran = runner()
+        .arg("run")
+        .arg(&component)
+        .args(["--args", r#"{"n": 21}"#])
+        .output()
+        .expect("runs");
+    assert_eq!(ran.status.code(), Some(0));
+    assert_eq!(stdout_json(&ran)["result"], json!({"twice": 42}));
+}
+
 #[test]
 fn runner_test_fails_on_a_failing_case() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -447,12 +447,15 @@ async fn build(file: &Path, output: &Path) -> ExitCode {
         }
         Err(e) => return usage_error(&e),
     };
+    if let Err(e) = check_build_output(file, output) {
+        return usage_error(&e);
+    }
     eprintln!(
         "building {} (compiling the sandbox takes a few seconds)",
         file.display()
     );
     match runner::engine::wasm::build_component(&script, WasmLimits::default()).await {
-        Ok(bytes) => match std::fs::write(output, &bytes) {
+        Ok(bytes) => match write_whole(output, &bytes) {
             Ok(()) => {
                 eprintln!("wrote {} ({} bytes)", output.display(), bytes.len());
                 println!("{}", output.display());
@@ -468,6 +471,56 @@ async fn build(file: &Path, output: &Path) -> ExitCode {
             ExitCode::from(EXIT_FAILED)
         }
     }
+}
+
+/// Refuses, before seconds of building, an output that cannot or must not be written: a
+/// folder, a file in a folder that does not exist, or the graph's own source.
+fn check_build_output(file: &Path, output: &Path) -> anyhow::Result<()> {
+    let stem = file.file_stem().unwrap_or_default().to_string_lossy();
+    if output.is_dir() {
+        bail!(
+            "{} is a folder; give the component's file name, e.g. -o {}",
+            output.display(),
+            output.join(format!("{stem}.wasm")).display()
+        );
+    }
+    let parent = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        bail!(
+            "cannot write {}: the folder {} does not exist; create it first",
+            output.display(),
+            parent.display()
+        );
+    }
+    if let (Ok(source), Ok(target)) = (file.canonicalize(), output.canonicalize())
+        && source == target
+    {
+        bail!(
+            "{} is the graph's own source; write the component elsewhere, e.g. -o {stem}.wasm",
+            output.display()
+        );
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` through a temporary file beside it (created like any new file, so
+/// the umask applies), so a failed write never leaves a truncated component where a good one
+/// was.
+fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let partial = path.with_file_name(format!(".{name}.{}.partial", std::process::id()));
+    let written = std::fs::File::create_new(&partial).and_then(|mut f| {
+        std::io::Write::write_all(&mut f, bytes)?;
+        f.sync_all()
+    });
+    let renamed = written.and_then(|()| std::fs::rename(&partial, path));
+    if renamed.is_err() {
+        let _ = std::fs::remove_file(&partial);
+    }
+    renamed
 }
 
 async fn test(
