@@ -264,6 +264,17 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
             decide(&state, &id, "denied", clock.now())?;
         }
         DesktopCommand::Policy(PolicyCommand::Set { tool, policy }) => {
+            // A policy for a tool the relay does not have would change nothing: a typo would
+            // leave the real tool at its default (deny) while the owner believes otherwise.
+            let known: Vec<String> = runner::host::tools::ToolRegistry::standard(None)
+                .map(|tools| tools.specs().into_iter().map(|spec| spec.name).collect())
+                .unwrap_or_default();
+            if !known.contains(&tool) {
+                bail!(
+                    "the relay has no tool called `{tool}`; its tools are {}",
+                    known.join(", ")
+                );
+            }
             state.set_policy(&tool, policy)?;
             println!("{tool} {}", policy.as_str());
         }

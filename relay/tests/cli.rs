@@ -249,3 +249,31 @@ fn serve_takes_a_task_lease_of_at_most_a_day() {
         assert!(serving, "a lease of {lease} s is accepted");
     }
 }
+
+/// `relay desktop policy set` takes only the relay's own tools: a typo would leave the real
+/// tool at its default (deny) while the owner believes it set something.
+#[test]
+fn desktop_policy_refuses_a_tool_the_relay_does_not_have() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("desktop.db");
+    let desktop = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_relay"))
+            .arg("desktop")
+            .arg("--state")
+            .arg(&state)
+            .args(args)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .expect("run relay")
+    };
+    let typo = failure(&desktop(&["policy", "set", "fs.wrte", "allow"]));
+    assert!(
+        typo.contains("no tool called `fs.wrte`") && typo.contains("fs.list, fs.read, fs.write"),
+        "{typo}"
+    );
+    assert_eq!(
+        plain(&desktop(&["policy", "set", "fs.write", "ask"])),
+        "fs.write ask"
+    );
+    assert_eq!(plain(&desktop(&["policy", "list"])), "fs.write ask");
+}
