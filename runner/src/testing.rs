@@ -305,7 +305,10 @@ async fn run_file(
         )
         .await
         {
-            Ok(outcome) => (check(&case.expect, &outcome.0, &outcome.1), Some(outcome.0)),
+            Ok((outcome, folder)) => (
+                check(&case.expect, &outcome, &folder.confined),
+                Some(outcome),
+            ),
             Err(problem) => (vec![problem], None),
         };
         reports.push(CaseReport {
@@ -318,6 +321,13 @@ async fn run_file(
     reports
 }
 
+/// A case's temporary folder, kept until its files are checked, and the same folder under the
+/// fs tools' rules.
+struct CaseFolder {
+    confined: Folder,
+    _dir: tempfile::TempDir,
+}
+
 async fn run_case(
     case: &TestCase,
     graph: &Path,
@@ -326,7 +336,7 @@ async fn run_case(
     catalog: &Arc<dyn Catalog>,
     events: &Arc<dyn EventSink>,
     run_provider: Option<&Arc<dyn AgentProvider>>,
-) -> Result<(RunOutcome, tempfile::TempDir), String> {
+) -> Result<(RunOutcome, CaseFolder), String> {
     let script = std::fs::read_to_string(graph)
         .map_err(|e| format!("cannot read the graph {}: {e}", graph.display()))?;
     let folder =
@@ -390,10 +400,16 @@ async fn run_case(
         CancellationToken::new(),
     )
     .await;
-    Ok((outcome, folder))
+    Ok((
+        outcome,
+        CaseFolder {
+            confined,
+            _dir: folder,
+        },
+    ))
 }
 
-fn check(expect: &Expect, outcome: &RunOutcome, folder: &tempfile::TempDir) -> Vec<String> {
+fn check(expect: &Expect, outcome: &RunOutcome, confined: &Folder) -> Vec<String> {
     let mut problems = Vec::new();
     if outcome.status != expect.status {
         problems.push(format!(
@@ -447,13 +463,6 @@ fn check(expect: &Expect, outcome: &RunOutcome, folder: &tempfile::TempDir) -> V
         ));
     }
     // Only files inside the case's folder are checked, by the same rules as the graph's fs tools.
-    let confined = match Folder::open(folder.path()) {
-        Ok(confined) => confined,
-        Err(e) => {
-            problems.push(e.message);
-            return problems;
-        }
-    };
     for (path, expected) in &expect.files {
         let read = confined
             .existing(path)

@@ -31,6 +31,9 @@ export const meta = {name: "Write", slug: "write", version: "1"};
 export default async function (args, g) { return g.tool("fs.write", {path: args.path, text: "hello"}); }
 "#;
 
+/// A graph that returns 1.
+const ONE: &str = "export const meta = {name: 'One', slug: 'one', version: '1'};\nexport default async function () { return 1; }";
+
 fn write_graph(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("write.js");
     std::fs::write(&path, WRITE).expect("graph");
@@ -69,7 +72,7 @@ fn runner_test_keeps_seeded_and_checked_files_inside_the_cases_folder() {
     let outside = dir.path().join("outside.txt");
     let secret = dir.path().join("secret.txt");
     std::fs::write(&secret, "secret").expect("secret");
-    std::fs::write(dir.path().join("one.js"), "export const meta = {name: 'One', slug: 'one', version: '1'};\nexport default async function () { return 1; }").expect("graph");
+    std::fs::write(dir.path().join("one.js"), ONE).expect("graph");
     let cases = json!({"cases": [
         {"name": "absolute seed", "files": {outside.display().to_string(): "x"}, "expect": {"status": "completed"}},
         {"name": "parent seed", "files": {"../x.txt": "x"}, "expect": {"status": "completed"}},
@@ -167,7 +170,7 @@ fn runner_build_refuses_a_bad_output_and_its_component_runs() {
 #[test]
 fn runner_test_fails_on_a_failing_case() {
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("one.js"), "export const meta = {name: 'One', slug: 'one', version: '1'};\nexport default async function () { return 1; }").expect("graph");
+    std::fs::write(dir.path().join("one.js"), ONE).expect("graph");
     std::fs::write(
         dir.path().join("one.test.json"),
         r#"{"expect": {"status": "completed", "result": 2}}"#,

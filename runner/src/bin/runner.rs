@@ -324,11 +324,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     options.approver = TerminalApprover::for_stdin();
     let graphs_dir = match &args.graphs {
         Some(dir) => dir.clone(),
-        None => args
-            .file
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+        None => folder_of(&args.file).to_path_buf(),
     };
     // The folder's graphs are described by the run's own engine, each within the run's deadline,
     // on the first nested call: a run that calls no other graph does not evaluate them at all.
@@ -473,6 +469,13 @@ async fn build(file: &Path, output: &Path) -> ExitCode {
     }
 }
 
+/// The folder a file path names its file in (`.` for a bare file name).
+fn folder_of(path: &Path) -> &Path {
+    path.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
 /// Refuses, before seconds of building, an output that cannot or must not be written: a
 /// folder, a file in a folder that does not exist, or the graph's own source.
 fn check_build_output(file: &Path, output: &Path) -> anyhow::Result<()> {
@@ -484,10 +487,7 @@ fn check_build_output(file: &Path, output: &Path) -> anyhow::Result<()> {
             output.join(format!("{stem}.wasm")).display()
         );
     }
-    let parent = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
+    let parent = folder_of(output);
     if !parent.is_dir() {
         bail!(
             "cannot write {}: the folder {} does not exist; create it first",
