@@ -1,11 +1,16 @@
 //! Both engines are implementations of one contract: every example graph's test cases end the
 //! same way in the sandbox and in-process, case by case (status, result, error, tokens).
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 
+use runner::RunStatus;
 use runner::engine::EngineKind;
+use runner::host::approvals::Policy;
 use runner::host::events::NullSink;
+use runner::host::tools::ToolRegistry;
 use runner::testing::{CaseReport, run_dir};
 
 async fn reports(kind: EngineKind, dir: &Path) -> Vec<CaseReport> {
@@ -40,4 +45,36 @@ async fn every_example_case_ends_identically_in_both_engines() {
         compared += 1;
     }
     assert_eq!(compared, wasm.len());
+}
+
+/// Half an emoji (`"😀".slice(0, 1)`, a lone UTF-16 surrogate) is what cutting a model's reply
+/// to length can leave. JSON cannot carry it to the host, so both engines turn it into U+FFFD in
+/// the result, in tool arguments (the file written) and in prompts, instead of failing the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_an_emoji_reaches_the_host_as_a_replacement_character_in_both_engines() {
+    let script = r#"
+    export default async function (args, g) {
+      const reply = (await g.agent({prompt: "greet " + "😀".slice(0, 1)})).text;
+      const cut = reply.slice(0, 3);
+      await g.tool("fs.write", {path: "cut.txt", text: cut});
+      return {cut, whole: reply};
+    }"#;
+    for engine in common::engines() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut options, _, mock) = common::options(
+            engine,
+            serde_json::json!({"default": {"text": "hi😀 there", "tokens": 5}}),
+        );
+        options.tools = ToolRegistry::standard(Some(dir.path().to_path_buf())).expect("tools");
+        options.policy.set("fs.write", Policy::Allow);
+        let outcome = common::run(script, serde_json::json!({}), &options).await;
+        assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
+        assert_eq!(
+            outcome.result,
+            Some(serde_json::json!({"cut": "hi\u{FFFD}", "whole": "hi😀 there"}))
+        );
+        let written = std::fs::read_to_string(dir.path().join("cut.txt")).expect("the tool wrote");
+        assert_eq!(written, "hi\u{FFFD}");
+        assert_eq!(mock.calls(), vec!["greet \u{FFFD}".to_owned()]);
+    }
 }

@@ -301,7 +301,7 @@ impl Prepared {
                 MAX_RESULT_BYTES
             ));
         }
-        let text = text.to_std_string_escaped();
+        let text = well_formed(text.to_std_string_escaped());
         if text.len() > MAX_RESULT_BYTES {
             return Err(format!(
                 "result limit exceeded: the result is {} bytes of JSON, the limit is {} bytes",
@@ -554,6 +554,60 @@ fn string_arg(args: &[JsValue], index: usize, context: &mut Context) -> JsResult
     Ok(value.to_string(context)?.to_std_string_escaped())
 }
 
+/// A JSON text the prelude wrote with `JSON.stringify`, as [`string_arg`] reads it, made
+/// [`well_formed`].
+fn json_arg(args: &[JsValue], index: usize, context: &mut Context) -> JsResult<String> {
+    string_arg(args, index, context).map(well_formed)
+}
+
+/// `text` with every lone UTF-16 surrogate escape (`\ud800`) replaced by `\ufffd`, the
+/// replacement character.
+///
+/// JS strings may hold lone surrogates, for instance after `reply.text.slice(0, 100)` cut an emoji
+/// in half. `JSON.stringify` writes them as escapes, but a Rust string (and so serde) cannot hold
+/// them and used to refuse the whole result or argument with "unexpected end of hex escape".
+/// Surrogate pairs and every other escape are kept; the length in bytes does not change.
+fn well_formed(text: String) -> String {
+    if !text.contains("\\ud") && !text.contains("\\uD") {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut copied = 0;
+    let mut at = 0;
+    while let Some(found) = text.as_bytes()[at..].iter().position(|&b| b == b'\\') {
+        let escape = at + found;
+        match surrogate_escape(&text, escape) {
+            Some(0xD800..=0xDBFF)
+                if matches!(surrogate_escape(&text, escape + 6), Some(0xDC00..=0xDFFF)) =>
+            {
+                at = escape + 12;
+            }
+            Some(_) => {
+                out.push_str(&text[copied..escape]);
+                out.push_str("\\ufffd");
+                at = escape + 6;
+                copied = at;
+            }
+            // Any other escape: skip the backslash and the character it escapes (ASCII in JSON),
+            // so that the second backslash of `\\` never starts an escape.
+            None => at = escape + 2,
+        }
+        at = at.min(text.len());
+    }
+    out.push_str(&text[copied..]);
+    out
+}
+
+/// The code unit of the `\uXXXX` escape at byte `at` of `text`, if it is a surrogate.
+fn surrogate_escape(text: &str, at: usize) -> Option<u16> {
+    let hex = text.get(at..at + 6)?.strip_prefix("\\u")?;
+    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let unit = u16::from_str_radix(hex, 16).ok()?;
+    (0xD800..=0xDFFF).contains(&unit).then_some(unit)
+}
+
 /// Records a started handle, or turns a refusal into `{code, message}` for the prelude.
 fn started(result: Result<u32, Failure>, shared: &Shared, context: &mut Context) -> JsValue {
     match result {
@@ -567,7 +621,7 @@ fn started(result: Result<u32, Failure>, shared: &Shared, context: &mut Context)
 
 fn native_start_agent(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
     let shared = shared_of(context)?;
-    let text = string_arg(args, 0, context)?;
+    let text = json_arg(args, 0, context)?;
     let result = match serde_json::from_str::<AgentRequest>(&text) {
         Ok(request) => shared.host.borrow_mut().start_agent(request),
         Err(e) => Err(Failure::invalid(format!("malformed agent request: {e}"))),
@@ -578,7 +632,7 @@ fn native_start_agent(_: &JsValue, args: &[JsValue], context: &mut Context) -> J
 fn native_start_tool(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
     let shared = shared_of(context)?;
     let name = string_arg(args, 0, context)?;
-    let json = string_arg(args, 1, context)?;
+    let json = json_arg(args, 1, context)?;
     let result = shared.host.borrow_mut().start_tool(&name, &json);
     Ok(started(result, &shared, context))
 }
@@ -586,7 +640,7 @@ fn native_start_tool(_: &JsValue, args: &[JsValue], context: &mut Context) -> Js
 fn native_start_graph(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
     let shared = shared_of(context)?;
     let slug = string_arg(args, 0, context)?;
-    let json = string_arg(args, 1, context)?;
+    let json = json_arg(args, 1, context)?;
     let result = shared.host.borrow_mut().start_graph(&slug, &json);
     Ok(started(result, &shared, context))
 }

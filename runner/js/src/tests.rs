@@ -333,3 +333,51 @@ fn log_lines_are_cut_to_the_limit_counting_characters_not_utf16_units() {
     );
     assert_eq!(logs[2], format!("{}…", "b".repeat(MAX_LOG_LINE_CHARS)));
 }
+
+#[test]
+fn lone_surrogates_leave_the_graph_as_replacement_characters() {
+    // `"😀".slice(0, 1)` is half an emoji: a lone surrogate, which JSON.stringify escapes and
+    // a Rust string cannot hold. It used to fail the result and every call it was sent with.
+    let out = run_ok(
+        r#"export default async function (args, g) {
+            const cut = "😀".slice(0, 1);
+            const agent = (await g.agent({prompt: "say " + cut})).text;
+            const tool = await g.tool("fs.read", {path: "\udc00" + cut});
+            const graph = await g.graph("other", {cut});
+            return {agent, tool, graph, low: "x\udc00", pair: "\ud83d\ude00", text: "\\ud800",
+                    ["k" + cut]: 1};
+        }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!({
+            "agent": "re: say \u{FFFD}",
+            "tool": {"path": "\u{FFFD}\u{FFFD}"},
+            "graph": {"cut": "\u{FFFD}"},
+            "low": "x\u{FFFD}",
+            "pair": "\u{1F600}",
+            "text": "\\ud800",
+            "k\u{FFFD}": 1
+        })
+    );
+}
+
+#[test]
+fn well_formed_replaces_only_lone_surrogate_escapes() {
+    for (text, expected) in [
+        (r#""\ud800""#, r#""\ufffd""#),
+        (r#""a\uDC00b\ud800""#, r#""a\ufffdb\ufffd""#),
+        (r#""\ud83d\ude00""#, r#""\ud83d\ude00""#),
+        (r#""\ud83d\ud83d\ude00""#, r#""\ufffd\ud83d\ude00""#),
+        (r#""\ude00\ud83d""#, r#""\ufffd\ufffd""#),
+        (r#""\\ud800""#, r#""\\ud800""#),
+        (r#""\\\ud800""#, r#""\\\ufffd""#),
+        (r#""é\ud800é""#, r#""é\ufffdé""#),
+        (r#""\u00e9\ud8""#, r#""\u00e9\ud8""#),
+        (r#""\ud8zz""#, r#""\ud8zz""#),
+        ("\\ud", "\\ud"),
+        ("\\", "\\"),
+    ] {
+        assert_eq!(well_formed(text.to_owned()), expected, "{text}");
+    }
+}
