@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -211,6 +211,23 @@ const SHARING_VERSION: &str = "sharing_version";
 /// The settings key of the fs folder.
 const FOLDER: &str = "folder";
 
+/// Switches `conn` to WAL. While another process is switching a new file, SQLite answers
+/// "database is locked" at once instead of waiting out the busy timeout, so this waits here.
+fn use_wal(conn: &Connection) -> Result<(), StateError> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
 impl DesktopState {
     /// Opens (creating and migrating) the state file at `path`.
     pub fn open(path: &Path) -> Result<Self, StateError> {
@@ -221,7 +238,7 @@ impl DesktopState {
         }
         let conn = Connection::open(path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
+        use_wal(&conn)?;
         Self::init(conn, Some(path.to_path_buf()))
     }
 
@@ -230,16 +247,29 @@ impl DesktopState {
         Self::init(Connection::open_in_memory()?, None)
     }
 
-    fn init(conn: Connection, path: Option<PathBuf>) -> Result<Self, StateError> {
+    fn init(mut conn: Connection, path: Option<PathBuf>) -> Result<Self, StateError> {
         conn.pragma_update(None, "foreign_keys", true)?;
-        let applied: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
-        let applied = usize::try_from(applied).unwrap_or(0);
-        for (i, migration) in MIGRATIONS.iter().enumerate().skip(applied) {
-            conn.execute_batch(&format!(
-                "BEGIN; {migration}; PRAGMA user_version = {}; COMMIT;",
-                i + 1
-            ))?;
+        // Immediate: of several processes opening a new file at once (`relay desktop run` and a
+        // control command), one migrates and the others wait for it, then find nothing to do.
+        let migration = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let applied: i64 = migration.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        let applied = usize::try_from(applied).unwrap_or(usize::MAX);
+        if applied > MIGRATIONS.len() {
+            return Err(StateError::Invalid(format!(
+                "the desktop state has schema version {applied}, newer than this relay knows ({}): \
+                 upgrade relay, or give another file with --state",
+                MIGRATIONS.len()
+            )));
         }
+        for (i, step) in MIGRATIONS.iter().enumerate().skip(applied) {
+            migration.execute_batch(step)?;
+            migration.pragma_update(
+                None,
+                "user_version",
+                i64::try_from(i + 1).unwrap_or(i64::MAX),
+            )?;
+        }
+        migration.commit()?;
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
             path,
@@ -1010,5 +1040,63 @@ mod tests {
         assert!(v1 > v0);
         state.unshare("p", &id).expect("unshare");
         assert!(state.sharing_version().expect("v") > v1);
+    }
+}
+
+#[cfg(test)]
+mod opening {
+    use super::*;
+
+    #[test]
+    fn a_state_file_from_a_newer_relay_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("desktop.db");
+        drop(DesktopState::open(&path).expect("created"));
+        let newer = i64::try_from(MIGRATIONS.len() + 3).expect("small");
+        Connection::open(&path)
+            .and_then(|c| c.pragma_update(None, "user_version", newer))
+            .expect("marked newer");
+        let error = DesktopState::open(&path)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            error.contains(&format!("schema version {newer}"))
+                && error.contains(&MIGRATIONS.len().to_string())
+                && error.contains("upgrade"),
+            "{error}"
+        );
+        let version: i64 = Connection::open(&path)
+            .and_then(|c| c.pragma_query_value(None, "user_version", |row| row.get(0)))
+            .expect("readable");
+        assert_eq!(version, newer);
+    }
+
+    #[test]
+    fn processes_opening_a_new_state_file_at_once_all_succeed() {
+        // `relay desktop run` and a control command started together on a fresh machine.
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("desktop.db");
+            let barrier = std::sync::Barrier::new(6);
+            let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
+                let openers: Vec<_> = (0..6)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            barrier.wait();
+                            DesktopState::open(&path)
+                                .and_then(|state| state.sessions())
+                                .map(drop)
+                                .map_err(|e| e.to_string())
+                        })
+                    })
+                    .collect();
+                openers
+                    .into_iter()
+                    .map(|t| t.join().expect("no panic"))
+                    .collect()
+            });
+            assert!(results.iter().all(Result::is_ok), "{results:?}");
+        }
     }
 }
