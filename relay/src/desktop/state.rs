@@ -211,23 +211,6 @@ const SHARING_VERSION: &str = "sharing_version";
 /// The settings key of the fs folder.
 const FOLDER: &str = "folder";
 
-/// Switches `conn` to WAL. While another process is switching a new file, SQLite answers
-/// "database is locked" at once instead of waiting out the busy timeout, so this waits here.
-fn use_wal(conn: &Connection) -> Result<(), StateError> {
-    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
-    loop {
-        match conn.pragma_update(None, "journal_mode", "WAL") {
-            Err(rusqlite::Error::SqliteFailure(e, _))
-                if e.code == rusqlite::ErrorCode::DatabaseBusy
-                    && std::time::Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            other => return Ok(other?),
-        }
-    }
-}
-
 impl DesktopState {
     /// Opens (creating and migrating) the state file at `path`.
     pub fn open(path: &Path) -> Result<Self, StateError> {
@@ -238,7 +221,7 @@ impl DesktopState {
         }
         let conn = Connection::open(path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
-        use_wal(&conn)?;
+        crate::wal::use_wal(&conn, BUSY_TIMEOUT)?;
         Self::init(conn, Some(path.to_path_buf()))
     }
 

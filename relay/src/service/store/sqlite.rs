@@ -212,9 +212,7 @@ fn open_connection(path: Option<&Path>) -> Result<Connection, StoreError> {
     };
     connection.busy_timeout(BUSY_TIMEOUT).map_err(backend)?;
     if path.is_some() {
-        let mode: String = connection
-            .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-            .map_err(backend)?;
+        let mode = crate::wal::use_wal(&connection, BUSY_TIMEOUT).map_err(backend)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Backend(format!(
                 "the database refused WAL mode (got {mode})"
@@ -880,5 +878,37 @@ impl Store for SqliteStore {
 
     fn artifacts(&self, task_id: TaskId) -> StoreFuture<'_, Vec<ArtifactRecord>> {
         self.artifacts_impl(task_id)
+    }
+}
+
+#[cfg(test)]
+mod opening {
+    use super::*;
+
+    #[test]
+    fn processes_opening_a_new_database_at_once_all_succeed() {
+        // `relay serve` and `relay admin` started together on a fresh machine.
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("relay.db");
+            let barrier = std::sync::Barrier::new(6);
+            let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
+                let openers: Vec<_> = (0..6)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            barrier.wait();
+                            SqliteStore::open(&path)
+                                .map(drop)
+                                .map_err(|e| e.to_string())
+                        })
+                    })
+                    .collect();
+                openers
+                    .into_iter()
+                    .map(|t| t.join().expect("no panic"))
+                    .collect()
+            });
+            assert!(results.iter().all(Result::is_ok), "{results:?}");
+        }
     }
 }
