@@ -542,3 +542,125 @@ fn a_hostile_file_beside_the_graph_cannot_take_runner_run_down() {
     assert_eq!(json["status"], "completed", "{json}");
     assert_eq!(json["result"], "fine");
 }
+
+/// A pseudo-terminal: the test keeps the controlling end, `runner` gets the other as its stdin, so
+/// it asks for approvals on "the terminal".
+#[cfg(target_os = "linux")]
+fn pseudo_terminal() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    // SAFETY: plain libc calls on a descriptor this function owns; the name buffer is
+    // NUL-terminated by ptsname_r on success.
+    let (controller, name) = unsafe {
+        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(fd >= 0, "posix_openpt");
+        let controller = std::fs::File::from_raw_fd(fd);
+        assert_eq!(libc::grantpt(fd), 0, "grantpt");
+        assert_eq!(libc::unlockpt(fd), 0, "unlockpt");
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(fd, name.as_mut_ptr(), name.len()), 0);
+        let name = std::ffi::CStr::from_ptr(name.as_ptr())
+            .to_string_lossy()
+            .into_owned();
+        (controller, name)
+    };
+    let terminal = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(name)
+        .expect("the terminal side opens");
+    (controller, terminal)
+}
+
+/// `--ask` on a terminal: an answer approves one call, and a question still open when the run
+/// ends does not keep `runner` waiting for a line (it used to, until someone pressed Enter).
+#[cfg(target_os = "linux")]
+#[test]
+fn terminal_approvals_answer_and_an_open_question_does_not_outlive_the_run() {
+    use std::io::{BufRead, Write};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = dir.path().join("ask.js");
+    std::fs::write(
+        &graph,
+        r#"export const meta = {name: "Ask", slug: "ask", version: "1"};
+export default async function (args, g) {
+  await g.tool("fs.write", {path: "first.txt", text: "yes"});
+  return g.tool("fs.write", {path: "second.txt", text: "never"});
+}"#,
+    )
+    .expect("graph");
+    let (mut controller, terminal) = pseudo_terminal();
+    let mut child = runner()
+        .args([
+            "run",
+            "--engine",
+            "boa",
+            "--timeout",
+            "4",
+            "--ask",
+            "fs.write",
+        ])
+        .arg("--folder")
+        .arg(dir.path())
+        .arg(&graph)
+        .stdin(terminal)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runner starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let (questions, asked) = std::sync::mpsc::channel();
+    let trace = std::thread::spawn(move || {
+        let mut seen = String::new();
+        for chunk in std::io::BufReader::new(stderr).split(b' ') {
+            let Ok(chunk) = chunk else { break };
+            let word = String::from_utf8_lossy(&chunk).into_owned();
+            if word.contains("[y/N]") {
+                let _ = questions.send(());
+            }
+            seen.push_str(&word);
+            seen.push(' ');
+        }
+        seen
+    });
+    asked
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the first question is asked");
+    controller.write_all(b"y\n").expect("answered");
+    asked
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the second question is asked");
+    // Not answered. The run's 4 s deadline ends it; runner must then exit on its own.
+    let waiting_since = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waits") {
+            break status;
+        }
+        if waiting_since.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("runner was still running a minute after its run's deadline");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut stdout)
+        .expect("stdout");
+    let trace = trace.join().expect("trace");
+    assert_eq!(status.code(), Some(1), "{stdout}\n{trace}");
+    let outcome: Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(outcome["status"], "failed", "{outcome}");
+    assert!(
+        outcome["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("deadline")),
+        "{outcome}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("first.txt")).expect("approved write"),
+        "yes"
+    );
+    assert!(!dir.path().join("second.txt").exists());
+    drop(controller);
+}

@@ -252,7 +252,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FAILED);
         }
     };
-    runtime.block_on(async {
+    let code = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => match run(args).await {
                 Ok(code) => code,
@@ -270,7 +270,11 @@ fn main() -> ExitCode {
             },
             Command::Build { file, output } => build(&file, &output).await,
         }
-    })
+    });
+    // The outcome is printed: a tool still stuck in a blocking thread (a file on a hung network
+    // share) must not keep the process from exiting.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    code
 }
 
 fn usage_error(error: &anyhow::Error) -> ExitCode {

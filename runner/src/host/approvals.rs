@@ -120,9 +120,14 @@ impl Approver for NobodyToAsk {
 }
 
 /// Asks on the terminal (prompt on stderr, answer on stdin), one question at a time.
+///
+/// Lines come from one reader thread started at the first question. A read no one waits for any
+/// more (its run ended, or its question timed out) therefore neither keeps the process from
+/// exiting nor swallows the answer to the next question: lines typed while no question was
+/// open are dropped when the next one is asked.
 #[derive(Debug, Default)]
 pub struct TerminalApprover {
-    one_at_a_time: tokio::sync::Mutex<()>,
+    lines: tokio::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
 }
 
 impl TerminalApprover {
@@ -136,25 +141,53 @@ impl TerminalApprover {
     }
 }
 
+/// Sends stdin's lines until it ends. A plain thread, not a blocking task, so that a pending
+/// read does not hold up the runtime's shutdown. If the thread cannot start, the sender is
+/// dropped with it and every question is denied.
+fn read_stdin_lines() -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let (lines, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let started = std::thread::Builder::new()
+        .name("approval-stdin".into())
+        .spawn(move || {
+            let stdin = std::io::stdin();
+            loop {
+                let mut line = String::new();
+                match stdin.lock().read_line(&mut line) {
+                    // Not UTF-8: answers no to the question, the next line may answer the next.
+                    Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                        if lines.send(String::new()).is_err() {
+                            break;
+                        }
+                    }
+                    Ok(0) | Err(_) => break,
+                    Ok(_) if lines.send(line).is_err() => break,
+                    Ok(_) => {}
+                }
+            }
+        });
+    if let Err(e) = started {
+        tracing::warn!("cannot read approvals from the terminal: {e}");
+    }
+    receiver
+}
+
 impl Approver for TerminalApprover {
     fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
         Box::pin(async move {
-            let _turn = self.one_at_a_time.lock().await;
+            let mut lines = self.lines.lock().await;
+            let lines = lines.get_or_insert_with(read_stdin_lines);
+            // Typed before this question was shown: not an answer to it.
+            while lines.try_recv().is_ok() {}
             let question = format!(
                 "\napprove tool {} with {}? [y/N] ",
                 request.tool,
                 summarize(&request.args)
             );
-            let answer = tokio::task::spawn_blocking(move || {
-                let mut stderr = std::io::stderr();
-                let _ = stderr.write_all(question.as_bytes());
-                let _ = stderr.flush();
-                let mut line = String::new();
-                std::io::stdin().lock().read_line(&mut line).map(|_| line)
-            })
-            .await;
-            match answer {
-                Ok(Ok(line)) if matches!(line.trim(), "y" | "Y" | "yes") => Decision::Approved,
+            let mut stderr = std::io::stderr();
+            let _ = stderr.write_all(question.as_bytes());
+            let _ = stderr.flush();
+            match lines.recv().await {
+                Some(line) if matches!(line.trim(), "y" | "Y" | "yes") => Decision::Approved,
                 _ => Decision::Denied(format!("the owner denied tool {}", request.tool)),
             }
         })

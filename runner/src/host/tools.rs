@@ -3,7 +3,7 @@
 //! resolving symlinks, so neither a path nor a link can reach outside the folder.
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -181,9 +181,20 @@ impl Folder {
             if meta.is_dir() {
                 return Err(Failure::invalid(format!("{relative} is a folder")));
             }
+            if !meta.is_file() {
+                return Err(not_a_file(relative));
+            }
         }
         Ok(target)
     }
+}
+
+/// A pipe, socket or device: opening one can block for ever (a FIFO waits for its other end)
+/// or never end (a device), so the fs tools refuse them.
+fn not_a_file(relative: &str) -> Failure {
+    Failure::invalid(format!(
+        "{relative} is not a regular file (a pipe, socket or device); the fs tools only read and write files"
+    ))
 }
 
 fn no_folder() -> Failure {
@@ -255,15 +266,29 @@ impl Tool for FsRead {
                         args.path
                     )));
                 }
-                if meta.len() > MAX_READ_BYTES {
-                    return Err(Failure::invalid(format!(
-                        "{} is {} bytes; fs.read reads at most {MAX_READ_BYTES}",
-                        args.path,
-                        meta.len()
-                    )));
+                if !meta.is_file() {
+                    return Err(not_a_file(&args.path));
                 }
-                let bytes = std::fs::read(&path)
-                    .map_err(|e| Failure::failed(format!("cannot read {}: {e}", args.path)))?;
+                let too_big = |size: u64| {
+                    Failure::invalid(format!(
+                        "{} is {size} bytes; fs.read reads at most {MAX_READ_BYTES}",
+                        args.path
+                    ))
+                };
+                if meta.len() > MAX_READ_BYTES {
+                    return Err(too_big(meta.len()));
+                }
+                // Bounded: the file may have grown since its size was read.
+                let cannot =
+                    |e: std::io::Error| Failure::failed(format!("cannot read {}: {e}", args.path));
+                let mut bytes = Vec::new();
+                std::fs::File::open(&path)
+                    .and_then(|file| file.take(MAX_READ_BYTES + 1).read_to_end(&mut bytes))
+                    .map_err(cannot)?;
+                if bytes.len() as u64 > MAX_READ_BYTES {
+                    let now = std::fs::metadata(&path).map_or(bytes.len() as u64, |m| m.len());
+                    return Err(too_big(now));
+                }
                 let text = String::from_utf8(bytes)
                     .map_err(|_| Failure::invalid(format!("{} is not UTF-8 text", args.path)))?;
                 Ok(json!({"text": text}))
@@ -362,6 +387,7 @@ impl Tool for FsList {
 mod tests {
     use super::*;
     use graph_js::FailureCode;
+    use std::time::Duration;
 
     fn setup() -> (tempfile::TempDir, ToolRegistry) {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -520,5 +546,45 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.message.contains("--folder"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn pipes_are_refused_instead_of_blocking_for_ever() {
+        let (dir, tools) = setup();
+        let fifo = dir.path().join("root/pipe");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success());
+        for (name, args) in [
+            ("fs.read", json!({"path": "pipe"})),
+            ("fs.write", json!({"path": "pipe", "text": "x"})),
+        ] {
+            let answer =
+                tokio::time::timeout(Duration::from_secs(20), call(&tools, name, args)).await;
+            let Ok(answer) = answer else {
+                // Open the other end, so the stuck tool thread ends and the test can fail.
+                let fifo = fifo.clone();
+                std::thread::spawn(move || {
+                    let _ = std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(fifo);
+                });
+                panic!("{name} blocked on a FIFO");
+            };
+            let err = answer.unwrap_err();
+            assert_eq!(err.code, FailureCode::Invalid, "{name}: {err}");
+            assert!(err.message.contains("not a regular file"), "{err}");
+        }
+        let listed = call(&tools, "fs.list", json!({"path": "."}))
+            .await
+            .expect("listed");
+        assert_eq!(
+            listed,
+            json!({"entries": [{"name": "pipe", "kind": "other"}]})
+        );
     }
 }
