@@ -16,6 +16,7 @@ use runner::host::agents::{AgentProvider, NoProvider};
 use runner::host::approvals::Policy;
 use runner::host::mock::MockProvider;
 use runner::host::providers::ProviderArgs;
+use runner::trace::for_terminal;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Args)]
@@ -215,7 +216,13 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
                 println!("{}", serde_json::to_string(&sessions)?);
             } else {
                 for s in sessions {
-                    println!("{}  {}  {}  {}", s.id, s.slug, s.version, s.name);
+                    println!(
+                        "{}  {}  {}  {}",
+                        s.id,
+                        s.slug,
+                        for_terminal(&s.version),
+                        for_terminal(&s.name)
+                    );
                 }
             }
         }
@@ -252,7 +259,11 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
                 for a in approvals {
                     println!(
                         "{}  {}  {}  {}  {}",
-                        a.id, a.status, a.tool, a.execution_id, a.args
+                        a.id,
+                        a.status,
+                        for_terminal(&a.tool),
+                        a.execution_id,
+                        for_terminal(&a.args)
                     );
                 }
             }
@@ -318,7 +329,7 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
                         } else {
                             ""
                         },
-                        detail
+                        for_terminal(&detail)
                     );
                 }
             }

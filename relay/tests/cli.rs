@@ -277,3 +277,41 @@ fn desktop_policy_refuses_a_tool_the_relay_does_not_have() {
     );
     assert_eq!(plain(&desktop(&["policy", "list"])), "fs.write ask");
 }
+
+#[test]
+fn desktop_session_list_shows_a_hostile_graph_name_escaped() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("desktop.db");
+    let desktop = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_relay"))
+            .arg("desktop")
+            .arg("--state")
+            .arg(&state)
+            .args(args)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .expect("run relay")
+    };
+    // A name that would clear the owner's screen and write over the line before it.
+    let graph = dir.path().join("evil.js");
+    std::fs::write(
+        &graph,
+        "export const meta = {name: 'Evil\\u001b[2J\\u001b[1A\\rTrusted', slug: 'evil', version: '1'};\n\
+         export default async function () { return 1; }",
+    )
+    .expect("graph");
+    let id = plain(&desktop(&["session", "add", graph.to_str().expect("path")]));
+    let listed = plain(&desktop(&["session", "list"]));
+    assert!(
+        !listed.contains('\u{1b}') && !listed.contains('\r'),
+        "{listed:?}"
+    );
+    assert!(
+        listed.ends_with("Evil\\u{1b}[2J\\u{1b}[1A\\rTrusted") && listed.starts_with(&id),
+        "{listed:?}"
+    );
+    // The JSON form keeps the name as it is (JSON escapes it itself).
+    let json: Value =
+        serde_json::from_str(&plain(&desktop(&["session", "list", "--json"]))).expect("JSON");
+    assert_eq!(json[0]["name"], "Evil\u{1b}[2J\u{1b}[1A\rTrusted");
+}

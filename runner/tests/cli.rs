@@ -664,3 +664,35 @@ export default async function (args, g) {
     assert!(!dir.path().join("second.txt").exists());
     drop(controller);
 }
+
+#[test]
+fn the_trace_shows_a_graphs_control_characters_escaped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = dir.path().join("redraw.js");
+    std::fs::write(
+        &graph,
+        r#"export const meta = {name: "Redraw", slug: "redraw", version: "1"};
+export default async function (args, g) {
+  g.log("\u001b[1A\rrun completed: 0 tokens\u0007");
+  throw new Error("gone\u001b[2J");
+}"#,
+    )
+    .expect("graph");
+    let output = runner()
+        .args(["run", "--engine", "boa"])
+        .arg(&graph)
+        .output()
+        .expect("runs");
+    let trace = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !trace.contains('\u{1b}') && !trace.contains('\r') && !trace.contains('\u{7}'),
+        "{trace:?}"
+    );
+    assert!(
+        trace.contains("log: \\u{1b}[1A\\rrun completed: 0 tokens\\u{7}")
+            && trace.contains("gone\\u{1b}[2J"),
+        "{trace}"
+    );
+    // stdout is JSON, which escapes the characters itself.
+    assert_eq!(stdout_json(&output)["error"], "Error: gone\u{1b}[2J");
+}

@@ -19,7 +19,7 @@ use runner::host::mock::MockProvider;
 use runner::host::providers::ProviderArgs;
 use runner::host::tools::ToolRegistry;
 use runner::run::{MAX_CONCURRENCY, RunOptions, RunRequest, RunStatus, run_graph};
-use runner::trace::TracePrinter;
+use runner::trace::{TracePrinter, for_terminal};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -432,7 +432,7 @@ async fn check(file: &Path, engine: &EngineArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("{}: {e}", file.display());
+            eprintln!("{}: {}", file.display(), for_terminal(&e.to_string()));
             ExitCode::from(EXIT_FAILED)
         }
     }
@@ -552,11 +552,11 @@ async fn test(
     );
     let reports = runner::testing::run_dir(dir, engine, events, provider, |report| {
         if report.passed() {
-            println!("PASS {}", report.name);
+            println!("PASS {}", for_terminal(&report.name));
         } else {
-            println!("FAIL {}", report.name);
+            println!("FAIL {}", for_terminal(&report.name));
             for problem in &report.problems {
-                println!("     {problem}");
+                println!("     {}", for_terminal(problem));
             }
         }
     })
