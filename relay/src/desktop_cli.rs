@@ -16,6 +16,7 @@ use runner::host::agents::{AgentProvider, NoProvider};
 use runner::host::approvals::Policy;
 use runner::host::mock::MockProvider;
 use runner::host::providers::ProviderArgs;
+use runner::input::read_text_at_most;
 use runner::trace::for_terminal;
 use tokio_util::sync::CancellationToken;
 
@@ -360,7 +361,7 @@ pub async fn add_session(
     name: Option<&str>,
     now: relay::clock::Timestamp,
 ) -> Result<GraphSessionId> {
-    let script = std::fs::read_to_string(file)
+    let script = read_text_at_most(file, graph_js::MAX_SCRIPT_BYTES as u64)
         .with_context(|| format!("cannot read the graph {}", file.display()))?;
     let engine = EngineKind::Wasm.build()?;
     let meta = engine

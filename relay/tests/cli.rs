@@ -279,7 +279,7 @@ fn desktop_policy_refuses_a_tool_the_relay_does_not_have() {
 }
 
 #[test]
-fn desktop_session_list_shows_a_hostile_graph_name_escaped() {
+fn desktop_sessions_show_a_hostile_name_escaped_and_refuse_an_endless_file() {
     let dir = tempfile::tempdir().expect("temp dir");
     let state = dir.path().join("desktop.db");
     let desktop = |args: &[&str]| {
@@ -314,4 +314,7 @@ fn desktop_session_list_shows_a_hostile_graph_name_escaped() {
     let json: Value =
         serde_json::from_str(&plain(&desktop(&["session", "list", "--json"]))).expect("JSON");
     assert_eq!(json[0]["name"], "Evil\u{1b}[2J\u{1b}[1A\rTrusted");
+    // The wrong file is refused after at most the script limit is read.
+    let endless = failure(&desktop(&["session", "add", "/dev/zero"]));
+    assert!(endless.contains("larger than 1048576 bytes"), "{endless}");
 }

@@ -3,10 +3,12 @@
 //!
 //! - [`run::run_graph`] is the one entry point (the CLI and the desktop relay both use it).
 //! - [`host`] holds the capabilities, one module each; [`engine`] wires them to an interpreter.
-//! - [`testing`] runs `*.test.json` cases; [`trace`] prints events for people.
+//! - [`testing`] runs `*.test.json` cases; [`trace`] prints events for people; [`input`] reads
+//!   the files a person names, with a size bound.
 
 pub mod engine;
 pub mod host;
+pub mod input;
 pub mod run;
 pub mod testing;
 pub mod trace;

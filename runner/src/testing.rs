@@ -35,6 +35,7 @@ use crate::host::events::EventSink;
 use crate::host::graphs::{Catalog, DESCRIBE_TIMEOUT, FolderCatalog};
 use crate::host::mock::MockProvider;
 use crate::host::tools::{Folder, ToolRegistry};
+use crate::input::{MAX_DATA_FILE_BYTES, read_text_at_most};
 use crate::run::{RunOptions, RunOutcome, RunRequest, RunStatus, run_graph};
 use graph_js::FailureCode;
 
@@ -274,7 +275,7 @@ async fn run_file(
             outcome: None,
         }]
     };
-    let text = match std::fs::read_to_string(file) {
+    let text = match read_text_at_most(file, MAX_DATA_FILE_BYTES) {
         Ok(t) => t,
         Err(e) => return broken(format!("cannot read the test file: {e}")),
     };
@@ -337,7 +338,7 @@ async fn run_case(
     events: &Arc<dyn EventSink>,
     run_provider: Option<&Arc<dyn AgentProvider>>,
 ) -> Result<(RunOutcome, CaseFolder), String> {
-    let script = std::fs::read_to_string(graph)
+    let script = read_text_at_most(graph, graph_js::MAX_SCRIPT_BYTES as u64)
         .map_err(|e| format!("cannot read the graph {}: {e}", graph.display()))?;
     let folder =
         tempfile::tempdir().map_err(|e| format!("cannot create a temporary folder: {e}"))?;
@@ -467,7 +468,9 @@ fn check(expect: &Expect, outcome: &RunOutcome, confined: &Folder) -> Vec<String
         let read = confined
             .existing(path)
             .map_err(|e| e.message)
-            .and_then(|file| std::fs::read_to_string(file).map_err(|e| e.to_string()));
+            .and_then(|file| {
+                read_text_at_most(&file, MAX_DATA_FILE_BYTES).map_err(|e| e.to_string())
+            });
         match read {
             Ok(content) if &content == expected => {}
             Ok(content) => problems.push(format!(

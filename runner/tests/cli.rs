@@ -696,3 +696,46 @@ export default async function (args, g) {
     // stdout is JSON, which escapes the characters itself.
     assert_eq!(stdout_json(&output)["error"], "Error: gone\u{1b}[2J");
 }
+
+/// Naming the wrong file (an endless device, a huge file) is an error after reading at most the
+/// limit, not a process that reads until the memory is full (it used to take 14 GB in 20 s).
+#[cfg(unix)]
+#[test]
+fn an_endless_or_oversized_input_file_is_refused_at_its_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = dir.path().join("one.js");
+    std::fs::write(&graph, ONE).expect("graph");
+    let big = dir.path().join("big.js");
+    std::fs::write(&big, "a".repeat(graph_js::MAX_SCRIPT_BYTES + 1)).expect("big");
+    let graph = graph.display().to_string();
+    let big = big.display().to_string();
+    for (args, says) in [
+        (vec!["run", "/dev/zero"], "larger than 1048576 bytes"),
+        (vec!["check", "/dev/zero"], "larger than 1048576 bytes"),
+        (vec!["run", big.as_str()], "larger than 1048576 bytes"),
+        (
+            vec!["run", graph.as_str(), "--args", "@/dev/zero"],
+            "cannot read the arguments file /dev/zero: it is larger than 16777216 bytes",
+        ),
+        (
+            vec!["run", graph.as_str(), "--replies", "/dev/zero"],
+            "cannot read the replies file /dev/zero: it is larger than 16777216 bytes",
+        ),
+        (
+            vec!["run", graph.as_str(), "--providers", "/dev/zero"],
+            "cannot read the providers file /dev/zero: it is larger than 1048576 bytes",
+        ),
+    ] {
+        let output = runner()
+            .args(&args)
+            .env_remove("RUST_BACKTRACE")
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        // Said once, not repeated by the error chain.
+        assert_eq!(stderr.matches("larger than").count(), 1, "{stderr}");
+    }
+}

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use runner::engine::boa::BoaEngine;
-use runner::engine::wasm::{WasmEngine, WasmLimits};
+use runner::engine::wasm::{MAX_COMPONENT_BYTES, WasmEngine, WasmLimits};
 use runner::engine::{Engine, EngineKind};
 use runner::host::agents::AgentProvider;
 use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
@@ -18,6 +18,7 @@ use runner::host::graphs::{DESCRIBE_TIMEOUT, LazyFolderCatalog};
 use runner::host::mock::MockProvider;
 use runner::host::providers::ProviderArgs;
 use runner::host::tools::ToolRegistry;
+use runner::input::{MAX_DATA_FILE_BYTES, read_at_most_by, read_text_at_most};
 use runner::run::{MAX_CONCURRENCY, RunOptions, RunRequest, RunStatus, run_graph};
 use runner::trace::{TracePrinter, for_terminal};
 use serde_json::Value;
@@ -166,8 +167,16 @@ enum GraphFile {
 }
 
 fn read_graph(path: &Path) -> anyhow::Result<GraphFile> {
-    let bytes =
-        std::fs::read(path).with_context(|| format!("cannot read the graph {}", path.display()))?;
+    // A component may be as large as MAX_COMPONENT_BYTES, a script only MAX_SCRIPT_BYTES.
+    let limit = |head: &[u8]| {
+        if head == WASM_MAGIC {
+            MAX_COMPONENT_BYTES
+        } else {
+            graph_js::MAX_SCRIPT_BYTES as u64
+        }
+    };
+    let bytes = read_at_most_by(path, WASM_MAGIC.len(), limit)
+        .with_context(|| format!("cannot read the graph {}", path.display()))?;
     if bytes.starts_with(WASM_MAGIC) {
         return Ok(GraphFile::Component(bytes));
     }
@@ -273,7 +282,7 @@ fn main() -> ExitCode {
     });
     // The outcome is printed: a tool still stuck in a blocking thread (a file on a hung network
     // share) must not keep the process from exiting.
-    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    runtime.shutdown_timeout(Duration::from_secs(1));
     code
 }
 
@@ -284,7 +293,7 @@ fn usage_error(error: &anyhow::Error) -> ExitCode {
 
 fn parse_args(text: &str) -> anyhow::Result<Value> {
     let text = match text.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path)
+        Some(path) => read_text_at_most(Path::new(path), MAX_DATA_FILE_BYTES)
             .with_context(|| format!("cannot read the arguments file {path}"))?,
         None => text.to_owned(),
     };

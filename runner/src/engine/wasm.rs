@@ -41,6 +41,8 @@ pub const GUEST_WASM: &[u8] = include_bytes!(env!("GRAPH_GUEST_WASM"));
 /// Its SHA-256, computed at build time.
 pub const GUEST_SHA256: &str = env!("GRAPH_GUEST_SHA256");
 
+/// Largest compiled graph (`runner build`) `runner run` reads: one is about 7 MB.
+pub const MAX_COMPONENT_BYTES: u64 = 64 * 1024 * 1024;
 /// How often the epoch advances: the granularity of deadlines and cancellation.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// Default linear-memory cap.

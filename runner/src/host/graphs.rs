@@ -10,6 +10,7 @@ use graph_js::{Failure, Meta};
 
 use crate::engine::Engine;
 use crate::host::approvals::BoxFuture;
+use crate::input::read_text_at_most;
 
 /// Graphs may nest this deep (the top graph is depth 0).
 pub const MAX_DEPTH: usize = 8;
@@ -79,7 +80,8 @@ impl FolderCatalog {
             .collect();
         files.sort();
         for path in files {
-            let script: Arc<str> = match std::fs::read_to_string(&path) {
+            let script: Arc<str> = match read_text_at_most(&path, graph_js::MAX_SCRIPT_BYTES as u64)
+            {
                 Ok(s) => s.into(),
                 Err(e) => {
                     catalog.skipped.push((path, e.to_string()));

@@ -87,12 +87,12 @@ struct Reply {
 #[derive(Debug, thiserror::Error)]
 pub enum MockError {
     /// The file could not be read.
-    #[error("cannot read the replies file {path}: {source}")]
+    #[error("cannot read the replies file {path}: {reason}")]
     Read {
         /// The file.
         path: String,
-        /// The I/O error.
-        source: std::io::Error,
+        /// What went wrong (including a file over the size limit).
+        reason: crate::input::InputError,
     },
     /// The JSON is not a replies file.
     #[error("the replies file is not valid: {0}")]
@@ -111,10 +111,11 @@ pub struct MockProvider {
 impl MockProvider {
     /// Reads a replies file.
     pub fn from_file(path: &Path) -> Result<Self, MockError> {
-        let text = std::fs::read_to_string(path).map_err(|source| MockError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let text = crate::input::read_text_at_most(path, crate::input::MAX_DATA_FILE_BYTES)
+            .map_err(|reason| MockError::Read {
+                path: path.display().to_string(),
+                reason,
+            })?;
         let value: Value =
             serde_json::from_str(&text).map_err(|e| MockError::Invalid(e.to_string()))?;
         Self::from_json(value)

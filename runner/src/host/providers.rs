@@ -345,12 +345,12 @@ fn check_env_name(var: &str) -> Result<(), String> {
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderConfigError {
     /// The providers file could not be read.
-    #[error("cannot read the providers file {path}: {source}")]
+    #[error("cannot read the providers file {path}: {reason}")]
     Read {
         /// The file.
         path: String,
-        /// The I/O error.
-        source: std::io::Error,
+        /// What went wrong (including a file over the size limit).
+        reason: crate::input::InputError,
     },
     /// The file is not a valid providers file.
     #[error("the providers file {path} is not valid: {reason}")]
@@ -490,18 +490,11 @@ impl ProviderSet {
     /// Reads a providers file.
     pub fn from_file(path: &Path) -> Result<Self, ProviderConfigError> {
         let shown = path.display().to_string();
-        let read = |source| ProviderConfigError::Read {
+        let read = |reason| ProviderConfigError::Read {
             path: shown.clone(),
-            source,
+            reason,
         };
-        let size = std::fs::metadata(path).map_err(read)?.len();
-        if size > MAX_PROVIDERS_FILE_BYTES {
-            return Err(ProviderConfigError::File {
-                path: shown,
-                reason: format!("it is larger than {MAX_PROVIDERS_FILE_BYTES} bytes"),
-            });
-        }
-        let text = std::fs::read_to_string(path).map_err(read)?;
+        let text = crate::input::read_text_at_most(path, MAX_PROVIDERS_FILE_BYTES).map_err(read)?;
         Self::parse(&text).map_err(|reason| match reason {
             ProviderConfigError::File { reason, .. } => ProviderConfigError::File {
                 path: shown,

@@ -1,0 +1,119 @@
+//! Reading the files a person names on the command line (graphs, components, arguments, replies,
+//! providers and test files) with a size bound, so that naming the wrong file (a huge log,
+//! `/dev/zero`, an endless pipe) ends in an error instead of filling the memory.
+
+use std::io::Read;
+use std::path::Path;
+
+/// Largest arguments, replies or test file.
+pub const MAX_DATA_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Why a file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    /// The file could not be opened or read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The file holds more than the limit.
+    #[error("it is larger than {limit} bytes")]
+    TooLarge {
+        /// The limit, in bytes.
+        limit: u64,
+    },
+    /// The file is not UTF-8 text.
+    #[error("it is not UTF-8 text")]
+    NotText,
+}
+
+/// The whole file, if it holds at most `limit` bytes. Reads at most `limit + 1` bytes, whatever
+/// the file is.
+pub fn read_at_most(path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(InputError::TooLarge { limit });
+    }
+    Ok(bytes)
+}
+
+/// The whole file, if it holds at most `limit(head)` bytes, where `head` is its first `peek`
+/// bytes (fewer if the file is shorter): for files whose kind, and so their limit, shows in how
+/// they start.
+pub fn read_at_most_by(
+    path: &Path,
+    peek: usize,
+    limit: impl FnOnce(&[u8]) -> u64,
+) -> Result<Vec<u8>, InputError> {
+    let mut file = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    (&mut file).take(peek as u64).read_to_end(&mut bytes)?;
+    let limit = limit(&bytes);
+    file.take((limit + 1).saturating_sub(bytes.len() as u64))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(InputError::TooLarge { limit });
+    }
+    Ok(bytes)
+}
+
+/// Like [`read_at_most`], for UTF-8 text.
+pub fn read_text_at_most(path: &Path, limit: u64) -> Result<String, InputError> {
+    String::from_utf8(read_at_most(path, limit)?).map_err(|_| InputError::NotText)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_at_the_limit_is_read_and_one_past_it_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        std::fs::write(&path, "abcd").expect("file");
+        assert_eq!(read_text_at_most(&path, 4).expect("at the limit"), "abcd");
+        assert!(matches!(
+            read_at_most(&path, 3),
+            Err(InputError::TooLarge { limit: 3 })
+        ));
+        std::fs::write(&path, [0xff, 0xfe]).expect("file");
+        assert!(matches!(
+            read_text_at_most(&path, 4),
+            Err(InputError::NotText)
+        ));
+        let missing = read_at_most(&dir.path().join("missing"), 4);
+        assert!(matches!(missing, Err(InputError::Io(_))));
+    }
+
+    #[test]
+    fn the_limit_can_depend_on_how_the_file_starts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        let by_kind = |head: &[u8]| if head == b"big:" { 10 } else { 6 };
+        std::fs::write(&path, "big:123456").expect("file");
+        assert_eq!(
+            read_at_most_by(&path, 4, by_kind).expect("10 bytes").len(),
+            10
+        );
+        std::fs::write(&path, "small:").expect("file");
+        assert_eq!(
+            read_at_most_by(&path, 4, by_kind).expect("6 bytes"),
+            b"small:"
+        );
+        std::fs::write(&path, "small:7").expect("file");
+        assert!(matches!(
+            read_at_most_by(&path, 4, by_kind),
+            Err(InputError::TooLarge { limit: 6 })
+        ));
+        std::fs::write(&path, "ab").expect("file");
+        assert_eq!(read_at_most_by(&path, 4, by_kind).expect("short"), b"ab");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_endless_file_ends_at_the_limit() {
+        let read = read_at_most(Path::new("/dev/zero"), 1024 * 1024);
+        assert!(matches!(read, Err(InputError::TooLarge { .. })));
+    }
+}
