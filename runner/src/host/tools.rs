@@ -153,6 +153,14 @@ impl Folder {
     /// Resolves a path to write: its parent folders are created inside the folder, and an
     /// existing target may not be a symlink.
     pub fn for_writing(&self, relative: &str) -> Result<PathBuf, Failure> {
+        // `a/`, `a/.` and `.` name folders; `Path` would read them as the file `a` or the
+        // folder's own name.
+        let last = relative.rsplit(['/', '\\']).next().unwrap_or_default();
+        if last.is_empty() || last == "." {
+            return Err(Failure::invalid(format!(
+                "path `{relative}` does not name a file; give one like notes/summary.md"
+            )));
+        }
         let joined = self.join(relative)?;
         let Some(file_name) = joined.file_name().map(|n| n.to_owned()) else {
             return Err(Failure::invalid(format!("{relative} does not name a file")));
@@ -445,6 +453,22 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.code, FailureCode::Denied);
+    }
+
+    #[tokio::test]
+    async fn a_write_path_that_names_a_folder_is_explained() {
+        let (dir, tools) = setup();
+        for path in [".", "", "./", "a/", "a/.", "notes/./"] {
+            let err = call(&tools, "fs.write", json!({"path": path, "text": "x"}))
+                .await
+                .unwrap_err();
+            assert_eq!(err.code, FailureCode::Invalid, "{path:?}: {err}");
+            assert!(err.message.contains("does not name a file"), "{err}");
+        }
+        let written: Vec<_> = std::fs::read_dir(dir.path().join("root"))
+            .expect("root")
+            .collect();
+        assert!(written.is_empty(), "nothing was written: {written:?}");
     }
 
     #[cfg(unix)]
