@@ -57,6 +57,10 @@
     if (typeof value === "string") {
       return value;
     }
+    if (typeof value === "number") {
+      // JSON would say null for NaN and the infinities.
+      return String(value);
+    }
     if (value instanceof ErrorCtor) {
       return value.code ? value.code + ": " + value.message : String(value);
     }

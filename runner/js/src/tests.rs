@@ -381,3 +381,29 @@ fn well_formed_replaces_only_lone_surrogate_escapes() {
         assert_eq!(well_formed(text.to_owned()), expected, "{text}");
     }
 }
+
+#[test]
+fn a_number_json_cannot_hold_is_named_as_itself_in_messages() {
+    let out = run_ok(
+        r#"export default async function (args, g) {
+            const said = [];
+            for (const n of [NaN, Infinity, 0.5]) {
+              try { await g.agent({prompt: "p", maxTokens: n}); } catch (e) { said.push(e.message); }
+            }
+            return said;
+        }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!([
+            "g.agent.maxTokens must be a positive integer, got NaN",
+            "g.agent.maxTokens must be a positive integer, got Infinity",
+            "g.agent.maxTokens must be a positive integer, got 0.5"
+        ])
+    );
+    let thrown = run_with(
+        "export default async function () { throw NaN; }",
+        ScriptedHost::default(),
+    );
+    assert_eq!(thrown, Err("NaN".to_owned()));
+}
