@@ -110,3 +110,41 @@ async fn a_5000_character_error_arrives_as_2000() {
         Some(MAX_ERROR_CHARS)
     );
 }
+
+/// A result as deep as a graph may return reaches the agent through MCP (whose JSON-RPC answer
+/// wraps it in a few more levels; at 125 levels an MCP client's parser used to refuse the whole
+/// answer), and one level deeper fails the run saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deepest_result_a_graph_may_return_reaches_the_agent() {
+    let world = World::new(json!({})).await;
+    let session = world
+        .share(
+            r#"export const meta = {name: "Deep", slug: "deep", version: "1"};
+export default async function (args) { let v = 1; for (let i = 0; i < args.n; i++) v = [v]; return v; }"#,
+        )
+        .await;
+    let deepest = runner::host::MAX_JSON_DEPTH;
+    for n in [deepest, deepest + 1, 125] {
+        let command = world
+            .queue(&session, &format!("key-deep-{n}"), json!({"n": n}))
+            .await;
+        world.relay().pass(&Default::default()).await;
+        let got = world.get(&command).await;
+        if n == deepest {
+            assert_eq!(got["status"], "completed", "{got}");
+            let mut result = &got["result"];
+            for _ in 0..n {
+                result = &result[0];
+            }
+            assert_eq!(result, &json!(1));
+        } else {
+            assert_eq!(got["status"], "failed", "{n}");
+            assert!(
+                got["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("nested more than 100 levels")),
+                "{got}"
+            );
+        }
+    }
+}

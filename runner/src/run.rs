@@ -200,13 +200,9 @@ pub async fn run_graph(
             }
         };
         match outcome {
-            Some(Ok(json)) => match serde_json::from_str::<Value>(&json) {
+            Some(Ok(json)) => match crate::host::parse_outgoing(&json, "the result", "is") {
                 Ok(value) => (RunStatus::Completed, Some(value), None),
-                Err(e) => (
-                    RunStatus::Failed,
-                    None,
-                    Some(format!("the result is not valid JSON: {e}")),
-                ),
+                Err(e) => (RunStatus::Failed, None, Some(e)),
             },
             Some(Err(error)) => (RunStatus::Failed, None, Some(error)),
             None => {

@@ -78,3 +78,42 @@ async fn half_an_emoji_reaches_the_host_as_a_replacement_character_in_both_engin
         assert_eq!(mock.calls(), vec!["greet \u{FFFD}".to_owned()]);
     }
 }
+
+/// JSON leaving a graph may nest 100 levels deep, so that every hop after it (the completion, the
+/// service, MCP's JSON-RPC answer) stays within common parsers' 128; deeper is refused with that
+/// said, not as "not valid JSON" (which serde_json's own bound used to produce past 127).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_nested_past_the_limit_is_refused_as_too_deep_in_both_engines() {
+    let script = r#"
+    export default async function (args, g) {
+      const nest = (n) => { let v = 1; for (let i = 0; i < n; i++) v = [v]; return v; };
+      if (args.tool) {
+        try { await g.tool("fs.read", {path: "x", deep: nest(args.n)}); }
+        catch (e) { return e.message; }
+      }
+      return nest(args.n);
+    }"#;
+    for engine in common::engines() {
+        let (options, _, _) = common::options(engine, serde_json::json!({}));
+        let at_limit = common::run(script, serde_json::json!({"n": 100}), &options).await;
+        assert_eq!(at_limit.status, RunStatus::Completed, "{at_limit:?}");
+        let too_deep = "the result is nested more than 100 levels of arrays and objects deep, the most JSON leaving a graph may have; flatten it";
+        for n in [101, 128, 5000] {
+            let past = common::run(script, serde_json::json!({"n": n}), &options).await;
+            assert_eq!(past.error.as_deref(), Some(too_deep), "{n}");
+        }
+        let tool = common::run(
+            script,
+            serde_json::json!({"n": 500, "tool": true}),
+            &options,
+        )
+        .await;
+        let said = tool.result.expect("the graph caught it");
+        assert!(
+            said.as_str().is_some_and(
+                |m| m.starts_with("fs.read: the arguments are nested more than 100 levels")
+            ),
+            "{said}"
+        );
+    }
+}

@@ -38,6 +38,37 @@ use tools::ToolRegistry;
 pub const MAX_SLEEP_MS: u32 = 600_000;
 /// Most handles one graph may have started and not yet collected.
 pub const MAX_LIVE_HANDLES: usize = 10_000;
+/// Most levels of nested arrays and objects in JSON leaving a graph (a result, a tool's or a
+/// nested graph's arguments). Every hop after the graph wraps it in a few more levels (the
+/// completion, the service's record, MCP's JSON-RPC answer) and common parsers, serde_json among
+/// them, stop at 128: an MCP client could not read a result 125 levels deep.
+pub const MAX_JSON_DEPTH: usize = 100;
+
+/// Parses JSON text the interpreter sends out, as "`subject` `is` …" when it is refused: not
+/// valid, or nested deeper than [`MAX_JSON_DEPTH`].
+pub(crate) fn parse_outgoing(text: &str, subject: &str, is: &str) -> Result<Value, String> {
+    let too_deep = || {
+        format!(
+            "{subject} {is} nested more than {MAX_JSON_DEPTH} levels of arrays and objects deep, the most JSON leaving a graph may have; flatten it"
+        )
+    };
+    match serde_json::from_str::<Value>(text) {
+        Ok(value) if depth(&value) > MAX_JSON_DEPTH => Err(too_deep()),
+        Ok(value) => Ok(value),
+        // serde_json's own bound (128) calls deeper text a syntax error.
+        Err(e) if e.to_string().starts_with("recursion limit exceeded") => Err(too_deep()),
+        Err(e) => Err(format!("{subject} {is} not valid JSON: {e}")),
+    }
+}
+
+/// Levels of arrays and objects: 0 for a scalar. Recursion is bounded by serde_json's 128.
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(fields) => 1 + fields.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
 
 /// Everything one run shares across its graphs: the budget, approvals, providers, tools,
 /// catalog, trace, concurrency slots and the cancellation that stops it all.
@@ -386,8 +417,8 @@ impl Invocation {
 
     /// `start-tool`.
     pub fn start_tool(&mut self, name: &str, args: &str) -> Result<u32, Failure> {
-        let args: Value = serde_json::from_str(args)
-            .map_err(|e| Failure::invalid(format!("{name}: arguments are not valid JSON: {e}")))?;
+        let args = parse_outgoing(args, &format!("{name}: the arguments"), "are")
+            .map_err(Failure::invalid)?;
         if !args.is_object() {
             return Err(Failure::invalid(format!(
                 "{name}: arguments must be a JSON object"
@@ -406,9 +437,8 @@ impl Invocation {
     /// `start-graph`.
     pub fn start_graph(&mut self, slug: &str, args: &str) -> Result<u32, Failure> {
         graphs::check_depth(&self.chain, slug)?;
-        let parsed: Value = serde_json::from_str(args).map_err(|e| {
-            Failure::invalid(format!("graph {slug}: arguments are not valid JSON: {e}"))
-        })?;
+        let parsed = parse_outgoing(args, &format!("graph {slug}: the arguments"), "are")
+            .map_err(Failure::invalid)?;
         if !parsed.is_object() {
             return Err(Failure::invalid(format!(
                 "graph {slug}: arguments must be a JSON object"
