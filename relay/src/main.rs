@@ -132,8 +132,9 @@ struct ServeArgs {
     listen: SocketAddr,
     #[command(flatten)]
     db: DbArg,
-    /// Public base URL for OAuth metadata (default: derived from each request's Host).
-    #[arg(long)]
+    /// Public base URL for OAuth metadata, like https://relay.example.com (default: derived
+    /// from each request's Host).
+    #[arg(long, value_parser = parse_public_url)]
     public_url: Option<String>,
     /// Minutes a running run may go without a control poll before it is failed.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
@@ -530,4 +531,72 @@ fn print(json: bool, detail: &impl Serialize, plain: &str) -> Result<()> {
         println!("{plain}");
     }
     Ok(())
+}
+
+/// `--public-url`: an absolute http(s) URL with a host and no query or fragment, without its
+/// trailing slash. It goes into OAuth metadata and the quoted `WWW-Authenticate` challenge, so
+/// anything else would hand MCP clients an address they cannot use.
+fn parse_public_url(text: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(text).map_err(|e| {
+        format!(
+            "{e}; give the address MCP clients reach the service at, like https://relay.example.com"
+        )
+    })?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "the scheme must be http or https, not {}",
+            url.scheme()
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("the URL has no host".into());
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("the URL may not have a query (?) or fragment (#)".into());
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("the URL may not carry a user name or password".into());
+    }
+    let text = url.as_str().trim_end_matches('/');
+    if let Some(c) = text
+        .chars()
+        .find(|c| !c.is_ascii_graphic() || matches!(c, '"' | '\\' | '<' | '>'))
+    {
+        return Err(format!("the URL may not contain {c:?}"));
+    }
+    Ok(text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_public_url;
+
+    #[test]
+    fn public_url_must_be_an_absolute_http_url_and_loses_its_trailing_slash() {
+        assert_eq!(
+            parse_public_url("https://relay.example.com/").as_deref(),
+            Ok("https://relay.example.com")
+        );
+        assert_eq!(
+            parse_public_url("http://10.0.0.2:8787/relay/").as_deref(),
+            Ok("http://10.0.0.2:8787/relay")
+        );
+        for bad in [
+            "not a url",
+            "relay.example.com",
+            "ftp://relay.example.com",
+            "https://relay.example.com/?x=1",
+            "https://relay.example.com/#top",
+            "https://user:secret@relay.example.com",
+            "file:///etc",
+        ] {
+            assert!(parse_public_url(bad).is_err(), "{bad}");
+        }
+        // It goes inside the quoted WWW-Authenticate parameter.
+        let quoted = parse_public_url("https://a\"b.example/");
+        assert!(
+            quoted.as_ref().is_err_and(|e| e.contains("'\"'")),
+            "{quoted:?}"
+        );
+    }
 }
