@@ -615,8 +615,8 @@ export default function () {
         Output,
         "a result nested 1,000 deep",
         "export default function () { let a = []; for (let i = 0; i < 1000; i++) a = [a]; return a; }",
-        Wasm::Fails("recursion limit exceeded"),
-        Boa::Fails("recursion limit exceeded"),
+        Wasm::Fails("nested more than 100 levels"),
+        Boa::Fails("nested more than 100 levels"),
     ),
     Case::new(
         "result-cyclic",
