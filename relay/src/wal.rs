@@ -23,3 +23,34 @@ pub(crate) fn use_wal(conn: &Connection, patience: Duration) -> rusqlite::Result
         }
     }
 }
+
+/// Opens a new file from six threads at once, five times over, and returns every failure: how
+/// the tests show that processes starting together on a fresh machine all succeed.
+#[cfg(test)]
+pub(crate) fn open_at_once_failures(
+    name: &str,
+    open: impl Fn(&std::path::Path) -> Result<(), String> + Sync,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for _ in 0..5 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(name);
+        let barrier = std::sync::Barrier::new(6);
+        std::thread::scope(|scope| {
+            let openers: Vec<_> = (0..6)
+                .map(|_| {
+                    scope.spawn(|| {
+                        barrier.wait();
+                        open(&path)
+                    })
+                })
+                .collect();
+            for opener in openers {
+                if let Err(e) = opener.join().expect("no panic") {
+                    failures.push(e);
+                }
+            }
+        });
+    }
+    failures
+}

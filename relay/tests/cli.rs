@@ -21,6 +21,18 @@ fn relay(db: &Path, args: &[&str]) -> Output {
         .expect("run relay")
 }
 
+/// `relay desktop --state STATE ARGS…`.
+fn desktop(state: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_relay"))
+        .arg("desktop")
+        .arg("--state")
+        .arg(state)
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run relay")
+}
+
 fn plain(output: &Output) -> String {
     assert!(
         output.status.success(),
@@ -256,16 +268,7 @@ fn serve_takes_a_task_lease_of_at_most_a_day() {
 fn desktop_policy_refuses_a_tool_the_relay_does_not_have() {
     let dir = tempfile::tempdir().expect("temp dir");
     let state = dir.path().join("desktop.db");
-    let desktop = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_relay"))
-            .arg("desktop")
-            .arg("--state")
-            .arg(&state)
-            .args(args)
-            .env("RUST_BACKTRACE", "0")
-            .output()
-            .expect("run relay")
-    };
+    let desktop = |args: &[&str]| desktop(&state, args);
     let typo = failure(&desktop(&["policy", "set", "fs.wrte", "allow"]));
     assert!(
         typo.contains("no tool called `fs.wrte`") && typo.contains("fs.list, fs.read, fs.write"),
@@ -282,16 +285,7 @@ fn desktop_policy_refuses_a_tool_the_relay_does_not_have() {
 fn desktop_sessions_show_a_hostile_name_escaped_and_refuse_an_endless_file() {
     let dir = tempfile::tempdir().expect("temp dir");
     let state = dir.path().join("desktop.db");
-    let desktop = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_relay"))
-            .arg("desktop")
-            .arg("--state")
-            .arg(&state)
-            .args(args)
-            .env("RUST_BACKTRACE", "0")
-            .output()
-            .expect("run relay")
-    };
+    let desktop = |args: &[&str]| desktop(&state, args);
     // A name that would clear the owner's screen and write over the line before it.
     let graph = dir.path().join("evil.js");
     std::fs::write(
