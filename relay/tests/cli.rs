@@ -312,3 +312,26 @@ fn desktop_sessions_show_a_hostile_name_escaped_and_refuse_an_endless_file() {
     let endless = failure(&desktop(&["session", "add", "/dev/zero"]));
     assert!(endless.contains("larger than 1048576 bytes"), "{endless}");
 }
+
+#[test]
+fn desktop_folder_must_be_a_folder() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("desktop.db");
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, "x").expect("file");
+    let refused = failure(&desktop(&state, &["folder", file.to_str().expect("path")]));
+    assert!(refused.contains("is not a folder"), "{refused}");
+    // Nothing was stored: the folder is still unset.
+    let unset = failure(&desktop(&state, &["folder"]));
+    assert!(unset.contains("no folder is set"), "{unset}");
+    let folder = dir.path().join("shared");
+    std::fs::create_dir(&folder).expect("folder");
+    let set = plain(&desktop(
+        &state,
+        &["folder", folder.to_str().expect("path")],
+    ));
+    assert_eq!(
+        std::path::Path::new(&set),
+        folder.canonicalize().expect("canonical")
+    );
+}

@@ -624,7 +624,19 @@ impl DesktopState {
                 folder.display()
             ))
         })?;
-        let text = canonical.to_string_lossy().into_owned();
+        if !canonical.is_dir() {
+            return Err(StateError::Invalid(format!(
+                "{} is not a folder; give the folder the fs tools may use",
+                folder.display()
+            )));
+        }
+        // Stored as text: a lossy copy of a non-UTF-8 path would name another folder.
+        let Some(text) = canonical.to_str().map(str::to_owned) else {
+            return Err(StateError::Invalid(format!(
+                "the folder {} has a name that is not UTF-8; rename it or give another",
+                folder.display()
+            )));
+        };
         self.with_sync(|conn| {
             conn.execute(
                 "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = ?2",
