@@ -20,4 +20,4 @@ pub mod loadtest;
 pub mod protocol;
 pub mod service;
 pub mod sim;
-mod wal;
+mod sqlite_file;

@@ -28,14 +28,7 @@ pub enum InputError {
 /// The whole file, if it holds at most `limit` bytes. Reads at most `limit + 1` bytes, whatever
 /// the file is.
 pub fn read_at_most(path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?
-        .take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Err(InputError::TooLarge { limit });
-    }
-    Ok(bytes)
+    read_at_most_by(path, 0, |_| limit)
 }
 
 /// The whole file, if it holds at most `limit(head)` bytes, where `head` is its first `peek`
@@ -50,7 +43,7 @@ pub fn read_at_most_by(
     let mut bytes = Vec::new();
     (&mut file).take(peek as u64).read_to_end(&mut bytes)?;
     let limit = limit(&bytes);
-    file.take((limit + 1).saturating_sub(bytes.len() as u64))
+    file.take(limit.saturating_add(1).saturating_sub(bytes.len() as u64))
         .read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {
         return Err(InputError::TooLarge { limit });

@@ -8,12 +8,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::clock::Timestamp;
 use crate::protocol::{CommandId, CompleteRequest, GraphSessionId, MAX_SYNC_SESSIONS, SessionMeta};
+use crate::sqlite_file::MigrateError;
 
 /// How long a write waits for another process's write lock (the CLI and the loop share the file).
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -221,7 +222,7 @@ impl DesktopState {
         }
         let conn = Connection::open(path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
-        crate::wal::use_wal(&conn, BUSY_TIMEOUT)?;
+        crate::sqlite_file::use_wal(&conn, BUSY_TIMEOUT)?;
         Self::init(conn, Some(path.to_path_buf()))
     }
 
@@ -232,27 +233,13 @@ impl DesktopState {
 
     fn init(mut conn: Connection, path: Option<PathBuf>) -> Result<Self, StateError> {
         conn.pragma_update(None, "foreign_keys", true)?;
-        // Immediate: of several processes opening a new file at once (`relay desktop run` and a
-        // control command), one migrates and the others wait for it, then find nothing to do.
-        let migration = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let applied: i64 = migration.pragma_query_value(None, "user_version", |row| row.get(0))?;
-        let applied = usize::try_from(applied).unwrap_or(usize::MAX);
-        if applied > MIGRATIONS.len() {
-            return Err(StateError::Invalid(format!(
-                "the desktop state has schema version {applied}, newer than this relay knows ({}): \
-                 upgrade relay, or give another file with --state",
-                MIGRATIONS.len()
-            )));
-        }
-        for (i, step) in MIGRATIONS.iter().enumerate().skip(applied) {
-            migration.execute_batch(step)?;
-            migration.pragma_update(
-                None,
-                "user_version",
-                i64::try_from(i + 1).unwrap_or(i64::MAX),
-            )?;
-        }
-        migration.commit()?;
+        crate::sqlite_file::migrate(&mut conn, MIGRATIONS).map_err(|e| match e {
+            MigrateError::Newer { found, known } => StateError::Invalid(format!(
+                "the desktop state has schema version {found}, newer than this relay knows ({known}): \
+                 upgrade relay, or give another file with --state"
+            )),
+            MigrateError::Sqlite(e) => StateError::Sqlite(e),
+        })?;
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
             path,
@@ -1070,7 +1057,7 @@ mod opening {
     #[test]
     fn processes_opening_a_new_state_file_at_once_all_succeed() {
         // `relay desktop run` and a control command started together on a fresh machine.
-        let failures = crate::wal::open_at_once_failures("desktop.db", |path| {
+        let failures = crate::sqlite_file::open_at_once_failures("desktop.db", |path| {
             DesktopState::open(path)
                 .and_then(|state| state.sessions())
                 .map(drop)

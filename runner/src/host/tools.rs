@@ -3,7 +3,7 @@
 //! resolving symlinks, so neither a path nor a link can reach outside the folder.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::agents::ToolSpec;
 use super::approvals::BoxFuture;
+use crate::input::{InputError, read_at_most};
 
 /// Largest file `fs.read` returns.
 pub const MAX_READ_BYTES: u64 = 1024 * 1024;
@@ -155,16 +156,17 @@ impl Folder {
     pub fn for_writing(&self, relative: &str) -> Result<PathBuf, Failure> {
         // `a/`, `a/.` and `.` name folders; `Path` would read them as the file `a` or the
         // folder's own name.
+        let no_file_name = || {
+            Failure::invalid(format!(
+                "path `{relative}` does not name a file; give one like notes/summary.md"
+            ))
+        };
         let last = relative.rsplit(['/', '\\']).next().unwrap_or_default();
         if last.is_empty() || last == "." {
-            return Err(Failure::invalid(format!(
-                "path `{relative}` does not name a file; give one like notes/summary.md"
-            )));
+            return Err(no_file_name());
         }
         let joined = self.join(relative)?;
-        let Some(file_name) = joined.file_name().map(|n| n.to_owned()) else {
-            return Err(Failure::invalid(format!("{relative} does not name a file")));
-        };
+        let file_name = joined.file_name().ok_or_else(no_file_name)?.to_owned();
         let parent = joined.parent().unwrap_or(&self.root).to_path_buf();
         // Check the deepest existing ancestor before creating anything below it.
         let mut existing = parent.clone();
@@ -287,16 +289,16 @@ impl Tool for FsRead {
                     return Err(too_big(meta.len()));
                 }
                 // Bounded: the file may have grown since its size was read.
-                let cannot =
-                    |e: std::io::Error| Failure::failed(format!("cannot read {}: {e}", args.path));
-                let mut bytes = Vec::new();
-                std::fs::File::open(&path)
-                    .and_then(|file| file.take(MAX_READ_BYTES + 1).read_to_end(&mut bytes))
-                    .map_err(cannot)?;
-                if bytes.len() as u64 > MAX_READ_BYTES {
-                    let now = std::fs::metadata(&path).map_or(bytes.len() as u64, |m| m.len());
-                    return Err(too_big(now));
-                }
+                let bytes = match read_at_most(&path, MAX_READ_BYTES) {
+                    Ok(bytes) => bytes,
+                    Err(InputError::TooLarge { limit }) => {
+                        let now = std::fs::metadata(&path).map_or(limit + 1, |m| m.len());
+                        return Err(too_big(now));
+                    }
+                    Err(e) => {
+                        return Err(Failure::failed(format!("cannot read {}: {e}", args.path)));
+                    }
+                };
                 let text = String::from_utf8(bytes)
                     .map_err(|_| Failure::invalid(format!("{} is not UTF-8 text", args.path)))?;
                 Ok(json!({"text": text}))

@@ -19,6 +19,7 @@ use super::{
 use crate::clock::Timestamp;
 use crate::protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
 use crate::service::chat_tasks::model::TaskId;
+use crate::sqlite_file::MigrateError;
 
 mod chat;
 
@@ -212,7 +213,7 @@ fn open_connection(path: Option<&Path>) -> Result<Connection, StoreError> {
     };
     connection.busy_timeout(BUSY_TIMEOUT).map_err(backend)?;
     if path.is_some() {
-        let mode = crate::wal::use_wal(&connection, BUSY_TIMEOUT).map_err(backend)?;
+        let mode = crate::sqlite_file::use_wal(&connection, BUSY_TIMEOUT).map_err(backend)?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::Backend(format!(
                 "the database refused WAL mode (got {mode})"
@@ -228,30 +229,12 @@ fn open_connection(path: Option<&Path>) -> Result<Connection, StoreError> {
 }
 
 fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
-    let transaction = connection
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(backend)?;
-    let applied: i64 = transaction
-        .query_row("PRAGMA user_version", [], |row| row.get(0))
-        .map_err(backend)?;
-    let applied = usize::try_from(applied).unwrap_or(usize::MAX);
-    if applied > MIGRATIONS.len() {
-        return Err(StoreError::Corrupt(format!(
-            "the database has schema version {applied}, newer than this build knows ({}): upgrade relay",
-            MIGRATIONS.len()
-        )));
-    }
-    for (index, migration) in MIGRATIONS.iter().enumerate().skip(applied) {
-        transaction.execute_batch(migration).map_err(backend)?;
-        transaction
-            .pragma_update(
-                None,
-                "user_version",
-                i64::try_from(index + 1).unwrap_or(i64::MAX),
-            )
-            .map_err(backend)?;
-    }
-    transaction.commit().map_err(backend)
+    crate::sqlite_file::migrate(connection, MIGRATIONS).map_err(|e| match e {
+        MigrateError::Newer { found, known } => StoreError::Corrupt(format!(
+            "the database has schema version {found}, newer than this build knows ({known}): upgrade relay"
+        )),
+        MigrateError::Sqlite(e) => backend(e),
+    })
 }
 
 fn backend(error: rusqlite::Error) -> StoreError {
@@ -888,7 +871,7 @@ mod opening {
     #[test]
     fn processes_opening_a_new_database_at_once_all_succeed() {
         // `relay serve` and `relay admin` started together on a fresh machine.
-        let failures = crate::wal::open_at_once_failures("relay.db", |path| {
+        let failures = crate::sqlite_file::open_at_once_failures("relay.db", |path| {
             SqliteStore::open(path).map(drop).map_err(|e| e.to_string())
         });
         assert!(failures.is_empty(), "{failures:?}");
