@@ -2,7 +2,7 @@
 //! what its scopes and kind allow, a desktop touches only its owner's projects, and revoking a
 //! token takes effect on the next request.
 
-mod common;
+use crate::common;
 
 use common::{Era, TestService, call, decode, err, mcp_client, ok, run_args, try_mcp_client};
 use relay::service::admin;

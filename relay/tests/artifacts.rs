@@ -2,8 +2,8 @@
 //! or a conflict (other content); content, count and names are bounded; the owner reads them
 //! back with their sha256.
 
-mod chat_support;
-mod common;
+use crate::chat_support;
+use crate::common;
 
 use chat_support::{Chat, ChatService, chat_setup, claim, claim_id};
 use common::{call, err, ok};

@@ -2,7 +2,7 @@
 //! the desktop reads, and its outcome is `cancelled` whatever the graph managed; a finished run
 //! stays as it is.
 
-mod common;
+use crate::common;
 
 use common::{Era, Setup, call, ok, queue, setup};
 use serde_json::json;

@@ -3,8 +3,8 @@
 //! link gets the winner's claim back. The naive read-then-write claim (a test-only switch)
 //! loses the same race, so this test is known to catch double claims.
 
-mod chat_support;
-mod common;
+use crate::chat_support;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

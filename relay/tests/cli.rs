@@ -1,7 +1,7 @@
 //! The `relay` binary: admin commands print one plain value (or JSON with `--json`) and fail
 //! with a non-zero exit and a helpful message; `relay serve` serves MCP on its listener.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -2,8 +2,8 @@
 //! inbox is at most 87 bytes of tool-result text and each waiting task adds at most 210 (the
 //! seed's figures), whatever the goal's length, script or punctuation.
 
-mod chat_support;
-mod common;
+use crate::chat_support;
+use crate::common;
 
 use std::time::Duration;
 

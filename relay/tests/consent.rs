@@ -2,8 +2,7 @@
 //! or a slug changed after queueing means `cancelled` with the exact message, and the graph never
 //! runs.
 
-mod common;
-mod harness;
+use crate::harness;
 
 use harness::{ECHO, World};
 use relay::clock::Timestamp;

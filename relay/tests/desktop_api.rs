@@ -1,7 +1,7 @@
 //! The desktop API: syncs are all-or-nothing and bounded, ids are checked before any state is
 //! read, `started` and `complete` are idempotent, and a different completion is a conflict.
 
-mod common;
+use crate::common;
 
 use common::{Era, Setup, TestService, call, gs, mcp_client, ok, queue, session, setup};
 use relay::protocol::{MAX_ERROR_CHARS, MAX_RESULT_CHARS, MAX_SYNC_SESSIONS, json_utf16_len};

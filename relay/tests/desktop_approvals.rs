@@ -1,8 +1,7 @@
 //! Approvals apply to remote runs: an `ask` tool creates a pending approval the owner answers;
 //! no answer within the timeout is a denial.
 
-mod common;
-mod harness;
+use crate::harness;
 
 use std::time::Duration;
 

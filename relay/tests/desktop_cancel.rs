@@ -1,8 +1,8 @@
 //! Cancel while running: the desktop sees the flag on its next control poll, stops the engine
 //! once, and the outcome is `cancelled`.
 
-mod common;
-mod harness;
+use crate::common;
+use crate::harness;
 
 use std::time::Duration;
 

@@ -2,8 +2,7 @@
 //! runs it in the sandbox and posts the result; queued work waits out an offline desktop;
 //! commands run one after another.
 
-mod common;
-mod harness;
+use crate::harness;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! provider the file names, with the key from the environment variable it names; a bad file or
 //! flag stops it before it contacts the service.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};

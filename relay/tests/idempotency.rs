@@ -1,7 +1,7 @@
 //! The same agent and key never start a second run: not under 50 concurrent calls, not after
 //! a lost response, not a day later; the same key with other content is refused.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

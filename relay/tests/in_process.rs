@@ -1,7 +1,7 @@
 //! The router is a plain tower service: it runs in-process with no socket, on tokio's paused
 //! time through the injected clock (what the simulator needs).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

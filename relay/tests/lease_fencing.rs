@@ -2,8 +2,8 @@
 //! submit and upload, so a chat that went silent and comes back late cannot overwrite the chat
 //! that took over. Time moves only on the injected clock.
 
-mod chat_support;
-mod common;
+use crate::chat_support;
+use crate::common;
 
 use std::time::Duration;
 

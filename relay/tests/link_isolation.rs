@@ -2,8 +2,8 @@
 //! project: another link learns nothing about whether a task exists, a token does only what
 //! its scopes allow, and reads need no more than `osfoundry:read`.
 
-mod chat_support;
-mod common;
+use crate::chat_support;
+use crate::common;
 
 use chat_support::{ChatService, chat_setup, claim, claim_args, claim_id, submit_args};
 use common::{Era, TestService, call, err, mcp_client, ok};

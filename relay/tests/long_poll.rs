@@ -2,7 +2,7 @@
 //! as work is queued for its project or a running command it names is cancelled; a waiting
 //! `get_graph_run` answers as soon as the run finishes; both answer at their deadline otherwise.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! task tools) with their contracts, and drives a run through run → get → cancel, in both
 //! protocol eras.
 
-mod common;
+use crate::common;
 
 use common::{Era, TestService, call, err, gs, mcp_client, ok, run_args, text};
 use relay::service::runs::RUN_NOT_FOUND;

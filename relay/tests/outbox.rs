@@ -2,8 +2,7 @@
 //! 2xx, so a lost post is delivered on the next pass and a relay killed before posting delivers
 //! after restart, without running the graph again.
 
-mod common;
-mod harness;
+use crate::harness;
 
 use std::sync::atomic::Ordering;
 

@@ -2,8 +2,8 @@
 //! task), watch the list with its labels and hint, cancel. Over the owner HTTP API with an
 //! owner token, and through `relay admin`.
 
-mod chat_support;
-mod common;
+use crate::chat_support;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

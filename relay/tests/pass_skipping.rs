@@ -2,7 +2,7 @@
 //! due while the previous one is still busy is skipped and counted; a sharing change runs a
 //! pass at once instead of waiting for the interval.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

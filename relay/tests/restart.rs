@@ -1,7 +1,7 @@
 //! Restarting the service loses no queued or finished run: a new process on the same database
 //! file serves the same runs to the same tokens.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -1,8 +1,7 @@
 //! Results are bounded all or nothing at 100,000 UTF-16 units of completion JSON; the full
 //! result stays in the desktop's history; errors arrive cut to 2,000 characters.
 
-mod common;
-mod harness;
+use crate::harness;
 
 use harness::{BIG, THROWS, World};
 use relay::protocol::{CompletionStatus, MAX_ERROR_CHARS, MAX_RESULT_CHARS, json_utf16_len};

@@ -1,7 +1,7 @@
 //! No run stays `running` forever: a desktop that stops polling control for the silence
 //! timeout gets its run failed with an error that says so (clock moved by hand).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

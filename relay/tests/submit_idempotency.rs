@@ -2,8 +2,8 @@
 //! as a replay, a different one against the finished task is rejected, and the first result
 //! stays.
 
-mod chat_support;
-mod common;
+use crate::chat_support;
+use crate::common;
 
 use chat_support::{ChatService, chat_setup, claim, claim_id, submit_args};
 use common::{call, err, ok};

@@ -2,8 +2,8 @@
 //! write lock, even with a long history, while a poll that finds something due sweeps it
 //! once. The unguarded sweep (the first version) takes the lock on every read.
 
-mod chat_support;
-mod common;
+use crate::chat_support;
+use crate::common;
 
 use std::time::Duration;
 

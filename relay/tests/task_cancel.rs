@@ -1,8 +1,8 @@
 //! A cancelled task cannot be completed: the owner's cancel is a status change, and a submit
 //! (or upload) under the old claim is rejected with `rejected: task is cancelled`.
 
-mod chat_support;
-mod common;
+use crate::chat_support;
+use crate::common;
 
 use chat_support::{ChatService, chat_setup, claim, claim_args, claim_id, submit_args};
 use common::{call, err, ok};

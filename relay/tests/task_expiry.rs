@@ -1,8 +1,8 @@
 //! A task not finished within 24 h of its creation expires, lazily: the first read, claim or
 //! submit after the deadline sweeps it to `expired`. Time moves only on the injected clock.
 
-mod chat_support;
-mod common;
+use crate::chat_support;
+use crate::common;
 
 use std::time::Duration;
 

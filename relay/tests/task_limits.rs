@@ -1,8 +1,8 @@
 //! Every limit on chat tasks holds at its bound and refuses one past it: goal length, the
 //! owner's key length, result length, id length, and the owner's list size.
 
-mod chat_support;
-mod common;
+use crate::chat_support;
+use crate::common;
 
 use chat_support::{ChatService, chat_setup, claim, claim_id, submit_args};
 use common::{call, err, ok};

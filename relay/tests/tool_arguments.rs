@@ -2,7 +2,7 @@
 //! or mistyped ones, key length 8–128, limit 1–50, malformed ids (tested at and past each
 //! limit).
 
-mod common;
+use crate::common;
 
 use common::{Era, TestService, call, err, gs, mcp_client, ok, run_args};
 use relay::service::runs::{MAX_ARGUMENTS_BYTES, RUN_NOT_FOUND};

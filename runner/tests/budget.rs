@@ -1,7 +1,7 @@
 //! The hard token cap: the next wave is refused once the cap is reached, agents already running
 //! finish and count, and `total_tokens` is the sum of every finished agent.
 
-mod common;
+use crate::common;
 
 use runner::RunStatus;
 use runner::host::events::EventKind;

@@ -1,6 +1,6 @@
 //! A run cancelled from outside ends `cancelled`, whatever it was doing.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! `runner run`'s graphs folder is read on the run's first nested call, once.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

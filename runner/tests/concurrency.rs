@@ -1,7 +1,7 @@
 //! `Promise.all` over agents runs them concurrently on the host, at most `max_concurrency` at a
 //! time. Asserted on the event order, not on time.
 
-mod common;
+use crate::common;
 
 use runner::RunStatus;
 use runner::host::events::EventKind;

@@ -1,6 +1,6 @@
 //! Runaway scripts end `failed` with an error naming the limit, and the next run works.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

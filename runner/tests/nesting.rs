@@ -1,6 +1,6 @@
 //! Nested graphs share the run's budget and cancellation, and stop at the depth limit.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

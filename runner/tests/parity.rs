@@ -1,7 +1,7 @@
 //! Both engines are implementations of one contract: every example graph's test cases end the
 //! same way in the sandbox and in-process, case by case (status, result, error, tokens).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! `overloaded_error`) from a local HTTP server, and check what the provider sent: the headers,
 //! the tools and the `tool_result` blocks that carry tool results (or denials) back.
 
-mod common;
+use crate::common;
 
 use common::server::{Scripted, TestServer};
 use runner::RunStatus;

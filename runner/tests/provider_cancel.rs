@@ -3,7 +3,7 @@
 //! the run ends `cancelled`. The server here is local and scripted; `real_model.rs` cancels a
 //! generation of the real model.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

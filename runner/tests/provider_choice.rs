@@ -3,7 +3,7 @@
 //! unknown provider or model is `invalid` before any request is sent. Prices give
 //! `reported_cost`. The providers are local scripted servers in the OpenAI format.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

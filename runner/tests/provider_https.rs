@@ -3,7 +3,7 @@
 //! that a TLS client hello goes to a plain-HTTP server, which cannot answer it: the provider
 //! fails to connect (retried, then given up) and the server never sees an HTTP request.
 
-mod common;
+use crate::common;
 
 use common::server::TestServer;
 use serde_json::json;

@@ -3,7 +3,7 @@
 //! timeout. The provider here is a local server answering from a script (in the OpenAI format),
 //! so these run everywhere; `real_model.rs` repeats the 429 case in front of the real model.
 
-mod common;
+use crate::common;
 
 use common::server::{Scripted, TestServer};
 use runner::RunStatus;

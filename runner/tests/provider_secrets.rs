@@ -2,7 +2,7 @@
 //! in its header: it never appears in the trace, the logs (even at trace level), errors, the
 //! run outcome or a providers file, not even when the server echoes it back in an error.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

@@ -7,7 +7,7 @@
 //! never about wording. The model emits a tool call reliably only when asked to copy a
 //! `<tool_call>` block verbatim, so the tool-loop prompts do exactly that.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! component is compiled again and the entry rewritten), never a crash; a valid entry loads
 //! without compiling and is marked as used, so pruning keeps it.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 //! its store. The figures are printed (run with `--nocapture`); the test asserts only bounds
 //! far above them, so it cannot flake on a busy machine.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::pin::Pin;

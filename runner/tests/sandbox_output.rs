@@ -3,7 +3,7 @@
 //! Each test runs one hostile script of `hostile::CASES` in the sandbox (in-process and through
 //! `runner run --engine wasm`) and in boa in a child process; see `hostile/mod.rs`.
 
-mod hostile;
+use crate::hostile;
 
 use graph_js::{MAX_ERROR_CHARS, MAX_LOG_LINE_CHARS};
 use hostile::child::ChildEnd;

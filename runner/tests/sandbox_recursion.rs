@@ -4,7 +4,7 @@
 //! Each test runs one hostile script of `hostile::CASES` in the sandbox (in-process and through
 //! `runner run --engine wasm`) and in boa in a child process; see `hostile/mod.rs`.
 
-mod hostile;
+use crate::hostile;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_recursion() {

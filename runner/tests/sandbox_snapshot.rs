@@ -3,7 +3,7 @@
 //! starting point, not shared state: what one run changes is gone for the next, and nothing
 //! that should differ between runs (random numbers, time) is frozen into it.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -5,9 +5,9 @@
 //! holding, its `sandbox_*.rs` test fails; if someone edits the catalog to make it pass, this
 //! one fails until the table says so too.
 //!
-//! To print the table: `cargo test -p runner --test sandbox_table -- --nocapture`.
+//! To print the table: `cargo test -p runner --test suite sandbox_table -- --nocapture`.
 
-mod hostile;
+use crate::hostile;
 
 use hostile::{Boa, CASES, Guarantee, Wasm};
 

@@ -2,7 +2,7 @@
 //! patching built-ins the prelude uses, not by forging arguments, and not by calling the host
 //! bindings directly (they are enforced on the host, behind the same checks).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
