@@ -748,3 +748,34 @@ fn an_endless_or_oversized_input_file_is_refused_at_its_limit() {
         assert_eq!(stderr.matches("larger than").count(), 1, "{stderr}");
     }
 }
+
+#[test]
+fn a_write_cut_short_leaves_the_old_file_whole() {
+    // The file-size limit (`ulimit -f`) kills `runner` (SIGXFSZ) 100 KiB into writing a
+    // 600 KB text: the owner's file must still hold its old content, not a cut-off new one.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let folder = dir.path().join("folder");
+    std::fs::create_dir(&folder).expect("folder");
+    std::fs::write(folder.join("notes.md"), "the old notes").expect("notes");
+    let graph = dir.path().join("big.js");
+    std::fs::write(
+        &graph,
+        r#"export const meta = {name: "Big", slug: "big", version: "1"};
+export default async function (args, g) { return g.tool("fs.write", {path: "notes.md", text: "x".repeat(600000)}); }"#,
+    )
+    .expect("graph");
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -f 100 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_runner"))
+        .args(["run", "--engine", "boa", "--allow", "fs.write", "--folder"])
+        .arg(&folder)
+        .arg(&graph)
+        .output()
+        .expect("runs");
+    assert!(!output.status.success(), "{output:?}");
+    assert_eq!(
+        std::fs::read_to_string(folder.join("notes.md")).expect("notes"),
+        "the old notes"
+    );
+}

@@ -199,6 +199,62 @@ impl Folder {
     }
 }
 
+/// Gives `target` the content `bytes` by writing a new file beside it and renaming that over
+/// it. At every moment the target holds either its old or its new content: a write that fails
+/// (a full disk), is cut short (the process killed) or runs at the same time as another write
+/// or a read never leaves a mix or a truncated file. A hard link to the target from elsewhere
+/// keeps the old content instead of being written through, and an existing file keeps its
+/// permissions. A process killed mid-write may leave its `.graphrelay-*.tmp` file behind.
+fn replace_file(target: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = target.parent().unwrap_or(Path::new("."));
+    let permissions = std::fs::metadata(target).ok().map(|m| m.permissions());
+    if permissions.is_some() {
+        // Renaming needs only the folder's write permission; a file its owner made read-only
+        // (or that belongs to someone else) stays refused, as writing it in place would be.
+        std::fs::OpenOptions::new().write(true).open(target)?;
+    }
+    let (temp, mut file) = loop {
+        let temp = dir.join(format!(
+            ".graphrelay-{}-{}.tmp",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        // `create_new` never opens an existing file or follows a link at that name.
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)
+        {
+            Ok(file) => break (temp, file),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| match permissions {
+            Some(permissions) => file.set_permissions(permissions),
+            None => Ok(()),
+        })
+        .and_then(|()| file.sync_all())
+        .and_then(|()| {
+            drop(file);
+            std::fs::rename(&temp, target)
+        });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written?;
+    // Make the rename itself durable; a folder that cannot be opened or synced (some
+    // filesystems) still holds the new file.
+    if let Ok(folder) = std::fs::File::open(dir) {
+        let _ = folder.sync_all();
+    }
+    Ok(())
+}
+
 /// A pipe, socket or device: opening one can block for ever (a FIFO waits for its other end)
 /// or never end (a device), so the fs tools refuse them.
 fn not_a_file(relative: &str) -> Failure {
@@ -331,10 +387,7 @@ impl Tool for FsWrite {
             }
             blocking(move || {
                 let path = folder.for_writing(&args.path)?;
-                let mut file = std::fs::File::create(&path)
-                    .map_err(|e| Failure::failed(format!("cannot write {}: {e}", args.path)))?;
-                file.write_all(args.text.as_bytes())
-                    .and_then(|()| file.sync_all())
+                replace_file(&path, args.text.as_bytes())
                     .map_err(|e| Failure::failed(format!("cannot write {}: {e}", args.path)))?;
                 Ok(json!({"bytes": args.text.len()}))
             })
@@ -455,6 +508,46 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.code, FailureCode::Denied);
+    }
+
+    #[tokio::test]
+    async fn a_write_replaces_the_file_and_not_what_a_hard_link_shares() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, tools) = setup();
+        let root = dir.path().join("root");
+        // A hard link in the folder to a file outside it: writing the link's name must not
+        // change the outside file.
+        let outside = dir.path().join("outside.txt");
+        std::fs::write(&outside, "the owner's file").expect("outside");
+        std::fs::hard_link(&outside, root.join("linked.txt")).expect("hard link");
+        let private = root.join("private.txt");
+        std::fs::write(&private, "old").expect("private");
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        for (path, text) in [("linked.txt", "new"), ("private.txt", "new and longer")] {
+            call(&tools, "fs.write", json!({"path": path, "text": text}))
+                .await
+                .expect("written");
+            assert_eq!(
+                std::fs::read_to_string(root.join(path)).expect("read"),
+                text
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(&outside).expect("outside"),
+            "the owner's file"
+        );
+        let mode = std::fs::metadata(&private)
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        // No temporary file is left behind.
+        let mut names: Vec<_> = std::fs::read_dir(&root)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["linked.txt", "private.txt"]);
     }
 
     #[tokio::test]
