@@ -9,6 +9,7 @@
 pub mod engine;
 pub mod host;
 pub mod input;
+pub mod output;
 pub mod run;
 pub mod testing;
 pub mod trace;

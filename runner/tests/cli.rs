@@ -150,13 +150,26 @@ fn runner_build_refuses_a_bad_output_and_its_component_runs() {
         String::from_utf8_lossy(&built.stdout).trim(),
         component.display().to_string()
     );
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+    // Building again, over the first component, with a bare relative name.
+    let rebuilt = runner()
+        .current_dir(dir.path())
+        .args(["build", "one.js", "-o", "one.wasm"])
+        .output()
+        .expect("runs");
+    assert!(
+        rebuilt.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rebuilt.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&rebuilt.stdout).trim(), "one.wasm");
+    // No temporary file is left behind.
+    let mut names: Vec<_> = std::fs::read_dir(dir.path())
         .expect("dir")
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with(".partial"))
         .collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
+    names.sort();
+    assert_eq!(names, ["one.js", "one.wasm"]);
     let ran = runner()
         .arg("run")
         .arg(&component)

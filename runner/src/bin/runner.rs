@@ -464,7 +464,7 @@ async fn build(file: &Path, output: &Path) -> ExitCode {
         file.display()
     );
     match runner::engine::wasm::build_component(&script, WasmLimits::default()).await {
-        Ok(bytes) => match write_whole(output, &bytes) {
+        Ok(bytes) => match runner::output::replace_file(output, &bytes) {
             Ok(()) => {
                 eprintln!("wrote {} ({} bytes)", output.display(), bytes.len());
                 println!("{}", output.display());
@@ -517,23 +517,6 @@ fn check_build_output(file: &Path, output: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// Writes `bytes` to `path` through a temporary file beside it (created like any new file, so
-/// the umask applies), so a failed write never leaves a truncated component where a good one
-/// was.
-fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let partial = path.with_file_name(format!(".{name}.{}.partial", std::process::id()));
-    let written = std::fs::File::create_new(&partial).and_then(|mut f| {
-        std::io::Write::write_all(&mut f, bytes)?;
-        f.sync_all()
-    });
-    let renamed = written.and_then(|()| std::fs::rename(&partial, path));
-    if renamed.is_err() {
-        let _ = std::fs::remove_file(&partial);
-    }
-    renamed
 }
 
 async fn test(
