@@ -482,6 +482,50 @@ async fn drives_run_get_cancel_in_a_2025_session() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_an_emoji_from_a_js_client_arrives_as_a_replacement_character() {
+    // `JSON.stringify("cut 😀".slice(0, 5))` writes the lone surrogate as `\ud83d`; serde
+    // refuses it, so the whole call used to fail as a parse error.
+    let service = TestService::start().await;
+    let project = service.project("p", "alice").await;
+    let token = service.full_agent(&project).await;
+    let desktop = service.desktop(&project).await;
+    desktop.sync(&project, &[1]).await;
+    let body = format!(
+        r#"{{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {{
+            "name": "run_graph_session",
+            "arguments": {{"graph_session_id": "{}", "idempotency_key": "half-an-emoji-\ud83d",
+                "arguments": {{"note": "cut \ud83d", "upper": "\uDE00 x", "whole": "\ud83d\ude00", "escaped": "\\ud83d"}}}},
+            "_meta": {}}}}}"#,
+        common::gs(1),
+        modern_meta()
+    );
+    let response = reqwest::Client::new()
+        .post(service.mcp_url())
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "run_graph_session")
+        .body(body)
+        .send()
+        .await
+        .expect("request");
+    let status = response.status().as_u16();
+    let answer = response.text().await.expect("an answer");
+    assert_eq!(status, 200, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).expect("a JSON-RPC answer");
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    let queued = desktop.sync(&project, &[1]).await;
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    assert_eq!(
+        queued[0]["arguments"],
+        json!({"note": "cut \u{fffd}", "upper": "\u{fffd} x", "whole": "😀", "escaped": "\\ud83d"})
+    );
+    service.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_that_is_not_json_gets_a_json_rpc_parse_error() {
     let service = TestService::start().await;
     let project = service.project("p", "alice").await;

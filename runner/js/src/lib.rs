@@ -560,14 +560,15 @@ fn json_arg(args: &[JsValue], index: usize, context: &mut Context) -> JsResult<S
     string_arg(args, index, context).map(well_formed)
 }
 
-/// `text` with every lone UTF-16 surrogate escape (`\ud800`) replaced by `\ufffd`, the
-/// replacement character.
+/// `text`, a JSON text, with every lone UTF-16 surrogate escape (`\ud800`) replaced by
+/// `\ufffd`, the replacement character.
 ///
 /// JS strings may hold lone surrogates, for instance after `reply.text.slice(0, 100)` cut an emoji
 /// in half. `JSON.stringify` writes them as escapes, but a Rust string (and so serde) cannot hold
 /// them and used to refuse the whole result or argument with "unexpected end of hex escape".
-/// Surrogate pairs and every other escape are kept; the length in bytes does not change.
-fn well_formed(text: String) -> String {
+/// Surrogate pairs and every other escape are kept; the length in bytes does not change. The
+/// relay's `/mcp` endpoint applies the same to requests from JS clients.
+pub fn well_formed(text: String) -> String {
     if !text.contains("\\ud") && !text.contains("\\uD") {
         return text;
     }

@@ -61,6 +61,7 @@ pub async fn gate(State(app): State<Arc<AppState>>, request: Request, next: Next
             )
                 .into_response();
         };
+        let bytes = mended(bytes);
         let peek = serde_json::from_slice::<Peek>(&bytes);
         if peek.is_err()
             && let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
@@ -94,6 +95,19 @@ pub async fn gate(State(app): State<Arc<AppState>>, request: Request, next: Next
         hoist_security_schemes(response).await
     } else {
         response
+    }
+}
+
+/// `body` with every lone UTF-16 surrogate escape replaced by `\ufffd`. A JS client's
+/// `JSON.stringify` writes a string holding half an emoji (a cut model reply, say) as
+/// `"\ud83d"`, which serde, and so rmcp, refuses; JSON leaving a graph is mended the same way.
+fn mended(body: axum::body::Bytes) -> axum::body::Bytes {
+    match std::str::from_utf8(&body) {
+        // Most bodies have no such escape: they pass without a copy.
+        Ok(text) if text.contains("\\ud") || text.contains("\\uD") => {
+            axum::body::Bytes::from(graph_js::well_formed(text.to_owned()))
+        }
+        _ => body,
     }
 }
 
