@@ -7,7 +7,7 @@
 //! - [`desktop`]: the relay loop (poller, outbox, consent re-check, executor, bounding).
 //! - [`demo`]: the whole product on one machine, with a self-check through MCP.
 //! - [`sim`]: the seeds' experiments through the real code on virtual time.
-//! - [`bench`]: `relay bench`, the empty-poll benchmark of the chat tasks' sweep.
+//! - [`bench`](mod@bench): `relay bench`, the empty-poll benchmark of the chat tasks' sweep.
 //! - [`loadtest`]: `relay bench long-polls`, thousands of waiting desktops on one service.
 
 #![warn(missing_docs)]

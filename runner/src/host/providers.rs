@@ -703,7 +703,7 @@ pub struct ProviderArgs {
     #[arg(long, value_enum, requires = "model")]
     pub provider: Option<ProviderKind>,
     /// The provider's base URL, with its version path (default: the hosted API,
-    /// https://api.openai.com/v1 or https://api.anthropic.com/v1).
+    /// `https://api.openai.com/v1` or `https://api.anthropic.com/v1`).
     #[arg(long = "base-url", value_name = "URL", requires = "provider")]
     pub base_url: Option<String>,
     /// The model for agents that name none.
