@@ -20,6 +20,7 @@ mod demo;
 mod desktop_api;
 mod desktop_approvals;
 mod desktop_cancel;
+mod desktop_folder;
 mod desktop_pickup;
 mod desktop_providers;
 mod idempotency;

@@ -17,6 +17,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use graph_js::Failure;
 use runner::engine::Engine;
 use runner::host::agents::AgentProvider;
 use runner::host::events::{Event, EventSink};
@@ -757,12 +758,18 @@ impl Relay {
             Some(folder) => Some(folder.clone()),
             None => self.state.folder()?,
         };
-        options.tools = match ToolRegistry::standard(folder) {
-            Ok(tools) => tools,
-            Err(e) => {
+        options.tools = match folder.map(|folder| ToolRegistry::standard(Some(folder))) {
+            Some(Ok(tools)) => tools,
+            Some(Err(e)) => {
                 tracing::warn!("the fs tools are unavailable: {e}");
-                ToolRegistry::standard(None).unwrap_or_default()
+                ToolRegistry::with_unusable_folder(Failure::failed(format!(
+                    "{}; choose another with `relay desktop folder DIR`",
+                    e.message
+                )))
             }
+            None => ToolRegistry::with_unusable_folder(Failure::invalid(
+                "no folder is set for the fs tools on this desktop; its owner sets one with `relay desktop folder DIR`",
+            )),
         };
         options.policy = self.state.policy()?;
         options.approver = Arc::new(approver::OwnerApprover::new(

@@ -40,15 +40,25 @@ pub struct ToolRegistry {
 impl ToolRegistry {
     /// The standard tools: the `fs.*` tools confined to `folder` (when given).
     pub fn standard(folder: Option<PathBuf>) -> Result<Self, Failure> {
-        let mut registry = Self::default();
         let folder = match folder {
-            Some(path) => Some(Arc::new(Folder::open(&path)?)),
-            None => None,
+            Some(path) => Ok(Arc::new(Folder::open(&path)?)),
+            None => Err(no_folder()),
         };
+        Ok(Self::with_fs(folder))
+    }
+
+    /// The standard tools when the folder given for them cannot be opened (deleted since it was
+    /// chosen, say): the `fs.*` tools fail with `reason` instead of running, so a run learns why.
+    pub fn with_unusable_folder(reason: Failure) -> Self {
+        Self::with_fs(Err(reason))
+    }
+
+    fn with_fs(folder: FolderSlot) -> Self {
+        let mut registry = Self::default();
         registry.register(Arc::new(FsRead(folder.clone())));
         registry.register(Arc::new(FsWrite(folder.clone())));
         registry.register(Arc::new(FsList(folder)));
-        Ok(registry)
+        registry
     }
 
     /// Adds (or replaces) a tool.
@@ -235,9 +245,12 @@ struct WriteArgs {
     text: String,
 }
 
-struct FsRead(Option<Arc<Folder>>);
-struct FsWrite(Option<Arc<Folder>>);
-struct FsList(Option<Arc<Folder>>);
+/// The folder the fs tools work in, or why they have none.
+type FolderSlot = Result<Arc<Folder>, Failure>;
+
+struct FsRead(FolderSlot);
+struct FsWrite(FolderSlot);
+struct FsList(FolderSlot);
 
 fn path_schema(extra: Option<(&str, &str)>) -> Value {
     let mut properties =
@@ -263,7 +276,7 @@ impl Tool for FsRead {
 
     fn call(&self, args: Value) -> BoxFuture<'_, Result<Value, Failure>> {
         Box::pin(async move {
-            let folder = self.0.clone().ok_or_else(no_folder)?;
+            let folder = self.0.clone()?;
             let args: PathArgs = parse_args("fs.read", args)?;
             blocking(move || {
                 let path = folder.existing(&args.path)?;
@@ -320,7 +333,7 @@ impl Tool for FsWrite {
 
     fn call(&self, args: Value) -> BoxFuture<'_, Result<Value, Failure>> {
         Box::pin(async move {
-            let folder = self.0.clone().ok_or_else(no_folder)?;
+            let folder = self.0.clone()?;
             let args: WriteArgs = parse_args("fs.write", args)?;
             if args.text.len() > MAX_WRITE_BYTES {
                 return Err(Failure::invalid(format!(
@@ -352,7 +365,7 @@ impl Tool for FsList {
 
     fn call(&self, args: Value) -> BoxFuture<'_, Result<Value, Failure>> {
         Box::pin(async move {
-            let folder = self.0.clone().ok_or_else(no_folder)?;
+            let folder = self.0.clone()?;
             let args: PathArgs = parse_args("fs.list", args)?;
             blocking(move || {
                 let path = folder.existing(&args.path)?;
