@@ -66,6 +66,10 @@ fn parse_test_file(text: &str) -> Result<(Option<String>, Vec<TestCase>), String
         return Ok((None, vec![case]));
     }
     let many = serde_json::from_value::<ManyCases>(value).map_err(|e| e.to_string())?;
+    if many.cases.is_empty() {
+        // It would pass while testing nothing.
+        return Err("`cases` is empty; give at least one case".to_owned());
+    }
     let cases = many
         .cases
         .into_iter()
@@ -516,6 +520,10 @@ mod tests {
         let one = problem(r#"{"expect": {"status": "done"}}"#);
         assert!(one.contains("unknown variant `done`"), "{one}");
         assert!(problem("[]").starts_with("expected a JSON object"));
+        assert_eq!(
+            problem(r#"{"graph": "g.js", "cases": []}"#),
+            "`cases` is empty; give at least one case"
+        );
         assert!(problem("{nope").contains("line 1 column 2"));
     }
 

@@ -537,8 +537,9 @@ async fn test(
     };
     let engine = engine.build(None)?;
     eprintln!(
-        "running {} test files in {} on engine {}",
+        "running {} test file{} in {} on engine {}",
         tests.len(),
+        if tests.len() == 1 { "" } else { "s" },
         dir.display(),
         engine.name()
     );
