@@ -188,12 +188,12 @@ impl CaseReport {
 #[derive(Debug, thiserror::Error)]
 pub enum TestError {
     /// The folder could not be read.
-    #[error("cannot read the test folder {path}: {source}")]
+    #[error("cannot read the test folder {path}: {reason}")]
     Folder {
         /// The folder.
         path: String,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (in the message; not a separate cause, so it is said once).
+        reason: std::io::Error,
     },
 }
 
@@ -215,9 +215,9 @@ impl Approver for CaseApprover {
 
 /// Finds the `*.test.json` files of `dir`, sorted.
 pub fn find_tests(dir: &Path) -> Result<Vec<PathBuf>, TestError> {
-    let entries = std::fs::read_dir(dir).map_err(|source| TestError::Folder {
+    let entries = std::fs::read_dir(dir).map_err(|reason| TestError::Folder {
         path: dir.display().to_string(),
-        source,
+        reason,
     })?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -243,9 +243,9 @@ pub async fn run_dir(
     let catalog: Arc<dyn Catalog> = Arc::new(
         FolderCatalog::load(dir, engine.as_ref(), DESCRIBE_TIMEOUT)
             .await
-            .map_err(|source| TestError::Folder {
+            .map_err(|reason| TestError::Folder {
                 path: dir.display().to_string(),
-                source,
+                reason,
             })?,
     );
     let mut reports = Vec::new();

@@ -792,3 +792,24 @@ export default async function (args, g) { return g.tool("fs.write", {path: "note
         "the old notes"
     );
 }
+
+#[test]
+fn runner_test_names_a_missing_folder_and_says_why_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("missing");
+    let output = runner().arg("test").arg(&missing).output().expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "cannot read the test folder {}",
+            missing.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
+}
