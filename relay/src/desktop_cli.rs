@@ -371,7 +371,31 @@ pub async fn add_session(
     Ok(state.upsert_session(&meta, &script, name, now)?)
 }
 
+/// Refuses a desktop token that could only fail at every request: an empty one (an unset
+/// variable), one with a space or line break (read from a file), or another kind's token.
+fn check_desktop_token(token: &str) -> Result<()> {
+    const MINT: &str = "`relay admin token create --desktop` prints one";
+    if token.is_empty() {
+        bail!("--token is empty: give the desktop token; {MINT}");
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        bail!(
+            "--token holds a space, line break or other character no token has: copy it again; {MINT}"
+        );
+    }
+    for (prefix, kind) in [("gra_", "an agent's"), ("gro_", "an owner's")] {
+        if token.starts_with(prefix) {
+            bail!(
+                "--token is {kind} token ({prefix}…); the desktop needs a desktop token (grd_…); {MINT}"
+            );
+        }
+    }
+    Ok(())
+}
+
 async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
+    check_desktop_token(&args.token)?;
+    let state_has_no_enabled_project = state.enabled_projects()?.is_empty();
     let config = DesktopConfig {
         poll_interval: seconds("--poll-interval", args.poll_interval)?,
         control_interval: seconds("--control-interval", args.control_interval)?,
@@ -405,6 +429,11 @@ async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
         }
     });
     tracing::info!(service = %args.service, "desktop relay running; Ctrl-C stops it");
+    if state_has_no_enabled_project {
+        tracing::warn!(
+            "no project is enabled on this desktop, so nothing will be picked up; `relay desktop project enable ID` enables one (the relay sees it at its next pass)"
+        );
+    }
     relay.run(shutdown).await?;
     Ok(())
 }

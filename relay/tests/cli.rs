@@ -335,3 +335,91 @@ fn desktop_folder_must_be_a_folder() {
         folder.canonicalize().expect("canonical")
     );
 }
+
+#[test]
+fn desktop_run_refuses_a_token_that_could_only_fail() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("desktop.db");
+    for (token, says) in [
+        ("", "--token is empty"),
+        ("grd_abc\n", "line break"),
+        ("grd_ abc", "space"),
+        ("gra_0123", "an agent's token"),
+        ("gro_0123", "an owner's token"),
+    ] {
+        // On a token it accepts, `run` would run until stopped: kill it at a deadline.
+        let mut child = Command::new(env!("CARGO_BIN_EXE_relay"))
+            .arg("desktop")
+            .arg("--state")
+            .arg(&state)
+            .args(["run", "--service", "http://127.0.0.1:9", "--token", token])
+            .env_remove("RELAY_DESKTOP_TOKEN")
+            .env("RUST_BACKTRACE", "0")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run relay");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while child.try_wait().expect("wait").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("{token:?} was accepted: relay desktop run kept running");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let output = child.wait_with_output().expect("output");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{token:?}: {stderr}");
+        assert!(stderr.contains(says), "{token:?}: {stderr}");
+        assert!(
+            stderr.contains("relay admin token create --desktop"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn desktop_run_without_an_enabled_project_says_so() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .arg("desktop")
+        .arg("--state")
+        .arg(dir.path().join("desktop.db"))
+        .args([
+            "run",
+            "--service",
+            "http://127.0.0.1:9",
+            "--token",
+            "grd_0123",
+        ])
+        .env_remove("RELAY_DESKTOP_TOKEN")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run relay");
+    let stderr = child.stderr.take().expect("stderr");
+    // Reads until the warning (or the end, if relay exits); the relay is killed either way.
+    let reader = std::thread::spawn(move || {
+        let mut seen = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("no project is enabled") {
+                break;
+            }
+        }
+        seen
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !reader.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let seen = reader.join().expect("reader");
+    assert!(
+        seen.contains("no project is enabled") && seen.contains("relay desktop project enable ID"),
+        "{seen}"
+    );
+}
