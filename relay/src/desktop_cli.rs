@@ -11,12 +11,14 @@ use relay::desktop::api::{DesktopApi, HttpTransport};
 use relay::desktop::state::DesktopState;
 use relay::desktop::{DesktopConfig, Relay, Runtime};
 use relay::protocol::GraphSessionId;
+use relay::service::auth::{token_kind, token_prefix};
+use relay::service::store::TokenKind;
 use runner::engine::EngineKind;
 use runner::host::agents::{AgentProvider, NoProvider};
 use runner::host::approvals::Policy;
 use runner::host::mock::MockProvider;
 use runner::host::providers::ProviderArgs;
-use runner::input::read_text_at_most;
+use runner::input::read_script;
 use runner::trace::for_terminal;
 use tokio_util::sync::CancellationToken;
 
@@ -361,8 +363,8 @@ pub async fn add_session(
     name: Option<&str>,
     now: relay::clock::Timestamp,
 ) -> Result<GraphSessionId> {
-    let script = read_text_at_most(file, graph_js::MAX_SCRIPT_BYTES as u64)
-        .with_context(|| format!("cannot read the graph {}", file.display()))?;
+    let script =
+        read_script(file).with_context(|| format!("cannot read the graph {}", file.display()))?;
     let engine = EngineKind::Wasm.build()?;
     let meta = engine
         .describe(script.clone().into())
@@ -383,19 +385,25 @@ fn check_desktop_token(token: &str) -> Result<()> {
             "--token holds a space, line break or other character no token has: copy it again; {MINT}"
         );
     }
-    for (prefix, kind) in [("gra_", "an agent's"), ("gro_", "an owner's")] {
-        if token.starts_with(prefix) {
-            bail!(
-                "--token is {kind} token ({prefix}…); the desktop needs a desktop token (grd_…); {MINT}"
-            );
-        }
-    }
-    Ok(())
+    let (whose, kind) = match token_kind(token) {
+        Some(kind @ TokenKind::Agent) => ("an agent's", kind),
+        Some(kind @ TokenKind::Owner) => ("an owner's", kind),
+        Some(TokenKind::Desktop) | None => return Ok(()),
+    };
+    bail!(
+        "--token is {whose} token ({}…); the desktop needs a desktop token ({}…); {MINT}",
+        token_prefix(kind),
+        token_prefix(TokenKind::Desktop)
+    )
 }
 
 async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
     check_desktop_token(&args.token)?;
-    let state_has_no_enabled_project = state.enabled_projects()?.is_empty();
+    if state.enabled_projects()?.is_empty() {
+        tracing::warn!(
+            "no project is enabled on this desktop, so nothing will be picked up; `relay desktop project enable ID` enables one (the relay sees it at its next pass)"
+        );
+    }
     let config = DesktopConfig {
         poll_interval: seconds("--poll-interval", args.poll_interval)?,
         control_interval: seconds("--control-interval", args.control_interval)?,
@@ -429,11 +437,6 @@ async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
         }
     });
     tracing::info!(service = %args.service, "desktop relay running; Ctrl-C stops it");
-    if state_has_no_enabled_project {
-        tracing::warn!(
-            "no project is enabled on this desktop, so nothing will be picked up; `relay desktop project enable ID` enables one (the relay sees it at its next pass)"
-        );
-    }
     relay.run(shutdown).await?;
     Ok(())
 }

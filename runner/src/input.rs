@@ -51,6 +51,14 @@ pub fn read_at_most_by(
     Ok(bytes)
 }
 
+/// Largest graph script file: the interpreter's own script limit.
+pub const MAX_SCRIPT_FILE_BYTES: u64 = graph_js::MAX_SCRIPT_BYTES as u64;
+
+/// A graph script, if it is UTF-8 text of at most [`MAX_SCRIPT_FILE_BYTES`].
+pub fn read_script(path: &Path) -> Result<String, InputError> {
+    read_text_at_most(path, MAX_SCRIPT_FILE_BYTES)
+}
+
 /// Like [`read_at_most`], for UTF-8 text.
 pub fn read_text_at_most(path: &Path, limit: u64) -> Result<String, InputError> {
     String::from_utf8(read_at_most(path, limit)?).map_err(|_| InputError::NotText)

@@ -35,7 +35,7 @@ use crate::host::events::EventSink;
 use crate::host::graphs::{Catalog, DESCRIBE_TIMEOUT, FolderCatalog};
 use crate::host::mock::MockProvider;
 use crate::host::tools::{Folder, ToolRegistry};
-use crate::input::{MAX_DATA_FILE_BYTES, read_text_at_most};
+use crate::input::{MAX_DATA_FILE_BYTES, read_script, read_text_at_most};
 use crate::run::{RunOptions, RunOutcome, RunRequest, RunStatus, run_graph};
 use graph_js::FailureCode;
 
@@ -342,7 +342,7 @@ async fn run_case(
     events: &Arc<dyn EventSink>,
     run_provider: Option<&Arc<dyn AgentProvider>>,
 ) -> Result<(RunOutcome, CaseFolder), String> {
-    let script = read_text_at_most(graph, graph_js::MAX_SCRIPT_BYTES as u64)
+    let script = read_script(graph)
         .map_err(|e| format!("cannot read the graph {}: {e}", graph.display()))?;
     let folder =
         tempfile::tempdir().map_err(|e| format!("cannot create a temporary folder: {e}"))?;

@@ -34,9 +34,10 @@ export default async function (args, g) { return g.tool("fs.write", {path: args.
 /// A graph that returns 1.
 const ONE: &str = "export const meta = {name: 'One', slug: 'one', version: '1'};\nexport default async function () { return 1; }";
 
-fn write_graph(dir: &Path) -> std::path::PathBuf {
-    let path = dir.join("write.js");
-    std::fs::write(&path, WRITE).expect("graph");
+/// Writes a graph file `name` with `source` into `dir`.
+fn graph_file(dir: &Path, name: &str, source: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, source).expect("graph");
     path
 }
 
@@ -247,12 +248,11 @@ fn run_prints_one_json_object_and_exits_by_status() {
 #[test]
 fn the_result_keeps_the_graphs_key_order_in_both_engines() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let graph = dir.path().join("order.js");
-    std::fs::write(
-        &graph,
+    let graph = graph_file(
+        dir.path(),
+        "order.js",
         "export default function () { return {zeta: 1, alpha: {y: 2, b: 3}, mid: [{q: 1, p: 2}]}; }",
-    )
-    .expect("graph");
+    );
     for engine in ["wasm", "boa"] {
         let output = runner()
             .arg("run")
@@ -288,7 +288,7 @@ fn a_wasm_file_that_is_not_a_component_is_refused_not_run_as_javascript() {
 #[test]
 fn usage_errors_exit_2_without_running() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let graph = write_graph(dir.path());
+    let graph = graph_file(dir.path(), "write.js", WRITE);
     for args in [
         vec![
             "run".to_owned(),
@@ -338,7 +338,7 @@ fn usage_errors_exit_2_without_running() {
 #[test]
 fn fs_write_is_denied_unless_allowed_and_nothing_is_written() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let graph = write_graph(dir.path());
+    let graph = graph_file(dir.path(), "write.js", WRITE);
     let folder = dir.path().join("folder");
     std::fs::create_dir(&folder).expect("folder");
     let output = runner()
@@ -411,7 +411,7 @@ fn fs_write_is_denied_unless_allowed_and_nothing_is_written() {
 #[test]
 fn escapes_are_refused_even_when_allowed() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let graph = write_graph(dir.path());
+    let graph = graph_file(dir.path(), "write.js", WRITE);
     let folder = dir.path().join("folder");
     let outside = dir.path().join("outside");
     std::fs::create_dir(&folder).expect("folder");
@@ -489,12 +489,11 @@ fn check_prints_meta_or_names_line_and_column() {
 fn ctrl_c_cancels_the_run_and_exits_3() {
     use std::io::Read;
     let dir = tempfile::tempdir().expect("tempdir");
-    let graph = dir.path().join("slow.js");
-    std::fs::write(
-        &graph,
+    let graph = graph_file(
+        dir.path(),
+        "slow.js",
         "export default async function (a, g) { await g.sleep(600000); }",
-    )
-    .expect("graph");
+    );
     let mut child = runner()
         .arg("run")
         .arg(&graph)
@@ -539,12 +538,11 @@ fn a_hostile_file_beside_the_graph_cannot_take_runner_run_down() {
         "function spin() { for (let i = 0; i < 1000; i++) {} } for (;;) spin(); export default () => 1;",
     )
     .expect("spin");
-    let graph = dir.path().join("ok.js");
-    std::fs::write(
-        &graph,
+    let graph = graph_file(
+        dir.path(),
+        "ok.js",
         "export default async function () { return 'fine'; }",
-    )
-    .expect("ok");
+    );
     let output = runner()
         .arg("run")
         .arg(&graph)
@@ -600,16 +598,15 @@ fn terminal_approvals_answer_and_an_open_question_does_not_outlive_the_run() {
     use std::io::{BufRead, Write};
     use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().expect("tempdir");
-    let graph = dir.path().join("ask.js");
-    std::fs::write(
-        &graph,
+    let graph = graph_file(
+        dir.path(),
+        "ask.js",
         r#"export const meta = {name: "Ask", slug: "ask", version: "1"};
 export default async function (args, g) {
   await g.tool("fs.write", {path: "first.txt", text: "yes"});
   return g.tool("fs.write", {path: "second.txt", text: "never"});
 }"#,
-    )
-    .expect("graph");
+    );
     let Some((mut controller, terminal)) = pseudo_terminal() else {
         eprintln!("skipped: this machine has no pseudo-terminals");
         return;
@@ -690,16 +687,15 @@ export default async function (args, g) {
 #[test]
 fn the_trace_shows_a_graphs_control_characters_escaped() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let graph = dir.path().join("redraw.js");
-    std::fs::write(
-        &graph,
+    let graph = graph_file(
+        dir.path(),
+        "redraw.js",
         r#"export const meta = {name: "Redraw", slug: "redraw", version: "1"};
 export default async function (args, g) {
   g.log("\u001b[1A\rrun completed: 0 tokens\u0007");
   throw new Error("gone\u001b[2J");
 }"#,
-    )
-    .expect("graph");
+    );
     let output = runner()
         .args(["run", "--engine", "boa"])
         .arg(&graph)
@@ -725,8 +721,7 @@ export default async function (args, g) {
 #[test]
 fn an_endless_or_oversized_input_file_is_refused_at_its_limit() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let graph = dir.path().join("one.js");
-    std::fs::write(&graph, ONE).expect("graph");
+    let graph = graph_file(dir.path(), "one.js", ONE);
     let big = dir.path().join("big.js");
     std::fs::write(&big, "a".repeat(graph_js::MAX_SCRIPT_BYTES + 1)).expect("big");
     let graph = graph.display().to_string();
@@ -770,13 +765,12 @@ fn a_write_cut_short_leaves_the_old_file_whole() {
     let folder = dir.path().join("folder");
     std::fs::create_dir(&folder).expect("folder");
     std::fs::write(folder.join("notes.md"), "the old notes").expect("notes");
-    let graph = dir.path().join("big.js");
-    std::fs::write(
-        &graph,
+    let graph = graph_file(
+        dir.path(),
+        "big.js",
         r#"export const meta = {name: "Big", slug: "big", version: "1"};
 export default async function (args, g) { return g.tool("fs.write", {path: "notes.md", text: "x".repeat(600000)}); }"#,
-    )
-    .expect("graph");
+    );
     let output = Command::new("sh")
         .arg("-c")
         .arg("ulimit -f 100 && exec \"$0\" \"$@\"")

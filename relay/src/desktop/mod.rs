@@ -758,15 +758,14 @@ impl Relay {
             Some(folder) => Some(folder.clone()),
             None => self.state.folder()?,
         };
-        options.tools = match folder.map(|folder| ToolRegistry::standard(Some(folder))) {
-            Some(Ok(tools)) => tools,
-            Some(Err(e)) => {
+        options.tools = match folder {
+            Some(folder) => ToolRegistry::standard(Some(folder)).unwrap_or_else(|e| {
                 tracing::warn!("the fs tools are unavailable: {e}");
                 ToolRegistry::with_unusable_folder(Failure::failed(format!(
                     "{}; choose another with `relay desktop folder DIR`",
                     e.message
                 )))
-            }
+            }),
             None => ToolRegistry::with_unusable_folder(Failure::invalid(
                 "no folder is set for the fs tools on this desktop; its owner sets one with `relay desktop folder DIR`",
             )),

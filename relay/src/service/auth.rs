@@ -134,12 +134,7 @@ pub struct MintedToken {
 pub fn mint_token(kind: TokenKind) -> Result<MintedToken, getrandom::Error> {
     let mut secret = [0u8; TOKEN_SECRET_BYTES];
     getrandom::fill(&mut secret)?;
-    let prefix = match kind {
-        TokenKind::Desktop => "grd_",
-        TokenKind::Agent => "gra_",
-        TokenKind::Owner => "gro_",
-    };
-    let text = format!("{prefix}{}", hex(&secret));
+    let text = format!("{}{}", token_prefix(kind), hex(&secret));
     let hash = hash_token(&text);
     Ok(MintedToken { text, hash })
 }
@@ -149,11 +144,25 @@ pub fn hash_token(text: &str) -> String {
     hex(&Sha256::digest(text.as_bytes()))
 }
 
+/// The prefix every token of `kind` starts with, so an operator can tell them apart.
+pub fn token_prefix(kind: TokenKind) -> &'static str {
+    match kind {
+        TokenKind::Desktop => "grd_",
+        TokenKind::Agent => "gra_",
+        TokenKind::Owner => "gro_",
+    }
+}
+
+/// The kind of token `text` is, by its prefix; `None` for anything else (a token id, say).
+pub fn token_kind(text: &str) -> Option<TokenKind> {
+    [TokenKind::Desktop, TokenKind::Agent, TokenKind::Owner]
+        .into_iter()
+        .find(|&kind| text.starts_with(token_prefix(kind)))
+}
+
 /// Whether `text` looks like a token (rather than a token id).
 pub fn looks_like_token(text: &str) -> bool {
-    ["grd_", "gra_", "gro_"]
-        .iter()
-        .any(|prefix| text.starts_with(prefix))
+    token_kind(text).is_some()
 }
 
 /// Lowercase hex of `bytes`.

@@ -569,7 +569,7 @@ fn json_arg(args: &[JsValue], index: usize, context: &mut Context) -> JsResult<S
 /// Surrogate pairs and every other escape are kept; the length in bytes does not change. The
 /// relay's `/mcp` endpoint applies the same to requests from JS clients.
 pub fn well_formed(text: String) -> String {
-    if !text.contains("\\ud") && !text.contains("\\uD") {
+    if !may_hold_surrogate_escape(&text) {
         return text;
     }
     let mut out = String::with_capacity(text.len());
@@ -597,6 +597,12 @@ pub fn well_formed(text: String) -> String {
     }
     out.push_str(&text[copied..]);
     out
+}
+
+/// Whether `text` may hold an escape [`well_formed`] replaces: a quick test, so that text without
+/// one passes untouched (and uncopied).
+pub fn may_hold_surrogate_escape(text: &str) -> bool {
+    text.contains("\\ud") || text.contains("\\uD")
 }
 
 /// The code unit of the `\uXXXX` escape at byte `at` of `text`, if it is a surrogate.

@@ -18,7 +18,9 @@ use runner::host::graphs::{DESCRIBE_TIMEOUT, LazyFolderCatalog};
 use runner::host::mock::MockProvider;
 use runner::host::providers::ProviderArgs;
 use runner::host::tools::ToolRegistry;
-use runner::input::{MAX_DATA_FILE_BYTES, read_at_most_by, read_text_at_most};
+use runner::input::{
+    MAX_DATA_FILE_BYTES, MAX_SCRIPT_FILE_BYTES, read_at_most_by, read_text_at_most,
+};
 use runner::run::{MAX_CONCURRENCY, RunOptions, RunRequest, RunStatus, run_graph};
 use runner::trace::{TracePrinter, for_terminal};
 use serde_json::Value;
@@ -167,12 +169,12 @@ enum GraphFile {
 }
 
 fn read_graph(path: &Path) -> anyhow::Result<GraphFile> {
-    // A component may be as large as MAX_COMPONENT_BYTES, a script only MAX_SCRIPT_BYTES.
+    // A component may be as large as MAX_COMPONENT_BYTES, a script only MAX_SCRIPT_FILE_BYTES.
     let limit = |head: &[u8]| {
         if head == WASM_MAGIC {
             MAX_COMPONENT_BYTES
         } else {
-            graph_js::MAX_SCRIPT_BYTES as u64
+            MAX_SCRIPT_FILE_BYTES
         }
     };
     let bytes = read_at_most_by(path, WASM_MAGIC.len(), limit)

@@ -10,7 +10,7 @@ use graph_js::{Failure, Meta};
 
 use crate::engine::Engine;
 use crate::host::approvals::BoxFuture;
-use crate::input::read_text_at_most;
+use crate::input::read_script;
 
 /// Graphs may nest this deep (the top graph is depth 0).
 pub const MAX_DEPTH: usize = 8;
@@ -80,8 +80,7 @@ impl FolderCatalog {
             .collect();
         files.sort();
         for path in files {
-            let script: Arc<str> = match read_text_at_most(&path, graph_js::MAX_SCRIPT_BYTES as u64)
-            {
+            let script: Arc<str> = match read_script(&path) {
                 Ok(s) => s.into(),
                 Err(e) => {
                     catalog.skipped.push((path, e.to_string()));

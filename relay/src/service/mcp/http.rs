@@ -104,7 +104,7 @@ pub async fn gate(State(app): State<Arc<AppState>>, request: Request, next: Next
 fn mended(body: axum::body::Bytes) -> axum::body::Bytes {
     match std::str::from_utf8(&body) {
         // Most bodies have no such escape: they pass without a copy.
-        Ok(text) if text.contains("\\ud") || text.contains("\\uD") => {
+        Ok(text) if graph_js::may_hold_surrogate_escape(text) => {
             axum::body::Bytes::from(graph_js::well_formed(text.to_owned()))
         }
         _ => body,
