@@ -4,6 +4,7 @@ mod desktop_cli;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use relay::service::chat_tasks::owner::{self, Acting, AssignRequest};
 use relay::service::chat_tasks::view::goal_preview;
 use relay::service::store::SqliteStore;
 use relay::service::{self, AppState, ServiceConfig};
+use runner::trace::for_terminal;
 use serde::Serialize;
 
 /// Bytes of goal a line of `task list` shows.
@@ -236,15 +238,24 @@ enum ProjectCommand {
         #[arg(long)]
         owner: Option<String>,
     },
+    /// List the projects, oldest first: one per line, its id, name and owner.
+    List,
 }
 
 #[derive(Debug, Subcommand)]
 enum TokenCommand {
     /// Mint a token; prints it (shown only once).
     Create(TokenCreateArgs),
+    /// List the tokens that reach a project, revoked ones too (never their secret): one per
+    /// line, its id, kind, when it was made, whether it works, and an agent's name and scopes.
+    List {
+        /// The project.
+        #[arg(long, value_name = "ID")]
+        project: String,
+    },
     /// Revoke a token by its id (or the token itself); prints the token id.
     Revoke {
-        /// Token id from `token create --json`, or the token text.
+        /// Token id (`token list` shows them), or the token text.
         id: String,
     },
 }
@@ -270,8 +281,19 @@ struct TokenCreateArgs {
 }
 
 #[tokio::main]
-async fn main() -> Result<()> {
-    let cli = Cli::parse();
+async fn main() -> ExitCode {
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // One line with each cause said once (anyhow's own report repeats causes that
+            // carry their source's message).
+            eprintln!("error: {}", runner::output::error_line(error.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
     let default_level = match cli.command {
         Command::Serve(_) => "info",
         Command::Admin(_) | Command::Bench(_) => "warn",
@@ -440,6 +462,45 @@ async fn run_admin(args: AdminArgs) -> Result<()> {
         AdminCommand::Project(ProjectCommand::Create { name, owner }) => {
             let project = admin::create_project(&app, &name, owner.as_deref()).await?;
             print(args.json, &project, &project.project_id)
+        }
+        AdminCommand::Project(ProjectCommand::List) => {
+            let projects = admin::list_projects(&app).await?;
+            if args.json {
+                println!("{}", serde_json::to_string(&projects)?);
+                return Ok(());
+            }
+            if projects.is_empty() {
+                eprintln!("no projects yet; `relay admin project create NAME` makes one");
+            }
+            for p in &projects {
+                println!(
+                    "{}  {}  (owner {})",
+                    p.project_id,
+                    for_terminal(&p.name),
+                    for_terminal(&p.owner)
+                );
+            }
+            Ok(())
+        }
+        AdminCommand::Token(TokenCommand::List { project }) => {
+            let tokens = admin::list_tokens(&app, &project).await?;
+            if args.json {
+                println!("{}", serde_json::to_string(&tokens)?);
+                return Ok(());
+            }
+            for t in &tokens {
+                let state = t
+                    .revoked_at
+                    .map_or_else(|| "active".to_owned(), |at| format!("revoked {at}"));
+                let agent = t.agent_name.as_deref().map_or_else(String::new, |name| {
+                    format!("  {} ({})", for_terminal(name), t.scopes.join(" "))
+                });
+                println!(
+                    "{}  {:<7}  created {}  {state}{agent}",
+                    t.token_id, t.kind, t.created_at
+                );
+            }
+            Ok(())
         }
         AdminCommand::Token(TokenCommand::Create(create)) => {
             let spec = match (create.desktop, create.agent, create.owner) {

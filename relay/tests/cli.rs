@@ -162,6 +162,119 @@ fn admin_commands_print_one_value_and_fail_clearly() {
     failure(&relay(&db, &["project", "create", " "]));
 }
 
+#[test]
+fn admin_lists_projects_and_the_tokens_that_reach_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    // None yet: nothing on stdout, a hint on stderr.
+    let empty = relay(&db, &["project", "list"]);
+    assert!(
+        empty.status.success() && empty.stdout.is_empty(),
+        "{empty:?}"
+    );
+    assert!(String::from_utf8_lossy(&empty.stderr).contains("project create NAME"));
+    let first = plain(&relay(&db, &["project", "create", "Tickets\u{1b}[2J"]));
+    let second = plain(&relay(
+        &db,
+        &["project", "create", "Other", "--owner", "bob"],
+    ));
+    let listed = String::from_utf8(relay(&db, &["project", "list"]).stdout).expect("utf-8");
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 2, "{listed}");
+    assert!(lines[0].starts_with(&first) && lines[0].ends_with("(owner default)"));
+    assert!(
+        !lines[0].contains('\u{1b}'),
+        "names are shown escaped: {listed:?}"
+    );
+    assert!(lines[1].starts_with(&second) && lines[1].contains("  Other  (owner bob)"));
+    let json: Value =
+        serde_json::from_str(&plain(&relay(&db, &["--json", "project", "list"]))).expect("JSON");
+    assert_eq!(json[0]["name"], "Tickets\u{1b}[2J");
+    assert_eq!(json[1]["owner"], "bob");
+
+    // A desktop token and an agent token reach `first`; bob's desktop token and an agent on
+    // bob's project do not.
+    let token_id = |args: &[&str]| -> String {
+        let created: Value = serde_json::from_str(&plain(&relay(&db, args))).expect("JSON");
+        created["token_id"].as_str().expect("token_id").to_owned()
+    };
+    let desktop = token_id(&[
+        "--json",
+        "token",
+        "create",
+        "--desktop",
+        "--project",
+        &first,
+    ]);
+    let agent = token_id(&[
+        "--json",
+        "token",
+        "create",
+        "--agent",
+        "claude",
+        "--project",
+        &first,
+        "--scope",
+        "osfoundry:run",
+    ]);
+    let bobs = token_id(&[
+        "--json",
+        "token",
+        "create",
+        "--desktop",
+        "--project",
+        &second,
+    ]);
+    let bobs_agent = token_id(&[
+        "--json",
+        "token",
+        "create",
+        "--agent",
+        "gpt",
+        "--project",
+        &second,
+        "--scope",
+        "osfoundry:read",
+    ]);
+    plain(&relay(&db, &["token", "revoke", &desktop]));
+    let listed = relay(&db, &["token", "list", "--project", &first]);
+    let listed = String::from_utf8(listed.stdout).expect("utf-8");
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 2, "{listed}");
+    assert!(
+        lines[0].starts_with(&desktop) && lines[0].contains("  revoked "),
+        "{listed}"
+    );
+    assert!(lines[1].starts_with(&agent), "{listed}");
+    assert!(
+        lines[1].contains("  active  claude (osfoundry:run)"),
+        "{listed}"
+    );
+    assert!(
+        !listed.contains(&bobs) && !listed.contains(&bobs_agent),
+        "{listed}"
+    );
+    let json: Value = serde_json::from_str(&plain(&relay(
+        &db,
+        &["--json", "token", "list", "--project", &second],
+    )))
+    .expect("JSON");
+    let ids: Vec<&str> = json
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|t| t["token_id"].as_str().expect("token_id"))
+        .collect();
+    assert_eq!(ids, [bobs.as_str(), bobs_agent.as_str()]);
+    assert!(json[0]["revoked_at"].is_null() && json[1]["agent_name"] == "gpt");
+    // No secret and no hash is shown.
+    assert!(!json.to_string().contains("hash") && !json.to_string().contains("grd_"));
+    // A listed id revokes the token.
+    assert_eq!(plain(&relay(&db, &["token", "revoke", &agent])), agent);
+    let message = failure(&relay(&db, &["token", "list", "--project", "nope"]));
+    assert!(message.contains("relay admin project list"), "{message}");
+}
+
 /// Kills the child it holds when dropped, so a failing test leaves no server behind.
 struct Child(std::process::Child);
 
@@ -334,6 +447,27 @@ fn desktop_folder_must_be_a_folder() {
         std::path::Path::new(&set),
         folder.canonicalize().expect("canonical")
     );
+}
+
+#[test]
+fn a_failure_is_one_line_that_says_each_cause_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("desktop.db");
+    std::fs::write(&state, "a shopping list, not a database ".repeat(40)).expect("file");
+    let refused = failure(&desktop(&state, &["session", "list"]));
+    assert_eq!(refused.lines().count(), 1, "{refused}");
+    assert!(
+        refused.starts_with("error: cannot use the desktop state"),
+        "{refused}"
+    );
+    assert_eq!(
+        refused.matches("file is not a database").count(),
+        1,
+        "{refused}"
+    );
+    // The file is left as it was.
+    let kept = std::fs::read_to_string(&state).expect("still there");
+    assert!(kept.starts_with("a shopping list"), "{kept}");
 }
 
 #[test]

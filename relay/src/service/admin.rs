@@ -1,4 +1,4 @@
-//! Operator actions behind `relay admin`: projects and tokens.
+//! Operator actions behind `relay admin`: projects and tokens, made and listed.
 
 use serde::Serialize;
 
@@ -23,9 +23,9 @@ pub enum AdminError {
     Store(#[from] StoreError),
 }
 
-/// A created project.
+/// A project as `relay admin` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CreatedProject {
+pub struct ProjectInfo {
     /// Its id.
     pub project_id: String,
     /// Its name.
@@ -74,6 +74,30 @@ pub struct CreatedToken {
     pub scopes: Vec<String>,
 }
 
+/// A token as `relay admin token list` shows it: everything but its secret, which the service
+/// never kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TokenInfo {
+    /// The id to revoke it by.
+    pub token_id: String,
+    /// `desktop`, `agent` or `owner`.
+    pub kind: &'static str,
+    /// The owner it acts for.
+    pub owner_id: String,
+    /// The project (agent tokens; desktop and owner tokens cover all the owner's projects).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// The agent's name (agent tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_name: Option<String>,
+    /// Granted scopes (agent tokens).
+    pub scopes: Vec<String>,
+    /// When it was minted.
+    pub created_at: Timestamp,
+    /// When it was revoked; none while it works.
+    pub revoked_at: Option<Timestamp>,
+}
+
 /// A revoked token.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RevokedToken {
@@ -98,7 +122,7 @@ pub async fn create_project(
     app: &AppState,
     name: &str,
     owner: Option<&str>,
-) -> Result<CreatedProject, AdminError> {
+) -> Result<ProjectInfo, AdminError> {
     let owner = owner.unwrap_or(DEFAULT_OWNER);
     check_name("the project name", name)?;
     check_name("the owner name", owner)?;
@@ -111,12 +135,64 @@ pub async fn create_project(
         created_at: now,
     };
     app.store.insert_project(project.clone()).await?;
-    Ok(CreatedProject {
+    Ok(ProjectInfo {
         project_id: project.id,
         name: project.name,
         owner_id: owner.id,
         owner: owner.name,
         created_at: now,
+    })
+}
+
+/// Every project with its owner, oldest first.
+pub async fn list_projects(app: &AppState) -> Result<Vec<ProjectInfo>, AdminError> {
+    let owners = app.store.owners().await?;
+    let projects = app.store.projects().await?;
+    Ok(projects
+        .into_iter()
+        .map(|project| {
+            let owner = owners
+                .iter()
+                .find(|o| o.id == project.owner_id)
+                .map_or_else(|| project.owner_id.clone(), |o| o.name.clone());
+            ProjectInfo {
+                project_id: project.id,
+                name: project.name,
+                owner_id: project.owner_id,
+                owner,
+                created_at: project.created_at,
+            }
+        })
+        .collect())
+}
+
+/// The tokens that reach `project_id`, revoked ones too, oldest first: its agents' tokens and
+/// its owner's desktop and owner tokens (which cover all of the owner's projects).
+pub async fn list_tokens(app: &AppState, project_id: &str) -> Result<Vec<TokenInfo>, AdminError> {
+    let project = known_project(app, project_id).await?;
+    let tokens = app.store.tokens_of_owner(&project.owner_id).await?;
+    Ok(tokens
+        .into_iter()
+        .filter(|t| t.kind != TokenKind::Agent || t.project_id.as_deref() == Some(project_id))
+        .map(|t| TokenInfo {
+            token_id: t.id,
+            kind: t.kind.as_str(),
+            owner_id: t.owner_id,
+            project_id: t.project_id,
+            agent_name: t.agent_name,
+            scopes: t.scopes,
+            created_at: t.created_at,
+            revoked_at: t.revoked_at,
+        })
+        .collect())
+}
+
+/// The project with this id, or an error that says how to make one.
+async fn known_project(app: &AppState, project_id: &str) -> Result<ProjectRecord, AdminError> {
+    app.store.project(project_id).await?.ok_or_else(|| {
+        AdminError::Invalid(format!(
+            "no project with id `{project_id}`: `relay admin project list` shows them, `relay admin project create NAME` makes one"
+        ))
     })
 }
 
@@ -126,11 +202,7 @@ pub async fn create_token(
     project_id: &str,
     spec: TokenSpec,
 ) -> Result<CreatedToken, AdminError> {
-    let project = app.store.project(project_id).await?.ok_or_else(|| {
-        AdminError::Invalid(format!(
-            "no project with id `{project_id}`: create one with `relay admin project create NAME`"
-        ))
-    })?;
+    let project = known_project(app, project_id).await?;
     let (kind, agent_name, scopes) = match spec {
         TokenSpec::Desktop => (TokenKind::Desktop, None, Vec::new()),
         TokenSpec::Owner => (TokenKind::Owner, None, Vec::new()),
@@ -195,7 +267,7 @@ pub async fn revoke_token(app: &AppState, id_or_token: &str) -> Result<RevokedTo
     };
     let record = record.ok_or_else(|| {
         AdminError::Invalid(format!(
-            "no token with id `{id_or_token}`: pass the token_id printed by `token create --json`, or the token itself"
+            "no token with id `{id_or_token}`: pass a token_id that `relay admin token list --project ID` shows, or the token itself"
         ))
     })?;
     let newly_revoked = app.store.revoke_token(&record.id, app.clock.now()).await?;

@@ -289,7 +289,7 @@ fn main() -> ExitCode {
 }
 
 fn usage_error(error: &anyhow::Error) -> ExitCode {
-    eprintln!("error: {error:#}");
+    eprintln!("error: {}", runner::output::error_line(error.as_ref()));
     ExitCode::from(EXIT_USAGE)
 }
 

@@ -119,6 +119,7 @@ where
     owners_are_unique_by_name(make().as_ref()).await;
     projects_round_trip(make().as_ref()).await;
     tokens_round_trip_and_revoke_once(make().as_ref()).await;
+    projects_owners_and_tokens_are_listed_in_order(make().as_ref()).await;
     session_snapshot_is_replaced_whole(make().as_ref()).await;
     idempotency_key_is_unique_per_agent(make().as_ref()).await;
     concurrent_inserts_create_one_command(make()).await;
@@ -206,6 +207,75 @@ pub async fn tokens_round_trip_and_revoke_once(store: &dyn Store) {
             .await
             .expect("read")
             .is_none()
+    );
+}
+
+/// Projects list oldest first, owners by name, and an owner's tokens (revoked too) oldest first
+/// without another owner's.
+pub async fn projects_owners_and_tokens_are_listed_in_order(store: &dyn Store) {
+    assert!(store.projects().await.expect("list projects").is_empty());
+    assert!(store.owners().await.expect("list owners").is_empty());
+    let zoe = store.ensure_owner("zoe", T0).await.expect("ensure owner");
+    let ann = store
+        .ensure_owner("ann", at(1))
+        .await
+        .expect("ensure owner");
+    let mut made = Vec::new();
+    for (name, owner, created) in [("late", &ann, at(9)), ("early", &zoe, at(2))] {
+        let project = ProjectRecord {
+            id: uuid::Uuid::new_v4().to_string(),
+            owner_id: owner.id.clone(),
+            name: name.into(),
+            created_at: created,
+        };
+        store
+            .insert_project(project.clone())
+            .await
+            .expect("insert project");
+        made.push(project);
+    }
+    made.reverse();
+    assert_eq!(store.projects().await.expect("list projects"), made);
+    assert_eq!(
+        store.owners().await.expect("list owners"),
+        [ann.clone(), zoe.clone()]
+    );
+    let token = |owner: &str, kind, created| TokenRecord {
+        id: uuid::Uuid::new_v4().to_string(),
+        kind,
+        token_hash: uuid::Uuid::new_v4().to_string(),
+        owner_id: owner.to_owned(),
+        project_id: None,
+        agent_name: None,
+        scopes: Vec::new(),
+        created_at: created,
+        revoked_at: None,
+    };
+    let newer = token(&ann.id, TokenKind::Owner, at(7));
+    let older = token(&ann.id, TokenKind::Desktop, at(3));
+    let others = token(&zoe.id, TokenKind::Desktop, at(1));
+    for t in [&newer, &older, &others] {
+        store.insert_token(t.clone()).await.expect("insert token");
+    }
+    assert!(store.revoke_token(&older.id, at(8)).await.expect("revoke"));
+    let listed = store.tokens_of_owner(&ann.id).await.expect("list tokens");
+    let ids: Vec<&str> = listed.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [older.id.as_str(), newer.id.as_str()],
+        "oldest first, only ann's"
+    );
+    assert_eq!(
+        listed[0].revoked_at,
+        Some(at(8)),
+        "a revoked token is listed as revoked"
+    );
+    assert!(
+        store
+            .tokens_of_owner("nobody")
+            .await
+            .expect("list tokens")
+            .is_empty()
     );
 }
 

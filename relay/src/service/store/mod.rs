@@ -382,12 +382,18 @@ pub trait Store: Send + Sync + 'static {
     fn insert_project(&self, project: ProjectRecord) -> StoreFuture<'_, ()>;
     /// The project with this id.
     fn project<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<ProjectRecord>>;
+    /// Every project, oldest first (ties by id).
+    fn projects(&self) -> StoreFuture<'_, Vec<ProjectRecord>>;
+    /// Every owner, by name.
+    fn owners(&self) -> StoreFuture<'_, Vec<OwnerRecord>>;
     /// Stores a new token.
     fn insert_token(&self, token: TokenRecord) -> StoreFuture<'_, ()>;
     /// The token whose secret hashes to `token_hash` (revoked or not).
     fn token_by_hash<'a>(&'a self, token_hash: &'a str) -> StoreFuture<'a, Option<TokenRecord>>;
     /// The token with this id (revoked or not).
     fn token<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TokenRecord>>;
+    /// Every token acting for this owner (revoked or not), oldest first (ties by id).
+    fn tokens_of_owner<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<TokenRecord>>;
     /// Revokes a token unless already revoked; true when this call revoked it.
     fn revoke_token<'a>(&'a self, id: &'a str, now: Timestamp) -> StoreFuture<'a, bool>;
 

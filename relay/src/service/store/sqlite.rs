@@ -273,6 +273,14 @@ fn token_from_row(row: &Row<'_>) -> rusqlite::Result<TokenRecord> {
     })
 }
 
+fn owner_from_row(row: &Row<'_>) -> rusqlite::Result<OwnerRecord> {
+    Ok(OwnerRecord {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        created_at: Timestamp::from_unix_millis(row.get(2)?),
+    })
+}
+
 fn project_from_row(row: &Row<'_>) -> rusqlite::Result<ProjectRecord> {
     Ok(ProjectRecord {
         id: row.get(0)?,
@@ -377,13 +385,7 @@ impl Store for SqliteStore {
                 .query_row(
                     "SELECT id, name, created_at FROM owners WHERE name = ?1",
                     [&name],
-                    |row| {
-                        Ok(OwnerRecord {
-                            id: row.get(0)?,
-                            name: row.get(1)?,
-                            created_at: Timestamp::from_unix_millis(row.get(2)?),
-                        })
-                    },
+                    owner_from_row,
                 )
                 .map_err(backend)?;
             transaction.commit().map_err(backend)?;
@@ -418,6 +420,34 @@ impl Store for SqliteStore {
                     project_from_row,
                 )
                 .optional()
+                .map_err(backend)
+        })
+    }
+
+    fn projects(&self) -> StoreFuture<'_, Vec<ProjectRecord>> {
+        self.call(move |connection| {
+            connection
+                .prepare(
+                    "SELECT id, owner_id, name, created_at FROM projects ORDER BY created_at, id",
+                )
+                .and_then(|mut statement| {
+                    statement
+                        .query_map([], project_from_row)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(backend)
+        })
+    }
+
+    fn owners(&self) -> StoreFuture<'_, Vec<OwnerRecord>> {
+        self.call(move |connection| {
+            connection
+                .prepare("SELECT id, name, created_at FROM owners ORDER BY name")
+                .and_then(|mut statement| {
+                    statement
+                        .query_map([], owner_from_row)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
                 .map_err(backend)
         })
     }
@@ -470,6 +500,22 @@ impl Store for SqliteStore {
                     token_from_row,
                 )
                 .optional()
+                .map_err(backend)
+        })
+    }
+
+    fn tokens_of_owner<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<TokenRecord>> {
+        let owner_id = owner_id.to_owned();
+        self.call(move |connection| {
+            connection
+                .prepare(&format!(
+                    "SELECT {TOKEN_COLUMNS} FROM tokens WHERE owner_id = ?1 ORDER BY created_at, id"
+                ))
+                .and_then(|mut statement| {
+                    statement
+                        .query_map([owner_id], token_from_row)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
                 .map_err(backend)
         })
     }
