@@ -32,3 +32,4 @@ mod sandbox_snapshot;
 mod sandbox_table;
 mod sandbox_tampering;
 mod tamper;
+mod timers;

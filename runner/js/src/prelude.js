@@ -12,6 +12,7 @@
   const stringify = JSON.stringify;
   const freeze = Object.freeze;
   const isInteger = Number.isInteger;
+  const floor = Math.floor;
   const MAX_RETRY_ATTEMPTS = 10;
   const MAX_SLEEP_MS = 600000;
 
@@ -203,7 +204,58 @@
     return { used: host.tokensUsed(), cap: host.tokenCap() };
   }
 
+  // setTimeout and clearTimeout, for scripts written for other JavaScript hosts, on the host's
+  // timer (the same as g.sleep). A callback runs once its timer fires unless cleared first; one
+  // that throws (or returns a promise that rejects) is logged. A timer still pending when the
+  // graph's function returns never fires: the run is over.
+  const timers = Object.create(null);
+  let lastTimer = 0;
+
+  function setTimeout(callback, ms, ...args) {
+    if (typeof callback !== "function") {
+      throw new TypeError("setTimeout: the callback must be a function (a string is not run)");
+    }
+    // Like other hosts: a missing, negative or non-numeric delay is 0, a fraction rounds down.
+    let delay = +ms;
+    delay = delay > 0 ? floor(delay) : 0;
+    if (delay > MAX_SLEEP_MS) {
+      throw failure("invalid", "setTimeout: the delay must be at most " + MAX_SLEEP_MS + " ms, got " + describe(ms));
+    }
+    const id = ++lastTimer;
+    timers[id] = true;
+    const callbackFailed = (e) => host.log("setTimeout: the callback failed: " + describe(e));
+    sleep(delay).then(
+      () => {
+        if (timers[id] !== true) {
+          return;
+        }
+        delete timers[id];
+        try {
+          const returned = callback(...args);
+          if (returned instanceof PromiseCtor) {
+            returned.then(undefined, callbackFailed);
+          }
+        } catch (e) {
+          callbackFailed(e);
+        }
+      },
+      // The run was cancelled: the callback never runs.
+      () => {
+        delete timers[id];
+      },
+    );
+    return id;
+  }
+
+  function clearTimeout(id) {
+    if (typeof id === "number") {
+      delete timers[id];
+    }
+  }
+
   const g = freeze({ agent, tool, graph, sleep, retry, log, budget });
   globalThis.console = freeze({ log, info: log, warn: log, error: log, debug: log });
+  globalThis.setTimeout = setTimeout;
+  globalThis.clearTimeout = clearTimeout;
   return freeze({ g, settle, stringify, describe });
 })

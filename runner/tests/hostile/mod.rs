@@ -477,8 +477,8 @@ export default function () {
   }
   return { own: own.sort(), inherited };
 }"#,
-        Wasm::Completes(r#"{"own": ["TypedArray", "console"], "inherited": []}"#),
-        Boa::Completes(r#"{"own": ["TypedArray", "console"], "inherited": []}"#),
+        Wasm::Completes(r#"{"own": ["TypedArray", "clearTimeout", "console", "setTimeout"], "inherited": []}"#),
+        Boa::Completes(r#"{"own": ["TypedArray", "clearTimeout", "console", "setTimeout"], "inherited": []}"#),
     ),
     Case::new(
         "eval-escape",
