@@ -117,3 +117,23 @@ async fn json_nested_past_the_limit_is_refused_as_too_deep_in_both_engines() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_arrow_default_export_runs_in_both_engines() {
+    // boa's parser alone refuses this form; both engines must run it, meta included.
+    let script = "export const meta = {name: 'Arrow', slug: 'arrow', version: '1'};\n\
+                  export default async (args, g) => {\n\
+                    const r = await g.agent({prompt: args.q});\n\
+                    return r.text;\n\
+                  };";
+    for engine in common::engines() {
+        let name = engine.name();
+        let meta = engine.describe(script.into()).await.expect("meta");
+        assert_eq!(meta.slug, "arrow", "{name}");
+        let (options, _, _) =
+            common::options(engine, serde_json::json!({"default": {"text": "fine"}}));
+        let outcome = common::run(script, serde_json::json!({"q": "how?"}), &options).await;
+        assert_eq!(outcome.status, RunStatus::Completed, "{name}: {outcome:?}");
+        assert_eq!(outcome.result, Some(serde_json::json!("fine")), "{name}");
+    }
+}

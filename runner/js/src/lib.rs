@@ -322,7 +322,83 @@ fn parse_module(script: &str, context: &mut Context) -> Result<Module, String> {
         ));
     }
     let source = Source::from_bytes(script).with_path(Path::new(SCRIPT_NAME));
-    Module::parse(source, None, context).map_err(|e| syntax_error(&e.to_string(), script))
+    let raw = match Module::parse(source, None, context) {
+        Ok(module) => return Ok(module),
+        Err(e) => e.to_string(),
+    };
+    if let Some(mended) = default_async_arrow(script, &raw) {
+        let source = Source::from_bytes(&mended).with_path(Path::new(SCRIPT_NAME));
+        if let Ok(module) = Module::parse(source, None, context) {
+            return Ok(module);
+        }
+    }
+    Err(syntax_error(&raw, script))
+}
+
+/// The name [`default_async_arrow`] gives the default export it moves.
+const MOVED_DEFAULT: &str = "__graphrelay_default_export__";
+
+/// boa 0.22 does not parse `export default async (args, g) => {...}` (nor `async x => ...`): it
+/// takes `async` after `export default` for the start of `async function`, and fails with
+/// "expected token 'function' ... in async function declaration at line L, col C". For that failure
+/// only, this gives the script with the last `export default async` before that position
+/// turned into `const NAME =` and `export default NAME;` appended: the same module in a form boa
+/// parses. The caller parses it and keeps the original error if that fails too, so nothing that
+/// was valid changes and nothing invalid is let through.
+fn default_async_arrow(script: &str, raw: &str) -> Option<String> {
+    if !raw.contains("expected token 'function'") || !raw.contains("in async function declaration")
+    {
+        return None;
+    }
+    let number_after = |label: &str| -> Option<usize> {
+        raw.split(label)
+            .nth(1)?
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    let (line, column) = (number_after(" at line ")?, number_after(", col ")?);
+    // The script up to the token boa stumbled on. The column is counted in characters here; if
+    // boa counts in larger units this only reaches further right on that line.
+    let line_start = match line.checked_sub(2) {
+        None => 0,
+        Some(newlines) => script.match_indices('\n').nth(newlines)?.0 + 1,
+    };
+    let line_text = script[line_start..].split('\n').next().unwrap_or_default();
+    let within = line_text
+        .char_indices()
+        .nth(column.saturating_sub(1))
+        .map_or(line_text.len(), |(at, _)| at);
+    let head = &script[..line_start + within];
+    let (export, async_at) = head
+        .rmatch_indices("export")
+        .find_map(|(at, _)| default_then_async(head, at).map(|async_at| (at, async_at)))?;
+    Some(format!(
+        "{}const {MOVED_DEFAULT} = {}\nexport default {MOVED_DEFAULT};\n",
+        &script[..export],
+        &script[async_at..]
+    ))
+}
+
+/// Where `async` starts when `export default async` (with any white space between, and `async`
+/// a whole word) begins at byte `at` of `text`.
+fn default_then_async(text: &str, at: usize) -> Option<usize> {
+    let after_export = text.get(at + "export".len()..)?;
+    let rest = after_export.trim_start();
+    if rest.len() == after_export.len() {
+        return None;
+    }
+    let after_default = rest.strip_prefix("default")?;
+    let rest = after_default.trim_start();
+    if rest.len() == after_default.len() || !rest.starts_with("async") {
+        return None;
+    }
+    let follows = rest["async".len()..].chars().next();
+    if follows.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+        return None;
+    }
+    Some(text.len() - rest.len())
 }
 
 /// boa reports syntax errors as "... at line L, col C (native)", and an unexpected end of

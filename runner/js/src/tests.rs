@@ -189,6 +189,62 @@ fn syntax_errors_name_line_and_column() {
 }
 
 #[test]
+fn every_form_of_default_export_runs() {
+    for (script, expected) in [
+        ("export default async function (a, g) { return 1; }", 1),
+        ("export default async function main(a, g) { return 2; }", 2),
+        ("export default (a, g) => 3;", 3),
+        // boa does not parse these two itself (see `default_async_arrow`).
+        ("export default async (args, g) => {\n  return 4;\n}", 4),
+        (
+            "const x = 1;\nexport   default\tasync args => 4 + x; // export default async",
+            5,
+        ),
+        (
+            "async function h() { return 6; }\nexport { h as default };",
+            6,
+        ),
+        (
+            "/* ü → ü */ export default async (a, g) => 8; /* export default async */",
+            8,
+        ),
+    ] {
+        assert_eq!(run_ok(script), serde_json::json!(expected), "{script}");
+    }
+    // Meta and top-level code around the moved export keep working.
+    let out = run_ok(
+        "export const meta = {name: 'A', slug: 'a', version: '1'};\nconst twice = (n) => 2 * n;\nexport default async (args, g) => twice(21)\n// the end",
+    );
+    assert_eq!(out, serde_json::json!(42));
+}
+
+#[test]
+fn a_broken_async_arrow_keeps_its_own_syntax_error() {
+    // Still wrong once the export is moved: the error is boa's first one, not one about the
+    // moved text.
+    let err = run_with(
+        "export default async (args, g) => {\n  return 1 +;\n}",
+        ScriptedHost::default(),
+    )
+    .unwrap_err();
+    assert!(err.starts_with("syntax error"), "{err}");
+    assert!(err.contains("line 1"), "{err}");
+    assert!(!err.contains("__graphrelay"), "{err}");
+    // Two default exports stay an error.
+    let err = run_with(
+        "export default async () => 1;\nexport default async function () { return 2; }",
+        ScriptedHost::default(),
+    )
+    .unwrap_err();
+    assert!(err.starts_with("syntax error"), "{err}");
+    // `async` as a plain name after `export default` is left alone.
+    assert_eq!(
+        run_ok("const asyncish = () => 7;\nexport default asyncish;"),
+        serde_json::json!(7)
+    );
+}
+
+#[test]
 fn a_missing_default_export_is_explained() {
     let err = run_with("export const meta = {};", ScriptedHost::default()).unwrap_err();
     assert!(err.contains("no default export"), "{err}");
