@@ -340,11 +340,11 @@ const MOVED_DEFAULT: &str = "__graphrelay_default_export__";
 
 /// boa 0.22 does not parse `export default async (args, g) => {...}` (nor `async x => ...`): it
 /// takes `async` after `export default` for the start of `async function`, and fails with
-/// "expected token 'function' ... in async function declaration at line L, col C". For that failure
-/// only, this gives the script with the last `export default async` before that position
-/// turned into `const NAME =` and `export default NAME;` appended: the same module in a form boa
-/// parses. The caller parses it and keeps the original error if that fails too, so nothing that
-/// was valid changes and nothing invalid is let through.
+/// "expected token 'function' ... in async function declaration at line L, col C". For that
+/// failure only, this gives the script with the last `export default async` before that
+/// position turned into `const NAME =` and `export default NAME;` appended: the same module in
+/// a form boa parses. The caller parses it and keeps the original error if that fails too, so
+/// nothing that was valid changes and nothing invalid is let through.
 fn default_async_arrow(script: &str, raw: &str) -> Option<String> {
     if !raw.contains("expected token 'function'") || !raw.contains("in async function declaration")
     {

@@ -221,10 +221,15 @@
     if (delay > MAX_SLEEP_MS) {
       throw failure("invalid", "setTimeout: the delay must be at most " + MAX_SLEEP_MS + " ms, got " + describe(ms));
     }
+    // A timer the host refuses (at module top level, say) fails here, not silently later.
+    const answer = host.startSleep(delay);
+    if (typeof answer !== "number") {
+      throw failure(answer.code, "setTimeout: " + answer.message);
+    }
     const id = ++lastTimer;
     timers[id] = true;
     const callbackFailed = (e) => host.log("setTimeout: the callback failed: " + describe(e));
-    sleep(delay).then(
+    started(answer).then(
       () => {
         if (timers[id] !== true) {
           return;

@@ -245,6 +245,23 @@ fn a_broken_async_arrow_keeps_its_own_syntax_error() {
 }
 
 #[test]
+fn a_timer_set_at_module_top_level_fails_there() {
+    let err = run_with(
+        "setTimeout(() => {}, 1);\nexport default function () { return 1; }",
+        ScriptedHost::default(),
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("setTimeout: host work cannot start at module top level"),
+        "{err}"
+    );
+    let out = run_ok(
+        "let code;\ntry { setTimeout(() => {}, 1); } catch (e) { code = e.code; }\nexport default () => code;",
+    );
+    assert_eq!(out, serde_json::json!("invalid"));
+}
+
+#[test]
 fn a_missing_default_export_is_explained() {
     let err = run_with("export const meta = {};", ScriptedHost::default()).unwrap_err();
     assert!(err.contains("no default export"), "{err}");
