@@ -204,6 +204,18 @@ fn session_id(text: &str) -> Result<GraphSessionId> {
         .map_err(|e: relay::protocol::InvalidInput| anyhow::anyhow!(e.0))
 }
 
+/// The tools the relay has, by name.
+fn known_tools() -> Vec<String> {
+    runner::host::tools::ToolRegistry::standard(None)
+        .map(|tools| tools.specs().into_iter().map(|spec| spec.name).collect())
+        .unwrap_or_default()
+}
+
+/// A note for the person at the terminal, beside a list (on stderr: stdout keeps only the list).
+fn hint(text: &str) {
+    eprintln!("{text}");
+}
+
 pub async fn run(args: DesktopArgs) -> Result<()> {
     let state = DesktopState::open(&args.state)
         .with_context(|| format!("cannot use the desktop state {}", args.state.display()))?;
@@ -218,6 +230,9 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string(&sessions)?);
             } else {
+                if sessions.is_empty() {
+                    hint("no sessions yet; `relay desktop session add FILE` adds a graph");
+                }
                 for s in sessions {
                     println!(
                         "{}  {}  {}  {}",
@@ -242,7 +257,11 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
             println!("{id}");
         }
         DesktopCommand::Project(ProjectCommand::List) => {
-            for (id, enabled) in state.projects()? {
+            let projects = state.projects()?;
+            if projects.is_empty() {
+                hint("no projects yet; `relay desktop project enable ID` serves one");
+            }
+            for (id, enabled) in projects {
                 println!("{id}  {}", if enabled { "enabled" } else { "disabled" });
             }
         }
@@ -259,6 +278,13 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string(&approvals)?);
             } else {
+                if approvals.is_empty() {
+                    hint(if all {
+                        "no approvals yet"
+                    } else {
+                        "no approvals waiting (`--all` shows decided ones)"
+                    });
+                }
                 for a in approvals {
                     println!(
                         "{}  {}  {}  {}  {}",
@@ -280,9 +306,7 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
         DesktopCommand::Policy(PolicyCommand::Set { tool, policy }) => {
             // A policy for a tool the relay does not have would change nothing: a typo would
             // leave the real tool at its default (deny) while the owner believes otherwise.
-            let known: Vec<String> = runner::host::tools::ToolRegistry::standard(None)
-                .map(|tools| tools.specs().into_iter().map(|spec| spec.name).collect())
-                .unwrap_or_default();
+            let known = known_tools();
             if !known.contains(&tool) {
                 bail!(
                     "the relay has no tool called `{tool}`; its tools are {}",
@@ -293,8 +317,19 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
             println!("{tool} {}", policy.as_str());
         }
         DesktopCommand::Policy(PolicyCommand::List) => {
-            for (tool, policy) in state.policy()?.iter() {
+            let policy = state.policy()?;
+            for (tool, policy) in policy.iter() {
                 println!("{tool} {}", policy.as_str());
+            }
+            let unset: Vec<String> = known_tools()
+                .into_iter()
+                .filter(|tool| !policy.iter().any(|(set, _)| set == tool))
+                .collect();
+            if !unset.is_empty() {
+                hint(&format!(
+                    "denied, as no policy is set: {}; `relay desktop policy set TOOL allow|ask|deny` sets one",
+                    unset.join(", ")
+                ));
             }
         }
         DesktopCommand::Folder { dir } => {
@@ -311,6 +346,9 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string(&history)?);
             } else {
+                if history.is_empty() {
+                    hint("no executions yet");
+                }
                 for h in history {
                     let detail = match (&h.error, &h.result) {
                         (Some(e), _) => e.clone(),

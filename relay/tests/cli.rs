@@ -471,6 +471,45 @@ fn a_failure_is_one_line_that_says_each_cause_once() {
 }
 
 #[test]
+fn empty_desktop_lists_say_what_to_do_on_stderr_only() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("desktop.db");
+    for (args, says) in [
+        (&["session", "list"][..], "relay desktop session add FILE"),
+        (&["project", "list"], "relay desktop project enable ID"),
+        (&["approvals", "list"], "no approvals waiting"),
+        (&["approvals", "list", "--all"], "no approvals yet"),
+        (&["history"], "no executions yet"),
+        (
+            &["policy", "list"],
+            "denied, as no policy is set: fs.list, fs.read, fs.write",
+        ),
+    ] {
+        let output = desktop(&state, args);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        assert!(
+            output.stdout.is_empty(),
+            "{args:?}: stdout keeps only the list"
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    // `--json` prints the empty list and nothing else.
+    let json = desktop(&state, &["session", "list", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&json.stdout).trim(), "[]");
+    assert!(json.stderr.is_empty(), "{json:?}");
+    // Once a tool has a policy, the note names only the others.
+    plain(&desktop(&state, &["policy", "set", "fs.read", "allow"]));
+    let listed = desktop(&state, &["policy", "list"]);
+    assert_eq!(String::from_utf8_lossy(&listed.stdout), "fs.read allow\n");
+    let stderr = String::from_utf8_lossy(&listed.stderr);
+    assert!(
+        stderr.contains("no policy is set: fs.list, fs.write;"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn desktop_run_refuses_a_token_that_could_only_fail() {
     let dir = tempfile::tempdir().expect("temp dir");
     let state = dir.path().join("desktop.db");
