@@ -33,6 +33,23 @@ fn desktop(state: &Path, args: &[&str]) -> Output {
         .expect("run relay")
 }
 
+/// `relay desktop --state STATE run --token TOKEN` against a service nobody answers at, with
+/// stderr piped and the log at its default level; it runs until it fails or is killed.
+fn desktop_run(state: &Path, token: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_relay"))
+        .arg("desktop")
+        .arg("--state")
+        .arg(state)
+        .args(["run", "--service", "http://127.0.0.1:9", "--token", token])
+        .env_remove("RELAY_DESKTOP_TOKEN")
+        .env_remove("RUST_LOG")
+        .env("RUST_BACKTRACE", "0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run relay")
+}
+
 fn plain(output: &Output) -> String {
     assert!(
         output.status.success(),
@@ -521,17 +538,7 @@ fn desktop_run_refuses_a_token_that_could_only_fail() {
         ("gro_0123", "an owner's token"),
     ] {
         // On a token it accepts, `run` would run until stopped: kill it at a deadline.
-        let mut child = Command::new(env!("CARGO_BIN_EXE_relay"))
-            .arg("desktop")
-            .arg("--state")
-            .arg(&state)
-            .args(["run", "--service", "http://127.0.0.1:9", "--token", token])
-            .env_remove("RELAY_DESKTOP_TOKEN")
-            .env("RUST_BACKTRACE", "0")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run relay");
+        let mut child = desktop_run(&state, token);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         while child.try_wait().expect("wait").is_none() {
             if std::time::Instant::now() > deadline {
@@ -554,23 +561,7 @@ fn desktop_run_refuses_a_token_that_could_only_fail() {
 #[test]
 fn desktop_run_without_an_enabled_project_says_so() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_relay"))
-        .arg("desktop")
-        .arg("--state")
-        .arg(dir.path().join("desktop.db"))
-        .args([
-            "run",
-            "--service",
-            "http://127.0.0.1:9",
-            "--token",
-            "grd_0123",
-        ])
-        .env_remove("RELAY_DESKTOP_TOKEN")
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run relay");
+    let mut child = desktop_run(&dir.path().join("desktop.db"), "grd_0123");
     let stderr = child.stderr.take().expect("stderr");
     // Reads until the warning (or the end, if relay exits); the relay is killed either way.
     let reader = std::thread::spawn(move || {
