@@ -33,3 +33,4 @@ mod sandbox_table;
 mod sandbox_tampering;
 mod tamper;
 mod timers;
+mod web_platform;

@@ -29,22 +29,11 @@ async fn timers_fire_in_order_with_their_arguments_unless_cleared() {
       const ids = [setTimeout(() => {}, 1), setTimeout(() => {}, 1)];
       return {passed, order, distinct: ids[0] !== ids[1] && ids.every((id) => id > 0)};
     }"#;
-    completes_with(
+    common::completes_with(
         script,
         json!({"passed": "handed over", "order": ["early", "late"], "distinct": true}),
     )
     .await;
-}
-
-/// Runs `script` in both engines; each must complete with `expected`.
-async fn completes_with(script: &str, expected: serde_json::Value) {
-    for engine in common::engines() {
-        let name = engine.name();
-        let (options, _, _) = common::options(engine, json!({}));
-        let outcome = common::run(script, json!({}), &options).await;
-        assert_eq!(outcome.status, RunStatus::Completed, "{name}: {outcome:?}");
-        assert_eq!(outcome.result.as_ref(), Some(&expected), "{name}");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,7 +87,7 @@ async fn a_timer_the_host_cannot_keep_is_refused_clearly() {
       }
       return refusals;
     }"#;
-    completes_with(
+    common::completes_with(
         script,
         json!([
             "TypeError: setTimeout: the callback must be a function (a string is not run)",

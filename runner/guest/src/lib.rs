@@ -50,12 +50,14 @@ impl Guest for Component {
     }
 
     fn initialize(script: String) -> Result<(), String> {
+        // The snapshot keeps the web platform functions compiled, so no run pays for that.
+        let mut blank = Interpreter::new(&Limits::default())?;
+        blank.load_web()?;
         if script.is_empty() {
-            let blank = Interpreter::new(&Limits::default())?;
             BLANK.with(|b| *b.borrow_mut() = Some(blank));
             return Ok(());
         }
-        let mut prepared = Prepared::new(&script, &Limits::default())?;
+        let mut prepared = blank.prepare(&script)?;
         let meta = prepared.meta().map_err(|e| e.to_string())?;
         let meta = serde_json::to_string(&meta).map_err(|e| e.to_string())?;
         BUILT_IN.with(|built_in| *built_in.borrow_mut() = Some(prepared));

@@ -30,6 +30,12 @@ pub use meta::{Meta, MetaError, is_valid_slug};
 /// The JS prelude that builds the `g` object; shared by both engines.
 pub const PRELUDE: &str = include_str!("prelude.js");
 
+/// The web platform functions graphs written for browsers or Node expect (`structuredClone`,
+/// `TextEncoder`, `atob`, ...), in plain JS, shared by both engines. Compiling it takes a few
+/// milliseconds, so the prelude compiles it when a graph first touches one of its globals
+/// ([`Interpreter::load_web`] does it ahead of time).
+pub const WEB: &str = include_str!("web.js");
+
 /// Results larger than this (JSON text, bytes) are refused instead of crossing the boundary.
 pub const MAX_RESULT_BYTES: usize = 10 * 1024 * 1024;
 /// Error messages leaving the driver are cut to this many characters.
@@ -137,6 +143,7 @@ struct Prelude {
     settle: JsObject,
     stringify: JsObject,
     describe: JsObject,
+    load_web: JsObject,
 }
 
 /// Runs `script`'s default export with `args` (JSON text of an object) and returns its result
@@ -180,6 +187,16 @@ impl Interpreter {
             prelude,
             shared,
         })
+    }
+
+    /// Compiles the web platform functions ([`WEB`]) now rather than when a graph first uses
+    /// one, for an interpreter kept in a pre-initialized snapshot.
+    pub fn load_web(&mut self) -> Result<(), String> {
+        self.prelude
+            .load_web
+            .call(&JsValue::undefined(), &[], &mut self.context)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     /// Parses and evaluates `script` in this interpreter. Module top-level code runs here with
@@ -462,6 +479,11 @@ fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelu
             js_string!("log"),
             1,
         )
+        .function(
+            NativeFunction::from_fn_ptr(native_load_web),
+            js_string!("loadWeb"),
+            1,
+        )
         .build();
     let factory = context.eval(Source::from_bytes(PRELUDE))?;
     let factory = factory
@@ -476,6 +498,7 @@ fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelu
     let settle = field(js_string!("settle"))?;
     let stringify = field(js_string!("stringify"))?;
     let describe = field(js_string!("describe"))?;
+    let load_web = field(js_string!("loadWeb"))?;
     let function = |value: JsValue, what: &'static str| {
         value
             .as_callable()
@@ -486,6 +509,7 @@ fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelu
         settle: function(settle, "settle is not a function")?,
         stringify: function(stringify, "stringify is not a function")?,
         describe: function(describe, "describe is not a function")?,
+        load_web: function(load_web, "loadWeb is not a function")?,
     };
     Ok((context, prelude))
 }
@@ -775,6 +799,19 @@ fn native_log(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<
     let line = cut_chars(&head.to_std_string_escaped(), MAX_LOG_LINE_CHARS);
     shared.host.borrow_mut().log(&line);
     Ok(JsValue::undefined())
+}
+
+/// Compiles [`WEB`] and runs it with the natives object (`args[0]`); the prelude calls it once.
+fn native_load_web(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let install = context.eval(Source::from_bytes(WEB))?;
+    let install = install
+        .as_callable()
+        .ok_or_else(|| JsError::from_rust(PreludeBroken("web.js is not a function")))?;
+    install.call(
+        &JsValue::undefined(),
+        &[args.first().cloned().unwrap_or_default()],
+        context,
+    )
 }
 
 /// The host while module top-level code runs: it may compute, nothing reaches the outside.

@@ -11,6 +11,8 @@
   const parse = JSON.parse;
   const stringify = JSON.stringify;
   const freeze = Object.freeze;
+  const defineProperty = Object.defineProperty;
+  const getOwnPropertyDescriptor = Object.getOwnPropertyDescriptor;
   const isInteger = Number.isInteger;
   const floor = Math.floor;
   const MAX_RETRY_ATTEMPTS = 10;
@@ -63,7 +65,8 @@
       return String(value);
     }
     if (value instanceof ErrorCtor) {
-      return value.code ? value.code + ": " + value.message : String(value);
+      // A host refusal carries a text code; a DOMException's numeric one says nothing more.
+      return typeof value.code === "string" && value.code !== "" ? value.code + ": " + value.message : String(value);
     }
     try {
       const text = stringify(value);
@@ -258,9 +261,38 @@
     }
   }
 
+  // The web platform functions of web.js take milliseconds to compile, so they are compiled
+  // when a graph first touches one of them (or ahead of time, through loadWeb). Until then each
+  // is an accessor on globalThis; assigning one replaces it, as it would any global, and
+  // loading leaves a replaced or deleted one as the graph left it.
+  let webLoaded = false;
+  function loadWeb() {
+    if (!webLoaded) {
+      webLoaded = true;
+      host.loadWeb(host);
+    }
+  }
+  const WEB_NAMES = ["DOMException", "TextDecoder", "TextEncoder", "atob", "btoa", "queueMicrotask", "structuredClone"];
+  for (let i = 0; i < WEB_NAMES.length; i++) {
+    const name = WEB_NAMES[i];
+    const replace = (value) => {
+      defineProperty(globalThis, name, { value, writable: true, enumerable: false, configurable: true });
+    };
+    defineProperty(globalThis, name, {
+      get() {
+        loadWeb();
+        const now = getOwnPropertyDescriptor(globalThis, name);
+        return now !== undefined && "value" in now ? now.value : undefined;
+      },
+      set: replace,
+      enumerable: false,
+      configurable: true,
+    });
+  }
+
   const g = freeze({ agent, tool, graph, sleep, retry, log, budget });
   globalThis.console = freeze({ log, info: log, warn: log, error: log, debug: log });
   globalThis.setTimeout = setTimeout;
   globalThis.clearTimeout = clearTimeout;
-  return freeze({ g, settle, stringify, describe });
+  return freeze({ g, settle, stringify, describe, loadWeb });
 })

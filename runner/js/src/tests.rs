@@ -6,6 +6,8 @@ use std::rc::Rc;
 
 use super::*;
 
+mod web;
+
 /// A host whose work finishes in the order it was started, with canned outcomes.
 #[derive(Default)]
 struct ScriptedHost {

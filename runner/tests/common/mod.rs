@@ -6,6 +6,7 @@ pub mod server;
 
 use std::sync::Arc;
 
+use runner::RunStatus;
 use runner::engine::{Engine, EngineKind};
 use runner::host::events::{CollectingSink, Event, EventKind};
 use runner::host::mock::MockProvider;
@@ -47,6 +48,17 @@ pub fn options(
     options.provider = mock.clone();
     options.events = sink.clone();
     (options, sink, mock)
+}
+
+/// Runs `script` in both engines; each must complete with `expected`.
+pub async fn completes_with(script: &str, expected: serde_json::Value) {
+    for engine in engines() {
+        let name = engine.name();
+        let (options, _, _) = options(engine, serde_json::json!({}));
+        let outcome = run(script, serde_json::json!({}), &options).await;
+        assert_eq!(outcome.status, RunStatus::Completed, "{name}: {outcome:?}");
+        assert_eq!(outcome.result.as_ref(), Some(&expected), "{name}");
+    }
 }
 
 /// Runs `script` with `args`.

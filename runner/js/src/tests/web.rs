@@ -1,0 +1,349 @@
+//! The web platform functions of `web.js`: structuredClone, queueMicrotask, TextEncoder,
+//! TextDecoder, atob and btoa.
+
+use super::*;
+
+#[test]
+fn structured_clone_copies_data_with_its_shape_and_shared_references() {
+    let out = run_ok(
+        r#"export default function () {
+            const shared = {n: 1};
+            const original = {a: [1, , 3], shared, again: shared, nested: {deep: [shared]}};
+            original.a.extra = "kept";
+            original.self = original;
+            const copy = structuredClone(original);
+            copy.shared.n = 2;
+            return {
+                independent: original.shared.n === 1,
+                sharedStaysShared: copy.shared === copy.again && copy.nested.deep[0] === copy.shared,
+                cycle: copy.self === copy,
+                hole: !(1 in copy.a) && copy.a.length === 3,
+                extra: copy.a.extra,
+                isArray: Array.isArray(copy.a),
+                special: structuredClone([undefined, NaN, -0, 1n, "s", null]).map((v) => Object.is(v, -0) ? "-0" : typeof v + ":" + String(v)),
+            };
+        }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!({
+            "independent": true, "sharedStaysShared": true, "cycle": true, "hole": true,
+            "extra": "kept", "isArray": true,
+            "special": ["undefined:undefined", "number:NaN", "-0", "bigint:1", "string:s", "object:null"],
+        })
+    );
+}
+
+#[test]
+fn structured_clone_keeps_built_in_objects_and_drops_class_prototypes() {
+    let out = run_ok(
+        r#"export default function () {
+            const key = {k: 1};
+            const buffer = new ArrayBuffer(8);
+            const bytes = new Uint8Array(buffer, 2, 4);
+            const view = new DataView(buffer);
+            bytes[0] = 7;
+            class Point { constructor() { this.x = 1; } get twice() { return 2; } }
+            const c = structuredClone({
+                date: new Date(86400000), re: /a+b/gi, map: new Map([[key, "v"], ["k2", key]]),
+                set: new Set([1, key]), bytes, view, big: new BigInt64Array([5n]),
+                wrapped: [new Boolean(false), new Number(2), new String("s")],
+                error: new TypeError("bad"), custom: Object.assign(new RangeError("r"), {name: "MyError"}),
+                point: new Point(),
+            });
+            const [mapKey] = c.map.keys();
+            return {
+                date: c.date instanceof Date && c.date.getTime(),
+                re: c.re instanceof RegExp && c.re.source + "/" + c.re.flags,
+                map: c.map.get(mapKey) === "v" && c.map.get("k2") === mapKey && mapKey !== key,
+                set: c.set.size === 2 && c.set.has(1) && ![...c.set].includes(key),
+                bytes: [c.bytes.byteOffset, c.bytes.length, c.bytes[0]],
+                viewSharesBuffer: c.view.buffer === c.bytes.buffer && c.view.getUint8(2) === 7,
+                big: c.big[0] === 5n,
+                wrapped: c.wrapped.map((w) => typeof w + ":" + String(w.valueOf())),
+                error: [c.error instanceof TypeError, c.error.name, c.error.message],
+                custom: [c.custom instanceof Error, c.custom.name, c.custom.message],
+                point: [Object.getPrototypeOf(c.point) === Object.prototype, c.point.x, c.point.twice],
+            };
+        }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!({
+            "date": 86400000, "re": "a+b/gi", "map": true, "set": true, "bytes": [2, 4, 7],
+            "viewSharesBuffer": true, "big": true,
+            "wrapped": ["object:false", "object:2", "object:s"],
+            "error": [true, "TypeError", "bad"], "custom": [true, "Error", "r"],
+            "point": [true, 1, null],
+        })
+    );
+}
+
+#[test]
+fn structured_clone_says_where_an_uncloneable_value_is() {
+    let out = run_ok(
+        r#"export default function () {
+            const tries = [
+                () => structuredClone({steps: [{}, {run: function helper() {}}]}),
+                () => structuredClone({"odd key": [Symbol("s")]}),
+                () => structuredClone(new Map([["k", Promise.resolve()]])),
+                () => structuredClone([new WeakMap()]),
+                () => structuredClone({a: 1}, {transfer: [new ArrayBuffer(1)]}),
+                () => structuredClone(),
+            ];
+            return tries.map((t) => {
+                try { t(); return "cloned"; } catch (e) {
+                    return [e instanceof DOMException, e instanceof Error, e.name, e.code, e.message];
+                }
+            });
+        }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!([
+            [
+                true,
+                true,
+                "DataCloneError",
+                25,
+                "structuredClone: the function helper at value.steps[1].run cannot be cloned"
+            ],
+            [
+                true,
+                true,
+                "DataCloneError",
+                25,
+                "structuredClone: the symbol Symbol(s) at value[\"odd key\"][0] cannot be cloned"
+            ],
+            [
+                true,
+                true,
+                "DataCloneError",
+                25,
+                "structuredClone: a Promise at value.values()[0] cannot be cloned"
+            ],
+            [
+                true,
+                true,
+                "DataCloneError",
+                25,
+                "structuredClone: a WeakMap at value[0] cannot be cloned"
+            ],
+            [
+                true,
+                true,
+                "DataCloneError",
+                25,
+                "structuredClone: transferring objects is not supported"
+            ],
+            [
+                false,
+                true,
+                "TypeError",
+                null,
+                "structuredClone: 1 argument required, but only 0 present"
+            ],
+        ])
+    );
+}
+
+#[test]
+fn structured_clone_survives_deep_nesting_and_a_tampered_prototype() {
+    let out = run_ok(
+        r#"export default function () {
+            let deep = {};
+            const root = deep;
+            for (let i = 0; i < 100000; i++) { deep.next = {}; deep = deep.next; }
+            deep.end = true;
+            let copy = structuredClone(root);
+            let depth = 0;
+            while (copy.next) { copy = copy.next; depth++; }
+            // A setter on Object.prototype, and a key named __proto__, do not intercept the copy.
+            Object.defineProperty(Object.prototype, "trap", {set() { throw new Error("intercepted"); }, configurable: true});
+            const odd = JSON.parse('{"__proto__": {"polluted": true}, "trap": 1, "list": [1]}');
+            const c = structuredClone(odd);
+            delete Object.prototype.trap;
+            return {
+                depth, end: copy.end === true,
+                proto: Object.getPrototypeOf(c) === Object.prototype,
+                ownProto: Object.getOwnPropertyNames(c).includes("__proto__") && c.polluted === undefined,
+                trap: Object.getOwnPropertyDescriptor(c, "trap").value,
+                list: c.list[0],
+            };
+        }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!({"depth": 100000, "end": true, "proto": true, "ownProto": true, "trap": 1, "list": 1})
+    );
+}
+
+#[test]
+fn text_encoder_writes_utf8_and_encode_into_never_splits_a_character() {
+    let out = run_ok(
+        r#"export default function () {
+            const e = new TextEncoder();
+            const into = new Uint8Array(5);
+            const result = e.encodeInto("a€😀", into);
+            let refused;
+            try { e.encodeInto("a", [0]); } catch (err) { refused = err instanceof TypeError; }
+            return {
+                encoding: e.encoding,
+                ascii: [...e.encode("hi")],
+                multi: [...e.encode("é€😀")],
+                lone: [...e.encode("\uD800x")],
+                empty: e.encode().length,
+                into: [result.read, result.written, ...into],
+                refused,
+            };
+        }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!({
+            "encoding": "utf-8",
+            "ascii": [104, 105],
+            "multi": [0xc3, 0xa9, 0xe2, 0x82, 0xac, 0xf0, 0x9f, 0x98, 0x80],
+            "lone": [0xef, 0xbf, 0xbd, 0x78],
+            "empty": 0,
+            "into": [2, 4, 0x61, 0xe2, 0x82, 0xac, 0],
+            "refused": true,
+        })
+    );
+}
+
+#[test]
+fn text_decoder_follows_the_encoding_standard() {
+    let out = run_ok(
+        r#"export default function () {
+            const d = (bytes, opts) => new TextDecoder("utf-8", opts).decode(new Uint8Array(bytes));
+            const show = (s) => [...s].map((c) => c.codePointAt(0).toString(16)).join(" ");
+            const round = new TextDecoder().decode(new TextEncoder().encode("Grüße, 世界 😀"));
+            // An emoji split across three streamed calls.
+            const streaming = new TextDecoder();
+            const parts = [[0xf0, 0x9f], [0x98], [0x80, 0x21]].map((p) => streaming.decode(new Uint8Array(p), {stream: true}));
+            const errors = [];
+            try { new TextDecoder("latin1"); } catch (e) { errors.push(e.name + ": " + e.message); }
+            try { d([0xff], {fatal: true}); } catch (e) { errors.push(e.name + ": " + e.message); }
+            try { new TextDecoder().decode("text"); } catch (e) { errors.push(e.name); }
+            const buffer = new Uint8Array([0x61, 0x62, 0x63, 0x64]).buffer;
+            return {
+                round,
+                invalid: [d([0xf0, 0x80, 0x80]), d([0xe2, 0x82]), d([0xc0, 0x80]), d([0xed, 0xa0, 0x80]), d([0x61, 0xe2, 0x28])].map(show),
+                bom: [d([0xef, 0xbb, 0xbf, 0x61]), d([0xef, 0xbb, 0xbf, 0x61], {ignoreBOM: true})].map(show),
+                streamed: parts.join(""),
+                flushed: show(streaming.decode(new Uint8Array([0xe2]))),
+                label: new TextDecoder(" UTF8 ").encoding,
+                views: [new TextDecoder().decode(buffer), new TextDecoder().decode(new DataView(buffer, 1, 2)), new TextDecoder().decode()],
+                errors,
+            };
+        }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!({
+            "round": "Grüße, 世界 😀",
+            "invalid": ["fffd fffd fffd", "fffd", "fffd fffd", "fffd fffd fffd", "61 fffd 28"],
+            "bom": ["61", "feff 61"],
+            "streamed": "😀!",
+            "flushed": "fffd",
+            "label": "utf-8",
+            "views": ["abcd", "bc", ""],
+            "errors": [
+                "RangeError: TextDecoder: the encoding \"latin1\" is not supported; only UTF-8 is",
+                "TypeError: TextDecoder.decode: the data is not valid UTF-8",
+                "TypeError",
+            ],
+        })
+    );
+}
+
+#[test]
+fn atob_and_btoa_are_forgiving_base64() {
+    let out = run_ok(
+        r#"export default function () {
+            const fails = (f) => { try { f(); return "passed"; } catch (e) { return e.name; } };
+            return {
+                btoa: [btoa("hello"), btoa("\xff\xfe"), btoa(""), btoa(12)],
+                atob: [atob("aGVsbG8="), atob("aGVsbG8"), atob(" YW\nJj "), atob("ab==")],
+                binary: [...atob("//4=")].map((c) => c.charCodeAt(0)),
+                refused: [fails(() => btoa("✓")), fails(() => atob("a")), fails(() => atob("aGVsbG8===")), fails(() => atob("a$bc")), fails(() => atob())],
+            };
+        }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!({
+            "btoa": ["aGVsbG8=", "//4=", "", "MTI="],
+            "atob": ["hello", "hello", "abc", "i"],
+            "binary": [255, 254],
+            "refused": ["InvalidCharacterError", "InvalidCharacterError", "InvalidCharacterError", "InvalidCharacterError", "TypeError"],
+        })
+    );
+}
+
+#[test]
+fn queued_microtasks_run_after_the_current_code_and_failures_are_logged() {
+    let host = ScriptedHost::default();
+    let logs = host.logs.clone();
+    let out = run_with(
+        r#"export default async function (args, g) {
+            const order = [];
+            queueMicrotask(() => order.push("microtask"));
+            queueMicrotask(() => { throw new Error("boom"); });
+            queueMicrotask(async () => { throw new Error("async boom"); });
+            order.push("sync");
+            await null;
+            await null;
+            let refused;
+            try { queueMicrotask("order.push(1)"); } catch (e) { refused = e instanceof TypeError; }
+            return {order, refused};
+        }"#,
+        host,
+    )
+    .expect("graph completes");
+    assert_eq!(
+        out,
+        serde_json::json!({"order": ["sync", "microtask"], "refused": true})
+    );
+    assert_eq!(
+        *logs.borrow(),
+        [
+            "queueMicrotask: the callback failed: Error: boom",
+            "queueMicrotask: the callback failed: Error: async boom"
+        ]
+    );
+}
+
+#[test]
+fn a_replaced_or_deleted_web_global_stays_as_the_graph_left_it() {
+    let script = r#"
+        globalThis.atob = () => "mine";
+        delete globalThis.btoa;
+        export default function () {
+            const before = Object.getOwnPropertyNames(globalThis).includes("structuredClone");
+            const copy = structuredClone({a: 1});
+            return {
+                before, copy,
+                atob: atob("aGk="),
+                btoa: typeof btoa,
+                reassigned: (() => { globalThis.structuredClone = 5; return structuredClone; })(),
+                enumerable: Object.keys(globalThis).filter((k) => ["TextEncoder", "queueMicrotask"].includes(k)),
+            };
+        }"#;
+    let expected = serde_json::json!({
+        "before": true, "copy": {"a": 1}, "atob": "mine", "btoa": "undefined", "reassigned": 5,
+        "enumerable": [],
+    });
+    // Compiled on first use, as the boa engine does, and ahead of time, as the wasm guest does.
+    assert_eq!(run_ok(script), expected);
+    let mut interpreter = Interpreter::new(&Limits::default()).expect("interpreter");
+    interpreter.load_web().expect("web.js loads");
+    let text = interpreter
+        .prepare(script)
+        .expect("script evaluates")
+        .run("{}", Box::new(ScriptedHost::default()))
+        .expect("graph completes");
+    let ahead: serde_json::Value = serde_json::from_str(&text).expect("result is JSON");
+    assert_eq!(ahead, expected);
+}
