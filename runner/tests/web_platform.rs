@@ -1,6 +1,7 @@
-//! `structuredClone`, `TextEncoder`, `TextDecoder`, `atob`, `btoa`, `queueMicrotask` and
-//! `DOMException` for scripts written for browsers or Node: the same results in both engines,
-//! in compiled graphs, and at no cost to a run that does not use them.
+//! `structuredClone`, `TextEncoder`, `TextDecoder`, `atob`, `btoa`, `queueMicrotask`, `crypto`,
+//! `DOMException` and the whole `console` for scripts written for browsers or Node: the same
+//! results in both engines, in compiled graphs, and compiled into the sandbox's snapshot rather
+//! than per run.
 
 use crate::common;
 
@@ -22,6 +23,12 @@ export default async function (args, g) {
   const copy = structuredClone(state);
   const text = "Grüße 😀";
   const bytes = new TextEncoder().encode(text);
+  console.time("clone");
+  console.group("copying");
+  console.count();
+  console.groupEnd();
+  console.timeEnd("clone");
+  const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/.test(crypto.randomUUID());
   let refused;
   try { structuredClone({run() {}}); } catch (e) { refused = [e instanceof DOMException, e.name, e.message]; }
   return {
@@ -29,6 +36,7 @@ export default async function (args, g) {
     clone: [copy !== state, copy.self === copy, copy.when.getTime(), [...copy.seen.get("a")], [...copy.bytes]],
     utf8: [bytes.length, new TextDecoder().decode(bytes) === text],
     base64: [btoa("graph"), atob("Z3JhcGg=")],
+    uuid,
     refused,
   };
 }
@@ -40,6 +48,7 @@ fn expected() -> serde_json::Value {
         "clone": [true, true, 0, [1, 2], [1, 2]],
         "utf8": [12, true],
         "base64": ["Z3JhcGg=", "graph"],
+        "uuid": true,
         "refused": [true, "DataCloneError", "structuredClone: the function run at value.run cannot be cloned"],
     })
 }
@@ -100,6 +109,35 @@ async fn an_uncaught_clone_error_fails_the_run_by_name() {
                 "DataCloneError: structuredClone: the function at value.steps[0] cannot be cloned"
             ),
             "{name}"
+        );
+    }
+}
+
+/// Random values come from the system at run time, not from the snapshot: every run of the
+/// sandbox, and of a compiled graph, gets a different UUID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_uuids_are_not_frozen_into_a_snapshot() {
+    const UUID: &str = r#"
+export const meta = {name: "Ids", slug: "ids", version: "1"};
+export default function () { return crypto.randomUUID(); }
+"#;
+    let bytes = build_component(UUID, WasmLimits::default())
+        .await
+        .expect("the graph builds");
+    let compiled =
+        Arc::new(WasmEngine::for_component(&bytes, WasmLimits::default()).expect("it loads"));
+    let generic = Arc::new(WasmEngine::new(WasmLimits::default()).expect("the sandbox starts"));
+    for (engine, script) in [(generic, UUID), (compiled, "")] {
+        let (options, _, _) = common::options(engine, json!({}));
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let outcome = common::run(script, json!({}), &options).await;
+            assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
+            seen.push(outcome.result.expect("a UUID"));
+        }
+        assert!(
+            seen[0] != seen[1] && seen[1] != seen[2] && seen[0] != seen[2],
+            "the same UUID twice: {seen:?}"
         );
     }
 }

@@ -18,10 +18,11 @@ use std::rc::Rc;
 use boa_engine::builtins::promise::PromiseState;
 use boa_engine::module::IdleModuleLoader;
 use boa_engine::object::ObjectInitializer;
+use boa_engine::object::builtins::JsUint8Array;
 use boa_engine::property::Attribute;
 use boa_engine::{
-    Context, JsError, JsObject, JsResult, JsString, JsValue, Module, NativeFunction, Source,
-    js_string,
+    Context, JsError, JsNativeError, JsObject, JsResult, JsString, JsValue, Module, NativeFunction,
+    Source, js_string,
 };
 
 pub use failure::{Failure, FailureCode};
@@ -484,6 +485,11 @@ fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelu
             js_string!("loadWeb"),
             1,
         )
+        .function(
+            NativeFunction::from_fn_ptr(native_random_bytes),
+            js_string!("randomBytes"),
+            1,
+        )
         .build();
     let factory = context.eval(Source::from_bytes(PRELUDE))?;
     let factory = factory
@@ -812,6 +818,30 @@ fn native_load_web(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsRe
         &[args.first().cloned().unwrap_or_default()],
         context,
     )
+}
+
+/// The most `randomBytes` hands out at once (as `crypto.getRandomValues` allows).
+const MAX_RANDOM_BYTES: u64 = 65536;
+
+/// A Uint8Array of `args[0]` bytes from the system's secure random source (wasi:random in the
+/// sandbox, the OS natively): what `crypto.getRandomValues` and `crypto.randomUUID` use.
+fn native_random_bytes(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let count = args
+        .first()
+        .cloned()
+        .unwrap_or_default()
+        .to_index(context)?;
+    if count > MAX_RANDOM_BYTES {
+        return Err(JsNativeError::range()
+            .with_message(format!("at most {MAX_RANDOM_BYTES} random bytes at a time"))
+            .into());
+    }
+    // Cannot truncate: at most MAX_RANDOM_BYTES.
+    let mut bytes = vec![0u8; count as usize];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        JsNativeError::error().with_message(format!("the system gave no random bytes: {e}"))
+    })?;
+    Ok(JsUint8Array::from_iter(bytes, context)?.into())
 }
 
 /// The host while module top-level code runs: it may compute, nothing reaches the outside.

@@ -272,7 +272,7 @@
       host.loadWeb(host);
     }
   }
-  const WEB_NAMES = ["DOMException", "TextDecoder", "TextEncoder", "atob", "btoa", "queueMicrotask", "structuredClone"];
+  const WEB_NAMES = ["DOMException", "TextDecoder", "TextEncoder", "atob", "btoa", "crypto", "queueMicrotask", "structuredClone"];
   for (let i = 0; i < WEB_NAMES.length; i++) {
     const name = WEB_NAMES[i];
     const replace = (value) => {
@@ -290,8 +290,78 @@
     });
   }
 
+  // console, with every method other JavaScript hosts give it, so that a graph written for one
+  // does not fail on console.time or console.table. Each writes one line to the run's log (the
+  // trace); group() indents the console lines after it.
+  let indent = "";
+  const counts = Object.create(null);
+  const clocks = Object.create(null);
+  const now = Date.now;
+  function consoleLog(...parts) {
+    host.log(indent + parts.map(describe).join(" "));
+  }
+  function labelOf(label) {
+    return label === undefined ? "default" : String(label);
+  }
+  function elapsed(label, end, parts) {
+    const key = labelOf(label);
+    if (!(key in clocks)) {
+      consoleLog('Timer "' + key + '" does not exist');
+      return;
+    }
+    consoleLog(key + ": " + (now() - clocks[key]) + " ms", ...parts);
+    if (end) {
+      delete clocks[key];
+    }
+  }
+  function group(...parts) {
+    if (parts.length > 0) {
+      consoleLog(...parts);
+    }
+    indent += "  ";
+  }
+  const console = freeze({
+    log: consoleLog,
+    info: consoleLog,
+    warn: consoleLog,
+    error: consoleLog,
+    debug: consoleLog,
+    dir: consoleLog,
+    dirxml: consoleLog,
+    table: consoleLog,
+    trace: (...parts) => consoleLog("Trace:", ...parts),
+    assert(condition, ...parts) {
+      if (!condition) {
+        consoleLog(parts.length > 0 ? "Assertion failed:" : "Assertion failed", ...parts);
+      }
+    },
+    count(label) {
+      const key = labelOf(label);
+      counts[key] = (counts[key] || 0) + 1;
+      consoleLog(key + ": " + counts[key]);
+    },
+    countReset(label) {
+      delete counts[labelOf(label)];
+    },
+    group,
+    groupCollapsed: group,
+    groupEnd() {
+      indent = indent.slice(2);
+    },
+    time(label) {
+      const key = labelOf(label);
+      if (key in clocks) {
+        consoleLog('Timer "' + key + '" already exists');
+        return;
+      }
+      clocks[key] = now();
+    },
+    timeLog: (label, ...parts) => elapsed(label, false, parts),
+    timeEnd: (label) => elapsed(label, true, []),
+  });
+
   const g = freeze({ agent, tool, graph, sleep, retry, log, budget });
-  globalThis.console = freeze({ log, info: log, warn: log, error: log, debug: log });
+  globalThis.console = console;
   globalThis.setTimeout = setTimeout;
   globalThis.clearTimeout = clearTimeout;
   return freeze({ g, settle, stringify, describe, loadWeb });

@@ -1,7 +1,9 @@
 // The functions that scripts written for browsers or Node take for granted and ECMAScript lacks:
-// structuredClone, queueMicrotask, TextEncoder, TextDecoder, atob, btoa and DOMException. Plain
-// JavaScript over boa's built-ins, shared unchanged by both engines, so they behave the same in
-// each. None of them reaches the host, except that queueMicrotask logs a failing callback.
+// structuredClone, queueMicrotask, TextEncoder, TextDecoder, atob, btoa, crypto.getRandomValues,
+// crypto.randomUUID and DOMException. Plain JavaScript over boa's built-ins, shared unchanged by
+// both engines, so they behave the same in each. None of them reaches the host, except that
+// queueMicrotask logs a failing callback; crypto takes its bytes from the system's secure
+// random source (wasi:random in the sandbox), as Math.random does.
 //
 // Compiled when a graph first touches one of these globals (see the prelude), so the built-ins
 // captured below are the ones the graph left by then; the functions are not a security
@@ -693,7 +695,51 @@
     return unitsToString(units);
   }
 
+  // ---- crypto.getRandomValues and crypto.randomUUID ----------------------------------------
+
+  const INTEGER_ARRAYS = [
+    "Int8Array", "Uint8Array", "Uint8ClampedArray", "Int16Array", "Uint16Array", "Int32Array", "Uint32Array",
+    "BigInt64Array", "BigUint64Array",
+  ];
+  const MAX_RANDOM_BYTES = 65536;
+
+  function getRandomValues(array) {
+    const kind = array !== null && typeof array === "object" ? call(typedArrayName, array) : undefined;
+    if (kind === undefined) {
+      throw new TypeErrorCtor("crypto.getRandomValues: the argument must be an integer typed array, such as a Uint8Array");
+    }
+    if (!INTEGER_ARRAYS.includes(kind)) {
+      throw new DOMException("crypto.getRandomValues: a " + kind + " cannot take random values; use an integer typed array", "TypeMismatchError");
+    }
+    const length = call(typedArrayByteLength, array);
+    if (length > MAX_RANDOM_BYTES) {
+      throw new DOMException(
+        "crypto.getRandomValues: at most " + MAX_RANDOM_BYTES + " bytes at a time, the array has " + length,
+        "QuotaExceededError",
+      );
+    }
+    const target = new Uint8ArrayCtor(call(typedArrayBuffer, array), call(typedArrayOffset, array), length);
+    target.set(host.randomBytes(length));
+    return array;
+  }
+
+  // A version 4 UUID: 122 random bits, as RFC 9562 lays them out.
+  function randomUUID() {
+    const bytes = host.randomBytes(16);
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let text = "";
+    for (let i = 0; i < 16; i++) {
+      text += (bytes[i] < 16 ? "0" : "") + bytes[i].toString(16);
+      if (i === 3 || i === 5 || i === 7 || i === 9) {
+        text += "-";
+      }
+    }
+    return text;
+  }
+
   global("DOMException", DOMException);
+  global("crypto", Object.freeze({ getRandomValues, randomUUID }));
   global("structuredClone", structuredClone);
   global("queueMicrotask", queueMicrotask);
   global("TextEncoder", TextEncoder);

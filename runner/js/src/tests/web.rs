@@ -347,3 +347,120 @@ fn a_replaced_or_deleted_web_global_stays_as_the_graph_left_it() {
     let ahead: serde_json::Value = serde_json::from_str(&text).expect("result is JSON");
     assert_eq!(ahead, expected);
 }
+
+#[test]
+fn crypto_gives_fresh_random_values_and_version_4_uuids() {
+    let out = run_ok(
+        r#"export default function () {
+            const uuids = [crypto.randomUUID(), crypto.randomUUID()];
+            const words = crypto.getRandomValues(new Uint32Array(64));
+            const view = new Uint8Array(new ArrayBuffer(8), 2, 4);
+            const same = crypto.getRandomValues(view) === view;
+            const big = crypto.getRandomValues(new BigUint64Array(2));
+            const refused = [new Float64Array(1), new Uint8Array(65537), new DataView(new ArrayBuffer(1)), [1, 2]].map((a) => {
+                try { crypto.getRandomValues(a); return "filled"; } catch (e) { return e.name + ": " + e.message; }
+            });
+            return {
+                format: uuids.every((u) => /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/.test(u)),
+                distinct: uuids[0] !== uuids[1],
+                // 64 random words are never all zero, nor all alike.
+                random: new Set(words).size > 1,
+                untouched: [new Uint8Array(view.buffer)[0], new Uint8Array(view.buffer)[7]],
+                same,
+                bigTyped: typeof big[0],
+                largest: crypto.getRandomValues(new Uint8Array(65536)).length,
+                refused,
+            };
+        }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!({
+            "format": true, "distinct": true, "random": true, "untouched": [0, 0], "same": true,
+            "bigTyped": "bigint", "largest": 65536,
+            "refused": [
+                "TypeMismatchError: crypto.getRandomValues: a Float64Array cannot take random values; use an integer typed array",
+                "QuotaExceededError: crypto.getRandomValues: at most 65536 bytes at a time, the array has 65537",
+                "TypeError: crypto.getRandomValues: the argument must be an integer typed array, such as a Uint8Array",
+                "TypeError: crypto.getRandomValues: the argument must be an integer typed array, such as a Uint8Array",
+            ],
+        })
+    );
+}
+
+#[test]
+fn every_console_method_writes_to_the_log() {
+    let host = ScriptedHost::default();
+    let logs = host.logs.clone();
+    run_with(
+        r#"export default function () {
+            console.info("info", {a: 1});
+            console.group("outer");
+            console.warn("inside");
+            console.groupCollapsed();
+            console.table([1, 2]);
+            console.groupEnd();
+            console.groupEnd();
+            console.groupEnd();
+            console.error("back");
+            console.count(); console.count(); console.count("x"); console.countReset(); console.count();
+            console.assert(1 === 1, "never");
+            console.assert(false, "checked", 2);
+            console.assert(0);
+            console.time("t"); console.time("t");
+            console.timeLog("missing");
+            console.trace("here");
+            console.dir("dir"); console.debug("debug"); console.dirxml("xml");
+        }"#,
+        host,
+    )
+    .expect("graph completes");
+    assert_eq!(
+        *logs.borrow(),
+        [
+            "info {\"a\":1}",
+            "outer",
+            "  inside",
+            "    [1,2]",
+            "back",
+            "default: 1",
+            "default: 2",
+            "x: 1",
+            "default: 1",
+            "Assertion failed: checked 2",
+            "Assertion failed",
+            "Timer \"t\" already exists",
+            "Timer \"missing\" does not exist",
+            "Trace: here",
+            "dir",
+            "debug",
+            "xml",
+        ]
+    );
+}
+
+#[test]
+fn console_time_end_reports_the_time_since_time() {
+    let host = ScriptedHost::default();
+    let logs = host.logs.clone();
+    run_with(
+        r#"export default function () {
+            console.time();
+            console.timeLog(undefined, "midway");
+            console.timeEnd();
+            console.timeEnd();
+        }"#,
+        host,
+    )
+    .expect("graph completes");
+    let logs = logs.borrow();
+    assert_eq!(logs.len(), 3, "{logs:?}");
+    let ms = |line: &str, rest: &str| {
+        line.strip_prefix("default: ")
+            .and_then(|l| l.strip_suffix(rest))
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    assert!(ms(&logs[0], " ms midway").is_some(), "{logs:?}");
+    assert!(ms(&logs[1], " ms").is_some(), "{logs:?}");
+    assert_eq!(logs[2], "Timer \"default\" does not exist");
+}
