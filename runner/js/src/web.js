@@ -25,7 +25,6 @@
   const ArrayPrototype = Array.prototype;
   const TypeErrorCtor = TypeError;
   const RangeErrorCtor = RangeError;
-  const ArrayBufferCtor = ArrayBuffer;
   const DataViewCtor = DataView;
   const Uint8ArrayCtor = Uint8Array;
   const TypedArrayPrototype = getPrototypeOf(Uint8Array.prototype);
