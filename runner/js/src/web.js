@@ -515,11 +515,7 @@
       const bytes = bytesOf(input, "TextDecoder.decode");
       const stream = options !== undefined && options !== null && !!options.stream;
       if (d.flushed) {
-        d.needed = 0;
-        d.seen = 0;
-        d.point = 0;
-        d.lower = 0x80;
-        d.upper = 0xbf;
+        startCharacter(d);
         d.bomSeen = false;
       }
       d.flushed = !stream;
@@ -575,11 +571,7 @@
           continue;
         }
         if (b < d.lower || b > d.upper) {
-          d.needed = 0;
-          d.seen = 0;
-          d.point = 0;
-          d.lower = 0x80;
-          d.upper = 0xbf;
+          startCharacter(d);
           invalid();
           // The byte starts over, as the first of the next character.
           i--;
@@ -598,15 +590,20 @@
         }
       }
       if (!stream && d.needed !== 0) {
-        d.needed = 0;
-        d.seen = 0;
-        d.point = 0;
-        d.lower = 0x80;
-        d.upper = 0xbf;
+        startCharacter(d);
         invalid();
       }
       return unitsToString(units);
     }
+  }
+
+  // The decoder state between characters.
+  function startCharacter(d) {
+    d.needed = 0;
+    d.seen = 0;
+    d.point = 0;
+    d.lower = 0x80;
+    d.upper = 0xbf;
   }
 
   function state(decoder) {
