@@ -15,7 +15,7 @@ const web = fs.readFileSync(path.join(__dirname, "..", "runner", "js", "src", "w
 const ctx = vm.createContext({});
 // The prelude's placeholders, which web.js replaces.
 vm.runInContext(
-  `for (const n of ["DOMException", "TextDecoder", "TextEncoder", "atob", "btoa", "crypto", "queueMicrotask", "structuredClone"])
+  `for (const n of ["DOMException", "TextDecoder", "TextEncoder", "atob", "btoa", "crypto", "performance", "queueMicrotask", "structuredClone"])
      Object.defineProperty(globalThis, n, { get() { return undefined; }, configurable: true });`,
   ctx,
 );

@@ -1,5 +1,5 @@
 //! `structuredClone`, `TextEncoder`, `TextDecoder`, `atob`, `btoa`, `queueMicrotask`, `crypto`,
-//! `DOMException` and the whole `console` for scripts written for browsers or Node: the same
+//! `performance.now`, `DOMException` and the whole `console` for scripts written for browsers or Node: the same
 //! results in both engines, in compiled graphs, and compiled into the sandbox's snapshot rather
 //! than per run.
 
@@ -113,13 +113,18 @@ async fn an_uncaught_clone_error_fails_the_run_by_name() {
     }
 }
 
-/// Random values come from the system at run time, not from the snapshot: every run of the
-/// sandbox, and of a compiled graph, gets a different UUID.
+/// Random values and the clock come from the system at run time, not from the snapshot: every
+/// run of the sandbox, and of a compiled graph, gets a different UUID, and its `performance`
+/// clock starts at its own first reading.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn random_uuids_are_not_frozen_into_a_snapshot() {
+async fn uuids_and_the_performance_clock_are_not_frozen_into_a_snapshot() {
     const UUID: &str = r#"
 export const meta = {name: "Ids", slug: "ids", version: "1"};
-export default function () { return crypto.randomUUID(); }
+export default function () {
+  const clock = performance.now();
+  const origin = Math.abs(performance.timeOrigin - Date.now()) < 60000;
+  return {id: crypto.randomUUID(), clock, origin};
+}
 "#;
     let bytes = build_component(UUID, WasmLimits::default())
         .await
@@ -133,7 +138,10 @@ export default function () { return crypto.randomUUID(); }
         for _ in 0..3 {
             let outcome = common::run(script, json!({}), &options).await;
             assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
-            seen.push(outcome.result.expect("a UUID"));
+            let result = outcome.result.expect("a result");
+            assert_eq!(result["clock"], json!(0), "{result}");
+            assert_eq!(result["origin"], json!(true), "{result}");
+            seen.push(result["id"].clone());
         }
         assert!(
             seen[0] != seen[1] && seen[1] != seen[2] && seen[0] != seen[2],

@@ -272,7 +272,9 @@
       host.loadWeb(host);
     }
   }
-  const WEB_NAMES = ["DOMException", "TextDecoder", "TextEncoder", "atob", "btoa", "crypto", "queueMicrotask", "structuredClone"];
+  const WEB_NAMES = [
+    "DOMException", "TextDecoder", "TextEncoder", "atob", "btoa", "crypto", "performance", "queueMicrotask", "structuredClone",
+  ];
   for (let i = 0; i < WEB_NAMES.length; i++) {
     const name = WEB_NAMES[i];
     const replace = (value) => {

@@ -1,6 +1,6 @@
 // The functions that scripts written for browsers or Node take for granted and ECMAScript lacks:
 // structuredClone, queueMicrotask, TextEncoder, TextDecoder, atob, btoa, crypto.getRandomValues,
-// crypto.randomUUID and DOMException. Plain JavaScript over boa's built-ins, shared unchanged by
+// crypto.randomUUID, performance.now and DOMException. Plain JavaScript over boa's built-ins, shared unchanged by
 // both engines, so they behave the same in each. None of them reaches the host, except that
 // queueMicrotask logs a failing callback; crypto takes its bytes from the system's secure
 // random source (wasi:random in the sandbox), as Math.random does.
@@ -734,7 +734,35 @@
     return text;
   }
 
+  // ---- performance.now ---------------------------------------------------------------------
+
+  // Milliseconds since the run first asked, never decreasing (Date.now() is the wall clock and
+  // may step back). The origin is taken at that first call, not when this file is compiled:
+  // the sandbox compiles it into a snapshot long before any run.
+  const dateNow = Date.now;
+  let origin;
+  let latest = 0;
+  function originNow() {
+    const t = dateNow();
+    if (origin === undefined) {
+      origin = t;
+    }
+    return t;
+  }
+  const performance = Object.freeze({
+    now() {
+      const t = originNow() - origin;
+      latest = t > latest ? t : latest;
+      return latest;
+    },
+    get timeOrigin() {
+      originNow();
+      return origin;
+    },
+  });
+
   global("DOMException", DOMException);
+  global("performance", performance);
   global("crypto", Object.freeze({ getRandomValues, randomUUID }));
   global("structuredClone", structuredClone);
   global("queueMicrotask", queueMicrotask);

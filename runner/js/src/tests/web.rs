@@ -464,3 +464,27 @@ fn console_time_end_reports_the_time_since_time() {
     assert!(ms(&logs[1], " ms").is_some(), "{logs:?}");
     assert_eq!(logs[2], "Timer \"default\" does not exist");
 }
+
+#[test]
+fn performance_now_counts_from_the_first_call_and_never_goes_back() {
+    let out = run_ok(
+        r#"export default async function (args, g) {
+            const first = performance.now();
+            const readings = [];
+            for (let i = 0; i < 1000; i++) readings.push(performance.now());
+            await g.sleep(20);
+            const after = performance.now();
+            const drift = Math.abs(performance.timeOrigin + performance.now() - Date.now());
+            return {
+                first,
+                ordered: readings.every((r, i) => i === 0 || r >= readings[i - 1]) && readings[0] >= first,
+                afterSleep: after >= readings[999],
+                drift: drift < 60000,
+            };
+        }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!({"first": 0, "ordered": true, "afterSleep": true, "drift": true})
+    );
+}
