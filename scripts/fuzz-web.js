@@ -20,7 +20,8 @@ vm.runInContext(
   ctx,
 );
 const randomBytes = (n) => new (vm.runInContext("Uint8Array", ctx))(require("crypto").randomBytes(n));
-vm.runInContext(web, ctx)({ log: (m) => console.log("log:", m), randomBytes });
+const runCallback = (what, callback, args) => callback(...args);
+vm.runInContext(web, ctx)({ log: (m) => console.log("log:", m), randomBytes, runCallback });
 const W = vm.runInContext("({TextDecoder, TextEncoder, atob, btoa, Uint8Array, structuredClone})", ctx);
 let seed = 12345;
 const rnd = (n) => {

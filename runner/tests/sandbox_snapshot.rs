@@ -85,11 +85,7 @@ async fn random_numbers_are_not_frozen_into_the_generic_snapshot() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_numbers_are_not_frozen_into_a_compiled_graph() {
-    let bytes = build_component(RANDOM, WasmLimits::default())
-        .await
-        .expect("the graph builds");
-    let engine =
-        Arc::new(WasmEngine::for_component(&bytes, WasmLimits::default()).expect("it loads"));
+    let engine = common::compiled(RANDOM).await;
     let (options, _, _) = common::options(engine, json!({"default": {"text": "ok"}}));
     let seen = randoms(&options, "").await;
     assert!(

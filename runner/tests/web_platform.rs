@@ -1,14 +1,15 @@
 //! `structuredClone`, `TextEncoder`, `TextDecoder`, `atob`, `btoa`, `queueMicrotask`, `crypto`,
-//! `performance.now`, `DOMException` and the whole `console` for scripts written for browsers or Node: the same
-//! results in both engines, in compiled graphs, and compiled into the sandbox's snapshot rather
-//! than per run.
+//! `performance.now`, `DOMException` and the whole `console` for scripts written for browsers or
+//! Node: the same results in both engines, in compiled graphs, and compiled into the sandbox's
+//! snapshot rather than per run.
 
 use crate::common;
 
 use std::sync::Arc;
 
 use runner::RunStatus;
-use runner::engine::wasm::{WasmEngine, WasmLimits, build_component};
+use runner::engine::Engine;
+use runner::engine::wasm::{WasmEngine, WasmLimits};
 use serde_json::json;
 
 const USES_THEM: &str = r#"
@@ -60,11 +61,7 @@ async fn they_give_the_same_results_in_both_engines() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compiled_graph_has_them() {
-    let bytes = build_component(USES_THEM, WasmLimits::default())
-        .await
-        .expect("the graph builds");
-    let engine =
-        Arc::new(WasmEngine::for_component(&bytes, WasmLimits::default()).expect("it loads"));
+    let engine = common::compiled(USES_THEM).await;
     let (options, _, _) = common::options(engine, json!({}));
     let outcome = common::run("", json!({}), &options).await;
     assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
@@ -126,12 +123,9 @@ export default function () {
   return {id: crypto.randomUUID(), clock, origin};
 }
 "#;
-    let bytes = build_component(UUID, WasmLimits::default())
-        .await
-        .expect("the graph builds");
-    let compiled =
-        Arc::new(WasmEngine::for_component(&bytes, WasmLimits::default()).expect("it loads"));
-    let generic = Arc::new(WasmEngine::new(WasmLimits::default()).expect("the sandbox starts"));
+    let compiled = common::compiled(UUID).await;
+    let generic: Arc<dyn Engine> =
+        Arc::new(WasmEngine::new(WasmLimits::default()).expect("the sandbox starts"));
     for (engine, script) in [(generic, UUID), (compiled, "")] {
         let (options, _, _) = common::options(engine, json!({}));
         let mut seen = Vec::new();

@@ -207,6 +207,21 @@
     return { used: host.tokensUsed(), cap: host.tokenCap() };
   }
 
+  // Calls a callback the host's event loop owns (a timer's, a microtask's): one that throws, or
+  // returns a promise that rejects, is logged as `what: the callback failed: ...`, and the run
+  // goes on, as in other hosts.
+  function runCallback(what, callback, args) {
+    const failed = (e) => host.log(what + ": the callback failed: " + describe(e));
+    try {
+      const returned = callback(...args);
+      if (returned instanceof PromiseCtor) {
+        returned.then(undefined, failed);
+      }
+    } catch (e) {
+      failed(e);
+    }
+  }
+
   // setTimeout and clearTimeout, for scripts written for other JavaScript hosts, on the host's
   // timer (the same as g.sleep). A callback runs once its timer fires unless cleared first; one
   // that throws (or returns a promise that rejects) is logged. A timer still pending when the
@@ -231,21 +246,13 @@
     }
     const id = ++lastTimer;
     timers[id] = true;
-    const callbackFailed = (e) => host.log("setTimeout: the callback failed: " + describe(e));
     started(answer).then(
       () => {
         if (timers[id] !== true) {
           return;
         }
         delete timers[id];
-        try {
-          const returned = callback(...args);
-          if (returned instanceof PromiseCtor) {
-            returned.then(undefined, callbackFailed);
-          }
-        } catch (e) {
-          callbackFailed(e);
-        }
+        runCallback("setTimeout", callback, args);
       },
       // The run was cancelled: the callback never runs.
       () => {
@@ -269,7 +276,7 @@
   function loadWeb() {
     if (!webLoaded) {
       webLoaded = true;
-      host.loadWeb(host);
+      host.loadWeb({ log: host.log, randomBytes: host.randomBytes, runCallback });
     }
   }
   const WEB_NAMES = [

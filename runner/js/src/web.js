@@ -1,9 +1,10 @@
 // The functions that scripts written for browsers or Node take for granted and ECMAScript lacks:
 // structuredClone, queueMicrotask, TextEncoder, TextDecoder, atob, btoa, crypto.getRandomValues,
-// crypto.randomUUID, performance.now and DOMException. Plain JavaScript over boa's built-ins, shared unchanged by
-// both engines, so they behave the same in each. None of them reaches the host, except that
-// queueMicrotask logs a failing callback; crypto takes its bytes from the system's secure
-// random source (wasi:random in the sandbox), as Math.random does.
+// crypto.randomUUID, performance.now and DOMException. Plain JavaScript over boa's built-ins,
+// shared unchanged by both engines, so they behave the same in each. None of them reaches the
+// host, except that queueMicrotask logs a failing callback (through the prelude's runCallback);
+// crypto takes its bytes from the system's secure random source (wasi:random in the sandbox), as
+// Math.random does. `host` is {log, randomBytes, runCallback}, from the prelude.
 //
 // Compiled when a graph first touches one of these globals (see the prelude), so the built-ins
 // captured below are the ones the graph left by then; the functions are not a security
@@ -339,17 +340,7 @@
     if (typeof callback !== "function") {
       throw new TypeErrorCtor("queueMicrotask: the callback must be a function");
     }
-    const failed = (e) => host.log("queueMicrotask: the callback failed: " + String(e));
-    PromiseCtor.resolve().then(() => {
-      try {
-        const returned = callback();
-        if (returned instanceof PromiseCtor) {
-          returned.then(undefined, failed);
-        }
-      } catch (e) {
-        failed(e);
-      }
-    });
+    PromiseCtor.resolve().then(() => host.runCallback("queueMicrotask", callback, []));
   }
 
   // ---- TextEncoder and TextDecoder (UTF-8, as in the WHATWG Encoding standard) -------------
@@ -359,28 +350,21 @@
     if (input === undefined) {
       return new Uint8ArrayCtor(0);
     }
-    if (input !== null && typeof input === "object") {
-      if (call(typedArrayName, input) !== undefined) {
-        return new Uint8ArrayCtor(call(typedArrayBuffer, input), call(typedArrayOffset, input), call(typedArrayByteLength, input));
-      }
-      try {
-        call(arrayBufferLength, input);
-        return new Uint8ArrayCtor(input);
-      } catch (_) {
-        // Not an ArrayBuffer.
-      }
-      try {
-        const length = call(dataViewLength, input);
-        return new Uint8ArrayCtor(call(dataViewBuffer, input), call(dataViewOffset, input), length);
-      } catch (_) {
-        // Not a DataView.
-      }
+    const kind = input !== null && typeof input === "object" ? kindOf(input) : undefined;
+    if (TYPED_ARRAYS[kind] !== undefined) {
+      return new Uint8ArrayCtor(call(typedArrayBuffer, input), call(typedArrayOffset, input), call(typedArrayByteLength, input));
+    }
+    if (kind === "ArrayBuffer") {
+      return new Uint8ArrayCtor(input);
+    }
+    if (kind === "DataView") {
+      return new Uint8ArrayCtor(call(dataViewBuffer, input), call(dataViewOffset, input), call(dataViewLength, input));
     }
     throw new TypeErrorCtor(what + ": the input must be an ArrayBuffer, a typed array or a DataView");
   }
 
-  // UTF-8 length of the code unit at `i` of `s` (4 for a surrogate pair, 3 for a lone surrogate,
-  // which is written as U+FFFD).
+  // The UTF-8 length of `s` in bytes: 4 for a surrogate pair, 3 for a lone surrogate (written as
+  // U+FFFD).
   function utf8Length(s) {
     let n = 0;
     for (let i = 0; i < s.length; i++) {
@@ -399,10 +383,9 @@
     return n;
   }
 
-  // Writes `s` into `out` from byte `at` while whole characters fit; answers [code units read,
-  // bytes written].
-  function writeUtf8(s, out, at) {
-    const start = at;
+  // Writes `s` into `out` while whole characters fit; answers [code units read, bytes written].
+  function writeUtf8(s, out) {
+    let at = 0;
     let i = 0;
     for (; i < s.length; i++) {
       let c = s.charCodeAt(i);
@@ -444,7 +427,7 @@
         i++;
       }
     }
-    return [i, at - start];
+    return [i, at];
   }
 
   class TextEncoder {
@@ -454,14 +437,14 @@
     encode(input) {
       const s = input === undefined ? "" : String(input);
       const out = new Uint8ArrayCtor(utf8Length(s));
-      writeUtf8(s, out, 0);
+      writeUtf8(s, out);
       return out;
     }
     encodeInto(source, destination) {
       if (call(typedArrayName, destination) !== "Uint8Array") {
         throw new TypeErrorCtor("TextEncoder.encodeInto: the destination must be a Uint8Array");
       }
-      const [read, written] = writeUtf8(String(source), destination, 0);
+      const [read, written] = writeUtf8(String(source), destination);
       return { read, written };
     }
   }
@@ -488,18 +471,10 @@
         );
       }
       const opts = options === undefined || options === null ? {} : options;
-      call(weakMapSet, decoders, this, {
-        fatal: !!opts.fatal,
-        ignoreBOM: !!opts.ignoreBOM,
-        // The decoder's state between calls with {stream: true}.
-        needed: 0,
-        seen: 0,
-        point: 0,
-        lower: 0x80,
-        upper: 0xbf,
-        bomSeen: false,
-        flushed: true,
-      });
+      // The options, and the decoder's state between calls with {stream: true}.
+      const d = { fatal: !!opts.fatal, ignoreBOM: !!opts.ignoreBOM, bomSeen: false, flushed: true };
+      startCharacter(d);
+      call(weakMapSet, decoders, this, d);
     }
     get encoding() {
       return "utf-8";

@@ -7,6 +7,7 @@ pub mod server;
 use std::sync::Arc;
 
 use runner::RunStatus;
+use runner::engine::wasm::{WasmEngine, WasmLimits, build_component};
 use runner::engine::{Engine, EngineKind};
 use runner::host::events::{CollectingSink, Event, EventKind};
 use runner::host::mock::MockProvider;
@@ -48,6 +49,14 @@ pub fn options(
     options.provider = mock.clone();
     options.events = sink.clone();
     (options, sink, mock)
+}
+
+/// `script` built into a component (`runner build`) and loaded as an engine.
+pub async fn compiled(script: &str) -> Arc<dyn Engine> {
+    let bytes = build_component(script, WasmLimits::default())
+        .await
+        .expect("the graph builds");
+    Arc::new(WasmEngine::for_component(&bytes, WasmLimits::default()).expect("it loads"))
 }
 
 /// Runs `script` in both engines; each must complete with `expected`.
