@@ -1,5 +1,5 @@
-//! `setTimeout` and `clearTimeout` for scripts written for other JavaScript hosts, on the host's
-//! timer, the same in both engines.
+//! `setTimeout`, `setInterval` and their clears for scripts written for other JavaScript hosts,
+//! on the host's timer, the same in both engines.
 
 use crate::common;
 
@@ -81,7 +81,8 @@ async fn a_timer_the_host_cannot_keep_is_refused_clearly() {
     export default async function (args, g) {
       const refusals = [];
       for (const make of [() => setTimeout("code()", 1), () => setTimeout(() => {}, 600001),
-                          () => setTimeout(() => {}, Infinity)]) {
+                          () => setTimeout(() => {}, Infinity), () => setInterval("code()", 1),
+                          () => setInterval(() => {}, 600001)]) {
         try { make(); refusals.push("accepted"); }
         catch (e) { refusals.push((e.code ?? e.name) + ": " + e.message); }
       }
@@ -93,7 +94,95 @@ async fn a_timer_the_host_cannot_keep_is_refused_clearly() {
             "TypeError: setTimeout: the callback must be a function (a string is not run)",
             "invalid: setTimeout: the delay must be at most 600000 ms, got 600001",
             "invalid: setTimeout: the delay must be at most 600000 ms, got Infinity",
+            "TypeError: setInterval: the callback must be a function (a string is not run)",
+            "invalid: setInterval: the delay must be at most 600000 ms, got 600001",
         ]),
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn intervals_repeat_until_cleared_and_share_ids_with_timeouts() {
+    let script = r#"
+    export default async function (args, g) {
+      const ticks = [];
+      // Cleared from inside its own callback, after the third tick.
+      await new Promise((resolve) => {
+        const id = setInterval((a, b) => {
+          ticks.push(a + b);
+          if (ticks.length === 3) { clearInterval(id); setTimeout(resolve, 30); }
+        }, 2, "x", "y");
+      });
+      // A zero delay still lets the rest of the graph run between ticks.
+      let zero = 0;
+      const fast = setInterval(() => zero++, 0);
+      while (zero < 3) await g.sleep(1);
+      // clearTimeout clears an interval and clearInterval a timeout, as in browsers.
+      clearTimeout(fast);
+      const frozen = zero;
+      let late = 0;
+      const timeout = setTimeout(() => late++, 1);
+      clearInterval(timeout);
+      clearInterval(12345);
+      clearInterval(undefined);
+      await g.sleep(20);
+      const ids = [setInterval(() => {}, 5), setTimeout(() => {}, 5)];
+      ids.forEach(clearInterval);
+      return {ticks, stopped: zero === frozen, late,
+              distinct: ids[0] !== ids[1] && ids.every((id) => id > 0)};
+    }"#;
+    common::completes_with(
+        script,
+        json!({"ticks": ["xy", "xy", "xy"], "stopped": true, "late": 0, "distinct": true}),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interval_outlives_a_failing_callback_and_ends_with_the_run() {
+    let script = r#"
+    export default async function (args, g) {
+      let calls = 0;
+      setInterval(() => {
+        calls++;
+        if (calls === 1) throw new Error("tick boom");
+        if (calls === 2) return Promise.reject(new Error("async tick boom"));
+        g.log("tick " + calls);
+      }, 3);
+      while (calls < 4) await g.sleep(2);
+      // Never cleared: it stops when the graph returns.
+      return "went on";
+    }"#;
+    for engine in common::engines() {
+        let name = engine.name();
+        let (options, sink, _) = common::options(engine, json!({}));
+        let outcome = common::run(script, json!({}), &options).await;
+        assert_eq!(outcome.status, RunStatus::Completed, "{name}: {outcome:?}");
+        assert_eq!(outcome.result, Some(json!("went on")), "{name}");
+        let logged = || -> Vec<String> {
+            sink.events()
+                .iter()
+                .filter_map(|e| match &e.kind {
+                    EventKind::Log { message } => Some(message.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let at_end = logged();
+        // Give a wrongly surviving interval the time to tick again.
+        tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+        let logs = logged();
+        assert_eq!(
+            logs, at_end,
+            "{name}: an interval ticked after the run ended"
+        );
+        assert!(
+            logs.contains(&"setInterval: the callback failed: Error: tick boom".to_owned())
+                && logs.contains(
+                    &"setInterval: the callback failed: Error: async tick boom".to_owned()
+                )
+                && logs.iter().any(|l| l == "tick 3"),
+            "{name}: {logs:?}"
+        );
+    }
 }

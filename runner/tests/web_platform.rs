@@ -1,7 +1,7 @@
 //! `structuredClone`, `TextEncoder`, `TextDecoder`, `atob`, `btoa`, `queueMicrotask`, `crypto`,
-//! `performance.now`, `DOMException` and the whole `console` for scripts written for browsers or
-//! Node: the same results in both engines, in compiled graphs, and compiled into the sandbox's
-//! snapshot rather than per run.
+//! `performance.now`, `DOMException`, `URL`, `URLSearchParams` and the whole `console` for scripts
+//! written for browsers or Node: the same results in both engines, in compiled graphs, and
+//! compiled into the sandbox's snapshot rather than per run.
 
 use crate::common;
 
@@ -39,6 +39,7 @@ export default async function (args, g) {
     base64: [btoa("graph"), atob("Z3JhcGg=")],
     uuid,
     refused,
+    url: [new URL("../x?a=b c#top", "https://h.com/p/q").href, new URLSearchParams({k: "v w", n: 1}).toString()],
   };
 }
 "#;
@@ -51,6 +52,7 @@ fn expected() -> serde_json::Value {
         "base64": ["Z3JhcGg=", "graph"],
         "uuid": true,
         "refused": [true, "DataCloneError", "structuredClone: the function run at value.run cannot be cloned"],
+        "url": ["https://h.com/x?a=b%20c#top", "k=v+w&n=1"],
     })
 }
 
@@ -80,12 +82,16 @@ async fn the_sandbox_does_not_compile_them_per_run() {
     let engine = Arc::new(WasmEngine::new(limits).expect("the sandbox starts"));
     let (options, _, _) = common::options(engine, json!({}));
     let outcome = common::run(
-        "export default function () { return [atob(btoa('ok')), structuredClone([1]), new TextEncoder().encode('é').length]; }",
+        "export default function () { return [atob(btoa('ok')), structuredClone([1]), new TextEncoder().encode('é').length, new URL('https://h.com/a').host]; }",
         json!({}),
         &options,
     )
     .await;
-    assert_eq!(outcome.result, Some(json!(["ok", [1], 2])), "{outcome:?}");
+    assert_eq!(
+        outcome.result,
+        Some(json!(["ok", [1], 2, "h.com"])),
+        "{outcome:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -222,50 +222,85 @@
     }
   }
 
-  // setTimeout and clearTimeout, for scripts written for other JavaScript hosts, on the host's
-  // timer (the same as g.sleep). A callback runs once its timer fires unless cleared first; one
-  // that throws (or returns a promise that rejects) is logged. A timer still pending when the
-  // graph's function returns never fires: the run is over.
+  // setTimeout, setInterval and their clears, for scripts written for other JavaScript hosts,
+  // on the host's timer (the same as g.sleep). A callback runs once its timer fires unless
+  // cleared first; one that throws (or returns a promise that rejects) is logged. An interval
+  // is armed again after each callback, so it never runs two at once. A timer still pending
+  // when the graph's function returns never fires: the run is over. Timeouts and intervals
+  // share one set of ids, and either clear function clears either, as in browsers.
   const timers = Object.create(null);
   let lastTimer = 0;
 
-  function setTimeout(callback, ms, ...args) {
+  function startTimer(what, callback, ms, args, repeat) {
     if (typeof callback !== "function") {
-      throw new TypeError("setTimeout: the callback must be a function (a string is not run)");
+      throw new TypeError(what + ": the callback must be a function (a string is not run)");
     }
-    // Like other hosts: a missing, negative or non-numeric delay is 0, a fraction rounds down.
+    // Like other hosts: a missing, negative or non-numeric delay is 0, a fraction rounds down;
+    // an interval waits at least 1 ms between callbacks, as in Node.
     let delay = +ms;
     delay = delay > 0 ? floor(delay) : 0;
     if (delay > MAX_SLEEP_MS) {
-      throw failure("invalid", "setTimeout: the delay must be at most " + MAX_SLEEP_MS + " ms, got " + describe(ms));
+      throw failure("invalid", what + ": the delay must be at most " + MAX_SLEEP_MS + " ms, got " + describe(ms));
     }
-    // A timer the host refuses (at module top level, say) fails here, not silently later.
-    const answer = host.startSleep(delay);
-    if (typeof answer !== "number") {
-      throw failure(answer.code, "setTimeout: " + answer.message);
+    if (repeat && delay < 1) {
+      delay = 1;
     }
     const id = ++lastTimer;
+    // Starts one wait for the timer. The first that the host refuses (at module top level, say)
+    // fails setTimeout or setInterval; a later one ends the interval with a log line.
+    const arm = () => {
+      const answer = host.startSleep(delay);
+      if (typeof answer !== "number") {
+        delete timers[id];
+        return failure(answer.code, what + ": " + answer.message);
+      }
+      started(answer).then(
+        () => {
+          if (timers[id] !== true) {
+            return;
+          }
+          if (!repeat) {
+            delete timers[id];
+          }
+          runCallback(what, callback, args);
+          if (repeat && timers[id] === true) {
+            const refused = arm();
+            if (refused) {
+              host.log(what + ": the interval stopped: " + describe(refused));
+            }
+          }
+        },
+        // The run was cancelled: the callback never runs.
+        () => {
+          delete timers[id];
+        },
+      );
+      return undefined;
+    };
     timers[id] = true;
-    started(answer).then(
-      () => {
-        if (timers[id] !== true) {
-          return;
-        }
-        delete timers[id];
-        runCallback("setTimeout", callback, args);
-      },
-      // The run was cancelled: the callback never runs.
-      () => {
-        delete timers[id];
-      },
-    );
+    const refused = arm();
+    if (refused) {
+      throw refused;
+    }
     return id;
+  }
+
+  function setTimeout(callback, ms, ...args) {
+    return startTimer("setTimeout", callback, ms, args, false);
+  }
+
+  function setInterval(callback, ms, ...args) {
+    return startTimer("setInterval", callback, ms, args, true);
   }
 
   function clearTimeout(id) {
     if (typeof id === "number") {
       delete timers[id];
     }
+  }
+
+  function clearInterval(id) {
+    clearTimeout(id);
   }
 
   // The web platform functions of web.js take milliseconds to compile, so they are compiled
@@ -280,7 +315,8 @@
     }
   }
   const WEB_NAMES = [
-    "DOMException", "TextDecoder", "TextEncoder", "atob", "btoa", "crypto", "performance", "queueMicrotask", "structuredClone",
+    "DOMException", "TextDecoder", "TextEncoder", "URL", "URLSearchParams", "atob", "btoa", "crypto", "performance",
+    "queueMicrotask", "structuredClone",
   ];
   for (let i = 0; i < WEB_NAMES.length; i++) {
     const name = WEB_NAMES[i];
@@ -373,5 +409,7 @@
   globalThis.console = console;
   globalThis.setTimeout = setTimeout;
   globalThis.clearTimeout = clearTimeout;
+  globalThis.setInterval = setInterval;
+  globalThis.clearInterval = clearInterval;
   return freeze({ g, settle, stringify, describe, loadWeb });
 })

@@ -261,6 +261,15 @@ fn a_timer_set_at_module_top_level_fails_there() {
         "let code;\ntry { setTimeout(() => {}, 1); } catch (e) { code = e.code; }\nexport default () => code;",
     );
     assert_eq!(out, serde_json::json!("invalid"));
+    let err = run_with(
+        "setInterval(() => {}, 1);\nexport default function () { return 1; }",
+        ScriptedHost::default(),
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("setInterval: host work cannot start at module top level"),
+        "{err}"
+    );
 }
 
 #[test]

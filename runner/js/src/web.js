@@ -1,6 +1,6 @@
 // The functions that scripts written for browsers or Node take for granted and ECMAScript lacks:
 // structuredClone, queueMicrotask, TextEncoder, TextDecoder, atob, btoa, crypto.getRandomValues,
-// crypto.randomUUID, performance.now and DOMException. Plain JavaScript over boa's built-ins,
+// crypto.randomUUID, performance.now, DOMException, URL and URLSearchParams. Plain JavaScript over boa's built-ins,
 // shared unchanged by both engines, so they behave the same in each. None of them reaches the
 // host, except that queueMicrotask logs a failing callback (through the prelude's runCallback);
 // crypto takes its bytes from the system's secure random source (wasi:random in the sandbox), as
@@ -18,6 +18,7 @@
   const ownKeys = Object.keys;
   const isArray = Array.isArray;
   const fromCharCode = String.fromCharCode;
+  const floor = Math.floor;
   const apply = Reflect.apply;
   const MapCtor = Map;
   const SetCtor = Set;
@@ -736,6 +737,1388 @@
     },
   });
 
+  // ---- URL and URLSearchParams (the WHATWG URL standard) ------------------------------------
+
+  // A parsed URL: {scheme, username, password, host, port, path, query, fragment}. host is
+  // null, a string (a domain, an opaque host or ""), a number (IPv4) or an array of eight
+  // numbers (IPv6); port is null or a number; path is a string when opaque, else a list of
+  // segments; query and fragment are null or a string.
+  const SPECIAL_PORTS = { "ftp:": 21, "file:": null, "http:": 80, "https:": 443, "ws:": 80, "wss:": 443 };
+  function isSpecialScheme(scheme) {
+    return SPECIAL_PORTS[scheme + ":"] !== undefined;
+  }
+  function defaultPort(scheme) {
+    const port = SPECIAL_PORTS[scheme + ":"];
+    return port === undefined ? null : port;
+  }
+
+  function isAlpha(c) {
+    return c !== undefined && ((c >= "a" && c <= "z") || (c >= "A" && c <= "Z"));
+  }
+  function isDigit(c) {
+    return c !== undefined && c >= "0" && c <= "9";
+  }
+  function isHexDigit(c) {
+    return isDigit(c) || (c !== undefined && ((c >= "a" && c <= "f") || (c >= "A" && c <= "F")));
+  }
+
+  // Percent-encode sets, as predicates on a code point (a number).
+  const C0_CONTROL_SET = (cp) => cp < 0x20 || cp > 0x7e;
+  const FRAGMENT_SET = (cp) => C0_CONTROL_SET(cp) || cp === 0x20 || cp === 0x22 || cp === 0x3c || cp === 0x3e || cp === 0x60;
+  const QUERY_SET = (cp) => C0_CONTROL_SET(cp) || cp === 0x20 || cp === 0x22 || cp === 0x23 || cp === 0x3c || cp === 0x3e;
+  const SPECIAL_QUERY_SET = (cp) => QUERY_SET(cp) || cp === 0x27;
+  const PATH_SET = (cp) => QUERY_SET(cp) || cp === 0x3f || cp === 0x5e || cp === 0x60 || cp === 0x7b || cp === 0x7d;
+  const USERINFO_SET = (cp) =>
+    PATH_SET(cp) || cp === 0x2f || cp === 0x3a || cp === 0x3b || cp === 0x3d || cp === 0x40 || (cp >= 0x5b && cp <= 0x5e) || cp === 0x7c;
+  const COMPONENT_SET = (cp) => USERINFO_SET(cp) || (cp >= 0x24 && cp <= 0x26) || cp === 0x2b || cp === 0x2c;
+  const FORM_SET = (cp) => COMPONENT_SET(cp) || cp === 0x21 || (cp >= 0x27 && cp <= 0x29) || cp === 0x7e;
+
+  const HEX = "0123456789ABCDEF";
+  function percentByte(b) {
+    return "%" + HEX[b >> 4] + HEX[b & 15];
+  }
+  // One code point (a string of one or two code units, never a lone surrogate here), UTF-8
+  // percent-encoded when `set` holds it.
+  function encodeCodePoint(c, set) {
+    const cp = c.codePointAt(0);
+    if (!set(cp)) {
+      return c;
+    }
+    if (cp < 0x80) {
+      return percentByte(cp);
+    }
+    if (cp < 0x800) {
+      return percentByte(0xc0 | (cp >> 6)) + percentByte(0x80 | (cp & 0x3f));
+    }
+    if (cp < 0x10000) {
+      return percentByte(0xe0 | (cp >> 12)) + percentByte(0x80 | ((cp >> 6) & 0x3f)) + percentByte(0x80 | (cp & 0x3f));
+    }
+    return (
+      percentByte(0xf0 | (cp >> 18)) + percentByte(0x80 | ((cp >> 12) & 0x3f)) +
+      percentByte(0x80 | ((cp >> 6) & 0x3f)) + percentByte(0x80 | (cp & 0x3f))
+    );
+  }
+  function encodeString(s, set, spaceAsPlus) {
+    let out = "";
+    for (const c of s) {
+      out += spaceAsPlus && c === " " ? "+" : encodeCodePoint(c, set);
+    }
+    return out;
+  }
+
+  // A string with each lone surrogate replaced by U+FFFD (what a USVString argument is).
+  function wellFormed(s) {
+    let out = "";
+    let from = 0;
+    for (let i = 0; i < s.length; i++) {
+      const c = s.charCodeAt(i);
+      if ((c & 0xf800) !== 0xd800) {
+        continue;
+      }
+      if (c < 0xdc00 && i + 1 < s.length && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+        i++;
+        continue;
+      }
+      out += s.slice(from, i) + "\ufffd";
+      from = i + 1;
+    }
+    return from === 0 ? s : out + s.slice(from);
+  }
+
+  // The bytes of `s` with each %XX turned into its byte, decoded as UTF-8 (broken sequences
+  // become U+FFFD).
+  function percentDecode(s) {
+    if (!s.includes("%") && !/[^\x00-\x7f]/.test(s)) {
+      return s;
+    }
+    const bytes = new TextEncoder().encode(s);
+    const out = new Uint8ArrayCtor(bytes.length);
+    let n = 0;
+    for (let i = 0; i < bytes.length; i++) {
+      const b = bytes[i];
+      if (b === 0x25 && i + 2 < bytes.length && isHexDigit(fromCharCode(bytes[i + 1])) && isHexDigit(fromCharCode(bytes[i + 2]))) {
+        out[n++] = parseInt(fromCharCode(bytes[i + 1], bytes[i + 2]), 16);
+        i += 2;
+      } else {
+        out[n++] = b;
+      }
+    }
+    return new TextDecoder("utf-8", { ignoreBOM: true }).decode(out.subarray(0, n));
+  }
+
+  // ---- hosts ----
+
+  function parseIPv4Number(s) {
+    if (s === "") {
+      return NaN;
+    }
+    let radix = 10;
+    if (s.length >= 2 && (s.startsWith("0x") || s.startsWith("0X"))) {
+      radix = 16;
+      s = s.slice(2);
+    } else if (s.length >= 2 && s[0] === "0") {
+      radix = 8;
+      s = s.slice(1);
+    }
+    if (s === "") {
+      return 0;
+    }
+    for (const c of s) {
+      if (radix === 10 ? !isDigit(c) : radix === 16 ? !isHexDigit(c) : !(c >= "0" && c <= "7")) {
+        return NaN;
+      }
+    }
+    return parseInt(s, radix);
+  }
+
+  function endsInANumber(s) {
+    const parts = s.split(".");
+    if (parts[parts.length - 1] === "") {
+      if (parts.length === 1) {
+        return false;
+      }
+      parts.pop();
+    }
+    const last = parts[parts.length - 1];
+    if (last !== "" && /^[0-9]+$/.test(last)) {
+      return true;
+    }
+    return !Number.isNaN(parseIPv4Number(last));
+  }
+
+  function parseIPv4(s) {
+    const parts = s.split(".");
+    if (parts[parts.length - 1] === "" && parts.length > 1) {
+      parts.pop();
+    }
+    if (parts.length > 4) {
+      return null;
+    }
+    const numbers = [];
+    for (const part of parts) {
+      const n = parseIPv4Number(part);
+      if (Number.isNaN(n)) {
+        return null;
+      }
+      numbers.push(n);
+    }
+    for (let i = 0; i < numbers.length - 1; i++) {
+      if (numbers[i] > 255) {
+        return null;
+      }
+    }
+    const last = numbers[numbers.length - 1];
+    if (last >= 256 ** (5 - numbers.length)) {
+      return null;
+    }
+    let address = last;
+    for (let i = 0; i < numbers.length - 1; i++) {
+      address += numbers[i] * 256 ** (3 - i);
+    }
+    return address;
+  }
+
+  function parseIPv6(s) {
+    const address = [0, 0, 0, 0, 0, 0, 0, 0];
+    let piece = 0;
+    let compress = null;
+    let p = 0;
+    if (s[p] === ":") {
+      if (s[p + 1] !== ":") {
+        return null;
+      }
+      p += 2;
+      piece++;
+      compress = piece;
+    }
+    while (p < s.length) {
+      if (piece === 8) {
+        return null;
+      }
+      if (s[p] === ":") {
+        if (compress !== null) {
+          return null;
+        }
+        p++;
+        piece++;
+        compress = piece;
+        continue;
+      }
+      let value = 0;
+      let length = 0;
+      while (length < 4 && isHexDigit(s[p])) {
+        value = value * 16 + parseInt(s[p], 16);
+        p++;
+        length++;
+      }
+      if (s[p] === ".") {
+        if (length === 0) {
+          return null;
+        }
+        p -= length;
+        if (piece > 6) {
+          return null;
+        }
+        let seen = 0;
+        while (p < s.length) {
+          let part = null;
+          if (seen > 0) {
+            if (s[p] === "." && seen < 4) {
+              p++;
+            } else {
+              return null;
+            }
+          }
+          if (!isDigit(s[p])) {
+            return null;
+          }
+          while (isDigit(s[p])) {
+            const n = s.charCodeAt(p) - 48;
+            if (part === null) {
+              part = n;
+            } else if (part === 0) {
+              return null;
+            } else {
+              part = part * 10 + n;
+            }
+            if (part > 255) {
+              return null;
+            }
+            p++;
+          }
+          address[piece] = address[piece] * 0x100 + part;
+          seen++;
+          if (seen === 2 || seen === 4) {
+            piece++;
+          }
+        }
+        if (seen !== 4) {
+          return null;
+        }
+        break;
+      } else if (s[p] === ":") {
+        p++;
+        if (p >= s.length) {
+          return null;
+        }
+      } else if (p < s.length) {
+        return null;
+      }
+      address[piece] = value;
+      piece++;
+    }
+    if (compress !== null) {
+      let swaps = piece - compress;
+      piece = 7;
+      while (piece !== 0 && swaps > 0) {
+        const t = address[piece];
+        address[piece] = address[compress + swaps - 1];
+        address[compress + swaps - 1] = t;
+        piece--;
+        swaps--;
+      }
+    } else if (piece !== 8) {
+      return null;
+    }
+    return address;
+  }
+
+  function serializeHost(host) {
+    if (typeof host === "number") {
+      return [host >>> 24, (host >>> 16) & 255, (host >>> 8) & 255, host & 255].join(".");
+    }
+    if (typeof host !== "object") {
+      return host;
+    }
+    // The first longest run of two or more zero pieces becomes "::".
+    let best = -1;
+    let bestLength = 1;
+    for (let i = 0; i < 8; ) {
+      let j = i;
+      while (j < 8 && host[j] === 0) {
+        j++;
+      }
+      if (j - i > bestLength) {
+        best = i;
+        bestLength = j - i;
+      }
+      i = j === i ? i + 1 : j;
+    }
+    let out = "[";
+    for (let i = 0; i < 8; i++) {
+      if (i === best) {
+        out += i === 0 ? "::" : ":";
+        i += bestLength - 1;
+        continue;
+      }
+      out += host[i].toString(16) + (i < 7 ? ":" : "");
+    }
+    return out + "]";
+  }
+
+  const FORBIDDEN_HOST = "\0\t\n\r #/:<>?@[\\]^|";
+  function forbiddenHost(c) {
+    return FORBIDDEN_HOST.includes(c);
+  }
+  function forbiddenDomain(c) {
+    const cp = c.charCodeAt(0);
+    return forbiddenHost(c) || cp <= 0x1f || c === "%" || cp === 0x7f;
+  }
+
+  // Punycode (RFC 3492) of one label.
+  function punycode(label) {
+    const cps = Array.from(label, (c) => c.codePointAt(0));
+    let out = "";
+    for (const cp of cps) {
+      if (cp < 0x80) {
+        out += fromCharCode(cp);
+      }
+    }
+    const basic = out.length;
+    let handled = basic;
+    if (basic > 0) {
+      out += "-";
+    }
+    const digit = (d) => fromCharCode(d < 26 ? d + 97 : d + 22);
+    let n = 128;
+    let delta = 0;
+    let bias = 72;
+    while (handled < cps.length) {
+      let m = Infinity;
+      for (const cp of cps) {
+        if (cp >= n && cp < m) {
+          m = cp;
+        }
+      }
+      delta += (m - n) * (handled + 1);
+      n = m;
+      for (const cp of cps) {
+        if (cp < n) {
+          delta++;
+        }
+        if (cp === n) {
+          let q = delta;
+          for (let k = 36; ; k += 36) {
+            const t = k <= bias ? 1 : k >= bias + 26 ? 26 : k - bias;
+            if (q < t) {
+              break;
+            }
+            out += digit(t + ((q - t) % (36 - t)));
+            q = floor((q - t) / (36 - t));
+          }
+          out += digit(q);
+          // Bias adaptation.
+          let d = handled === basic ? floor(delta / 700) : delta >> 1;
+          d += floor(d / (handled + 1));
+          let k = 0;
+          while (d > 455) {
+            d = floor(d / 35);
+            k += 36;
+          }
+          bias = k + floor((36 * d) / (d + 38));
+          delta = 0;
+          handled++;
+        }
+      }
+      delta++;
+      n++;
+    }
+    return out;
+  }
+
+  // Punycode decoding (RFC 3492) of one label, or null when it is not valid Punycode.
+  function punycodeDecode(s) {
+    const out = [];
+    const delimiter = s.lastIndexOf("-");
+    for (let i = 0; i < delimiter; i++) {
+      out.push(s.charCodeAt(i));
+    }
+    let at = delimiter + 1;
+    let n = 128;
+    let i = 0;
+    let bias = 72;
+    while (at < s.length) {
+      const old = i;
+      let w = 1;
+      for (let k = 36; ; k += 36) {
+        if (at >= s.length) {
+          return null;
+        }
+        const c = s.charCodeAt(at++);
+        const digit = c >= 48 && c <= 57 ? c - 22 : c >= 65 && c <= 90 ? c - 65 : c >= 97 && c <= 122 ? c - 97 : -1;
+        if (digit < 0) {
+          return null;
+        }
+        i += digit * w;
+        const t = k <= bias ? 1 : k >= bias + 26 ? 26 : k - bias;
+        if (digit < t) {
+          break;
+        }
+        w *= 36 - t;
+        if (i > 0x10ffff * (out.length + 1)) {
+          return null;
+        }
+      }
+      let d = old === 0 ? floor((i - old) / 700) : (i - old) >> 1;
+      d += floor(d / (out.length + 1));
+      let k = 0;
+      while (d > 455) {
+        d = floor(d / 35);
+        k += 36;
+      }
+      bias = k + floor((36 * d) / (d + 38));
+      n += floor(i / (out.length + 1));
+      i %= out.length + 1;
+      if (n > 0x10ffff) {
+        return null;
+      }
+      out.splice(i, 0, n);
+      i++;
+    }
+    return String.fromCodePoint(...out);
+  }
+
+  // UTS #46's mapping, approximated without its tables: compatibility forms (NFKC), lowercase,
+  // the ideographic full stops as ".", the default-ignorable characters removed.
+  function mapDomain(s) {
+    return s
+      .normalize("NFKC")
+      .toLowerCase()
+      .replace(/[\u00ad\u034f\u180b-\u180f\u200b\u2060\ufe00-\ufe0f\ufeff]/g, "")
+      .replace(/[\u3002\uff0e\uff61]/g, ".")
+      .normalize("NFC");
+  }
+  // Whether every code point of a (mapped) label may be in a domain: no controls, unassigned,
+  // private-use or noncharacter code points, no spaces, no U+FFFD, not led by a combining mark.
+  function validLabel(label) {
+    return !/[\p{Cc}\p{Cn}\p{Co}\p{Cs}\p{Z}\ufffd]/u.test(label) && !/^\p{M}/u.test(label);
+  }
+
+  // Domain to ASCII (UTS #46 ToASCII as the URL standard calls it). An ASCII domain with no
+  // Punycode label is lowercased, as the standard says; otherwise labels are mapped (see
+  // mapDomain), Punycode labels must decode to valid labels, and other labels with non-ASCII
+  // characters are encoded. Answers null when the domain is not valid.
+  function domainToASCII(domain) {
+    const punycodeLabel = /(^|\.)xn--/i;
+    if (!/[^\x00-\x7f]/.test(domain) && !punycodeLabel.test(domain)) {
+      return domain.toLowerCase();
+    }
+    const labels = mapDomain(domain).split(".");
+    for (let i = 0; i < labels.length; i++) {
+      const label = labels[i];
+      if (label.startsWith("xn--")) {
+        const decoded = /[^\x00-\x7f]/.test(label) ? null : punycodeDecode(label.slice(4));
+        // A Punycode label must decode to something that is not plain ASCII.
+        if (decoded === null || !/[^\x00-\x7f]/.test(decoded) || decoded.includes(".") || mapDomain(decoded) !== decoded || !validLabel(decoded)) {
+          return null;
+        }
+      } else if (/[^\x00-\x7f]/.test(label)) {
+        if (!validLabel(label)) {
+          return null;
+        }
+        labels[i] = "xn--" + punycode(label);
+      }
+    }
+    return labels.join(".");
+  }
+
+  // A host, or null when it is not valid.
+  function parseHost(input, special) {
+    if (input.startsWith("[")) {
+      return input.endsWith("]") ? parseIPv6(input.slice(1, -1)) : null;
+    }
+    if (!special) {
+      for (const c of input) {
+        if (forbiddenHost(c)) {
+          return null;
+        }
+      }
+      return encodeString(input, C0_CONTROL_SET, false);
+    }
+    const ascii = domainToASCII(percentDecode(input));
+    if (ascii === null || ascii === "") {
+      return null;
+    }
+    for (const c of ascii) {
+      if (forbiddenDomain(c)) {
+        return null;
+      }
+    }
+    if (endsInANumber(ascii)) {
+      return parseIPv4(ascii);
+    }
+    return ascii;
+  }
+
+  // ---- the basic URL parser ----
+
+  function isWindowsDriveLetter(s, normalizedOnly) {
+    return s.length === 2 && isAlpha(s[0]) && (s[1] === ":" || (!normalizedOnly && s[1] === "|"));
+  }
+  // Whether the code points from `at` start with a Windows drive letter.
+  function startsWithDriveLetter(cps, at) {
+    if (cps.length - at < 2 || !isAlpha(cps[at]) || (cps[at + 1] !== ":" && cps[at + 1] !== "|")) {
+      return false;
+    }
+    const third = cps[at + 2];
+    return cps.length - at === 2 || third === "/" || third === "\\" || third === "?" || third === "#";
+  }
+  function isSingleDot(s) {
+    return s === "." || s.toLowerCase() === "%2e";
+  }
+  function isDoubleDot(s) {
+    const l = s.toLowerCase();
+    return l === ".." || l === ".%2e" || l === "%2e." || l === "%2e%2e";
+  }
+  function shortenPath(url) {
+    const path = url.path;
+    if (url.scheme === "file" && path.length === 1 && isWindowsDriveLetter(path[0], true)) {
+      return;
+    }
+    path.pop();
+  }
+  function hasCredentials(url) {
+    return url.username !== "" || url.password !== "";
+  }
+  function cannotHaveCredentialsOrPort(url) {
+    return url.host === null || url.host === "" || url.scheme === "file";
+  }
+
+  const FAILURE = {};
+
+  // Parses `input` into a new URL record (against `base`, a record or null), or, given a state,
+  // into `url` from that state on (the setters). Answers the record, FAILURE, or undefined
+  // when a setter's input is ignored.
+  function parseURL(input, base, url, stateOverride) {
+    if (url === undefined) {
+      url = { scheme: "", username: "", password: "", host: null, port: null, path: [], query: null, fragment: null };
+      input = input.replace(/^[\x00-\x20]+|[\x00-\x20]+$/g, "");
+    }
+    input = input.replace(/[\t\n\r]/g, "");
+    const cps = Array.from(input);
+    let state = stateOverride || "scheme start";
+    let buffer = "";
+    let atSignSeen = false;
+    let insideBrackets = false;
+    let passwordTokenSeen = false;
+    for (let p = 0; ; p++) {
+      const c = cps[p];
+      let special = isSpecialScheme(url.scheme);
+      // The characters that end an authority, a host or a port.
+      const endOfAuthority = c === undefined || c === "/" || c === "?" || c === "#" || (special && c === "\\");
+      switch (state) {
+        case "scheme start":
+          if (isAlpha(c)) {
+            buffer += c.toLowerCase();
+            state = "scheme";
+          } else if (!stateOverride) {
+            state = "no scheme";
+            p--;
+          } else {
+            return FAILURE;
+          }
+          break;
+        case "scheme":
+          if (c !== undefined && (isAlpha(c) || isDigit(c) || c === "+" || c === "-" || c === ".")) {
+            buffer += c.toLowerCase();
+          } else if (c === ":") {
+            if (stateOverride) {
+              if (isSpecialScheme(url.scheme) !== isSpecialScheme(buffer)) {
+                return undefined;
+              }
+              if ((hasCredentials(url) || url.port !== null) && buffer === "file") {
+                return undefined;
+              }
+              if (url.scheme === "file" && url.host === "") {
+                return undefined;
+              }
+            }
+            url.scheme = buffer;
+            if (stateOverride) {
+              if (url.port === defaultPort(url.scheme)) {
+                url.port = null;
+              }
+              return url;
+            }
+            buffer = "";
+            if (url.scheme === "file") {
+              state = "file";
+            } else if (isSpecialScheme(url.scheme) && base !== null && base.scheme === url.scheme) {
+              state = "special relative or authority";
+            } else if (isSpecialScheme(url.scheme)) {
+              state = "special authority slashes";
+            } else if (cps[p + 1] === "/") {
+              state = "path or authority";
+              p++;
+            } else {
+              url.path = "";
+              state = "opaque path";
+            }
+          } else if (!stateOverride) {
+            buffer = "";
+            state = "no scheme";
+            p = -1;
+          } else {
+            return FAILURE;
+          }
+          break;
+        case "no scheme":
+          if (base === null || (typeof base.path === "string" && c !== "#")) {
+            return FAILURE;
+          } else if (typeof base.path === "string" && c === "#") {
+            url.scheme = base.scheme;
+            url.path = base.path;
+            url.query = base.query;
+            url.fragment = "";
+            state = "fragment";
+          } else if (base.scheme !== "file") {
+            state = "relative";
+            p--;
+          } else {
+            state = "file";
+            p--;
+          }
+          break;
+        case "special relative or authority":
+          if (c === "/" && cps[p + 1] === "/") {
+            state = "special authority ignore slashes";
+            p++;
+          } else {
+            state = "relative";
+            p--;
+          }
+          break;
+        case "path or authority":
+          if (c === "/") {
+            state = "authority";
+          } else {
+            state = "path";
+            p--;
+          }
+          break;
+        case "relative":
+          url.scheme = base.scheme;
+          special = isSpecialScheme(url.scheme);
+          if (c === "/" || (special && c === "\\")) {
+            state = "relative slash";
+          } else {
+            url.username = base.username;
+            url.password = base.password;
+            url.host = base.host;
+            url.port = base.port;
+            url.path = base.path.slice();
+            url.query = base.query;
+            if (c === "?") {
+              url.query = "";
+              state = "query";
+            } else if (c === "#") {
+              url.fragment = "";
+              state = "fragment";
+            } else if (c !== undefined) {
+              url.query = null;
+              shortenPath(url);
+              state = "path";
+              p--;
+            }
+          }
+          break;
+        case "relative slash":
+          if (special && (c === "/" || c === "\\")) {
+            state = "special authority ignore slashes";
+          } else if (c === "/") {
+            state = "authority";
+          } else {
+            url.username = base.username;
+            url.password = base.password;
+            url.host = base.host;
+            url.port = base.port;
+            state = "path";
+            p--;
+          }
+          break;
+        case "special authority slashes":
+          if (c === "/" && cps[p + 1] === "/") {
+            state = "special authority ignore slashes";
+            p++;
+          } else {
+            state = "special authority ignore slashes";
+            p--;
+          }
+          break;
+        case "special authority ignore slashes":
+          if (c !== "/" && c !== "\\") {
+            state = "authority";
+            p--;
+          }
+          break;
+        case "authority":
+          if (c === "@") {
+            if (atSignSeen) {
+              buffer = "%40" + buffer;
+            }
+            atSignSeen = true;
+            for (const b of buffer) {
+              if (b === ":" && !passwordTokenSeen) {
+                passwordTokenSeen = true;
+                continue;
+              }
+              if (passwordTokenSeen) {
+                url.password += encodeCodePoint(b, USERINFO_SET);
+              } else {
+                url.username += encodeCodePoint(b, USERINFO_SET);
+              }
+            }
+            buffer = "";
+          } else if (endOfAuthority) {
+            if (atSignSeen && buffer === "") {
+              return FAILURE;
+            }
+            p -= Array.from(buffer).length + 1;
+            buffer = "";
+            state = "host";
+          } else {
+            buffer += c;
+          }
+          break;
+        case "host":
+        case "hostname":
+          if (stateOverride && url.scheme === "file") {
+            p--;
+            state = "file host";
+          } else if (c === ":" && !insideBrackets) {
+            if (buffer === "") {
+              return FAILURE;
+            }
+            if (stateOverride === "hostname") {
+              return undefined;
+            }
+            const host = parseHost(buffer, special);
+            if (host === null) {
+              return FAILURE;
+            }
+            url.host = host;
+            buffer = "";
+            state = "port";
+          } else if (endOfAuthority) {
+            p--;
+            if (special && buffer === "") {
+              return FAILURE;
+            }
+            if (stateOverride && buffer === "" && (hasCredentials(url) || url.port !== null)) {
+              return undefined;
+            }
+            const host = parseHost(buffer, special);
+            if (host === null) {
+              return FAILURE;
+            }
+            url.host = host;
+            buffer = "";
+            state = "path start";
+            if (stateOverride) {
+              return url;
+            }
+          } else {
+            if (c === "[") {
+              insideBrackets = true;
+            } else if (c === "]") {
+              insideBrackets = false;
+            }
+            buffer += c;
+          }
+          break;
+        case "port":
+          if (isDigit(c)) {
+            buffer += c;
+          } else if (endOfAuthority || stateOverride) {
+            if (buffer !== "") {
+              const port = parseInt(buffer, 10);
+              if (port > 65535) {
+                return FAILURE;
+              }
+              url.port = port === defaultPort(url.scheme) ? null : port;
+              buffer = "";
+              if (stateOverride) {
+                return url;
+              }
+            }
+            if (stateOverride) {
+              return FAILURE;
+            }
+            state = "path start";
+            p--;
+          } else {
+            return FAILURE;
+          }
+          break;
+        case "file":
+          url.scheme = "file";
+          url.host = "";
+          if (c === "/" || c === "\\") {
+            state = "file slash";
+          } else if (base !== null && base.scheme === "file") {
+            url.host = base.host;
+            url.path = base.path.slice();
+            url.query = base.query;
+            if (c === "?") {
+              url.query = "";
+              state = "query";
+            } else if (c === "#") {
+              url.fragment = "";
+              state = "fragment";
+            } else if (c !== undefined) {
+              url.query = null;
+              if (!startsWithDriveLetter(cps, p)) {
+                shortenPath(url);
+              } else {
+                url.path = [];
+              }
+              state = "path";
+              p--;
+            }
+          } else {
+            state = "path";
+            p--;
+          }
+          break;
+        case "file slash":
+          if (c === "/" || c === "\\") {
+            state = "file host";
+          } else {
+            if (base !== null && base.scheme === "file") {
+              url.host = base.host;
+              if (!startsWithDriveLetter(cps, p) && typeof base.path !== "string" && base.path.length > 0 && isWindowsDriveLetter(base.path[0], true)) {
+                url.path.push(base.path[0]);
+              }
+            }
+            state = "path";
+            p--;
+          }
+          break;
+        case "file host":
+          if (c === undefined || c === "/" || c === "\\" || c === "?" || c === "#") {
+            p--;
+            if (!stateOverride && isWindowsDriveLetter(buffer, false)) {
+              state = "path";
+            } else if (buffer === "") {
+              url.host = "";
+              if (stateOverride) {
+                return url;
+              }
+              state = "path start";
+            } else {
+              let host = parseHost(buffer, special);
+              if (host === null) {
+                return FAILURE;
+              }
+              if (host === "localhost") {
+                host = "";
+              }
+              url.host = host;
+              if (stateOverride) {
+                return url;
+              }
+              buffer = "";
+              state = "path start";
+            }
+          } else {
+            buffer += c;
+          }
+          break;
+        case "path start":
+          if (special) {
+            state = "path";
+            if (c !== "/" && c !== "\\") {
+              p--;
+            }
+          } else if (!stateOverride && c === "?") {
+            url.query = "";
+            state = "query";
+          } else if (!stateOverride && c === "#") {
+            url.fragment = "";
+            state = "fragment";
+          } else if (c !== undefined) {
+            state = "path";
+            if (c !== "/") {
+              p--;
+            }
+          } else if (stateOverride && url.host === null) {
+            url.path.push("");
+          }
+          break;
+        case "path":
+          if (c === undefined || c === "/" || (special && c === "\\") || (!stateOverride && (c === "?" || c === "#"))) {
+            const slash = c === "/" || (special && c === "\\");
+            if (isDoubleDot(buffer)) {
+              shortenPath(url);
+              if (!slash) {
+                url.path.push("");
+              }
+            } else if (isSingleDot(buffer) && !slash) {
+              url.path.push("");
+            } else if (!isSingleDot(buffer)) {
+              if (url.scheme === "file" && url.path.length === 0 && isWindowsDriveLetter(buffer, false)) {
+                buffer = buffer[0] + ":";
+              }
+              url.path.push(buffer);
+            }
+            buffer = "";
+            if (c === "?") {
+              url.query = "";
+              state = "query";
+            } else if (c === "#") {
+              url.fragment = "";
+              state = "fragment";
+            }
+          } else {
+            buffer += encodeCodePoint(c, PATH_SET);
+          }
+          break;
+        case "opaque path":
+          if (c === "?") {
+            url.query = "";
+            state = "query";
+          } else if (c === "#") {
+            url.fragment = "";
+            state = "fragment";
+          } else if (c === " ") {
+            // A space right before the query or fragment is encoded, so that removing those
+            // later cannot leave a trailing space.
+            url.path += cps[p + 1] === "?" || cps[p + 1] === "#" ? "%20" : " ";
+          } else if (c !== undefined) {
+            url.path += encodeCodePoint(c, C0_CONTROL_SET);
+          }
+          break;
+        case "query":
+          if ((!stateOverride && c === "#") || c === undefined) {
+            url.query += encodeString(buffer, special ? SPECIAL_QUERY_SET : QUERY_SET, false);
+            buffer = "";
+            if (c === "#") {
+              url.fragment = "";
+              state = "fragment";
+            }
+          } else {
+            buffer += c;
+          }
+          break;
+        case "fragment":
+          if (c !== undefined) {
+            url.fragment += encodeCodePoint(c, FRAGMENT_SET);
+          }
+          break;
+      }
+      if (p >= cps.length) {
+        return url;
+      }
+    }
+  }
+
+  function serializePath(url) {
+    if (typeof url.path === "string") {
+      return url.path;
+    }
+    let out = "";
+    for (const segment of url.path) {
+      out += "/" + segment;
+    }
+    return out;
+  }
+
+  function serializeURL(url, excludeFragment) {
+    let out = url.scheme + ":";
+    if (url.host !== null) {
+      out += "//";
+      if (hasCredentials(url)) {
+        out += url.username + (url.password !== "" ? ":" + url.password : "") + "@";
+      }
+      out += serializeHost(url.host);
+      if (url.port !== null) {
+        out += ":" + url.port;
+      }
+    } else if (typeof url.path !== "string" && url.path.length > 1 && url.path[0] === "") {
+      out += "/.";
+    }
+    out += serializePath(url);
+    if (url.query !== null) {
+      out += "?" + url.query;
+    }
+    if (!excludeFragment && url.fragment !== null) {
+      out += "#" + url.fragment;
+    }
+    return out;
+  }
+
+  function serializeOrigin(url) {
+    if (url.scheme === "blob") {
+      const inner = parseURL(serializePath(url), null);
+      return inner !== FAILURE && (inner.scheme === "http" || inner.scheme === "https") ? serializeOrigin(inner) : "null";
+    }
+    if (url.scheme === "file" || !isSpecialScheme(url.scheme)) {
+      return "null";
+    }
+    return url.scheme + "://" + serializeHost(url.host) + (url.port === null ? "" : ":" + url.port);
+  }
+
+  // ---- application/x-www-form-urlencoded ----
+
+  function parseForm(input) {
+    const list = [];
+    for (const sequence of input.split("&")) {
+      if (sequence === "") {
+        continue;
+      }
+      const at = sequence.indexOf("=");
+      const name = at === -1 ? sequence : sequence.slice(0, at);
+      const value = at === -1 ? "" : sequence.slice(at + 1);
+      list.push([percentDecode(name.replace(/\+/g, " ")), percentDecode(value.replace(/\+/g, " "))]);
+    }
+    return list;
+  }
+  function serializeForm(list) {
+    let out = "";
+    for (let i = 0; i < list.length; i++) {
+      out += (i > 0 ? "&" : "") + encodeString(list[i][0], FORM_SET, true) + "=" + encodeString(list[i][1], FORM_SET, true);
+    }
+    return out;
+  }
+
+  // The links between a URL and its URLSearchParams, set by the classes' static blocks: the
+  // list of a URLSearchParams (read and replaced), the URL it updates, and that update.
+  let setParamsList;
+  let attachParams;
+  let updateQuery;
+
+  function invalidURL(input) {
+    const error = new TypeErrorCtor("Invalid URL: " + input);
+    defineProperty(error, "code", { value: "ERR_INVALID_URL", writable: true, configurable: true });
+    return error;
+  }
+
+  // The record of `base` (a URL, a string or undefined): null, or FAILURE.
+  function baseRecord(base) {
+    if (base === undefined) {
+      return null;
+    }
+    return parseURL(wellFormed(String(base)), null);
+  }
+
+  class URL {
+    #url;
+    #query;
+
+    constructor(url, base) {
+      const input = wellFormed(String(url));
+      const baseURL = baseRecord(base);
+      const parsed = baseURL === FAILURE ? FAILURE : parseURL(input, baseURL);
+      if (parsed === FAILURE) {
+        throw invalidURL(input);
+      }
+      this.#url = parsed;
+      this.#query = new URLSearchParams();
+      setParamsList(this.#query, parseForm(parsed.query || ""));
+      attachParams(this.#query, this);
+    }
+
+    static canParse(url, base) {
+      const baseURL = baseRecord(base);
+      return baseURL !== FAILURE && parseURL(wellFormed(String(url)), baseURL) !== FAILURE;
+    }
+
+    static parse(url, base) {
+      try {
+        return new URL(url, base);
+      } catch {
+        return null;
+      }
+    }
+
+    static {
+      // The search params' update steps.
+      updateQuery = (self, list) => {
+        const serialized = serializeForm(list);
+        self.#url.query = serialized === "" ? null : serialized;
+      };
+    }
+
+    get href() {
+      return serializeURL(this.#url, false);
+    }
+    set href(value) {
+      const input = wellFormed(String(value));
+      const parsed = parseURL(input, null);
+      if (parsed === FAILURE) {
+        throw invalidURL(input);
+      }
+      this.#url = parsed;
+      setParamsList(this.#query, parseForm(parsed.query || ""));
+    }
+    toString() {
+      return this.href;
+    }
+    toJSON() {
+      return this.href;
+    }
+
+    get origin() {
+      return serializeOrigin(this.#url);
+    }
+
+    get protocol() {
+      return this.#url.scheme + ":";
+    }
+    set protocol(value) {
+      this.#set(String(value) + ":", "scheme start");
+    }
+
+    get username() {
+      return this.#url.username;
+    }
+    set username(value) {
+      if (!cannotHaveCredentialsOrPort(this.#url)) {
+        this.#url.username = encodeString(wellFormed(String(value)), USERINFO_SET, false);
+      }
+    }
+
+    get password() {
+      return this.#url.password;
+    }
+    set password(value) {
+      if (!cannotHaveCredentialsOrPort(this.#url)) {
+        this.#url.password = encodeString(wellFormed(String(value)), USERINFO_SET, false);
+      }
+    }
+
+    get host() {
+      const url = this.#url;
+      if (url.host === null) {
+        return "";
+      }
+      return serializeHost(url.host) + (url.port === null ? "" : ":" + url.port);
+    }
+    set host(value) {
+      if (typeof this.#url.path !== "string") {
+        this.#set(String(value), "host");
+      }
+    }
+
+    get hostname() {
+      return this.#url.host === null ? "" : serializeHost(this.#url.host);
+    }
+    set hostname(value) {
+      if (typeof this.#url.path !== "string") {
+        this.#set(String(value), "hostname");
+      }
+    }
+
+    get port() {
+      return this.#url.port === null ? "" : String(this.#url.port);
+    }
+    set port(value) {
+      if (cannotHaveCredentialsOrPort(this.#url)) {
+        return;
+      }
+      const input = String(value);
+      if (input === "") {
+        this.#url.port = null;
+      } else {
+        this.#set(input, "port");
+      }
+    }
+
+    get pathname() {
+      return serializePath(this.#url);
+    }
+    set pathname(value) {
+      if (typeof this.#url.path !== "string") {
+        this.#url.path = [];
+        this.#set(String(value), "path start");
+      }
+    }
+
+    get search() {
+      const query = this.#url.query;
+      return query === null || query === "" ? "" : "?" + query;
+    }
+    set search(value) {
+      const input = wellFormed(String(value));
+      if (input === "") {
+        this.#url.query = null;
+        setParamsList(this.#query, []);
+        return;
+      }
+      const query = input[0] === "?" ? input.slice(1) : input;
+      this.#url.query = "";
+      this.#set(query, "query");
+      setParamsList(this.#query, parseForm(query));
+    }
+
+    get searchParams() {
+      return this.#query;
+    }
+
+    get hash() {
+      const fragment = this.#url.fragment;
+      return fragment === null || fragment === "" ? "" : "#" + fragment;
+    }
+    set hash(value) {
+      const input = wellFormed(String(value));
+      if (input === "") {
+        this.#url.fragment = null;
+        return;
+      }
+      this.#url.fragment = "";
+      this.#set(input[0] === "#" ? input.slice(1) : input, "fragment");
+    }
+
+    // Runs the parser on this URL's record from `state`, as the setters do: what it parsed
+    // before it met something invalid stays set.
+    #set(input, state) {
+      parseURL(wellFormed(input), null, this.#url, state);
+    }
+  }
+  defineProperty(URL.prototype, Symbol.toStringTag, { value: "URL", configurable: true });
+
+  class URLSearchParams {
+    #list = [];
+    #url = null;
+
+    static {
+      setParamsList = (params, list) => {
+        params.#list = list;
+      };
+      attachParams = (params, url) => {
+        params.#url = url;
+      };
+    }
+
+    constructor(init) {
+      const list = this.#list;
+      if (init === undefined || init === null) {
+        return;
+      }
+      if (typeof init === "object" || typeof init === "function") {
+        const iterator = init[Symbol.iterator];
+        if (iterator !== undefined && iterator !== null) {
+          if (typeof iterator !== "function") {
+            throw new TypeErrorCtor("URLSearchParams: the init's Symbol.iterator must be a function");
+          }
+          for (const pair of init) {
+            if (pair === null || (typeof pair !== "object" && typeof pair !== "function")) {
+              throw new TypeErrorCtor("URLSearchParams: each pair must be a sequence of a name and a value");
+            }
+            const items = Array.from(pair);
+            if (items.length !== 2) {
+              throw new TypeErrorCtor("URLSearchParams: each pair must have exactly two items, got " + items.length);
+            }
+            list.push([wellFormed(String(items[0])), wellFormed(String(items[1]))]);
+          }
+          return;
+        }
+        for (const key of Reflect.ownKeys(init)) {
+          if (typeof key !== "string") {
+            continue;
+          }
+          const descriptor = Object.getOwnPropertyDescriptor(init, key);
+          if (descriptor !== undefined && descriptor.enumerable) {
+            list.push([wellFormed(key), wellFormed(String(init[key]))]);
+          }
+        }
+        return;
+      }
+      const text = wellFormed(String(init));
+      this.#list = parseForm(text[0] === "?" ? text.slice(1) : text);
+    }
+
+    #update() {
+      if (this.#url !== null) {
+        updateQuery(this.#url, this.#list);
+      }
+    }
+
+    get size() {
+      return this.#list.length;
+    }
+    append(name, value) {
+      this.#list.push([wellFormed(String(name)), wellFormed(String(value))]);
+      this.#update();
+    }
+    delete(name, value) {
+      const key = wellFormed(String(name));
+      const only = value === undefined ? undefined : wellFormed(String(value));
+      this.#list = this.#list.filter(([n, v]) => !(n === key && (only === undefined || v === only)));
+      this.#update();
+    }
+    get(name) {
+      const key = wellFormed(String(name));
+      const found = this.#list.find(([n]) => n === key);
+      return found === undefined ? null : found[1];
+    }
+    getAll(name) {
+      const key = wellFormed(String(name));
+      return this.#list.filter(([n]) => n === key).map(([, v]) => v);
+    }
+    has(name, value) {
+      const key = wellFormed(String(name));
+      const only = value === undefined ? undefined : wellFormed(String(value));
+      return this.#list.some(([n, v]) => n === key && (only === undefined || v === only));
+    }
+    set(name, value) {
+      const key = wellFormed(String(name));
+      const text = wellFormed(String(value));
+      const at = this.#list.findIndex(([n]) => n === key);
+      if (at === -1) {
+        this.#list.push([key, text]);
+      } else {
+        this.#list[at][1] = text;
+        this.#list = this.#list.filter(([n], i) => i <= at || n !== key);
+      }
+      this.#update();
+    }
+    sort() {
+      // Stable, by UTF-16 code units of the names.
+      this.#list = this.#list
+        .map((pair, i) => [pair, i])
+        .sort(([a, i], [b, j]) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : i - j))
+        .map(([pair]) => pair);
+      this.#update();
+    }
+    forEach(callback, thisArg) {
+      if (typeof callback !== "function") {
+        throw new TypeErrorCtor("URLSearchParams.forEach: the callback must be a function");
+      }
+      const list = this.#list;
+      for (let i = 0; i < list.length; i++) {
+        call(callback, thisArg, list[i][1], list[i][0], this);
+      }
+    }
+    *entries() {
+      // Live, as in browsers: a pair added or removed while iterating is seen.
+      for (let i = 0; i < this.#list.length; i++) {
+        yield [this.#list[i][0], this.#list[i][1]];
+      }
+    }
+    *keys() {
+      for (const [name] of this.entries()) {
+        yield name;
+      }
+    }
+    *values() {
+      for (const [, value] of this.entries()) {
+        yield value;
+      }
+    }
+    [Symbol.iterator]() {
+      return this.entries();
+    }
+    toString() {
+      return serializeForm(this.#list);
+    }
+  }
+  defineProperty(URLSearchParams.prototype, Symbol.toStringTag, { value: "URLSearchParams", configurable: true });
+  // Neither may be cloned, as in browsers (a copy would silently lose everything in them).
+  BRANDS.push(["URL", getter(URL.prototype, "href")], ["URLSearchParams", getter(URLSearchParams.prototype, "size")]);
+  UNCLONABLE.URL = "a URL";
+  UNCLONABLE.URLSearchParams = "a URLSearchParams";
+
   global("DOMException", DOMException);
   global("performance", performance);
   global("crypto", Object.freeze({ getRandomValues, randomUUID }));
@@ -745,4 +2128,6 @@
   global("TextDecoder", TextDecoder);
   global("atob", atob);
   global("btoa", btoa);
+  global("URL", URL);
+  global("URLSearchParams", URLSearchParams);
 })

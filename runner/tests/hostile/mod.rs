@@ -477,8 +477,8 @@ export default function () {
   }
   return { own: own.sort(), inherited };
 }"#,
-        Wasm::Completes(r#"{"own": ["DOMException", "TextDecoder", "TextEncoder", "TypedArray", "atob", "btoa", "clearTimeout", "console", "crypto", "performance", "queueMicrotask", "setTimeout", "structuredClone"], "inherited": []}"#),
-        Boa::Completes(r#"{"own": ["DOMException", "TextDecoder", "TextEncoder", "TypedArray", "atob", "btoa", "clearTimeout", "console", "crypto", "performance", "queueMicrotask", "setTimeout", "structuredClone"], "inherited": []}"#),
+        Wasm::Completes(r#"{"own": ["DOMException", "TextDecoder", "TextEncoder", "TypedArray", "URL", "URLSearchParams", "atob", "btoa", "clearInterval", "clearTimeout", "console", "crypto", "performance", "queueMicrotask", "setInterval", "setTimeout", "structuredClone"], "inherited": []}"#),
+        Boa::Completes(r#"{"own": ["DOMException", "TextDecoder", "TextEncoder", "TypedArray", "URL", "URLSearchParams", "atob", "btoa", "clearInterval", "clearTimeout", "console", "crypto", "performance", "queueMicrotask", "setInterval", "setTimeout", "structuredClone"], "inherited": []}"#),
     ),
     Case::new(
         "eval-escape",

@@ -488,3 +488,159 @@ fn performance_now_counts_from_the_first_call_and_never_goes_back() {
         serde_json::json!({"first": 0, "ordered": true, "afterSleep": true, "drift": true})
     );
 }
+
+#[test]
+fn url_parses_resolves_and_serializes_as_the_url_standard_says() {
+    let out = run_ok(
+        r##"export default function () {
+            const href = (input, base) => { try { return new URL(input, base).href; } catch (e) { return e.name + " " + e.code; } };
+            const u = new URL("HTTPS://User:Pa ss@Example.COM:443/a/./b/../c%2e?q=ä #frag");
+            return {
+                parts: [u.protocol, u.username, u.password, u.host, u.hostname, u.port, u.pathname, u.search, u.hash, u.origin],
+                hrefs: [
+                    href("../d?x#y", "http://h.com/a/b/c"), href("//other.org", "https://h.com/x"), href("?only", "http://h.com/p?q#f"),
+                    href("http://[0:0:0:0:0:0:0:1]:8080/"), href("http://[::ffff:192.168.0.1]/"), href("http://0x7f.1/"),
+                    href("http://bücher.de/"), href("http://ＥＸＡＭＰＬＥ。com/"), href("file:///C:/x/../../y"), href("file:c:\\dir\\f"),
+                    href("mailto:someone@example.com"), href("data:text/plain,a b"), href("sc:a ?b"), href("ws://h:80/"),
+                    href("  http://trimmed.com/\t\n "), href("http://h.com/'\"<>`{}^|"), href("http://h.com/?'\"<>`"),
+                ],
+                refused: [href("no scheme"), href("http://"), href("http://h.com:65536/"), href("http://[1::2::3]/"),
+                          href("http://1.2.3.4.5/"), href("http://xn--abc/"), href("//x", "sc:opaque"), href("http://h", "not a url")],
+                canParse: [URL.canParse("https://a.b"), URL.canParse("/p"), URL.canParse("/p", "http://h")],
+                parse: [URL.parse("nope"), URL.parse("/p", "http://h").href],
+                json: JSON.stringify({u: new URL("http://h.com/x")}),
+                string: String(new URL("http://h.com")) + " " + Object.prototype.toString.call(u),
+                lone: href("http://h.com/\ud800"),
+            };
+        }"##,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!({
+            "parts": ["https:", "User", "Pa%20ss", "example.com", "example.com", "", "/a/c%2e",
+                      "?q=%C3%A4%20", "#frag", "https://example.com"],
+            "hrefs": [
+                "http://h.com/a/d?x#y", "https://other.org/", "http://h.com/p?only",
+                "http://[::1]:8080/", "http://[::ffff:c0a8:1]/", "http://127.0.0.1/",
+                "http://xn--bcher-kva.de/", "http://example.com/", "file:///C:/y", "file:///c:/dir/f",
+                "mailto:someone@example.com", "data:text/plain,a b", "sc:a%20?b", "ws://h/",
+                "http://trimmed.com/", "http://h.com/'%22%3C%3E%60%7B%7D%5E|", "http://h.com/?%27%22%3C%3E`",
+            ],
+            "refused": [
+                "TypeError ERR_INVALID_URL", "TypeError ERR_INVALID_URL", "TypeError ERR_INVALID_URL",
+                "TypeError ERR_INVALID_URL", "TypeError ERR_INVALID_URL", "TypeError ERR_INVALID_URL",
+                "TypeError ERR_INVALID_URL", "TypeError ERR_INVALID_URL",
+            ],
+            "canParse": [true, false, true],
+            "parse": [null, "http://h/p"],
+            "json": "{\"u\":\"http://h.com/x\"}",
+            "string": "http://h.com/ [object URL]",
+            "lone": "http://h.com/%EF%BF%BD",
+        })
+    );
+}
+
+#[test]
+fn url_setters_change_only_what_the_standard_lets_them() {
+    let out = run_ok(
+        r##"export default function () {
+            const u = new URL("http://user@h.com:8080/a/b?x=1#f");
+            const steps = [];
+            const set = (field, value) => { u[field] = value; steps.push(u.href); };
+            set("protocol", "https");          // special to special: allowed
+            set("protocol", "sc");             // special to not special: ignored
+            set("port", "443");                // the default port is dropped
+            set("port", "x12");                // not a number: ignored
+            set("port", "8443abc");            // leading digits count
+            set("hostname", "Other.ORG:9");    // a hostname takes no port
+            set("host", "third.net:70");
+            set("username", "a b@c");
+            set("password", "p:w");
+            set("pathname", "/x y/../z");
+            set("search", "?q=a b&r=ä");
+            set("hash", "#new frag");
+            set("hash", "");
+            set("search", "");
+            set("href", "mailto:x@y.z");
+            set("host", "ignored.com");        // an opaque path has no host
+            let bad;
+            try { u.href = "not a url"; } catch (e) { bad = e.name; }
+            return {steps, bad, after: u.href};
+        }"##,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!({
+            "steps": [
+                "https://user@h.com:8080/a/b?x=1#f",
+                "https://user@h.com:8080/a/b?x=1#f",
+                "https://user@h.com/a/b?x=1#f",
+                "https://user@h.com/a/b?x=1#f",
+                "https://user@h.com:8443/a/b?x=1#f",
+                "https://user@h.com:8443/a/b?x=1#f",
+                "https://user@third.net:70/a/b?x=1#f",
+                "https://a%20b%40c@third.net:70/a/b?x=1#f",
+                "https://a%20b%40c:p%3Aw@third.net:70/a/b?x=1#f",
+                "https://a%20b%40c:p%3Aw@third.net:70/z?x=1#f",
+                "https://a%20b%40c:p%3Aw@third.net:70/z?q=a%20b&r=%C3%A4#f",
+                "https://a%20b%40c:p%3Aw@third.net:70/z?q=a%20b&r=%C3%A4#new%20frag",
+                "https://a%20b%40c:p%3Aw@third.net:70/z?q=a%20b&r=%C3%A4",
+                "https://a%20b%40c:p%3Aw@third.net:70/z",
+                "mailto:x@y.z",
+                "mailto:x@y.z",
+            ],
+            "bad": "TypeError",
+            "after": "mailto:x@y.z",
+        })
+    );
+}
+
+#[test]
+fn url_search_params_parse_serialize_and_keep_their_url_up_to_date() {
+    let out = run_ok(
+        r##"export default function () {
+            const p = new URLSearchParams("?a=1&b=x+y%20z&a=2&&c&%C3%A4=%FF");
+            const read = [p.get("a"), p.getAll("a"), p.get("b"), p.get("c"), p.get("ä"), p.get("none"), p.has("a", "2"), p.size];
+            p.append("d", "e&f=g");
+            p.set("a", "3");
+            p.delete("c");
+            p.sort();
+            const url = new URL("https://h.com/s?q=old");
+            url.searchParams.append("page", "2 of 3");
+            const linked = url.href;
+            url.searchParams.delete("q");
+            url.searchParams.delete("page");
+            const emptied = url.href;
+            url.search = "?x=1";
+            return {
+                read,
+                serialized: p.toString(),
+                entries: [...p],
+                keys: [...p.keys()],
+                fromPairs: new URLSearchParams([["k", "v"], ["k", "w"]]).toString(),
+                fromRecord: new URLSearchParams({one: 1, two: "a/b"}).toString(),
+                same: url.searchParams === url.searchParams,
+                linked, emptied, reparsed: url.searchParams.get("x"),
+                badPair: (() => { try { new URLSearchParams([["only one"]]); } catch (e) { return e.name; } })(),
+                clone: (() => { try { structuredClone({url}); } catch (e) { return e.name + ": " + e.message; } })(),
+            };
+        }"##,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!({
+            "read": ["1", ["1", "2"], "x y z", "", "\u{fffd}", null, true, 5],
+            "serialized": "a=3&b=x+y+z&d=e%26f%3Dg&%C3%A4=%EF%BF%BD",
+            "entries": [["a", "3"], ["b", "x y z"], ["d", "e&f=g"], ["ä", "\u{fffd}"]],
+            "keys": ["a", "b", "d", "ä"],
+            "fromPairs": "k=v&k=w",
+            "fromRecord": "one=1&two=a%2Fb",
+            "same": true,
+            "linked": "https://h.com/s?q=old&page=2+of+3",
+            "emptied": "https://h.com/s",
+            "reparsed": "1",
+            "badPair": "TypeError",
+            "clone": "DataCloneError: structuredClone: a URL at value.url cannot be cloned",
+        })
+    );
+}
