@@ -15,15 +15,20 @@ const path = require("path");
 const CASES = Number(process.argv[2] || 20000);
 const web = fs.readFileSync(path.join(__dirname, "..", "runner", "js", "src", "web.js"), "utf8");
 const ctx = vm.createContext({});
-// The prelude's placeholders, which web.js replaces.
-vm.runInContext(
-  `for (const n of ["DOMException", "TextDecoder", "TextEncoder", "URL", "URLSearchParams", "atob", "btoa", "crypto", "performance", "queueMicrotask", "structuredClone"])
-     Object.defineProperty(globalThis, n, { get() { return undefined; }, configurable: true });`,
-  ctx,
-);
 const randomBytes = (n) => new (vm.runInContext("Uint8Array", ctx))(require("crypto").randomBytes(n));
 const runCallback = (what, callback, args) => callback(...args);
-vm.runInContext(web, ctx)({ log: (m) => console.log("log:", m), randomBytes, runCallback });
+// The native behind URL's international domain names: the UTS #46 implementation whatwg-url
+// uses (tr46) when it is installed, else Node's own.
+let domainToAscii = (domain) => require("url").domainToASCII(domain) || null;
+try {
+  const tr46 = require("tr46");
+  domainToAscii = (domain) =>
+    tr46.toASCII(domain, { checkHyphens: false, checkBidi: true, checkJoiners: true, useSTD3ASCIIRules: false, transitionalProcessing: false, verifyDNSLength: false, ignoreInvalidPunycode: false });
+} catch {}
+// The prelude's accessors become plain properties here.
+const contextGlobal = vm.runInContext("globalThis", ctx);
+const install = (name, value) => Object.defineProperty(contextGlobal, name, { value, writable: true, configurable: true });
+vm.runInContext(web, ctx)({ log: (m) => console.log("log:", m), randomBytes, domainToAscii, runCallback, install });
 const W = vm.runInContext("({TextDecoder, TextEncoder, atob, btoa, Uint8Array, structuredClone, URL, URLSearchParams})", ctx);
 // mulberry32: every bit is usable (the low bits of a plain LCG repeat in short cycles).
 let seed = Number(process.env.FUZZ_SEED || 12345) >>> 0;

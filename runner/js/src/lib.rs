@@ -490,6 +490,11 @@ fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelu
             js_string!("randomBytes"),
             1,
         )
+        .function(
+            NativeFunction::from_fn_ptr(native_domain_to_ascii),
+            js_string!("domainToAscii"),
+            1,
+        )
         .build();
     let factory = context.eval(Source::from_bytes(PRELUDE))?;
     let factory = factory
@@ -842,6 +847,29 @@ fn native_random_bytes(_: &JsValue, args: &[JsValue], context: &mut Context) -> 
         JsNativeError::error().with_message(format!("the system gave no random bytes: {e}"))
     })?;
     Ok(JsUint8Array::from_iter(bytes, context)?.into())
+}
+
+/// The URL standard's "domain to ASCII" (UTS #46 with its mapping, Punycode, bidi and joiner
+/// rules, and the forbidden domain code points) of `args[0]`: the ASCII domain, or `null` when
+/// the domain is not valid. URL's host parser in web.js calls it for domains that are not plain
+/// ASCII, or that hold a Punycode label.
+fn native_domain_to_ascii(
+    _: &JsValue,
+    args: &[JsValue],
+    context: &mut Context,
+) -> JsResult<JsValue> {
+    let domain = args
+        .first()
+        .cloned()
+        .unwrap_or_default()
+        .to_string(context)?
+        .to_std_string_lossy();
+    Ok(
+        match idna::domain_to_ascii_cow(domain.as_bytes(), idna::AsciiDenyList::URL) {
+            Ok(ascii) => JsValue::from(js_string!(ascii.as_ref())),
+            Err(_) => JsValue::null(),
+        },
+    )
 }
 
 /// The host while module top-level code runs: it may compute, nothing reaches the outside.

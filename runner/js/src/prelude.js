@@ -304,14 +304,32 @@
   }
 
   // The web platform functions of web.js take milliseconds to compile, so they are compiled
-  // when a graph first touches one of them (or ahead of time, through loadWeb). Until then each
-  // is an accessor on globalThis; assigning one replaces it, as it would any global, and
-  // loading leaves a replaced or deleted one as the graph left it.
+  // when a graph first touches one of them (or ahead of time, through loadWeb). Each name stays
+  // an accessor on globalThis for good: its getter answers web.js's value (compiling web.js on
+  // the first touch), or the graph's own once it assigned one; deleting it deletes it. Loading
+  // leaves a replaced or deleted one as the graph left it.
+  //
+  // They are never turned into data properties: boa 0.22 caches a global read by the object's
+  // shape after the read and the slot before it, so redefining properties while the first
+  // read's getter runs would leave that reading site on a wrong slot, and its next read would
+  // answer another global (a second `btoa(s)` in a loop called setTimeout).
+  const webValues = Object.create(null);
+  function installWeb(name, value) {
+    if (!(name in webValues)) {
+      webValues[name] = value;
+    }
+  }
   let webLoaded = false;
   function loadWeb() {
     if (!webLoaded) {
       webLoaded = true;
-      host.loadWeb({ log: host.log, randomBytes: host.randomBytes, runCallback });
+      host.loadWeb({
+        log: host.log,
+        randomBytes: host.randomBytes,
+        domainToAscii: host.domainToAscii,
+        runCallback,
+        install: installWeb,
+      });
     }
   }
   const WEB_NAMES = [
@@ -320,16 +338,14 @@
   ];
   for (let i = 0; i < WEB_NAMES.length; i++) {
     const name = WEB_NAMES[i];
-    const replace = (value) => {
-      defineProperty(globalThis, name, { value, writable: true, enumerable: false, configurable: true });
-    };
     defineProperty(globalThis, name, {
       get() {
         loadWeb();
-        const now = getOwnPropertyDescriptor(globalThis, name);
-        return now !== undefined && "value" in now ? now.value : undefined;
+        return webValues[name];
       },
-      set: replace,
+      set(value) {
+        webValues[name] = value;
+      },
       enumerable: false,
       configurable: true,
     });

@@ -1,10 +1,12 @@
 // The functions that scripts written for browsers or Node take for granted and ECMAScript lacks:
 // structuredClone, queueMicrotask, TextEncoder, TextDecoder, atob, btoa, crypto.getRandomValues,
-// crypto.randomUUID, performance.now, DOMException, URL and URLSearchParams. Plain JavaScript over boa's built-ins,
-// shared unchanged by both engines, so they behave the same in each. None of them reaches the
-// host, except that queueMicrotask logs a failing callback (through the prelude's runCallback);
-// crypto takes its bytes from the system's secure random source (wasi:random in the sandbox), as
-// Math.random does. `host` is {log, randomBytes, runCallback}, from the prelude.
+// crypto.randomUUID, performance.now, DOMException, URL and URLSearchParams. Plain JavaScript
+// over boa's built-ins, shared unchanged by both engines, so they behave the same in each. None
+// of them reaches the host, except that queueMicrotask logs a failing callback (through the
+// prelude's runCallback); crypto takes its bytes from the system's secure random source
+// (wasi:random in the sandbox), as Math.random does; and URL's host parser has the host map
+// international domain names (pure computation over Unicode's tables). `host` is {log,
+// randomBytes, domainToAscii, runCallback, install}, from the prelude.
 //
 // Compiled when a graph first touches one of these globals (see the prelude), so the built-ins
 // captured below are the ones the graph left by then; the functions are not a security
@@ -18,7 +20,6 @@
   const ownKeys = Object.keys;
   const isArray = Array.isArray;
   const fromCharCode = String.fromCharCode;
-  const floor = Math.floor;
   const apply = Reflect.apply;
   const MapCtor = Map;
   const SetCtor = Set;
@@ -70,13 +71,9 @@
     return apply(fn, self, args);
   }
 
-  // Replaces the prelude's placeholder for `name`, unless the graph already replaced or deleted
-  // it (the placeholder is the only accessor these names have).
+  // Hands `value` to the prelude's accessor for `name` (which keeps what the graph assigned).
   function global(name, value) {
-    const now = Object.getOwnPropertyDescriptor(globalThis, name);
-    if (now !== undefined && typeof now.get === "function") {
-      defineProperty(globalThis, name, { value, writable: true, enumerable: false, configurable: true });
-    }
+    host.install(name, value);
   }
 
   // ---- DOMException -----------------------------------------------------------------------
@@ -1065,161 +1062,13 @@
     return forbiddenHost(c) || cp <= 0x1f || c === "%" || cp === 0x7f;
   }
 
-  // Punycode (RFC 3492) of one label.
-  function punycode(label) {
-    const cps = Array.from(label, (c) => c.codePointAt(0));
-    let out = "";
-    for (const cp of cps) {
-      if (cp < 0x80) {
-        out += fromCharCode(cp);
-      }
-    }
-    const basic = out.length;
-    let handled = basic;
-    if (basic > 0) {
-      out += "-";
-    }
-    const digit = (d) => fromCharCode(d < 26 ? d + 97 : d + 22);
-    let n = 128;
-    let delta = 0;
-    let bias = 72;
-    while (handled < cps.length) {
-      let m = Infinity;
-      for (const cp of cps) {
-        if (cp >= n && cp < m) {
-          m = cp;
-        }
-      }
-      delta += (m - n) * (handled + 1);
-      n = m;
-      for (const cp of cps) {
-        if (cp < n) {
-          delta++;
-        }
-        if (cp === n) {
-          let q = delta;
-          for (let k = 36; ; k += 36) {
-            const t = k <= bias ? 1 : k >= bias + 26 ? 26 : k - bias;
-            if (q < t) {
-              break;
-            }
-            out += digit(t + ((q - t) % (36 - t)));
-            q = floor((q - t) / (36 - t));
-          }
-          out += digit(q);
-          // Bias adaptation.
-          let d = handled === basic ? floor(delta / 700) : delta >> 1;
-          d += floor(d / (handled + 1));
-          let k = 0;
-          while (d > 455) {
-            d = floor(d / 35);
-            k += 36;
-          }
-          bias = k + floor((36 * d) / (d + 38));
-          delta = 0;
-          handled++;
-        }
-      }
-      delta++;
-      n++;
-    }
-    return out;
-  }
-
-  // Punycode decoding (RFC 3492) of one label, or null when it is not valid Punycode.
-  function punycodeDecode(s) {
-    const out = [];
-    const delimiter = s.lastIndexOf("-");
-    for (let i = 0; i < delimiter; i++) {
-      out.push(s.charCodeAt(i));
-    }
-    let at = delimiter + 1;
-    let n = 128;
-    let i = 0;
-    let bias = 72;
-    while (at < s.length) {
-      const old = i;
-      let w = 1;
-      for (let k = 36; ; k += 36) {
-        if (at >= s.length) {
-          return null;
-        }
-        const c = s.charCodeAt(at++);
-        const digit = c >= 48 && c <= 57 ? c - 22 : c >= 65 && c <= 90 ? c - 65 : c >= 97 && c <= 122 ? c - 97 : -1;
-        if (digit < 0) {
-          return null;
-        }
-        i += digit * w;
-        const t = k <= bias ? 1 : k >= bias + 26 ? 26 : k - bias;
-        if (digit < t) {
-          break;
-        }
-        w *= 36 - t;
-        if (i > 0x10ffff * (out.length + 1)) {
-          return null;
-        }
-      }
-      let d = old === 0 ? floor((i - old) / 700) : (i - old) >> 1;
-      d += floor(d / (out.length + 1));
-      let k = 0;
-      while (d > 455) {
-        d = floor(d / 35);
-        k += 36;
-      }
-      bias = k + floor((36 * d) / (d + 38));
-      n += floor(i / (out.length + 1));
-      i %= out.length + 1;
-      if (n > 0x10ffff) {
-        return null;
-      }
-      out.splice(i, 0, n);
-      i++;
-    }
-    return String.fromCodePoint(...out);
-  }
-
-  // UTS #46's mapping, approximated without its tables: compatibility forms (NFKC), lowercase,
-  // the ideographic full stops as ".", the default-ignorable characters removed.
-  function mapDomain(s) {
-    return s
-      .normalize("NFKC")
-      .toLowerCase()
-      .replace(/[\u00ad\u034f\u180b-\u180f\u200b\u2060\ufe00-\ufe0f\ufeff]/g, "")
-      .replace(/[\u3002\uff0e\uff61]/g, ".")
-      .normalize("NFC");
-  }
-  // Whether every code point of a (mapped) label may be in a domain: no controls, unassigned,
-  // private-use or noncharacter code points, no spaces, no U+FFFD, not led by a combining mark.
-  function validLabel(label) {
-    return !/[\p{Cc}\p{Cn}\p{Co}\p{Cs}\p{Z}\ufffd]/u.test(label) && !/^\p{M}/u.test(label);
-  }
-
-  // Domain to ASCII (UTS #46 ToASCII as the URL standard calls it). An ASCII domain with no
-  // Punycode label is lowercased, as the standard says; otherwise labels are mapped (see
-  // mapDomain), Punycode labels must decode to valid labels, and other labels with non-ASCII
-  // characters are encoded. Answers null when the domain is not valid.
+  // Domain to ASCII. A domain of plain ASCII with no Punycode label is lowercased, as the
+  // standard says; any other goes to the host (UTS #46, which needs Unicode's tables).
   function domainToASCII(domain) {
-    const punycodeLabel = /(^|\.)xn--/i;
-    if (!/[^\x00-\x7f]/.test(domain) && !punycodeLabel.test(domain)) {
+    if (!/[^\x00-\x7f]/.test(domain) && !/(^|\.)xn--/i.test(domain)) {
       return domain.toLowerCase();
     }
-    const labels = mapDomain(domain).split(".");
-    for (let i = 0; i < labels.length; i++) {
-      const label = labels[i];
-      if (label.startsWith("xn--")) {
-        const decoded = /[^\x00-\x7f]/.test(label) ? null : punycodeDecode(label.slice(4));
-        // A Punycode label must decode to something that is not plain ASCII.
-        if (decoded === null || !/[^\x00-\x7f]/.test(decoded) || decoded.includes(".") || mapDomain(decoded) !== decoded || !validLabel(decoded)) {
-          return null;
-        }
-      } else if (/[^\x00-\x7f]/.test(label)) {
-        if (!validLabel(label)) {
-          return null;
-        }
-        labels[i] = "xn--" + punycode(label);
-      }
-    }
-    return labels.join(".");
+    return host.domainToAscii(domain);
   }
 
   // A host, or null when it is not valid.

@@ -644,3 +644,77 @@ fn url_search_params_parse_serialize_and_keep_their_url_up_to_date() {
         })
     );
 }
+
+#[test]
+fn url_maps_international_domain_names_as_uts46_says() {
+    let out = run_ok(
+        r#"export default function () {
+            const hosts = ["Bücher.de", "ＥＸＡＭＰＬＥ。com", "ΣΣ-ﬀ™.gr", "faß.de", "a\u00adb.com", "😀.example",
+                           "xn--bcher-kva.de", "ب.eg", "क\u094d\u200dष.in", "münchen.DE",
+                           // Refused: Punycode that decodes to plain ASCII or not at all, mixed
+                           // directions, a joiner out of place, a space.
+                           "xn--abc-.com", "xn--abc.com", "bبb.com", "a\u200db.com", "a b.com"];
+            return hosts.map((h) => { try { return new URL("http://" + h + "/").host; } catch (e) { return e.name; } });
+        }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!([
+            "xn--bcher-kva.de",
+            "example.com",
+            "xn---fftm-fdea.gr",
+            "xn--fa-hia.de",
+            "ab.com",
+            "xn--e28h.example",
+            "xn--bcher-kva.de",
+            "xn--ngb.eg",
+            "xn--11b2ezcw70k.in",
+            "xn--mnchen-3ya.de",
+            "TypeError",
+            "TypeError",
+            "TypeError",
+            "TypeError",
+            "TypeError",
+        ])
+    );
+}
+
+#[test]
+fn a_web_global_read_again_where_it_was_first_read_is_still_itself() {
+    // The first read compiles web.js; boa's inline cache at that reading site must not go stale.
+    for name in [
+        "DOMException",
+        "TextDecoder",
+        "TextEncoder",
+        "URL",
+        "URLSearchParams",
+        "atob",
+        "btoa",
+        "crypto",
+        "performance",
+        "queueMicrotask",
+        "structuredClone",
+    ] {
+        let script = format!(
+            "export default function () {{
+                const seen = [];
+                for (let i = 0; i < 3; i++) seen.push({name});
+                return [seen[0] === seen[1] && seen[1] === seen[2], typeof seen[0]];
+            }}"
+        );
+        let kind = if matches!(name, "crypto" | "performance") {
+            "object"
+        } else {
+            "function"
+        };
+        assert_eq!(run_ok(&script), serde_json::json!([true, kind]), "{name}");
+    }
+    let out = run_ok(
+        r#"export default function () {
+            const out = [];
+            for (const s of ["a", "b", "c"]) out.push(btoa(s));
+            return out;
+        }"#,
+    );
+    assert_eq!(out, serde_json::json!(["YQ==", "Yg==", "Yw=="]));
+}
