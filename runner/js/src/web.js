@@ -759,16 +759,31 @@
     return isDigit(c) || (c !== undefined && ((c >= "a" && c <= "f") || (c >= "A" && c <= "F")));
   }
 
-  // Percent-encode sets, as predicates on a code point (a number).
-  const C0_CONTROL_SET = (cp) => cp < 0x20 || cp > 0x7e;
-  const FRAGMENT_SET = (cp) => C0_CONTROL_SET(cp) || cp === 0x20 || cp === 0x22 || cp === 0x3c || cp === 0x3e || cp === 0x60;
-  const QUERY_SET = (cp) => C0_CONTROL_SET(cp) || cp === 0x20 || cp === 0x22 || cp === 0x23 || cp === 0x3c || cp === 0x3e;
-  const SPECIAL_QUERY_SET = (cp) => QUERY_SET(cp) || cp === 0x27;
-  const PATH_SET = (cp) => QUERY_SET(cp) || cp === 0x3f || cp === 0x5e || cp === 0x60 || cp === 0x7b || cp === 0x7d;
-  const USERINFO_SET = (cp) =>
-    PATH_SET(cp) || cp === 0x2f || cp === 0x3a || cp === 0x3b || cp === 0x3d || cp === 0x40 || (cp >= 0x5b && cp <= 0x5e) || cp === 0x7c;
-  const COMPONENT_SET = (cp) => USERINFO_SET(cp) || (cp >= 0x24 && cp <= 0x26) || cp === 0x2b || cp === 0x2c;
-  const FORM_SET = (cp) => COMPONENT_SET(cp) || cp === 0x21 || (cp >= 0x27 && cp <= 0x29) || cp === 0x7e;
+  // Percent-encode sets, as a table of the ASCII code points each holds (1: encode); every set
+  // holds the C0 controls and everything above U+007E.
+  function percentSet(extra) {
+    const table = new Uint8ArrayCtor(128);
+    for (let cp = 0; cp < 128; cp++) {
+      table[cp] = cp < 0x20 || cp > 0x7e || extra.includes(fromCharCode(cp)) ? 1 : 0;
+    }
+    return table;
+  }
+  const C0_CONTROL_SET = percentSet("");
+  const FRAGMENT_SET = percentSet(' "<>`');
+  const QUERY_SET = percentSet(' "#<>');
+  const SPECIAL_QUERY_SET = percentSet(' "#<>\'');
+  const PATH_SET = percentSet(' "#<>?^`{}');
+  const USERINFO_SET = percentSet(' "#<>?^`{}/:;=@[\\]|');
+  const FORM_SET = percentSet(' "#<>?^`{}/:;=@[\\]|$%&+,!\'()~');
+
+  // Compiled once, with web.js (a regular expression literal is compiled again each time it is
+  // evaluated, which would cost more than the rest of a parse).
+  const NON_ASCII = /[^\x00-\x7f]/;
+  const DIGITS = /^[0-9]+$/;
+  const PUNYCODE_LABEL = /(^|\.)xn--/i;
+  const OUTER_C0_AND_SPACES = /^[\x00-\x20]+|[\x00-\x20]+$/g;
+  const TABS_AND_NEWLINES = /[\t\n\r]/g;
+  const PLUSES = /\+/g;
 
   const HEX = "0123456789ABCDEF";
   function percentByte(b) {
@@ -777,13 +792,11 @@
   // One code point (a string of one or two code units, never a lone surrogate here), UTF-8
   // percent-encoded when `set` holds it.
   function encodeCodePoint(c, set) {
+    const unit = c.charCodeAt(0);
+    if (unit < 0x80) {
+      return set[unit] === 1 ? percentByte(unit) : c;
+    }
     const cp = c.codePointAt(0);
-    if (!set(cp)) {
-      return c;
-    }
-    if (cp < 0x80) {
-      return percentByte(cp);
-    }
     if (cp < 0x800) {
       return percentByte(0xc0 | (cp >> 6)) + percentByte(0x80 | (cp & 0x3f));
     }
@@ -795,12 +808,23 @@
       percentByte(0x80 | ((cp >> 6) & 0x3f)) + percentByte(0x80 | (cp & 0x3f))
     );
   }
+  // A well-formed string, each code point in `set` percent-encoded (and each space a "+" when
+  // `spaceAsPlus`); the string itself when nothing needs encoding.
   function encodeString(s, set, spaceAsPlus) {
     let out = "";
-    for (const c of s) {
-      out += spaceAsPlus && c === " " ? "+" : encodeCodePoint(c, set);
+    let from = 0;
+    for (let i = 0; i < s.length; i++) {
+      const unit = s.charCodeAt(i);
+      if (unit < 0x80 && set[unit] === 0) {
+        continue;
+      }
+      const pair = unit >= 0xd800 && unit <= 0xdbff && i + 1 < s.length;
+      const c = pair ? s.slice(i, i + 2) : s[i];
+      out += s.slice(from, i) + (spaceAsPlus && unit === 0x20 ? "+" : encodeCodePoint(c, set));
+      i += pair ? 1 : 0;
+      from = i + 1;
     }
-    return out;
+    return from === 0 ? s : out + s.slice(from);
   }
 
   // A string with each lone surrogate replaced by U+FFFD (what a USVString argument is).
@@ -825,7 +849,7 @@
   // The bytes of `s` with each %XX turned into its byte, decoded as UTF-8 (broken sequences
   // become U+FFFD).
   function percentDecode(s) {
-    if (!s.includes("%") && !/[^\x00-\x7f]/.test(s)) {
+    if (!s.includes("%") && !NON_ASCII.test(s)) {
       return s;
     }
     const bytes = new TextEncoder().encode(s);
@@ -877,7 +901,7 @@
       parts.pop();
     }
     const last = parts[parts.length - 1];
-    if (last !== "" && /^[0-9]+$/.test(last)) {
+    if (last !== "" && DIGITS.test(last)) {
       return true;
     }
     return !Number.isNaN(parseIPv4Number(last));
@@ -1065,7 +1089,7 @@
   // Domain to ASCII. A domain of plain ASCII with no Punycode label is lowercased, as the
   // standard says; any other goes to the host (UTS #46, which needs Unicode's tables).
   function domainToASCII(domain) {
-    if (!/[^\x00-\x7f]/.test(domain) && !/(^|\.)xn--/i.test(domain)) {
+    if (!NON_ASCII.test(domain) && !PUNYCODE_LABEL.test(domain)) {
       return domain.toLowerCase();
     }
     return host.domainToAscii(domain);
@@ -1133,6 +1157,29 @@
     return url.host === null || url.host === "" || url.scheme === "file";
   }
 
+  // The parser's states.
+  const S_SCHEME_START = 1;
+  const S_SCHEME = 2;
+  const S_NO_SCHEME = 3;
+  const S_SPECIAL_RELATIVE_OR_AUTHORITY = 4;
+  const S_PATH_OR_AUTHORITY = 5;
+  const S_RELATIVE = 6;
+  const S_RELATIVE_SLASH = 7;
+  const S_SPECIAL_AUTHORITY_SLASHES = 8;
+  const S_SPECIAL_AUTHORITY_IGNORE_SLASHES = 9;
+  const S_AUTHORITY = 10;
+  const S_HOST = 11;
+  const S_HOSTNAME = 12;
+  const S_PORT = 13;
+  const S_FILE = 14;
+  const S_FILE_SLASH = 15;
+  const S_FILE_HOST = 16;
+  const S_PATH_START = 17;
+  const S_PATH = 18;
+  const S_OPAQUE_PATH = 19;
+  const S_QUERY = 20;
+  const S_FRAGMENT = 21;
+
   const FAILURE = {};
 
   // Parses `input` into a new URL record (against `base`, a record or null), or, given a state,
@@ -1141,33 +1188,39 @@
   function parseURL(input, base, url, stateOverride) {
     if (url === undefined) {
       url = { scheme: "", username: "", password: "", host: null, port: null, path: [], query: null, fragment: null };
-      input = input.replace(/^[\x00-\x20]+|[\x00-\x20]+$/g, "");
+      input = input.replace(OUTER_C0_AND_SPACES, "");
     }
-    input = input.replace(/[\t\n\r]/g, "");
+    input = input.replace(TABS_AND_NEWLINES, "");
     const cps = Array.from(input);
-    let state = stateOverride || "scheme start";
+    let state = stateOverride || S_SCHEME_START;
     let buffer = "";
     let atSignSeen = false;
     let insideBrackets = false;
     let passwordTokenSeen = false;
+    // Whether url's scheme is special, worked out again only when the scheme changes.
+    let scheme = null;
+    let special = false;
     for (let p = 0; ; p++) {
       const c = cps[p];
-      let special = isSpecialScheme(url.scheme);
+      if (url.scheme !== scheme) {
+        scheme = url.scheme;
+        special = isSpecialScheme(scheme);
+      }
       // The characters that end an authority, a host or a port.
       const endOfAuthority = c === undefined || c === "/" || c === "?" || c === "#" || (special && c === "\\");
       switch (state) {
-        case "scheme start":
+        case S_SCHEME_START:
           if (isAlpha(c)) {
             buffer += c.toLowerCase();
-            state = "scheme";
+            state = S_SCHEME;
           } else if (!stateOverride) {
-            state = "no scheme";
+            state = S_NO_SCHEME;
             p--;
           } else {
             return FAILURE;
           }
           break;
-        case "scheme":
+        case S_SCHEME:
           if (c !== undefined && (isAlpha(c) || isDigit(c) || c === "+" || c === "-" || c === ".")) {
             buffer += c.toLowerCase();
           } else if (c === ":") {
@@ -1191,27 +1244,27 @@
             }
             buffer = "";
             if (url.scheme === "file") {
-              state = "file";
+              state = S_FILE;
             } else if (isSpecialScheme(url.scheme) && base !== null && base.scheme === url.scheme) {
-              state = "special relative or authority";
+              state = S_SPECIAL_RELATIVE_OR_AUTHORITY;
             } else if (isSpecialScheme(url.scheme)) {
-              state = "special authority slashes";
+              state = S_SPECIAL_AUTHORITY_SLASHES;
             } else if (cps[p + 1] === "/") {
-              state = "path or authority";
+              state = S_PATH_OR_AUTHORITY;
               p++;
             } else {
               url.path = "";
-              state = "opaque path";
+              state = S_OPAQUE_PATH;
             }
           } else if (!stateOverride) {
             buffer = "";
-            state = "no scheme";
+            state = S_NO_SCHEME;
             p = -1;
           } else {
             return FAILURE;
           }
           break;
-        case "no scheme":
+        case S_NO_SCHEME:
           if (base === null || (typeof base.path === "string" && c !== "#")) {
             return FAILURE;
           } else if (typeof base.path === "string" && c === "#") {
@@ -1219,37 +1272,38 @@
             url.path = base.path;
             url.query = base.query;
             url.fragment = "";
-            state = "fragment";
+            state = S_FRAGMENT;
           } else if (base.scheme !== "file") {
-            state = "relative";
+            state = S_RELATIVE;
             p--;
           } else {
-            state = "file";
+            state = S_FILE;
             p--;
           }
           break;
-        case "special relative or authority":
+        case S_SPECIAL_RELATIVE_OR_AUTHORITY:
           if (c === "/" && cps[p + 1] === "/") {
-            state = "special authority ignore slashes";
+            state = S_SPECIAL_AUTHORITY_IGNORE_SLASHES;
             p++;
           } else {
-            state = "relative";
+            state = S_RELATIVE;
             p--;
           }
           break;
-        case "path or authority":
+        case S_PATH_OR_AUTHORITY:
           if (c === "/") {
-            state = "authority";
+            state = S_AUTHORITY;
           } else {
-            state = "path";
+            state = S_PATH;
             p--;
           }
           break;
-        case "relative":
+        case S_RELATIVE:
           url.scheme = base.scheme;
-          special = isSpecialScheme(url.scheme);
+          scheme = url.scheme;
+          special = isSpecialScheme(scheme);
           if (c === "/" || (special && c === "\\")) {
-            state = "relative slash";
+            state = S_RELATIVE_SLASH;
           } else {
             url.username = base.username;
             url.password = base.password;
@@ -1259,48 +1313,48 @@
             url.query = base.query;
             if (c === "?") {
               url.query = "";
-              state = "query";
+              state = S_QUERY;
             } else if (c === "#") {
               url.fragment = "";
-              state = "fragment";
+              state = S_FRAGMENT;
             } else if (c !== undefined) {
               url.query = null;
               shortenPath(url);
-              state = "path";
+              state = S_PATH;
               p--;
             }
           }
           break;
-        case "relative slash":
+        case S_RELATIVE_SLASH:
           if (special && (c === "/" || c === "\\")) {
-            state = "special authority ignore slashes";
+            state = S_SPECIAL_AUTHORITY_IGNORE_SLASHES;
           } else if (c === "/") {
-            state = "authority";
+            state = S_AUTHORITY;
           } else {
             url.username = base.username;
             url.password = base.password;
             url.host = base.host;
             url.port = base.port;
-            state = "path";
+            state = S_PATH;
             p--;
           }
           break;
-        case "special authority slashes":
+        case S_SPECIAL_AUTHORITY_SLASHES:
           if (c === "/" && cps[p + 1] === "/") {
-            state = "special authority ignore slashes";
+            state = S_SPECIAL_AUTHORITY_IGNORE_SLASHES;
             p++;
           } else {
-            state = "special authority ignore slashes";
+            state = S_SPECIAL_AUTHORITY_IGNORE_SLASHES;
             p--;
           }
           break;
-        case "special authority ignore slashes":
+        case S_SPECIAL_AUTHORITY_IGNORE_SLASHES:
           if (c !== "/" && c !== "\\") {
-            state = "authority";
+            state = S_AUTHORITY;
             p--;
           }
           break;
-        case "authority":
+        case S_AUTHORITY:
           if (c === "@") {
             if (atSignSeen) {
               buffer = "%40" + buffer;
@@ -1324,21 +1378,21 @@
             }
             p -= Array.from(buffer).length + 1;
             buffer = "";
-            state = "host";
+            state = S_HOST;
           } else {
             buffer += c;
           }
           break;
-        case "host":
-        case "hostname":
+        case S_HOST:
+        case S_HOSTNAME:
           if (stateOverride && url.scheme === "file") {
             p--;
-            state = "file host";
+            state = S_FILE_HOST;
           } else if (c === ":" && !insideBrackets) {
             if (buffer === "") {
               return FAILURE;
             }
-            if (stateOverride === "hostname") {
+            if (stateOverride === S_HOSTNAME) {
               return undefined;
             }
             const host = parseHost(buffer, special);
@@ -1347,7 +1401,7 @@
             }
             url.host = host;
             buffer = "";
-            state = "port";
+            state = S_PORT;
           } else if (endOfAuthority) {
             p--;
             if (special && buffer === "") {
@@ -1362,7 +1416,7 @@
             }
             url.host = host;
             buffer = "";
-            state = "path start";
+            state = S_PATH_START;
             if (stateOverride) {
               return url;
             }
@@ -1375,7 +1429,7 @@
             buffer += c;
           }
           break;
-        case "port":
+        case S_PORT:
           if (isDigit(c)) {
             buffer += c;
           } else if (endOfAuthority || stateOverride) {
@@ -1393,27 +1447,27 @@
             if (stateOverride) {
               return FAILURE;
             }
-            state = "path start";
+            state = S_PATH_START;
             p--;
           } else {
             return FAILURE;
           }
           break;
-        case "file":
+        case S_FILE:
           url.scheme = "file";
           url.host = "";
           if (c === "/" || c === "\\") {
-            state = "file slash";
+            state = S_FILE_SLASH;
           } else if (base !== null && base.scheme === "file") {
             url.host = base.host;
             url.path = base.path.slice();
             url.query = base.query;
             if (c === "?") {
               url.query = "";
-              state = "query";
+              state = S_QUERY;
             } else if (c === "#") {
               url.fragment = "";
-              state = "fragment";
+              state = S_FRAGMENT;
             } else if (c !== undefined) {
               url.query = null;
               if (!startsWithDriveLetter(cps, p)) {
@@ -1421,17 +1475,17 @@
               } else {
                 url.path = [];
               }
-              state = "path";
+              state = S_PATH;
               p--;
             }
           } else {
-            state = "path";
+            state = S_PATH;
             p--;
           }
           break;
-        case "file slash":
+        case S_FILE_SLASH:
           if (c === "/" || c === "\\") {
-            state = "file host";
+            state = S_FILE_HOST;
           } else {
             if (base !== null && base.scheme === "file") {
               url.host = base.host;
@@ -1439,21 +1493,21 @@
                 url.path.push(base.path[0]);
               }
             }
-            state = "path";
+            state = S_PATH;
             p--;
           }
           break;
-        case "file host":
+        case S_FILE_HOST:
           if (c === undefined || c === "/" || c === "\\" || c === "?" || c === "#") {
             p--;
             if (!stateOverride && isWindowsDriveLetter(buffer, false)) {
-              state = "path";
+              state = S_PATH;
             } else if (buffer === "") {
               url.host = "";
               if (stateOverride) {
                 return url;
               }
-              state = "path start";
+              state = S_PATH_START;
             } else {
               let host = parseHost(buffer, special);
               if (host === null) {
@@ -1467,26 +1521,26 @@
                 return url;
               }
               buffer = "";
-              state = "path start";
+              state = S_PATH_START;
             }
           } else {
             buffer += c;
           }
           break;
-        case "path start":
+        case S_PATH_START:
           if (special) {
-            state = "path";
+            state = S_PATH;
             if (c !== "/" && c !== "\\") {
               p--;
             }
           } else if (!stateOverride && c === "?") {
             url.query = "";
-            state = "query";
+            state = S_QUERY;
           } else if (!stateOverride && c === "#") {
             url.fragment = "";
-            state = "fragment";
+            state = S_FRAGMENT;
           } else if (c !== undefined) {
-            state = "path";
+            state = S_PATH;
             if (c !== "/") {
               p--;
             }
@@ -1494,7 +1548,7 @@
             url.path.push("");
           }
           break;
-        case "path":
+        case S_PATH:
           if (c === undefined || c === "/" || (special && c === "\\") || (!stateOverride && (c === "?" || c === "#"))) {
             const slash = c === "/" || (special && c === "\\");
             if (isDoubleDot(buffer)) {
@@ -1513,22 +1567,22 @@
             buffer = "";
             if (c === "?") {
               url.query = "";
-              state = "query";
+              state = S_QUERY;
             } else if (c === "#") {
               url.fragment = "";
-              state = "fragment";
+              state = S_FRAGMENT;
             }
           } else {
             buffer += encodeCodePoint(c, PATH_SET);
           }
           break;
-        case "opaque path":
+        case S_OPAQUE_PATH:
           if (c === "?") {
             url.query = "";
-            state = "query";
+            state = S_QUERY;
           } else if (c === "#") {
             url.fragment = "";
-            state = "fragment";
+            state = S_FRAGMENT;
           } else if (c === " ") {
             // A space right before the query or fragment is encoded, so that removing those
             // later cannot leave a trailing space.
@@ -1537,19 +1591,19 @@
             url.path += encodeCodePoint(c, C0_CONTROL_SET);
           }
           break;
-        case "query":
+        case S_QUERY:
           if ((!stateOverride && c === "#") || c === undefined) {
             url.query += encodeString(buffer, special ? SPECIAL_QUERY_SET : QUERY_SET, false);
             buffer = "";
             if (c === "#") {
               url.fragment = "";
-              state = "fragment";
+              state = S_FRAGMENT;
             }
           } else {
             buffer += c;
           }
           break;
-        case "fragment":
+        case S_FRAGMENT:
           if (c !== undefined) {
             url.fragment += encodeCodePoint(c, FRAGMENT_SET);
           }
@@ -1618,7 +1672,7 @@
       const at = sequence.indexOf("=");
       const name = at === -1 ? sequence : sequence.slice(0, at);
       const value = at === -1 ? "" : sequence.slice(at + 1);
-      list.push([percentDecode(name.replace(/\+/g, " ")), percentDecode(value.replace(/\+/g, " "))]);
+      list.push([percentDecode(name.replace(PLUSES, " ")), percentDecode(value.replace(PLUSES, " "))]);
     }
     return list;
   }
@@ -1715,7 +1769,7 @@
       return this.#url.scheme + ":";
     }
     set protocol(value) {
-      this.#set(String(value) + ":", "scheme start");
+      this.#set(String(value) + ":", S_SCHEME_START);
     }
 
     get username() {
@@ -1745,7 +1799,7 @@
     }
     set host(value) {
       if (typeof this.#url.path !== "string") {
-        this.#set(String(value), "host");
+        this.#set(String(value), S_HOST);
       }
     }
 
@@ -1754,7 +1808,7 @@
     }
     set hostname(value) {
       if (typeof this.#url.path !== "string") {
-        this.#set(String(value), "hostname");
+        this.#set(String(value), S_HOSTNAME);
       }
     }
 
@@ -1769,7 +1823,7 @@
       if (input === "") {
         this.#url.port = null;
       } else {
-        this.#set(input, "port");
+        this.#set(input, S_PORT);
       }
     }
 
@@ -1779,7 +1833,7 @@
     set pathname(value) {
       if (typeof this.#url.path !== "string") {
         this.#url.path = [];
-        this.#set(String(value), "path start");
+        this.#set(String(value), S_PATH_START);
       }
     }
 
@@ -1796,7 +1850,7 @@
       }
       const query = input[0] === "?" ? input.slice(1) : input;
       this.#url.query = "";
-      this.#set(query, "query");
+      this.#set(query, S_QUERY);
       setParamsList(this.#query, parseForm(query));
     }
 
@@ -1815,7 +1869,7 @@
         return;
       }
       this.#url.fragment = "";
-      this.#set(input[0] === "#" ? input.slice(1) : input, "fragment");
+      this.#set(input[0] === "#" ? input.slice(1) : input, S_FRAGMENT);
     }
 
     // Runs the parser on this URL's record from `state`, as the setters do: what it parsed
