@@ -4,7 +4,7 @@
 use crate::common;
 
 use runner::RunStatus;
-use runner::host::events::EventKind;
+use runner::host::events::{CollectingSink, EventKind};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,14 +55,7 @@ async fn a_failing_callback_is_logged_and_the_run_goes_on() {
         assert_eq!(outcome.result, Some(json!("went on")), "{name}");
         // Give a wrongly surviving timer the time to fire.
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let logs: Vec<String> = sink
-            .events()
-            .iter()
-            .filter_map(|e| match &e.kind {
-                EventKind::Log { message } => Some(message.clone()),
-                _ => None,
-            })
-            .collect();
+        let logs = log_lines(&sink);
         assert!(
             logs.contains(&"setTimeout: the callback failed: Error: boom".to_owned())
                 && logs.contains(&"setTimeout: the callback failed: Error: async boom".to_owned()),
@@ -159,19 +152,10 @@ async fn an_interval_outlives_a_failing_callback_and_ends_with_the_run() {
         let outcome = common::run(script, json!({}), &options).await;
         assert_eq!(outcome.status, RunStatus::Completed, "{name}: {outcome:?}");
         assert_eq!(outcome.result, Some(json!("went on")), "{name}");
-        let logged = || -> Vec<String> {
-            sink.events()
-                .iter()
-                .filter_map(|e| match &e.kind {
-                    EventKind::Log { message } => Some(message.clone()),
-                    _ => None,
-                })
-                .collect()
-        };
-        let at_end = logged();
+        let at_end = log_lines(&sink);
         // Give a wrongly surviving interval the time to tick again.
         tokio::time::sleep(std::time::Duration::from_millis(60)).await;
-        let logs = logged();
+        let logs = log_lines(&sink);
         assert_eq!(
             logs, at_end,
             "{name}: an interval ticked after the run ended"
@@ -185,4 +169,15 @@ async fn an_interval_outlives_a_failing_callback_and_ends_with_the_run() {
             "{name}: {logs:?}"
         );
     }
+}
+
+/// The run's log lines, in order.
+fn log_lines(sink: &CollectingSink) -> Vec<String> {
+    sink.events()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Log { message } => Some(message.clone()),
+            _ => None,
+        })
+        .collect()
 }

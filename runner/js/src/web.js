@@ -1153,6 +1153,12 @@
   function hasCredentials(url) {
     return url.username !== "" || url.password !== "";
   }
+  function copyAuthority(url, base) {
+    url.username = base.username;
+    url.password = base.password;
+    url.host = base.host;
+    url.port = base.port;
+  }
   function cannotHaveCredentialsOrPort(url) {
     return url.host === null || url.host === "" || url.scheme === "file";
   }
@@ -1305,10 +1311,7 @@
           if (c === "/" || (special && c === "\\")) {
             state = S_RELATIVE_SLASH;
           } else {
-            url.username = base.username;
-            url.password = base.password;
-            url.host = base.host;
-            url.port = base.port;
+            copyAuthority(url, base);
             url.path = base.path.slice();
             url.query = base.query;
             if (c === "?") {
@@ -1331,10 +1334,7 @@
           } else if (c === "/") {
             state = S_AUTHORITY;
           } else {
-            url.username = base.username;
-            url.password = base.password;
-            url.host = base.host;
-            url.port = base.port;
+            copyAuthority(url, base);
             state = S_PATH;
             p--;
           }
