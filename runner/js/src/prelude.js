@@ -12,7 +12,6 @@
   const stringify = JSON.stringify;
   const freeze = Object.freeze;
   const defineProperty = Object.defineProperty;
-  const getOwnPropertyDescriptor = Object.getOwnPropertyDescriptor;
   const isInteger = Number.isInteger;
   const floor = Math.floor;
   const MAX_RETRY_ATTEMPTS = 10;
