@@ -779,6 +779,7 @@
   // Compiled once, with web.js (a regular expression literal is compiled again each time it is
   // evaluated, which would cost more than the rest of a parse).
   const NON_ASCII = /[^\x00-\x7f]/;
+  const SURROGATE = /[\ud800-\udfff]/;
   const DIGITS = /^[0-9]+$/;
   const PUNYCODE_LABEL = /(^|\.)xn--/i;
   const OUTER_C0_AND_SPACES = /^[\x00-\x20]+|[\x00-\x20]+$/g;
@@ -1153,6 +1154,10 @@
   function hasCredentials(url) {
     return url.username !== "" || url.password !== "";
   }
+  // Whether `c` ends an authority, a host or a port.
+  function endsAuthority(c, special) {
+    return c === undefined || c === "/" || c === "?" || c === "#" || (special && c === "\\");
+  }
   function copyAuthority(url, base) {
     url.username = base.username;
     url.password = base.password;
@@ -1197,7 +1202,9 @@
       input = input.replace(OUTER_C0_AND_SPACES, "");
     }
     input = input.replace(TABS_AND_NEWLINES, "");
-    const cps = Array.from(input);
+    // The input's code points: the string itself when it has no surrogate pair (indexing it
+    // then gives the same one-character strings, without building an array).
+    const cps = SURROGATE.test(input) ? Array.from(input) : input;
     let state = stateOverride || S_SCHEME_START;
     let buffer = "";
     let atSignSeen = false;
@@ -1212,15 +1219,162 @@
         scheme = url.scheme;
         special = isSpecialScheme(scheme);
       }
-      // The characters that end an authority, a host or a port.
-      const endOfAuthority = c === undefined || c === "/" || c === "?" || c === "#" || (special && c === "\\");
       switch (state) {
-        case S_SCHEME_START:
-          if (isAlpha(c)) {
-            buffer += c.toLowerCase();
-            state = S_SCHEME;
-          } else if (!stateOverride) {
-            state = S_NO_SCHEME;
+        // The states a character most often meets come first (a switch tries its cases in order).
+        case S_PATH:
+          if (c === undefined || c === "/" || (special && c === "\\") || (!stateOverride && (c === "?" || c === "#"))) {
+            const slash = c === "/" || (special && c === "\\");
+            if (isDoubleDot(buffer)) {
+              shortenPath(url);
+              if (!slash) {
+                url.path.push("");
+              }
+            } else if (isSingleDot(buffer) && !slash) {
+              url.path.push("");
+            } else if (!isSingleDot(buffer)) {
+              if (url.scheme === "file" && url.path.length === 0 && isWindowsDriveLetter(buffer, false)) {
+                buffer = buffer[0] + ":";
+              }
+              url.path.push(buffer);
+            }
+            buffer = "";
+            if (c === "?") {
+              url.query = "";
+              state = S_QUERY;
+            } else if (c === "#") {
+              url.fragment = "";
+              state = S_FRAGMENT;
+            }
+          } else {
+            buffer += encodeCodePoint(c, PATH_SET);
+          }
+          break;
+        case S_QUERY:
+          if ((!stateOverride && c === "#") || c === undefined) {
+            url.query += encodeString(buffer, special ? SPECIAL_QUERY_SET : QUERY_SET, false);
+            buffer = "";
+            if (c === "#") {
+              url.fragment = "";
+              state = S_FRAGMENT;
+            }
+          } else {
+            buffer += c;
+          }
+          break;
+        case S_FRAGMENT:
+          if (c !== undefined) {
+            url.fragment += encodeCodePoint(c, FRAGMENT_SET);
+          }
+          break;
+        case S_OPAQUE_PATH:
+          if (c === "?") {
+            url.query = "";
+            state = S_QUERY;
+          } else if (c === "#") {
+            url.fragment = "";
+            state = S_FRAGMENT;
+          } else if (c === " ") {
+            // A space right before the query or fragment is encoded, so that removing those
+            // later cannot leave a trailing space.
+            url.path += cps[p + 1] === "?" || cps[p + 1] === "#" ? "%20" : " ";
+          } else if (c !== undefined) {
+            url.path += encodeCodePoint(c, C0_CONTROL_SET);
+          }
+          break;
+        case S_AUTHORITY:
+          if (c === "@") {
+            if (atSignSeen) {
+              buffer = "%40" + buffer;
+            }
+            atSignSeen = true;
+            for (const b of buffer) {
+              if (b === ":" && !passwordTokenSeen) {
+                passwordTokenSeen = true;
+                continue;
+              }
+              if (passwordTokenSeen) {
+                url.password += encodeCodePoint(b, USERINFO_SET);
+              } else {
+                url.username += encodeCodePoint(b, USERINFO_SET);
+              }
+            }
+            buffer = "";
+          } else if (endsAuthority(c, special)) {
+            if (atSignSeen && buffer === "") {
+              return FAILURE;
+            }
+            p -= Array.from(buffer).length + 1;
+            buffer = "";
+            state = S_HOST;
+          } else {
+            buffer += c;
+          }
+          break;
+        case S_HOST:
+        case S_HOSTNAME:
+          if (stateOverride && url.scheme === "file") {
+            p--;
+            state = S_FILE_HOST;
+          } else if (c === ":" && !insideBrackets) {
+            if (buffer === "") {
+              return FAILURE;
+            }
+            if (stateOverride === S_HOSTNAME) {
+              return undefined;
+            }
+            const host = parseHost(buffer, special);
+            if (host === null) {
+              return FAILURE;
+            }
+            url.host = host;
+            buffer = "";
+            state = S_PORT;
+          } else if (endsAuthority(c, special)) {
+            p--;
+            if (special && buffer === "") {
+              return FAILURE;
+            }
+            if (stateOverride && buffer === "" && (hasCredentials(url) || url.port !== null)) {
+              return undefined;
+            }
+            const host = parseHost(buffer, special);
+            if (host === null) {
+              return FAILURE;
+            }
+            url.host = host;
+            buffer = "";
+            state = S_PATH_START;
+            if (stateOverride) {
+              return url;
+            }
+          } else {
+            if (c === "[") {
+              insideBrackets = true;
+            } else if (c === "]") {
+              insideBrackets = false;
+            }
+            buffer += c;
+          }
+          break;
+        case S_PORT:
+          if (isDigit(c)) {
+            buffer += c;
+          } else if (endsAuthority(c, special) || stateOverride) {
+            if (buffer !== "") {
+              const port = parseInt(buffer, 10);
+              if (port > 65535) {
+                return FAILURE;
+              }
+              url.port = port === defaultPort(url.scheme) ? null : port;
+              buffer = "";
+              if (stateOverride) {
+                return url;
+              }
+            }
+            if (stateOverride) {
+              return FAILURE;
+            }
+            state = S_PATH_START;
             p--;
           } else {
             return FAILURE;
@@ -1266,6 +1420,17 @@
             buffer = "";
             state = S_NO_SCHEME;
             p = -1;
+          } else {
+            return FAILURE;
+          }
+          break;
+        case S_SCHEME_START:
+          if (isAlpha(c)) {
+            buffer += c.toLowerCase();
+            state = S_SCHEME;
+          } else if (!stateOverride) {
+            state = S_NO_SCHEME;
+            p--;
           } else {
             return FAILURE;
           }
@@ -1352,105 +1517,6 @@
           if (c !== "/" && c !== "\\") {
             state = S_AUTHORITY;
             p--;
-          }
-          break;
-        case S_AUTHORITY:
-          if (c === "@") {
-            if (atSignSeen) {
-              buffer = "%40" + buffer;
-            }
-            atSignSeen = true;
-            for (const b of buffer) {
-              if (b === ":" && !passwordTokenSeen) {
-                passwordTokenSeen = true;
-                continue;
-              }
-              if (passwordTokenSeen) {
-                url.password += encodeCodePoint(b, USERINFO_SET);
-              } else {
-                url.username += encodeCodePoint(b, USERINFO_SET);
-              }
-            }
-            buffer = "";
-          } else if (endOfAuthority) {
-            if (atSignSeen && buffer === "") {
-              return FAILURE;
-            }
-            p -= Array.from(buffer).length + 1;
-            buffer = "";
-            state = S_HOST;
-          } else {
-            buffer += c;
-          }
-          break;
-        case S_HOST:
-        case S_HOSTNAME:
-          if (stateOverride && url.scheme === "file") {
-            p--;
-            state = S_FILE_HOST;
-          } else if (c === ":" && !insideBrackets) {
-            if (buffer === "") {
-              return FAILURE;
-            }
-            if (stateOverride === S_HOSTNAME) {
-              return undefined;
-            }
-            const host = parseHost(buffer, special);
-            if (host === null) {
-              return FAILURE;
-            }
-            url.host = host;
-            buffer = "";
-            state = S_PORT;
-          } else if (endOfAuthority) {
-            p--;
-            if (special && buffer === "") {
-              return FAILURE;
-            }
-            if (stateOverride && buffer === "" && (hasCredentials(url) || url.port !== null)) {
-              return undefined;
-            }
-            const host = parseHost(buffer, special);
-            if (host === null) {
-              return FAILURE;
-            }
-            url.host = host;
-            buffer = "";
-            state = S_PATH_START;
-            if (stateOverride) {
-              return url;
-            }
-          } else {
-            if (c === "[") {
-              insideBrackets = true;
-            } else if (c === "]") {
-              insideBrackets = false;
-            }
-            buffer += c;
-          }
-          break;
-        case S_PORT:
-          if (isDigit(c)) {
-            buffer += c;
-          } else if (endOfAuthority || stateOverride) {
-            if (buffer !== "") {
-              const port = parseInt(buffer, 10);
-              if (port > 65535) {
-                return FAILURE;
-              }
-              url.port = port === defaultPort(url.scheme) ? null : port;
-              buffer = "";
-              if (stateOverride) {
-                return url;
-              }
-            }
-            if (stateOverride) {
-              return FAILURE;
-            }
-            state = S_PATH_START;
-            p--;
-          } else {
-            return FAILURE;
           }
           break;
         case S_FILE:
@@ -1546,66 +1612,6 @@
             }
           } else if (stateOverride && url.host === null) {
             url.path.push("");
-          }
-          break;
-        case S_PATH:
-          if (c === undefined || c === "/" || (special && c === "\\") || (!stateOverride && (c === "?" || c === "#"))) {
-            const slash = c === "/" || (special && c === "\\");
-            if (isDoubleDot(buffer)) {
-              shortenPath(url);
-              if (!slash) {
-                url.path.push("");
-              }
-            } else if (isSingleDot(buffer) && !slash) {
-              url.path.push("");
-            } else if (!isSingleDot(buffer)) {
-              if (url.scheme === "file" && url.path.length === 0 && isWindowsDriveLetter(buffer, false)) {
-                buffer = buffer[0] + ":";
-              }
-              url.path.push(buffer);
-            }
-            buffer = "";
-            if (c === "?") {
-              url.query = "";
-              state = S_QUERY;
-            } else if (c === "#") {
-              url.fragment = "";
-              state = S_FRAGMENT;
-            }
-          } else {
-            buffer += encodeCodePoint(c, PATH_SET);
-          }
-          break;
-        case S_OPAQUE_PATH:
-          if (c === "?") {
-            url.query = "";
-            state = S_QUERY;
-          } else if (c === "#") {
-            url.fragment = "";
-            state = S_FRAGMENT;
-          } else if (c === " ") {
-            // A space right before the query or fragment is encoded, so that removing those
-            // later cannot leave a trailing space.
-            url.path += cps[p + 1] === "?" || cps[p + 1] === "#" ? "%20" : " ";
-          } else if (c !== undefined) {
-            url.path += encodeCodePoint(c, C0_CONTROL_SET);
-          }
-          break;
-        case S_QUERY:
-          if ((!stateOverride && c === "#") || c === undefined) {
-            url.query += encodeString(buffer, special ? SPECIAL_QUERY_SET : QUERY_SET, false);
-            buffer = "";
-            if (c === "#") {
-              url.fragment = "";
-              state = S_FRAGMENT;
-            }
-          } else {
-            buffer += c;
-          }
-          break;
-        case S_FRAGMENT:
-          if (c !== undefined) {
-            url.fragment += encodeCodePoint(c, FRAGMENT_SET);
           }
           break;
       }
