@@ -71,11 +71,6 @@
     return apply(fn, self, args);
   }
 
-  // Hands `value` to the prelude's accessor for `name` (which keeps what the graph assigned).
-  function global(name, value) {
-    host.install(name, value);
-  }
-
   // ---- DOMException -----------------------------------------------------------------------
 
   const DOM_CODES = {
@@ -428,15 +423,19 @@
     return [i, at];
   }
 
+  // The UTF-8 bytes of `s`, allocated once.
+  function encodeUtf8(s) {
+    const out = new Uint8ArrayCtor(utf8Length(s));
+    writeUtf8(s, out);
+    return out;
+  }
+
   class TextEncoder {
     get encoding() {
       return "utf-8";
     }
     encode(input) {
-      const s = input === undefined ? "" : String(input);
-      const out = new Uint8ArrayCtor(utf8Length(s));
-      writeUtf8(s, out);
-      return out;
+      return encodeUtf8(input === undefined ? "" : String(input));
     }
     encodeInto(source, destination) {
       if (call(typedArrayName, destination) !== "Uint8Array") {
@@ -792,22 +791,18 @@
   }
   // One code point (a string of one or two code units, never a lone surrogate here), UTF-8
   // percent-encoded when `set` holds it.
+  const scratch = new Uint8ArrayCtor(4);
   function encodeCodePoint(c, set) {
     const unit = c.charCodeAt(0);
     if (unit < 0x80) {
       return set[unit] === 1 ? percentByte(unit) : c;
     }
-    const cp = c.codePointAt(0);
-    if (cp < 0x800) {
-      return percentByte(0xc0 | (cp >> 6)) + percentByte(0x80 | (cp & 0x3f));
+    const written = writeUtf8(c, scratch)[1];
+    let out = "";
+    for (let i = 0; i < written; i++) {
+      out += percentByte(scratch[i]);
     }
-    if (cp < 0x10000) {
-      return percentByte(0xe0 | (cp >> 12)) + percentByte(0x80 | ((cp >> 6) & 0x3f)) + percentByte(0x80 | (cp & 0x3f));
-    }
-    return (
-      percentByte(0xf0 | (cp >> 18)) + percentByte(0x80 | ((cp >> 12) & 0x3f)) +
-      percentByte(0x80 | ((cp >> 6) & 0x3f)) + percentByte(0x80 | (cp & 0x3f))
-    );
+    return out;
   }
   // A well-formed string, each code point in `set` percent-encoded (and each space a "+" when
   // `spaceAsPlus`); the string itself when nothing needs encoding.
@@ -829,23 +824,15 @@
   }
 
   // A string with each lone surrogate replaced by U+FFFD (what a USVString argument is).
+  const toWellFormed = String.prototype.toWellFormed;
   function wellFormed(s) {
-    let out = "";
-    let from = 0;
-    for (let i = 0; i < s.length; i++) {
-      const c = s.charCodeAt(i);
-      if ((c & 0xf800) !== 0xd800) {
-        continue;
-      }
-      if (c < 0xdc00 && i + 1 < s.length && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
-        i++;
-        continue;
-      }
-      out += s.slice(from, i) + "\ufffd";
-      from = i + 1;
-    }
-    return from === 0 ? s : out + s.slice(from);
+    return call(toWellFormed, s);
   }
+
+  // "UTF-8 decode without BOM": a U+FEFF at the start stays. One decoder serves every call (a
+  // call without {stream: true} starts from a clean state).
+  const decode = TextDecoder.prototype.decode;
+  const keepingBOM = new TextDecoder("utf-8", { ignoreBOM: true });
 
   // The bytes of `s` with each %XX turned into its byte, decoded as UTF-8 (broken sequences
   // become U+FFFD).
@@ -853,7 +840,7 @@
     if (!s.includes("%") && !NON_ASCII.test(s)) {
       return s;
     }
-    const bytes = new TextEncoder().encode(s);
+    const bytes = encodeUtf8(s);
     const out = new Uint8ArrayCtor(bytes.length);
     let n = 0;
     for (let i = 0; i < bytes.length; i++) {
@@ -865,7 +852,7 @@
         out[n++] = b;
       }
     }
-    return new TextDecoder("utf-8", { ignoreBOM: true }).decode(out.subarray(0, n));
+    return call(decode, keepingBOM, out.subarray(0, n));
   }
 
   // ---- hosts ----
@@ -1690,8 +1677,8 @@
     return out;
   }
 
-  // The links between a URL and its URLSearchParams, set by the classes' static blocks: the
-  // list of a URLSearchParams (read and replaced), the URL it updates, and that update.
+  // The links between a URL and its URLSearchParams, set by the classes' static blocks: a
+  // URLSearchParams's list (replaced), the URL it updates, and that update.
   let setParamsList;
   let attachParams;
   let updateQuery;
@@ -1886,6 +1873,14 @@
   }
   defineProperty(URL.prototype, Symbol.toStringTag, { value: "URL", configurable: true });
 
+  // Whether a [name, value] pair has `name`, and `value` unless that is undefined (delete's and
+  // has's test).
+  function pairMatcher(name, value) {
+    const key = wellFormed(String(name));
+    const only = value === undefined ? undefined : wellFormed(String(value));
+    return ([n, v]) => n === key && (only === undefined || v === only);
+  }
+
   class URLSearchParams {
     #list = [];
     #url = null;
@@ -1951,9 +1946,8 @@
       this.#update();
     }
     delete(name, value) {
-      const key = wellFormed(String(name));
-      const only = value === undefined ? undefined : wellFormed(String(value));
-      this.#list = this.#list.filter(([n, v]) => !(n === key && (only === undefined || v === only)));
+      const matches = pairMatcher(name, value);
+      this.#list = this.#list.filter((pair) => !matches(pair));
       this.#update();
     }
     get(name) {
@@ -1966,9 +1960,7 @@
       return this.#list.filter(([n]) => n === key).map(([, v]) => v);
     }
     has(name, value) {
-      const key = wellFormed(String(name));
-      const only = value === undefined ? undefined : wellFormed(String(value));
-      return this.#list.some(([n, v]) => n === key && (only === undefined || v === only));
+      return this.#list.some(pairMatcher(name, value));
     }
     set(name, value) {
       const key = wellFormed(String(name));
@@ -2028,15 +2020,16 @@
   UNCLONABLE.URL = "a URL";
   UNCLONABLE.URLSearchParams = "a URLSearchParams";
 
-  global("DOMException", DOMException);
-  global("performance", performance);
-  global("crypto", Object.freeze({ getRandomValues, randomUUID }));
-  global("structuredClone", structuredClone);
-  global("queueMicrotask", queueMicrotask);
-  global("TextEncoder", TextEncoder);
-  global("TextDecoder", TextDecoder);
-  global("atob", atob);
-  global("btoa", btoa);
-  global("URL", URL);
-  global("URLSearchParams", URLSearchParams);
+  // Each value goes to the prelude's accessor for its name (which keeps what the graph assigned).
+  host.install("DOMException", DOMException);
+  host.install("performance", performance);
+  host.install("crypto", Object.freeze({ getRandomValues, randomUUID }));
+  host.install("structuredClone", structuredClone);
+  host.install("queueMicrotask", queueMicrotask);
+  host.install("TextEncoder", TextEncoder);
+  host.install("TextDecoder", TextDecoder);
+  host.install("atob", atob);
+  host.install("btoa", btoa);
+  host.install("URL", URL);
+  host.install("URLSearchParams", URLSearchParams);
 })
