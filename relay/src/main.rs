@@ -403,8 +403,9 @@ async fn demo(args: DemoArgs) -> Result<()> {
     }
     println!("MCP URL: {}", demo.mcp_url);
     println!("Token:   {}", demo.agent_token);
+    println!("Project: {}", demo.project_id);
     eprintln!(
-        "demo: connect any MCP client (e.g. the MCP Inspector) with that URL and bearer token; Ctrl-C stops everything"
+        "demo: connect any MCP client (e.g. the MCP Inspector) with that URL and bearer token (Authorization: Bearer <token>); list_graph_sessions takes that project_id; Ctrl-C stops everything"
     );
     if tokio::signal::ctrl_c().await.is_err() {
         std::future::pending::<()>().await;

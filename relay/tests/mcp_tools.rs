@@ -555,3 +555,86 @@ async fn a_body_that_is_not_json_gets_a_json_rpc_parse_error() {
     let body = list_tools_now(&service, &token).await;
     assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(9));
 }
+
+/// Opens a 2025-era session and returns its id.
+async fn open_session(service: &TestService, token: &str) -> String {
+    let (status, headers, body) = raw_mcp(
+        service,
+        token,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .expect("a 2025 initialize opens a session")
+        .to_owned()
+}
+
+async fn delete_session(service: &TestService, token: &str, session: &str) -> u16 {
+    reqwest::Client::new()
+        .delete(service.mcp_url())
+        .bearer_auth(token)
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .expect("request")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ending_a_session_answers_no_content_once_and_not_found_after() {
+    let service = TestService::start().await;
+    let project = service.project("p", "alice").await;
+    let token = service.full_agent(&project).await;
+    let session = open_session(&service, &token).await;
+    let other = open_session(&service, &token).await;
+    // 204, as the official SDKs expect (the Python SDK logs a 202 as a failed termination).
+    assert_eq!(delete_session(&service, &token, &session).await, 204);
+    // The ended session is gone: a second end and a request in it are both 404, so a client
+    // knows to start a new one.
+    assert_eq!(delete_session(&service, &token, &session).await, 404);
+    let (status, _, _) = raw_mcp(
+        &service,
+        &token,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        &[
+            ("mcp-session-id", session.as_str()),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 404);
+    // An id that never existed, and no token at all, change nothing.
+    assert_eq!(
+        delete_session(&service, &token, "no-such-session").await,
+        404
+    );
+    let anonymous = reqwest::Client::new()
+        .delete(service.mcp_url())
+        .header("mcp-session-id", other.as_str())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(anonymous.status().as_u16(), 401);
+    // The other session still works.
+    let (status, _, body) = raw_mcp(
+        &service,
+        &token,
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
+        &[
+            ("mcp-session-id", other.as_str()),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(9));
+    service.stop().await;
+}

@@ -9,6 +9,9 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
+use rmcp::transport::common::http_header::HEADER_SESSION_ID;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{SessionId, SessionManager};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -96,6 +99,38 @@ pub async fn gate(State(app): State<Arc<AppState>>, request: Request, next: Next
     } else {
         response
     }
+}
+
+/// A 2025-era `DELETE` that ends a session: 204 once it is ended, 404 for a session that does
+/// not exist (never opened, or already ended). rmcp answers both with 202, which the official
+/// Python SDK logs as a failed termination, and which tells a client nothing about a wrong id.
+pub async fn end_session(
+    State(sessions): State<Arc<LocalSessionManager>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.method() != Method::DELETE {
+        return next.run(request).await;
+    }
+    let session: Option<SessionId> = request
+        .headers()
+        .get(HEADER_SESSION_ID)
+        .and_then(|v| v.to_str().ok())
+        .map(Into::into);
+    if let Some(session) = &session
+        && !sessions.has_session(session).await.unwrap_or(true)
+    {
+        return (
+            StatusCode::NOT_FOUND,
+            "Not Found: no such MCP session (it was never opened or has already ended)",
+        )
+            .into_response();
+    }
+    let mut response = next.run(request).await;
+    if session.is_some() && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
 }
 
 /// `body` with every lone UTF-16 surrogate escape replaced by `\ufffd`. A JS client's

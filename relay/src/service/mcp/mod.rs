@@ -63,10 +63,15 @@ pub fn routes(app: Arc<AppState>) -> Router {
         // DNS rebinding gains nothing; the host list would only break deployments behind a
         // public name.
         .disable_allowed_hosts();
+    let sessions = Arc::new(LocalSessionManager::default());
     let service: StreamableHttpService<GraphTools, LocalSessionManager> =
-        StreamableHttpService::new(move || Ok(handler.clone()), Default::default(), config);
+        StreamableHttpService::new(move || Ok(handler.clone()), sessions.clone(), config);
     Router::new()
         .route_service(MCP_PATH, service)
+        .layer(axum::middleware::from_fn_with_state(
+            sessions,
+            http::end_session,
+        ))
         .layer(axum::middleware::from_fn_with_state(app, http::gate))
 }
 
