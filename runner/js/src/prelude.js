@@ -420,6 +420,54 @@
     timeEnd: (label) => elapsed(label, true, []),
   });
 
+  // Array.fromAsync (ES2024), which boa 0.22 lacks: an array from an async iterable, a sync
+  // iterable (each value awaited) or an array-like, each value passed through mapfn and awaited.
+  const apply = Reflect.apply;
+  const construct = Reflect.construct;
+  function isConstructor(f) {
+    if (typeof f !== "function") return false;
+    try {
+      construct(String, [], f);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+  function put(array, index, value) {
+    defineProperty(array, index, { value, writable: true, enumerable: true, configurable: true });
+  }
+  async function fromAsync(items, mapfn = undefined, thisArg = undefined) {
+    if (mapfn !== undefined && typeof mapfn !== "function") {
+      throw new TypeError("Array.fromAsync: the mapping function must be a function");
+    }
+    if (items === null || items === undefined) {
+      throw new TypeError(`Array.fromAsync: ${items} is not iterable or array-like`);
+    }
+    const C = this;
+    const out = (value, k) => (mapfn === undefined ? value : apply(mapfn, thisArg, [value, k]));
+    if (items[Symbol.asyncIterator] != null || items[Symbol.iterator] != null) {
+      const array = isConstructor(C) ? new C() : [];
+      let k = 0;
+      for await (const value of items) {
+        put(array, k, await out(value, k));
+        k++;
+      }
+      array.length = k;
+      return array;
+    }
+    const arrayLike = Object(items);
+    const length = Math.min(Math.max(Math.trunc(Number(arrayLike.length)) || 0, 0), Number.MAX_SAFE_INTEGER);
+    const array = isConstructor(C) ? new C(length) : new Array(length);
+    for (let k = 0; k < length; k++) {
+      put(array, k, await out(await arrayLike[k], k));
+    }
+    array.length = length;
+    return array;
+  }
+  if (typeof Array.fromAsync !== "function") {
+    defineProperty(Array, "fromAsync", { value: fromAsync, writable: true, enumerable: false, configurable: true });
+  }
+
   const g = freeze({ agent, tool, graph, sleep, retry, log, budget });
   globalThis.console = console;
   globalThis.setTimeout = setTimeout;

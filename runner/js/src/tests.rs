@@ -491,3 +491,51 @@ fn a_number_json_cannot_hold_is_named_as_itself_in_messages() {
     );
     assert_eq!(thrown, Err("NaN".to_owned()));
 }
+
+#[test]
+fn array_from_async_collects_async_and_sync_iterables_and_array_likes() {
+    let out = run_ok(
+        r#"export default async function () {
+            async function* letters() { yield "a"; await null; yield "b"; }
+            let closed = false;
+            function* numbers() { try { yield 1; yield 2; } finally { closed = true; } }
+            class Sub extends Array {}
+            const bad = Array.fromAsync(null);
+            const mapped = await Array.fromAsync(numbers(), () => { throw new Error("mapfn failed"); })
+                .catch((e) => e.message);
+            return {
+                generator: await Array.fromAsync(letters()),
+                awaited: await Array.fromAsync([Promise.resolve(1), 2]),
+                mapped: await Array.fromAsync([1, 2], async (x, i) => x * 10 + i),
+                thisArg: await Array.fromAsync([1], function (x) { return this.k + x; }, { k: 5 }),
+                arrayLike: await Array.fromAsync({ length: 2, 0: "x", 1: Promise.resolve("y") }),
+                subclass: (await Array.fromAsync.call(Sub, [1])) instanceof Sub,
+                rejection: await Array.fromAsync([Promise.reject(new Error("boom"))]).catch((e) => e.message),
+                badIsPromise: bad instanceof Promise,
+                bad: await bad.catch((e) => e instanceof TypeError),
+                badMapfn: await Array.fromAsync([1], 5).catch((e) => e instanceof TypeError),
+                mapfnError: mapped,
+                iteratorClosed: closed,
+                shape: [Array.fromAsync.length, Array.fromAsync.name, Object.keys(Array).includes("fromAsync")],
+            };
+        }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!({
+            "generator": ["a", "b"],
+            "awaited": [1, 2],
+            "mapped": [10, 21],
+            "thisArg": [6],
+            "arrayLike": ["x", "y"],
+            "subclass": true,
+            "rejection": "boom",
+            "badIsPromise": true,
+            "bad": true,
+            "badMapfn": true,
+            "mapfnError": "mapfn failed",
+            "iteratorClosed": true,
+            "shape": [1, "fromAsync", false],
+        })
+    );
+}
