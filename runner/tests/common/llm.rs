@@ -10,8 +10,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// The llama.cpp release the script builds (its cache path is versioned with it).
-pub const LLAMA_VERSION: &str = "11434.0.0";
+/// The llama.cpp release and build flavour the script builds: its cache folder's name
+/// (`LLAMA_VERSION-BUILD_FLAVOUR` in `scripts/local-llm.sh`).
+pub const LLAMA_BUILD: &str = "11434.0.0-native-noamx";
 /// The model alias the server answers to.
 pub const MODEL: &str = "smollm2";
 /// How long a fresh server may take to load the model (it is healthy in under a second here).
@@ -60,7 +61,7 @@ fn path_from(var: &str, default: PathBuf) -> PathBuf {
 /// The pieces `scripts/local-llm.sh` builds: server binary, model, chat template.
 pub fn installed() -> Option<(PathBuf, PathBuf, PathBuf)> {
     let root = cache_root();
-    let llama = root.join("llama").join(LLAMA_VERSION);
+    let llama = root.join("llama").join(LLAMA_BUILD);
     let server = path_from("GRAPHRELAY_LLAMA_SERVER", llama.join("bin/llama-server"));
     let model = path_from(
         "GRAPHRELAY_LLM_MODEL_FILE",
