@@ -588,6 +588,21 @@ async fn delete_session(service: &TestService, token: &str, session: &str) -> u1
         .as_u16()
 }
 
+/// `tools/list` in a 2025-era session: the status and the answer.
+async fn list_in_session(service: &TestService, token: &str, session: &str) -> (u16, Value) {
+    let (status, _, body) = raw_mcp(
+        service,
+        token,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        &[
+            ("mcp-session-id", session),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+    )
+    .await;
+    (status, body)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ending_a_session_answers_no_content_once_and_not_found_after() {
     let service = TestService::start().await;
@@ -600,16 +615,7 @@ async fn ending_a_session_answers_no_content_once_and_not_found_after() {
     // The ended session is gone: a second end and a request in it are both 404, so a client
     // knows to start a new one.
     assert_eq!(delete_session(&service, &token, &session).await, 404);
-    let (status, _, _) = raw_mcp(
-        &service,
-        &token,
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
-        &[
-            ("mcp-session-id", session.as_str()),
-            ("mcp-protocol-version", "2025-11-25"),
-        ],
-    )
-    .await;
+    let (status, _) = list_in_session(&service, &token, &session).await;
     assert_eq!(status, 404);
     // An id that never existed, and no token at all, change nothing.
     assert_eq!(
@@ -624,16 +630,7 @@ async fn ending_a_session_answers_no_content_once_and_not_found_after() {
         .expect("request");
     assert_eq!(anonymous.status().as_u16(), 401);
     // The other session still works.
-    let (status, _, body) = raw_mcp(
-        &service,
-        &token,
-        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
-        &[
-            ("mcp-session-id", other.as_str()),
-            ("mcp-protocol-version", "2025-11-25"),
-        ],
-    )
-    .await;
+    let (status, body) = list_in_session(&service, &token, &other).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(9));
     service.stop().await;
