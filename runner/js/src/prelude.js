@@ -444,12 +444,12 @@
       throw new TypeError(`Array.fromAsync: ${items} is not iterable or array-like`);
     }
     const C = this;
-    const out = (value, k) => (mapfn === undefined ? value : apply(mapfn, thisArg, [value, k]));
+    const mapped = (value, k) => (mapfn === undefined ? value : apply(mapfn, thisArg, [value, k]));
     if (items[Symbol.asyncIterator] != null || items[Symbol.iterator] != null) {
       const array = isConstructor(C) ? new C() : [];
       let k = 0;
       for await (const value of items) {
-        put(array, k, await out(value, k));
+        put(array, k, await mapped(value, k));
         k++;
       }
       array.length = k;
@@ -459,7 +459,7 @@
     const length = Math.min(Math.max(Math.trunc(Number(arrayLike.length)) || 0, 0), Number.MAX_SAFE_INTEGER);
     const array = isConstructor(C) ? new C(length) : new Array(length);
     for (let k = 0; k < length; k++) {
-      put(array, k, await out(await arrayLike[k], k));
+      put(array, k, await mapped(await arrayLike[k], k));
     }
     array.length = length;
     return array;

@@ -823,10 +823,11 @@
     return from === 0 ? s : out + s.slice(from);
   }
 
-  // A string with each lone surrogate replaced by U+FFFD (what a USVString argument is).
+  // `value` as a USVString argument: converted to a string, each lone surrogate replaced by
+  // U+FFFD.
   const toWellFormed = String.prototype.toWellFormed;
-  function wellFormed(s) {
-    return call(toWellFormed, s);
+  function toUSVString(value) {
+    return call(toWellFormed, String(value));
   }
 
   // "UTF-8 decode without BOM": a U+FEFF at the start stays. One decoder serves every call (a
@@ -1141,7 +1142,7 @@
   function hasCredentials(url) {
     return url.username !== "" || url.password !== "";
   }
-  // Whether `c` ends an authority, a host or a port.
+  // Whether `c` ends an authority, a host or a port (a file host: `special` true).
   function endsAuthority(c, special) {
     return c === undefined || c === "/" || c === "?" || c === "#" || (special && c === "\\");
   }
@@ -1551,7 +1552,7 @@
           }
           break;
         case S_FILE_HOST:
-          if (c === undefined || c === "/" || c === "\\" || c === "?" || c === "#") {
+          if (endsAuthority(c, true)) {
             p--;
             if (!stateOverride && isWindowsDriveLetter(buffer, false)) {
               state = S_PATH;
@@ -1694,7 +1695,7 @@
     if (base === undefined) {
       return null;
     }
-    return parseURL(wellFormed(String(base)), null);
+    return parseURL(toUSVString(base), null);
   }
 
   class URL {
@@ -1702,7 +1703,7 @@
     #query;
 
     constructor(url, base) {
-      const input = wellFormed(String(url));
+      const input = toUSVString(url);
       const baseURL = baseRecord(base);
       const parsed = baseURL === FAILURE ? FAILURE : parseURL(input, baseURL);
       if (parsed === FAILURE) {
@@ -1716,7 +1717,7 @@
 
     static canParse(url, base) {
       const baseURL = baseRecord(base);
-      return baseURL !== FAILURE && parseURL(wellFormed(String(url)), baseURL) !== FAILURE;
+      return baseURL !== FAILURE && parseURL(toUSVString(url), baseURL) !== FAILURE;
     }
 
     static parse(url, base) {
@@ -1739,7 +1740,7 @@
       return serializeURL(this.#url, false);
     }
     set href(value) {
-      const input = wellFormed(String(value));
+      const input = toUSVString(value);
       const parsed = parseURL(input, null);
       if (parsed === FAILURE) {
         throw invalidURL(input);
@@ -1770,7 +1771,7 @@
     }
     set username(value) {
       if (!cannotHaveCredentialsOrPort(this.#url)) {
-        this.#url.username = encodeString(wellFormed(String(value)), USERINFO_SET, false);
+        this.#url.username = encodeString(toUSVString(value), USERINFO_SET, false);
       }
     }
 
@@ -1779,7 +1780,7 @@
     }
     set password(value) {
       if (!cannotHaveCredentialsOrPort(this.#url)) {
-        this.#url.password = encodeString(wellFormed(String(value)), USERINFO_SET, false);
+        this.#url.password = encodeString(toUSVString(value), USERINFO_SET, false);
       }
     }
 
@@ -1835,7 +1836,7 @@
       return query === null || query === "" ? "" : "?" + query;
     }
     set search(value) {
-      const input = wellFormed(String(value));
+      const input = toUSVString(value);
       if (input === "") {
         this.#url.query = null;
         setParamsList(this.#query, []);
@@ -1856,7 +1857,7 @@
       return fragment === null || fragment === "" ? "" : "#" + fragment;
     }
     set hash(value) {
-      const input = wellFormed(String(value));
+      const input = toUSVString(value);
       if (input === "") {
         this.#url.fragment = null;
         return;
@@ -1868,7 +1869,7 @@
     // Runs the parser on this URL's record from `state`, as the setters do: what it parsed
     // before it met something invalid stays set.
     #set(input, state) {
-      parseURL(wellFormed(input), null, this.#url, state);
+      parseURL(toUSVString(input), null, this.#url, state);
     }
   }
   defineProperty(URL.prototype, Symbol.toStringTag, { value: "URL", configurable: true });
@@ -1876,8 +1877,8 @@
   // Whether a [name, value] pair has `name`, and `value` unless that is undefined (delete's and
   // has's test).
   function pairMatcher(name, value) {
-    const key = wellFormed(String(name));
-    const only = value === undefined ? undefined : wellFormed(String(value));
+    const key = toUSVString(name);
+    const only = value === undefined ? undefined : toUSVString(value);
     return ([n, v]) => n === key && (only === undefined || v === only);
   }
 
@@ -1913,7 +1914,7 @@
             if (items.length !== 2) {
               throw new TypeErrorCtor("URLSearchParams: each pair must have exactly two items, got " + items.length);
             }
-            list.push([wellFormed(String(items[0])), wellFormed(String(items[1]))]);
+            list.push([toUSVString(items[0]), toUSVString(items[1])]);
           }
           return;
         }
@@ -1923,12 +1924,12 @@
           }
           const descriptor = Object.getOwnPropertyDescriptor(init, key);
           if (descriptor !== undefined && descriptor.enumerable) {
-            list.push([wellFormed(key), wellFormed(String(init[key]))]);
+            list.push([toUSVString(key), toUSVString(init[key])]);
           }
         }
         return;
       }
-      const text = wellFormed(String(init));
+      const text = toUSVString(init);
       this.#list = parseForm(text[0] === "?" ? text.slice(1) : text);
     }
 
@@ -1942,7 +1943,7 @@
       return this.#list.length;
     }
     append(name, value) {
-      this.#list.push([wellFormed(String(name)), wellFormed(String(value))]);
+      this.#list.push([toUSVString(name), toUSVString(value)]);
       this.#update();
     }
     delete(name, value) {
@@ -1951,20 +1952,20 @@
       this.#update();
     }
     get(name) {
-      const key = wellFormed(String(name));
+      const key = toUSVString(name);
       const found = this.#list.find(([n]) => n === key);
       return found === undefined ? null : found[1];
     }
     getAll(name) {
-      const key = wellFormed(String(name));
+      const key = toUSVString(name);
       return this.#list.filter(([n]) => n === key).map(([, v]) => v);
     }
     has(name, value) {
       return this.#list.some(pairMatcher(name, value));
     }
     set(name, value) {
-      const key = wellFormed(String(name));
-      const text = wellFormed(String(value));
+      const key = toUSVString(name);
+      const text = toUSVString(value);
       const at = this.#list.findIndex(([n]) => n === key);
       if (at === -1) {
         this.#list.push([key, text]);
