@@ -1,3 +1,3 @@
-//! The workspace's root package. It has no code of its own: it ties `runner` and `relay`
-//! together for cross-crate tests. The end-to-end tests of service, desktop, runner and MCP
-//! client live in `relay/tests/` (see ARCHITECTURE.md, "Code map").
+//! The workspace's root package. It has no code of its own: it holds the tests that cross the
+//! crates in `tests/` (an MCP client → the service → the desktop relay → the runner's sandbox →
+//! the result; `relay demo`; the dependency rule). See ARCHITECTURE.md, "Code map".

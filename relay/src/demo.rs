@@ -13,13 +13,16 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{Clock, SystemClock};
-use crate::desktop::api::{DesktopApi, HttpTransport};
-use crate::desktop::state::DesktopState;
-use crate::desktop::{DesktopConfig, Relay, Runtime};
-use crate::service::admin::{self, TokenSpec};
-use crate::service::store::SqliteStore;
-use crate::service::{self, AppState, ServiceConfig};
+use anyhow::Result;
+use clap::Args;
+
+use relay_desktop::api::{DesktopApi, HttpTransport};
+use relay_desktop::state::DesktopState;
+use relay_desktop::{DesktopConfig, Relay, Runtime};
+use relay_protocol::clock::{Clock, SystemClock};
+use relay_service::admin::{self, TokenSpec};
+use relay_service::store::SqliteStore;
+use relay_service::{AppState, ServiceConfig};
 
 /// How often the demo's desktop passes (the product's default is 20 s).
 pub const DEMO_POLL_INTERVAL: Duration = Duration::from_secs(2);
@@ -129,7 +132,7 @@ impl Demo {
         let stop = shutdown.clone();
         tasks.push(tokio::spawn(async move {
             if let Err(e) =
-                service::serve(listener, app, async move { stop.cancelled().await }).await
+                relay_service::serve(listener, app, async move { stop.cancelled().await }).await
             {
                 tracing::error!("the demo service stopped: {e}");
             }
@@ -283,7 +286,7 @@ async fn register_graphs(
     engine: &Arc<dyn runner::engine::Engine>,
     dir: &Path,
     project: &str,
-    now: crate::clock::Timestamp,
+    now: relay_protocol::clock::Timestamp,
 ) -> Result<usize, DemoError> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
         DemoError::Setup(format!(
@@ -316,4 +319,59 @@ async fn register_graphs(
         )));
     }
     Ok(shared)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DemoArgs {
+    /// Run the self-check and exit with its status.
+    #[arg(long)]
+    once: bool,
+    /// The folder of example graphs.
+    #[arg(long, default_value = "graphs")]
+    graphs: PathBuf,
+    /// The mock agent replies (default: GRAPHS/replies/demo.json).
+    #[arg(long)]
+    replies: Option<PathBuf>,
+    /// The engine that runs the graphs.
+    #[arg(long, value_enum, default_value_t = runner::engine::EngineKind::Wasm)]
+    engine: runner::engine::EngineKind,
+}
+
+/// `relay demo`: starts both sides, runs the self-check, then serves until Ctrl-C (or stops at
+/// once with `--once`).
+pub(crate) async fn run(args: DemoArgs) -> Result<()> {
+    let options = DemoOptions {
+        replies: args
+            .replies
+            .clone()
+            .unwrap_or_else(|| args.graphs.join("replies").join("demo.json")),
+        graphs: args.graphs,
+        engine: args.engine,
+    };
+    let demo = Demo::start(&options).await?;
+    let checked = demo.self_check().await;
+    match &checked {
+        Ok(run) => eprintln!(
+            "demo: self-check passed: {}",
+            serde_json::to_string(&run["result"])?
+        ),
+        Err(e) => eprintln!("demo: {e}"),
+    }
+    if args.once {
+        demo.stop().await;
+        checked?;
+        return Ok(());
+    }
+    println!("MCP URL: {}", demo.mcp_url);
+    println!("Token:   {}", demo.agent_token);
+    println!("Project: {}", demo.project_id);
+    eprintln!(
+        "demo: connect any MCP client (e.g. the MCP Inspector) with that URL and bearer token (Authorization: Bearer <token>); list_graph_sessions takes that project_id; Ctrl-C stops everything"
+    );
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+    eprintln!("demo: stopping");
+    demo.stop().await;
+    Ok(())
 }

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use relay::clock::{Clock, SystemClock};
-use relay::desktop::api::{DesktopApi, HttpTransport};
-use relay::desktop::state::DesktopState;
-use relay::desktop::{DesktopConfig, Relay, Runtime};
-use relay::protocol::GraphSessionId;
-use relay::service::auth::{token_kind, token_prefix};
-use relay::service::store::TokenKind;
+use relay_desktop::api::{DesktopApi, HttpTransport};
+use relay_desktop::state::{ApprovalStatus, DesktopState};
+use relay_desktop::{DesktopConfig, Relay, Runtime};
+use relay_protocol::GraphSessionId;
+use relay_protocol::clock::{Clock, SystemClock};
+use relay_service::auth::{token_kind, token_prefix};
+use relay_service::store::TokenKind;
 use runner::engine::EngineKind;
 use runner::host::agents::{AgentProvider, NoProvider};
 use runner::host::approvals::Policy;
@@ -201,7 +201,7 @@ fn seconds(name: &str, value: f64) -> Result<Duration> {
 
 fn session_id(text: &str) -> Result<GraphSessionId> {
     text.parse()
-        .map_err(|e: relay::protocol::InvalidInput| anyhow::anyhow!(e.0))
+        .map_err(|e: relay_protocol::InvalidInput| anyhow::anyhow!(e.0))
 }
 
 /// The tools the relay has, by name.
@@ -219,13 +219,42 @@ fn hint(text: &str) {
 pub async fn run(args: DesktopArgs) -> Result<()> {
     let state = DesktopState::open(&args.state)
         .with_context(|| format!("cannot use the desktop state {}", args.state.display()))?;
-    let clock = SystemClock;
+    let now = SystemClock.now();
     match args.command {
-        DesktopCommand::Session(SessionCommand::Add { file, name }) => {
-            let id = add_session(&state, &file, name.as_deref(), clock.now()).await?;
+        DesktopCommand::Session(command) => session(&state, command).await?,
+        DesktopCommand::Project(command) => project(&state, command)?,
+        DesktopCommand::Share(share) => {
+            state.share(&share.project, &session_id(&share.session)?, now)?;
+            println!("{}", share.session);
+        }
+        DesktopCommand::Unshare(share) => {
+            state.unshare(&share.project, &session_id(&share.session)?)?;
+            println!("{}", share.session);
+        }
+        DesktopCommand::Folder { dir } => {
+            if let Some(dir) = dir {
+                state.set_folder(&dir)?;
+            }
+            match state.folder()? {
+                Some(folder) => println!("{}", folder.display()),
+                None => bail!("no folder is set: `relay desktop folder DIR` sets one"),
+            }
+        }
+        DesktopCommand::Approvals(command) => approvals(&state, command)?,
+        DesktopCommand::Policy(command) => policy(&state, command)?,
+        DesktopCommand::History { json } => history(&state, json)?,
+        DesktopCommand::Run(run) => run_relay(state, *run).await?,
+    }
+    Ok(())
+}
+
+async fn session(state: &DesktopState, command: SessionCommand) -> Result<()> {
+    match command {
+        SessionCommand::Add { file, name } => {
+            let id = add_session(state, &file, name.as_deref(), SystemClock.now()).await?;
             println!("{id}");
         }
-        DesktopCommand::Session(SessionCommand::List { json }) => {
+        SessionCommand::List { json } => {
             let sessions = state.sessions()?;
             if json {
                 println!("{}", serde_json::to_string(&sessions)?);
@@ -244,19 +273,25 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
                 }
             }
         }
-        DesktopCommand::Session(SessionCommand::Remove { id }) => {
+        SessionCommand::Remove { id } => {
             state.remove_session(&session_id(&id)?)?;
             println!("{id}");
         }
-        DesktopCommand::Project(ProjectCommand::Enable { id }) => {
-            state.set_project_enabled(&id, true, clock.now())?;
+    }
+    Ok(())
+}
+
+fn project(state: &DesktopState, command: ProjectCommand) -> Result<()> {
+    match command {
+        ProjectCommand::Enable { id } => {
+            state.set_project_enabled(&id, true, SystemClock.now())?;
             println!("{id}");
         }
-        DesktopCommand::Project(ProjectCommand::Disable { id }) => {
-            state.set_project_enabled(&id, false, clock.now())?;
+        ProjectCommand::Disable { id } => {
+            state.set_project_enabled(&id, false, SystemClock.now())?;
             println!("{id}");
         }
-        DesktopCommand::Project(ProjectCommand::List) => {
+        ProjectCommand::List => {
             let projects = state.projects()?;
             if projects.is_empty() {
                 hint("no projects yet; `relay desktop project enable ID` serves one");
@@ -265,15 +300,13 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
                 println!("{id}  {}", if enabled { "enabled" } else { "disabled" });
             }
         }
-        DesktopCommand::Share(share) => {
-            state.share(&share.project, &session_id(&share.session)?, clock.now())?;
-            println!("{}", share.session);
-        }
-        DesktopCommand::Unshare(share) => {
-            state.unshare(&share.project, &session_id(&share.session)?)?;
-            println!("{}", share.session);
-        }
-        DesktopCommand::Approvals(ApprovalsCommand::List { all, json }) => {
+    }
+    Ok(())
+}
+
+fn approvals(state: &DesktopState, command: ApprovalsCommand) -> Result<()> {
+    match command {
+        ApprovalsCommand::List { all, json } => {
             let approvals = state.approvals(all)?;
             if json {
                 println!("{}", serde_json::to_string(&approvals)?);
@@ -297,13 +330,19 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
                 }
             }
         }
-        DesktopCommand::Approvals(ApprovalsCommand::Approve { id }) => {
-            decide(&state, &id, "approved", clock.now())?;
+        ApprovalsCommand::Approve { id } => {
+            decide(state, &id, ApprovalStatus::Approved, SystemClock.now())?;
         }
-        DesktopCommand::Approvals(ApprovalsCommand::Deny { id }) => {
-            decide(&state, &id, "denied", clock.now())?;
+        ApprovalsCommand::Deny { id } => {
+            decide(state, &id, ApprovalStatus::Denied, SystemClock.now())?;
         }
-        DesktopCommand::Policy(PolicyCommand::Set { tool, policy }) => {
+    }
+    Ok(())
+}
+
+fn policy(state: &DesktopState, command: PolicyCommand) -> Result<()> {
+    match command {
+        PolicyCommand::Set { tool, policy } => {
             // A policy for a tool the relay does not have would change nothing: a typo would
             // leave the real tool at its default (deny) while the owner believes otherwise.
             let known = known_tools();
@@ -316,7 +355,7 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
             state.set_policy(&tool, policy)?;
             println!("{tool} {}", policy.as_str());
         }
-        DesktopCommand::Policy(PolicyCommand::List) => {
+        PolicyCommand::List => {
             let policy = state.policy()?;
             for (tool, policy) in policy.iter() {
                 println!("{tool} {}", policy.as_str());
@@ -332,50 +371,42 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
                 ));
             }
         }
-        DesktopCommand::Folder { dir } => {
-            if let Some(dir) = dir {
-                state.set_folder(&dir)?;
-            }
-            match state.folder()? {
-                Some(folder) => println!("{}", folder.display()),
-                None => bail!("no folder is set: `relay desktop folder DIR` sets one"),
-            }
+    }
+    Ok(())
+}
+
+fn history(state: &DesktopState, json: bool) -> Result<()> {
+    let history = state.history()?;
+    if json {
+        println!("{}", serde_json::to_string(&history)?);
+    } else {
+        if history.is_empty() {
+            hint("no executions yet");
         }
-        DesktopCommand::History { json } => {
-            let history = state.history()?;
-            if json {
-                println!("{}", serde_json::to_string(&history)?);
-            } else {
-                if history.is_empty() {
-                    hint("no executions yet");
+        for h in history {
+            let detail = match (&h.error, &h.result) {
+                (Some(e), _) => e.clone(),
+                (None, Some(r)) => {
+                    let text = r.to_string();
+                    text.chars().take(120).collect()
                 }
-                for h in history {
-                    let detail = match (&h.error, &h.result) {
-                        (Some(e), _) => e.clone(),
-                        (None, Some(r)) => {
-                            let text = r.to_string();
-                            text.chars().take(120).collect()
-                        }
-                        (None, None) => String::new(),
-                    };
-                    println!(
-                        "{}  {}  {}  {}  {} tokens{}  {}",
-                        h.execution_id,
-                        h.command_id,
-                        h.slug,
-                        h.status,
-                        h.total_tokens,
-                        if h.result_truncated {
-                            "  (posted truncated)"
-                        } else {
-                            ""
-                        },
-                        for_terminal(&detail)
-                    );
-                }
-            }
+                (None, None) => String::new(),
+            };
+            println!(
+                "{}  {}  {}  {}  {} tokens{}  {}",
+                h.execution_id,
+                h.command_id,
+                h.slug,
+                h.status,
+                h.total_tokens,
+                if h.result_truncated {
+                    "  (posted truncated)"
+                } else {
+                    ""
+                },
+                for_terminal(&detail)
+            );
         }
-        DesktopCommand::Run(run) => run_relay(state, *run).await?,
     }
     Ok(())
 }
@@ -383,8 +414,8 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
 fn decide(
     state: &DesktopState,
     id: &str,
-    decision: &str,
-    now: relay::clock::Timestamp,
+    decision: ApprovalStatus,
+    now: relay_protocol::clock::Timestamp,
 ) -> Result<()> {
     if state.decide(id, decision, now)? {
         println!("{id}");
@@ -399,7 +430,7 @@ pub async fn add_session(
     state: &DesktopState,
     file: &Path,
     name: Option<&str>,
-    now: relay::clock::Timestamp,
+    now: relay_protocol::clock::Timestamp,
 ) -> Result<GraphSessionId> {
     let script =
         read_script(file).with_context(|| format!("cannot read the graph {}", file.display()))?;

@@ -4,8 +4,8 @@
 
 use std::process::Command;
 
-use relay::bench::{EmptyPollOptions, empty_polls};
-use relay::service::chat_tasks::sweep::SweepMode;
+use relay_service::chat_tasks::sweep::SweepMode;
+use relay_sim::bench::{EmptyPollOptions, empty_polls};
 
 const TINY: EmptyPollOptions = EmptyPollOptions {
     polls: 20,
@@ -64,7 +64,7 @@ async fn out_of_range_options_are_refused() {
             ..TINY
         },
         EmptyPollOptions {
-            concurrency: relay::bench::MAX_BENCH_CONCURRENCY + 1,
+            concurrency: relay_sim::bench::MAX_BENCH_CONCURRENCY + 1,
             ..TINY
         },
     ] {
@@ -78,7 +78,7 @@ async fn the_most_pollers_at_once_still_run() {
         polls: 4,
         tasks: 10,
         links: 2,
-        concurrency: relay::bench::MAX_BENCH_CONCURRENCY,
+        concurrency: relay_sim::bench::MAX_BENCH_CONCURRENCY,
     };
     let report = empty_polls(options).await.expect("bench runs");
     assert!(report.variants.iter().all(|v| v.http.count == 4));

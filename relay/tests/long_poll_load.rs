@@ -4,7 +4,7 @@
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_run_reaches_its_waiting_desktop() {
-    let report = relay::loadtest::long_polls(relay::loadtest::LongPollOptions {
+    let report = relay_sim::loadtest::long_polls(relay_sim::loadtest::LongPollOptions {
         desktops: 30,
         runs: 10,
         server: env!("CARGO_BIN_EXE_relay").into(),

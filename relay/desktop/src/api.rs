@@ -1,0 +1,353 @@
+//! The desktop's client of the service's desktop API. Requests go through a [`Transport`]:
+//! real HTTP for the product, or the service's router called in-process (no sockets) for the
+//! simulator, with faults injected as a transport layer rather than as branches here.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Method, Request, Response, StatusCode};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use relay_protocol::{
+    CommandId, CompleteRequest, CompleteResponse, ControlResponse, GraphSessionId, QueuedCommand,
+    StartedRequest, StartedResponse, SyncRequest, complete_path, control_path, started_path,
+    sync_path,
+};
+
+/// A boxed future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Every request gives up after this long (the service answers in milliseconds).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest answer body the desktop reads.
+pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Carries one HTTP exchange.
+pub trait Transport: Send + Sync {
+    /// Sends `request` (path and query only in its URI) and returns the answer.
+    fn send(
+        &self,
+        request: Request<Vec<u8>>,
+    ) -> BoxFuture<'_, Result<Response<Vec<u8>>, TransportError>>;
+}
+
+/// Why a request got no answer (or a service URL was refused), in words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TransportError(pub String);
+
+impl From<String> for TransportError {
+    fn from(message: String) -> Self {
+        TransportError(message)
+    }
+}
+
+impl From<&str> for TransportError {
+    fn from(message: &str) -> Self {
+        TransportError(message.to_owned())
+    }
+}
+
+/// HTTP or HTTPS (rustls, the system's roots) to a base URL.
+pub struct HttpTransport {
+    client: runner::host::http::WebClient,
+    base: String,
+}
+
+impl HttpTransport {
+    /// A transport to `base` (e.g. `http://127.0.0.1:8787` or `https://relay.example.com`).
+    pub fn new(base: &str) -> Result<Self, TransportError> {
+        let base = base.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(TransportError(format!(
+                "the service URL must start with http:// or https://, got `{base}`"
+            )));
+        }
+        format!("{base}/")
+            .parse::<http::Uri>()
+            .map_err(|e| format!("the service URL `{base}` is not a valid URL: {e}"))?;
+        let client = runner::host::http::WebClient::new(CONNECT_TIMEOUT)?;
+        Ok(Self { client, base })
+    }
+}
+
+/// Opening a connection to the service (TCP and TLS) may take this long.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Transport for HttpTransport {
+    fn send(
+        &self,
+        request: Request<Vec<u8>>,
+    ) -> BoxFuture<'_, Result<Response<Vec<u8>>, TransportError>> {
+        Box::pin(async move {
+            let (mut parts, body) = request.into_parts();
+            let url = format!("{}{}", self.base, parts.uri);
+            parts.uri = url
+                .parse()
+                .map_err(|e| format!("{url} is not a valid URL: {e}"))?;
+            let request = Request::from_parts(parts, body);
+            match tokio::time::timeout(
+                REQUEST_TIMEOUT,
+                self.client.send(request, MAX_RESPONSE_BYTES),
+            )
+            .await
+            {
+                Ok(answer) => answer.map_err(|e| TransportError(format!("{url}: {e}"))),
+                Err(_) => Err(TransportError(format!(
+                    "{url}: no answer within {} s",
+                    REQUEST_TIMEOUT.as_secs()
+                ))),
+            }
+        })
+    }
+}
+
+/// The service's router called in-process.
+#[derive(Clone)]
+pub struct RouterTransport(pub axum::Router);
+
+impl Transport for RouterTransport {
+    fn send(
+        &self,
+        request: Request<Vec<u8>>,
+    ) -> BoxFuture<'_, Result<Response<Vec<u8>>, TransportError>> {
+        use tower::ServiceExt;
+        let router = self.0.clone();
+        Box::pin(async move {
+            let request = request.map(axum::body::Body::from);
+            let response = router
+                .oneshot(request)
+                .await
+                .map_err(|e| format!("router: {e}"))?;
+            let (parts, body) = response.into_parts();
+            let bytes = axum::body::to_bytes(body, MAX_RESPONSE_BYTES)
+                .await
+                .map_err(|e| format!("router body: {e}"))?;
+            Ok(Response::from_parts(parts, bytes.to_vec()))
+        })
+    }
+}
+
+/// Why a desktop API call did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// The request did not get an answer (offline, timeout): try again later.
+    #[error("the service could not be reached: {0}")]
+    Unreachable(String),
+    /// The service answered with an error status.
+    #[error("the service answered {status}: {message}")]
+    Status {
+        /// The HTTP status.
+        status: StatusCode,
+        /// Its error message.
+        message: String,
+    },
+    /// The answer was not what the protocol says.
+    #[error("the service's answer is malformed: {0}")]
+    Malformed(String),
+}
+
+impl ApiError {
+    /// Whether trying again later can help (network trouble, a 5xx, an auth problem the owner
+    /// can fix); a 400, 404 or 409 will never change.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ApiError::Unreachable(_) | ApiError::Malformed(_) => true,
+            ApiError::Status { status, .. } => {
+                !matches!(
+                    *status,
+                    StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::CONFLICT
+                ) && status.as_u16() != 413
+            }
+        }
+    }
+}
+
+/// A command as the sync answer carried it, before validation: a malformed entry is refused
+/// on its own, before anything is written, instead of failing the whole answer.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RawCommand {
+    /// Claimed command id.
+    pub command_id: Value,
+    /// Claimed session id.
+    pub graph_session_id: Value,
+    /// The slug.
+    #[serde(default)]
+    pub slug: Value,
+    /// The arguments.
+    #[serde(default)]
+    pub arguments: Value,
+    /// When queued.
+    #[serde(default)]
+    pub created_at: Value,
+}
+
+impl RawCommand {
+    /// Validates the command: a UUID id, a `gs_` session id, a slug and an object of arguments.
+    pub fn validate(self) -> Result<QueuedCommand, MalformedCommand> {
+        let id = self
+            .command_id
+            .as_str()
+            .ok_or("command_id is not a string")?;
+        let command_id: CommandId = id.parse().map_err(|e: relay_protocol::InvalidInput| e.0)?;
+        let session: GraphSessionId = self
+            .graph_session_id
+            .as_str()
+            .ok_or("graph_session_id is not a string")?
+            .parse()
+            .map_err(|e: relay_protocol::InvalidInput| e.0)?;
+        let slug = self.slug.as_str().ok_or("slug is not a string")?.to_owned();
+        let arguments = match self.arguments {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            _ => return Err("arguments is not an object".into()),
+        };
+        let created_at =
+            serde_json::from_value(self.created_at).map_err(|e| format!("created_at: {e}"))?;
+        Ok(QueuedCommand {
+            command_id,
+            graph_session_id: session,
+            slug,
+            arguments,
+            created_at,
+        })
+    }
+}
+
+/// Why a queued command from the service does not fit the protocol, in words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct MalformedCommand(pub String);
+
+impl From<String> for MalformedCommand {
+    fn from(message: String) -> Self {
+        MalformedCommand(message)
+    }
+}
+
+impl From<&str> for MalformedCommand {
+    fn from(message: &str) -> Self {
+        MalformedCommand(message.to_owned())
+    }
+}
+
+/// A sync answer before validation.
+#[derive(Debug, Default, Deserialize)]
+pub struct SyncAnswer {
+    /// The queued commands, unvalidated.
+    #[serde(default)]
+    pub commands: Vec<RawCommand>,
+    /// Running commands (of those the request named) with a cancel request.
+    #[serde(default)]
+    pub cancel_requested: Vec<Value>,
+}
+
+/// What `started` answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Started {
+    /// Go ahead (the agent may already have asked to cancel).
+    Go {
+        /// The cancel flag.
+        cancel_requested: bool,
+    },
+    /// Do not run it: it was cancelled while queued, or is already finished.
+    Refused(String),
+}
+
+/// The desktop API with one desktop token.
+#[derive(Clone)]
+pub struct DesktopApi {
+    transport: Arc<dyn Transport>,
+    token: String,
+}
+
+impl DesktopApi {
+    /// A client sending `token` over `transport`.
+    pub fn new(transport: Arc<dyn Transport>, token: &str) -> Self {
+        Self {
+            transport,
+            token: token.to_owned(),
+        }
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: String,
+        body: Option<Vec<u8>>,
+    ) -> Result<T, ApiError> {
+        let mut builder = Request::builder().method(method).uri(&path).header(
+            http::header::AUTHORIZATION,
+            format!("Bearer {}", self.token),
+        );
+        if body.is_some() {
+            builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        let request = builder
+            .body(body.unwrap_or_default())
+            .map_err(|e| ApiError::Malformed(e.to_string()))?;
+        let response = self
+            .transport
+            .send(request)
+            .await
+            .map_err(|e| ApiError::Unreachable(e.0))?;
+        let status = response.status();
+        let bytes = response.into_body();
+        if !status.is_success() {
+            let message = serde_json::from_slice::<relay_protocol::ErrorBody>(&bytes)
+                .map(|b| b.error)
+                .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).chars().take(500).collect());
+            return Err(ApiError::Status { status, message });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::Malformed(format!("{path}: {e}")))
+    }
+
+    /// Uploads a project's shared sessions; returns its queued commands (unvalidated) and the
+    /// cancel requests on the commands the request named as running.
+    pub async fn sync(&self, request: &SyncRequest) -> Result<SyncAnswer, ApiError> {
+        let body = serde_json::to_vec(request).map_err(|e| ApiError::Malformed(e.to_string()))?;
+        self.call(Method::POST, sync_path(), Some(body)).await
+    }
+
+    /// Reports that a command started.
+    pub async fn started(&self, id: &CommandId, execution_id: &str) -> Result<Started, ApiError> {
+        let body = serde_json::to_vec(&StartedRequest {
+            execution_id: execution_id.to_owned(),
+        })
+        .map_err(|e| ApiError::Malformed(e.to_string()))?;
+        match self
+            .call::<StartedResponse>(Method::POST, started_path(id), Some(body))
+            .await
+        {
+            Ok(answer) => Ok(Started::Go {
+                cancel_requested: answer.cancel_requested,
+            }),
+            Err(ApiError::Status {
+                status: StatusCode::CONFLICT,
+                message,
+            }) => Ok(Started::Refused(message)),
+            Err(other) => Err(other),
+        }
+    }
+
+    /// Reads the cancel flag (and tells the service the desktop is alive).
+    pub async fn control(&self, id: &CommandId) -> Result<bool, ApiError> {
+        let answer: ControlResponse = self.call(Method::GET, control_path(id), None).await?;
+        Ok(answer.cancel_requested)
+    }
+
+    /// Posts a completion.
+    pub async fn complete(
+        &self,
+        id: &CommandId,
+        completion: &CompleteRequest,
+    ) -> Result<CompleteResponse, ApiError> {
+        let body =
+            serde_json::to_vec(completion).map_err(|e| ApiError::Malformed(e.to_string()))?;
+        self.call(Method::POST, complete_path(id), Some(body)).await
+    }
+}

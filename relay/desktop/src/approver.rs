@@ -1,0 +1,103 @@
+//! `ask` tools in runs started remotely: each question becomes a pending approval in the
+//! desktop's state, which the owner answers with `relay desktop approvals approve|deny ID`.
+//! The run waits; no answer within the approval timeout is a denial (the request is then
+//! marked `expired`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use runner::host::approvals::{ApprovalRequest, Approver, BoxFuture, Decision};
+
+use super::state::{ApprovalStatus, DesktopState};
+use relay_protocol::clock::Clock;
+
+/// How often a waiting run looks for the owner's answer.
+pub const APPROVAL_POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// Arguments shown to the owner are cut to this many characters.
+pub const MAX_SHOWN_ARGS_CHARS: usize = 2000;
+
+/// Asks the owner through the desktop's state.
+pub struct OwnerApprover {
+    state: DesktopState,
+    clock: Arc<dyn Clock>,
+}
+
+impl OwnerApprover {
+    /// An approver over `state`.
+    pub fn new(state: DesktopState, clock: Arc<dyn Clock>) -> Self {
+        Self { state, clock }
+    }
+}
+
+/// Marks a question `expired` if the run stops waiting before anyone answered.
+struct Unanswered<'a> {
+    state: &'a DesktopState,
+    clock: &'a dyn Clock,
+    id: String,
+    answered: bool,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            let _ = self
+                .state
+                .decide(&self.id, ApprovalStatus::Expired, self.clock.now());
+        }
+    }
+}
+
+impl Approver for OwnerApprover {
+    fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
+        Box::pin(async move {
+            let id = uuid::Uuid::new_v4().to_string();
+            let args: String = request
+                .args
+                .to_string()
+                .chars()
+                .take(MAX_SHOWN_ARGS_CHARS)
+                .collect();
+            if let Err(e) =
+                self.state
+                    .ask(&id, &request.run_id, &request.tool, &args, self.clock.now())
+            {
+                return Decision::Denied(format!("cannot record the approval request: {e}"));
+            }
+            tracing::warn!(
+                approval = %id, tool = %request.tool,
+                "a remote run waits for your approval: relay desktop approvals approve {id} (or deny {id})"
+            );
+            let mut guard = Unanswered {
+                state: &self.state,
+                clock: self.clock.as_ref(),
+                id: id.clone(),
+                answered: false,
+            };
+            loop {
+                match self.state.approval_status(&id) {
+                    Ok(Some(ApprovalStatus::Approved)) => {
+                        guard.answered = true;
+                        return Decision::Approved;
+                    }
+                    Ok(Some(ApprovalStatus::Denied)) => {
+                        guard.answered = true;
+                        return Decision::Denied(format!("the owner denied tool {}", request.tool));
+                    }
+                    Ok(Some(ApprovalStatus::Pending)) => {}
+                    Ok(other) => {
+                        guard.answered = true;
+                        return Decision::Denied(format!(
+                            "approval {id} for tool {} is {}",
+                            request.tool,
+                            other.map_or("gone", ApprovalStatus::as_str)
+                        ));
+                    }
+                    Err(e) => {
+                        return Decision::Denied(format!("cannot read the approval request: {e}"));
+                    }
+                }
+                tokio::time::sleep(APPROVAL_POLL_INTERVAL).await;
+            }
+        })
+    }
+}

@@ -1,0 +1,937 @@
+//! The desktop relay: outbound-only. Every pass it re-sends the outbox, syncs each enabled
+//! project (uploading the metadata of the sessions shared with it, at most 100) and runs the
+//! queued commands it gets back, one at a time, each after re-checking consent. SPEC.md §2.
+//!
+//! Passes run every [`DEFAULT_POLL_INTERVAL`] and right after a change to sharing; a pass that
+//! is due while the previous one is still busy is skipped (and counted). All waiting uses
+//! tokio's timers, so the simulator can drive the loop on paused time.
+
+pub mod api;
+pub mod approver;
+pub mod bounding;
+pub mod jitter;
+pub mod state;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use graph_js::Failure;
+use runner::engine::Engine;
+use runner::host::agents::AgentProvider;
+use runner::host::events::{Event, EventSink};
+use runner::host::graphs::{FolderCatalog, GraphSource};
+use runner::host::tools::ToolRegistry;
+use runner::run::{RunOptions, RunRequest, RunStatus, run_graph};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use self::api::{ApiError, DesktopApi, Started};
+use self::state::{DesktopState, OutboxEntry, StateError};
+use relay_protocol::clock::Clock;
+use relay_protocol::{
+    CommandId, CompleteRequest, CompletionStatus, DESKTOP_POLL_INTERVAL_SECS, MAX_SYNC_WAIT_MS,
+    QueuedCommand, SyncRequest,
+};
+
+/// The pass interval: the protocol's poll interval, which the service's hints assume.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(DESKTOP_POLL_INTERVAL_SECS);
+/// How often a running command's cancel flag is read.
+pub const DEFAULT_CONTROL_INTERVAL: Duration = Duration::from_secs(3);
+/// How often the loop looks for sharing changes made by `relay desktop share` and friends.
+pub const SHARING_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+/// How long an `ask` tool waits for the owner by default: the runner's.
+pub const DEFAULT_APPROVAL_TIMEOUT: Duration = runner::host::approvals::DEFAULT_APPROVAL_TIMEOUT;
+/// A remote run's wall-clock deadline by default.
+pub const DEFAULT_GRAPH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// Most trace events kept per execution in the history.
+pub const MAX_TRACE_EVENTS: usize = 2000;
+/// The error of a command whose session is no longer shared (SPEC.md §2, exact text).
+pub const NOT_SHARED: &str = "Graph session is no longer shared with this project";
+/// The long poll's wait in long-poll mode, by default: the longest the service holds one.
+pub const DEFAULT_LONG_POLL: Duration = Duration::from_millis(MAX_SYNC_WAIT_MS);
+/// After a failed long poll, wait this long before the next one (doubling up to the cap).
+pub const LONG_POLL_RETRY: Duration = Duration::from_secs(1);
+/// The longest wait between failed long polls: one poll interval.
+pub const LONG_POLL_RETRY_CAP: Duration = DEFAULT_POLL_INTERVAL;
+/// In long-poll mode a pass syncs a project again after running its commands, at most this
+/// many times, so work queued meanwhile starts at once.
+pub const MAX_SYNCS_PER_PROJECT_PASS: usize = 100;
+
+/// Tunables of the relay loop.
+#[derive(Debug, Clone)]
+pub struct DesktopConfig {
+    /// Time between passes.
+    pub poll_interval: Duration,
+    /// Time between control polls of a running command.
+    pub control_interval: Duration,
+    /// Time between checks for sharing changes.
+    pub sharing_watch_interval: Duration,
+    /// How long an `ask` waits for the owner.
+    pub approval_timeout: Duration,
+    /// A run's deadline.
+    pub graph_timeout: Duration,
+    /// Token cap for each remote run.
+    pub token_cap: Option<u64>,
+    /// Agents of one run at once.
+    pub max_concurrency: usize,
+    /// The folder the fs tools may use (overrides the stored one).
+    pub folder: Option<PathBuf>,
+    /// Completions go through the persistent outbox. Only the simulator turns this off, to
+    /// show what is lost without it.
+    pub outbox: bool,
+    /// Long-poll mode: hold a `sync` per enabled project open this long (the service answers
+    /// at once when work is queued or a running command is cancelled) and re-issue it right
+    /// away. The timed passes stay as the fallback and for the outbox and metadata.
+    pub long_poll: Option<Duration>,
+    /// Where the long poll's reconnect jitter comes from: the system's randomness by default,
+    /// or a seed (the simulator's), so that runs on virtual time repeat exactly.
+    pub jitter_seed: Option<u64>,
+}
+
+impl Default for DesktopConfig {
+    fn default() -> Self {
+        Self {
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            control_interval: DEFAULT_CONTROL_INTERVAL,
+            sharing_watch_interval: SHARING_WATCH_INTERVAL,
+            approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
+            graph_timeout: DEFAULT_GRAPH_TIMEOUT,
+            token_cap: None,
+            max_concurrency: runner::run::DEFAULT_MAX_CONCURRENCY,
+            folder: None,
+            outbox: true,
+            long_poll: None,
+            jitter_seed: None,
+        }
+    }
+}
+
+/// Counters a test (or the simulator) can read.
+#[derive(Debug, Default)]
+pub struct RelayStats {
+    /// Passes started.
+    pub passes: AtomicU64,
+    /// Passes skipped because the previous one was still busy.
+    pub passes_skipped: AtomicU64,
+    /// Commands executed (the graph actually ran).
+    pub executed: AtomicU64,
+    /// Commands refused by the consent re-check.
+    pub refused: AtomicU64,
+    /// Completions delivered (2xx).
+    pub delivered: AtomicU64,
+}
+
+/// What the relay needs to run graphs.
+pub struct Runtime {
+    /// The engine (the wasm sandbox by default).
+    pub engine: Arc<dyn Engine>,
+    /// Where agents run.
+    pub provider: Arc<dyn AgentProvider>,
+    /// Where run traces go live (the history keeps a copy of each).
+    pub events: Arc<dyn EventSink>,
+}
+
+/// The desktop relay.
+pub struct Relay {
+    state: DesktopState,
+    api: DesktopApi,
+    clock: Arc<dyn Clock>,
+    runtime: Runtime,
+    config: DesktopConfig,
+    stats: Arc<RelayStats>,
+    busy: AtomicBool,
+    /// A pass was asked for while one was busy (long-poll mode runs another right after).
+    pending: AtomicBool,
+    /// Wakes the loop to run a pass now (long-poll answers).
+    wake: tokio::sync::Notify,
+    /// The command running now, with the token that stops it and whether a cancel was seen.
+    running: Mutex<Option<RunningCommand>>,
+    /// Bumped whenever the running command changes: long polls re-issue naming the new one.
+    running_changed: tokio::sync::watch::Sender<u64>,
+}
+
+/// The command being executed.
+#[derive(Clone)]
+struct RunningCommand {
+    id: CommandId,
+    cancel: CancellationToken,
+    cancel_seen: Arc<AtomicBool>,
+}
+
+impl RunningCommand {
+    /// Stops the run once; the outcome is then `cancelled` whatever happens next.
+    fn cancel(&self) {
+        if !self.cancel_seen.swap(true, Ordering::SeqCst) {
+            tracing::info!(command = %self.id, "cancel requested: stopping the run");
+        }
+        self.cancel.cancel();
+    }
+}
+
+/// One execution of a queued command on this desktop.
+struct Execution {
+    /// The execution id the service records with `started`.
+    id: String,
+    /// The log channel (`graph:external:<command id>`).
+    channel: String,
+    /// The command's cancel state.
+    running: RunningCommand,
+}
+
+/// The completion an execution reports: once a cancel was seen the outcome is `cancelled`,
+/// even if the graph finished between the flag and the stop; a run stopped by the relay's own
+/// shutdown is `failed`, not the agent's cancel.
+fn final_completion(
+    execution: &Execution,
+    outcome: &runner::run::RunOutcome,
+    shutdown: &CancellationToken,
+) -> CompleteRequest {
+    let (status, error) = if execution.running.cancel_seen.load(Ordering::SeqCst) {
+        (
+            CompletionStatus::Cancelled,
+            Some("Cancelled by the agent".to_owned()),
+        )
+    } else if shutdown.is_cancelled() && outcome.status == RunStatus::Cancelled {
+        (
+            CompletionStatus::Failed,
+            Some("the desktop relay was stopped while this graph was running".to_owned()),
+        )
+    } else {
+        let status = match outcome.status {
+            RunStatus::Completed => CompletionStatus::Completed,
+            RunStatus::Failed => CompletionStatus::Failed,
+            RunStatus::Cancelled => CompletionStatus::Cancelled,
+        };
+        (status, outcome.error.clone())
+    };
+    let result = (status == CompletionStatus::Completed)
+        .then(|| outcome.result.clone())
+        .flatten();
+    bounding::completion(
+        &execution.id,
+        status,
+        result,
+        outcome.total_tokens,
+        outcome.reported_cost,
+        error.as_deref(),
+    )
+}
+
+/// Why the relay could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// The state file failed.
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+impl Relay {
+    /// A relay over `state`, talking to the service through `api`.
+    pub fn new(
+        state: DesktopState,
+        api: DesktopApi,
+        clock: Arc<dyn Clock>,
+        runtime: Runtime,
+        config: DesktopConfig,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            state,
+            api,
+            clock,
+            runtime,
+            config,
+            stats: Arc::new(RelayStats::default()),
+            busy: AtomicBool::new(false),
+            pending: AtomicBool::new(false),
+            wake: tokio::sync::Notify::new(),
+            running: Mutex::new(None),
+            running_changed: tokio::sync::watch::channel(0).0,
+        })
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Arc<RelayStats> {
+        &self.stats
+    }
+
+    /// The state.
+    pub fn state(&self) -> &DesktopState {
+        &self.state
+    }
+
+    /// Runs passes until `shutdown` fires: one at once, then every poll interval and right
+    /// after each sharing change. A running graph is stopped on shutdown and reported failed.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), RelayError> {
+        self.recover_unfinished().await?;
+        let mut ticker = tokio::time::interval(self.config.poll_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut watch = tokio::time::interval(self.config.sharing_watch_interval);
+        watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut sharing = self.state.sharing_version()?;
+        let mut passes = tokio::task::JoinSet::new();
+        let mut long_polls: std::collections::HashMap<String, tokio::task::AbortHandle> =
+            Default::default();
+        let mut polls = tokio::task::JoinSet::new();
+        self.reconcile_long_polls(&mut long_polls, &mut polls, &shutdown)?;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                _ = ticker.tick() => self.clone().trigger(&mut passes, &shutdown),
+                () = self.wake.notified() => self.clone().trigger(&mut passes, &shutdown),
+                _ = watch.tick() => {
+                    let now = self.state.sharing_version()?;
+                    if now != sharing {
+                        sharing = now;
+                        tracing::info!("sharing changed: running a pass now");
+                        self.reconcile_long_polls(&mut long_polls, &mut polls, &shutdown)?;
+                        self.clone().trigger(&mut passes, &shutdown);
+                    }
+                }
+                Some(_) = passes.join_next(), if !passes.is_empty() => {}
+                Some(_) = polls.join_next(), if !polls.is_empty() => {}
+            }
+        }
+        polls.abort_all();
+        while passes.join_next().await.is_some() {}
+        while polls.join_next().await.is_some() {}
+        Ok(())
+    }
+
+    /// Long-poll mode: one long poll per enabled project, started and stopped as projects are
+    /// enabled and disabled.
+    fn reconcile_long_polls(
+        self: &Arc<Self>,
+        live: &mut std::collections::HashMap<String, tokio::task::AbortHandle>,
+        polls: &mut tokio::task::JoinSet<()>,
+        shutdown: &CancellationToken,
+    ) -> Result<(), RelayError> {
+        let Some(wait) = self.config.long_poll else {
+            return Ok(());
+        };
+        let enabled = self.state.enabled_projects()?;
+        live.retain(|project, handle| {
+            let keep = enabled.contains(project);
+            if !keep {
+                handle.abort();
+            }
+            keep
+        });
+        for project in enabled {
+            if live.contains_key(&project) {
+                continue;
+            }
+            let relay = self.clone();
+            let shutdown = shutdown.clone();
+            let handle = polls.spawn(relay.long_poll(project.clone(), wait, shutdown));
+            live.insert(project, handle);
+        }
+        Ok(())
+    }
+
+    /// Holds a `sync` open for `project`, again and again: queued work runs a pass at once, a
+    /// cancel request stops the running command at once.
+    async fn long_poll(
+        self: Arc<Self>,
+        project: String,
+        wait: Duration,
+        shutdown: CancellationToken,
+    ) {
+        let mut retry = LONG_POLL_RETRY;
+        let mut jitter = jitter::Jitter::new(self.config.jitter_seed);
+        // Queued commands already handed to a pass: they do not end the next long poll.
+        let mut known: Vec<CommandId> = Vec::new();
+        let mut running_changed = self.running_changed.subscribe();
+        // The sharing version the service last got the sessions of; they are sent again only
+        // when it changes (and after a failed sync).
+        let mut uploaded: Option<i64> = None;
+        while !shutdown.is_cancelled() {
+            running_changed.mark_unchanged();
+            let version = self.state.sharing_version().ok();
+            let unchanged = uploaded.is_some() && uploaded == version;
+            let sessions = if unchanged {
+                Vec::new()
+            } else {
+                match self.state.shared_sessions(&project) {
+                    Ok(sessions) => sessions.iter().map(|s| s.meta()).collect(),
+                    Err(e) => {
+                        tracing::error!(project, "cannot read the shared sessions: {e}");
+                        Vec::new()
+                    }
+                }
+            };
+            // A command whose cancel was already seen is not watched again.
+            let running = self
+                .current()
+                .filter(|r| !r.cancel_seen.load(Ordering::SeqCst))
+                .map(|r| vec![r.id])
+                .unwrap_or_default();
+            let request = SyncRequest {
+                project_id: project.clone(),
+                sessions,
+                wait_ms: Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
+                running,
+                known: known.clone(),
+                sessions_unchanged: unchanged,
+            };
+            let answer = tokio::select! {
+                answer = self.api.sync(&request) => answer,
+                // A command started or ended: ask again, naming what runs now.
+                _ = running_changed.changed() => continue,
+                () = shutdown.cancelled() => return,
+            };
+            match answer {
+                Ok(answer) => {
+                    retry = LONG_POLL_RETRY;
+                    uploaded = version;
+                    for id in &answer.cancel_requested {
+                        if let Some(running) = self.current()
+                            && id.as_str() == Some(running.id.to_string().as_str())
+                        {
+                            running.cancel();
+                        }
+                    }
+                    let queued: Vec<CommandId> = answer
+                        .commands
+                        .iter()
+                        .filter_map(|c| c.command_id.as_str().and_then(|id| id.parse().ok()))
+                        .collect();
+                    if queued.iter().any(|id| !known.contains(id)) {
+                        self.wake.notify_one();
+                    }
+                    known = queued;
+                }
+                Err(e) => {
+                    uploaded = None;
+                    // Jitter spreads the reconnects of many desktops that lost the service at
+                    // once (a restart), so they do not all come back in the same instant.
+                    let wait = jitter.spread(retry);
+                    tracing::warn!(project, "long poll failed, retrying in {wait:?}: {e}");
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = shutdown.cancelled() => return,
+                    }
+                    retry = (retry * 2).min(LONG_POLL_RETRY_CAP);
+                }
+            }
+        }
+    }
+
+    fn current(&self) -> Option<RunningCommand> {
+        self.running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    fn set_current(&self, command: Option<RunningCommand>) {
+        *self
+            .running
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = command;
+        self.running_changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Starts a pass unless the previous one is still busy (then it is skipped and counted; in
+    /// long-poll mode the busy pass runs another right after, so queued work is not left for
+    /// the next interval).
+    fn trigger(
+        self: Arc<Self>,
+        passes: &mut tokio::task::JoinSet<()>,
+        shutdown: &CancellationToken,
+    ) {
+        if self.busy.swap(true, Ordering::SeqCst) {
+            self.stats.passes_skipped.fetch_add(1, Ordering::Relaxed);
+            if self.config.long_poll.is_some() {
+                self.pending.store(true, Ordering::SeqCst);
+            }
+            tracing::debug!("the previous pass is still busy: skipping this one");
+            return;
+        }
+        let shutdown = shutdown.clone();
+        passes.spawn(async move {
+            loop {
+                self.pass(&shutdown).await;
+                if !self.pending.swap(false, Ordering::SeqCst) || shutdown.is_cancelled() {
+                    break;
+                }
+            }
+            self.busy.store(false, Ordering::SeqCst);
+        });
+    }
+
+    /// One pass: outbox first, then each enabled project's sync and its commands, serially.
+    pub async fn pass(&self, shutdown: &CancellationToken) {
+        self.stats.passes.fetch_add(1, Ordering::Relaxed);
+        self.deliver_outbox().await;
+        let projects = match self.state.enabled_projects() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!("cannot read the enabled projects: {e}");
+                return;
+            }
+        };
+        // One sync per project and pass (SPEC.md §2); in long-poll mode the project is synced
+        // again after its commands ran, until nothing is queued.
+        let syncs = if self.config.long_poll.is_some() {
+            MAX_SYNCS_PER_PROJECT_PASS
+        } else {
+            1
+        };
+        for project in projects {
+            for _ in 0..syncs {
+                if shutdown.is_cancelled() {
+                    return;
+                }
+                let commands = match self.sync(&project).await {
+                    Ok(commands) => commands,
+                    Err(e) => {
+                        tracing::warn!(project, "sync failed: {e}");
+                        break;
+                    }
+                };
+                if commands.is_empty() {
+                    break;
+                }
+                for command in commands {
+                    if shutdown.is_cancelled() {
+                        return;
+                    }
+                    if let Err(e) = self.handle(&project, command, shutdown).await {
+                        tracing::error!(project, "a command could not be handled: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    async fn sync(&self, project: &str) -> Result<Vec<QueuedCommand>, String> {
+        let sessions = self
+            .state
+            .shared_sessions(project)
+            .map_err(|e| e.to_string())?;
+        let request = SyncRequest {
+            project_id: project.to_owned(),
+            sessions: sessions.iter().map(|s| s.meta()).collect(),
+            wait_ms: None,
+            running: Vec::new(),
+            known: Vec::new(),
+            sessions_unchanged: false,
+        };
+        let raw = self.api.sync(&request).await.map_err(|e| e.to_string())?;
+        let mut commands = Vec::with_capacity(raw.commands.len());
+        for command in raw.commands {
+            match command.validate() {
+                Ok(command) => commands.push(command),
+                // Refused before anything is written.
+                Err(reason) => tracing::warn!(project, "ignoring a malformed command: {reason}"),
+            }
+        }
+        Ok(commands)
+    }
+
+    /// Re-sends every completion the service has not acknowledged.
+    pub async fn deliver_outbox(&self) {
+        let entries = match self.state.outbox() {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::error!("cannot read the outbox: {e}");
+                return;
+            }
+        };
+        for entry in entries {
+            self.deliver(&entry).await;
+        }
+    }
+
+    /// Posts one completion; removes it from the outbox on a 2xx, or on an answer that can
+    /// never change (a 409 for a conflicting completion is logged and dropped).
+    async fn deliver(&self, entry: &OutboxEntry) -> bool {
+        match self.api.complete(&entry.command_id, &entry.body).await {
+            Ok(answer) => {
+                self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(command = %entry.command_id, replayed = answer.replayed, "completion delivered");
+                self.forget(&entry.command_id);
+                true
+            }
+            Err(e) if !e.is_retryable() => {
+                tracing::error!(command = %entry.command_id, "the service refused the completion for good, dropping it: {e}");
+                self.forget(&entry.command_id);
+                false
+            }
+            Err(e) => {
+                tracing::warn!(command = %entry.command_id, attempts = entry.attempts + 1, "completion not delivered, will retry next pass: {e}");
+                if let Err(e2) = self
+                    .state
+                    .note_outbox_failure(&entry.command_id, &e.to_string())
+                {
+                    tracing::error!("cannot update the outbox: {e2}");
+                }
+                false
+            }
+        }
+    }
+
+    fn forget(&self, command_id: &CommandId) {
+        if let Err(e) = self.state.remove_from_outbox(command_id) {
+            tracing::error!(command = %command_id, "cannot remove a delivered completion from the outbox: {e}");
+        }
+    }
+
+    /// Records the end of an execution and posts it: through the outbox (written first, in the
+    /// same transaction as the history), or directly when the outbox is off.
+    async fn complete(
+        &self,
+        command_id: &CommandId,
+        full_result: Option<&Value>,
+        trace: Option<&Value>,
+        completion: CompleteRequest,
+    ) -> Result<(), RelayError> {
+        self.state.finish_execution(
+            command_id,
+            full_result,
+            trace,
+            &completion,
+            self.clock.now(),
+        )?;
+        let entry = OutboxEntry {
+            command_id: *command_id,
+            body: completion,
+            attempts: 0,
+        };
+        if self.config.outbox {
+            self.deliver(&entry).await;
+        } else {
+            self.forget(command_id);
+            if let Err(e) = self.api.complete(&entry.command_id, &entry.body).await {
+                tracing::warn!(command = %command_id, "completion lost (no outbox): {e}");
+            } else {
+                self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Executions that began and never finished (the relay stopped while they ran) are
+    /// reported failed, through the outbox.
+    async fn recover_unfinished(&self) -> Result<(), RelayError> {
+        for (execution_id, command_id) in self.state.unfinished_executions()? {
+            tracing::warn!(command = %command_id, "reporting a run the relay stopped during as failed");
+            let completion = bounding::completion(
+                &execution_id,
+                CompletionStatus::Failed,
+                None,
+                0,
+                0.0,
+                Some("the desktop relay stopped while this graph was running"),
+            );
+            self.state
+                .finish_execution(&command_id, None, None, &completion, self.clock.now())?;
+        }
+        Ok(())
+    }
+
+    /// Handles one command: consent re-check, `started`, the run with its control poll, and
+    /// the bounded completion.
+    async fn handle(
+        &self,
+        project: &str,
+        command: QueuedCommand,
+        shutdown: &CancellationToken,
+    ) -> Result<(), RelayError> {
+        let execution_id = uuid::Uuid::new_v4().to_string();
+        let id = command.command_id;
+        let channel = format!("graph:external:{id}");
+        let Some(session) =
+            self.state
+                .consented_session(project, &command.graph_session_id, &command.slug)?
+        else {
+            return self.refuse_unshared(project, &command, &execution_id).await;
+        };
+        self.state.begin_execution(
+            &execution_id,
+            &id,
+            project,
+            &session.id,
+            &session.slug,
+            self.clock.now(),
+        )?;
+        let Some(cancel_requested) = self.report_start(&id, &execution_id, &channel).await? else {
+            return Ok(());
+        };
+        tracing::info!(%channel, slug = %session.slug, execution = %execution_id, "running");
+        let running = RunningCommand {
+            id,
+            cancel: CancellationToken::new(),
+            cancel_seen: Arc::new(AtomicBool::new(false)),
+        };
+        if cancel_requested {
+            running.cancel();
+        }
+        let request = RunRequest {
+            script: session.script.clone().into(),
+            args: Value::Object(command.arguments.clone()),
+            graph: session.slug.clone(),
+            run_id: Some(execution_id.clone()),
+        };
+        let execution = Execution {
+            id: execution_id,
+            channel,
+            running,
+        };
+        let (outcome, trace, reported_early) = self.execute(&execution, request, shutdown).await?;
+        let completion = final_completion(&execution, &outcome, shutdown);
+        tracing::info!(channel = %execution.channel, status = ?completion.status, truncated = completion.result_truncated, "finished");
+        let trace = trace.to_json();
+        if reported_early && completion.status == CompletionStatus::Cancelled {
+            // Already delivered; keep the final figures in the history only.
+            self.state.finish_execution(
+                &id,
+                outcome.result.as_ref(),
+                Some(&trace),
+                &completion,
+                self.clock.now(),
+            )?;
+            self.state.remove_from_outbox(&id)?;
+            return Ok(());
+        }
+        self.complete(&id, outcome.result.as_ref(), Some(&trace), completion)
+            .await
+    }
+
+    /// The consent re-check failed: the command ends `cancelled` with the not-shared error,
+    /// and the graph never runs.
+    async fn refuse_unshared(
+        &self,
+        project: &str,
+        command: &QueuedCommand,
+        execution_id: &str,
+    ) -> Result<(), RelayError> {
+        let id = command.command_id;
+        self.stats.refused.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(channel = %format!("graph:external:{id}"), "consent re-check failed: {NOT_SHARED}");
+        self.state.begin_execution(
+            execution_id,
+            &id,
+            project,
+            &command.graph_session_id,
+            &command.slug,
+            self.clock.now(),
+        )?;
+        let completion = bounding::completion(
+            execution_id,
+            CompletionStatus::Cancelled,
+            None,
+            0,
+            0.0,
+            Some(NOT_SHARED),
+        );
+        self.complete(&id, None, None, completion).await
+    }
+
+    /// Tells the service the command starts: whether a cancel is already asked for, or `None`
+    /// when it must not run now (refused, or the service is unreachable: it stays queued).
+    async fn report_start(
+        &self,
+        id: &CommandId,
+        execution_id: &str,
+        channel: &str,
+    ) -> Result<Option<bool>, RelayError> {
+        match self.api.started(id, execution_id).await {
+            Ok(Started::Go { cancel_requested }) => Ok(Some(cancel_requested)),
+            Ok(Started::Refused(reason)) => {
+                tracing::info!(%channel, "the service says not to run it: {reason}");
+                self.state.forget_execution(execution_id)?;
+                Ok(None)
+            }
+            Err(e) => {
+                // The command stays queued on the service and comes back next pass.
+                tracing::warn!(%channel, "cannot report the start, not running it now: {e}");
+                self.state.forget_execution(execution_id)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Runs the graph with the control poll and the shutdown watching it; returns its outcome,
+    /// its trace, and whether a seen cancel was already reported while the engine wound down.
+    async fn execute(
+        &self,
+        execution: &Execution,
+        request: RunRequest,
+        shutdown: &CancellationToken,
+    ) -> Result<(runner::run::RunOutcome, Arc<TraceKeeper>, bool), RelayError> {
+        let running = &execution.running;
+        self.set_current(Some(running.clone()));
+        let control = tokio::spawn(control_poll(
+            self.api.clone(),
+            running.clone(),
+            self.config.control_interval,
+        ));
+        let stop_on_shutdown = {
+            let cancel = running.cancel.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                shutdown.cancelled().await;
+                cancel.cancel();
+            })
+        };
+        let trace = Arc::new(TraceKeeper::default());
+        let options = self.run_options(trace.clone())?;
+        self.stats.executed.fetch_add(1, Ordering::Relaxed);
+        let run = run_graph(request, &options, running.cancel.clone());
+        tokio::pin!(run);
+        // In long-poll mode a seen cancel is reported at once (the outcome is decided the moment
+        // the cancel is seen), while the engine winds down; the next command still waits for it.
+        let early = if self.config.long_poll.is_some() {
+            tokio::select! {
+                outcome = &mut run => Some(outcome),
+                () = running.cancel.cancelled(), if !shutdown.is_cancelled() => None,
+            }
+        } else {
+            Some((&mut run).await)
+        };
+        let reported_early = early.is_none();
+        if reported_early && running.cancel_seen.load(Ordering::SeqCst) {
+            self.report_cancel_early(execution, &trace).await;
+        }
+        let outcome = match early {
+            Some(outcome) => outcome,
+            None => run.await,
+        };
+        control.abort();
+        stop_on_shutdown.abort();
+        self.set_current(None);
+        Ok((outcome, trace, reported_early))
+    }
+
+    async fn report_cancel_early(&self, execution: &Execution, trace: &TraceKeeper) {
+        let completion = bounding::completion(
+            &execution.id,
+            CompletionStatus::Cancelled,
+            None,
+            trace.tokens(),
+            0.0,
+            Some("Cancelled by the agent"),
+        );
+        tracing::info!(channel = %execution.channel, "cancel seen: reporting the outcome while the engine stops");
+        let entry = OutboxEntry {
+            command_id: execution.running.id,
+            body: completion,
+            attempts: 0,
+        };
+        self.deliver(&entry).await;
+    }
+
+    fn run_options(&self, trace: Arc<TraceKeeper>) -> Result<RunOptions, RelayError> {
+        let mut options = RunOptions::new(self.runtime.engine.clone());
+        options.provider = self.runtime.provider.clone();
+        let folder = match &self.config.folder {
+            Some(folder) => Some(folder.clone()),
+            None => self.state.folder()?,
+        };
+        options.tools = match folder {
+            Some(folder) => ToolRegistry::standard(Some(folder)).unwrap_or_else(|e| {
+                tracing::warn!("the fs tools are unavailable: {e}");
+                ToolRegistry::with_unusable_folder(Failure::failed(format!(
+                    "{}; choose another with `relay desktop folder DIR`",
+                    e.message
+                )))
+            }),
+            None => ToolRegistry::with_unusable_folder(Failure::invalid(
+                "no folder is set for the fs tools on this desktop; its owner sets one with `relay desktop folder DIR`",
+            )),
+        };
+        options.policy = self.state.policy()?;
+        options.approver = Arc::new(approver::OwnerApprover::new(
+            self.state.clone(),
+            self.clock.clone(),
+        ));
+        options.approval_timeout = self.config.approval_timeout;
+        let mut catalog = FolderCatalog::default();
+        for session in self.state.sessions()? {
+            catalog.insert(GraphSource {
+                meta: graph_js::Meta {
+                    name: session.name.clone(),
+                    slug: session.slug.clone(),
+                    version: session.version.clone(),
+                    description: session.description.clone(),
+                },
+                script: session.script.clone().into(),
+            });
+        }
+        options.catalog = Arc::new(catalog);
+        options.token_cap = self.config.token_cap;
+        options.max_concurrency = self.config.max_concurrency;
+        options.timeout = self.config.graph_timeout;
+        options.events = Arc::new(runner::host::events::FanOut(vec![
+            self.runtime.events.clone(),
+            trace,
+        ]));
+        Ok(options)
+    }
+}
+
+/// Reads the cancel flag every `interval` until it is set; then stops the run, once.
+async fn control_poll(api: DesktopApi, running: RunningCommand, interval: Duration) {
+    let id = running.id;
+    loop {
+        tokio::time::sleep(interval).await;
+        match api.control(&id).await {
+            Ok(true) => {
+                running.cancel();
+                return;
+            }
+            Ok(false) => {}
+            Err(ApiError::Unreachable(e)) => {
+                tracing::debug!(command = %id, "control poll failed, trying again: {e}")
+            }
+            Err(e) => tracing::warn!(command = %id, "control poll refused: {e}"),
+        }
+    }
+}
+
+/// Keeps a run's first [`MAX_TRACE_EVENTS`] events for the history.
+#[derive(Default)]
+struct TraceKeeper {
+    events: Mutex<Vec<Event>>,
+}
+
+impl TraceKeeper {
+    /// Tokens metered so far (the sum of finished turns).
+    fn tokens(&self) -> u64 {
+        let events = self
+            .events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        events
+            .iter()
+            .map(|e| match e.kind {
+                runner::host::events::EventKind::AgentTurn { tokens, .. } => tokens,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    fn to_json(&self) -> Value {
+        let events = self
+            .events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        serde_json::to_value(&*events).unwrap_or(Value::Null)
+    }
+}
+
+impl EventSink for TraceKeeper {
+    fn emit(&self, event: &Event) {
+        let mut events = self
+            .events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if events.len() < MAX_TRACE_EVENTS {
+            events.push(event.clone());
+        }
+    }
+}

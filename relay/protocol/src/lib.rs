@@ -1,0 +1,655 @@
+//! Wire types of the desktop API, shared by the service and the desktop relay (defined once).
+//!
+//! Every limit the two sides must agree on lives here as a named constant.
+
+pub mod clock;
+pub mod text;
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::clock::Timestamp;
+
+/// Most sessions one `sync` may carry; more rejects the whole sync.
+pub const MAX_SYNC_SESSIONS: usize = 100;
+/// Most queued commands one `sync` answer hands out (oldest first); the rest come next pass.
+pub const MAX_SYNC_COMMANDS: usize = 100;
+/// Largest completion whose JSON text still carries its `result`, in UTF-16 code units
+/// (JavaScript's `JSON.stringify(x).length`).
+pub const MAX_RESULT_CHARS: usize = 100_000;
+/// Longest error text a completion may carry, in characters.
+pub const MAX_ERROR_CHARS: usize = 2_000;
+/// Longest `execution_id`, in characters.
+pub const MAX_EXECUTION_ID_CHARS: usize = 128;
+/// Longest session name, in characters.
+pub const MAX_SESSION_NAME_CHARS: usize = 200;
+/// Longest session description, in characters.
+pub const MAX_SESSION_DESCRIPTION_CHARS: usize = 2_000;
+/// Longest session slug, in characters.
+pub const MAX_SESSION_SLUG_CHARS: usize = 100;
+/// Longest session version, in characters.
+pub const MAX_SESSION_VERSION_CHARS: usize = 64;
+/// Longest session status, in characters.
+pub const MAX_SESSION_STATUS_CHARS: usize = 32;
+/// The desktop's pass interval; agents are told to look about this long after queueing.
+pub const DESKTOP_POLL_INTERVAL_SECS: u64 = 20;
+/// Longest a long-polling `sync` is held (below the desktop's 30 s request timeout).
+pub const MAX_SYNC_WAIT_MS: u64 = 25_000;
+/// Most `running` commands one sync may name.
+pub const MAX_SYNC_RUNNING: usize = 16;
+
+/// Path prefix of the desktop API.
+pub const DESKTOP_API_PREFIX: &str = "/external-assistants/graph-relays";
+
+/// `POST`: upload a project's shared-session snapshot, get its queued commands.
+pub fn sync_path() -> String {
+    format!("{DESKTOP_API_PREFIX}/sync")
+}
+
+/// `POST`: the desktop started running a command.
+pub fn started_path(command_id: &CommandId) -> String {
+    format!("{DESKTOP_API_PREFIX}/commands/{command_id}/started")
+}
+
+/// `GET`: the cancel flag of a command; also the desktop's heartbeat for a running command.
+pub fn control_path(command_id: &CommandId) -> String {
+    format!("{DESKTOP_API_PREFIX}/commands/{command_id}/control")
+}
+
+/// `POST`: the outcome of a command.
+pub fn complete_path(command_id: &CommandId) -> String {
+    format!("{DESKTOP_API_PREFIX}/commands/{command_id}/complete")
+}
+
+/// A malformed identifier or field, with a message saying what is expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidInput(pub String);
+
+/// A graph session id: `gs_` followed by 32 lowercase hex characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct GraphSessionId(String);
+
+impl GraphSessionId {
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for GraphSessionId {
+    type Err = InvalidInput;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let well_formed = text.strip_prefix("gs_").is_some_and(|hex| {
+            hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        });
+        if well_formed {
+            Ok(GraphSessionId(text.to_owned()))
+        } else {
+            Err(InvalidInput(format!(
+                "graph session id `{}` is malformed: expected `gs_` followed by 32 lowercase hex characters",
+                shorten(text)
+            )))
+        }
+    }
+}
+
+impl TryFrom<String> for GraphSessionId {
+    type Error = InvalidInput;
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        text.parse()
+    }
+}
+
+impl From<GraphSessionId> for String {
+    fn from(id: GraphSessionId) -> String {
+        id.0
+    }
+}
+
+impl fmt::Display for GraphSessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A command (graph run) id: a UUID in its hyphenated form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct CommandId(uuid::Uuid);
+
+impl CommandId {
+    /// A fresh random id.
+    pub fn new_random() -> Self {
+        CommandId(uuid::Uuid::new_v4())
+    }
+
+    /// The UUID.
+    pub fn uuid(&self) -> uuid::Uuid {
+        self.0
+    }
+}
+
+impl FromStr for CommandId {
+    type Err = InvalidInput;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        // Only the hyphenated form: the simple, braced and URN spellings would give one command
+        // several ids, and ids travel in URLs and channel names.
+        const HYPHENATED_LEN: usize = 36;
+        match uuid::Uuid::try_parse(text) {
+            Ok(uuid) if text.len() == HYPHENATED_LEN => Ok(CommandId(uuid)),
+            _ => Err(InvalidInput(format!(
+                "command id `{}` is not a UUID like 123e4567-e89b-12d3-a456-426614174000",
+                shorten(text)
+            ))),
+        }
+    }
+}
+
+impl TryFrom<String> for CommandId {
+    type Error = InvalidInput;
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        text.parse()
+    }
+}
+
+impl From<CommandId> for String {
+    fn from(id: CommandId) -> String {
+        id.to_string()
+    }
+}
+
+impl fmt::Display for CommandId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0.hyphenated(), f)
+    }
+}
+
+/// The status of a graph run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Waiting for the desktop to pick it up.
+    Queued,
+    /// The desktop reported it started.
+    Running,
+    /// Finished with a result.
+    Completed,
+    /// Finished with an error.
+    Failed,
+    /// Stopped by a cancel, or never started because it was cancelled or unshared.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// All statuses, in lifecycle order.
+    pub const ALL: [RunStatus; 5] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
+
+    /// The status as its wire word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the run has ended; a terminal status never changes again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+        )
+    }
+}
+
+impl FromStr for RunStatus {
+    type Err = InvalidInput;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        RunStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == text)
+            .ok_or_else(|| InvalidInput(format!("unknown run status `{}`", shorten(text))))
+    }
+}
+
+impl fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a run ended, as the desktop reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CompletionStatus {
+    /// The graph returned a result.
+    Completed,
+    /// The graph failed.
+    Failed,
+    /// The run was stopped or never started.
+    Cancelled,
+}
+
+impl From<CompletionStatus> for RunStatus {
+    fn from(status: CompletionStatus) -> RunStatus {
+        match status {
+            CompletionStatus::Completed => RunStatus::Completed,
+            CompletionStatus::Failed => RunStatus::Failed,
+            CompletionStatus::Cancelled => RunStatus::Cancelled,
+        }
+    }
+}
+
+/// Metadata of one graph session shared with a project.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionMeta {
+    /// The session's durable id.
+    pub graph_session_id: GraphSessionId,
+    /// Display name.
+    pub name: String,
+    /// What the graph does.
+    #[serde(default)]
+    pub description: String,
+    /// The graph's slug; the desktop re-checks it before running.
+    pub slug: String,
+    /// The graph's version.
+    #[serde(default)]
+    pub version: String,
+    /// The session's status on the desktop.
+    #[serde(default)]
+    pub status: String,
+}
+
+impl SessionMeta {
+    /// Checks every field against its limit.
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        let id = &self.graph_session_id;
+        check_len(&format!("{id}: name"), &self.name, MAX_SESSION_NAME_CHARS)?;
+        check_len(
+            &format!("{id}: description"),
+            &self.description,
+            MAX_SESSION_DESCRIPTION_CHARS,
+        )?;
+        check_len(&format!("{id}: slug"), &self.slug, MAX_SESSION_SLUG_CHARS)?;
+        check_len(
+            &format!("{id}: version"),
+            &self.version,
+            MAX_SESSION_VERSION_CHARS,
+        )?;
+        check_len(
+            &format!("{id}: status"),
+            &self.status,
+            MAX_SESSION_STATUS_CHARS,
+        )?;
+        if self.slug.is_empty() {
+            return Err(InvalidInput(format!("{id}: slug must not be empty")));
+        }
+        Ok(())
+    }
+}
+
+/// `POST sync` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyncRequest {
+    /// The project this snapshot is for.
+    pub project_id: String,
+    /// Every session currently shared with the project (at most [`MAX_SYNC_SESSIONS`]).
+    pub sessions: Vec<SessionMeta>,
+    /// Long poll: hold the answer up to this many milliseconds (at most [`MAX_SYNC_WAIT_MS`])
+    /// until a command is queued for the project or one in `running` gets a cancel request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// Commands this desktop is running now: a cancel request on one ends a long poll at once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running: Vec<CommandId>,
+    /// Queued commands this desktop already knows of (from the previous answer): they do not
+    /// end a long poll again, so a desktop busy with one run does not spin on the others.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub known: Vec<CommandId>,
+    /// The shared sessions are the same as in this desktop's previous sync: `sessions` is
+    /// empty and the snapshot is kept (long polls re-issue often; rewriting it each time would
+    /// make every waiting desktop a writer).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sessions_unchanged: bool,
+}
+
+impl SyncRequest {
+    /// Checks the session count, every session, that no id repeats, and the long-poll fields.
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        if self.wait_ms.is_some_and(|wait| wait > MAX_SYNC_WAIT_MS) {
+            return Err(InvalidInput(format!(
+                "wait_ms may be at most {MAX_SYNC_WAIT_MS}"
+            )));
+        }
+        if self.running.len() > MAX_SYNC_RUNNING {
+            return Err(InvalidInput(format!(
+                "running names at most {MAX_SYNC_RUNNING} commands"
+            )));
+        }
+        if self.sessions_unchanged && !self.sessions.is_empty() {
+            return Err(InvalidInput(
+                "sessions_unchanged: true goes with an empty sessions list".into(),
+            ));
+        }
+        if self.known.len() > MAX_SYNC_COMMANDS {
+            return Err(InvalidInput(format!(
+                "known names at most {MAX_SYNC_COMMANDS} commands"
+            )));
+        }
+        if self.sessions.len() > MAX_SYNC_SESSIONS {
+            return Err(InvalidInput(format!(
+                "a sync carries at most {MAX_SYNC_SESSIONS} sessions, this one has {}: share fewer sessions with the project",
+                self.sessions.len()
+            )));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for session in &self.sessions {
+            session.validate()?;
+            if !seen.insert(session.graph_session_id.as_str()) {
+                return Err(InvalidInput(format!(
+                    "session {} appears twice in one sync",
+                    session.graph_session_id
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A queued command handed to the desktop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueuedCommand {
+    /// The command id; also names the run's channel `graph:external:<command id>`.
+    pub command_id: CommandId,
+    /// The session to run.
+    pub graph_session_id: GraphSessionId,
+    /// The session's slug when the command was queued; the desktop re-checks it.
+    pub slug: String,
+    /// The graph's arguments (a JSON object).
+    pub arguments: Map<String, Value>,
+    /// When the agent queued it.
+    pub created_at: Timestamp,
+}
+
+/// `POST sync` answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyncResponse {
+    /// The project synced.
+    pub project_id: String,
+    /// The project's queued commands, oldest first (at most [`MAX_SYNC_COMMANDS`]).
+    pub commands: Vec<QueuedCommand>,
+    /// Of the request's `running` commands, those with a cancel request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cancel_requested: Vec<CommandId>,
+}
+
+/// `POST commands/{id}/started` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartedRequest {
+    /// The desktop's id for this execution (its run history key).
+    pub execution_id: String,
+}
+
+/// `POST commands/{id}/started` answer (200).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartedResponse {
+    /// Always true on 200.
+    pub ok: bool,
+    /// True when this was a repeat of an earlier identical `started`.
+    pub replayed: bool,
+    /// Whether the agent already asked to cancel.
+    pub cancel_requested: bool,
+}
+
+/// `GET commands/{id}/control` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlResponse {
+    /// Stop the run: the agent cancelled it, or the service no longer expects its result.
+    pub cancel_requested: bool,
+}
+
+/// `POST commands/{id}/complete` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompleteRequest {
+    /// The desktop's id for this execution.
+    pub execution_id: String,
+    /// How the run ended.
+    pub status: CompletionStatus,
+    /// The graph's result, when the whole completion fits [`MAX_RESULT_CHARS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// True instead of `result` when the result did not fit.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub result_truncated: bool,
+    /// Tokens the run metered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_tokens: Option<u64>,
+    /// Cost the run reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_cost: Option<f64>,
+    /// Error text, at most [`MAX_ERROR_CHARS`] characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+impl CompleteRequest {
+    /// Checks the limits a completion must respect.
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        check_execution_id(&self.execution_id)?;
+        if self.result_truncated && self.result.is_some() {
+            return Err(InvalidInput(
+                "a completion carries either `result` or `result_truncated: true`, not both".into(),
+            ));
+        }
+        if let Some(error) = &self.error {
+            check_len("error", error, MAX_ERROR_CHARS)?;
+        }
+        if let Some(cost) = self.reported_cost
+            && !(cost.is_finite() && cost >= 0.0)
+        {
+            return Err(InvalidInput(
+                "reported_cost must be a finite number of at least 0".into(),
+            ));
+        }
+        if self.result.is_some() {
+            let length = json_utf16_len(&self.bounded_view());
+            if length > MAX_RESULT_CHARS {
+                return Err(InvalidInput(format!(
+                    "the completion's JSON text is {length} characters, more than {MAX_RESULT_CHARS}: post `result_truncated: true` without `result` instead"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The object whose JSON length decides whether the result fits:
+    /// `{execution_id, status, result, total_tokens, reported_cost}`.
+    pub fn bounded_view(&self) -> Value {
+        serde_json::json!({
+            "execution_id": self.execution_id,
+            "status": self.status,
+            "result": self.result,
+            "total_tokens": self.total_tokens,
+            "reported_cost": self.reported_cost,
+        })
+    }
+}
+
+/// `POST commands/{id}/complete` answer (200).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompleteResponse {
+    /// Always true on 200.
+    pub ok: bool,
+    /// True when this repeated an identical, already recorded completion.
+    pub replayed: bool,
+}
+
+/// The body of every non-2xx desktop API answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// What was wrong and what to do.
+    pub error: String,
+    /// The command's status, when the refusal is about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<RunStatus>,
+}
+
+/// Checks an `execution_id`: non-empty, at most [`MAX_EXECUTION_ID_CHARS`] characters.
+pub fn check_execution_id(execution_id: &str) -> Result<(), InvalidInput> {
+    if execution_id.trim().is_empty() {
+        return Err(InvalidInput("execution_id must not be empty".into()));
+    }
+    check_len("execution_id", execution_id, MAX_EXECUTION_ID_CHARS)
+}
+
+fn check_len(what: &str, text: &str, max_chars: usize) -> Result<(), InvalidInput> {
+    let chars = text.chars().count();
+    if chars > max_chars {
+        return Err(InvalidInput(format!(
+            "{what} is {chars} characters long, at most {max_chars} are allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// Length of `value`'s JSON text in UTF-16 code units: JavaScript's `JSON.stringify(x).length`.
+pub fn json_utf16_len(value: &impl Serialize) -> usize {
+    struct Utf16Counter(usize);
+    impl std::io::Write for Utf16Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            // Counting lead bytes works however serde_json splits its writes: continuation
+            // bytes count zero, a 4-byte sequence is one surrogate pair (two units).
+            self.0 += bytes
+                .iter()
+                .map(|&b| match b {
+                    0x80..=0xBF => 0,
+                    0xF0..=0xFF => 2,
+                    _ => 1,
+                })
+                .sum::<usize>();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Utf16Counter(0);
+    match serde_json::to_writer(&mut counter, value) {
+        Ok(()) => counter.0,
+        Err(_) => usize::MAX,
+    }
+}
+
+/// At most 40 characters of `text`, for quoting untrusted input in messages.
+fn shorten(text: &str) -> String {
+    const QUOTE_CHARS: usize = 40;
+    if text.chars().count() <= QUOTE_CHARS {
+        text.to_owned()
+    } else {
+        let head: String = text.chars().take(QUOTE_CHARS).collect();
+        format!("{head}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn graph_session_ids_are_gs_and_32_lowercase_hex() {
+        let good = format!("gs_{}", "0123456789abcdef".repeat(2));
+        assert!(good.parse::<GraphSessionId>().is_ok());
+        for bad in [
+            format!("gs_{}", "0123456789ABCDEF".repeat(2)),
+            format!("gs_{}", "a".repeat(31)),
+            format!("gs_{}", "a".repeat(33)),
+            format!("xs_{}", "a".repeat(32)),
+            format!("gs_{}g", "a".repeat(31)),
+            String::new(),
+        ] {
+            assert!(bad.parse::<GraphSessionId>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn command_ids_are_hyphenated_uuids() {
+        let id = CommandId::new_random();
+        assert_eq!(id.to_string().parse::<CommandId>(), Ok(id));
+        let simple = id.uuid().simple().to_string();
+        assert!(simple.parse::<CommandId>().is_err());
+        assert!(format!("{{{id}}}").parse::<CommandId>().is_err());
+        assert!("not-a-uuid".parse::<CommandId>().is_err());
+    }
+
+    #[test]
+    fn utf16_length_counts_like_javascript() {
+        assert_eq!(json_utf16_len(&"abc"), 5);
+        // Japanese: one unit each, three UTF-8 bytes each.
+        assert_eq!(json_utf16_len(&"日本語"), 5);
+        // An emoji outside the BMP is a surrogate pair: two units.
+        assert_eq!(json_utf16_len(&"😀"), 4);
+        assert_eq!(json_utf16_len(&"\n"), 4);
+    }
+
+    fn completion_with_text(text: String) -> CompleteRequest {
+        CompleteRequest {
+            execution_id: "e".into(),
+            status: CompletionStatus::Completed,
+            result: Some(Value::String(text)),
+            result_truncated: false,
+            total_tokens: Some(1),
+            reported_cost: Some(0.0),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn completion_result_limit_is_exact() {
+        let overhead = json_utf16_len(&completion_with_text(String::new()).bounded_view());
+        let fits = completion_with_text("日".repeat(MAX_RESULT_CHARS - overhead));
+        assert_eq!(json_utf16_len(&fits.bounded_view()), MAX_RESULT_CHARS);
+        assert!(fits.validate().is_ok());
+        let too_long = completion_with_text("日".repeat(MAX_RESULT_CHARS - overhead + 1));
+        assert!(too_long.validate().is_err());
+    }
+
+    #[test]
+    fn sync_session_limit_is_exact() {
+        let session = |i: usize| SessionMeta {
+            graph_session_id: format!("gs_{i:032x}").parse().unwrap(),
+            name: "n".into(),
+            description: String::new(),
+            slug: "s".into(),
+            version: "1".into(),
+            status: "active".into(),
+        };
+        let mut sync = SyncRequest {
+            project_id: "p".into(),
+            sessions: (0..MAX_SYNC_SESSIONS).map(session).collect(),
+            wait_ms: None,
+            running: Vec::new(),
+            known: Vec::new(),
+            sessions_unchanged: false,
+        };
+        assert!(sync.validate().is_ok());
+        sync.sessions.push(session(MAX_SYNC_SESSIONS));
+        assert!(sync.validate().is_err());
+    }
+}

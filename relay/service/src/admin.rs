@@ -1,0 +1,278 @@
+//! Operator actions behind `relay admin`: projects and tokens, made and listed.
+
+use serde::Serialize;
+
+use super::AppState;
+use super::auth::{Scope, hash_token, looks_like_token, mint_token};
+use super::store::{ProjectRecord, StoreError, TokenKind, TokenRecord};
+use relay_protocol::clock::Timestamp;
+
+/// The owner a project belongs to when the operator names none (a single-owner install).
+pub const DEFAULT_OWNER: &str = "default";
+/// Longest project, owner or agent name, in characters.
+pub const MAX_NAME_CHARS: usize = 200;
+
+/// Why an operator action failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// Bad input; says what to do.
+    #[error("{0}")]
+    Invalid(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A project as `relay admin` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProjectInfo {
+    /// Its id.
+    pub project_id: String,
+    /// Its name.
+    pub name: String,
+    /// Its owner's id.
+    pub owner_id: String,
+    /// Its owner's name.
+    pub owner: String,
+    /// When it was created.
+    pub created_at: Timestamp,
+}
+
+/// What kind of token to mint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSpec {
+    /// For the desktop of the project's owner.
+    Desktop,
+    /// For the owner's own API.
+    Owner,
+    /// For one connected agent on the project.
+    Agent {
+        /// Display name.
+        name: String,
+        /// Scope strings, e.g. `osfoundry:read`.
+        scopes: Vec<String>,
+    },
+}
+
+/// A minted token: the text is shown here once and never again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CreatedToken {
+    /// The id to revoke it by.
+    pub token_id: String,
+    /// The token text.
+    pub token: String,
+    /// `desktop`, `agent` or `owner`.
+    pub kind: &'static str,
+    /// The project it was minted for.
+    pub project_id: String,
+    /// The owner it acts for.
+    pub owner_id: String,
+    /// The agent's name (agent tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_name: Option<String>,
+    /// Granted scopes (agent tokens).
+    pub scopes: Vec<String>,
+}
+
+/// A token as `relay admin token list` shows it: everything but its secret, which the service
+/// never kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TokenInfo {
+    /// The id to revoke it by.
+    pub token_id: String,
+    /// `desktop`, `agent` or `owner`.
+    pub kind: &'static str,
+    /// The owner it acts for.
+    pub owner_id: String,
+    /// The project (agent tokens; desktop and owner tokens cover all the owner's projects).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    /// The agent's name (agent tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_name: Option<String>,
+    /// Granted scopes (agent tokens).
+    pub scopes: Vec<String>,
+    /// When it was minted.
+    pub created_at: Timestamp,
+    /// When it was revoked; none while it works.
+    pub revoked_at: Option<Timestamp>,
+}
+
+/// A revoked token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RevokedToken {
+    /// Its id.
+    pub token_id: String,
+    /// False when it had been revoked before.
+    pub newly_revoked: bool,
+}
+
+fn check_name(what: &str, name: &str) -> Result<(), AdminError> {
+    let chars = name.chars().count();
+    if name.trim().is_empty() || chars > MAX_NAME_CHARS {
+        return Err(AdminError::Invalid(format!(
+            "{what} must be 1 to {MAX_NAME_CHARS} characters and not blank"
+        )));
+    }
+    Ok(())
+}
+
+/// Creates project `name` for the owner named `owner` (created if new).
+pub async fn create_project(
+    app: &AppState,
+    name: &str,
+    owner: Option<&str>,
+) -> Result<ProjectInfo, AdminError> {
+    let owner = owner.unwrap_or(DEFAULT_OWNER);
+    check_name("the project name", name)?;
+    check_name("the owner name", owner)?;
+    let now = app.clock.now();
+    let owner = app.store.ensure_owner(owner, now).await?;
+    let project = ProjectRecord {
+        id: uuid::Uuid::new_v4().to_string(),
+        owner_id: owner.id.clone(),
+        name: name.to_owned(),
+        created_at: now,
+    };
+    app.store.insert_project(project.clone()).await?;
+    Ok(ProjectInfo {
+        project_id: project.id,
+        name: project.name,
+        owner_id: owner.id,
+        owner: owner.name,
+        created_at: now,
+    })
+}
+
+/// Every project with its owner, oldest first.
+pub async fn list_projects(app: &AppState) -> Result<Vec<ProjectInfo>, AdminError> {
+    let owners = app.store.owners().await?;
+    let projects = app.store.projects().await?;
+    Ok(projects
+        .into_iter()
+        .map(|project| {
+            let owner = owners
+                .iter()
+                .find(|o| o.id == project.owner_id)
+                .map_or_else(|| project.owner_id.clone(), |o| o.name.clone());
+            ProjectInfo {
+                project_id: project.id,
+                name: project.name,
+                owner_id: project.owner_id,
+                owner,
+                created_at: project.created_at,
+            }
+        })
+        .collect())
+}
+
+/// The tokens that reach `project_id`, revoked ones too, oldest first: its agents' tokens and
+/// its owner's desktop and owner tokens (which cover all of the owner's projects).
+pub async fn list_tokens(app: &AppState, project_id: &str) -> Result<Vec<TokenInfo>, AdminError> {
+    let project = known_project(app, project_id).await?;
+    let tokens = app.store.tokens_of_owner(&project.owner_id).await?;
+    Ok(tokens
+        .into_iter()
+        .filter(|t| t.kind != TokenKind::Agent || t.project_id.as_deref() == Some(project_id))
+        .map(|t| TokenInfo {
+            token_id: t.id,
+            kind: t.kind.as_str(),
+            owner_id: t.owner_id,
+            project_id: t.project_id,
+            agent_name: t.agent_name,
+            scopes: t.scopes,
+            created_at: t.created_at,
+            revoked_at: t.revoked_at,
+        })
+        .collect())
+}
+
+/// The project with this id, or an error that says how to make one.
+async fn known_project(app: &AppState, project_id: &str) -> Result<ProjectRecord, AdminError> {
+    app.store.project(project_id).await?.ok_or_else(|| {
+        AdminError::Invalid(format!(
+            "no project with id `{project_id}`: `relay admin project list` shows them, `relay admin project create NAME` makes one"
+        ))
+    })
+}
+
+/// Mints a token for `project_id` (a desktop or owner token covers the project's owner).
+pub async fn create_token(
+    app: &AppState,
+    project_id: &str,
+    spec: TokenSpec,
+) -> Result<CreatedToken, AdminError> {
+    let project = known_project(app, project_id).await?;
+    let (kind, agent_name, scopes) = match spec {
+        TokenSpec::Desktop => (TokenKind::Desktop, None, Vec::new()),
+        TokenSpec::Owner => (TokenKind::Owner, None, Vec::new()),
+        TokenSpec::Agent { name, scopes } => {
+            check_name("the agent name", &name)?;
+            let mut parsed = Vec::new();
+            for scope in &scopes {
+                let scope = Scope::parse(scope).ok_or_else(|| {
+                    AdminError::Invalid(format!(
+                        "unknown scope `{scope}`: use {} or {}",
+                        Scope::Read,
+                        Scope::Run
+                    ))
+                })?;
+                if !parsed.contains(&scope) {
+                    parsed.push(scope);
+                }
+            }
+            if parsed.is_empty() {
+                return Err(AdminError::Invalid(format!(
+                    "an agent token needs at least one --scope ({} and/or {})",
+                    Scope::Read,
+                    Scope::Run
+                )));
+            }
+            parsed.sort();
+            let scopes = parsed.iter().map(|s| s.as_str().to_owned()).collect();
+            (TokenKind::Agent, Some(name), scopes)
+        }
+    };
+    let minted = mint_token(kind)
+        .map_err(|e| AdminError::Invalid(format!("the system has no randomness: {e}")))?;
+    let record = TokenRecord {
+        id: uuid::Uuid::new_v4().to_string(),
+        kind,
+        token_hash: minted.hash,
+        owner_id: project.owner_id.clone(),
+        project_id: (kind == TokenKind::Agent).then(|| project.id.clone()),
+        agent_name: agent_name.clone(),
+        scopes: scopes.clone(),
+        created_at: app.clock.now(),
+        revoked_at: None,
+    };
+    app.store.insert_token(record.clone()).await?;
+    Ok(CreatedToken {
+        token_id: record.id,
+        token: minted.text,
+        kind: kind.as_str(),
+        project_id: project.id,
+        owner_id: project.owner_id,
+        agent_name,
+        scopes,
+    })
+}
+
+/// Revokes a token given its id or its text; it stops working on the next request.
+pub async fn revoke_token(app: &AppState, id_or_token: &str) -> Result<RevokedToken, AdminError> {
+    let record = if looks_like_token(id_or_token) {
+        app.store.token_by_hash(&hash_token(id_or_token)).await?
+    } else {
+        app.store.token(id_or_token).await?
+    };
+    let record = record.ok_or_else(|| {
+        AdminError::Invalid(format!(
+            "no token with id `{id_or_token}`: pass a token_id that `relay admin token list --project ID` shows, or the token itself"
+        ))
+    })?;
+    let newly_revoked = app.store.revoke_token(&record.id, app.clock.now()).await?;
+    Ok(RevokedToken {
+        token_id: record.id,
+        newly_revoked,
+    })
+}

@@ -1,0 +1,113 @@
+//! The lazy sweep: lapsed leases go back to `queued`, day-old tasks to `expired`.
+//!
+//! There is no timer: every read, claim and submit sweeps first. The sweep is a write, and a
+//! write transaction serialises every poller behind SQLite's one write lock even when it
+//! changes nothing, so by default it hides behind a read-only guard (an indexed
+//! `SELECT ... LIMIT 1`): an empty poll never takes the write lock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::AppState;
+use crate::store::{StoreError, SweepCounts, TaskRecord};
+
+/// How reads sweep before they look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SweepMode {
+    /// Check read-only whether anything is due; write only then. The product's mode.
+    #[default]
+    Guarded,
+    /// Run the sweep's write transaction on every read (the first version, kept for the
+    /// benchmark that shows what the guard saves).
+    Unguarded,
+    /// Never sweep (the benchmark's baseline; leases and expiry then never apply).
+    Off,
+}
+
+impl SweepMode {
+    /// Every mode, in the benchmark's order.
+    pub const ALL: [SweepMode; 3] = [SweepMode::Off, SweepMode::Unguarded, SweepMode::Guarded];
+
+    /// A short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            SweepMode::Off => "no sweep",
+            SweepMode::Unguarded => "unguarded sweep",
+            SweepMode::Guarded => "guarded sweep",
+        }
+    }
+}
+
+/// How often the sweep looked and how often it wrote, since the service started.
+#[derive(Debug, Default)]
+pub struct SweepStats {
+    guard_checks: AtomicU64,
+    write_transactions: AtomicU64,
+}
+
+impl SweepStats {
+    /// Read-only guard checks made.
+    pub fn guard_checks(&self) -> u64 {
+        self.guard_checks.load(Ordering::Relaxed)
+    }
+
+    /// Sweep write transactions run (each took the write lock).
+    pub fn write_transactions(&self) -> u64 {
+        self.write_transactions.load(Ordering::Relaxed)
+    }
+}
+
+/// Sweeps what is due at the clock's now, as the service's [`SweepMode`] says.
+pub async fn sweep(app: &AppState) -> Result<SweepCounts, StoreError> {
+    match app.config.task_sweep {
+        SweepMode::Off => return Ok(SweepCounts::default()),
+        SweepMode::Unguarded => {}
+        SweepMode::Guarded => {
+            app.task_sweeps.guard_checks.fetch_add(1, Ordering::Relaxed);
+            if !app.store.tasks_due(app.clock.now()).await? {
+                return Ok(SweepCounts::default());
+            }
+        }
+    }
+    write_sweep(app).await
+}
+
+/// The sweep's write transaction, unconditionally.
+async fn write_sweep(app: &AppState) -> Result<SweepCounts, StoreError> {
+    app.task_sweeps
+        .write_transactions
+        .fetch_add(1, Ordering::Relaxed);
+    let counts = app.store.sweep_tasks(app.clock.now()).await?;
+    if counts.requeued > 0 || counts.expired > 0 {
+        tracing::info!(
+            requeued = counts.requeued,
+            expired = counts.expired,
+            "chat tasks swept"
+        );
+    }
+    Ok(counts)
+}
+
+/// Up to `limit` open tasks of the link after sweeping what is due: the inbox read. In the
+/// guarded mode the guard and the read share one store call, so an empty poll costs one
+/// indexed probe more than no sweep at all.
+pub async fn open_tasks(
+    app: &AppState,
+    chat_link_id: &str,
+    limit: usize,
+) -> Result<Vec<TaskRecord>, StoreError> {
+    if app.config.task_sweep == SweepMode::Guarded {
+        app.task_sweeps.guard_checks.fetch_add(1, Ordering::Relaxed);
+        let now = app.clock.now();
+        if let Some(tasks) = app
+            .store
+            .open_tasks_unless_due(chat_link_id, limit, now)
+            .await?
+        {
+            return Ok(tasks);
+        }
+        write_sweep(app).await?;
+    } else {
+        sweep(app).await?;
+    }
+    app.store.open_tasks(chat_link_id, limit).await
+}

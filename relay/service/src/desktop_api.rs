@@ -1,0 +1,96 @@
+//! The desktop relay's HTTP API (desktop token, JSON, size-limited bodies). Handlers decode,
+//! call one function of `runs`/`sessions`, encode.
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use relay_protocol::{
+    CommandId, CompleteRequest, CompleteResponse, ControlResponse, DESKTOP_API_PREFIX,
+    StartedRequest, StartedResponse, SyncRequest, SyncResponse,
+};
+
+use crate::AppState;
+use crate::edge::{ApiError, ApiResult, Desktop, JsonBody};
+use crate::{runs, sessions};
+
+/// Largest desktop request body: a completion may carry 100,000 UTF-16 units of JSON, which is
+/// at most a few hundred KiB of UTF-8.
+pub const MAX_DESKTOP_BODY_BYTES: usize = 1024 * 1024;
+
+/// The desktop API routes.
+pub fn routes(app: Arc<AppState>) -> Router {
+    Router::new()
+        .route(&format!("{DESKTOP_API_PREFIX}/sync"), post(sync))
+        .route(
+            &format!("{DESKTOP_API_PREFIX}/commands/{{id}}/started"),
+            post(started),
+        )
+        .route(
+            &format!("{DESKTOP_API_PREFIX}/commands/{{id}}/control"),
+            get(control),
+        )
+        .route(
+            &format!("{DESKTOP_API_PREFIX}/commands/{{id}}/complete"),
+            post(complete),
+        )
+        .layer(DefaultBodyLimit::max(MAX_DESKTOP_BODY_BYTES))
+        .with_state(app)
+}
+
+async fn sync(
+    State(app): State<Arc<AppState>>,
+    Desktop(desktop): Desktop,
+    JsonBody(request): JsonBody<SyncRequest>,
+) -> ApiResult<SyncResponse> {
+    Ok(Json(sessions::sync_project(&app, &desktop, request).await?))
+}
+
+async fn started(
+    State(app): State<Arc<AppState>>,
+    Command(id): Command,
+    Desktop(desktop): Desktop,
+    JsonBody(request): JsonBody<StartedRequest>,
+) -> ApiResult<StartedResponse> {
+    Ok(Json(
+        runs::command_started(&app, &desktop, id, &request).await?,
+    ))
+}
+
+async fn control(
+    State(app): State<Arc<AppState>>,
+    Command(id): Command,
+    Desktop(desktop): Desktop,
+) -> ApiResult<ControlResponse> {
+    Ok(Json(runs::command_control(&app, &desktop, id).await?))
+}
+
+async fn complete(
+    State(app): State<Arc<AppState>>,
+    Command(id): Command,
+    Desktop(desktop): Desktop,
+    JsonBody(request): JsonBody<CompleteRequest>,
+) -> ApiResult<CompleteResponse> {
+    Ok(Json(
+        runs::command_completed(&app, &desktop, id, &request).await?,
+    ))
+}
+
+/// The command id of the path, parsed before the token is checked (a malformed id is a 400).
+struct Command(CommandId);
+
+impl FromRequestParts<Arc<AppState>> for Command {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        app: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let Path(id) = Path::<String>::from_request_parts(parts, app)
+            .await
+            .map_err(|e| ApiError::BadRequest(e.body_text()))?;
+        Ok(Command(runs::parse_command_id(&id)?))
+    }
+}

@@ -1,0 +1,201 @@
+//! What every JSON HTTP API of the service (the desktop API, the owner API) does alike at its
+//! edge: who is asking ([`Desktop`], [`Owner`] extractors), the body ([`JsonBody`]), and one
+//! error type ([`ApiError`]) that answers every refusal as `{"error": "...", "status"?: "..."}`.
+//! A handler is then decode → one domain function → respond.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use relay_protocol::{ErrorBody, RunStatus};
+use serde::de::DeserializeOwned;
+
+use crate::AppState;
+use crate::auth::{
+    AuthError, DesktopIdentity, Identity, OwnerIdentity, authenticate, bearer_token,
+};
+use crate::chat_tasks::TaskError;
+use crate::runs::{DesktopError, RunError};
+
+/// Why a request to a JSON API was refused; its [`IntoResponse`] is the one error shape.
+#[derive(Debug)]
+pub enum ApiError {
+    /// The bearer token was missing, unknown, revoked or of the wrong kind.
+    Auth(AuthError),
+    /// A refusal of the desktop API's domain functions.
+    Desktop(DesktopError),
+    /// A refusal of the chat tasks' domain functions.
+    Task(TaskError),
+    /// The body (or a path part) could not be read as this endpoint's input.
+    BadRequest(String),
+    /// The body was larger than the endpoint takes.
+    TooLarge(String),
+}
+
+impl From<AuthError> for ApiError {
+    fn from(error: AuthError) -> Self {
+        ApiError::Auth(error)
+    }
+}
+
+impl From<DesktopError> for ApiError {
+    fn from(error: DesktopError) -> Self {
+        ApiError::Desktop(error)
+    }
+}
+
+impl From<TaskError> for ApiError {
+    fn from(error: TaskError) -> Self {
+        ApiError::Task(error)
+    }
+}
+
+impl ApiError {
+    /// The status, the message and (for a refusal about a command) the command's status.
+    fn parts(self) -> (StatusCode, String, Option<RunStatus>) {
+        match self {
+            ApiError::Auth(AuthError::Store(error)) => {
+                tracing::error!(%error, "token check failed");
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the service cannot check tokens right now; retry later".to_owned(),
+                    None,
+                )
+            }
+            ApiError::Auth(error) => (StatusCode::UNAUTHORIZED, error.to_string(), None),
+            ApiError::BadRequest(message) => (StatusCode::BAD_REQUEST, message, None),
+            ApiError::TooLarge(message) => (StatusCode::PAYLOAD_TOO_LARGE, message, None),
+            ApiError::Desktop(error) => desktop_parts(error),
+            ApiError::Task(error) => {
+                let (status, message) = task_parts(error);
+                (status, message, None)
+            }
+        }
+    }
+}
+
+fn desktop_parts(error: DesktopError) -> (StatusCode, String, Option<RunStatus>) {
+    match error {
+        DesktopError::BadRequest(message) => (StatusCode::BAD_REQUEST, message, None),
+        DesktopError::Forbidden(message) => (StatusCode::FORBIDDEN, message, None),
+        DesktopError::NotFound(message) => (StatusCode::NOT_FOUND, message, None),
+        DesktopError::Conflict { message, status } => (StatusCode::CONFLICT, message, Some(status)),
+        DesktopError::Run(RunError::Contended) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            RunError::Contended.to_string(),
+            None,
+        ),
+        DesktopError::Run(error) => {
+            tracing::error!(%error, "desktop request failed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the service failed to record this; retry later".to_owned(),
+                None,
+            )
+        }
+    }
+}
+
+fn task_parts(error: TaskError) -> (StatusCode, String) {
+    match error {
+        TaskError::Invalid(message) => (StatusCode::BAD_REQUEST, message),
+        TaskError::LinkNotFound | TaskError::TaskNotFound | TaskError::ArtifactNotFound => {
+            (StatusCode::NOT_FOUND, error.to_string())
+        }
+        TaskError::Conflict(_) | TaskError::Refused(_) => (StatusCode::CONFLICT, error.to_string()),
+        TaskError::Contended => (StatusCode::SERVICE_UNAVAILABLE, error.to_string()),
+        TaskError::Store(error) => {
+            tracing::error!(%error, "owner request failed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the service failed to record this; retry later".to_owned(),
+            )
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, error, run_status) = self.parts();
+        let body = ErrorBody {
+            error,
+            status: run_status,
+        };
+        (status, axum::Json(body)).into_response()
+    }
+}
+
+/// A JSON API's answer: the value as JSON with 200, or the refusal.
+pub type ApiResult<T> = Result<axum::Json<T>, ApiError>;
+
+/// The identity behind the request's bearer token, checked against the store.
+async fn identity(parts: &Parts, app: &AppState) -> Result<Identity, ApiError> {
+    let token = bearer_token(parts.headers.get(header::AUTHORIZATION));
+    Ok(authenticate(app, token).await?)
+}
+
+/// The desktop relay making the request (a desktop token, else 401).
+pub struct Desktop(pub DesktopIdentity);
+
+impl FromRequestParts<Arc<AppState>> for Desktop {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        app: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let desktop = identity(parts, app).await?.into_desktop()?;
+        Ok(Desktop(desktop))
+    }
+}
+
+/// The owner making the request (an owner token, else 401).
+pub struct Owner(pub OwnerIdentity);
+
+impl FromRequestParts<Arc<AppState>> for Owner {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        app: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let owner = identity(parts, app).await?.into_owner()?;
+        Ok(Owner(owner))
+    }
+}
+
+/// A JSON body read within the route's `DefaultBodyLimit` and decoded as `T`; a body that is
+/// too large or not this endpoint's JSON is refused in the one error shape.
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let body = axum::body::Bytes::from_request(request, state)
+            .await
+            .map_err(body_rejection)?;
+        serde_json::from_slice(&body).map(JsonBody).map_err(|e| {
+            ApiError::BadRequest(format!(
+                "the request body is not valid JSON for this endpoint: {e}"
+            ))
+        })
+    }
+}
+
+fn body_rejection(rejection: BytesRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::TooLarge(format!(
+            "the request body is too large for this endpoint: {}",
+            rejection.body_text()
+        ))
+    } else {
+        ApiError::BadRequest(format!(
+            "the request body could not be read: {}",
+            rejection.body_text()
+        ))
+    }
+}

@@ -1,0 +1,155 @@
+//! The relay service: MCP tools for chat agents, the durable run queue, linked chat tasks,
+//! auth, the desktop API and the owner API, as one axum app over an injected [`Store`] and
+//! [`Clock`].
+//!
+//! The router needs no sockets ([`router`] is a tower service), so tests and the simulator can
+//! call it in-process; [`serve`] runs it on a TCP listener.
+
+pub mod admin;
+pub mod auth;
+pub mod chat_tasks;
+pub mod desktop_api;
+pub mod edge;
+pub mod mcp;
+pub mod notify;
+pub mod oauth;
+pub mod owner_api;
+pub mod runs;
+pub mod sessions;
+pub mod store;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use tokio_util::sync::CancellationToken;
+
+use chat_tasks::sweep::{SweepMode, SweepStats};
+use relay_protocol::DESKTOP_POLL_INTERVAL_SECS;
+use relay_protocol::clock::Clock;
+pub use store::Store;
+
+/// How often [`serve`] fails runs whose desktop went silent (reads also check lazily).
+pub const SILENCE_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Tunables of the service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceConfig {
+    /// A running run with no control poll for this long is failed.
+    pub silence_timeout: Duration,
+    /// When agents are told to look at a run (about one desktop poll interval).
+    pub poll_hint: Duration,
+    /// The public base URL (e.g. `https://relay.example.com`) used in OAuth metadata; when
+    /// unset it is derived from each request's Host.
+    pub public_url: Option<String>,
+    /// How long a chat task's claim holds before the task returns to the queue; zero
+    /// disables leases (a claim then holds until the task finishes, is cancelled or expires).
+    pub task_lease: Duration,
+    /// How reads sweep lapsed leases and expired tasks; anything but the default is for the
+    /// empty-poll benchmark.
+    pub task_sweep: SweepMode,
+    /// Claim chat tasks by read-then-write instead of one conditional write, so the race test
+    /// can show it catches the double claims that causes. Exists only with the `naive-claim`
+    /// feature, which only the service's own tests enable.
+    #[cfg(feature = "naive-claim")]
+    pub naive_claim: bool,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            silence_timeout: runs::DEFAULT_SILENCE_TIMEOUT,
+            poll_hint: Duration::from_secs(DESKTOP_POLL_INTERVAL_SECS),
+            public_url: None,
+            task_lease: chat_tasks::DEFAULT_TASK_LEASE,
+            task_sweep: SweepMode::default(),
+            #[cfg(feature = "naive-claim")]
+            naive_claim: false,
+        }
+    }
+}
+
+/// Everything a request handler needs: the store, the clock, the configuration.
+///
+/// Later additions that serve all handlers (e.g. a run-change notifier for long polls) belong
+/// here too.
+pub struct AppState {
+    /// Durable state.
+    pub store: Arc<dyn Store>,
+    /// The only source of time.
+    pub clock: Arc<dyn Clock>,
+    /// Tunables.
+    pub config: ServiceConfig,
+    /// Cancelled when the service shuts down; ends open MCP sessions and streams.
+    pub shutdown: CancellationToken,
+    /// Wakes long polls (`sync` with a wait, `get_graph_run` with a wait).
+    pub notifier: Arc<dyn notify::Notifier>,
+    /// What the chat tasks' lazy sweep did (guard checks, write transactions).
+    pub task_sweeps: SweepStats,
+}
+
+impl AppState {
+    /// State over `store` and `clock`.
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: ServiceConfig) -> Arc<Self> {
+        Arc::new(AppState {
+            store,
+            clock,
+            config,
+            shutdown: CancellationToken::new(),
+            notifier: Arc::new(notify::LocalNotifier::default()),
+            task_sweeps: SweepStats::default(),
+        })
+    }
+}
+
+/// The whole service as one router: `/mcp`, the desktop API, the owner API and the OAuth
+/// metadata.
+pub fn router(app: Arc<AppState>) -> Router {
+    let metadata = Router::new()
+        .route(
+            oauth::PROTECTED_RESOURCE_PATH,
+            get(oauth::protected_resource_metadata),
+        )
+        .route(
+            &format!("{}{}", oauth::PROTECTED_RESOURCE_PATH, mcp::MCP_PATH),
+            get(oauth::protected_resource_metadata),
+        )
+        .with_state(app.clone());
+    Router::new()
+        .merge(mcp::routes(app.clone()))
+        .merge(desktop_api::routes(app.clone()))
+        .merge(owner_api::routes(app))
+        .merge(metadata)
+}
+
+/// Serves [`router`] on `listener` until `shutdown` resolves, sweeping silent runs meanwhile.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Arc<AppState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let sweeper = tokio::spawn(sweep_silent_runs(app.clone()));
+    let stop = app.shutdown.clone();
+    let result = axum::serve(listener, router(app.clone()))
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            // Open MCP streams would otherwise hold the graceful shutdown forever.
+            stop.cancel();
+        })
+        .await;
+    app.shutdown.cancel();
+    sweeper.abort();
+    result
+}
+
+async fn sweep_silent_runs(app: Arc<AppState>) {
+    let mut interval = tokio::time::interval(SILENCE_SWEEP_INTERVAL);
+    loop {
+        interval.tick().await;
+        if let Err(error) = runs::fail_silent_runs(&app).await {
+            tracing::error!(%error, "sweeping silent runs failed");
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! The five linked chat task tools: decode the arguments, call one function of
+//! [`chat_tasks::agent`], encode. Their answers are compact JSON, and the text copy is that
+//! same JSON: every read lands in the conversation's context.
+
+use rmcp::model::CallToolResult;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::error_result;
+use super::tools::{
+    Arguments, CLAIM_LINKED_CHAT_TASK, GET_LINKED_CHAT_TASK, LIST_LINKED_CHAT_TASKS,
+    SUBMIT_LINKED_CHAT_RESULT, ToolSpec, UPLOAD_LINKED_CHAT_ARTIFACT,
+};
+use crate::AppState;
+use crate::auth::AgentIdentity;
+use crate::chat_tasks::TaskError;
+use crate::chat_tasks::agent::{self, SubmitRequest, UploadRequest};
+
+/// Whether `name` is one of the chat task tools.
+pub(super) fn is_chat_tool(name: &str) -> bool {
+    [
+        LIST_LINKED_CHAT_TASKS,
+        GET_LINKED_CHAT_TASK,
+        CLAIM_LINKED_CHAT_TASK,
+        SUBMIT_LINKED_CHAT_RESULT,
+        UPLOAD_LINKED_CHAT_ARTIFACT,
+    ]
+    .contains(&name)
+}
+
+/// Runs chat task tool `spec` for `agent`.
+pub(super) async fn dispatch(
+    app: &AppState,
+    spec: &'static ToolSpec,
+    agent: &AgentIdentity,
+    arguments: &Arguments<'_>,
+) -> CallToolResult {
+    match call(app, spec, agent, arguments).await {
+        Ok(value) => CallToolResult::structured(value),
+        Err(TaskError::Store(error)) => {
+            tracing::error!(%error, tool = spec.name, "store failed");
+            error_result("The relay service could not reach its database; try again shortly.")
+        }
+        Err(error) => error_result(&error.to_string()),
+    }
+}
+
+fn encode(value: &impl Serialize) -> Result<Value, TaskError> {
+    serde_json::to_value(value).map_err(|e| {
+        TaskError::Store(crate::store::StoreError::Backend(format!(
+            "cannot encode the answer: {e}"
+        )))
+    })
+}
+
+async fn call(
+    app: &AppState,
+    spec: &'static ToolSpec,
+    agent: &AgentIdentity,
+    arguments: &Arguments<'_>,
+) -> Result<Value, TaskError> {
+    let text = |key: &str| arguments.string(key).map_err(|e| TaskError::Invalid(e.0));
+    let link = text("chat_link_id")?;
+    match spec.name {
+        LIST_LINKED_CHAT_TASKS => encode(&agent::list_tasks(app, agent, link).await?),
+        GET_LINKED_CHAT_TASK => encode(&agent::get_task(app, agent, link, text("task_id")?).await?),
+        CLAIM_LINKED_CHAT_TASK => {
+            encode(&agent::claim_task(app, agent, link, text("task_id")?).await?)
+        }
+        SUBMIT_LINKED_CHAT_RESULT => {
+            let request = SubmitRequest {
+                chat_link_id: link,
+                task_id: text("task_id")?,
+                claim_id: text("claim_id")?,
+                status: text("status")?,
+                result: text("result")?,
+            };
+            encode(&agent::submit_result(app, agent, request).await?)
+        }
+        UPLOAD_LINKED_CHAT_ARTIFACT => {
+            let request = UploadRequest {
+                chat_link_id: link,
+                task_id: text("task_id")?,
+                claim_id: text("claim_id")?,
+                artifact_id: text("artifact_id")?,
+                name: text("name")?,
+                mime: text("mime")?,
+                content: text("content")?,
+            };
+            encode(&agent::upload_artifact(app, agent, request).await?)
+        }
+        other => Err(TaskError::Invalid(format!("unknown tool `{other}`"))),
+    }
+}

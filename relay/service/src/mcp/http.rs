@@ -1,0 +1,335 @@
+//! The HTTP side of `/mcp`: the bearer-token gate in front of rmcp, the HTTP-level scope check,
+//! and the copy of each tool's `_meta.securitySchemes` to the top level of `tools/list`.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures_util::{Stream, StreamExt};
+use rmcp::transport::common::http_header::HEADER_SESSION_ID;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{SessionId, SessionManager};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::tools;
+use crate::AppState;
+use crate::auth::{AuthError, Identity, authenticate, bearer_token};
+use crate::oauth;
+
+/// Largest MCP request body accepted.
+pub const MAX_MCP_BODY_BYTES: usize = 1024 * 1024;
+/// Largest `tools/list` answer rewritten; the four definitions are a few KiB.
+const MAX_LISTING_BYTES: usize = 1024 * 1024;
+
+/// Just enough of a JSON-RPC message to route it.
+#[derive(Deserialize)]
+struct Peek {
+    id: Option<Value>,
+    method: Option<String>,
+    params: Option<PeekParams>,
+}
+
+#[derive(Deserialize)]
+struct PeekParams {
+    name: Option<String>,
+}
+
+/// Authenticates every `/mcp` request and puts the agent's identity in its extensions, where
+/// rmcp hands it to the tools (inside `http::request::Parts`).
+pub async fn gate(State(app): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let base = oauth::base_url(&app, request.headers());
+    let token = bearer_token(request.headers().get(header::AUTHORIZATION));
+    let agent = match authenticate(&app, token)
+        .await
+        .and_then(Identity::into_agent)
+    {
+        Ok(agent) => agent,
+        Err(AuthError::Store(error)) => {
+            tracing::error!(%error, "token check failed");
+            return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        }
+        Err(error) => return oauth::unauthorized(&base, &error),
+    };
+    let (mut parts, body) = request.into_parts();
+    let mut lists_tools = false;
+    let body = if parts.method == Method::POST {
+        let Ok(bytes) = axum::body::to_bytes(body, MAX_MCP_BODY_BYTES).await else {
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("MCP requests are limited to {MAX_MCP_BODY_BYTES} bytes"),
+            )
+                .into_response();
+        };
+        let bytes = mended(bytes);
+        let peek = serde_json::from_slice::<Peek>(&bytes);
+        if peek.is_err()
+            && let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
+        {
+            return parse_error(&error);
+        }
+        if let Ok(peek) = peek {
+            match peek.method.as_deref() {
+                Some("tools/list") => lists_tools = true,
+                Some("tools/call") => {
+                    let spec = peek
+                        .params
+                        .and_then(|p| p.name)
+                        .and_then(|n| tools::spec(&n));
+                    if let Some(spec) = spec
+                        && !agent.has_scope(spec.scope)
+                    {
+                        return insufficient_scope(&base, spec, peek.id);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Body::from(bytes)
+    } else {
+        body
+    };
+    parts.extensions.insert(agent);
+    let response = next.run(Request::from_parts(parts, body)).await;
+    if lists_tools {
+        hoist_security_schemes(response).await
+    } else {
+        response
+    }
+}
+
+/// A 2025-era `DELETE` that ends a session: 204 once it is ended, 404 for a session that does
+/// not exist (never opened, or already ended). rmcp answers both with 202, which the official
+/// Python SDK logs as a failed termination, and which tells a client nothing about a wrong id.
+pub async fn end_session(
+    State(sessions): State<Arc<LocalSessionManager>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.method() != Method::DELETE {
+        return next.run(request).await;
+    }
+    let session: Option<SessionId> = request
+        .headers()
+        .get(HEADER_SESSION_ID)
+        .and_then(|v| v.to_str().ok())
+        .map(Into::into);
+    if let Some(session) = &session
+        && !sessions.has_session(session).await.unwrap_or(true)
+    {
+        return (
+            StatusCode::NOT_FOUND,
+            "Not Found: no such MCP session (it was never opened or has already ended)",
+        )
+            .into_response();
+    }
+    let mut response = next.run(request).await;
+    if session.is_some() && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
+}
+
+/// `body` with every lone UTF-16 surrogate escape replaced by `\ufffd`. A JS client's
+/// `JSON.stringify` writes a string holding half an emoji (a cut model reply, say) as
+/// `"\ud83d"`, which serde, and so rmcp, refuses; JSON leaving a graph is mended the same way.
+fn mended(body: axum::body::Bytes) -> axum::body::Bytes {
+    match std::str::from_utf8(&body) {
+        // Most bodies have no such escape: they pass without a copy.
+        Ok(text) if relay_protocol::text::may_hold_surrogate_escape(text) => {
+            axum::body::Bytes::from(relay_protocol::text::well_formed(text.to_owned()))
+        }
+        _ => body,
+    }
+}
+
+/// 400 with JSON-RPC's parse error (-32700) for a body that is not JSON at all; rmcp would
+/// answer such a body with 415 and a bare text.
+fn parse_error(error: &serde_json::Error) -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": -32700,
+            "message": format!("parse error: the request body is not JSON ({error}); send one JSON-RPC message"),
+        },
+    });
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+}
+
+/// 403 with the `insufficient_scope` challenge; the body is the JSON-RPC answer a host reading
+/// in-band sees: an `isError` result with `_meta["mcp/www_authenticate"]`.
+fn insufficient_scope(base: &str, spec: &tools::ToolSpec, id: Option<Value>) -> Response {
+    let mut result = super::insufficient_scope_result(spec, base);
+    result.result_type = None;
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": id.unwrap_or(Value::Null),
+        "result": result,
+    });
+    let mut response = (StatusCode::FORBIDDEN, axum::Json(body)).into_response();
+    if let Ok(challenge) = HeaderValue::from_str(&oauth::insufficient_scope_challenge(base, spec)) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, challenge);
+    }
+    response
+}
+
+/// Copies `_meta.securitySchemes` of each listed tool to its top level, in a JSON or an SSE
+/// answer. rmcp's `Tool` has no such field and its tower service only accepts a
+/// `ServerHandler`, so the answer is amended here, on the wire.
+async fn hoist_security_schemes(response: Response) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let content_type = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if content_type.starts_with("application/json") {
+        let Ok(bytes) = axum::body::to_bytes(body, MAX_LISTING_BYTES).await else {
+            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+        };
+        let bytes = rewrite_json(&bytes).map(Bytes::from).unwrap_or(bytes);
+        parts.headers.remove(header::CONTENT_LENGTH);
+        Response::from_parts(parts, Body::from(bytes))
+    } else if content_type.starts_with("text/event-stream") {
+        Response::from_parts(parts, Body::from_stream(rewrite_sse(body)))
+    } else {
+        Response::from_parts(parts, body)
+    }
+}
+
+/// The message with schemes hoisted, or `None` when it needs no change.
+fn rewrite_json(text: &[u8]) -> Option<Vec<u8>> {
+    let mut message: Value = serde_json::from_slice(text).ok()?;
+    let tools = message.pointer_mut("/result/tools")?.as_array_mut()?;
+    let mut changed = false;
+    for tool in tools.iter_mut().filter_map(Value::as_object_mut) {
+        if let Some(schemes) = tool
+            .get("_meta")
+            .and_then(|meta| meta.get("securitySchemes"))
+            .cloned()
+        {
+            tool.insert("securitySchemes".into(), schemes);
+            changed = true;
+        }
+    }
+    changed.then(|| serde_json::to_vec(&message).ok()).flatten()
+}
+
+fn rewrite_event(event: &[u8]) -> Vec<u8> {
+    let Ok(text) = std::str::from_utf8(event) else {
+        return event.to_vec();
+    };
+    let mut out = String::with_capacity(text.len() + 256);
+    for line in text.split_inclusive('\n') {
+        let rewritten = line
+            .strip_prefix("data:")
+            .map(|data| data.trim())
+            .and_then(|data| rewrite_json(data.as_bytes()))
+            .and_then(|json| String::from_utf8(json).ok());
+        match rewritten {
+            Some(json) => {
+                out.push_str("data: ");
+                out.push_str(&json);
+                out.push('\n');
+            }
+            None => out.push_str(line),
+        }
+    }
+    out.into_bytes()
+}
+
+/// End of the first complete SSE event in `buffer` (after its blank line).
+fn event_end(buffer: &[u8]) -> Option<usize> {
+    let lf = buffer.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    let crlf = buffer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn rewrite_sse(body: Body) -> impl Stream<Item = Result<Bytes, axum::Error>> + Send {
+    struct State {
+        inner: axum::body::BodyDataStream,
+        buffer: Vec<u8>,
+        done: bool,
+    }
+    let state = State {
+        inner: body.into_data_stream(),
+        buffer: Vec::new(),
+        done: false,
+    };
+    futures_util::stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(end) = event_end(&state.buffer) {
+                let event: Vec<u8> = state.buffer.drain(..end).collect();
+                return Some((Ok(Bytes::from(rewrite_event(&event))), state));
+            }
+            // An event larger than any listing is passed on as it is rather than buffered on.
+            if state.done || state.buffer.len() > MAX_LISTING_BYTES {
+                if state.buffer.is_empty() {
+                    return None;
+                }
+                let rest = std::mem::take(&mut state.buffer);
+                return Some((Ok(Bytes::from(rest)), state));
+            }
+            match state.inner.next().await {
+                Some(Ok(chunk)) => state.buffer.extend_from_slice(&chunk),
+                Some(Err(error)) => {
+                    state.done = true;
+                    state.buffer.clear();
+                    return Some((Err(error), state));
+                }
+                None => state.done = true,
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hoists_schemes_in_json_and_sse() {
+        let message = json!({"jsonrpc": "2.0", "id": 1, "result": {"tools": [
+            {"name": "a", "_meta": {"securitySchemes": [{"type": "oauth2", "scopes": ["x"]}]}},
+            {"name": "b"}
+        ]}});
+        let rewritten: Value =
+            serde_json::from_slice(&rewrite_json(message.to_string().as_bytes()).unwrap()).unwrap();
+        assert_eq!(
+            rewritten["result"]["tools"][0]["securitySchemes"],
+            json!([{"type": "oauth2", "scopes": ["x"]}])
+        );
+        assert!(
+            rewritten["result"]["tools"][1]
+                .get("securitySchemes")
+                .is_none()
+        );
+        assert!(rewrite_json(b"{\"result\":{}}").is_none());
+
+        let event = format!("id: 0\ndata: {message}\n\n");
+        let out = String::from_utf8(rewrite_event(event.as_bytes())).unwrap();
+        assert!(out.starts_with("id: 0\ndata: {"));
+        assert!(out.contains("\"securitySchemes\""));
+        assert!(out.ends_with("\n\n"));
+    }
+
+    #[test]
+    fn finds_event_ends() {
+        assert_eq!(event_end(b"data: x\n\nmore"), Some(9));
+        assert_eq!(event_end(b"data: x\r\n\r\n"), Some(11));
+        assert_eq!(event_end(b"data: x\n"), None);
+    }
+}

@@ -1,0 +1,157 @@
+//! The owner's HTTP API for linked chat tasks (owner token, JSON, size-limited bodies).
+//! Handlers decode, call one function of [`chat_tasks::owner`](super::chat_tasks::owner), encode.
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use crate::AppState;
+use crate::chat_tasks::owner::{self, Acting, AssignRequest};
+use crate::chat_tasks::view::{
+    ArtifactContent, AssignedTask, CancelledTask, ChatLinkView, OwnerTaskDetail, OwnerTaskList,
+};
+use crate::edge::{ApiResult, JsonBody, Owner};
+
+/// Path prefix of the owner API.
+pub const OWNER_API_PREFIX: &str = "/owner";
+/// Largest owner request body: a goal is at most a few thousand characters.
+pub const MAX_OWNER_BODY_BYTES: usize = 64 * 1024;
+
+/// `POST /owner/chat-links` body.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateLinkRequest {
+    /// The project (one of the owner's).
+    pub project_id: String,
+    /// `claude`, `chatgpt` or `other`.
+    pub host: String,
+    /// Whether the host is told of new tasks.
+    #[serde(default)]
+    pub event_subscription: bool,
+}
+
+/// `PUT /owner/chat-links/{id}/event-subscription` body.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriptionRequest {
+    /// Whether an event subscription is active.
+    pub active: bool,
+}
+
+/// `POST /owner/chat-links/{id}/tasks` body.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AssignBody {
+    /// What to do.
+    pub goal: String,
+    /// Keep it while the goal text is unchanged: a double click or retry then makes one task.
+    pub idempotency_key: String,
+}
+
+/// The owner API routes.
+pub fn routes(app: Arc<AppState>) -> Router {
+    let p = OWNER_API_PREFIX;
+    Router::new()
+        .route(&format!("{p}/chat-links"), post(create_link))
+        .route(
+            &format!("{p}/chat-links/{{id}}/event-subscription"),
+            put(set_subscription),
+        )
+        .route(
+            &format!("{p}/chat-links/{{id}}/tasks"),
+            get(list_tasks).post(assign_task),
+        )
+        .route(&format!("{p}/tasks/{{id}}"), get(task_detail))
+        .route(&format!("{p}/tasks/{{id}}/cancel"), post(cancel_task))
+        .route(
+            &format!("{p}/tasks/{{id}}/artifacts/{{artifact_id}}"),
+            get(artifact),
+        )
+        .layer(DefaultBodyLimit::max(MAX_OWNER_BODY_BYTES))
+        .with_state(app)
+}
+
+async fn create_link(
+    State(app): State<Arc<AppState>>,
+    Owner(owner): Owner,
+    JsonBody(request): JsonBody<CreateLinkRequest>,
+) -> ApiResult<ChatLinkView> {
+    let link = owner::create_link(
+        &app,
+        Acting::Owner(&owner),
+        &request.project_id,
+        &request.host,
+        request.event_subscription,
+    )
+    .await?;
+    Ok(Json(link))
+}
+
+async fn set_subscription(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Owner(owner): Owner,
+    JsonBody(request): JsonBody<SubscriptionRequest>,
+) -> ApiResult<ChatLinkView> {
+    let link =
+        owner::set_event_subscription(&app, Acting::Owner(&owner), &id, request.active).await?;
+    Ok(Json(link))
+}
+
+async fn list_tasks(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Owner(owner): Owner,
+) -> ApiResult<OwnerTaskList> {
+    Ok(Json(
+        owner::list_tasks(&app, Acting::Owner(&owner), &id).await?,
+    ))
+}
+
+async fn assign_task(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Owner(owner): Owner,
+    JsonBody(request): JsonBody<AssignBody>,
+) -> ApiResult<AssignedTask> {
+    let request = AssignRequest {
+        chat_link_id: &id,
+        goal: &request.goal,
+        idempotency_key: &request.idempotency_key,
+    };
+    Ok(Json(
+        owner::assign_task(&app, Acting::Owner(&owner), request).await?,
+    ))
+}
+
+async fn task_detail(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Owner(owner): Owner,
+) -> ApiResult<OwnerTaskDetail> {
+    Ok(Json(
+        owner::task_detail(&app, Acting::Owner(&owner), &id).await?,
+    ))
+}
+
+async fn cancel_task(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Owner(owner): Owner,
+) -> ApiResult<CancelledTask> {
+    Ok(Json(
+        owner::cancel_task(&app, Acting::Owner(&owner), &id).await?,
+    ))
+}
+
+async fn artifact(
+    State(app): State<Arc<AppState>>,
+    Path((id, artifact_id)): Path<(String, String)>,
+    Owner(owner): Owner,
+) -> ApiResult<ArtifactContent> {
+    let content = owner::artifact(&app, Acting::Owner(&owner), &id, &artifact_id).await?;
+    Ok(Json(content))
+}

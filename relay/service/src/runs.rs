@@ -1,0 +1,918 @@
+//! Graph runs (commands): the state machine and every operation on a run, for agents and
+//! desktops alike. Plain functions over [`AppState`], testable without HTTP.
+//!
+//! `queued → running → completed | failed | cancelled`. [`transition`] is the only place that
+//! decides a change; each write is conditional on the status and cancel flag it was decided
+//! from, and a write that lost a race is decided again on fresh state.
+
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::AppState;
+use super::auth::{AgentIdentity, DesktopIdentity};
+use super::notify::Topic;
+use super::store::{CommandRecord, InsertOutcome, StoreError};
+use relay_protocol::clock::Timestamp;
+use relay_protocol::{
+    CommandId, CompleteRequest, CompleteResponse, CompletionStatus, ControlResponse,
+    GraphSessionId, RunStatus, StartedRequest, StartedResponse, check_execution_id,
+};
+
+/// Allowed length of an idempotency key, in characters.
+pub const IDEMPOTENCY_KEY_CHARS: RangeInclusive<usize> = 8..=128;
+/// Largest `arguments` object, as JSON bytes.
+pub const MAX_ARGUMENTS_BYTES: usize = 64 * 1024;
+/// How long a running run may go without a control poll before it is failed.
+pub const DEFAULT_SILENCE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// How many times an operation re-decides after losing a write race before giving up.
+const MAX_TRANSITION_ATTEMPTS: usize = 8;
+
+/// The one answer for a run the caller may not see, whatever the reason.
+pub const RUN_NOT_FOUND: &str = "Graph run not found or access removed";
+/// The answer when an idempotency key comes back with different content.
+pub const IDEMPOTENCY_CONFLICT: &str = "idempotency key already used with different arguments";
+
+/// Something that happens to a run.
+#[derive(Debug, Clone, Copy)]
+pub enum RunEvent<'a> {
+    /// The desktop started it.
+    Started {
+        /// The desktop's execution id.
+        execution_id: &'a str,
+    },
+    /// The agent that queued it asked to cancel.
+    CancelRequested,
+    /// The desktop reported the outcome.
+    Completed {
+        /// The completion as posted.
+        completion: &'a CompleteRequest,
+        /// Its hash, to recognise an identical repeat.
+        completion_hash: &'a str,
+    },
+    /// The desktop stopped polling control for longer than the silence timeout.
+    DesktopSilent {
+        /// The error to record.
+        error: &'a str,
+    },
+}
+
+/// What [`transition`] decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Write this record over the current one (conditional on the current status and flag).
+    Write(Box<CommandRecord>),
+    /// Nothing to write: an identical repeat of something already recorded.
+    Replay,
+    /// Nothing to write: the run already ended (in this status).
+    AlreadyFinished(RunStatus),
+    /// The event contradicts what is recorded.
+    Conflict(String),
+}
+
+/// Decides how `event` changes `current` at time `now`. The only place that moves a run.
+pub fn transition(current: &CommandRecord, event: RunEvent<'_>, now: Timestamp) -> Decision {
+    let mut next = current.clone();
+    next.updated_at = now;
+    match (current.status, event) {
+        (RunStatus::Queued, RunEvent::Started { execution_id }) => {
+            next.status = RunStatus::Running;
+            next.execution_id = Some(execution_id.to_owned());
+            next.started_at = Some(now);
+            next.last_seen_at = Some(now);
+            Decision::Write(Box::new(next))
+        }
+        (RunStatus::Running, RunEvent::Started { execution_id }) => {
+            if current.execution_id.as_deref() == Some(execution_id) {
+                Decision::Replay
+            } else {
+                Decision::Conflict(format!(
+                    "command already started with another execution_id ({})",
+                    current.execution_id.as_deref().unwrap_or("none")
+                ))
+            }
+        }
+        (RunStatus::Queued, RunEvent::CancelRequested) => {
+            next.status = RunStatus::Cancelled;
+            next.cancel_requested = true;
+            next.finished_at = Some(now);
+            next.error = Some("Cancelled by the agent before it started".into());
+            Decision::Write(Box::new(next))
+        }
+        (RunStatus::Running, RunEvent::CancelRequested) => {
+            if current.cancel_requested {
+                Decision::Replay
+            } else {
+                next.cancel_requested = true;
+                Decision::Write(Box::new(next))
+            }
+        }
+        (
+            RunStatus::Queued | RunStatus::Running,
+            RunEvent::Completed {
+                completion,
+                completion_hash,
+            },
+        ) => {
+            // Once the agent cancelled, the outcome is `cancelled` even if the graph managed
+            // to finish between the flag and the stop.
+            let status = if current.cancel_requested {
+                RunStatus::Cancelled
+            } else {
+                RunStatus::from(completion.status)
+            };
+            next.status = status;
+            next.execution_id = Some(completion.execution_id.clone());
+            next.completion_hash = Some(completion_hash.to_owned());
+            next.finished_at = Some(now);
+            next.last_seen_at = Some(now);
+            next.total_tokens = completion.total_tokens;
+            next.reported_cost = completion.reported_cost;
+            let keeps_result = status == RunStatus::Completed;
+            next.result = completion.result.clone().filter(|_| keeps_result);
+            next.result_truncated = completion.result_truncated && keeps_result;
+            next.error = completion.error.clone().or_else(|| {
+                (status == RunStatus::Cancelled && completion.status != CompletionStatus::Cancelled)
+                    .then(|| "Cancelled by the agent while running".to_owned())
+            });
+            Decision::Write(Box::new(next))
+        }
+        (RunStatus::Running, RunEvent::DesktopSilent { error }) => {
+            next.status = RunStatus::Failed;
+            next.finished_at = Some(now);
+            next.error = Some(error.to_owned());
+            Decision::Write(Box::new(next))
+        }
+        (RunStatus::Queued, RunEvent::DesktopSilent { .. }) => Decision::Replay,
+        (
+            status,
+            RunEvent::Completed {
+                completion_hash, ..
+            },
+        ) if current.completion_hash.as_deref() == Some(completion_hash) => {
+            debug_assert!(status.is_terminal());
+            Decision::Replay
+        }
+        (status, RunEvent::Completed { .. }) => Decision::Conflict(format!(
+            "command already finished as {status} with a different completion"
+        )),
+        (status, RunEvent::Started { .. }) => Decision::Conflict(format!(
+            "command already finished as {status}; do not run it"
+        )),
+        (status, RunEvent::CancelRequested | RunEvent::DesktopSilent { .. }) => {
+            Decision::AlreadyFinished(status)
+        }
+    }
+}
+
+/// Why a run operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Unknown, foreign, revoked or malformed id: [`RUN_NOT_FOUND`].
+    #[error("{RUN_NOT_FOUND}")]
+    NotFound,
+    /// The arguments were wrong; nothing changed.
+    #[error("{0}")]
+    Invalid(String),
+    /// The idempotency key was used before with other content.
+    #[error("{IDEMPOTENCY_CONFLICT}")]
+    IdempotencyConflict,
+    /// Concurrent writers kept winning; retrying later will work.
+    #[error("the run is changing too quickly; try again")]
+    Contended,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What an agent asks to run.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    /// The session to run (not yet validated).
+    pub graph_session_id: String,
+    /// The graph's arguments.
+    pub arguments: Map<String, Value>,
+    /// The agent's idempotency key (not yet validated).
+    pub idempotency_key: String,
+}
+
+/// The answer to queueing a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ticket {
+    /// The run's id; pass it to `get_graph_run` and `cancel_graph_run`.
+    pub command_id: CommandId,
+    /// The run's status (`queued` unless this is a replay of an older request).
+    pub status: RunStatus,
+    /// True when the idempotency key returned an existing run.
+    pub replayed: bool,
+    /// When to look first, in seconds: about one desktop poll interval.
+    pub poll_after_seconds: u64,
+}
+
+/// What an agent sees of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunView {
+    /// The run's id.
+    pub command_id: CommandId,
+    /// The session it runs.
+    pub graph_session_id: GraphSessionId,
+    /// Its status.
+    pub status: RunStatus,
+    /// Whether a cancel was requested.
+    pub cancel_requested: bool,
+    /// When it was queued.
+    pub created_at: Timestamp,
+    /// When the desktop started it.
+    pub started_at: Option<Timestamp>,
+    /// When it ended.
+    pub finished_at: Option<Timestamp>,
+    /// Last change.
+    pub updated_at: Timestamp,
+    /// The graph's result, when completed and small enough to post.
+    pub result: Option<Value>,
+    /// True when the result was too large to post; the full result is on the desktop.
+    pub result_truncated: bool,
+    /// Tokens metered.
+    pub total_tokens: Option<u64>,
+    /// Cost reported.
+    pub reported_cost: Option<f64>,
+    /// Why it failed or was cancelled.
+    pub error: Option<String>,
+    /// When to look again, in seconds; `null` once the run has ended.
+    pub poll_after_seconds: Option<u64>,
+}
+
+impl RunView {
+    fn of(command: &CommandRecord, poll_hint: Duration) -> Self {
+        RunView {
+            command_id: command.id,
+            graph_session_id: command.graph_session_id.clone(),
+            status: command.status,
+            cancel_requested: command.cancel_requested,
+            created_at: command.created_at,
+            started_at: command.started_at,
+            finished_at: command.finished_at,
+            updated_at: command.updated_at,
+            result: command.result.clone(),
+            result_truncated: command.result_truncated,
+            total_tokens: command.total_tokens,
+            reported_cost: command.reported_cost,
+            error: command.error.clone(),
+            poll_after_seconds: (!command.status.is_terminal()).then_some(poll_hint.as_secs()),
+        }
+    }
+}
+
+/// The answer to a cancel.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CancelOutcome {
+    /// The run's id.
+    pub command_id: CommandId,
+    /// Its status after the cancel.
+    pub status: RunStatus,
+    /// Whether a cancel is now requested.
+    pub cancel_requested: bool,
+    /// True when the run had already ended and nothing changed.
+    pub already_finished: bool,
+    /// What happened, in words.
+    pub message: String,
+}
+
+/// Queues a run for `agent`, or returns the run its idempotency key already names.
+pub async fn queue_run(
+    app: &AppState,
+    agent: &AgentIdentity,
+    request: RunRequest,
+) -> Result<Ticket, RunError> {
+    let graph_session_id: GraphSessionId = request
+        .graph_session_id
+        .parse()
+        .map_err(|e: relay_protocol::InvalidInput| RunError::Invalid(e.0))?;
+    check_idempotency_key(&request.idempotency_key)?;
+    let arguments_len = serde_json::to_vec(&request.arguments)
+        .map(|bytes| bytes.len())
+        .unwrap_or(usize::MAX);
+    if arguments_len > MAX_ARGUMENTS_BYTES {
+        return Err(RunError::Invalid(format!(
+            "arguments are {arguments_len} bytes of JSON, at most {MAX_ARGUMENTS_BYTES} are allowed: pass references (paths, ids) instead of content"
+        )));
+    }
+    let request_hash = sha256_hex(&canonical_json(&serde_json::json!({
+        "graph_session_id": graph_session_id.as_str(),
+        "arguments": request.arguments,
+    })));
+    let ticket = |command: &CommandRecord, replayed: bool| Ticket {
+        command_id: command.id,
+        status: command.status,
+        replayed,
+        poll_after_seconds: app.config.poll_hint.as_secs(),
+    };
+    // The same key must name the same request, or it could stand for two different runs.
+    let replay = |existing: CommandRecord| {
+        if existing.request_hash == request_hash {
+            Ok(ticket(&existing, true))
+        } else {
+            Err(RunError::IdempotencyConflict)
+        }
+    };
+    let session = app
+        .store
+        .session(&agent.project_id, &graph_session_id)
+        .await?;
+    let Some(session) = session else {
+        // A retry after a lost response gets its run back even if the session was unshared
+        // in between.
+        let existing = app
+            .store
+            .command_by_key(&agent.token_id, &request.idempotency_key)
+            .await?;
+        return match existing {
+            Some(existing) => replay(existing),
+            None => Err(RunError::Invalid(format!(
+                "graph session {graph_session_id} is not shared with this project (as of the desktop's last sync): call list_graph_sessions to see the shared sessions"
+            ))),
+        };
+    };
+    let command = CommandRecord::queued(
+        CommandId::new_random(),
+        agent.project_id.clone(),
+        agent.token_id.clone(),
+        graph_session_id,
+        session.meta.slug,
+        request.arguments,
+        request.idempotency_key,
+        request_hash.clone(),
+        app.clock.now(),
+    );
+    match app.store.insert_command(command).await? {
+        InsertOutcome::Created(created) => {
+            tracing::info!(command_id = %created.id, agent = %agent.token_id, "run queued");
+            app.notifier
+                .notify(&Topic::Project(created.project_id.clone()));
+            Ok(ticket(&created, false))
+        }
+        InsertOutcome::Existing(existing) => replay(existing),
+    }
+}
+
+fn check_idempotency_key(key: &str) -> Result<(), RunError> {
+    let chars = key.chars().count();
+    if IDEMPOTENCY_KEY_CHARS.contains(&chars) {
+        Ok(())
+    } else {
+        Err(RunError::Invalid(format!(
+            "idempotency_key is {chars} characters long; it must be {} to {} characters. Use one key per intended run and reuse it only to retry that run",
+            IDEMPOTENCY_KEY_CHARS.start(),
+            IDEMPOTENCY_KEY_CHARS.end()
+        )))
+    }
+}
+
+/// Longest wait `get_graph_run` accepts: well under the ~60 s chat hosts allow a tool call.
+pub const MAX_GET_WAIT: Duration = Duration::from_secs(45);
+
+/// [`get_run`], waiting up to `wait` (at most [`MAX_GET_WAIT`]) for the run to finish: it
+/// answers as soon as the run is terminal, or with its current state when the wait ends.
+pub async fn get_run_waiting(
+    app: &AppState,
+    agent: &AgentIdentity,
+    command_id: &str,
+    wait: Duration,
+) -> Result<RunView, RunError> {
+    if wait > MAX_GET_WAIT {
+        return Err(RunError::Invalid(format!(
+            "wait_seconds may be at most {}",
+            MAX_GET_WAIT.as_secs()
+        )));
+    }
+    let view = get_run(app, agent, command_id).await?;
+    if view.status.is_terminal() || wait.is_zero() {
+        return Ok(view);
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut changes = app.notifier.subscribe(&Topic::Run(view.command_id));
+    // Read again after subscribing: a change in between is then seen, not waited for.
+    let mut view = get_run(app, agent, command_id).await?;
+    while !view.status.is_terminal() {
+        tokio::select! {
+            () = changes.changed() => {}
+            () = tokio::time::sleep_until(deadline) => break,
+            () = app.shutdown.cancelled() => break,
+        }
+        view = get_run(app, agent, command_id).await?;
+    }
+    Ok(view)
+}
+
+/// The run `command_id` if `agent` started it, after failing it if its desktop went silent.
+pub async fn get_run(
+    app: &AppState,
+    agent: &AgentIdentity,
+    command_id: &str,
+) -> Result<RunView, RunError> {
+    let command = own_command(app, agent, command_id).await?;
+    let command = fail_if_silent(app, command).await?;
+    Ok(RunView::of(&command, app.config.poll_hint))
+}
+
+/// Cancels the run `command_id` that `agent` started.
+pub async fn cancel_run(
+    app: &AppState,
+    agent: &AgentIdentity,
+    command_id: &str,
+) -> Result<CancelOutcome, RunError> {
+    let command = own_command(app, agent, command_id).await?;
+    let command = fail_if_silent(app, command).await?;
+    let (command, decision) = apply(app, command, RunEvent::CancelRequested).await?;
+    let (already_finished, message) = match (decision, command.status) {
+        (Decision::AlreadyFinished(status), _) => (
+            true,
+            format!("The run already finished as {status}; nothing was changed."),
+        ),
+        (_, RunStatus::Cancelled) => (
+            false,
+            "The run was cancelled before it started; the desktop will never run it.".to_owned(),
+        ),
+        _ => (
+            false,
+            "Cancel requested: the desktop stops the run at its next control poll (a few seconds); check get_graph_run for the final status.".to_owned(),
+        ),
+    };
+    Ok(CancelOutcome {
+        command_id: command.id,
+        status: command.status,
+        cancel_requested: command.cancel_requested,
+        already_finished,
+        message,
+    })
+}
+
+async fn own_command(
+    app: &AppState,
+    agent: &AgentIdentity,
+    command_id: &str,
+) -> Result<CommandRecord, RunError> {
+    // Malformed, unknown and foreign ids all get the same answer, so an id learned by
+    // someone else confirms nothing.
+    let id: CommandId = command_id.parse().map_err(|_| RunError::NotFound)?;
+    match app.store.command(id).await? {
+        Some(command) if command.agent_id == agent.token_id => Ok(command),
+        _ => Err(RunError::NotFound),
+    }
+}
+
+/// The error recorded for a run whose desktop stopped reporting.
+pub fn silent_desktop_error(timeout: Duration) -> String {
+    format!(
+        "The desktop stopped reporting on this run: no control poll for {} minutes, so it is marked failed. Its result, if any, stays on the desktop; run it again when the desktop is online.",
+        timeout.as_secs() / 60
+    )
+}
+
+async fn fail_if_silent(app: &AppState, command: CommandRecord) -> Result<CommandRecord, RunError> {
+    let now = app.clock.now();
+    let cutoff = now.saturating_sub(app.config.silence_timeout);
+    let silent = command.status == RunStatus::Running
+        && command.last_seen_at.is_none_or(|seen| seen < cutoff);
+    if !silent {
+        return Ok(command);
+    }
+    let error = silent_desktop_error(app.config.silence_timeout);
+    let (command, _) = apply(app, command, RunEvent::DesktopSilent { error: &error }).await?;
+    Ok(command)
+}
+
+/// Fails every running run whose desktop has been silent longer than the timeout.
+pub async fn fail_silent_runs(app: &AppState) -> Result<Vec<CommandId>, RunError> {
+    let now = app.clock.now();
+    let error = silent_desktop_error(app.config.silence_timeout);
+    let failed = app
+        .store
+        .fail_silent_runs(now.saturating_sub(app.config.silence_timeout), now, &error)
+        .await?;
+    for id in &failed {
+        tracing::warn!(command_id = %id, "desktop went silent; run failed");
+    }
+    Ok(failed)
+}
+
+/// Applies `event` to `command`, re-deciding on fresh state when a concurrent write won.
+/// Returns the command as stored afterwards and the decision that held.
+async fn apply(
+    app: &AppState,
+    mut command: CommandRecord,
+    event: RunEvent<'_>,
+) -> Result<(CommandRecord, Decision), RunError> {
+    for _ in 0..MAX_TRANSITION_ATTEMPTS {
+        let decision = transition(&command, event, app.clock.now());
+        let Decision::Write(next) = &decision else {
+            return Ok((command, decision));
+        };
+        if app.store.update_command(&command, next).await? {
+            app.notifier.notify(&Topic::Run(next.id));
+            // A cancel flag on a running command wakes its desktop's long-polling sync.
+            if next.cancel_requested
+                && !command.cancel_requested
+                && next.status == RunStatus::Running
+            {
+                app.notifier
+                    .notify(&Topic::Project(next.project_id.clone()));
+            }
+            return Ok(((**next).clone(), decision));
+        }
+        command = app
+            .store
+            .command(command.id)
+            .await?
+            .ok_or(RunError::NotFound)?;
+    }
+    Err(RunError::Contended)
+}
+
+/// Why a desktop request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DesktopError {
+    /// Malformed request (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Not this desktop's (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// Unknown, or another owner's (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// Contradicts what is recorded (409).
+    #[error("{message}")]
+    Conflict {
+        /// What contradicts what.
+        message: String,
+        /// The command's status.
+        status: RunStatus,
+    },
+    /// Storage failed or writers kept colliding (500 / 503).
+    #[error(transparent)]
+    Run(RunError),
+}
+
+impl From<StoreError> for DesktopError {
+    fn from(error: StoreError) -> Self {
+        DesktopError::Run(RunError::Store(error))
+    }
+}
+
+impl From<RunError> for DesktopError {
+    fn from(error: RunError) -> Self {
+        match error {
+            RunError::NotFound => DesktopError::NotFound(command_not_found()),
+            RunError::Invalid(message) => DesktopError::BadRequest(message),
+            other => DesktopError::Run(other),
+        }
+    }
+}
+
+fn command_not_found() -> String {
+    "command not found among this desktop's projects".to_owned()
+}
+
+/// Parses a command id from a desktop URL; runs before any state is read.
+pub fn parse_command_id(text: &str) -> Result<CommandId, DesktopError> {
+    text.parse()
+        .map_err(|e: relay_protocol::InvalidInput| DesktopError::BadRequest(e.0))
+}
+
+async fn desktop_command(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    id: CommandId,
+) -> Result<CommandRecord, DesktopError> {
+    let command = app
+        .store
+        .command(id)
+        .await?
+        .ok_or_else(|| DesktopError::NotFound(command_not_found()))?;
+    let project = app.store.project(&command.project_id).await?;
+    match project {
+        Some(project) if project.owner_id == desktop.owner_id => Ok(command),
+        _ => Err(DesktopError::NotFound(command_not_found())),
+    }
+}
+
+/// The desktop started command `id`.
+pub async fn command_started(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    id: CommandId,
+    request: &StartedRequest,
+) -> Result<StartedResponse, DesktopError> {
+    check_execution_id(&request.execution_id).map_err(|e| DesktopError::BadRequest(e.0))?;
+    let command = desktop_command(app, desktop, id).await?;
+    let event = RunEvent::Started {
+        execution_id: &request.execution_id,
+    };
+    let (command, decision) = apply(app, command, event).await?;
+    let started = |replayed| StartedResponse {
+        ok: true,
+        replayed,
+        cancel_requested: command.cancel_requested,
+    };
+    match decision {
+        Decision::Write(_) => Ok(started(false)),
+        Decision::Replay => Ok(started(true)),
+        Decision::Conflict(message) => Err(DesktopError::Conflict {
+            message,
+            status: command.status,
+        }),
+        Decision::AlreadyFinished(status) => Err(DesktopError::Conflict {
+            message: format!("command already finished as {status}; do not run it"),
+            status,
+        }),
+    }
+}
+
+/// The cancel flag of command `id`; also the desktop's heartbeat for a running command.
+pub async fn command_control(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    id: CommandId,
+) -> Result<ControlResponse, DesktopError> {
+    let command = desktop_command(app, desktop, id).await?;
+    if command.status == RunStatus::Running {
+        app.store.touch_running(id, app.clock.now()).await?;
+    }
+    Ok(ControlResponse {
+        // A run the service has given up on (cancelled, failed as silent) should stop too.
+        cancel_requested: command.cancel_requested
+            || matches!(command.status, RunStatus::Cancelled | RunStatus::Failed),
+    })
+}
+
+/// Records the outcome of command `id`; an identical repeat is acknowledged as a replay.
+pub async fn command_completed(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    id: CommandId,
+    completion: &CompleteRequest,
+) -> Result<CompleteResponse, DesktopError> {
+    completion
+        .validate()
+        .map_err(|e| DesktopError::BadRequest(e.0))?;
+    let command = desktop_command(app, desktop, id).await?;
+    let completion_value = serde_json::to_value(completion)
+        .map_err(|e| DesktopError::BadRequest(format!("completion cannot be encoded: {e}")))?;
+    let completion_hash = sha256_hex(&canonical_json(&completion_value));
+    let event = RunEvent::Completed {
+        completion,
+        completion_hash: &completion_hash,
+    };
+    let (command, decision) = apply(app, command, event).await?;
+    match decision {
+        Decision::Write(_) => {
+            tracing::info!(command_id = %id, status = %command.status, "run finished");
+            Ok(CompleteResponse {
+                ok: true,
+                replayed: false,
+            })
+        }
+        Decision::Replay => Ok(CompleteResponse {
+            ok: true,
+            replayed: true,
+        }),
+        Decision::Conflict(message) => Err(DesktopError::Conflict {
+            message,
+            status: command.status,
+        }),
+        Decision::AlreadyFinished(status) => Err(DesktopError::Conflict {
+            message: format!("command already finished as {status}"),
+            status,
+        }),
+    }
+}
+
+/// JSON text of `value` with object keys sorted, so equal values hash equally whatever
+/// order their keys arrived in.
+pub fn canonical_json(value: &Value) -> String {
+    fn write(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<_> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                out.push('{');
+                for (index, (key, value)) in entries.into_iter().enumerate() {
+                    if index > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(key.clone()).to_string());
+                    out.push(':');
+                    write(value, out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (index, item) in items.iter().enumerate() {
+                    if index > 0 {
+                        out.push(',');
+                    }
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(value, &mut out);
+    out
+}
+
+/// SHA-256 of `text`, lowercase hex.
+pub fn sha256_hex(text: &str) -> String {
+    super::auth::hex(&Sha256::digest(text.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command(status: RunStatus, cancel_requested: bool) -> CommandRecord {
+        let mut command = CommandRecord::queued(
+            CommandId::new_random(),
+            "p".into(),
+            "a".into(),
+            "gs_00000000000000000000000000000001".parse().unwrap(),
+            "slug".into(),
+            Map::new(),
+            "key-0001".into(),
+            "h".into(),
+            Timestamp::EPOCH,
+        );
+        command.status = status;
+        command.cancel_requested = cancel_requested;
+        command.execution_id = Some("exec".into());
+        command.completion_hash = status.is_terminal().then(|| "done".to_owned());
+        command
+    }
+
+    fn completion(status: CompletionStatus) -> CompleteRequest {
+        CompleteRequest {
+            execution_id: "exec".into(),
+            status,
+            result: Some(serde_json::json!({"r": 1})),
+            result_truncated: false,
+            total_tokens: Some(3),
+            reported_cost: Some(0.5),
+            error: None,
+        }
+    }
+
+    fn written(decision: Decision) -> CommandRecord {
+        match decision {
+            Decision::Write(next) => *next,
+            other => panic!("expected a write, got {other:?}"),
+        }
+    }
+
+    const NOW: Timestamp = Timestamp::from_unix_millis(5_000);
+
+    #[test]
+    fn start_moves_queued_to_running_once() {
+        let started = written(transition(
+            &command(RunStatus::Queued, false),
+            RunEvent::Started { execution_id: "e1" },
+            NOW,
+        ));
+        assert_eq!(started.status, RunStatus::Running);
+        assert_eq!(started.started_at, Some(NOW));
+        assert_eq!(started.last_seen_at, Some(NOW));
+        let running = command(RunStatus::Running, false);
+        let same = RunEvent::Started {
+            execution_id: "exec",
+        };
+        assert_eq!(transition(&running, same, NOW), Decision::Replay);
+        let other = RunEvent::Started { execution_id: "e2" };
+        assert!(matches!(
+            transition(&running, other, NOW),
+            Decision::Conflict(_)
+        ));
+        for status in [
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ] {
+            assert!(matches!(
+                transition(&command(status, false), same, NOW),
+                Decision::Conflict(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn cancel_ends_queued_flags_running_and_leaves_finished() {
+        let cancelled = written(transition(
+            &command(RunStatus::Queued, false),
+            RunEvent::CancelRequested,
+            NOW,
+        ));
+        assert_eq!(cancelled.status, RunStatus::Cancelled);
+        assert_eq!(cancelled.finished_at, Some(NOW));
+        let flagged = written(transition(
+            &command(RunStatus::Running, false),
+            RunEvent::CancelRequested,
+            NOW,
+        ));
+        assert_eq!(flagged.status, RunStatus::Running);
+        assert!(flagged.cancel_requested);
+        assert_eq!(
+            transition(
+                &command(RunStatus::Running, true),
+                RunEvent::CancelRequested,
+                NOW
+            ),
+            Decision::Replay
+        );
+        for status in [
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ] {
+            assert_eq!(
+                transition(&command(status, false), RunEvent::CancelRequested, NOW),
+                Decision::AlreadyFinished(status)
+            );
+        }
+    }
+
+    #[test]
+    fn completion_after_a_cancel_flag_is_cancelled() {
+        let request = completion(CompletionStatus::Completed);
+        let event = RunEvent::Completed {
+            completion: &request,
+            completion_hash: "h1",
+        };
+        let done = written(transition(&command(RunStatus::Running, false), event, NOW));
+        assert_eq!(done.status, RunStatus::Completed);
+        assert_eq!(done.result, request.result);
+        let cancelled = written(transition(&command(RunStatus::Running, true), event, NOW));
+        assert_eq!(cancelled.status, RunStatus::Cancelled);
+        assert_eq!(cancelled.result, None);
+        assert_eq!(cancelled.total_tokens, Some(3));
+        assert!(cancelled.error.is_some());
+        let unshared = completion(CompletionStatus::Cancelled);
+        let from_queued = written(transition(
+            &command(RunStatus::Queued, false),
+            RunEvent::Completed {
+                completion: &unshared,
+                completion_hash: "h2",
+            },
+            NOW,
+        ));
+        assert_eq!(from_queued.status, RunStatus::Cancelled);
+    }
+
+    #[test]
+    fn a_finished_run_replays_its_own_completion_and_refuses_others() {
+        let finished = command(RunStatus::Completed, false);
+        let request = completion(CompletionStatus::Completed);
+        let same = RunEvent::Completed {
+            completion: &request,
+            completion_hash: "done",
+        };
+        assert_eq!(transition(&finished, same, NOW), Decision::Replay);
+        let other = RunEvent::Completed {
+            completion: &request,
+            completion_hash: "other",
+        };
+        assert!(matches!(
+            transition(&finished, other, NOW),
+            Decision::Conflict(_)
+        ));
+    }
+
+    #[test]
+    fn only_running_runs_go_silent() {
+        let event = RunEvent::DesktopSilent { error: "silent" };
+        let failed = written(transition(&command(RunStatus::Running, true), event, NOW));
+        assert_eq!(failed.status, RunStatus::Failed);
+        assert_eq!(failed.error.as_deref(), Some("silent"));
+        assert_eq!(
+            transition(&command(RunStatus::Queued, false), event, NOW),
+            Decision::Replay
+        );
+        assert_eq!(
+            transition(&command(RunStatus::Completed, false), event, NOW),
+            Decision::AlreadyFinished(RunStatus::Completed)
+        );
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_depth() {
+        let a = serde_json::json!({"b": 1, "a": {"d": [1, {"z": 0, "y": 1}], "c": "x"}});
+        assert_eq!(
+            canonical_json(&a),
+            r#"{"a":{"c":"x","d":[1,{"y":1,"z":0}]},"b":1}"#
+        );
+    }
+}

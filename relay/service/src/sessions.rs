@@ -1,0 +1,154 @@
+//! Shared graph sessions: the desktop's sync replaces a project's snapshot; agents list it.
+
+use std::ops::RangeInclusive;
+
+use serde::Serialize;
+
+use super::AppState;
+use super::auth::{AgentIdentity, DesktopIdentity};
+use super::notify::Topic;
+use super::runs::{DesktopError, RunError};
+use relay_protocol::clock::Timestamp;
+use relay_protocol::{
+    CommandId, MAX_SYNC_COMMANDS, QueuedCommand, SessionMeta, SyncRequest, SyncResponse,
+};
+
+/// Allowed `limit` of `list_graph_sessions`.
+pub const LIST_LIMIT: RangeInclusive<i64> = 1..=50;
+/// `limit` when the agent gives none.
+pub const DEFAULT_LIST_LIMIT: i64 = 20;
+
+/// What an agent sees of its project's shared sessions.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionList {
+    /// The project.
+    pub project_id: String,
+    /// Sessions the desktop's last sync uploaded.
+    pub sessions: Vec<SessionMeta>,
+    /// When the desktop last synced this project; `None` if it never did. Kept out of the
+    /// tool's structured answer, whose shape is the seed's `{project_id, sessions}`.
+    #[serde(skip)]
+    pub last_sync_at: Option<Timestamp>,
+}
+
+/// Lists up to `limit` sessions of `project_id`, which must be the agent's project.
+pub async fn list_sessions(
+    app: &AppState,
+    agent: &AgentIdentity,
+    project_id: &str,
+    limit: Option<i64>,
+) -> Result<SessionList, RunError> {
+    let limit = limit.unwrap_or(DEFAULT_LIST_LIMIT);
+    if !LIST_LIMIT.contains(&limit) {
+        return Err(RunError::Invalid(format!(
+            "limit must be between {} and {}, got {limit}",
+            LIST_LIMIT.start(),
+            LIST_LIMIT.end()
+        )));
+    }
+    if project_id != agent.project_id {
+        return Err(RunError::Invalid(format!(
+            "this connection is for project {}, not `{project_id}`: pass project_id \"{}\"",
+            agent.project_id, agent.project_id
+        )));
+    }
+    let limit = usize::try_from(limit).unwrap_or(1);
+    let snapshot = app.store.sessions(project_id, limit).await?;
+    Ok(SessionList {
+        project_id: project_id.to_owned(),
+        sessions: snapshot.sessions.into_iter().map(|s| s.meta).collect(),
+        last_sync_at: snapshot.last_sync_at,
+    })
+}
+
+/// Replaces the project's snapshot with the desktop's and returns its queued commands.
+pub async fn sync_project(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    request: SyncRequest,
+) -> Result<SyncResponse, DesktopError> {
+    request
+        .validate()
+        .map_err(|e| DesktopError::BadRequest(e.0))?;
+    let project = app.store.project(&request.project_id).await?;
+    if project.is_none_or(|project| project.owner_id != desktop.owner_id) {
+        return Err(DesktopError::Forbidden(format!(
+            "project `{}` is not one of this desktop's owner's projects: check the project id, or use the desktop token of the project's owner",
+            request.project_id
+        )));
+    }
+    let now = app.clock.now();
+    let project_id = request.project_id.clone();
+    let running = request.running.clone();
+    let known = request.known.clone();
+    let wait = std::time::Duration::from_millis(request.wait_ms.unwrap_or(0));
+    if !request.sessions_unchanged {
+        app.store
+            .replace_sessions(&request.project_id, request.sessions, now)
+            .await?;
+    }
+    // Subscribe before reading, so work queued between the read and the wait wakes it.
+    let mut changes =
+        (!wait.is_zero()).then(|| app.notifier.subscribe(&Topic::Project(project_id.clone())));
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let answer = sync_answer(app, desktop, &project_id, &running).await?;
+        let Some(changes) = changes.as_mut() else {
+            return Ok(answer);
+        };
+        let news = answer
+            .commands
+            .iter()
+            .any(|c| !known.contains(&c.command_id));
+        if news || !answer.cancel_requested.is_empty() {
+            return Ok(answer);
+        }
+        tokio::select! {
+            () = changes.changed() => {}
+            () = tokio::time::sleep_until(deadline) => return Ok(answer),
+            () = app.shutdown.cancelled() => return Ok(answer),
+        }
+    }
+}
+
+/// The queued commands of `project_id`, and which of `running` have a cancel request.
+async fn sync_answer(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    project_id: &str,
+    running: &[CommandId],
+) -> Result<SyncResponse, DesktopError> {
+    let commands = app
+        .store
+        .queued_commands(project_id, MAX_SYNC_COMMANDS)
+        .await?
+        .into_iter()
+        .map(|command| QueuedCommand {
+            command_id: command.id,
+            graph_session_id: command.graph_session_id,
+            slug: command.slug,
+            arguments: command.arguments,
+            created_at: command.created_at,
+        })
+        .collect();
+    let mut cancel_requested = Vec::new();
+    for id in running {
+        if let Some(command) = app.store.command(*id).await?
+            && command.project_id == project_id
+            && command.status == relay_protocol::RunStatus::Running
+            && command.cancel_requested
+            && app
+                .store
+                .project(&command.project_id)
+                .await?
+                .is_some_and(|p| p.owner_id == desktop.owner_id)
+        {
+            cancel_requested.push(*id);
+        }
+    }
+    Ok(SyncResponse {
+        project_id: project_id.to_owned(),
+        commands,
+        cancel_requested,
+    })
+}

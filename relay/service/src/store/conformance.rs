@@ -1,0 +1,1118 @@
+//! The conformance suite every [`Store`] must pass, written once for any implementation.
+//!
+//! A store test calls [`run_all`] with a function that makes a fresh, empty store; each check
+//! panics with a message naming the broken promise.
+
+use std::sync::Arc;
+
+use serde_json::{Map, json};
+
+use super::{
+    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, CommandRecord,
+    InsertOutcome, ProjectRecord, Store, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind,
+    TokenRecord,
+};
+use crate::chat_tasks::machine::{TaskDecision, TaskEvent, transition};
+use crate::chat_tasks::model::{HostKind, TaskId, TaskStatus};
+use relay_protocol::clock::Timestamp;
+use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
+
+const T0: Timestamp = Timestamp::from_unix_millis(1_794_130_200_000);
+
+fn at(seconds: i64) -> Timestamp {
+    Timestamp::from_unix_millis(T0.unix_millis() + seconds * 1000)
+}
+
+fn gs(n: u32) -> GraphSessionId {
+    format!("gs_{n:032x}")
+        .parse()
+        .expect("test session ids are well formed")
+}
+
+fn session(n: u32, name: &str) -> SessionMeta {
+    SessionMeta {
+        graph_session_id: gs(n),
+        name: name.to_owned(),
+        description: format!("session {n}"),
+        slug: format!("slug-{n}"),
+        version: "1.0.0".into(),
+        status: "active".into(),
+    }
+}
+
+struct Seed {
+    project_id: String,
+    agent_id: String,
+    other_agent_id: String,
+}
+
+async fn seed(store: &dyn Store) -> Seed {
+    let owner = store.ensure_owner("owner", T0).await.expect("ensure owner");
+    let project_id = uuid::Uuid::new_v4().to_string();
+    store
+        .insert_project(ProjectRecord {
+            id: project_id.clone(),
+            owner_id: owner.id.clone(),
+            name: "p".into(),
+            created_at: T0,
+        })
+        .await
+        .expect("insert project");
+    let mut agents = Vec::new();
+    for name in ["agent-a", "agent-b"] {
+        let id = uuid::Uuid::new_v4().to_string();
+        store
+            .insert_token(TokenRecord {
+                id: id.clone(),
+                kind: TokenKind::Agent,
+                token_hash: format!("hash-{id}"),
+                owner_id: owner.id.clone(),
+                project_id: Some(project_id.clone()),
+                agent_name: Some(name.into()),
+                scopes: vec!["osfoundry:read".into(), "osfoundry:run".into()],
+                created_at: T0,
+                revoked_at: None,
+            })
+            .await
+            .expect("insert token");
+        agents.push(id);
+    }
+    let other_agent_id = agents.pop().unwrap_or_default();
+    let agent_id = agents.pop().unwrap_or_default();
+    Seed {
+        project_id,
+        agent_id,
+        other_agent_id,
+    }
+}
+
+fn command(seed: &Seed, agent_id: &str, key: &str, created: Timestamp) -> CommandRecord {
+    let mut arguments = Map::new();
+    arguments.insert("ticket".into(), json!("T-1"));
+    CommandRecord::queued(
+        CommandId::new_random(),
+        seed.project_id.clone(),
+        agent_id.to_owned(),
+        gs(1),
+        "slug-1".into(),
+        arguments,
+        key.to_owned(),
+        format!("hash-of-{key}"),
+        created,
+    )
+}
+
+async fn insert_new(store: &dyn Store, command: CommandRecord) -> CommandRecord {
+    match store.insert_command(command).await.expect("insert command") {
+        InsertOutcome::Created(created) => created,
+        InsertOutcome::Existing(existing) => {
+            panic!("expected a new command, got existing {}", existing.id)
+        }
+    }
+}
+
+/// Runs every check, each on a fresh store from `make`.
+pub async fn run_all<F>(make: F)
+where
+    F: Fn() -> Arc<dyn Store>,
+{
+    owners_are_unique_by_name(make().as_ref()).await;
+    projects_round_trip(make().as_ref()).await;
+    tokens_round_trip_and_revoke_once(make().as_ref()).await;
+    projects_owners_and_tokens_are_listed_in_order(make().as_ref()).await;
+    session_snapshot_is_replaced_whole(make().as_ref()).await;
+    idempotency_key_is_unique_per_agent(make().as_ref()).await;
+    concurrent_inserts_create_one_command(make()).await;
+    updates_are_conditional_on_the_state_read(make().as_ref()).await;
+    queued_commands_are_oldest_first_and_bounded(make().as_ref()).await;
+    heartbeat_touches_only_running_commands(make().as_ref()).await;
+    silent_runs_fail_by_cutoff(make().as_ref()).await;
+    chat_links_round_trip(make().as_ref()).await;
+    task_idempotency_key_is_unique_per_link(make().as_ref()).await;
+    concurrent_assignments_create_one_task(make()).await;
+    claim_is_one_conditional_write(make().as_ref()).await;
+    concurrent_claims_have_one_winner(make()).await;
+    task_updates_are_fenced_by_status_claim_and_lease(make().as_ref()).await;
+    task_lists_are_ordered_and_bounded(make().as_ref()).await;
+    sweep_moves_exactly_what_the_state_machine_says(make().as_ref()).await;
+    artifacts_are_fenced_unique_and_bounded(make().as_ref()).await;
+}
+
+/// `ensure_owner` creates an owner once and returns it again by name.
+pub async fn owners_are_unique_by_name(store: &dyn Store) {
+    let first = store.ensure_owner("alice", T0).await.expect("ensure owner");
+    let again = store
+        .ensure_owner("alice", at(5))
+        .await
+        .expect("ensure owner");
+    let other = store.ensure_owner("bob", T0).await.expect("ensure owner");
+    assert_eq!(first, again, "the same name must give the same owner");
+    assert_ne!(
+        first.id, other.id,
+        "different names must give different owners"
+    );
+}
+
+/// Projects read back as written; unknown ids read as none.
+pub async fn projects_round_trip(store: &dyn Store) {
+    let seed = seed(store).await;
+    let project = store
+        .project(&seed.project_id)
+        .await
+        .expect("read project")
+        .expect("project exists");
+    assert_eq!(project.id, seed.project_id);
+    assert_eq!(project.created_at, T0);
+    assert!(store.project("nope").await.expect("read project").is_none());
+}
+
+/// Tokens are found by hash and id; revoking succeeds once.
+pub async fn tokens_round_trip_and_revoke_once(store: &dyn Store) {
+    let seed = seed(store).await;
+    let by_hash = store
+        .token_by_hash(&format!("hash-{}", seed.agent_id))
+        .await
+        .expect("read token")
+        .expect("token exists");
+    assert_eq!(by_hash.id, seed.agent_id);
+    assert_eq!(by_hash.kind, TokenKind::Agent);
+    assert_eq!(by_hash.scopes, ["osfoundry:read", "osfoundry:run"]);
+    assert_eq!(
+        by_hash.project_id.as_deref(),
+        Some(seed.project_id.as_str())
+    );
+    assert!(by_hash.revoked_at.is_none());
+    assert!(
+        store
+            .revoke_token(&seed.agent_id, at(1))
+            .await
+            .expect("revoke")
+    );
+    assert!(
+        !store
+            .revoke_token(&seed.agent_id, at(2))
+            .await
+            .expect("revoke"),
+        "a second revoke must report it was already revoked"
+    );
+    let revoked = store
+        .token(&seed.agent_id)
+        .await
+        .expect("read token")
+        .expect("token exists");
+    assert_eq!(revoked.revoked_at, Some(at(1)));
+    assert!(
+        store
+            .token_by_hash("unknown")
+            .await
+            .expect("read")
+            .is_none()
+    );
+}
+
+/// Projects list oldest first, owners by name, and an owner's tokens (revoked too) oldest first
+/// without another owner's.
+pub async fn projects_owners_and_tokens_are_listed_in_order(store: &dyn Store) {
+    assert!(store.projects().await.expect("list projects").is_empty());
+    assert!(store.owners().await.expect("list owners").is_empty());
+    let zoe = store.ensure_owner("zoe", T0).await.expect("ensure owner");
+    let ann = store
+        .ensure_owner("ann", at(1))
+        .await
+        .expect("ensure owner");
+    let mut made = Vec::new();
+    for (name, owner, created) in [("late", &ann, at(9)), ("early", &zoe, at(2))] {
+        let project = ProjectRecord {
+            id: uuid::Uuid::new_v4().to_string(),
+            owner_id: owner.id.clone(),
+            name: name.into(),
+            created_at: created,
+        };
+        store
+            .insert_project(project.clone())
+            .await
+            .expect("insert project");
+        made.push(project);
+    }
+    made.reverse();
+    assert_eq!(store.projects().await.expect("list projects"), made);
+    assert_eq!(
+        store.owners().await.expect("list owners"),
+        [ann.clone(), zoe.clone()]
+    );
+    let token = |owner: &str, kind, created| TokenRecord {
+        id: uuid::Uuid::new_v4().to_string(),
+        kind,
+        token_hash: uuid::Uuid::new_v4().to_string(),
+        owner_id: owner.to_owned(),
+        project_id: None,
+        agent_name: None,
+        scopes: Vec::new(),
+        created_at: created,
+        revoked_at: None,
+    };
+    let newer = token(&ann.id, TokenKind::Owner, at(7));
+    let older = token(&ann.id, TokenKind::Desktop, at(3));
+    let others = token(&zoe.id, TokenKind::Desktop, at(1));
+    for t in [&newer, &older, &others] {
+        store.insert_token(t.clone()).await.expect("insert token");
+    }
+    assert!(store.revoke_token(&older.id, at(8)).await.expect("revoke"));
+    let listed = store.tokens_of_owner(&ann.id).await.expect("list tokens");
+    let ids: Vec<&str> = listed.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [older.id.as_str(), newer.id.as_str()],
+        "oldest first, only ann's"
+    );
+    assert_eq!(
+        listed[0].revoked_at,
+        Some(at(8)),
+        "a revoked token is listed as revoked"
+    );
+    assert!(
+        store
+            .tokens_of_owner("nobody")
+            .await
+            .expect("list tokens")
+            .is_empty()
+    );
+}
+
+/// A sync replaces the whole snapshot; listing is ordered by name and bounded.
+pub async fn session_snapshot_is_replaced_whole(store: &dyn Store) {
+    let seed = seed(store).await;
+    let empty = store.sessions(&seed.project_id, 50).await.expect("list");
+    assert!(empty.sessions.is_empty() && empty.last_sync_at.is_none());
+    let three = vec![session(3, "c"), session(1, "a"), session(2, "b")];
+    store
+        .replace_sessions(&seed.project_id, three, at(1))
+        .await
+        .expect("replace");
+    let listed = store.sessions(&seed.project_id, 2).await.expect("list");
+    let names: Vec<_> = listed
+        .sessions
+        .iter()
+        .map(|s| s.meta.name.as_str())
+        .collect();
+    assert_eq!(names, ["a", "b"], "ordered by name, at most the limit");
+    assert_eq!(listed.last_sync_at, Some(at(1)));
+    assert_eq!(listed.sessions[0].meta, session(1, "a"));
+    store
+        .replace_sessions(&seed.project_id, vec![session(2, "b")], at(2))
+        .await
+        .expect("replace");
+    let listed = store.sessions(&seed.project_id, 50).await.expect("list");
+    assert_eq!(
+        listed.sessions.len(),
+        1,
+        "sessions left out of a sync are gone"
+    );
+    assert_eq!(listed.last_sync_at, Some(at(2)));
+    assert!(
+        store
+            .session(&seed.project_id, &gs(1))
+            .await
+            .expect("read")
+            .is_none()
+    );
+    assert!(
+        store
+            .session(&seed.project_id, &gs(2))
+            .await
+            .expect("read")
+            .is_some()
+    );
+    store
+        .replace_sessions(&seed.project_id, Vec::new(), at(3))
+        .await
+        .expect("replace");
+    let listed = store.sessions(&seed.project_id, 50).await.expect("list");
+    assert!(listed.sessions.is_empty());
+    assert_eq!(listed.last_sync_at, Some(at(3)));
+}
+
+/// One command per (agent, key); another agent's same key is its own command.
+pub async fn idempotency_key_is_unique_per_agent(store: &dyn Store) {
+    let seed = seed(store).await;
+    let first = insert_new(store, command(&seed, &seed.agent_id, "key-0001", at(0))).await;
+    assert_eq!(first.status, RunStatus::Queued);
+    match store
+        .insert_command(command(&seed, &seed.agent_id, "key-0001", at(1)))
+        .await
+        .expect("insert")
+    {
+        InsertOutcome::Existing(existing) => assert_eq!(existing, first),
+        InsertOutcome::Created(created) => panic!("a repeated key created {}", created.id),
+    }
+    let other = insert_new(
+        store,
+        command(&seed, &seed.other_agent_id, "key-0001", at(2)),
+    )
+    .await;
+    assert_ne!(other.id, first.id);
+    let by_key = store
+        .command_by_key(&seed.agent_id, "key-0001")
+        .await
+        .expect("read")
+        .expect("exists");
+    assert_eq!(by_key, first);
+    assert!(
+        store
+            .command_by_key(&seed.agent_id, "other-key")
+            .await
+            .expect("read")
+            .is_none()
+    );
+    assert_eq!(store.command(first.id).await.expect("read"), Some(first));
+    assert!(
+        store
+            .command(CommandId::new_random())
+            .await
+            .expect("read")
+            .is_none()
+    );
+}
+
+/// Fifty concurrent inserts under one key create exactly one command.
+pub async fn concurrent_inserts_create_one_command(store: Arc<dyn Store>) {
+    const CONCURRENT_INSERTS: usize = 50;
+    let seed = Arc::new(seed(store.as_ref()).await);
+    let tasks: Vec<_> = (0..CONCURRENT_INSERTS)
+        .map(|_| {
+            let (store, seed) = (store.clone(), seed.clone());
+            tokio::spawn(async move {
+                let command = command(&seed, &seed.agent_id, "same-key-1", at(0));
+                store.insert_command(command).await.expect("insert")
+            })
+        })
+        .collect();
+    let mut created = 0;
+    let mut ids = std::collections::BTreeSet::new();
+    for task in tasks {
+        match task.await.expect("task") {
+            InsertOutcome::Created(command) => {
+                created += 1;
+                ids.insert(command.id);
+            }
+            InsertOutcome::Existing(command) => {
+                ids.insert(command.id);
+            }
+        }
+    }
+    assert_eq!(created, 1, "exactly one insert may create the command");
+    assert_eq!(ids.len(), 1, "every caller must get the same command back");
+}
+
+/// A write decided from a stale read does not land; a current one does, and reads back.
+pub async fn updates_are_conditional_on_the_state_read(store: &dyn Store) {
+    let seed = seed(store).await;
+    let queued = insert_new(store, command(&seed, &seed.agent_id, "key-0002", at(0))).await;
+    let mut running = queued.clone();
+    running.status = RunStatus::Running;
+    running.execution_id = Some("exec-1".into());
+    running.started_at = Some(at(1));
+    running.last_seen_at = Some(at(1));
+    running.updated_at = at(1);
+    assert!(
+        store
+            .update_command(&queued, &running)
+            .await
+            .expect("update")
+    );
+    assert!(
+        !store
+            .update_command(&queued, &running)
+            .await
+            .expect("update"),
+        "a second write from the same `queued` read must not land"
+    );
+    let mut flagged = running.clone();
+    flagged.cancel_requested = true;
+    assert!(
+        store
+            .update_command(&running, &flagged)
+            .await
+            .expect("update")
+    );
+    let mut completed = running.clone();
+    completed.status = RunStatus::Completed;
+    assert!(
+        !store
+            .update_command(&running, &completed)
+            .await
+            .expect("update"),
+        "a write that did not see the cancel flag must not land"
+    );
+    let mut done = flagged.clone();
+    done.status = RunStatus::Cancelled;
+    done.result = Some(json!({"text": "日本語 😀", "n": [1, 2.5, null]}));
+    done.result_truncated = true;
+    done.total_tokens = Some(1234);
+    done.reported_cost = Some(0.25);
+    done.error = Some("stopped".into());
+    done.completion_hash = Some("abc".into());
+    done.finished_at = Some(at(9));
+    done.updated_at = at(9);
+    assert!(store.update_command(&flagged, &done).await.expect("update"));
+    assert_eq!(store.command(queued.id).await.expect("read"), Some(done));
+}
+
+/// Only queued commands are handed out, oldest first, at most `limit`.
+pub async fn queued_commands_are_oldest_first_and_bounded(store: &dyn Store) {
+    let seed = seed(store).await;
+    let third = insert_new(store, command(&seed, &seed.agent_id, "key-0003", at(3))).await;
+    let first = insert_new(store, command(&seed, &seed.agent_id, "key-0001", at(1))).await;
+    let second = insert_new(store, command(&seed, &seed.agent_id, "key-0002", at(2))).await;
+    let mut cancelled = second.clone();
+    cancelled.status = RunStatus::Cancelled;
+    assert!(
+        store
+            .update_command(&second, &cancelled)
+            .await
+            .expect("update")
+    );
+    let queued = store
+        .queued_commands(&seed.project_id, 10)
+        .await
+        .expect("read");
+    let ids: Vec<_> = queued.iter().map(|c| c.id).collect();
+    assert_eq!(ids, [first.id, third.id]);
+    let bounded = store
+        .queued_commands(&seed.project_id, 1)
+        .await
+        .expect("read");
+    assert_eq!(bounded.len(), 1);
+    assert!(
+        store
+            .queued_commands("other", 10)
+            .await
+            .expect("read")
+            .is_empty()
+    );
+}
+
+/// A heartbeat moves `last_seen_at` of a running command and nothing else.
+pub async fn heartbeat_touches_only_running_commands(store: &dyn Store) {
+    let seed = seed(store).await;
+    let queued = insert_new(store, command(&seed, &seed.agent_id, "key-0004", at(0))).await;
+    assert!(!store.touch_running(queued.id, at(1)).await.expect("touch"));
+    let mut running = queued.clone();
+    running.status = RunStatus::Running;
+    running.last_seen_at = Some(at(1));
+    assert!(
+        store
+            .update_command(&queued, &running)
+            .await
+            .expect("update")
+    );
+    assert!(store.touch_running(queued.id, at(7)).await.expect("touch"));
+    let read = store
+        .command(queued.id)
+        .await
+        .expect("read")
+        .expect("exists");
+    assert_eq!(read.last_seen_at, Some(at(7)));
+    assert_eq!(read.status, RunStatus::Running);
+}
+
+/// Running commands last seen before the cutoff fail; others stay as they are.
+pub async fn silent_runs_fail_by_cutoff(store: &dyn Store) {
+    let seed = seed(store).await;
+    let mut ids = Vec::new();
+    for (key, seen) in [("key-old1", 10), ("key-new1", 100)] {
+        let queued = insert_new(store, command(&seed, &seed.agent_id, key, at(0))).await;
+        let mut running = queued.clone();
+        running.status = RunStatus::Running;
+        running.last_seen_at = Some(at(seen));
+        assert!(
+            store
+                .update_command(&queued, &running)
+                .await
+                .expect("update")
+        );
+        ids.push(queued.id);
+    }
+    let still_queued = insert_new(store, command(&seed, &seed.agent_id, "key-queu", at(0))).await;
+    let failed = store
+        .fail_silent_runs(at(50), at(200), "silent")
+        .await
+        .expect("sweep");
+    assert_eq!(failed, [ids[0]]);
+    let old = store.command(ids[0]).await.expect("read").expect("exists");
+    assert_eq!(old.status, RunStatus::Failed);
+    assert_eq!(old.error.as_deref(), Some("silent"));
+    assert_eq!(old.finished_at, Some(at(200)));
+    let recent = store.command(ids[1]).await.expect("read").expect("exists");
+    assert_eq!(recent.status, RunStatus::Running);
+    let queued = store
+        .command(still_queued.id)
+        .await
+        .expect("read")
+        .expect("exists");
+    assert_eq!(queued.status, RunStatus::Queued);
+    assert!(
+        store
+            .fail_silent_runs(at(50), at(300), "silent")
+            .await
+            .expect("sweep")
+            .is_empty(),
+        "a failed run is not failed twice"
+    );
+}
+
+const DAY: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
+
+struct ChatSeed {
+    link: String,
+    other_link: String,
+}
+
+async fn chat_seed(store: &dyn Store) -> ChatSeed {
+    let seed = seed(store).await;
+    let mut links = Vec::new();
+    for host in [HostKind::Claude, HostKind::Chatgpt] {
+        let id = uuid::Uuid::new_v4().to_string();
+        store
+            .insert_chat_link(ChatLinkRecord {
+                id: id.clone(),
+                project_id: seed.project_id.clone(),
+                host,
+                event_subscription: false,
+                created_at: T0,
+            })
+            .await
+            .expect("insert link");
+        links.push(id);
+    }
+    let other_link = links.pop().unwrap_or_default();
+    let link = links.pop().unwrap_or_default();
+    ChatSeed { link, other_link }
+}
+
+fn task(link: &str, key: &str, created: Timestamp) -> TaskRecord {
+    TaskRecord::queued(
+        link.to_owned(),
+        format!("goal of {key}"),
+        key.to_owned(),
+        created,
+        DAY,
+    )
+}
+
+async fn new_task(store: &dyn Store, task: TaskRecord) -> TaskRecord {
+    match store.insert_task(task).await.expect("insert task") {
+        TaskInsertOutcome::Created(created) => created,
+        TaskInsertOutcome::Existing(existing) => {
+            panic!("expected a new task, got existing {}", existing.id)
+        }
+    }
+}
+
+fn attempt(task: &TaskRecord, link: &str, claim: &str, lease: Option<Timestamp>) -> ClaimAttempt {
+    ClaimAttempt {
+        task_id: task.id,
+        chat_link_id: link.to_owned(),
+        claim_id: claim.to_owned(),
+        lease_until: lease,
+        now: at(1),
+    }
+}
+
+async fn read_task(store: &dyn Store, id: TaskId) -> TaskRecord {
+    store
+        .task(id)
+        .await
+        .expect("read task")
+        .expect("task exists")
+}
+
+/// Links read back as written; the subscription flag can be switched; unknown ids are none.
+pub async fn chat_links_round_trip(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let link = store
+        .chat_link(&seed.link)
+        .await
+        .expect("read link")
+        .expect("link exists");
+    assert_eq!(link.host, HostKind::Claude);
+    assert!(!link.event_subscription);
+    assert_eq!(link.created_at, T0);
+    assert!(
+        store
+            .set_event_subscription(&seed.link, true)
+            .await
+            .expect("set")
+    );
+    let link = store
+        .chat_link(&seed.link)
+        .await
+        .expect("read")
+        .expect("exists");
+    assert!(link.event_subscription);
+    assert!(
+        !store
+            .set_event_subscription("nope", true)
+            .await
+            .expect("set")
+    );
+    assert!(store.chat_link("nope").await.expect("read").is_none());
+}
+
+/// One task per (link, key); another link's same key is its own task; tasks read back whole.
+pub async fn task_idempotency_key_is_unique_per_link(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let first = new_task(store, task(&seed.link, "key-1", at(0))).await;
+    assert_eq!(first.status, TaskStatus::Queued);
+    assert_eq!(first.expires_at, at(24 * 60 * 60));
+    match store
+        .insert_task(task(&seed.link, "key-1", at(5)))
+        .await
+        .expect("insert")
+    {
+        TaskInsertOutcome::Existing(existing) => assert_eq!(existing, first),
+        TaskInsertOutcome::Created(created) => panic!("a repeated key created {}", created.id),
+    }
+    let other = new_task(store, task(&seed.other_link, "key-1", at(0))).await;
+    assert_ne!(other.id, first.id);
+    assert_eq!(read_task(store, first.id).await, first);
+    assert!(
+        store
+            .task(TaskId::new_random())
+            .await
+            .expect("read")
+            .is_none()
+    );
+}
+
+/// Fifty concurrent assignments under one key create exactly one task.
+pub async fn concurrent_assignments_create_one_task(store: Arc<dyn Store>) {
+    const CONCURRENT_INSERTS: usize = 50;
+    let seed = Arc::new(chat_seed(store.as_ref()).await);
+    let inserts: Vec<_> = (0..CONCURRENT_INSERTS)
+        .map(|_| {
+            let (store, seed) = (store.clone(), seed.clone());
+            tokio::spawn(async move {
+                store
+                    .insert_task(task(&seed.link, "double-click", at(0)))
+                    .await
+                    .expect("insert")
+            })
+        })
+        .collect();
+    let mut created = 0;
+    let mut ids = std::collections::BTreeSet::new();
+    for insert in inserts {
+        match insert.await.expect("task") {
+            TaskInsertOutcome::Created(task) => {
+                created += 1;
+                ids.insert(task.id);
+            }
+            TaskInsertOutcome::Existing(task) => {
+                ids.insert(task.id);
+            }
+        }
+    }
+    assert_eq!(created, 1, "exactly one insert may create the task");
+    assert_eq!(ids.len(), 1, "every caller must get the same task back");
+}
+
+/// A claim lands only on a queued, unexpired task of the claiming link, and only once; the
+/// unconditional write (the naive claim's) lands whatever the status.
+pub async fn claim_is_one_conditional_write(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let queued = new_task(store, task(&seed.link, "key-c", at(0))).await;
+    assert!(
+        store
+            .claim_task(attempt(&queued, &seed.other_link, "c-other", None))
+            .await
+            .expect("claim")
+            .is_none(),
+        "another link cannot claim"
+    );
+    let claimed = store
+        .claim_task(attempt(&queued, &seed.link, "c-1", Some(at(31))))
+        .await
+        .expect("claim")
+        .expect("the first claim lands");
+    assert_eq!(claimed.status, TaskStatus::Claimed);
+    assert_eq!(claimed.claim_id.as_deref(), Some("c-1"));
+    assert_eq!(claimed.lease_until, Some(at(31)));
+    assert_eq!(claimed.claimed_at, Some(at(1)));
+    assert_eq!(claimed.updated_at, at(1));
+    assert_eq!(read_task(store, queued.id).await, claimed);
+    assert!(
+        store
+            .claim_task(attempt(&queued, &seed.link, "c-2", None))
+            .await
+            .expect("claim")
+            .is_none(),
+        "a claimed task cannot be claimed again"
+    );
+    let mut unknown = queued.clone();
+    unknown.id = TaskId::new_random();
+    assert!(
+        store
+            .claim_task(attempt(&unknown, &seed.link, "c-3", None))
+            .await
+            .expect("claim")
+            .is_none()
+    );
+    let overdue = new_task(store, task(&seed.link, "key-old", at(-(24 * 60 * 60)))).await;
+    assert!(
+        store
+            .claim_task(attempt(&overdue, &seed.link, "c-4", None))
+            .await
+            .expect("claim")
+            .is_none(),
+        "a task past expires_at cannot be claimed even before the sweep"
+    );
+    assert!(
+        store
+            .claim_task_unconditionally(attempt(&queued, &seed.link, "c-5", None))
+            .await
+            .expect("claim")
+    );
+    assert_eq!(
+        read_task(store, queued.id).await.claim_id.as_deref(),
+        Some("c-5"),
+        "the unconditional write overwrites a live claim: the race the conditional claim prevents"
+    );
+}
+
+/// Fifty concurrent claims of one task: exactly one lands.
+pub async fn concurrent_claims_have_one_winner(store: Arc<dyn Store>) {
+    const CONCURRENT_CLAIMS: usize = 50;
+    let seed = chat_seed(store.as_ref()).await;
+    let queued = new_task(store.as_ref(), task(&seed.link, "key-race", at(0))).await;
+    let claims: Vec<_> = (0..CONCURRENT_CLAIMS)
+        .map(|n| {
+            let store = store.clone();
+            let attempt = attempt(&queued, &seed.link, &format!("claim-{n}"), None);
+            tokio::spawn(async move { store.claim_task(attempt).await.expect("claim") })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for claim in claims {
+        if let Some(task) = claim.await.expect("task") {
+            winners.push(task.claim_id);
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one claim may land: {winners:?}");
+    assert_eq!(
+        read_task(store.as_ref(), queued.id).await.claim_id,
+        winners[0]
+    );
+}
+
+/// A task write decided from a stale status, claim or lease does not land.
+pub async fn task_updates_are_fenced_by_status_claim_and_lease(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let queued = new_task(store, task(&seed.link, "key-u", at(0))).await;
+    let claimed = store
+        .claim_task(attempt(&queued, &seed.link, "c-a", Some(at(30))))
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let mut done = claimed.clone();
+    done.status = TaskStatus::Completed;
+    done.result = Some("日本語 😀 \"quoted\"".into());
+    done.result_hash = Some("h".into());
+    done.lease_until = None;
+    done.finished_at = Some(at(9));
+    done.updated_at = at(9);
+    assert!(
+        !store.update_task(&queued, &done).await.expect("update"),
+        "a write decided on the queued row must not land on the claimed one"
+    );
+    let mut other_claim = claimed.clone();
+    other_claim.claim_id = Some("c-b".into());
+    assert!(
+        !store
+            .update_task(&other_claim, &done)
+            .await
+            .expect("update"),
+        "a write fenced by another claim id must not land"
+    );
+    let mut other_lease = claimed.clone();
+    other_lease.lease_until = Some(at(99));
+    assert!(
+        !store
+            .update_task(&other_lease, &done)
+            .await
+            .expect("update"),
+        "a write decided on another lease must not land"
+    );
+    assert!(store.update_task(&claimed, &done).await.expect("update"));
+    assert_eq!(read_task(store, queued.id).await, done);
+    assert!(
+        !store.update_task(&claimed, &done).await.expect("update"),
+        "the same write twice lands once"
+    );
+}
+
+/// The inbox is the link's open tasks oldest first; the owner's list all its tasks newest
+/// first; both bounded.
+pub async fn task_lists_are_ordered_and_bounded(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let third = new_task(store, task(&seed.link, "k3", at(3))).await;
+    let first = new_task(store, task(&seed.link, "k1", at(1))).await;
+    let second = new_task(store, task(&seed.link, "k2", at(2))).await;
+    new_task(store, task(&seed.other_link, "k4", at(0))).await;
+    let mut cancelled = second.clone();
+    cancelled.status = TaskStatus::Cancelled;
+    cancelled.finished_at = Some(at(4));
+    assert!(
+        store
+            .update_task(&second, &cancelled)
+            .await
+            .expect("update")
+    );
+    store
+        .claim_task(attempt(&third, &seed.link, "c", None))
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let open: Vec<_> = store
+        .open_tasks(&seed.link, 10)
+        .await
+        .expect("list")
+        .iter()
+        .map(|t| (t.id, t.status))
+        .collect();
+    assert_eq!(
+        open,
+        [
+            (first.id, TaskStatus::Queued),
+            (third.id, TaskStatus::Claimed)
+        ]
+    );
+    assert_eq!(
+        store.open_tasks(&seed.link, 1).await.expect("list").len(),
+        1
+    );
+    let all: Vec<_> = store
+        .link_tasks(&seed.link, 10)
+        .await
+        .expect("list")
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(all, [third.id, second.id, first.id]);
+    assert_eq!(
+        store.link_tasks(&seed.link, 2).await.expect("list").len(),
+        2
+    );
+    assert!(store.open_tasks("nope", 10).await.expect("list").is_empty());
+}
+
+/// The guard sees exactly what is due; the sweep moves exactly those tasks, each as
+/// `transition` decides for `LeaseLapsed` or `Expire`, and nothing else.
+pub async fn sweep_moves_exactly_what_the_state_machine_says(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let now = at(100);
+    assert!(
+        !store.tasks_due(now).await.expect("guard"),
+        "nothing stored, nothing due"
+    );
+    let lapsed = new_task(store, task(&seed.link, "lapsed", at(0))).await;
+    let live = new_task(store, task(&seed.link, "live", at(0))).await;
+    let unleased = new_task(store, task(&seed.link, "unleased", at(0))).await;
+    let fresh = new_task(store, task(&seed.link, "fresh", at(50))).await;
+    let finished_old = new_task(store, task(&seed.link, "old-done", at(-(2 * 24 * 60 * 60)))).await;
+    let mut done = finished_old.clone();
+    done.status = TaskStatus::Completed;
+    assert!(
+        store
+            .update_task(&finished_old, &done)
+            .await
+            .expect("update")
+    );
+    for (task, lease) in [(&live, Some(at(101))), (&unleased, None)] {
+        store
+            .claim_task(attempt(task, &seed.link, "c", lease))
+            .await
+            .expect("claim")
+            .expect("claimed");
+    }
+    assert!(
+        !store.tasks_due(now).await.expect("guard"),
+        "nothing due yet"
+    );
+    let guarded = store
+        .open_tasks_unless_due(&seed.link, 10, now)
+        .await
+        .expect("guarded read")
+        .expect("nothing due: the open tasks");
+    let open = store.open_tasks(&seed.link, 10).await.expect("read");
+    assert_eq!(
+        guarded, open,
+        "with nothing due the guarded read is the plain read"
+    );
+    store
+        .claim_task(attempt(&lapsed, &seed.link, "c", Some(at(100))))
+        .await
+        .expect("claim")
+        .expect("claimed");
+    assert!(
+        store.tasks_due(now).await.expect("guard"),
+        "a lease lapsing at now is due"
+    );
+    assert_eq!(
+        store
+            .open_tasks_unless_due(&seed.link, 10, now)
+            .await
+            .expect("guarded read"),
+        None,
+        "the guarded read reports the due lease instead of listing"
+    );
+    assert_eq!(
+        read_task(store, lapsed.id).await.status,
+        TaskStatus::Claimed,
+        "and writes nothing"
+    );
+    let old_queued = new_task(store, task(&seed.link, "old-q", at(100 - 24 * 60 * 60))).await;
+    let old_claimed = new_task(store, task(&seed.link, "old-c", at(99 - 24 * 60 * 60))).await;
+    store
+        .claim_task(ClaimAttempt {
+            now: at(100 - 24 * 60 * 60),
+            ..attempt(&old_claimed, &seed.link, "c", Some(at(1000)))
+        })
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let ids = [
+        lapsed.id,
+        live.id,
+        unleased.id,
+        old_queued.id,
+        old_claimed.id,
+        fresh.id,
+        done.id,
+    ];
+    let mut before = Vec::new();
+    for id in ids {
+        before.push(read_task(store, id).await);
+    }
+    let counts = store.sweep_tasks(now).await.expect("sweep");
+    assert_eq!(
+        counts,
+        SweepCounts {
+            requeued: 1,
+            expired: 2
+        }
+    );
+    for previous in before {
+        let expected = [TaskEvent::Expire, TaskEvent::LeaseLapsed]
+            .into_iter()
+            .fold(previous.clone(), |task, event| {
+                match transition(&task, event, now) {
+                    TaskDecision::Write(next) => *next,
+                    _ => task,
+                }
+            });
+        assert_eq!(
+            read_task(store, previous.id).await,
+            expected,
+            "the sweep must move task `{}` as the state machine does",
+            previous.idempotency_key
+        );
+    }
+    assert!(
+        !store.tasks_due(now).await.expect("guard"),
+        "nothing due after the sweep"
+    );
+    assert_eq!(
+        store.sweep_tasks(now).await.expect("sweep"),
+        SweepCounts::default(),
+        "a second sweep finds nothing"
+    );
+}
+
+fn artifact(task: &TaskRecord, id: &str, claim: &str, content: &str) -> ArtifactRecord {
+    ArtifactRecord {
+        task_id: task.id,
+        artifact_id: id.to_owned(),
+        claim_id: claim.to_owned(),
+        name: format!("{id}.md"),
+        mime: "text/markdown".into(),
+        content: content.to_owned(),
+        size_bytes: content.len() as u64,
+        sha256: format!("sha-of-{content}"),
+        created_at: at(2),
+    }
+}
+
+/// An artifact lands only under the task's live claim, once per id, and at most `max` per task.
+pub async fn artifacts_are_fenced_unique_and_bounded(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let queued = new_task(store, task(&seed.link, "key-a", at(0))).await;
+    assert_eq!(
+        store
+            .insert_artifact(artifact(&queued, "a1", "c-1", "x"), 3)
+            .await
+            .expect("insert"),
+        ArtifactInsertOutcome::Refused,
+        "no artifact without a claim"
+    );
+    store
+        .claim_task(attempt(&queued, &seed.link, "c-1", Some(at(60))))
+        .await
+        .expect("claim")
+        .expect("claimed");
+    assert_eq!(
+        store
+            .insert_artifact(artifact(&queued, "a1", "c-0", "x"), 3)
+            .await
+            .expect("insert"),
+        ArtifactInsertOutcome::Refused,
+        "no artifact under a stale claim id"
+    );
+    let first = artifact(&queued, "a1", "c-1", "日本語");
+    assert_eq!(
+        store
+            .insert_artifact(first.clone(), 3)
+            .await
+            .expect("insert"),
+        ArtifactInsertOutcome::Stored
+    );
+    assert_eq!(
+        store
+            .insert_artifact(artifact(&queued, "a1", "c-1", "other"), 3)
+            .await
+            .expect("insert"),
+        ArtifactInsertOutcome::Existing(first.clone()),
+        "a used id returns what it holds"
+    );
+    for id in ["a2", "a3"] {
+        assert_eq!(
+            store
+                .insert_artifact(artifact(&queued, id, "c-1", id), 3)
+                .await
+                .expect("insert"),
+            ArtifactInsertOutcome::Stored
+        );
+    }
+    assert_eq!(
+        store
+            .insert_artifact(artifact(&queued, "a4", "c-1", "a4"), 3)
+            .await
+            .expect("insert"),
+        ArtifactInsertOutcome::Refused,
+        "at most `max` artifacts per task"
+    );
+    let mut expired_lease = artifact(&queued, "a5", "c-1", "late");
+    expired_lease.created_at = at(60);
+    assert_eq!(
+        store
+            .insert_artifact(expired_lease, 10)
+            .await
+            .expect("insert"),
+        ArtifactInsertOutcome::Refused,
+        "no artifact once the lease lapsed"
+    );
+    let stored = store.artifacts(queued.id).await.expect("list");
+    let ids: Vec<_> = stored.iter().map(|a| a.artifact_id.as_str()).collect();
+    assert_eq!(ids, ["a1", "a2", "a3"]);
+    assert_eq!(stored[0], first);
+}

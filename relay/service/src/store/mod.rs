@@ -1,0 +1,513 @@
+//! Durable state of the service behind one trait, so a PostgreSQL store can replace SQLite.
+//!
+//! The store knows no clock and no rules: callers pass timestamps and decide transitions
+//! (`runs::transition`, `chat_tasks::machine::transition`); the store only makes each write
+//! conditional on the state the caller read, so concurrent writers cannot both win.
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub mod sqlite;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde_json::{Map, Value};
+
+use crate::chat_tasks::model::{HostKind, TaskId, TaskStatus};
+use relay_protocol::clock::Timestamp;
+use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
+
+pub use sqlite::SqliteStore;
+
+/// The future every store method returns (boxed so `dyn Store` works).
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// A storage failure; never caused by the caller's input.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database failed.
+    #[error("database error: {0}")]
+    Backend(String),
+    /// A stored row could not be read back (corrupt or from a newer schema).
+    #[error("stored data is unreadable: {0}")]
+    Corrupt(String),
+    /// The stored data contradicts the request (e.g. a name already taken).
+    #[error("{0}")]
+    Conflict(String),
+}
+
+/// The kind of a bearer token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TokenKind {
+    /// One owner's desktop relay: syncs all that owner's projects.
+    Desktop,
+    /// One connected chat agent on one project, with scopes.
+    Agent,
+    /// The owner's own API (chat links and tasks).
+    Owner,
+}
+
+impl TokenKind {
+    /// The kind as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenKind::Desktop => "desktop",
+            TokenKind::Agent => "agent",
+            TokenKind::Owner => "owner",
+        }
+    }
+
+    /// Parses a stored kind.
+    pub fn parse(text: &str) -> Option<TokenKind> {
+        [TokenKind::Desktop, TokenKind::Agent, TokenKind::Owner]
+            .into_iter()
+            .find(|kind| kind.as_str() == text)
+    }
+}
+
+/// An owner: has projects and desktops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerRecord {
+    /// Owner id (UUID).
+    pub id: String,
+    /// Unique name.
+    pub name: String,
+    /// When it was created.
+    pub created_at: Timestamp,
+}
+
+/// A project of one owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectRecord {
+    /// Project id (UUID).
+    pub id: String,
+    /// The owning owner.
+    pub owner_id: String,
+    /// Display name.
+    pub name: String,
+    /// When it was created.
+    pub created_at: Timestamp,
+}
+
+/// A bearer token as stored: only the hash of its secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRecord {
+    /// Token id (UUID), what `token revoke` takes.
+    pub id: String,
+    /// What the token may do.
+    pub kind: TokenKind,
+    /// SHA-256 of the token text, lowercase hex.
+    pub token_hash: String,
+    /// The owner it acts for.
+    pub owner_id: String,
+    /// The project (agent tokens only).
+    pub project_id: Option<String>,
+    /// The connected agent's name (agent tokens only).
+    pub agent_name: Option<String>,
+    /// Granted scopes, e.g. `osfoundry:read` (agent tokens only).
+    pub scopes: Vec<String>,
+    /// When it was minted.
+    pub created_at: Timestamp,
+    /// When it was revoked, if it was.
+    pub revoked_at: Option<Timestamp>,
+}
+
+/// A session as the last sync uploaded it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRecord {
+    /// The metadata the desktop sent.
+    pub meta: SessionMeta,
+    /// When that sync happened.
+    pub synced_at: Timestamp,
+}
+
+/// A project's shared-session snapshot.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SessionSnapshot {
+    /// Sessions ordered by name then id, at most the requested limit.
+    pub sessions: Vec<SessionRecord>,
+    /// When the project was last synced; `None` if never.
+    pub last_sync_at: Option<Timestamp>,
+}
+
+/// A graph run requested by an agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandRecord {
+    /// Command id.
+    pub id: CommandId,
+    /// The project it runs in.
+    pub project_id: String,
+    /// The agent token that queued it: the only one that may read or cancel it.
+    pub agent_id: String,
+    /// The session to run.
+    pub graph_session_id: GraphSessionId,
+    /// The session's slug when queued.
+    pub slug: String,
+    /// Arguments for the graph.
+    pub arguments: Map<String, Value>,
+    /// The agent's idempotency key.
+    pub idempotency_key: String,
+    /// Hash of what the key stands for (session and arguments).
+    pub request_hash: String,
+    /// Lifecycle status.
+    pub status: RunStatus,
+    /// The agent asked to cancel while it was running.
+    pub cancel_requested: bool,
+    /// The desktop's execution id, once started or completed.
+    pub execution_id: Option<String>,
+    /// The graph's result.
+    pub result: Option<Value>,
+    /// The result was too large to post.
+    pub result_truncated: bool,
+    /// Tokens the run metered.
+    pub total_tokens: Option<u64>,
+    /// Cost the run reported.
+    pub reported_cost: Option<f64>,
+    /// Why it failed or was cancelled.
+    pub error: Option<String>,
+    /// Hash of the completion recorded, to recognise an identical repeat.
+    pub completion_hash: Option<String>,
+    /// When it was queued.
+    pub created_at: Timestamp,
+    /// When the desktop started it.
+    pub started_at: Option<Timestamp>,
+    /// When it reached a terminal status.
+    pub finished_at: Option<Timestamp>,
+    /// When the desktop last reported on it (started or control poll).
+    pub last_seen_at: Option<Timestamp>,
+    /// Last change.
+    pub updated_at: Timestamp,
+}
+
+impl CommandRecord {
+    /// A freshly queued command.
+    #[allow(clippy::too_many_arguments)]
+    pub fn queued(
+        id: CommandId,
+        project_id: String,
+        agent_id: String,
+        graph_session_id: GraphSessionId,
+        slug: String,
+        arguments: Map<String, Value>,
+        idempotency_key: String,
+        request_hash: String,
+        now: Timestamp,
+    ) -> Self {
+        CommandRecord {
+            id,
+            project_id,
+            agent_id,
+            graph_session_id,
+            slug,
+            arguments,
+            idempotency_key,
+            request_hash,
+            status: RunStatus::Queued,
+            cancel_requested: false,
+            execution_id: None,
+            result: None,
+            result_truncated: false,
+            total_tokens: None,
+            reported_cost: None,
+            error: None,
+            completion_hash: None,
+            created_at: now,
+            started_at: None,
+            finished_at: None,
+            last_seen_at: None,
+            updated_at: now,
+        }
+    }
+}
+
+/// What inserting a command under an idempotency key did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InsertOutcome {
+    /// No command had this (agent, key): this one was stored.
+    Created(CommandRecord),
+    /// A command with this (agent, key) already existed; it is returned unchanged.
+    Existing(CommandRecord),
+}
+
+/// A chat conversation on a host, linked to one project, that the owner hands tasks to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatLinkRecord {
+    /// Link id (UUID); the chat passes it to every task tool.
+    pub id: String,
+    /// The project whose agent tokens may use the link.
+    pub project_id: String,
+    /// The host the conversation lives on.
+    pub host: HostKind,
+    /// Whether the host is told when a task arrives (otherwise a person must open the chat).
+    pub event_subscription: bool,
+    /// When it was created.
+    pub created_at: Timestamp,
+}
+
+/// A task the owner assigned to a linked chat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskRecord {
+    /// Task id.
+    pub id: TaskId,
+    /// The only link that may see, claim and finish it.
+    pub chat_link_id: String,
+    /// What the owner asks for.
+    pub goal: String,
+    /// The owner's idempotency key, unique per link.
+    pub idempotency_key: String,
+    /// Lifecycle status.
+    pub status: TaskStatus,
+    /// The current claim (the fencing token of submits and uploads); kept once finished.
+    pub claim_id: Option<String>,
+    /// When the current claim lapses; `None` when leases are disabled or nothing is claimed.
+    pub lease_until: Option<Timestamp>,
+    /// When the current claim was made.
+    pub claimed_at: Option<Timestamp>,
+    /// The chat's answer (or why it failed).
+    pub result: Option<String>,
+    /// `sha256(status + result)`, to recognise an identical repeat of the submit.
+    pub result_hash: Option<String>,
+    /// When it was assigned.
+    pub created_at: Timestamp,
+    /// Last change.
+    pub updated_at: Timestamp,
+    /// When it reached a terminal status.
+    pub finished_at: Option<Timestamp>,
+    /// When an unfinished task becomes `expired`.
+    pub expires_at: Timestamp,
+}
+
+impl TaskRecord {
+    /// A freshly assigned task that expires `ttl` after `now`.
+    pub fn queued(
+        chat_link_id: String,
+        goal: String,
+        idempotency_key: String,
+        now: Timestamp,
+        ttl: std::time::Duration,
+    ) -> Self {
+        TaskRecord {
+            id: TaskId::new_random(),
+            chat_link_id,
+            goal,
+            idempotency_key,
+            status: TaskStatus::Queued,
+            claim_id: None,
+            lease_until: None,
+            claimed_at: None,
+            result: None,
+            result_hash: None,
+            created_at: now,
+            updated_at: now,
+            finished_at: None,
+            expires_at: now.saturating_add(ttl),
+        }
+    }
+}
+
+/// What inserting a task under an idempotency key did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TaskInsertOutcome {
+    /// No task of the link had this key: this one was stored.
+    Created(TaskRecord),
+    /// A task of the link with this key already existed; it is returned unchanged.
+    Existing(TaskRecord),
+}
+
+/// A claim the store is asked to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimAttempt {
+    /// The task.
+    pub task_id: TaskId,
+    /// The link claiming it; only the task's own link can.
+    pub chat_link_id: String,
+    /// The new claim id.
+    pub claim_id: String,
+    /// When the claim lapses (`None`: never).
+    pub lease_until: Option<Timestamp>,
+    /// When the claim is made.
+    pub now: Timestamp,
+}
+
+/// What one lazy sweep changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SweepCounts {
+    /// Claims whose lease lapsed, now `queued` again.
+    pub requeued: usize,
+    /// Unfinished tasks past `expires_at`, now `expired`.
+    pub expired: usize,
+}
+
+/// A file the chat attached to a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArtifactRecord {
+    /// The task.
+    pub task_id: TaskId,
+    /// The chat's stable id for the file; a retry reuses it.
+    pub artifact_id: String,
+    /// The claim it was uploaded under.
+    pub claim_id: String,
+    /// File name.
+    pub name: String,
+    /// Media type, e.g. `text/markdown`.
+    pub mime: String,
+    /// The content.
+    pub content: String,
+    /// Size of the content in bytes (UTF-8).
+    pub size_bytes: u64,
+    /// SHA-256 of the content, lowercase hex.
+    pub sha256: String,
+    /// When it was stored.
+    pub created_at: Timestamp,
+}
+
+/// What inserting an artifact did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArtifactInsertOutcome {
+    /// Stored.
+    Stored,
+    /// The task already has an artifact with this id; it is returned unchanged.
+    Existing(ArtifactRecord),
+    /// Not stored: the task is not claimed under this claim id, or it has the most artifacts
+    /// allowed.
+    Refused,
+}
+
+/// The durable state of the service.
+///
+/// Every method is one atomic step. Implementations must pass [`conformance::run_all`].
+pub trait Store: Send + Sync + 'static {
+    /// The owner named `name`, created if missing.
+    fn ensure_owner<'a>(&'a self, name: &'a str, now: Timestamp) -> StoreFuture<'a, OwnerRecord>;
+    /// Stores a new project.
+    fn insert_project(&self, project: ProjectRecord) -> StoreFuture<'_, ()>;
+    /// The project with this id.
+    fn project<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<ProjectRecord>>;
+    /// Every project, oldest first (ties by id).
+    fn projects(&self) -> StoreFuture<'_, Vec<ProjectRecord>>;
+    /// Every owner, by name.
+    fn owners(&self) -> StoreFuture<'_, Vec<OwnerRecord>>;
+    /// Stores a new token.
+    fn insert_token(&self, token: TokenRecord) -> StoreFuture<'_, ()>;
+    /// The token whose secret hashes to `token_hash` (revoked or not).
+    fn token_by_hash<'a>(&'a self, token_hash: &'a str) -> StoreFuture<'a, Option<TokenRecord>>;
+    /// The token with this id (revoked or not).
+    fn token<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TokenRecord>>;
+    /// Every token acting for this owner (revoked or not), oldest first (ties by id).
+    fn tokens_of_owner<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<TokenRecord>>;
+    /// Revokes a token unless already revoked; true when this call revoked it.
+    fn revoke_token<'a>(&'a self, id: &'a str, now: Timestamp) -> StoreFuture<'a, bool>;
+
+    /// Replaces the project's shared-session snapshot and records the sync time.
+    fn replace_sessions<'a>(
+        &'a self,
+        project_id: &'a str,
+        sessions: Vec<SessionMeta>,
+        now: Timestamp,
+    ) -> StoreFuture<'a, ()>;
+    /// Up to `limit` sessions of the project's snapshot.
+    fn sessions<'a>(
+        &'a self,
+        project_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, SessionSnapshot>;
+    /// One session of the project's snapshot.
+    fn session<'a>(
+        &'a self,
+        project_id: &'a str,
+        graph_session_id: &'a GraphSessionId,
+    ) -> StoreFuture<'a, Option<SessionRecord>>;
+
+    /// Stores `command` unless its (agent, idempotency key) exists; then returns the existing one.
+    fn insert_command(&self, command: CommandRecord) -> StoreFuture<'_, InsertOutcome>;
+    /// The command `agent_id` queued under `idempotency_key`.
+    fn command_by_key<'a>(
+        &'a self,
+        agent_id: &'a str,
+        idempotency_key: &'a str,
+    ) -> StoreFuture<'a, Option<CommandRecord>>;
+    /// The command with this id.
+    fn command(&self, id: CommandId) -> StoreFuture<'_, Option<CommandRecord>>;
+    /// Writes `next` over the command only if it is still in `from`'s status and cancel flag;
+    /// true when it was written.
+    fn update_command<'a>(
+        &'a self,
+        from: &'a CommandRecord,
+        next: &'a CommandRecord,
+    ) -> StoreFuture<'a, bool>;
+    /// Records a heartbeat for a running command; true if it was running.
+    fn touch_running(&self, id: CommandId, now: Timestamp) -> StoreFuture<'_, bool>;
+    /// Up to `limit` queued commands of the project, oldest first (ties in insertion order).
+    fn queued_commands<'a>(
+        &'a self,
+        project_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<CommandRecord>>;
+    /// Moves every running command last seen before `cutoff` to `failed` with `error`;
+    /// returns their ids.
+    fn fail_silent_runs<'a>(
+        &'a self,
+        cutoff: Timestamp,
+        now: Timestamp,
+        error: &'a str,
+    ) -> StoreFuture<'a, Vec<CommandId>>;
+
+    /// Stores a new chat link.
+    fn insert_chat_link(&self, link: ChatLinkRecord) -> StoreFuture<'_, ()>;
+    /// The chat link with this id.
+    fn chat_link<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<ChatLinkRecord>>;
+    /// Records whether the link's host has an event subscription; true if the link exists.
+    fn set_event_subscription<'a>(&'a self, id: &'a str, active: bool) -> StoreFuture<'a, bool>;
+    /// Stores `task` unless its (link, idempotency key) exists; then returns the existing one.
+    fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsertOutcome>;
+    /// The task with this id.
+    fn task(&self, id: TaskId) -> StoreFuture<'_, Option<TaskRecord>>;
+    /// Up to `limit` queued or claimed tasks of the link, oldest first.
+    fn open_tasks<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<TaskRecord>>;
+    /// [`Store::tasks_due`] and [`Store::open_tasks`] in one step, so the guard of an inbox read
+    /// costs one more indexed probe rather than one more round trip: `None` when something is
+    /// due (sweep, then read again), else the open tasks.
+    fn open_tasks_unless_due<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<Vec<TaskRecord>>>;
+    /// Up to `limit` tasks of the link in any status, newest first.
+    fn link_tasks<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<TaskRecord>>;
+    /// Claims a queued task of `attempt.chat_link_id` in one conditional write; the claimed
+    /// task, or `None` when it was not queued, not that link's, or unknown.
+    fn claim_task(&self, attempt: ClaimAttempt) -> StoreFuture<'_, Option<TaskRecord>>;
+    /// Writes a claim with no condition on the status: the read-then-write race that
+    /// [`Store::claim_task`] prevents. Only the test-only naive claim uses it.
+    fn claim_task_unconditionally(&self, attempt: ClaimAttempt) -> StoreFuture<'_, bool>;
+    /// Writes `next` over the task only if its status, claim id and lease are still `from`'s;
+    /// true when it was written.
+    fn update_task<'a>(
+        &'a self,
+        from: &'a TaskRecord,
+        next: &'a TaskRecord,
+    ) -> StoreFuture<'a, bool>;
+    /// Whether any lease lapsed or unfinished task expired by `now`: a read-only check, so a
+    /// caller can skip [`Store::sweep_tasks`] (and its write lock) when nothing is due.
+    fn tasks_due(&self, now: Timestamp) -> StoreFuture<'_, bool>;
+    /// Expires unfinished tasks past `expires_at` and requeues claims whose lease lapsed.
+    fn sweep_tasks(&self, now: Timestamp) -> StoreFuture<'_, SweepCounts>;
+    /// Stores `artifact` if its task is claimed under `artifact.claim_id` and has fewer than
+    /// `max_per_task` artifacts; an existing (task, artifact id) is returned instead.
+    fn insert_artifact(
+        &self,
+        artifact: ArtifactRecord,
+        max_per_task: usize,
+    ) -> StoreFuture<'_, ArtifactInsertOutcome>;
+    /// The task's artifacts, oldest first.
+    fn artifacts(&self, task_id: TaskId) -> StoreFuture<'_, Vec<ArtifactRecord>>;
+}

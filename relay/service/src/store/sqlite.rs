@@ -1,0 +1,925 @@
+//! The SQLite store: rusqlite with the bundled library, WAL, migrations on open.
+//!
+//! rusqlite is synchronous, so every call runs on tokio's blocking pool with a connection
+//! taken from a small pool; the async runtime never waits on the database.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use serde_json::{Map, Value};
+use tokio::sync::Semaphore;
+
+use super::{
+    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, CommandRecord,
+    InsertOutcome, OwnerRecord, ProjectRecord, SessionRecord, SessionSnapshot, Store, StoreError,
+    StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+};
+use crate::chat_tasks::model::TaskId;
+use relay_protocol::clock::Timestamp;
+use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
+use relay_sqlite::MigrateError;
+
+mod chat;
+
+/// Connections one file-backed store keeps open; WAL lets readers run beside the one writer.
+const MAX_CONNECTIONS: usize = 4;
+/// How long a writer waits for another connection's write lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Schema migrations, applied in order; `PRAGMA user_version` counts those applied.
+/// Never edit a released entry: append a new one.
+const MIGRATIONS: &[&str] = &[
+    r#"
+CREATE TABLE owners (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL
+);
+CREATE TABLE projects (
+    id TEXT PRIMARY KEY,
+    owner_id TEXT NOT NULL REFERENCES owners(id),
+    name TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX projects_by_owner ON projects(owner_id);
+CREATE TABLE tokens (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('desktop', 'agent', 'owner')),
+    token_hash TEXT NOT NULL UNIQUE,
+    owner_id TEXT NOT NULL REFERENCES owners(id),
+    project_id TEXT REFERENCES projects(id),
+    agent_name TEXT,
+    scopes TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    revoked_at INTEGER
+);
+CREATE TABLE graph_sessions (
+    project_id TEXT NOT NULL REFERENCES projects(id),
+    graph_session_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    description TEXT NOT NULL,
+    slug TEXT NOT NULL,
+    version TEXT NOT NULL,
+    status TEXT NOT NULL,
+    synced_at INTEGER NOT NULL,
+    PRIMARY KEY (project_id, graph_session_id)
+);
+CREATE TABLE project_syncs (
+    project_id TEXT PRIMARY KEY REFERENCES projects(id),
+    synced_at INTEGER NOT NULL
+);
+CREATE TABLE commands (
+    id TEXT PRIMARY KEY,
+    project_id TEXT NOT NULL REFERENCES projects(id),
+    agent_id TEXT NOT NULL REFERENCES tokens(id),
+    graph_session_id TEXT NOT NULL,
+    slug TEXT NOT NULL,
+    arguments TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    request_hash TEXT NOT NULL,
+    status TEXT NOT NULL
+        CHECK (status IN ('queued', 'running', 'completed', 'failed', 'cancelled')),
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    execution_id TEXT,
+    result TEXT,
+    result_truncated INTEGER NOT NULL DEFAULT 0,
+    total_tokens INTEGER,
+    reported_cost REAL,
+    error TEXT,
+    completion_hash TEXT,
+    created_at INTEGER NOT NULL,
+    started_at INTEGER,
+    finished_at INTEGER,
+    last_seen_at INTEGER,
+    updated_at INTEGER NOT NULL
+);
+-- One command per (agent, key): concurrent identical requests collide here, not in app code.
+CREATE UNIQUE INDEX commands_by_idempotency_key ON commands(agent_id, idempotency_key);
+CREATE INDEX commands_queued ON commands(project_id, status, created_at);
+CREATE INDEX commands_running ON commands(status, last_seen_at);
+"#,
+    chat::MIGRATION,
+];
+
+const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_session_id, slug, arguments, \
+    idempotency_key, request_hash, status, cancel_requested, execution_id, result, \
+    result_truncated, total_tokens, reported_cost, error, completion_hash, created_at, \
+    started_at, finished_at, last_seen_at, updated_at";
+
+const TOKEN_COLUMNS: &str =
+    "id, kind, token_hash, owner_id, project_id, agent_name, scopes, created_at, revoked_at";
+
+/// A [`Store`] over one SQLite database file (or one in-memory database).
+#[derive(Clone)]
+pub struct SqliteStore {
+    pool: Arc<Pool>,
+}
+
+struct Pool {
+    /// `None` for an in-memory database, which lives in its single connection.
+    path: Option<PathBuf>,
+    idle: Mutex<Vec<Connection>>,
+    permits: Arc<Semaphore>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path`, switches it to WAL and migrates it.
+    /// Blocking: call it before serving, or from a blocking task.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let connection = open_connection(Some(path))?;
+        Ok(SqliteStore {
+            pool: Arc::new(Pool {
+                path: Some(path.to_owned()),
+                idle: Mutex::new(vec![connection]),
+                permits: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+            }),
+        })
+    }
+
+    /// A fresh private in-memory database (one connection, so calls are serialised).
+    pub fn open_in_memory() -> Result<Self, StoreError> {
+        let connection = open_connection(None)?;
+        Ok(SqliteStore {
+            pool: Arc::new(Pool {
+                path: None,
+                idle: Mutex::new(vec![connection]),
+                permits: Arc::new(Semaphore::new(1)),
+            }),
+        })
+    }
+
+    /// Runs `work` with a pooled connection on the blocking pool.
+    fn call<T, F>(&self, work: F) -> StoreFuture<'static, T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            // The permit and the connection travel into the blocking task and come back to the
+            // pool when it ends, even if the caller stopped waiting (a long poll's deadline, a
+            // cancelled request): an in-memory database lives in its one connection, and a
+            // connection lost with a dropped future would lose the database.
+            let permit = pool
+                .permits
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| StoreError::Backend("the connection pool is closed".into()))?;
+            if pool.path.is_none() {
+                // An in-memory database does no I/O: its statements take microseconds, less than
+                // handing them to another thread would.
+                let Some(mut connection) = pool.idle.lock().ok().and_then(|mut idle| idle.pop())
+                else {
+                    return Err(StoreError::Backend(
+                        "the in-memory connection is missing".into(),
+                    ));
+                };
+                let result = work(&mut connection);
+                if let Ok(mut idle) = pool.idle.lock() {
+                    idle.push(connection);
+                }
+                drop(permit);
+                return result;
+            }
+            let blocking = tokio::task::spawn_blocking(move || {
+                let idle = pool.idle.lock().map(|mut idle| idle.pop()).ok().flatten();
+                let mut connection = match idle {
+                    Some(connection) => connection,
+                    None => open_connection(pool.path.as_deref())?,
+                };
+                let result = work(&mut connection);
+                if let Ok(mut idle) = pool.idle.lock() {
+                    idle.push(connection);
+                }
+                drop(permit);
+                result
+            });
+            blocking
+                .await
+                .map_err(|e| StoreError::Backend(format!("database task failed: {e}")))?
+        })
+    }
+}
+
+fn open_connection(path: Option<&Path>) -> Result<Connection, StoreError> {
+    let mut connection = match path {
+        Some(path) => Connection::open(path).map_err(|e| {
+            StoreError::Backend(format!("cannot open database {}: {e}", path.display()))
+        })?,
+        None => Connection::open_in_memory().map_err(backend)?,
+    };
+    connection.busy_timeout(BUSY_TIMEOUT).map_err(backend)?;
+    if path.is_some() {
+        let mode = relay_sqlite::use_wal(&connection, BUSY_TIMEOUT).map_err(backend)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Backend(format!(
+                "the database refused WAL mode (got {mode})"
+            )));
+        }
+    }
+    // FULL: a queued run or a recorded completion must survive a crash right after the answer.
+    connection
+        .execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
+        .map_err(backend)?;
+    migrate(&mut connection)?;
+    Ok(connection)
+}
+
+fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
+    relay_sqlite::migrate(connection, MIGRATIONS).map_err(|e| match e {
+        MigrateError::Newer { found, known } => StoreError::Corrupt(format!(
+            "the database has schema version {found}, newer than this build knows ({known}): upgrade relay"
+        )),
+        MigrateError::Sqlite(e) => backend(e),
+    })
+}
+
+fn backend(error: rusqlite::Error) -> StoreError {
+    StoreError::Backend(error.to_string())
+}
+
+fn corrupt(what: &str, detail: impl std::fmt::Display) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(
+        0,
+        rusqlite::types::Type::Text,
+        format!("{what}: {detail}").into(),
+    )
+}
+
+fn ts(value: Option<i64>) -> Option<Timestamp> {
+    value.map(Timestamp::from_unix_millis)
+}
+
+fn ms(value: Option<Timestamp>) -> Option<i64> {
+    value.map(Timestamp::unix_millis)
+}
+
+fn token_from_row(row: &Row<'_>) -> rusqlite::Result<TokenRecord> {
+    let kind: String = row.get(1)?;
+    let scopes: String = row.get(6)?;
+    Ok(TokenRecord {
+        id: row.get(0)?,
+        kind: TokenKind::parse(&kind).ok_or_else(|| corrupt("token kind", &kind))?,
+        token_hash: row.get(2)?,
+        owner_id: row.get(3)?,
+        project_id: row.get(4)?,
+        agent_name: row.get(5)?,
+        scopes: scopes.split_whitespace().map(str::to_owned).collect(),
+        created_at: Timestamp::from_unix_millis(row.get(7)?),
+        revoked_at: ts(row.get(8)?),
+    })
+}
+
+fn owner_from_row(row: &Row<'_>) -> rusqlite::Result<OwnerRecord> {
+    Ok(OwnerRecord {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        created_at: Timestamp::from_unix_millis(row.get(2)?),
+    })
+}
+
+fn project_from_row(row: &Row<'_>) -> rusqlite::Result<ProjectRecord> {
+    Ok(ProjectRecord {
+        id: row.get(0)?,
+        owner_id: row.get(1)?,
+        name: row.get(2)?,
+        created_at: Timestamp::from_unix_millis(row.get(3)?),
+    })
+}
+
+fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRecord> {
+    let id: String = row.get(0)?;
+    Ok(SessionRecord {
+        meta: SessionMeta {
+            graph_session_id: id.parse().map_err(|e| corrupt("graph session id", e))?,
+            name: row.get(1)?,
+            description: row.get(2)?,
+            slug: row.get(3)?,
+            version: row.get(4)?,
+            status: row.get(5)?,
+        },
+        synced_at: Timestamp::from_unix_millis(row.get(6)?),
+    })
+}
+
+fn command_from_row(row: &Row<'_>) -> rusqlite::Result<CommandRecord> {
+    let id: String = row.get(0)?;
+    let graph_session_id: String = row.get(3)?;
+    let arguments: String = row.get(5)?;
+    let status: String = row.get(8)?;
+    let result: Option<String> = row.get(11)?;
+    let total_tokens: Option<i64> = row.get(13)?;
+    Ok(CommandRecord {
+        id: id.parse().map_err(|e| corrupt("command id", e))?,
+        project_id: row.get(1)?,
+        agent_id: row.get(2)?,
+        graph_session_id: graph_session_id
+            .parse()
+            .map_err(|e| corrupt("graph session id", e))?,
+        slug: row.get(4)?,
+        arguments: serde_json::from_str::<Map<String, Value>>(&arguments)
+            .map_err(|e| corrupt("command arguments", e))?,
+        idempotency_key: row.get(6)?,
+        request_hash: row.get(7)?,
+        status: status.parse().map_err(|e| corrupt("run status", e))?,
+        cancel_requested: row.get(9)?,
+        execution_id: row.get(10)?,
+        result: result
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(|e| corrupt("run result", e))?,
+        result_truncated: row.get(12)?,
+        total_tokens: total_tokens
+            .map(u64::try_from)
+            .transpose()
+            .map_err(|e| corrupt("total tokens", e))?,
+        reported_cost: row.get(14)?,
+        error: row.get(15)?,
+        completion_hash: row.get(16)?,
+        created_at: Timestamp::from_unix_millis(row.get(17)?),
+        started_at: ts(row.get(18)?),
+        finished_at: ts(row.get(19)?),
+        last_seen_at: ts(row.get(20)?),
+        updated_at: Timestamp::from_unix_millis(row.get(21)?),
+    })
+}
+
+fn to_sql_tokens(total_tokens: Option<u64>) -> Result<Option<i64>, StoreError> {
+    total_tokens
+        .map(i64::try_from)
+        .transpose()
+        .map_err(|_| StoreError::Conflict("total_tokens is too large to store".into()))
+}
+
+fn select_command(
+    connection: &Connection,
+    id: CommandId,
+) -> rusqlite::Result<Option<CommandRecord>> {
+    connection
+        .query_row(
+            &format!("SELECT {COMMAND_COLUMNS} FROM commands WHERE id = ?1"),
+            [id.to_string()],
+            command_from_row,
+        )
+        .optional()
+}
+
+impl Store for SqliteStore {
+    fn ensure_owner<'a>(&'a self, name: &'a str, now: Timestamp) -> StoreFuture<'a, OwnerRecord> {
+        let name = name.to_owned();
+        self.call(move |connection| {
+            let transaction = connection
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend)?;
+            transaction
+                .execute(
+                    "INSERT INTO owners (id, name, created_at) VALUES (?1, ?2, ?3) \
+                     ON CONFLICT(name) DO NOTHING",
+                    params![uuid::Uuid::new_v4().to_string(), name, now.unix_millis()],
+                )
+                .map_err(backend)?;
+            let owner = transaction
+                .query_row(
+                    "SELECT id, name, created_at FROM owners WHERE name = ?1",
+                    [&name],
+                    owner_from_row,
+                )
+                .map_err(backend)?;
+            transaction.commit().map_err(backend)?;
+            Ok(owner)
+        })
+    }
+
+    fn insert_project(&self, project: ProjectRecord) -> StoreFuture<'_, ()> {
+        self.call(move |connection| {
+            connection
+                .execute(
+                    "INSERT INTO projects (id, owner_id, name, created_at) VALUES (?1, ?2, ?3, ?4)",
+                    params![
+                        project.id,
+                        project.owner_id,
+                        project.name,
+                        project.created_at.unix_millis()
+                    ],
+                )
+                .map_err(backend)?;
+            Ok(())
+        })
+    }
+
+    fn project<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<ProjectRecord>> {
+        let id = id.to_owned();
+        self.call(move |connection| {
+            connection
+                .query_row(
+                    "SELECT id, owner_id, name, created_at FROM projects WHERE id = ?1",
+                    [id],
+                    project_from_row,
+                )
+                .optional()
+                .map_err(backend)
+        })
+    }
+
+    fn projects(&self) -> StoreFuture<'_, Vec<ProjectRecord>> {
+        self.call(move |connection| {
+            connection
+                .prepare(
+                    "SELECT id, owner_id, name, created_at FROM projects ORDER BY created_at, id",
+                )
+                .and_then(|mut statement| {
+                    statement
+                        .query_map([], project_from_row)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(backend)
+        })
+    }
+
+    fn owners(&self) -> StoreFuture<'_, Vec<OwnerRecord>> {
+        self.call(move |connection| {
+            connection
+                .prepare("SELECT id, name, created_at FROM owners ORDER BY name")
+                .and_then(|mut statement| {
+                    statement
+                        .query_map([], owner_from_row)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(backend)
+        })
+    }
+
+    fn insert_token(&self, token: TokenRecord) -> StoreFuture<'_, ()> {
+        self.call(move |connection| {
+            connection
+                .execute(
+                    &format!(
+                        "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+                    ),
+                    params![
+                        token.id,
+                        token.kind.as_str(),
+                        token.token_hash,
+                        token.owner_id,
+                        token.project_id,
+                        token.agent_name,
+                        token.scopes.join(" "),
+                        token.created_at.unix_millis(),
+                        ms(token.revoked_at),
+                    ],
+                )
+                .map_err(backend)?;
+            Ok(())
+        })
+    }
+
+    fn token_by_hash<'a>(&'a self, token_hash: &'a str) -> StoreFuture<'a, Option<TokenRecord>> {
+        let token_hash = token_hash.to_owned();
+        self.call(move |connection| {
+            connection
+                .query_row(
+                    &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE token_hash = ?1"),
+                    [token_hash],
+                    token_from_row,
+                )
+                .optional()
+                .map_err(backend)
+        })
+    }
+
+    fn token<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TokenRecord>> {
+        let id = id.to_owned();
+        self.call(move |connection| {
+            connection
+                .query_row(
+                    &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = ?1"),
+                    [id],
+                    token_from_row,
+                )
+                .optional()
+                .map_err(backend)
+        })
+    }
+
+    fn tokens_of_owner<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<TokenRecord>> {
+        let owner_id = owner_id.to_owned();
+        self.call(move |connection| {
+            connection
+                .prepare(&format!(
+                    "SELECT {TOKEN_COLUMNS} FROM tokens WHERE owner_id = ?1 ORDER BY created_at, id"
+                ))
+                .and_then(|mut statement| {
+                    statement
+                        .query_map([owner_id], token_from_row)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(backend)
+        })
+    }
+
+    fn revoke_token<'a>(&'a self, id: &'a str, now: Timestamp) -> StoreFuture<'a, bool> {
+        let id = id.to_owned();
+        self.call(move |connection| {
+            let changed = connection
+                .execute(
+                    "UPDATE tokens SET revoked_at = ?1 WHERE id = ?2 AND revoked_at IS NULL",
+                    params![now.unix_millis(), id],
+                )
+                .map_err(backend)?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn replace_sessions<'a>(
+        &'a self,
+        project_id: &'a str,
+        sessions: Vec<SessionMeta>,
+        now: Timestamp,
+    ) -> StoreFuture<'a, ()> {
+        let project_id = project_id.to_owned();
+        self.call(move |connection| {
+            let transaction = connection
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend)?;
+            transaction
+                .execute(
+                    "DELETE FROM graph_sessions WHERE project_id = ?1",
+                    [&project_id],
+                )
+                .map_err(backend)?;
+            {
+                let mut insert = transaction
+                    .prepare(
+                        "INSERT INTO graph_sessions (project_id, graph_session_id, name, \
+                         description, slug, version, status, synced_at) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    )
+                    .map_err(backend)?;
+                for session in &sessions {
+                    insert
+                        .execute(params![
+                            project_id,
+                            session.graph_session_id.as_str(),
+                            session.name,
+                            session.description,
+                            session.slug,
+                            session.version,
+                            session.status,
+                            now.unix_millis(),
+                        ])
+                        .map_err(backend)?;
+                }
+            }
+            transaction
+                .execute(
+                    "INSERT INTO project_syncs (project_id, synced_at) VALUES (?1, ?2) \
+                     ON CONFLICT(project_id) DO UPDATE SET synced_at = excluded.synced_at",
+                    params![project_id, now.unix_millis()],
+                )
+                .map_err(backend)?;
+            transaction.commit().map_err(backend)
+        })
+    }
+
+    fn sessions<'a>(
+        &'a self,
+        project_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, SessionSnapshot> {
+        let project_id = project_id.to_owned();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.call(move |connection| {
+            let sessions = connection
+                .prepare(
+                    "SELECT graph_session_id, name, description, slug, version, status, synced_at \
+                     FROM graph_sessions WHERE project_id = ?1 \
+                     ORDER BY name, graph_session_id LIMIT ?2",
+                )
+                .and_then(|mut statement| {
+                    statement
+                        .query_map(params![project_id, limit], session_from_row)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(backend)?;
+            let last_sync_at = connection
+                .query_row(
+                    "SELECT synced_at FROM project_syncs WHERE project_id = ?1",
+                    [&project_id],
+                    |row| row.get::<_, i64>(0),
+                )
+                .optional()
+                .map_err(backend)?
+                .map(Timestamp::from_unix_millis);
+            Ok(SessionSnapshot {
+                sessions,
+                last_sync_at,
+            })
+        })
+    }
+
+    fn session<'a>(
+        &'a self,
+        project_id: &'a str,
+        graph_session_id: &'a GraphSessionId,
+    ) -> StoreFuture<'a, Option<SessionRecord>> {
+        let project_id = project_id.to_owned();
+        let graph_session_id = graph_session_id.as_str().to_owned();
+        self.call(move |connection| {
+            connection
+                .query_row(
+                    "SELECT graph_session_id, name, description, slug, version, status, synced_at \
+                     FROM graph_sessions WHERE project_id = ?1 AND graph_session_id = ?2",
+                    params![project_id, graph_session_id],
+                    session_from_row,
+                )
+                .optional()
+                .map_err(backend)
+        })
+    }
+
+    fn insert_command(&self, command: CommandRecord) -> StoreFuture<'_, InsertOutcome> {
+        self.call(move |connection| {
+            let arguments = serde_json::to_string(&command.arguments)
+                .map_err(|e| StoreError::Backend(format!("cannot encode arguments: {e}")))?;
+            let transaction = connection
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend)?;
+            let inserted = transaction
+                .execute(
+                    "INSERT INTO commands (id, project_id, agent_id, graph_session_id, slug, \
+                     arguments, idempotency_key, request_hash, status, cancel_requested, \
+                     result_truncated, created_at, updated_at) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, 0, ?10, ?10) \
+                     ON CONFLICT(agent_id, idempotency_key) DO NOTHING",
+                    params![
+                        command.id.to_string(),
+                        command.project_id,
+                        command.agent_id,
+                        command.graph_session_id.as_str(),
+                        command.slug,
+                        arguments,
+                        command.idempotency_key,
+                        command.request_hash,
+                        RunStatus::Queued.as_str(),
+                        command.created_at.unix_millis(),
+                    ],
+                )
+                .map_err(backend)?;
+            let outcome = if inserted == 1 {
+                let stored = select_command(&transaction, command.id)
+                    .map_err(backend)?
+                    .ok_or_else(|| StoreError::Backend("inserted command vanished".into()))?;
+                InsertOutcome::Created(stored)
+            } else {
+                let existing = transaction
+                    .query_row(
+                        &format!(
+                            "SELECT {COMMAND_COLUMNS} FROM commands \
+                             WHERE agent_id = ?1 AND idempotency_key = ?2"
+                        ),
+                        params![command.agent_id, command.idempotency_key],
+                        command_from_row,
+                    )
+                    .map_err(backend)?;
+                InsertOutcome::Existing(existing)
+            };
+            transaction.commit().map_err(backend)?;
+            Ok(outcome)
+        })
+    }
+
+    fn command_by_key<'a>(
+        &'a self,
+        agent_id: &'a str,
+        idempotency_key: &'a str,
+    ) -> StoreFuture<'a, Option<CommandRecord>> {
+        let (agent_id, idempotency_key) = (agent_id.to_owned(), idempotency_key.to_owned());
+        self.call(move |connection| {
+            connection
+                .query_row(
+                    &format!(
+                        "SELECT {COMMAND_COLUMNS} FROM commands \
+                         WHERE agent_id = ?1 AND idempotency_key = ?2"
+                    ),
+                    params![agent_id, idempotency_key],
+                    command_from_row,
+                )
+                .optional()
+                .map_err(backend)
+        })
+    }
+
+    fn command(&self, id: CommandId) -> StoreFuture<'_, Option<CommandRecord>> {
+        self.call(move |connection| select_command(connection, id).map_err(backend))
+    }
+
+    fn update_command<'a>(
+        &'a self,
+        from: &'a CommandRecord,
+        next: &'a CommandRecord,
+    ) -> StoreFuture<'a, bool> {
+        let id = from.id.to_string();
+        let (from_status, from_cancel) = (from.status, from.cancel_requested);
+        let next = next.clone();
+        self.call(move |connection| {
+            let result = next
+                .result
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| StoreError::Backend(format!("cannot encode result: {e}")))?;
+            let changed = connection
+                .execute(
+                    "UPDATE commands SET status = ?1, cancel_requested = ?2, execution_id = ?3, \
+                     result = ?4, result_truncated = ?5, total_tokens = ?6, reported_cost = ?7, \
+                     error = ?8, completion_hash = ?9, started_at = ?10, finished_at = ?11, \
+                     last_seen_at = ?12, updated_at = ?13 \
+                     WHERE id = ?14 AND status = ?15 AND cancel_requested = ?16",
+                    params![
+                        next.status.as_str(),
+                        next.cancel_requested,
+                        next.execution_id,
+                        result,
+                        next.result_truncated,
+                        to_sql_tokens(next.total_tokens)?,
+                        next.reported_cost,
+                        next.error,
+                        next.completion_hash,
+                        ms(next.started_at),
+                        ms(next.finished_at),
+                        ms(next.last_seen_at),
+                        next.updated_at.unix_millis(),
+                        id,
+                        from_status.as_str(),
+                        from_cancel,
+                    ],
+                )
+                .map_err(backend)?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn touch_running(&self, id: CommandId, now: Timestamp) -> StoreFuture<'_, bool> {
+        self.call(move |connection| {
+            let changed = connection
+                .execute(
+                    "UPDATE commands SET last_seen_at = ?1 WHERE id = ?2 AND status = 'running'",
+                    params![now.unix_millis(), id.to_string()],
+                )
+                .map_err(backend)?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn queued_commands<'a>(
+        &'a self,
+        project_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<CommandRecord>> {
+        let project_id = project_id.to_owned();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.call(move |connection| {
+            connection
+                .prepare(&format!(
+                    "SELECT {COMMAND_COLUMNS} FROM commands \
+                     WHERE project_id = ?1 AND status = 'queued' \
+                     ORDER BY created_at, rowid LIMIT ?2"
+                ))
+                .and_then(|mut statement| {
+                    statement
+                        .query_map(params![project_id, limit], command_from_row)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(backend)
+        })
+    }
+
+    fn fail_silent_runs<'a>(
+        &'a self,
+        cutoff: Timestamp,
+        now: Timestamp,
+        error: &'a str,
+    ) -> StoreFuture<'a, Vec<CommandId>> {
+        let error = error.to_owned();
+        self.call(move |connection| {
+            let ids = connection
+                .prepare(
+                    "UPDATE commands SET status = 'failed', error = ?1, finished_at = ?2, \
+                     updated_at = ?2 WHERE status = 'running' AND last_seen_at < ?3 RETURNING id",
+                )
+                .and_then(|mut statement| {
+                    statement
+                        .query_map(
+                            params![error, now.unix_millis(), cutoff.unix_millis()],
+                            |row| row.get::<_, String>(0),
+                        )?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(backend)?;
+            ids.iter()
+                .map(|id| {
+                    id.parse()
+                        .map_err(|e| StoreError::Corrupt(format!("command id: {e}")))
+                })
+                .collect()
+        })
+    }
+
+    fn insert_chat_link(&self, link: ChatLinkRecord) -> StoreFuture<'_, ()> {
+        self.insert_chat_link_impl(link)
+    }
+
+    fn chat_link<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<ChatLinkRecord>> {
+        self.chat_link_impl(id.to_owned())
+    }
+
+    fn set_event_subscription<'a>(&'a self, id: &'a str, active: bool) -> StoreFuture<'a, bool> {
+        self.set_event_subscription_impl(id.to_owned(), active)
+    }
+
+    fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsertOutcome> {
+        self.insert_task_impl(task)
+    }
+
+    fn task(&self, id: TaskId) -> StoreFuture<'_, Option<TaskRecord>> {
+        self.task_impl(id)
+    }
+
+    fn open_tasks<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<TaskRecord>> {
+        self.open_tasks_impl(chat_link_id.to_owned(), limit)
+    }
+
+    fn open_tasks_unless_due<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<Vec<TaskRecord>>> {
+        self.open_tasks_unless_due_impl(chat_link_id.to_owned(), limit, now)
+    }
+
+    fn link_tasks<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<TaskRecord>> {
+        self.link_tasks_impl(chat_link_id.to_owned(), limit)
+    }
+
+    fn claim_task(&self, attempt: ClaimAttempt) -> StoreFuture<'_, Option<TaskRecord>> {
+        self.claim_task_impl(attempt)
+    }
+
+    fn claim_task_unconditionally(&self, attempt: ClaimAttempt) -> StoreFuture<'_, bool> {
+        self.claim_task_unconditionally_impl(attempt)
+    }
+
+    fn update_task<'a>(
+        &'a self,
+        from: &'a TaskRecord,
+        next: &'a TaskRecord,
+    ) -> StoreFuture<'a, bool> {
+        self.update_task_impl(from, next)
+    }
+
+    fn tasks_due(&self, now: Timestamp) -> StoreFuture<'_, bool> {
+        self.tasks_due_impl(now)
+    }
+
+    fn sweep_tasks(&self, now: Timestamp) -> StoreFuture<'_, SweepCounts> {
+        self.sweep_tasks_impl(now)
+    }
+
+    fn insert_artifact(
+        &self,
+        artifact: ArtifactRecord,
+        max_per_task: usize,
+    ) -> StoreFuture<'_, ArtifactInsertOutcome> {
+        self.insert_artifact_impl(artifact, max_per_task)
+    }
+
+    fn artifacts(&self, task_id: TaskId) -> StoreFuture<'_, Vec<ArtifactRecord>> {
+        self.artifacts_impl(task_id)
+    }
+}
+
+#[cfg(test)]
+mod opening {
+    use super::*;
+
+    #[test]
+    fn processes_opening_a_new_database_at_once_all_succeed() {
+        // `relay serve` and `relay admin` started together on a fresh machine.
+        let failures = relay_sqlite::open_at_once_failures("relay.db", |path| {
+            SqliteStore::open(path).map(drop).map_err(|e| e.to_string())
+        });
+        assert!(failures.is_empty(), "{failures:?}");
+    }
+}

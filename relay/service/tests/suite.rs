@@ -1,0 +1,30 @@
+//! The service's integration tests, as one test binary: each file beside this one is a module.
+//! One binary instead of one per file saves a link per file (time, and disk).
+//! `cargo test -p relay-service --test suite claim_race` runs one file's tests. The shared
+//! clients and the service on a loopback port come from `relay-testkit`.
+
+use relay_testkit as common;
+use relay_testkit::chat as chat_support;
+
+mod access_isolation;
+mod artifacts;
+mod cancellation;
+mod claim_race;
+mod compact_results;
+mod desktop_api;
+mod idempotency;
+mod in_process;
+mod lease_fencing;
+mod link_isolation;
+mod long_poll;
+mod mcp_tools;
+mod owner_tasks;
+mod restart;
+mod silent_desktop;
+mod store_conformance;
+mod submit_idempotency;
+mod sweep_guard;
+mod task_cancel;
+mod task_expiry;
+mod task_limits;
+mod tool_arguments;

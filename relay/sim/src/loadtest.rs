@@ -1,0 +1,322 @@
+//! `relay bench long-polls`: thousands of desktops holding a long-polling `sync` open against
+//! one `relay serve` process over loopback HTTP, while agents queue runs; reports the service's
+//! memory and how fast each run reaches its desktop under that load.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use relay_protocol::clock::{Clock, SystemClock, Timestamp};
+use relay_service::admin::{self, TokenSpec};
+use relay_service::store::SqliteStore;
+use relay_service::{AppState, ServiceConfig};
+
+/// How long each desktop's sync is held.
+pub const LOAD_WAIT_MS: u64 = 25_000;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct LongPollOptions {
+    /// Desktops long-polling at once (one owner and project each).
+    pub desktops: usize,
+    /// Runs queued while they wait (each for a random desktop).
+    pub runs: usize,
+    /// The `relay` binary to start as the service.
+    pub server: PathBuf,
+}
+
+/// What was measured.
+#[derive(Debug, Clone)]
+pub struct LongPollReport {
+    /// Desktops.
+    pub desktops: usize,
+    /// Long polls in flight when the runs were queued.
+    pub held: usize,
+    /// The service's resident memory before any desktop connected, in KiB.
+    pub rss_idle_kib: u64,
+    /// Its resident memory with every desktop's sync held, in KiB.
+    pub rss_held_kib: u64,
+    /// Pickup latencies (queued → the desktop's long poll answered with it), in seconds.
+    pub pickup: crate::stats::Summary,
+}
+
+impl fmt::Display for LongPollReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} desktops long-polling one service ({} syncs held when the runs were queued)",
+            self.desktops, self.held
+        )?;
+        writeln!(
+            f,
+            "service memory: {:.1} MiB idle, {:.1} MiB with every sync held ({:.1} KiB per waiting desktop)",
+            self.rss_idle_kib as f64 / 1024.0,
+            self.rss_held_kib as f64 / 1024.0,
+            (self.rss_held_kib.saturating_sub(self.rss_idle_kib)) as f64
+                / self.desktops.max(1) as f64
+        )?;
+        writeln!(
+            f,
+            "pickup under that load, n={}: mean {:.1} ms, median {:.1} ms, p95 {:.1} ms, max {:.1} ms",
+            self.pickup.n,
+            self.pickup.mean * 1000.0,
+            self.pickup.p50 * 1000.0,
+            self.pickup.p95 * 1000.0,
+            self.pickup.max * 1000.0
+        )
+    }
+}
+
+/// Why the load test failed.
+#[derive(Debug, thiserror::Error)]
+#[error("the long-poll load test failed: {0}")]
+pub struct LoadError(String);
+
+fn fail(e: impl fmt::Display) -> LoadError {
+    LoadError(e.to_string())
+}
+
+struct Desktop {
+    project: String,
+    token: String,
+    agent: String,
+}
+
+fn rss_kib(pid: u32) -> Result<u64, LoadError> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(fail)?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| LoadError("no VmRSS in /proc status".into()))
+}
+
+/// Runs the load test.
+pub async fn long_polls(options: LongPollOptions) -> Result<LongPollReport, LoadError> {
+    let dir = tempfile::tempdir().map_err(fail)?;
+    let db = dir.path().join("relay.db");
+    let desktops = prepare(&db, options.desktops).await?;
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").map_err(fail)?;
+        probe.local_addr().map_err(fail)?.port()
+    };
+    let base = format!("http://127.0.0.1:{port}");
+    let mut server = tokio::process::Command::new(&options.server)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--db"])
+        .arg(&db)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| LoadError(format!("cannot start {}: {e}", options.server.display())))?;
+    let pid = server
+        .id()
+        .ok_or_else(|| LoadError("the service exited".into()))?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(usize::MAX)
+        .timeout(Duration::from_secs(60))
+        .build()
+        .map_err(fail)?;
+    // Wait until it answers.
+    let ready = Instant::now();
+    while http
+        .get(format!("{base}/.well-known/oauth-protected-resource"))
+        .send()
+        .await
+        .is_err()
+    {
+        if ready.elapsed() > Duration::from_secs(30) {
+            return Err(LoadError("the service did not start".into()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let rss_idle_kib = rss_kib(pid)?;
+
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let latencies = Arc::new(Mutex::new(Vec::new()));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut pollers = tokio::task::JoinSet::new();
+    for desktop in &desktops {
+        pollers.spawn(poll_loop(
+            http.clone(),
+            base.clone(),
+            desktop.project.clone(),
+            desktop.token.clone(),
+            in_flight.clone(),
+            latencies.clone(),
+            stop.clone(),
+        ));
+    }
+    let settle = Instant::now();
+    while in_flight.load(Ordering::SeqCst) < desktops.len()
+        && settle.elapsed() < Duration::from_secs(60)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Let the service finish accepting and parking them.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = in_flight.load(Ordering::SeqCst);
+    let rss_held_kib = rss_kib(pid)?;
+
+    let mut rng = crate::rng::Rng::new(42);
+    for i in 0..options.runs {
+        let desktop = &desktops[(rng.next_u64() % desktops.len() as u64) as usize];
+        let call = json!({
+            "jsonrpc": "2.0", "id": i, "method": "tools/call",
+            "params": {"name": "run_graph_session", "arguments": {
+                "graph_session_id": format!("gs_{:032x}", 1), "arguments": {}, "idempotency_key": format!("load-{i:08}")
+            }, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "relay-bench", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {}
+            }}
+        });
+        let answer = http
+            .post(format!("{base}/mcp"))
+            .bearer_auth(&desktop.agent)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "run_graph_session")
+            .json(&call)
+            .send()
+            .await
+            .map_err(fail)?;
+        if !answer.status().is_success() {
+            let status = answer.status();
+            let body = answer.text().await.unwrap_or_default();
+            return Err(LoadError(format!(
+                "queueing a run answered {status}: {body}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while latencies.lock().await.len() < options.runs && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    pollers.abort_all();
+    let _ = server.kill().await;
+    let samples = latencies.lock().await.clone();
+    Ok(LongPollReport {
+        desktops: desktops.len(),
+        held,
+        rss_idle_kib,
+        rss_held_kib,
+        pickup: crate::stats::Summary::of(&samples),
+    })
+}
+
+/// Creates one owner, project, desktop token and agent token per desktop, with session 1
+/// shared, directly in the database the service will open.
+async fn prepare(db: &std::path::Path, count: usize) -> Result<Vec<Desktop>, LoadError> {
+    let store = SqliteStore::open(db).map_err(fail)?;
+    let app = AppState::new(
+        Arc::new(store),
+        Arc::new(SystemClock),
+        ServiceConfig::default(),
+    );
+    let mut desktops = Vec::with_capacity(count);
+    for i in 0..count {
+        let project =
+            admin::create_project(&app, &format!("load-{i}"), Some(&format!("owner-{i}")))
+                .await
+                .map_err(fail)?
+                .project_id;
+        let token = admin::create_token(&app, &project, TokenSpec::Desktop)
+            .await
+            .map_err(fail)?
+            .token;
+        let agent = admin::create_token(
+            &app,
+            &project,
+            TokenSpec::Agent {
+                name: "load".into(),
+                scopes: vec!["osfoundry:run".into()],
+            },
+        )
+        .await
+        .map_err(fail)?
+        .token;
+        let session = relay_protocol::SessionMeta {
+            graph_session_id: format!("gs_{:032x}", 1)
+                .parse()
+                .map_err(|e: relay_protocol::InvalidInput| fail(e.0))?,
+            name: "g".into(),
+            description: String::new(),
+            slug: "g".into(),
+            version: "1".into(),
+            status: "active".into(),
+        };
+        app.store
+            .replace_sessions(&project, vec![session], app.clock.now())
+            .await
+            .map_err(fail)?;
+        desktops.push(Desktop {
+            project,
+            token,
+            agent,
+        });
+    }
+    Ok(desktops)
+}
+
+async fn poll_loop(
+    http: reqwest::Client,
+    base: String,
+    project: String,
+    token: String,
+    in_flight: Arc<AtomicUsize>,
+    latencies: Arc<Mutex<Vec<f64>>>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let prefix = format!("{base}{}", relay_protocol::DESKTOP_API_PREFIX);
+    while !stop.is_cancelled() {
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        let answer = http
+            .post(format!("{prefix}/sync"))
+            .bearer_auth(&token)
+            .json(&json!({"project_id": project, "sessions": [], "sessions_unchanged": true, "wait_ms": LOAD_WAIT_MS}))
+            .send()
+            .await;
+        in_flight.fetch_sub(1, Ordering::SeqCst);
+        let Ok(answer) = answer else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        let Ok(body) = answer.json::<Value>().await else {
+            continue;
+        };
+        let received = SystemClock.now();
+        for command in body["commands"].as_array().cloned().unwrap_or_default() {
+            let created = command["created_at"]
+                .as_str()
+                .and_then(Timestamp::parse_rfc3339);
+            if let Some(created) = created {
+                let seconds = (received.unix_millis() - created.unix_millis()) as f64 / 1000.0;
+                latencies.lock().await.push(seconds.max(0.0));
+            }
+            // Take it off the queue, as a desktop would.
+            let id = command["command_id"].as_str().unwrap_or_default();
+            let _ = http
+                .post(format!("{prefix}/commands/{id}/started"))
+                .bearer_auth(&token)
+                .json(&json!({"execution_id": format!("load-{id}")}))
+                .send()
+                .await;
+            let _ = http
+                .post(format!("{prefix}/commands/{id}/complete"))
+                .bearer_auth(&token)
+                .json(&json!({"execution_id": format!("load-{id}"), "status": "completed", "result": null, "total_tokens": 0, "reported_cost": 0.0}))
+                .send()
+                .await;
+        }
+    }
+}

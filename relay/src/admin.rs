@@ -1,0 +1,304 @@
+//! `relay admin`: operator actions on the service's database.
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use relay_service::admin::{self, TokenSpec};
+use relay_service::chat_tasks::owner::{self, Acting, AssignRequest};
+use relay_service::chat_tasks::view::goal_preview;
+use relay_service::{AppState, ServiceConfig};
+use runner::trace::for_terminal;
+use serde::Serialize;
+
+use crate::serve::{DbArg, open_state};
+
+/// Bytes of goal a line of `task list` shows.
+const LIST_GOAL_PREVIEW_BYTES: usize = 60;
+
+#[derive(Debug, Args)]
+pub(crate) struct AdminArgs {
+    #[command(flatten)]
+    db: DbArg,
+    /// Print a JSON object with every detail instead of one plain value.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: AdminCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum AdminCommand {
+    /// Projects.
+    #[command(subcommand)]
+    Project(ProjectCommand),
+    /// Bearer tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Chat conversations linked to a project, which the owner hands tasks to.
+    #[command(subcommand)]
+    ChatLink(ChatLinkCommand),
+    /// Tasks for linked chats.
+    #[command(subcommand)]
+    Task(TaskCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ChatLinkCommand {
+    /// Link a chat to a project; prints the link id (give it to the chat).
+    Create {
+        /// The project.
+        #[arg(long, value_name = "ID")]
+        project: String,
+        /// The host the chat lives on.
+        #[arg(long, value_parser = ["claude", "chatgpt", "other"])]
+        host: String,
+        /// The host is told when a task arrives (ChatGPT work chats with MCP events).
+        #[arg(long)]
+        event_subscription: bool,
+    },
+    /// Record whether the link's host has an event subscription; prints the link id.
+    Subscription {
+        /// The link.
+        id: String,
+        /// true or false.
+        #[arg(long, action = clap::ArgAction::Set, value_name = "BOOL")]
+        active: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TaskCommand {
+    /// Assign a task to a linked chat; prints the task id.
+    Assign {
+        /// The chat link.
+        #[arg(long, value_name = "ID")]
+        link: String,
+        /// What the chat should do.
+        #[arg(long)]
+        goal: String,
+        /// Repeat with the same key to get the same task back instead of a second one
+        /// (default: a fresh key, so a new task).
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+    },
+    /// List a link's tasks, newest first, with their status labels.
+    List {
+        /// The chat link.
+        #[arg(long, value_name = "ID")]
+        link: String,
+    },
+    /// Cancel a task (a finished one is left as it is); prints the task id.
+    Cancel {
+        /// The task.
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ProjectCommand {
+    /// Create a project; prints its id.
+    Create {
+        /// Project name.
+        name: String,
+        /// Owner name (created if new); one owner's desktop serves all its projects.
+        #[arg(long)]
+        owner: Option<String>,
+    },
+    /// List the projects, oldest first: one per line, its id, name and owner.
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TokenCommand {
+    /// Mint a token; prints it (shown only once).
+    Create(TokenCreateArgs),
+    /// List the tokens that reach a project, revoked ones too (never their secret): one per
+    /// line, its id, kind, when it was made, whether it works, and an agent's name and scopes.
+    List {
+        /// The project.
+        #[arg(long, value_name = "ID")]
+        project: String,
+    },
+    /// Revoke a token by its id (or the token itself); prints the token id.
+    Revoke {
+        /// Token id (`token list` shows them), or the token text.
+        id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("kind").required(true).args(["desktop", "agent", "owner"]))]
+pub(crate) struct TokenCreateArgs {
+    /// A desktop token: lets the project owner's desktop sync all that owner's projects.
+    #[arg(long)]
+    desktop: bool,
+    /// An agent token for the connected agent NAME on this project (needs --scope).
+    #[arg(long, value_name = "NAME")]
+    agent: Option<String>,
+    /// An owner token for the project owner's own API.
+    #[arg(long)]
+    owner: bool,
+    /// The project.
+    #[arg(long, value_name = "ID")]
+    project: String,
+    /// Scope of an agent token: osfoundry:read and/or osfoundry:run (repeatable).
+    #[arg(long = "scope", value_name = "SCOPE")]
+    scopes: Vec<String>,
+}
+
+/// Runs one `relay admin` command against the service's database.
+pub(crate) async fn run(args: AdminArgs) -> Result<()> {
+    let app = open_state(&args.db.db, ServiceConfig::default()).await?;
+    match args.command {
+        AdminCommand::Project(command) => project(&app, args.json, command).await,
+        AdminCommand::Token(command) => token(&app, args.json, command).await,
+        AdminCommand::ChatLink(command) => chat_link(&app, args.json, command).await,
+        AdminCommand::Task(command) => task(&app, args.json, command).await,
+    }
+}
+
+async fn project(app: &AppState, json: bool, command: ProjectCommand) -> Result<()> {
+    match command {
+        ProjectCommand::Create { name, owner } => {
+            let project = admin::create_project(app, &name, owner.as_deref()).await?;
+            print(json, &project, &project.project_id)
+        }
+        ProjectCommand::List => {
+            let projects = admin::list_projects(app).await?;
+            if json {
+                println!("{}", serde_json::to_string(&projects)?);
+                return Ok(());
+            }
+            if projects.is_empty() {
+                eprintln!("no projects yet; `relay admin project create NAME` makes one");
+            }
+            for p in &projects {
+                println!(
+                    "{}  {}  (owner {})",
+                    p.project_id,
+                    for_terminal(&p.name),
+                    for_terminal(&p.owner)
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn token(app: &AppState, json: bool, command: TokenCommand) -> Result<()> {
+    match command {
+        TokenCommand::List { project } => {
+            let tokens = admin::list_tokens(app, &project).await?;
+            if json {
+                println!("{}", serde_json::to_string(&tokens)?);
+                return Ok(());
+            }
+            for t in &tokens {
+                let state = t
+                    .revoked_at
+                    .map_or_else(|| "active".to_owned(), |at| format!("revoked {at}"));
+                let agent = t.agent_name.as_deref().map_or_else(String::new, |name| {
+                    format!("  {} ({})", for_terminal(name), t.scopes.join(" "))
+                });
+                println!(
+                    "{}  {:<7}  created {}  {state}{agent}",
+                    t.token_id, t.kind, t.created_at
+                );
+            }
+            Ok(())
+        }
+        TokenCommand::Create(create) => {
+            let spec = match (create.desktop, create.agent, create.owner) {
+                (true, None, false) => TokenSpec::Desktop,
+                (false, None, true) => TokenSpec::Owner,
+                (false, Some(name), false) => TokenSpec::Agent {
+                    name,
+                    scopes: create.scopes.clone(),
+                },
+                _ => anyhow::bail!("choose exactly one of --desktop, --agent NAME, --owner"),
+            };
+            if !matches!(spec, TokenSpec::Agent { .. }) && !create.scopes.is_empty() {
+                anyhow::bail!("--scope applies to agent tokens only (--agent NAME)");
+            }
+            let token = admin::create_token(app, &create.project, spec).await?;
+            print(json, &token, &token.token)
+        }
+        TokenCommand::Revoke { id } => {
+            let revoked = admin::revoke_token(app, &id).await?;
+            if !revoked.newly_revoked {
+                tracing::warn!(token_id = %revoked.token_id, "token was already revoked");
+            }
+            print(json, &revoked, &revoked.token_id)
+        }
+    }
+}
+
+async fn chat_link(app: &AppState, json: bool, command: ChatLinkCommand) -> Result<()> {
+    let link = match command {
+        ChatLinkCommand::Create {
+            project,
+            host,
+            event_subscription,
+        } => owner::create_link(app, Acting::Operator, &project, &host, event_subscription).await?,
+        ChatLinkCommand::Subscription { id, active } => {
+            owner::set_event_subscription(app, Acting::Operator, &id, active).await?
+        }
+    };
+    print(json, &link, &link.chat_link_id)
+}
+
+async fn task(app: &AppState, json: bool, command: TaskCommand) -> Result<()> {
+    match command {
+        TaskCommand::Assign {
+            link,
+            goal,
+            idempotency_key,
+        } => {
+            let key = idempotency_key.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            let request = AssignRequest {
+                chat_link_id: &link,
+                goal: &goal,
+                idempotency_key: &key,
+            };
+            let assigned = owner::assign_task(app, Acting::Operator, request).await?;
+            if assigned.replayed {
+                tracing::warn!(task_id = %assigned.task.task_id, "this key already assigned the task; no second task was made");
+            }
+            print(json, &assigned, &assigned.task.task_id.to_string())
+        }
+        TaskCommand::List { link } => {
+            let list = owner::list_tasks(app, Acting::Operator, &link).await?;
+            if json {
+                println!("{}", serde_json::to_string(&list)?);
+                return Ok(());
+            }
+            for task in &list.tasks {
+                println!(
+                    "{}\t{}\t{}",
+                    task.task_id,
+                    task.status_label,
+                    goal_preview(&task.goal, LIST_GOAL_PREVIEW_BYTES)
+                );
+            }
+            if let Some(hint) = list.hint {
+                println!("{hint}");
+            }
+            Ok(())
+        }
+        TaskCommand::Cancel { id } => {
+            let cancelled = owner::cancel_task(app, Acting::Operator, &id).await?;
+            if cancelled.already_finished {
+                tracing::warn!(task_id = %cancelled.task_id, status = %cancelled.status, "the task had already ended; nothing changed");
+            }
+            print(json, &cancelled, &cancelled.task_id.to_string())
+        }
+    }
+}
+
+fn print(json: bool, detail: &impl Serialize, plain: &str) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(detail)?);
+    } else {
+        println!("{plain}");
+    }
+    Ok(())
+}

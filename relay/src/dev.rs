@@ -1,0 +1,126 @@
+//! `relay sim` and `relay bench`: the seeds' experiments on a virtual clock, and the service's
+//! measurements.
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use relay_sim::bench::{self, EmptyPollOptions};
+
+#[derive(Debug, Args)]
+pub(crate) struct SimArgs {
+    /// One scenario (pickup, serial, polling, cancel, idempotency, offline, outbox,
+    /// result-size, access) or all.
+    #[arg(long, default_value = "all")]
+    scenario: String,
+    /// Runs per sampled scenario (pickup, cancel; polling and idempotency a tenth).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    runs: u64,
+    /// Seed of the random choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// poll: the seed's 20 s polling desktop; longpoll: the held sync and the waiting get.
+    #[arg(long, value_parser = ["poll", "longpoll"], default_value = "poll")]
+    mode: String,
+    /// One JSON object per scenario per line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum BenchCommand {
+    /// Empty inbox reads over loopback HTTP: no sweep vs unguarded sweep vs guarded sweep.
+    EmptyPolls(EmptyPollArgs),
+    /// Many desktops long-polling one `relay serve` over loopback: its memory, and pickup
+    /// latency under that load.
+    LongPolls(LongPollArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LongPollArgs {
+    /// Desktops long-polling at once.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    desktops: u64,
+    /// Runs queued while they wait.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    runs: u64,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EmptyPollArgs {
+    /// Measured polls per variant.
+    #[arg(long, default_value_t = 2_000)]
+    polls: usize,
+    /// Finished tasks in the seeded history.
+    #[arg(long, default_value_t = 10_000)]
+    tasks: usize,
+    /// Links the history is spread over.
+    #[arg(long, default_value_t = 500)]
+    links: usize,
+    /// Pollers at once.
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+}
+
+/// Runs the simulation and prints one report per scenario.
+pub(crate) fn sim(args: SimArgs) -> Result<()> {
+    let options = relay_sim::SimOptions {
+        scenario: args.scenario,
+        runs: usize::try_from(args.runs).unwrap_or(usize::MAX),
+        seed: args.seed,
+        long_poll: args.mode == "longpoll",
+    };
+    let started = std::time::Instant::now();
+    let json = args.json;
+    // The simulation runs its own paused-time runtimes, off this one.
+    std::thread::scope(|scope| -> Result<()> {
+        scope
+            .spawn(|| {
+                relay_sim::run(&options, |name, report, seconds| {
+                    if json {
+                        println!("{}", report.json);
+                    } else {
+                        for line in &report.lines {
+                            println!("{line}");
+                        }
+                    }
+                    eprintln!("sim: {name} done in {seconds:.1} s of wall time");
+                })
+            })
+            .join()
+            .map_err(|_| anyhow::anyhow!("the simulation thread panicked"))??;
+        Ok(())
+    })?;
+    eprintln!(
+        "sim: finished in {:.1} s of wall time",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Runs one `relay bench` measurement and prints its report.
+pub(crate) async fn bench(command: BenchCommand) -> Result<()> {
+    match command {
+        BenchCommand::LongPolls(args) => {
+            let report = relay_sim::loadtest::long_polls(relay_sim::loadtest::LongPollOptions {
+                desktops: usize::try_from(args.desktops).unwrap_or(usize::MAX),
+                runs: usize::try_from(args.runs).unwrap_or(usize::MAX),
+                server: std::env::current_exe().context("cannot find the relay binary")?,
+            })
+            .await?;
+            print!("{report}");
+            Ok(())
+        }
+        BenchCommand::EmptyPolls(args) => {
+            let options = EmptyPollOptions {
+                polls: args.polls,
+                tasks: args.tasks,
+                links: args.links,
+                concurrency: args.concurrency,
+            };
+            let report = bench::empty_polls(options)
+                .await
+                .context("the benchmark failed")?;
+            print!("{report}");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The owner's chat-task commands of `relay admin`: link, assign, list and cancel.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use relay_service::chat_tasks::NO_EVENT_SUBSCRIPTION_HINT;
+use serde_json::{Value, json};
+
+fn relay(db: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_relay"))
+        .arg("admin")
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("RELAY_DB")
+        .output()
+        .expect("run relay")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "relay failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).expect("utf-8")
+}
+
+fn plain(output: &Output) -> String {
+    let text = stdout(output);
+    let lines: Vec<_> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "one plain value on stdout: {text:?}");
+    lines[0].to_owned()
+}
+
+#[test]
+fn the_cli_links_assigns_lists_and_cancels() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    let project = plain(&relay(&db, &["project", "create", "Demo"]));
+    let link = plain(&relay(
+        &db,
+        &[
+            "chat-link",
+            "create",
+            "--project",
+            &project,
+            "--host",
+            "claude",
+        ],
+    ));
+    assert!(uuid::Uuid::parse_str(&link).is_ok(), "{link}");
+    let assign = |goal: &str, key: &str| {
+        plain(&relay(
+            &db,
+            &[
+                "task",
+                "assign",
+                "--link",
+                &link,
+                "--goal",
+                goal,
+                "--idempotency-key",
+                key,
+            ],
+        ))
+    };
+    let task = assign("Summarise the feedback", "key-1");
+    assert!(uuid::Uuid::parse_str(&task).is_ok(), "{task}");
+    assert_eq!(
+        assign("Summarise the feedback", "key-1"),
+        task,
+        "one key, one task"
+    );
+    let second = assign("Plan the sprint", "key-2");
+    assert_ne!(second, task);
+
+    let list = stdout(&relay(&db, &["task", "list", "--link", &link]));
+    let lines: Vec<_> = list.lines().collect();
+    assert_eq!(lines.len(), 3, "{list}");
+    assert!(lines[0].starts_with(&second) && lines[0].contains("Waiting for Claude"));
+    assert!(lines[1].starts_with(&task) && lines[1].contains("Summarise the feedback"));
+    assert_eq!(lines[2], NO_EVENT_SUBSCRIPTION_HINT);
+
+    assert_eq!(plain(&relay(&db, &["task", "cancel", &task])), task);
+    let json: Value = serde_json::from_str(&plain(&relay(
+        &db,
+        &["task", "list", "--link", &link, "--json"],
+    )))
+    .expect("JSON");
+    assert_eq!(json["chat_link_id"], link);
+    assert_eq!(json["hint"], NO_EVENT_SUBSCRIPTION_HINT);
+    let labels: Vec<_> = json["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["task_id"].as_str().unwrap().to_owned(),
+                t["status_label"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            (second.clone(), json!("Waiting for Claude")),
+            (task.clone(), json!("Cancelled"))
+        ]
+    );
+    let detail: Value = serde_json::from_str(&plain(&relay(
+        &db,
+        &[
+            "--json",
+            "chat-link",
+            "create",
+            "--project",
+            &project,
+            "--host",
+            "chatgpt",
+            "--event-subscription",
+        ],
+    )))
+    .expect("JSON");
+    assert_eq!(detail["event_subscription"], true);
+    let quiet = stdout(&relay(
+        &db,
+        &[
+            "task",
+            "list",
+            "--link",
+            detail["chat_link_id"].as_str().unwrap(),
+        ],
+    ));
+    assert_eq!(
+        quiet, "",
+        "no tasks and an event subscription: nothing to show"
+    );
+
+    let failure = relay(
+        &db,
+        &[
+            "task",
+            "assign",
+            "--link",
+            "nope",
+            "--goal",
+            "x",
+            "--idempotency-key",
+            "k",
+        ],
+    );
+    assert!(!failure.status.success() && failure.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&failure.stderr).contains("chat link not found"));
+    let failure = relay(
+        &db,
+        &[
+            "chat-link",
+            "create",
+            "--project",
+            &project,
+            "--host",
+            "gemini",
+        ],
+    );
+    assert!(!failure.status.success());
+    let failure = relay(&db, &["task", "cancel", "not-a-uuid"]);
+    assert!(!failure.status.success() && failure.stdout.is_empty());
+}

@@ -1,0 +1,117 @@
+//! The dependency rule of ARCHITECTURE.md, checked on the resolved graph: protocol ← service,
+//! protocol ← desktop, runner ← desktop; the service never depends on the runner, graph-js, boa
+//! or wasmtime (nor on tokio's test-util); the runner never on a relay crate; nothing but the
+//! binary on the simulator.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+/// Each package's normal (not dev, not build) dependencies as `cargo tree` resolves them for
+/// that package alone: name → enabled features.
+fn normal_dependencies(package: &str) -> BTreeMap<String, String> {
+    let output = Command::new(env!("CARGO"))
+        .args(["tree", "--frozen", "-e", "normal", "--prefix", "none"])
+        .args(["-f", "{p}|{f}", "-p", package])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        output.status.success(),
+        "cargo tree -p {package} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| {
+            let (package, features) = line.split_once('|')?;
+            let name = package.split_whitespace().next()?;
+            Some((name.to_owned(), features.to_owned()))
+        })
+        .collect()
+}
+
+fn assert_lacks(package: &str, deps: &BTreeMap<String, String>, forbidden: &[&str]) {
+    for name in forbidden {
+        assert!(
+            !deps.contains_key(*name),
+            "{package} must not depend on {name} (ARCHITECTURE.md, the dependency rule)"
+        );
+    }
+}
+
+fn assert_has(package: &str, deps: &BTreeMap<String, String>, required: &[&str]) {
+    for name in required {
+        assert!(
+            deps.contains_key(*name),
+            "{package} should depend on {name}"
+        );
+    }
+}
+
+#[test]
+fn the_service_never_reaches_the_runner_the_sandbox_or_test_tools() {
+    let deps = normal_dependencies("relay-service");
+    assert_has("relay-service", &deps, &["relay-protocol"]);
+    assert_lacks(
+        "relay-service",
+        &deps,
+        &[
+            "runner",
+            "graph-js",
+            "boa_engine",
+            "wasmtime",
+            "relay-desktop",
+            "relay-sim",
+            "relay-testkit",
+            "relay",
+        ],
+    );
+    let tokio = deps.get("tokio").expect("the service runs on tokio");
+    assert!(
+        !tokio.split(',').any(|f| f == "test-util"),
+        "relay-service's tokio has test-util: {tokio}"
+    );
+}
+
+#[test]
+fn the_desktop_uses_the_protocol_and_the_runner_but_not_the_service() {
+    let deps = normal_dependencies("relay-desktop");
+    assert_has("relay-desktop", &deps, &["relay-protocol", "runner"]);
+    assert_lacks(
+        "relay-desktop",
+        &deps,
+        &["relay-service", "relay-sim", "relay-testkit", "relay"],
+    );
+}
+
+#[test]
+fn the_protocol_does_no_io_and_the_runner_knows_no_relay() {
+    let protocol = normal_dependencies("relay-protocol");
+    assert_lacks(
+        "relay-protocol",
+        &protocol,
+        &[
+            "axum",
+            "hyper",
+            "reqwest",
+            "rusqlite",
+            "runner",
+            "relay-service",
+        ],
+    );
+    for package in ["runner", "graph-js"] {
+        let deps = normal_dependencies(package);
+        assert_lacks(
+            package,
+            &deps,
+            &[
+                "relay",
+                "relay-protocol",
+                "relay-service",
+                "relay-desktop",
+                "relay-sim",
+                "relay-sqlite",
+            ],
+        );
+    }
+}

@@ -1,0 +1,20 @@
+//! End-to-end tests across the crates: an MCP client → the service → the desktop relay → the
+//! runner's sandbox → the result, and `relay demo`. One test binary; each file beside this one
+//! is a module (`desktop_https.rs` is a binary of its own: it sets `SSL_CERT_FILE` for its
+//! process). `cargo test -p graphrelay --test e2e consent` runs one file's tests.
+
+use relay_testkit as common;
+
+mod harness;
+
+mod consent;
+mod demo;
+mod dependency_direction;
+mod desktop_approvals;
+mod desktop_cancel;
+mod desktop_folder;
+mod desktop_pickup;
+mod malformed_commands;
+mod outbox;
+mod pass_skipping;
+mod result_bounding;

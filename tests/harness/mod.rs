@@ -1,0 +1,258 @@
+//! The end-to-end harness for the desktop relay: a real service on loopback, a real desktop
+//! relay (its own state file, the real runner), and an rmcp client playing the chat agent.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use relay_desktop::api::{BoxFuture, DesktopApi, HttpTransport, Transport, TransportError};
+use relay_desktop::state::DesktopState;
+use relay_desktop::{DesktopConfig, Relay, Runtime};
+use relay_protocol::GraphSessionId;
+use relay_protocol::clock::SystemClock;
+use runner::engine::{Engine, EngineKind};
+use runner::host::events::CollectingSink;
+use runner::host::mock::MockProvider;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::common::{self, Era, McpClient, TestService};
+
+/// A graph that asks one agent and returns its text.
+pub const ECHO: &str = r#"
+export const meta = {name: "Echo", slug: "echo", version: "1.0.0", description: "Asks one agent."};
+export default async function (args, g) {
+  const r = await g.agent({label: "echo", prompt: "Say: " + (args.text ?? "hi")});
+  return {tokens: r.tokens, text: r.text};
+}
+"#;
+
+/// A graph that returns `args.n` copies of `args.unit` (for result bounding).
+pub const BIG: &str = r#"
+export const meta = {name: "Big", slug: "big", version: "1.0.0"};
+export default async function (args) { return args.unit.repeat(args.n); }
+"#;
+
+/// A graph that throws an error `args.n` characters long.
+pub const THROWS: &str = r#"
+export const meta = {name: "Throws", slug: "throws", version: "1.0.0"};
+export default async function (args) { throw args.unit.repeat(args.n); }
+"#;
+
+/// A graph that writes a file through the fs.write tool.
+pub const WRITES: &str = r#"
+export const meta = {name: "Writes", slug: "writes", version: "1.0.0"};
+export default async function (args, g) { return g.tool("fs.write", {path: args.path, text: "written remotely"}); }
+"#;
+
+/// Fault injection between the desktop and the service.
+#[derive(Default)]
+pub struct Faults {
+    /// Completion posts to drop before they reach the service.
+    pub drop_complete_requests: std::sync::atomic::AtomicUsize,
+    /// Completion posts whose answer is dropped after the service handled them.
+    pub drop_complete_responses: std::sync::atomic::AtomicUsize,
+    /// While set, every request fails as if the network were down.
+    pub offline: std::sync::atomic::AtomicBool,
+    /// Completion posts seen.
+    pub complete_posts: std::sync::atomic::AtomicUsize,
+}
+
+/// A transport that forwards to another one, with [`Faults`].
+pub struct FaultyTransport {
+    pub inner: Arc<dyn Transport>,
+    pub faults: Arc<Faults>,
+}
+
+impl Transport for FaultyTransport {
+    fn send(
+        &self,
+        request: http::Request<Vec<u8>>,
+    ) -> BoxFuture<'_, Result<http::Response<Vec<u8>>, TransportError>> {
+        use std::sync::atomic::Ordering;
+        Box::pin(async move {
+            if self.faults.offline.load(Ordering::SeqCst) {
+                return Err("network is down (injected)".into());
+            }
+            let is_complete = request.uri().path().ends_with("/complete");
+            if is_complete {
+                self.faults.complete_posts.fetch_add(1, Ordering::SeqCst);
+                let take = |counter: &std::sync::atomic::AtomicUsize| {
+                    counter
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok()
+                };
+                if take(&self.faults.drop_complete_requests) {
+                    return Err("connection reset before the request arrived (injected)".into());
+                }
+                if take(&self.faults.drop_complete_responses) {
+                    let _ = self.inner.send(request).await;
+                    return Err("connection reset before the answer arrived (injected)".into());
+                }
+            }
+            self.inner.send(request).await
+        })
+    }
+}
+
+/// Fast intervals for tests.
+pub fn fast_config() -> DesktopConfig {
+    DesktopConfig {
+        poll_interval: Duration::from_millis(200),
+        control_interval: Duration::from_millis(100),
+        sharing_watch_interval: Duration::from_millis(50),
+        approval_timeout: Duration::from_secs(5),
+        graph_timeout: Duration::from_secs(60),
+        ..DesktopConfig::default()
+    }
+}
+
+/// A service, its project, an agent client, and everything a desktop needs.
+pub struct World {
+    pub service: TestService,
+    pub project: String,
+    pub desktop_token: String,
+    pub client: McpClient,
+    pub state: DesktopState,
+    pub state_dir: tempfile::TempDir,
+    pub faults: Arc<Faults>,
+    pub mock: Arc<MockProvider>,
+    pub events: Arc<CollectingSink>,
+}
+
+impl World {
+    /// A world whose mock agent answers with `replies`.
+    pub async fn new(replies: Value) -> World {
+        let service = TestService::start().await;
+        let project = service.project("p", "alice").await;
+        let desktop_token = relay_service::admin::create_token(
+            &service.app,
+            &project,
+            relay_service::admin::TokenSpec::Desktop,
+        )
+        .await
+        .expect("desktop token")
+        .token;
+        let client = common::mcp_client(
+            &service.mcp_url(),
+            &service.full_agent(&project).await,
+            Era::Current,
+        )
+        .await;
+        let state_dir = tempfile::tempdir().expect("tempdir");
+        let state = DesktopState::open(&state_dir.path().join("desktop.db")).expect("state");
+        World {
+            service,
+            project,
+            desktop_token,
+            client,
+            state,
+            state_dir,
+            faults: Arc::new(Faults::default()),
+            mock: Arc::new(MockProvider::from_json(replies).expect("replies")),
+            events: Arc::new(CollectingSink::default()),
+        }
+    }
+
+    /// Adds `script` as a session, shares it with the project (enabled) and runs one pass so
+    /// the service knows it is shared.
+    pub async fn share(&self, script: &str) -> GraphSessionId {
+        let meta = graph_js::describe(script, &Default::default()).expect("meta");
+        let now = relay_protocol::clock::Timestamp::from_unix_millis(1);
+        let id = self
+            .state
+            .upsert_session(&meta, script, None, now)
+            .expect("session");
+        self.state.share(&self.project, &id, now).expect("share");
+        self.state
+            .set_project_enabled(&self.project, true, now)
+            .expect("enable");
+        self.relay().pass(&Default::default()).await;
+        id
+    }
+
+    /// A desktop relay over this world's state, with `engine` and `config`.
+    pub fn relay_with(&self, engine: Arc<dyn Engine>, config: DesktopConfig) -> Arc<Relay> {
+        let http: Arc<dyn Transport> =
+            Arc::new(HttpTransport::new(&self.service.base).expect("transport"));
+        let transport = Arc::new(FaultyTransport {
+            inner: http,
+            faults: self.faults.clone(),
+        });
+        let state = DesktopState::open(&self.state_dir.path().join("desktop.db")).expect("state");
+        Relay::new(
+            state,
+            DesktopApi::new(transport, &self.desktop_token),
+            Arc::new(SystemClock),
+            Runtime {
+                engine,
+                provider: self.mock.clone(),
+                events: self.events.clone(),
+            },
+            config,
+        )
+    }
+
+    /// A relay on the boa engine with fast intervals.
+    pub fn relay(&self) -> Arc<Relay> {
+        self.relay_with(EngineKind::Boa.build().expect("boa"), fast_config())
+    }
+
+    /// Queues a run of `session` through MCP; returns the command id.
+    pub async fn queue(&self, session: &GraphSessionId, key: &str, arguments: Value) -> String {
+        let result = common::call(
+            &self.client,
+            "run_graph_session",
+            json!({"graph_session_id": session.as_str(), "arguments": arguments, "idempotency_key": key}),
+        )
+        .await;
+        common::ok(&result)["command_id"]
+            .as_str()
+            .expect("command id")
+            .to_owned()
+    }
+
+    /// Reads a run through MCP.
+    pub async fn get(&self, command_id: &str) -> Value {
+        common::ok(
+            &common::call(
+                &self.client,
+                "get_graph_run",
+                json!({"command_id": command_id}),
+            )
+            .await,
+        )
+    }
+
+    /// Waits (polling every 20 ms, at most `limit`) until the run's status is terminal.
+    pub async fn wait_terminal(&self, command_id: &str, limit: Duration) -> Value {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let run = self.get(command_id).await;
+            if matches!(
+                run["status"].as_str(),
+                Some("completed" | "failed" | "cancelled")
+            ) {
+                return run;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "run never finished: {run}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Runs `relay`'s loop in the background; cancel the token to stop it.
+pub fn start(relay: &Arc<Relay>) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn({
+        let relay = relay.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            relay.run(shutdown).await.expect("relay runs");
+        }
+    });
+    (shutdown, task)
+}

@@ -1,0 +1,189 @@
+//! The persistent outbox: a completion is written before it is posted and removed only after a
+//! 2xx, so a lost post is delivered on the next pass and a relay killed before posting delivers
+//! after restart, without running the graph again.
+
+use crate::harness;
+
+use std::sync::atomic::Ordering;
+
+use harness::{ECHO, World};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_completion_request_is_delivered_next_pass() {
+    let world = World::new(json!({"default": {"text": "result", "tokens": 7}})).await;
+    let session = world.share(ECHO).await;
+    let command = world.queue(&session, "key-outbox-1", json!({})).await;
+    world
+        .faults
+        .drop_complete_requests
+        .store(1, Ordering::SeqCst);
+    let relay = world.relay();
+    relay.pass(&Default::default()).await;
+    assert_eq!(
+        world.get(&command).await["status"],
+        "running",
+        "the post was lost"
+    );
+    assert_eq!(world.state.outbox().expect("outbox").len(), 1);
+    relay.pass(&Default::default()).await;
+    let run = world.get(&command).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["result"]["text"], "result");
+    assert!(world.state.outbox().expect("outbox").is_empty());
+    assert_eq!(world.mock.calls().len(), 1, "no duplicate run");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_completion_answer_is_replayed_and_accepted() {
+    let world = World::new(json!({"default": {"text": "result"}})).await;
+    let session = world.share(ECHO).await;
+    let command = world.queue(&session, "key-outbox-2", json!({})).await;
+    world
+        .faults
+        .drop_complete_responses
+        .store(1, Ordering::SeqCst);
+    let relay = world.relay();
+    relay.pass(&Default::default()).await;
+    assert_eq!(
+        world.get(&command).await["status"],
+        "completed",
+        "the service recorded it"
+    );
+    assert_eq!(
+        world.state.outbox().expect("outbox").len(),
+        1,
+        "but the desktop did not hear back"
+    );
+    relay.pass(&Default::default()).await;
+    assert!(
+        world.state.outbox().expect("outbox").is_empty(),
+        "the replay was accepted"
+    );
+    assert_eq!(world.faults.complete_posts.load(Ordering::SeqCst), 2);
+    assert_eq!(world.mock.calls().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_killed_before_posting_delivers_after_restart() {
+    let world = World::new(json!({"default": {"text": "survives restarts"}})).await;
+    let session = world.share(ECHO).await;
+    let command = world.queue(&session, "key-outbox-3", json!({})).await;
+    {
+        // Every post fails: as if the process died right after writing the outbox.
+        world
+            .faults
+            .drop_complete_requests
+            .store(usize::MAX, Ordering::SeqCst);
+        let relay = world.relay();
+        relay.pass(&Default::default()).await;
+        drop(relay);
+    }
+    assert_eq!(world.get(&command).await["status"], "running");
+    world
+        .faults
+        .drop_complete_requests
+        .store(0, Ordering::SeqCst);
+    // A new process over the same state file: its first pass delivers.
+    let relay = world.relay();
+    let (stop, task) = harness::start(&relay);
+    let run = world
+        .wait_terminal(&command, std::time::Duration::from_secs(10))
+        .await;
+    stop.cancel();
+    task.await.expect("relay stops");
+    assert_eq!(run["status"], "completed");
+    assert_eq!(run["result"]["text"], "survives restarts");
+    assert_eq!(world.mock.calls().len(), 1, "the graph ran once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_interrupted_by_a_crash_is_reported_failed_on_restart() {
+    let world = World::new(json!({"default": {"text": "x"}})).await;
+    let session = world.share(ECHO).await;
+    let command: relay_protocol::CommandId = world
+        .queue(&session, "key-outbox-4", json!({}))
+        .await
+        .parse()
+        .expect("id");
+    // The crash: the relay recorded the start (history `running`, service told) and died.
+    world
+        .state
+        .begin_execution(
+            "exec-crashed",
+            &command,
+            &world.project,
+            &session,
+            "echo",
+            relay_protocol::clock::Timestamp::from_unix_millis(5),
+        )
+        .expect("begin");
+    let desktop = world.service.desktop(&world.project).await;
+    let (status, _) = desktop.started(&command.to_string(), "exec-crashed").await;
+    assert_eq!(status, 200);
+    let relay = world.relay();
+    let (stop, task) = harness::start(&relay);
+    let run = world
+        .wait_terminal(&command.to_string(), std::time::Duration::from_secs(10))
+        .await;
+    stop.cancel();
+    task.await.expect("relay stops");
+    assert_eq!(run["status"], "failed");
+    assert!(
+        run["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("stopped while this graph was running"),
+        "{run}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflicting_completion_is_dropped_not_retried_forever() {
+    let world = World::new(json!({"default": {"text": "x"}})).await;
+    let session = world.share(ECHO).await;
+    let command = world.queue(&session, "key-outbox-5", json!({})).await;
+    let relay = world.relay();
+    relay.pass(&Default::default()).await;
+    assert_eq!(world.get(&command).await["status"], "completed");
+    // A different completion for the finished command sits in the outbox (e.g. a stale copy).
+    let stale = relay_desktop::bounding::completion(
+        "another-execution",
+        relay_protocol::CompletionStatus::Failed,
+        None,
+        0,
+        0.0,
+        Some("stale"),
+    );
+    world
+        .state
+        .begin_execution(
+            "another-execution",
+            &command.parse().expect("id"),
+            &world.project,
+            &session,
+            "echo",
+            relay_protocol::clock::Timestamp::from_unix_millis(9),
+        )
+        .expect("begin");
+    world
+        .state
+        .finish_execution(
+            &command.parse().expect("id"),
+            None,
+            None,
+            &stale,
+            relay_protocol::clock::Timestamp::from_unix_millis(10),
+        )
+        .expect("queued");
+    relay.pass(&Default::default()).await;
+    assert!(
+        world.state.outbox().expect("outbox").is_empty(),
+        "the 409 was dropped"
+    );
+    assert_eq!(
+        world.get(&command).await["status"],
+        "completed",
+        "the first completion stands"
+    );
+}

@@ -1,0 +1,192 @@
+//! The pass timer on tokio's paused time (the service called in-process, no sockets): a pass
+//! due while the previous one is still busy is skipped and counted; a sharing change runs a
+//! pass at once instead of waiting for the interval.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use relay_desktop::api::{DesktopApi, RouterTransport};
+use relay_desktop::state::DesktopState;
+use relay_desktop::{DesktopConfig, Relay, Runtime};
+use relay_protocol::clock::{SystemClock, Timestamp};
+use relay_service::{AppState, router, runs};
+use runner::host::events::NullSink;
+use runner::host::mock::MockProvider;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// A graph engine stand-in that runs on tokio alone (no interpreter thread, which paused time
+/// cannot see): it starts the one agent the graph would start and returns its text.
+struct OneAgent;
+
+impl runner::engine::Engine for OneAgent {
+    fn name(&self) -> &'static str {
+        "one-agent"
+    }
+
+    fn run(
+        &self,
+        _script: Arc<str>,
+        _args: String,
+        mut invocation: runner::host::Invocation,
+    ) -> runner::host::approvals::BoxFuture<'static, Result<String, String>> {
+        Box::pin(async move {
+            let handle = invocation
+                .start_agent(graph_js::AgentRequest {
+                    prompt: "p".into(),
+                    system: None,
+                    model: None,
+                    max_tokens: None,
+                    label: Some("slow".into()),
+                    tools: vec![],
+                    max_turns: None,
+                })
+                .map_err(|e| e.to_string())?;
+            let (_, reply) = invocation.wait_any(&[handle]).await;
+            let reply: serde_json::Value = serde_json::from_str(&reply.map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+            Ok(reply["text"].to_string())
+        })
+    }
+
+    fn describe(
+        &self,
+        script: Arc<str>,
+    ) -> runner::host::approvals::BoxFuture<'static, Result<graph_js::Meta, graph_js::MetaError>>
+    {
+        Box::pin(async move { graph_js::describe(&script, &Default::default()) })
+    }
+}
+
+const SLOW: &str = r#"
+export const meta = {name: "Slow", slug: "slow", version: "1"};
+export default async function (args, g) { return (await g.agent({label: "slow", prompt: "p"})).text; }
+"#;
+
+struct Setup {
+    app: Arc<AppState>,
+    relay: Arc<Relay>,
+    state: DesktopState,
+    agent: relay_service::auth::AgentIdentity,
+    session: relay_protocol::GraphSessionId,
+    project: String,
+}
+
+async fn setup(latency_secs: u64) -> Setup {
+    let common::InProcess {
+        app,
+        project,
+        desktop,
+        agent,
+    } = common::in_process().await;
+    let state = DesktopState::open_in_memory().expect("state");
+    let meta = graph_js::describe(SLOW, &Default::default()).expect("meta");
+    let now = Timestamp::from_unix_millis(1);
+    let session = state
+        .upsert_session(&meta, SLOW, None, now)
+        .expect("session");
+    state.share(&project, &session, now).expect("share");
+    state
+        .set_project_enabled(&project, true, now)
+        .expect("enable");
+    let mock = MockProvider::from_json(
+        json!({"default": {"text": "done", "latency_ms": latency_secs * 1000}}),
+    )
+    .expect("mock");
+    let relay = Relay::new(
+        state.clone(),
+        DesktopApi::new(Arc::new(RouterTransport(router(app.clone()))), &desktop),
+        Arc::new(SystemClock),
+        Runtime {
+            engine: Arc::new(OneAgent),
+            provider: Arc::new(mock),
+            events: Arc::new(NullSink),
+        },
+        DesktopConfig {
+            graph_timeout: Duration::from_secs(3600),
+            ..DesktopConfig::default()
+        },
+    );
+    Setup {
+        app,
+        relay,
+        state,
+        agent,
+        session,
+        project,
+    }
+}
+
+async fn queue(setup: &Setup, key: &str) -> relay_protocol::CommandId {
+    runs::queue_run(
+        &setup.app,
+        &setup.agent,
+        runs::RunRequest {
+            graph_session_id: setup.session.to_string(),
+            arguments: serde_json::Map::new(),
+            idempotency_key: key.into(),
+        },
+    )
+    .await
+    .expect("queued")
+    .command_id
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pass_due_while_the_previous_is_busy_is_skipped() {
+    let setup = setup(50).await;
+    // Make the session known to the service, then queue one 50 s run.
+    setup.relay.pass(&CancellationToken::new()).await;
+    let command = queue(&setup, "key-skip-1").await;
+    let before = setup.relay.stats().passes.load(Ordering::SeqCst);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(setup.relay.clone().run(shutdown.clone()));
+    // Passes are due at 0, 20, 40 and 60 s; the one at 0 s runs the 50 s graph, so 20 and 40
+    // find it busy.
+    tokio::time::sleep(Duration::from_secs(70)).await;
+    shutdown.cancel();
+    task.await.expect("joined").expect("relay ran");
+    let stats = setup.relay.stats();
+    assert_eq!(
+        stats.passes_skipped.load(Ordering::SeqCst),
+        2,
+        "the passes due at 20 s and 40 s"
+    );
+    assert_eq!(
+        stats.passes.load(Ordering::SeqCst) - before,
+        2,
+        "the passes at 0 s and 60 s"
+    );
+    let view = runs::get_run(&setup.app, &setup.agent, &command.to_string())
+        .await
+        .expect("run");
+    assert_eq!(view.status, relay_protocol::RunStatus::Completed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sharing_change_runs_a_pass_at_once() {
+    let setup = setup(1).await;
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(setup.relay.clone().run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        setup.relay.stats().passes.load(Ordering::SeqCst),
+        1,
+        "only the first pass so far"
+    );
+    setup
+        .state
+        .unshare(&setup.project, &setup.session)
+        .expect("unshare");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        setup.relay.stats().passes.load(Ordering::SeqCst),
+        2,
+        "the change ran a pass well before the 20 s interval"
+    );
+    shutdown.cancel();
+    task.await.expect("joined").expect("relay ran");
+}
