@@ -1,7 +1,7 @@
-//! What every JSON HTTP API of the service (the desktop API, the owner API) does alike at its
-//! edge: who is asking ([`Desktop`], [`Owner`] extractors), the body ([`JsonBody`]), and one
-//! error type ([`ApiError`]) that answers every refusal as `{"error": "...", "status"?: "..."}`.
-//! A handler is then decode → one domain function → respond.
+//! What every HTTP API of the service does alike at its edge: who is asking ([`Agent`] for MCP,
+//! [`Desktop`], [`Owner`]), the body ([`JsonBody`]), and one error type ([`ApiError`]) that
+//! answers every refusal of the JSON APIs as `{"error": "...", "status"?: "..."}`. A handler is
+//! then decode → one domain function → respond.
 
 use std::sync::Arc;
 
@@ -13,12 +13,12 @@ use axum::response::{IntoResponse, Response};
 use relay_protocol::{ErrorBody, RunStatus};
 use serde::de::DeserializeOwned;
 
-use crate::AppState;
 use crate::auth::{
-    AuthError, DesktopIdentity, Identity, OwnerIdentity, authenticate, bearer_token,
+    AgentIdentity, AuthError, DesktopIdentity, Identity, OwnerIdentity, authenticate, bearer_token,
 };
 use crate::chat_tasks::TaskError;
 use crate::runs::{DesktopError, RunError};
+use crate::{AppState, oauth};
 
 /// Why a request to a JSON API was refused; its [`IntoResponse`] is the one error shape.
 #[derive(Debug)]
@@ -164,6 +164,58 @@ impl FromRequestParts<Arc<AppState>> for Owner {
     ) -> Result<Self, Self::Rejection> {
         let owner = identity(parts, app).await?.into_owner()?;
         Ok(Owner(owner))
+    }
+}
+
+/// The connected agent making an MCP request (an agent token). Refusals follow the MCP
+/// authorization rules: 401 with the `WWW-Authenticate` challenge that names the protected
+/// resource's metadata, or 503 when tokens cannot be checked.
+pub struct Agent(pub AgentIdentity);
+
+/// Why an MCP request has no agent behind it.
+pub enum AgentRejection {
+    /// The store could not check the token.
+    Unavailable,
+    /// No token, an unknown or revoked one, or another kind's; `base` is the public URL.
+    Unauthorized {
+        /// The public base URL, for the challenge's metadata address.
+        base: String,
+        /// What was wrong with the token.
+        error: AuthError,
+    },
+}
+
+impl IntoResponse for AgentRejection {
+    fn into_response(self) -> Response {
+        match self {
+            AgentRejection::Unavailable => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+            AgentRejection::Unauthorized { base, error } => oauth::unauthorized(&base, &error),
+        }
+    }
+}
+
+impl FromRequestParts<Arc<AppState>> for Agent {
+    type Rejection = AgentRejection;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        app: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let token = bearer_token(parts.headers.get(header::AUTHORIZATION));
+        match authenticate(app, token)
+            .await
+            .and_then(Identity::into_agent)
+        {
+            Ok(agent) => Ok(Agent(agent)),
+            Err(AuthError::Store(error)) => {
+                tracing::error!(%error, "token check failed");
+                Err(AgentRejection::Unavailable)
+            }
+            Err(error) => Err(AgentRejection::Unauthorized {
+                base: oauth::base_url(app, &parts.headers),
+                error,
+            }),
+        }
     }
 }
 

@@ -34,6 +34,9 @@ pub use store::Store;
 /// How often [`serve`] fails runs whose desktop went silent (reads also check lazily).
 pub const SILENCE_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
+/// Where the MCP endpoint is served (the OAuth metadata names it as the protected resource).
+pub const MCP_PATH: &str = "/mcp";
+
 /// Tunables of the service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceConfig {

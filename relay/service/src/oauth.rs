@@ -10,9 +10,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::AppState;
+use super::MCP_PATH;
 use super::auth::{AuthError, Scope};
-use super::mcp::MCP_PATH;
-use super::mcp::tools::ToolSpec;
 
 /// The RFC 9728 well-known path; the resource's path (`/mcp`) may follow it.
 pub const PROTECTED_RESOURCE_PATH: &str = "/.well-known/oauth-protected-resource";
@@ -75,12 +74,9 @@ pub fn unauthorized(base: &str, error: &AuthError) -> Response {
 }
 
 /// The `insufficient_scope` challenge for calling `spec` without its scope.
-pub fn insufficient_scope_challenge(base: &str, spec: &ToolSpec) -> String {
+pub fn insufficient_scope_challenge(base: &str, tool: &str, scope: Scope) -> String {
     format!(
-        "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\", error_description=\"{} needs the {} scope\"",
-        spec.scope,
+        "Bearer error=\"insufficient_scope\", scope=\"{scope}\", resource_metadata=\"{}\", error_description=\"{tool} needs the {scope} scope\"",
         metadata_url(base),
-        spec.name,
-        spec.scope
     )
 }

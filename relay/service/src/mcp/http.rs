@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::tools;
 use crate::AppState;
-use crate::auth::{AuthError, Identity, authenticate, bearer_token};
+use crate::edge::Agent;
 use crate::oauth;
 
 /// Largest MCP request body accepted.
@@ -40,20 +40,13 @@ struct PeekParams {
 
 /// Authenticates every `/mcp` request and puts the agent's identity in its extensions, where
 /// rmcp hands it to the tools (inside `http::request::Parts`).
-pub async fn gate(State(app): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+pub async fn gate(
+    State(app): State<Arc<AppState>>,
+    Agent(agent): Agent,
+    request: Request,
+    next: Next,
+) -> Response {
     let base = oauth::base_url(&app, request.headers());
-    let token = bearer_token(request.headers().get(header::AUTHORIZATION));
-    let agent = match authenticate(&app, token)
-        .await
-        .and_then(Identity::into_agent)
-    {
-        Ok(agent) => agent,
-        Err(AuthError::Store(error)) => {
-            tracing::error!(%error, "token check failed");
-            return StatusCode::SERVICE_UNAVAILABLE.into_response();
-        }
-        Err(error) => return oauth::unauthorized(&base, &error),
-    };
     let (mut parts, body) = request.into_parts();
     let mut lists_tools = false;
     let body = if parts.method == Method::POST {
@@ -171,7 +164,9 @@ fn insufficient_scope(base: &str, spec: &tools::ToolSpec, id: Option<Value>) -> 
         "result": result,
     });
     let mut response = (StatusCode::FORBIDDEN, axum::Json(body)).into_response();
-    if let Ok(challenge) = HeaderValue::from_str(&oauth::insufficient_scope_challenge(base, spec)) {
+    if let Ok(challenge) = HeaderValue::from_str(&oauth::insufficient_scope_challenge(
+        base, spec.name, spec.scope,
+    )) {
         response
             .headers_mut()
             .insert(header::WWW_AUTHENTICATE, challenge);

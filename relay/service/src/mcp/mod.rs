@@ -32,7 +32,7 @@ use super::sessions;
 pub use self::http::MAX_MCP_BODY_BYTES;
 
 /// Path of the MCP endpoint.
-pub const MCP_PATH: &str = "/mcp";
+pub use crate::MCP_PATH;
 
 const INSTRUCTIONS: &str = "Graphs run on the owner's desktop, not here. list_graph_sessions shows what the owner shares; \
 run_graph_session queues a run and returns a command_id at once; get_graph_run reads progress and the result \
@@ -284,7 +284,9 @@ pub(crate) fn insufficient_scope_result(spec: &ToolSpec, base_url: &str) -> Call
     let mut meta = Map::new();
     meta.insert(
         "mcp/www_authenticate".into(),
-        json!([oauth::insufficient_scope_challenge(base_url, spec)]),
+        json!([oauth::insufficient_scope_challenge(
+            base_url, spec.name, spec.scope
+        )]),
     );
     result.meta = Some(MetaObject(meta));
     result
