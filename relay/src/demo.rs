@@ -75,6 +75,65 @@ fn say(line: &str) {
     eprintln!("demo: {line}");
 }
 
+/// What the demo's service hands out: its project, a desktop token and an agent token.
+struct Credentials {
+    project: String,
+    desktop_token: String,
+    agent_token: String,
+}
+
+async fn credentials(app: &AppState) -> Result<Credentials, DemoError> {
+    let project = admin::create_project(app, "demo", Some("demo"))
+        .await
+        .map_err(setup)?
+        .project_id;
+    let desktop_token = admin::create_token(app, &project, TokenSpec::Desktop)
+        .await
+        .map_err(setup)?
+        .token;
+    let agent_token = admin::create_token(
+        app,
+        &project,
+        TokenSpec::Agent {
+            name: "demo-agent".into(),
+            scopes: vec!["osfoundry:read".into(), "osfoundry:run".into()],
+        },
+    )
+    .await
+    .map_err(setup)?
+    .token;
+    Ok(Credentials {
+        project,
+        desktop_token,
+        agent_token,
+    })
+}
+
+/// The demo desktop's state: a folder for the fs tools, both allowed, the example graphs
+/// shared with `project`, which is enabled. Returns the state and how many graphs it shares.
+async fn desktop_state(
+    dir: &Path,
+    options: &DemoOptions,
+    engine: &Arc<dyn runner::engine::Engine>,
+    project: &str,
+    clock: &dyn Clock,
+) -> Result<(DesktopState, usize), DemoError> {
+    let state = DesktopState::open(&dir.join("desktop.db")).map_err(setup)?;
+    let folder = dir.join("folder");
+    std::fs::create_dir_all(&folder).map_err(setup)?;
+    state.set_folder(&folder).map_err(setup)?;
+    for tool in ["fs.write", "fs.read"] {
+        state
+            .set_policy(tool, runner::host::approvals::Policy::Allow)
+            .map_err(setup)?;
+    }
+    let shared = register_graphs(&state, engine, &options.graphs, project, clock.now()).await?;
+    state
+        .set_project_enabled(project, true, clock.now())
+        .map_err(setup)?;
+    Ok((state, shared))
+}
+
 impl Demo {
     /// Starts the service and the desktop relay with the example graphs shared.
     pub async fn start(options: &DemoOptions) -> Result<Demo, DemoError> {
@@ -86,64 +145,36 @@ impl Demo {
             .await
             .map_err(setup)?;
         let base = format!("http://{}", listener.local_addr().map_err(setup)?);
-        let project = admin::create_project(&app, "demo", Some("demo"))
-            .await
-            .map_err(setup)?
-            .project_id;
-        let desktop_token = admin::create_token(&app, &project, TokenSpec::Desktop)
-            .await
-            .map_err(setup)?
-            .token;
-        let agent_token = admin::create_token(
-            &app,
-            &project,
-            TokenSpec::Agent {
-                name: "demo-agent".into(),
-                scopes: vec!["osfoundry:read".into(), "osfoundry:run".into()],
-            },
-        )
-        .await
-        .map_err(setup)?
-        .token;
-
-        let state = DesktopState::open(&dir.path().join("desktop.db")).map_err(setup)?;
-        let folder = dir.path().join("folder");
-        std::fs::create_dir_all(&folder).map_err(setup)?;
-        state.set_folder(&folder).map_err(setup)?;
-        state
-            .set_policy("fs.write", runner::host::approvals::Policy::Allow)
-            .map_err(setup)?;
-        state
-            .set_policy("fs.read", runner::host::approvals::Policy::Allow)
-            .map_err(setup)?;
+        let credentials = credentials(&app).await?;
         let engine = options.engine.build().map_err(setup)?;
-        let shared =
-            register_graphs(&state, &engine, &options.graphs, &project, clock.now()).await?;
-        state
-            .set_project_enabled(&project, true, clock.now())
-            .map_err(setup)?;
+        let (state, shared) = desktop_state(
+            dir.path(),
+            options,
+            &engine,
+            &credentials.project,
+            clock.as_ref(),
+        )
+        .await?;
         say(&format!(
             "service at {base}, desktop relay sharing {shared} example graphs from {}",
             options.graphs.display()
         ));
-
         let shutdown = CancellationToken::new();
-        let mut tasks = Vec::new();
         let stop = shutdown.clone();
-        tasks.push(tokio::spawn(async move {
+        let service = tokio::spawn(async move {
             if let Err(e) =
                 relay_service::serve(listener, app, async move { stop.cancelled().await }).await
             {
                 tracing::error!("the demo service stopped: {e}");
             }
-        }));
+        });
         let provider =
             runner::host::mock::MockProvider::from_file(&options.replies).map_err(setup)?;
         let relay = Relay::new(
             state,
             DesktopApi::new(
                 Arc::new(HttpTransport::new(&base).map_err(setup)?),
-                &desktop_token,
+                &credentials.desktop_token,
             ),
             clock,
             Runtime {
@@ -157,24 +188,23 @@ impl Demo {
             },
         );
         let stop = shutdown.clone();
-        tasks.push(tokio::spawn(async move {
+        let desktop = tokio::spawn(async move {
             if let Err(e) = relay.run(stop).await {
                 tracing::error!("the demo desktop relay stopped: {e}");
             }
-        }));
+        });
         Ok(Demo {
             mcp_url: format!("{base}/mcp"),
-            agent_token,
-            project_id: project,
+            agent_token: credentials.agent_token,
+            project_id: credentials.project,
             shutdown,
-            tasks,
+            tasks: vec![service, desktop],
             _dir: dir,
         })
     }
 
     /// Runs the triage example through MCP as a chat agent would; returns the finished run.
     pub async fn self_check(&self) -> Result<Value, DemoError> {
-        let check = |e: &dyn std::fmt::Display| DemoError::SelfCheck(e.to_string());
         let transport = StreamableHttpClientTransport::from_config(
             StreamableHttpClientTransportConfig::with_uri(self.mcp_url.clone())
                 .auth_header(self.agent_token.clone()),
@@ -187,41 +217,79 @@ impl Demo {
                 },
             )
             .await
-            .map_err(|e| check(&e))?;
-        let call = async |tool: &str, arguments: Value| -> Result<Value, DemoError> {
-            let Value::Object(arguments) = arguments else {
-                return Err(DemoError::SelfCheck("arguments must be an object".into()));
-            };
-            let result = client
-                .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments))
-                .await
-                .map_err(|e| check(&e))?;
-            if result.is_error == Some(true) {
-                return Err(DemoError::SelfCheck(format!(
-                    "{tool}: {:?}",
-                    result.content
-                )));
-            }
-            result
-                .structured_content
-                .ok_or_else(|| DemoError::SelfCheck(format!("{tool}: no structured content")))
-        };
-
+            .map_err(check)?;
+        let agent = DemoAgent { client };
         // The desktop's first sync publishes the sessions; until then the list is empty.
         let deadline = tokio::time::Instant::now() + SELF_CHECK_TIMEOUT;
-        let triage = loop {
-            let listed = call(
-                "list_graph_sessions",
-                json!({"project_id": self.project_id, "limit": 50}),
-            )
-            .await?;
+        let outcome = async {
+            let triage = agent.find_triage(&self.project_id, deadline).await?;
+            agent.run_triage(triage, deadline).await
+        }
+        .await;
+        let _ = agent.client.cancel().await;
+        outcome
+    }
+
+    /// Stops the service and the relay and waits for both.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+fn check(error: impl std::fmt::Display) -> DemoError {
+    DemoError::SelfCheck(error.to_string())
+}
+
+/// The self-check's chat agent: an MCP client with the demo's agent token.
+struct DemoAgent {
+    client: rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>,
+}
+
+impl DemoAgent {
+    /// Calls `tool`; a tool error fails the self-check.
+    async fn call(&self, tool: &str, arguments: Value) -> Result<Value, DemoError> {
+        let Value::Object(arguments) = arguments else {
+            return Err(DemoError::SelfCheck("arguments must be an object".into()));
+        };
+        let result = self
+            .client
+            .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments))
+            .await
+            .map_err(check)?;
+        if result.is_error == Some(true) {
+            return Err(DemoError::SelfCheck(format!(
+                "{tool}: {:?}",
+                result.content
+            )));
+        }
+        result
+            .structured_content
+            .ok_or_else(|| DemoError::SelfCheck(format!("{tool}: no structured content")))
+    }
+
+    /// Lists the sessions until the triage graph is shared; returns its session id.
+    async fn find_triage(
+        &self,
+        project_id: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<Value, DemoError> {
+        loop {
+            let listed = self
+                .call(
+                    "list_graph_sessions",
+                    json!({"project_id": project_id, "limit": 50}),
+                )
+                .await?;
             let sessions = listed["sessions"].as_array().cloned().unwrap_or_default();
             if let Some(triage) = sessions.iter().find(|s| s["slug"] == "triage") {
                 say(&format!(
                     "agent: list_graph_sessions → {} shared sessions",
                     sessions.len()
                 ));
-                break triage["graph_session_id"].clone();
+                return Ok(triage["graph_session_id"].clone());
             }
             if tokio::time::Instant::now() > deadline {
                 return Err(DemoError::SelfCheck(
@@ -229,14 +297,23 @@ impl Demo {
                 ));
             }
             tokio::time::sleep(SELF_CHECK_POLL).await;
-        };
+        }
+    }
+
+    /// Queues the triage graph and follows it to its end; a run that does not complete fails.
+    async fn run_triage(
+        &self,
+        triage: Value,
+        deadline: tokio::time::Instant,
+    ) -> Result<Value, DemoError> {
         let args =
             json!({"ticket": "Checkout is down for every customer since 09:12", "id": "DEMO-1"});
-        let ticket = call(
-            "run_graph_session",
-            json!({"graph_session_id": triage, "arguments": args, "idempotency_key": uuid::Uuid::new_v4().to_string()}),
-        )
-        .await?;
+        let ticket = self
+            .call(
+                "run_graph_session",
+                json!({"graph_session_id": triage, "arguments": args, "idempotency_key": uuid::Uuid::new_v4().to_string()}),
+            )
+            .await?;
         let command = ticket["command_id"].clone();
         say(&format!(
             "agent: run_graph_session triage → command {} ({})",
@@ -245,22 +322,23 @@ impl Demo {
         ));
         let mut last = String::new();
         loop {
-            let run = call("get_graph_run", json!({"command_id": command})).await?;
+            let run = self
+                .call("get_graph_run", json!({"command_id": command}))
+                .await?;
             let status = run["status"].as_str().unwrap_or("").to_owned();
             if status != last {
                 say(&format!("agent: get_graph_run → {status}"));
                 last = status.clone();
             }
-            if matches!(status.as_str(), "completed" | "failed" | "cancelled") {
-                let _ = client.cancel().await;
-                return if status == "completed" {
-                    Ok(run)
-                } else {
-                    Err(DemoError::SelfCheck(format!(
+            match status.as_str() {
+                "completed" => return Ok(run),
+                "failed" | "cancelled" => {
+                    return Err(DemoError::SelfCheck(format!(
                         "the run ended {status}: {}",
                         run["error"]
-                    )))
-                };
+                    )));
+                }
+                _ => {}
             }
             if tokio::time::Instant::now() > deadline {
                 return Err(DemoError::SelfCheck(
@@ -268,14 +346,6 @@ impl Demo {
                 ));
             }
             tokio::time::sleep(SELF_CHECK_POLL).await;
-        }
-    }
-
-    /// Stops the service and the relay and waits for both.
-    pub async fn stop(self) {
-        self.shutdown.cancel();
-        for task in self.tasks {
-            let _ = task.await;
         }
     }
 }

@@ -351,31 +351,7 @@ impl Relay {
             running_changed.mark_unchanged();
             let version = self.state.sharing_version().ok();
             let unchanged = uploaded.is_some() && uploaded == version;
-            let sessions = if unchanged {
-                Vec::new()
-            } else {
-                match self.state.shared_sessions(&project) {
-                    Ok(sessions) => sessions.iter().map(|s| s.meta()).collect(),
-                    Err(e) => {
-                        tracing::error!(project, "cannot read the shared sessions: {e}");
-                        Vec::new()
-                    }
-                }
-            };
-            // A command whose cancel was already seen is not watched again.
-            let running = self
-                .current()
-                .filter(|r| !r.cancel_seen.load(Ordering::SeqCst))
-                .map(|r| vec![r.id])
-                .unwrap_or_default();
-            let request = SyncRequest {
-                project_id: project.clone(),
-                sessions,
-                wait_ms: Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
-                running,
-                known: known.clone(),
-                sessions_unchanged: unchanged,
-            };
+            let request = self.long_poll_request(&project, wait, unchanged, &known);
             let answer = tokio::select! {
                 answer = self.api.sync(&request) => answer,
                 // A command started or ended: ask again, naming what runs now.
@@ -386,22 +362,7 @@ impl Relay {
                 Ok(answer) => {
                     retry = LONG_POLL_RETRY;
                     uploaded = version;
-                    for id in &answer.cancel_requested {
-                        if let Some(running) = self.current()
-                            && id.as_str() == Some(running.id.to_string().as_str())
-                        {
-                            running.cancel();
-                        }
-                    }
-                    let queued: Vec<CommandId> = answer
-                        .commands
-                        .iter()
-                        .filter_map(|c| c.command_id.as_str().and_then(|id| id.parse().ok()))
-                        .collect();
-                    if queued.iter().any(|id| !known.contains(id)) {
-                        self.wake.notify_one();
-                    }
-                    known = queued;
+                    known = self.take_answer(&answer, &known);
                 }
                 Err(e) => {
                     uploaded = None;
@@ -417,6 +378,64 @@ impl Relay {
                 }
             }
         }
+    }
+
+    /// The next long-poll `sync` of `project`: the shared sessions unless they are
+    /// `unchanged` since the last upload, the running command (unless its cancel was already
+    /// seen) and the queued commands already handed to a pass.
+    fn long_poll_request(
+        &self,
+        project: &str,
+        wait: Duration,
+        unchanged: bool,
+        known: &[CommandId],
+    ) -> SyncRequest {
+        let sessions = if unchanged {
+            Vec::new()
+        } else {
+            match self.state.shared_sessions(project) {
+                Ok(sessions) => sessions.iter().map(|s| s.meta()).collect(),
+                Err(e) => {
+                    tracing::error!(project, "cannot read the shared sessions: {e}");
+                    Vec::new()
+                }
+            }
+        };
+        // A command whose cancel was already seen is not watched again.
+        let running = self
+            .current()
+            .filter(|r| !r.cancel_seen.load(Ordering::SeqCst))
+            .map(|r| vec![r.id])
+            .unwrap_or_default();
+        SyncRequest {
+            project_id: project.to_owned(),
+            sessions,
+            wait_ms: Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
+            running,
+            known: known.to_vec(),
+            sessions_unchanged: unchanged,
+        }
+    }
+
+    /// Acts on a long poll's answer: a cancel of the running command stops it, a queued
+    /// command not seen before wakes a pass. Returns the queued commands now known.
+    fn take_answer(&self, answer: &api::SyncAnswer, known: &[CommandId]) -> Vec<CommandId> {
+        for id in &answer.cancel_requested {
+            if let Some(running) = self.current()
+                && id.as_str() == Some(running.id.to_string().as_str())
+            {
+                running.cancel();
+            }
+        }
+        let queued: Vec<CommandId> = answer
+            .commands
+            .iter()
+            .filter_map(|c| c.command_id.as_str().and_then(|id| id.parse().ok()))
+            .collect();
+        if queued.iter().any(|id| !known.contains(id)) {
+            self.wake.notify_one();
+        }
+        queued
     }
 
     fn current(&self) -> Option<RunningCommand> {

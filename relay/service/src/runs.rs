@@ -73,50 +73,89 @@ pub enum Decision {
     Conflict(String),
 }
 
-/// Decides how `event` changes `current` at time `now`. The only place that moves a run.
+/// Decides how `event` changes `current` at time `now`. The only place that moves a run: it
+/// hands each kind of event to its own arm set below, all of which start from `current`.
 pub fn transition(current: &CommandRecord, event: RunEvent<'_>, now: Timestamp) -> Decision {
     let mut next = current.clone();
     next.updated_at = now;
-    match (current.status, event) {
-        (RunStatus::Queued, RunEvent::Started { execution_id }) => {
+    match event {
+        RunEvent::Started { execution_id } => started(current, next, execution_id, now),
+        RunEvent::CancelRequested => cancel_requested(current, next, now),
+        RunEvent::Completed {
+            completion,
+            completion_hash,
+        } => completed(current, next, completion, completion_hash, now),
+        RunEvent::DesktopSilent { error } => match current.status {
+            RunStatus::Running => {
+                next.status = RunStatus::Failed;
+                next.finished_at = Some(now);
+                next.error = Some(error.to_owned());
+                Decision::Write(Box::new(next))
+            }
+            RunStatus::Queued => Decision::Replay,
+            status => Decision::AlreadyFinished(status),
+        },
+    }
+}
+
+/// The `Started` arms.
+fn started(
+    current: &CommandRecord,
+    mut next: CommandRecord,
+    execution_id: &str,
+    now: Timestamp,
+) -> Decision {
+    match current.status {
+        RunStatus::Queued => {
             next.status = RunStatus::Running;
             next.execution_id = Some(execution_id.to_owned());
             next.started_at = Some(now);
             next.last_seen_at = Some(now);
             Decision::Write(Box::new(next))
         }
-        (RunStatus::Running, RunEvent::Started { execution_id }) => {
-            if current.execution_id.as_deref() == Some(execution_id) {
-                Decision::Replay
-            } else {
-                Decision::Conflict(format!(
-                    "command already started with another execution_id ({})",
-                    current.execution_id.as_deref().unwrap_or("none")
-                ))
-            }
+        RunStatus::Running if current.execution_id.as_deref() == Some(execution_id) => {
+            Decision::Replay
         }
-        (RunStatus::Queued, RunEvent::CancelRequested) => {
+        RunStatus::Running => Decision::Conflict(format!(
+            "command already started with another execution_id ({})",
+            current.execution_id.as_deref().unwrap_or("none")
+        )),
+        status => Decision::Conflict(format!(
+            "command already finished as {status}; do not run it"
+        )),
+    }
+}
+
+/// The `CancelRequested` arms.
+fn cancel_requested(current: &CommandRecord, mut next: CommandRecord, now: Timestamp) -> Decision {
+    match current.status {
+        RunStatus::Queued => {
             next.status = RunStatus::Cancelled;
             next.cancel_requested = true;
             next.finished_at = Some(now);
             next.error = Some("Cancelled by the agent before it started".into());
             Decision::Write(Box::new(next))
         }
-        (RunStatus::Running, RunEvent::CancelRequested) => {
-            if current.cancel_requested {
-                Decision::Replay
-            } else {
-                next.cancel_requested = true;
-                Decision::Write(Box::new(next))
-            }
+        RunStatus::Running if current.cancel_requested => Decision::Replay,
+        RunStatus::Running => {
+            next.cancel_requested = true;
+            Decision::Write(Box::new(next))
         }
-        (
-            RunStatus::Queued | RunStatus::Running,
-            RunEvent::Completed {
-                completion,
-                completion_hash,
-            },
-        ) => {
+        status => Decision::AlreadyFinished(status),
+    }
+}
+
+/// The `Completed` arms: a live run records the outcome; an ended one accepts only an
+/// identical repeat.
+fn completed(
+    current: &CommandRecord,
+    mut next: CommandRecord,
+    completion: &CompleteRequest,
+    completion_hash: &str,
+    now: Timestamp,
+) -> Decision {
+    match current.status {
+        RunStatus::Queued | RunStatus::Running => {
             // Once the agent cancelled, the outcome is `cancelled` even if the graph managed
             // to finish between the flag and the stop.
             let status = if current.cancel_requested {
@@ -140,31 +179,13 @@ pub fn transition(current: &CommandRecord, event: RunEvent<'_>, now: Timestamp) 
             });
             Decision::Write(Box::new(next))
         }
-        (RunStatus::Running, RunEvent::DesktopSilent { error }) => {
-            next.status = RunStatus::Failed;
-            next.finished_at = Some(now);
-            next.error = Some(error.to_owned());
-            Decision::Write(Box::new(next))
-        }
-        (RunStatus::Queued, RunEvent::DesktopSilent { .. }) => Decision::Replay,
-        (
-            status,
-            RunEvent::Completed {
-                completion_hash, ..
-            },
-        ) if current.completion_hash.as_deref() == Some(completion_hash) => {
+        status if current.completion_hash.as_deref() == Some(completion_hash) => {
             debug_assert!(status.is_terminal());
             Decision::Replay
         }
-        (status, RunEvent::Completed { .. }) => Decision::Conflict(format!(
+        status => Decision::Conflict(format!(
             "command already finished as {status} with a different completion"
         )),
-        (status, RunEvent::Started { .. }) => Decision::Conflict(format!(
-            "command already finished as {status}; do not run it"
-        )),
-        (status, RunEvent::CancelRequested | RunEvent::DesktopSilent { .. }) => {
-            Decision::AlreadyFinished(status)
-        }
     }
 }
 

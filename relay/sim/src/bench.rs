@@ -174,6 +174,38 @@ impl fmt::Display for EmptyPollReport {
             "empty polls: {} per variant, {} poller(s), against {} finished tasks on {} links (SQLite WAL, loopback HTTP)",
             o.polls, o.concurrency, o.tasks, o.links
         )?;
+        self.latency_tables(f)?;
+        writeln!(
+            f,
+            "\nper round of {BATCH_POLLS} HTTP polls, this variant's p50 / the baseline's p50 (median [q1–q3]):"
+        )?;
+        let rows = self
+            .variants
+            .iter()
+            .map(|v| (v.mode.name(), v.round_ratio))
+            .chain([("no sweep, again", self.noise)]);
+        for (name, r) in rows {
+            writeln!(f, "{name:<16} {:>5.2} [{:.2}–{:.2}]", r.median, r.q1, r.q3)?;
+        }
+        writeln!(
+            f,
+            "(\"no sweep, again\" is a second identical no-sweep service: the noise)"
+        )?;
+        if let Some(variant) = self.variants.first() {
+            writeln!(
+                f,
+                "\nan empty inbox is {} bytes of tool-result text; ratios are against \"{}\"",
+                variant.inbox_text_bytes,
+                variant.mode.name()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl EmptyPollReport {
+    /// The latency tables, over HTTP and in-process, each against the first variant.
+    fn latency_tables(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let base = self.variants.first();
         for (title, pick) in [
             (
@@ -215,30 +247,6 @@ impl fmt::Display for EmptyPollReport {
                     variant.write_transactions,
                 )?;
             }
-        }
-        writeln!(
-            f,
-            "\nper round of {BATCH_POLLS} HTTP polls, this variant's p50 / the baseline's p50 (median [q1–q3]):"
-        )?;
-        let rows = self
-            .variants
-            .iter()
-            .map(|v| (v.mode.name(), v.round_ratio))
-            .chain([("no sweep, again", self.noise)]);
-        for (name, r) in rows {
-            writeln!(f, "{name:<16} {:>5.2} [{:.2}–{:.2}]", r.median, r.q1, r.q3)?;
-        }
-        writeln!(
-            f,
-            "(\"no sweep, again\" is a second identical no-sweep service: the noise)"
-        )?;
-        if let Some(variant) = base {
-            writeln!(
-                f,
-                "\nan empty inbox is {} bytes of tool-result text; ratios are against \"{}\"",
-                variant.inbox_text_bytes,
-                variant.mode.name()
-            )?;
         }
         Ok(())
     }
@@ -508,48 +516,8 @@ pub async fn empty_polls(options: EmptyPollOptions) -> Result<EmptyPollReport, B
         run_http_batch(&client, variant, WARMUP_POLLS, options.concurrency).await?;
         run_in_process_batch(variant, WARMUP_POLLS).await?;
     }
-    let counters: Vec<_> = variants
-        .iter()
-        .map(|v| {
-            (
-                v.app.task_sweeps.guard_checks(),
-                v.app.task_sweeps.write_transactions(),
-            )
-        })
-        .collect();
-    let mut done = 0;
-    let mut turn = 0;
-    while done < options.polls {
-        let batch = BATCH_POLLS.min(options.polls - done);
-        // Rotate who goes first, so no variant always follows the same neighbour.
-        for offset in 0..variants.len() {
-            let index = (turn + offset) % variants.len();
-            let variant = &variants[index];
-            let samples = run_http_batch(&client, variant, batch, options.concurrency).await?;
-            variants[index]
-                .batch_p50s
-                .push(Latency::of(samples.clone()).p50_us);
-            variants[index].http_samples.extend(samples);
-        }
-        done += batch;
-        turn += 1;
-    }
-    let mut reports = Vec::new();
-    for (variant, (checks, writes)) in variants.iter().zip(counters) {
-        // The HTTP polls' share of the counters, before the in-process polls add theirs.
-        let guard_checks = variant.app.task_sweeps.guard_checks() - checks;
-        let write_transactions = variant.app.task_sweeps.write_transactions() - writes;
-        reports.push((guard_checks, write_transactions));
-    }
-    let mut done = 0;
-    while done < options.polls {
-        let batch = BATCH_POLLS.min(options.polls - done);
-        for variant in &mut variants {
-            let samples = run_in_process_batch(variant, batch).await?;
-            variant.in_process_samples.extend(samples);
-        }
-        done += batch;
-    }
+    let counters = measure_http(&client, &mut variants, options).await?;
+    measure_in_process(&mut variants, options).await?;
     let baseline = variants
         .first()
         .map(|v| v.batch_p50s.clone())
@@ -559,7 +527,7 @@ pub async fn empty_polls(options: EmptyPollOptions) -> Result<EmptyPollReport, B
         variants: Vec::new(),
         noise: Quartiles::default(),
     };
-    for (variant, (guard_checks, write_transactions)) in variants.into_iter().zip(reports) {
+    for (variant, (guard_checks, write_transactions)) in variants.into_iter().zip(counters) {
         variant.app.shutdown.cancel();
         variant.server.abort();
         if report.variants.len() == SweepMode::ALL.len() {
@@ -577,6 +545,69 @@ pub async fn empty_polls(options: EmptyPollOptions) -> Result<EmptyPollReport, B
         });
     }
     Ok(report)
+}
+
+/// The measured HTTP polls, in rounds that rotate which variant goes first; returns each
+/// variant's guard reads and write transactions during them.
+async fn measure_http(
+    client: &reqwest::Client,
+    variants: &mut [Variant],
+    options: EmptyPollOptions,
+) -> Result<Vec<(u64, u64)>, BenchError> {
+    let counters: Vec<_> = variants
+        .iter()
+        .map(|v| {
+            (
+                v.app.task_sweeps.guard_checks(),
+                v.app.task_sweeps.write_transactions(),
+            )
+        })
+        .collect();
+    let mut done = 0;
+    let mut turn = 0;
+    while done < options.polls {
+        let batch = BATCH_POLLS.min(options.polls - done);
+        // Rotate who goes first, so no variant always follows the same neighbour.
+        for offset in 0..variants.len() {
+            let index = (turn + offset) % variants.len();
+            let variant = &variants[index];
+            let samples = run_http_batch(client, variant, batch, options.concurrency).await?;
+            variants[index]
+                .batch_p50s
+                .push(Latency::of(samples.clone()).p50_us);
+            variants[index].http_samples.extend(samples);
+        }
+        done += batch;
+        turn += 1;
+    }
+    // The HTTP polls' share of the counters, before the in-process polls add theirs.
+    Ok(variants
+        .iter()
+        .zip(counters)
+        .map(|(variant, (checks, writes))| {
+            (
+                variant.app.task_sweeps.guard_checks() - checks,
+                variant.app.task_sweeps.write_transactions() - writes,
+            )
+        })
+        .collect())
+}
+
+/// The measured in-process polls, round by round.
+async fn measure_in_process(
+    variants: &mut [Variant],
+    options: EmptyPollOptions,
+) -> Result<(), BenchError> {
+    let mut done = 0;
+    while done < options.polls {
+        let batch = BATCH_POLLS.min(options.polls - done);
+        for variant in variants.iter_mut() {
+            let samples = run_in_process_batch(variant, batch).await?;
+            variant.in_process_samples.extend(samples);
+        }
+        done += batch;
+    }
+    Ok(())
 }
 
 fn round_ratios(own: &[f64], baseline: &[f64]) -> Vec<f64> {

@@ -102,40 +102,12 @@ pub async fn long_polls(options: LongPollOptions) -> Result<LongPollReport, Load
     let dir = tempfile::tempdir().map_err(fail)?;
     let db = dir.path().join("relay.db");
     let desktops = prepare(&db, options.desktops).await?;
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").map_err(fail)?;
-        probe.local_addr().map_err(fail)?.port()
-    };
-    let base = format!("http://127.0.0.1:{port}");
-    let mut server = tokio::process::Command::new(&options.server)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--db"])
-        .arg(&db)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| LoadError(format!("cannot start {}: {e}", options.server.display())))?;
-    let pid = server
-        .id()
-        .ok_or_else(|| LoadError("the service exited".into()))?;
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(usize::MAX)
-        .timeout(Duration::from_secs(60))
-        .build()
-        .map_err(fail)?;
-    // Wait until it answers.
-    let ready = Instant::now();
-    while http
-        .get(format!("{base}/.well-known/oauth-protected-resource"))
-        .send()
-        .await
-        .is_err()
-    {
-        if ready.elapsed() > Duration::from_secs(30) {
-            return Err(LoadError("the service did not start".into()));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let Service {
+        mut server,
+        pid,
+        base,
+        http,
+    } = start_service(&options.server, &db).await?;
     let rss_idle_kib = rss_kib(pid)?;
 
     let in_flight = Arc::new(AtomicUsize::new(0));
@@ -164,8 +136,88 @@ pub async fn long_polls(options: LongPollOptions) -> Result<LongPollReport, Load
     let held = in_flight.load(Ordering::SeqCst);
     let rss_held_kib = rss_kib(pid)?;
 
+    queue_runs(&http, &base, &desktops, options.runs).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while latencies.lock().await.len() < options.runs && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    pollers.abort_all();
+    let _ = server.kill().await;
+    let samples = latencies.lock().await.clone();
+    Ok(LongPollReport {
+        desktops: desktops.len(),
+        held,
+        rss_idle_kib,
+        rss_held_kib,
+        pickup: crate::stats::Summary::of(&samples),
+    })
+}
+
+/// A `relay serve` child process and an HTTP client for it.
+struct Service {
+    server: tokio::process::Child,
+    pid: u32,
+    base: String,
+    http: reqwest::Client,
+}
+
+/// Starts `relay serve` on a free loopback port over `db` and waits until it answers.
+async fn start_service(
+    server: &std::path::Path,
+    db: &std::path::Path,
+) -> Result<Service, LoadError> {
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").map_err(fail)?;
+        probe.local_addr().map_err(fail)?.port()
+    };
+    let base = format!("http://127.0.0.1:{port}");
+    let server = tokio::process::Command::new(server)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--db"])
+        .arg(db)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| LoadError(format!("cannot start {}: {e}", server.display())))?;
+    let pid = server
+        .id()
+        .ok_or_else(|| LoadError("the service exited".into()))?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(usize::MAX)
+        .timeout(Duration::from_secs(60))
+        .build()
+        .map_err(fail)?;
+    // Wait until it answers.
+    let ready = Instant::now();
+    while http
+        .get(format!("{base}/.well-known/oauth-protected-resource"))
+        .send()
+        .await
+        .is_err()
+    {
+        if ready.elapsed() > Duration::from_secs(30) {
+            return Err(LoadError("the service did not start".into()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(Service {
+        server,
+        pid,
+        base,
+        http,
+    })
+}
+
+/// Queues `runs` runs through MCP, each for a desktop picked at random (seeded), 20 ms apart.
+async fn queue_runs(
+    http: &reqwest::Client,
+    base: &str,
+    desktops: &[Desktop],
+    runs: usize,
+) -> Result<(), LoadError> {
     let mut rng = crate::rng::Rng::new(42);
-    for i in 0..options.runs {
+    for i in 0..runs {
         let desktop = &desktops[(rng.next_u64() % desktops.len() as u64) as usize];
         let call = json!({
             "jsonrpc": "2.0", "id": i, "method": "tools/call",
@@ -197,21 +249,7 @@ pub async fn long_polls(options: LongPollOptions) -> Result<LongPollReport, Load
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while latencies.lock().await.len() < options.runs && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    stop.cancel();
-    pollers.abort_all();
-    let _ = server.kill().await;
-    let samples = latencies.lock().await.clone();
-    Ok(LongPollReport {
-        desktops: desktops.len(),
-        held,
-        rss_idle_kib,
-        rss_held_kib,
-        pickup: crate::stats::Summary::of(&samples),
-    })
+    Ok(())
 }
 
 /// Creates one owner, project, desktop token and agent token per desktop, with session 1

@@ -219,6 +219,85 @@ pub struct WorldOptions {
     pub outbox: bool,
 }
 
+/// The world's desktop, agent and second agent tokens.
+async fn sim_tokens(
+    app: &Arc<AppState>,
+    project: &str,
+) -> Result<(String, String, String), ScenarioError> {
+    let token = |spec| {
+        let app = app.clone();
+        let project = project.to_owned();
+        async move {
+            admin::create_token(&app, &project, spec)
+                .await
+                .map(|t| t.token)
+                .map_err(|e| e.to_string())
+        }
+    };
+    let desktop_token = token(TokenSpec::Desktop).await?;
+    let agent = |name: &str| TokenSpec::Agent {
+        name: name.into(),
+        scopes: vec!["osfoundry:read".into(), "osfoundry:run".into()],
+    };
+    let agent_token = token(agent("claude")).await?;
+    let other_token = token(agent("someone-else")).await?;
+
+    Ok((desktop_token, agent_token, other_token))
+}
+
+/// The desktop's state: the stand-in graph as one session, shared with the enabled project.
+fn sim_desktop_state(project: &str) -> Result<(DesktopState, GraphSessionId), ScenarioError> {
+    let state = DesktopState::open_in_memory().map_err(|e| e.to_string())?;
+    let meta = graph_js::Meta {
+        name: "Simulated graph".into(),
+        slug: "sim".into(),
+        version: "1.0.0".into(),
+        description: "The simulator's stand-in: its agent takes the run time it is given.".into(),
+    };
+    let session = state
+        .upsert_session(&meta, SimEngine::SCRIPT, None, SIM_START)
+        .map_err(|e| e.to_string())?;
+    state
+        .share(project, &session, SIM_START)
+        .map_err(|e| e.to_string())?;
+    state
+        .set_project_enabled(project, true, SIM_START)
+        .map_err(|e| e.to_string())?;
+    Ok((state, session))
+}
+
+/// The desktop relay of a world, over the faulty transport to the in-process router.
+fn sim_relay(
+    state: DesktopState,
+    transport: Arc<FaultLayer>,
+    desktop_token: &str,
+    clock: Arc<dyn relay_protocol::clock::Clock>,
+    engine: &Arc<SimEngine>,
+    options: &WorldOptions,
+) -> Arc<Relay> {
+    Relay::new(
+        state,
+        DesktopApi::new(transport, desktop_token),
+        clock,
+        Runtime {
+            engine: engine.clone(),
+            provider: Arc::new(SimProvider),
+            events: Arc::new(runner::host::events::NullSink),
+        },
+        DesktopConfig {
+            long_poll: options
+                .long_poll
+                .then_some(relay_desktop::DEFAULT_LONG_POLL),
+            outbox: options.outbox,
+            graph_timeout: Duration::from_secs(24 * 3600),
+            // Virtual time repeats only if the jitter does; a fixed seed leaves the
+            // scenarios' own random stream as it was.
+            jitter_seed: Some(SIM_JITTER_SEED),
+            ..DesktopConfig::default()
+        },
+    )
+}
+
 /// The seed of the desktop's reconnect jitter in every world.
 const SIM_JITTER_SEED: u64 = 1;
 
@@ -233,24 +312,7 @@ impl World {
             .await
             .map_err(|e| e.to_string())?
             .project_id;
-        let token = |spec| {
-            let app = app.clone();
-            let project = project.clone();
-            async move {
-                admin::create_token(&app, &project, spec)
-                    .await
-                    .map(|t| t.token)
-                    .map_err(|e| e.to_string())
-            }
-        };
-        let desktop_token = token(TokenSpec::Desktop).await?;
-        let agent = |name: &str| TokenSpec::Agent {
-            name: name.into(),
-            scopes: vec!["osfoundry:read".into(), "osfoundry:run".into()],
-        };
-        let agent_token = token(agent("claude")).await?;
-        let other_token = token(agent("someone-else")).await?;
-
+        let (desktop_token, agent_token, other_token) = sim_tokens(&app, &project).await?;
         let routed: Arc<dyn Transport> = Arc::new(RouterTransport(router(app.clone())));
         let desktop_faults = Faults::with_rng(rng.fork());
         let client_faults = Faults::with_rng(rng.fork());
@@ -264,50 +326,19 @@ impl World {
             calls: Mutex::new(Default::default()),
         };
 
-        let state = DesktopState::open_in_memory().map_err(|e| e.to_string())?;
-        let meta = graph_js::Meta {
-            name: "Simulated graph".into(),
-            slug: "sim".into(),
-            version: "1.0.0".into(),
-            description: "The simulator's stand-in: its agent takes the run time it is given."
-                .into(),
-        };
-        let session = state
-            .upsert_session(&meta, SimEngine::SCRIPT, None, SIM_START)
-            .map_err(|e| e.to_string())?;
-        state
-            .share(&project, &session, SIM_START)
-            .map_err(|e| e.to_string())?;
-        state
-            .set_project_enabled(&project, true, SIM_START)
-            .map_err(|e| e.to_string())?;
+        let (state, session) = sim_desktop_state(&project)?;
         let engine = Arc::new(SimEngine::default());
-        let relay = Relay::new(
+        let desktop_transport = Arc::new(FaultLayer {
+            inner: routed.clone(),
+            faults: desktop_faults.clone(),
+        });
+        let relay = sim_relay(
             state,
-            DesktopApi::new(
-                Arc::new(FaultLayer {
-                    inner: routed.clone(),
-                    faults: desktop_faults.clone(),
-                }),
-                &desktop_token,
-            ),
+            desktop_transport,
+            &desktop_token,
             clock,
-            Runtime {
-                engine: engine.clone(),
-                provider: Arc::new(SimProvider),
-                events: Arc::new(runner::host::events::NullSink),
-            },
-            DesktopConfig {
-                long_poll: options
-                    .long_poll
-                    .then_some(relay_desktop::DEFAULT_LONG_POLL),
-                outbox: options.outbox,
-                graph_timeout: Duration::from_secs(24 * 3600),
-                // Virtual time repeats only if the jitter does; a fixed seed leaves the
-                // scenarios' own random stream as it was.
-                jitter_seed: Some(SIM_JITTER_SEED),
-                ..DesktopConfig::default()
-            },
+            &engine,
+            &options,
         );
         let mut world = World {
             app,

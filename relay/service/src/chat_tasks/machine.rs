@@ -4,7 +4,7 @@
 //! `claimed → queued` when a lease lapses. Writes that carry a decision are conditional on the
 //! status, claim id and lease the decision was made from (`Store::update_task`); the claim
 //! itself is made by `Store::claim_task` in one statement whose `WHERE` is the
-//! `(Queued, Claim)` arm below, and the sweep's two statements are the set forms of the
+//! `Queued` arm of `claim` below, and the sweep's two statements are the set forms of the
 //! `LeaseLapsed` and `Expire` arms.
 
 use super::model::{TaskOutcome, TaskStatus};
@@ -97,84 +97,99 @@ fn lease_lapsed(task: &TaskRecord, now: Timestamp) -> bool {
     task.lease_until.is_some_and(|until| until <= now)
 }
 
-/// Decides how `event` changes `current` at time `now`. The only place that moves a task.
+/// Decides how `event` changes `current` at time `now`. The only place that moves a task: it
+/// hands each kind of event to its own arm set below, all of which start from `current`.
 pub fn transition(current: &TaskRecord, event: TaskEvent<'_>, now: Timestamp) -> TaskDecision {
     let mut next = current.clone();
     next.updated_at = now;
-    let claimable = |next: &mut TaskRecord, claim_id: &str, lease_until| {
+    match event {
+        TaskEvent::Claim {
+            chat_link_id,
+            claim_id,
+            lease_until,
+        } => claim(current, next, chat_link_id, claim_id, lease_until, now),
+        TaskEvent::Submit {
+            claim_id,
+            outcome,
+            result,
+            result_hash,
+        } => submit(current, next, claim_id, outcome, result, result_hash, now),
+        TaskEvent::Cancel | TaskEvent::LeaseLapsed | TaskEvent::Expire => {
+            sweep_or_cancel(current, next, event, now)
+        }
+    }
+}
+
+/// The `Claim` arms.
+fn claim(
+    current: &TaskRecord,
+    mut next: TaskRecord,
+    chat_link_id: &str,
+    claim_id: &str,
+    lease_until: Option<Timestamp>,
+    now: Timestamp,
+) -> TaskDecision {
+    let mut claimed = || {
         next.status = TaskStatus::Claimed;
         next.claim_id = Some(claim_id.to_owned());
         next.lease_until = lease_until;
         next.claimed_at = Some(now);
         TaskDecision::Write(Box::new(next.clone()))
     };
-    match (current.status, event) {
-        (_, TaskEvent::Claim { chat_link_id, .. }) if chat_link_id != current.chat_link_id => {
-            TaskDecision::Refuse(Refusal::NotClaimable)
-        }
-        (TaskStatus::Queued | TaskStatus::Claimed, TaskEvent::Claim { .. })
-            if current.expires_at <= now =>
-        {
+    match current.status {
+        _ if chat_link_id != current.chat_link_id => TaskDecision::Refuse(Refusal::NotClaimable),
+        TaskStatus::Queued | TaskStatus::Claimed if current.expires_at <= now => {
             TaskDecision::Refuse(Refusal::NotClaimableNow(TaskStatus::Expired))
         }
-        (
-            TaskStatus::Queued,
-            TaskEvent::Claim {
-                claim_id,
-                lease_until,
-                ..
-            },
-        ) => claimable(&mut next, claim_id, lease_until),
-        (
-            TaskStatus::Claimed,
-            TaskEvent::Claim {
-                claim_id,
-                lease_until,
-                ..
-            },
-        ) => {
-            // The same link asking again (a double click, a repeated tool call) gets its
-            // claim back, unless the lease lapsed: then it is a fresh claim.
-            if lease_lapsed(current, now) {
-                claimable(&mut next, claim_id, lease_until)
-            } else {
-                TaskDecision::Replay
-            }
+        TaskStatus::Queued => claimed(),
+        // The same link asking again (a double click, a repeated tool call) gets its claim
+        // back, unless the lease lapsed: then it is a fresh claim.
+        TaskStatus::Claimed if lease_lapsed(current, now) => claimed(),
+        TaskStatus::Claimed => TaskDecision::Replay,
+        status => TaskDecision::Refuse(Refusal::NotClaimableNow(status)),
+    }
+}
+
+/// The `Submit` arms: an identical repeat is a replay, anything else passes the fence first.
+fn submit(
+    current: &TaskRecord,
+    mut next: TaskRecord,
+    claim_id: &str,
+    outcome: TaskOutcome,
+    result: &str,
+    result_hash: &str,
+    now: Timestamp,
+) -> TaskDecision {
+    let finished = matches!(current.status, TaskStatus::Completed | TaskStatus::Failed);
+    if finished
+        && current.claim_id.as_deref() == Some(claim_id)
+        && current.result_hash.as_deref() == Some(result_hash)
+    {
+        return TaskDecision::Replay;
+    }
+    match fence(current, claim_id, now) {
+        // The identical repeat was replayed above, so this one differs.
+        Err(Refusal::Finished(_)) => TaskDecision::Refuse(Refusal::DifferentResult),
+        Err(refusal) => TaskDecision::Refuse(refusal),
+        Ok(()) => {
+            next.status = TaskStatus::from(outcome);
+            next.result = Some(result.to_owned());
+            next.result_hash = Some(result_hash.to_owned());
+            next.lease_until = None;
+            next.finished_at = Some(now);
+            TaskDecision::Write(Box::new(next))
         }
-        (status, TaskEvent::Claim { .. }) => TaskDecision::Refuse(Refusal::NotClaimableNow(status)),
-        (
-            TaskStatus::Completed | TaskStatus::Failed,
-            TaskEvent::Submit {
-                claim_id,
-                result_hash,
-                ..
-            },
-        ) if current.claim_id.as_deref() == Some(claim_id)
-            && current.result_hash.as_deref() == Some(result_hash) =>
-        {
-            TaskDecision::Replay
-        }
-        (
-            _,
-            TaskEvent::Submit {
-                claim_id,
-                outcome,
-                result,
-                result_hash,
-            },
-        ) => match fence(current, claim_id, now) {
-            // The identical repeat was replayed above, so this one differs.
-            Err(Refusal::Finished(_)) => TaskDecision::Refuse(Refusal::DifferentResult),
-            Err(refusal) => TaskDecision::Refuse(refusal),
-            Ok(()) => {
-                next.status = TaskStatus::from(outcome);
-                next.result = Some(result.to_owned());
-                next.result_hash = Some(result_hash.to_owned());
-                next.lease_until = None;
-                next.finished_at = Some(now);
-                TaskDecision::Write(Box::new(next))
-            }
-        },
+    }
+}
+
+/// The owner's `Cancel` and the sweep's `LeaseLapsed` and `Expire` arms.
+fn sweep_or_cancel(
+    current: &TaskRecord,
+    mut next: TaskRecord,
+    event: TaskEvent<'_>,
+    now: Timestamp,
+) -> TaskDecision {
+    match (current.status, event) {
         (TaskStatus::Queued | TaskStatus::Claimed, TaskEvent::Cancel) => {
             next.status = TaskStatus::Cancelled;
             next.lease_until = None;
@@ -196,9 +211,7 @@ pub fn transition(current: &TaskRecord, event: TaskEvent<'_>, now: Timestamp) ->
             next.finished_at = Some(now);
             TaskDecision::Write(Box::new(next))
         }
-        (_, TaskEvent::Cancel | TaskEvent::LeaseLapsed | TaskEvent::Expire) => {
-            TaskDecision::Unchanged
-        }
+        _ => TaskDecision::Unchanged,
     }
 }
 

@@ -209,18 +209,15 @@ fn description(name: &str) -> String {
 /// The exact JSON Schema of tool `name`'s arguments.
 pub fn input_schema(name: &str) -> Value {
     match name {
-        LIST_GRAPH_SESSIONS => json!({
-            "type": "object",
-            "properties": {
+        LIST_GRAPH_SESSIONS => object_schema(
+            json!({
                 "project_id": {"type": "string"},
                 "limit": {"type": "integer", "minimum": LIST_LIMIT.start(), "maximum": LIST_LIMIT.end()}
-            },
-            "required": ["project_id"],
-            "additionalProperties": false
-        }),
-        RUN_GRAPH_SESSION => json!({
-            "type": "object",
-            "properties": {
+            }),
+            &["project_id"],
+        ),
+        RUN_GRAPH_SESSION => object_schema(
+            json!({
                 "graph_session_id": {"type": "string"},
                 "arguments": {"type": "object"},
                 "idempotency_key": {
@@ -228,49 +225,51 @@ pub fn input_schema(name: &str) -> Value {
                     "minLength": IDEMPOTENCY_KEY_CHARS.start(),
                     "maxLength": IDEMPOTENCY_KEY_CHARS.end()
                 }
-            },
-            "required": ["graph_session_id", "idempotency_key"],
-            "additionalProperties": false
-        }),
-        GET_GRAPH_RUN => json!({
-            "type": "object",
-            "properties": {
+            }),
+            &["graph_session_id", "idempotency_key"],
+        ),
+        GET_GRAPH_RUN => object_schema(
+            json!({
                 "command_id": {"type": "string"},
                 "wait_seconds": {"type": "integer", "minimum": 0, "maximum": MAX_GET_WAIT.as_secs()}
-            },
-            "required": ["command_id"],
-            "additionalProperties": false
-        }),
-        LIST_LINKED_CHAT_TASKS => json!({
-            "type": "object",
-            "properties": {"chat_link_id": {"type": "string"}},
-            "required": ["chat_link_id"],
-            "additionalProperties": false
-        }),
-        GET_LINKED_CHAT_TASK | CLAIM_LINKED_CHAT_TASK => json!({
-            "type": "object",
-            "properties": {
+            }),
+            &["command_id"],
+        ),
+        LIST_LINKED_CHAT_TASKS
+        | GET_LINKED_CHAT_TASK
+        | CLAIM_LINKED_CHAT_TASK
+        | SUBMIT_LINKED_CHAT_RESULT
+        | UPLOAD_LINKED_CHAT_ARTIFACT => chat_input_schema(name),
+        _ => object_schema(json!({"command_id": {"type": "string"}}), &["command_id"]),
+    }
+}
+
+/// The argument schemas of the linked-chat tools.
+fn chat_input_schema(name: &str) -> Value {
+    match name {
+        LIST_LINKED_CHAT_TASKS => object_schema(
+            json!({"chat_link_id": {"type": "string"}}),
+            &["chat_link_id"],
+        ),
+        GET_LINKED_CHAT_TASK | CLAIM_LINKED_CHAT_TASK => object_schema(
+            json!({
                 "chat_link_id": {"type": "string"},
                 "task_id": {"type": "string"}
-            },
-            "required": ["chat_link_id", "task_id"],
-            "additionalProperties": false
-        }),
-        SUBMIT_LINKED_CHAT_RESULT => json!({
-            "type": "object",
-            "properties": {
+            }),
+            &["chat_link_id", "task_id"],
+        ),
+        SUBMIT_LINKED_CHAT_RESULT => object_schema(
+            json!({
                 "chat_link_id": {"type": "string"},
                 "task_id": {"type": "string"},
                 "claim_id": {"type": "string"},
                 "status": {"type": "string", "enum": ["completed", "failed"]},
                 "result": {"type": "string", "maxLength": MAX_TASK_RESULT_CHARS}
-            },
-            "required": ["chat_link_id", "task_id", "claim_id", "status", "result"],
-            "additionalProperties": false
-        }),
-        UPLOAD_LINKED_CHAT_ARTIFACT => json!({
-            "type": "object",
-            "properties": {
+            }),
+            &["chat_link_id", "task_id", "claim_id", "status", "result"],
+        ),
+        _ => object_schema(
+            json!({
                 "chat_link_id": {"type": "string"},
                 "task_id": {"type": "string"},
                 "claim_id": {"type": "string"},
@@ -283,17 +282,28 @@ pub fn input_schema(name: &str) -> Value {
                 "name": {"type": "string", "minLength": 1, "maxLength": MAX_ARTIFACT_NAME_CHARS},
                 "mime": {"type": "string", "maxLength": MAX_MIME_CHARS},
                 "content": {"type": "string"}
-            },
-            "required": ["chat_link_id", "task_id", "claim_id", "artifact_id", "name", "mime", "content"],
-            "additionalProperties": false
-        }),
-        _ => json!({
-            "type": "object",
-            "properties": {"command_id": {"type": "string"}},
-            "required": ["command_id"],
-            "additionalProperties": false
-        }),
+            }),
+            &[
+                "chat_link_id",
+                "task_id",
+                "claim_id",
+                "artifact_id",
+                "name",
+                "mime",
+                "content",
+            ],
+        ),
     }
+}
+
+/// A closed object schema: these properties, these required, nothing else.
+fn object_schema(properties: Value, required: &[&str]) -> Value {
+    json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false
+    })
 }
 
 /// `[{"type": "oauth2", "scopes": [scope]}]`: how a host learns which scope a tool needs.

@@ -915,6 +915,56 @@ pub async fn sweep_moves_exactly_what_the_state_machine_says(store: &dyn Store) 
         !store.tasks_due(now).await.expect("guard"),
         "nothing stored, nothing due"
     );
+    let tasks = sweep_tasks_not_yet_due(store, &seed).await;
+    assert!(
+        !store.tasks_due(now).await.expect("guard"),
+        "nothing due yet"
+    );
+    let guarded = store
+        .open_tasks_unless_due(&seed.link, 10, now)
+        .await
+        .expect("guarded read")
+        .expect("nothing due: the open tasks");
+    let open = store.open_tasks(&seed.link, 10).await.expect("read");
+    assert_eq!(
+        guarded, open,
+        "with nothing due the guarded read is the plain read"
+    );
+    let due = sweep_tasks_due(store, &seed, &tasks.lapsed, now).await;
+    let ids = [
+        tasks.lapsed.id,
+        tasks.live.id,
+        tasks.unleased.id,
+        due[0].id,
+        due[1].id,
+        tasks.fresh.id,
+        tasks.done.id,
+    ];
+    let mut before = Vec::new();
+    for id in ids {
+        before.push(read_task(store, id).await);
+    }
+    let counts = store.sweep_tasks(now).await.expect("sweep");
+    assert_eq!(
+        counts,
+        SweepCounts {
+            requeued: 1,
+            expired: 2
+        }
+    );
+    assert_swept_as_the_state_machine_says(store, before, now).await;
+}
+
+/// The tasks of the sweep check before anything is due.
+struct SweepTasks {
+    lapsed: TaskRecord,
+    live: TaskRecord,
+    unleased: TaskRecord,
+    fresh: TaskRecord,
+    done: TaskRecord,
+}
+
+async fn sweep_tasks_not_yet_due(store: &dyn Store, seed: &ChatSeed) -> SweepTasks {
     let lapsed = new_task(store, task(&seed.link, "lapsed", at(0))).await;
     let live = new_task(store, task(&seed.link, "live", at(0))).await;
     let unleased = new_task(store, task(&seed.link, "unleased", at(0))).await;
@@ -935,22 +985,25 @@ pub async fn sweep_moves_exactly_what_the_state_machine_says(store: &dyn Store) 
             .expect("claim")
             .expect("claimed");
     }
-    assert!(
-        !store.tasks_due(now).await.expect("guard"),
-        "nothing due yet"
-    );
-    let guarded = store
-        .open_tasks_unless_due(&seed.link, 10, now)
-        .await
-        .expect("guarded read")
-        .expect("nothing due: the open tasks");
-    let open = store.open_tasks(&seed.link, 10).await.expect("read");
-    assert_eq!(
-        guarded, open,
-        "with nothing due the guarded read is the plain read"
-    );
+    SweepTasks {
+        lapsed,
+        live,
+        unleased,
+        fresh,
+        done,
+    }
+}
+
+/// Makes a lease lapse at `now` (which the guarded read reports without writing), and adds a
+/// queued and a claimed task a day old; returns those two.
+async fn sweep_tasks_due(
+    store: &dyn Store,
+    seed: &ChatSeed,
+    lapsed: &TaskRecord,
+    now: Timestamp,
+) -> [TaskRecord; 2] {
     store
-        .claim_task(attempt(&lapsed, &seed.link, "c", Some(at(100))))
+        .claim_task(attempt(lapsed, &seed.link, "c", Some(at(100))))
         .await
         .expect("claim")
         .expect("claimed");
@@ -981,27 +1034,14 @@ pub async fn sweep_moves_exactly_what_the_state_machine_says(store: &dyn Store) 
         .await
         .expect("claim")
         .expect("claimed");
-    let ids = [
-        lapsed.id,
-        live.id,
-        unleased.id,
-        old_queued.id,
-        old_claimed.id,
-        fresh.id,
-        done.id,
-    ];
-    let mut before = Vec::new();
-    for id in ids {
-        before.push(read_task(store, id).await);
-    }
-    let counts = store.sweep_tasks(now).await.expect("sweep");
-    assert_eq!(
-        counts,
-        SweepCounts {
-            requeued: 1,
-            expired: 2
-        }
-    );
+    [old_queued, old_claimed]
+}
+
+async fn assert_swept_as_the_state_machine_says(
+    store: &dyn Store,
+    before: Vec<TaskRecord>,
+    now: Timestamp,
+) {
     for previous in before {
         let expected = [TaskEvent::Expire, TaskEvent::LeaseLapsed]
             .into_iter()
@@ -1048,10 +1088,7 @@ pub async fn artifacts_are_fenced_unique_and_bounded(store: &dyn Store) {
     let seed = chat_seed(store).await;
     let queued = new_task(store, task(&seed.link, "key-a", at(0))).await;
     assert_eq!(
-        store
-            .insert_artifact(artifact(&queued, "a1", "c-1", "x"), 3)
-            .await
-            .expect("insert"),
+        insert(store, artifact(&queued, "a1", "c-1", "x"), 3).await,
         ArtifactInsertOutcome::Refused,
         "no artifact without a claim"
     );
@@ -1061,53 +1098,35 @@ pub async fn artifacts_are_fenced_unique_and_bounded(store: &dyn Store) {
         .expect("claim")
         .expect("claimed");
     assert_eq!(
-        store
-            .insert_artifact(artifact(&queued, "a1", "c-0", "x"), 3)
-            .await
-            .expect("insert"),
+        insert(store, artifact(&queued, "a1", "c-0", "x"), 3).await,
         ArtifactInsertOutcome::Refused,
         "no artifact under a stale claim id"
     );
     let first = artifact(&queued, "a1", "c-1", "日本語");
     assert_eq!(
-        store
-            .insert_artifact(first.clone(), 3)
-            .await
-            .expect("insert"),
+        insert(store, first.clone(), 3).await,
         ArtifactInsertOutcome::Stored
     );
     assert_eq!(
-        store
-            .insert_artifact(artifact(&queued, "a1", "c-1", "other"), 3)
-            .await
-            .expect("insert"),
+        insert(store, artifact(&queued, "a1", "c-1", "other"), 3).await,
         ArtifactInsertOutcome::Existing(first.clone()),
         "a used id returns what it holds"
     );
     for id in ["a2", "a3"] {
         assert_eq!(
-            store
-                .insert_artifact(artifact(&queued, id, "c-1", id), 3)
-                .await
-                .expect("insert"),
+            insert(store, artifact(&queued, id, "c-1", id), 3).await,
             ArtifactInsertOutcome::Stored
         );
     }
     assert_eq!(
-        store
-            .insert_artifact(artifact(&queued, "a4", "c-1", "a4"), 3)
-            .await
-            .expect("insert"),
+        insert(store, artifact(&queued, "a4", "c-1", "a4"), 3).await,
         ArtifactInsertOutcome::Refused,
         "at most `max` artifacts per task"
     );
     let mut expired_lease = artifact(&queued, "a5", "c-1", "late");
     expired_lease.created_at = at(60);
     assert_eq!(
-        store
-            .insert_artifact(expired_lease, 10)
-            .await
-            .expect("insert"),
+        insert(store, expired_lease, 10).await,
         ArtifactInsertOutcome::Refused,
         "no artifact once the lease lapsed"
     );
@@ -1115,4 +1134,8 @@ pub async fn artifacts_are_fenced_unique_and_bounded(store: &dyn Store) {
     let ids: Vec<_> = stored.iter().map(|a| a.artifact_id.as_str()).collect();
     assert_eq!(ids, ["a1", "a2", "a3"]);
     assert_eq!(stored[0], first);
+}
+
+async fn insert(store: &dyn Store, record: ArtifactRecord, max: usize) -> ArtifactInsertOutcome {
+    store.insert_artifact(record, max).await.expect("insert")
 }
