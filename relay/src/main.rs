@@ -1,5 +1,8 @@
 //! `relay`: the command-line shell over the relay library.
 
+// The doc comments of clap's arguments are `--help` text, where a bare URL reads best.
+#![allow(rustdoc::bare_urls)]
+
 mod admin;
 mod demo;
 mod desktop_cli;

@@ -375,7 +375,8 @@ pub enum ArtifactInsertOutcome {
 
 /// The durable state of the service.
 ///
-/// Every method is one atomic step. Implementations must pass [`conformance::run_all`].
+/// Every method is one atomic step. Implementations must pass the conformance suite
+/// (`conformance::run_all`, behind the `conformance` feature).
 pub trait Store: Send + Sync + 'static {
     /// The owner named `name`, created if missing.
     fn ensure_owner<'a>(&'a self, name: &'a str, now: Timestamp) -> StoreFuture<'a, OwnerRecord>;
