@@ -392,8 +392,14 @@ fn history(state: &DesktopState, json: bool) -> Result<()> {
                 }
                 (None, None) => String::new(),
             };
+            let refused = h
+                .refused_by_service
+                .as_deref()
+                .map_or_else(String::new, |m| {
+                    format!("  refused by the service: {}", for_terminal(m))
+                });
             println!(
-                "{}  {}  {}  {}  {} tokens{}  {}",
+                "{}  {}  {}  {}  {} tokens{}  {}{refused}",
                 h.execution_id,
                 h.command_id,
                 h.slug,

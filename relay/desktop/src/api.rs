@@ -152,17 +152,29 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    /// Whether trying again later can help (network trouble, a 5xx, an auth problem the owner
-    /// can fix); a 400, 404 or 409 will never change.
+    /// Whether trying again later can help: network trouble, a 5xx, a 401 the owner can fix
+    /// with a new token, a 408 or a 429. Every other 4xx is the service's final word on this
+    /// request, which sending it again will not change.
     pub fn is_retryable(&self) -> bool {
         match self {
             ApiError::Unreachable(_) | ApiError::Malformed(_) => true,
             ApiError::Status { status, .. } => {
-                !matches!(
-                    *status,
-                    StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::CONFLICT
-                ) && status.as_u16() != 413
+                !status.is_client_error()
+                    || matches!(
+                        *status,
+                        StatusCode::UNAUTHORIZED
+                            | StatusCode::REQUEST_TIMEOUT
+                            | StatusCode::TOO_MANY_REQUESTS
+                    )
             }
+        }
+    }
+
+    /// The service's own message, when it answered with an error status.
+    pub fn service_message(&self) -> Option<&str> {
+        match self {
+            ApiError::Status { message, .. } => Some(message),
+            ApiError::Unreachable(_) | ApiError::Malformed(_) => None,
         }
     }
 }

@@ -576,7 +576,11 @@ impl Relay {
                 true
             }
             Err(e) if !e.is_retryable() => {
-                tracing::error!(command = %entry.command_id, "the service refused the completion for good, dropping it: {e}");
+                tracing::error!(command = %entry.command_id, "the service refused the completion for good, not sending it again: {e}");
+                let message = e.service_message().unwrap_or("no message");
+                if let Err(e2) = self.state.note_refused(&entry.command_id, message) {
+                    tracing::error!(command = %entry.command_id, "cannot note the refusal in the history: {e2}");
+                }
                 self.forget(&entry.command_id);
                 false
             }

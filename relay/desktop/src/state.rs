@@ -22,7 +22,8 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_HISTORY_LISTED: usize = 1000;
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts those applied.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE graph_sessions (
     id TEXT PRIMARY KEY,
     name TEXT NOT NULL,
@@ -89,7 +90,13 @@ CREATE TABLE history (
     finished_at INTEGER
 );
 CREATE INDEX history_by_command ON history(command_id);
-"#];
+"#,
+    // What the service answered when it refused a completion for good (a 4xx): the history keeps
+    // the refusal beside the outcome, since the completion is not sent again.
+    r#"
+ALTER TABLE history ADD COLUMN service_refusal TEXT;
+"#,
+];
 
 /// Why the desktop state could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -252,6 +259,9 @@ pub struct HistoryRow {
     pub started_at: i64,
     /// When it ended.
     pub finished_at: Option<i64>,
+    /// Set when the service refused the completion for good (a 4xx): its message. The
+    /// completion is then not sent again.
+    pub refused_by_service: Option<String>,
 }
 
 /// The desktop's state file. Cloning shares the connection.
@@ -609,7 +619,9 @@ impl DesktopState {
 
 fn check_project_id(project_id: &str) -> Result<(), StateError> {
     const MAX_PROJECT_ID_CHARS: usize = 128;
-    if project_id.trim().is_empty() || project_id.chars().count() > MAX_PROJECT_ID_CHARS {
+    if project_id.trim().is_empty()
+        || relay_protocol::text::utf16_len(project_id) > MAX_PROJECT_ID_CHARS
+    {
         return Err(StateError::Invalid(format!(
             "a project id is 1 to {MAX_PROJECT_ID_CHARS} characters (the id `relay admin project create` printed)"
         )));
@@ -858,6 +870,19 @@ impl DesktopState {
         })
     }
 
+    /// Notes in the history that the service refused the completion waiting in the outbox for
+    /// `command_id` for good, with its message.
+    pub fn note_refused(&self, command_id: &CommandId, message: &str) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            conn.execute(
+                "UPDATE history SET service_refusal = ?2
+                 WHERE execution_id = (SELECT execution_id FROM outbox WHERE command_id = ?1)",
+                params![command_id.to_string(), message],
+            )?;
+            Ok(())
+        })
+    }
+
     /// Executions that began and never finished (the relay stopped while they ran).
     pub fn unfinished_executions(&self) -> Result<Vec<(String, CommandId)>, StateError> {
         self.with_sync(|conn| {
@@ -936,7 +961,8 @@ impl DesktopState {
         self.with_sync(|conn| {
             let mut stmt = conn.prepare(
                 "SELECT execution_id, command_id, channel, project_id, session_id, slug, status, result,
-                        error, total_tokens, reported_cost, result_truncated, started_at, finished_at
+                        error, total_tokens, reported_cost, result_truncated, started_at, finished_at,
+                        service_refusal
                  FROM history ORDER BY started_at DESC, execution_id LIMIT ?1",
             )?;
             let rows = stmt.query_map(params![MAX_HISTORY_LISTED as i64], |row| {
@@ -956,6 +982,7 @@ impl DesktopState {
                     result_truncated: row.get(11)?,
                     started_at: row.get(12)?,
                     finished_at: row.get(13)?,
+                    refused_by_service: row.get(14)?,
                 })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)

@@ -445,6 +445,10 @@ pub struct CompleteRequest {
     pub error: Option<String>,
 }
 
+/// The most tokens a completion may report: far above any run's (a run at 10,000 tokens a
+/// second for a year stays below it), and what a signed 64-bit column holds with room to add.
+pub const MAX_TOTAL_TOKENS: u64 = 1 << 50;
+
 fn is_false(value: &bool) -> bool {
     !*value
 }
@@ -460,6 +464,13 @@ impl CompleteRequest {
         }
         if let Some(error) = &self.error {
             check_len("error", error, MAX_ERROR_CHARS)?;
+        }
+        if let Some(tokens) = self.total_tokens
+            && tokens > MAX_TOTAL_TOKENS
+        {
+            return Err(InvalidInput(format!(
+                "total_tokens is {tokens}, more than {MAX_TOTAL_TOKENS}: report the tokens the run metered"
+            )));
         }
         if let Some(cost) = self.reported_cost
             && !(cost.is_finite() && cost >= 0.0)
@@ -520,7 +531,7 @@ pub fn check_execution_id(execution_id: &str) -> Result<(), InvalidInput> {
 }
 
 fn check_len(what: &str, text: &str, max_chars: usize) -> Result<(), InvalidInput> {
-    let chars = text.chars().count();
+    let chars = crate::text::utf16_len(text);
     if chars > max_chars {
         return Err(InvalidInput(format!(
             "{what} is {chars} characters long, at most {max_chars} are allowed"

@@ -1,5 +1,12 @@
 //! Text rules both sides of the relay apply alike.
 
+/// The length of `text` in UTF-16 code units, as JavaScript's `text.length` counts it: the one
+/// unit every character limit of the relay is measured in (a chat agent and a graph count this
+/// way, so a limit they read in a tool's description holds for what they send).
+pub fn utf16_len(text: &str) -> usize {
+    text.chars().map(char::len_utf16).sum()
+}
+
 /// `text`, a JSON text, with every lone UTF-16 surrogate escape (`\ud800`) replaced by
 /// `\ufffd`, the replacement character.
 ///
@@ -59,6 +66,15 @@ fn surrogate_escape(text: &str, at: usize) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lengths_count_utf16_units() {
+        assert_eq!(utf16_len(""), 0);
+        assert_eq!(utf16_len("abc"), 3);
+        assert_eq!(utf16_len("日本語"), 3);
+        assert_eq!(utf16_len("😀"), 2);
+        assert_eq!(utf16_len(&"😀".repeat(50_000)), 100_000);
+    }
 
     #[test]
     fn lone_surrogate_escapes_become_the_replacement_character() {

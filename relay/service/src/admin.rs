@@ -108,7 +108,7 @@ pub struct RevokedToken {
 }
 
 fn check_name(what: &str, name: &str) -> Result<(), AdminError> {
-    let chars = name.chars().count();
+    let chars = relay_protocol::text::utf16_len(name);
     if name.trim().is_empty() || chars > MAX_NAME_CHARS {
         return Err(AdminError::Invalid(format!(
             "{what} must be 1 to {MAX_NAME_CHARS} characters and not blank"

@@ -187,7 +187,7 @@ pub fn bearer_token(header: Option<&http::HeaderValue>) -> Option<&str> {
 /// Checks a token against the store: it must exist and not be revoked.
 pub async fn authenticate(app: &AppState, token: Option<&str>) -> Result<Identity, AuthError> {
     let token = token.ok_or(AuthError::Missing)?;
-    if token.chars().count() > MAX_TOKEN_CHARS {
+    if relay_protocol::text::utf16_len(token) > MAX_TOKEN_CHARS {
         return Err(AuthError::Invalid);
     }
     let record = app

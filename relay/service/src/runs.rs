@@ -380,7 +380,7 @@ pub async fn queue_run(
 }
 
 fn check_idempotency_key(key: &str) -> Result<(), RunError> {
-    let chars = key.chars().count();
+    let chars = relay_protocol::text::utf16_len(key);
     if IDEMPOTENCY_KEY_CHARS.contains(&chars) {
         Ok(())
     } else {

@@ -20,6 +20,7 @@ use crate::auth::{AgentIdentity, hex};
 use crate::store::{
     ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, TaskRecord,
 };
+use relay_protocol::text::utf16_len;
 
 /// A result the chat submits.
 #[derive(Debug, Clone)]
@@ -220,7 +221,7 @@ pub async fn submit_result(
         .status
         .parse()
         .map_err(|e: relay_protocol::InvalidInput| TaskError::Invalid(e.0))?;
-    let chars = request.result.chars().count();
+    let chars = utf16_len(request.result);
     if chars > MAX_TASK_RESULT_CHARS {
         return Err(TaskError::Invalid(format!(
             "result is {chars} characters long, at most {MAX_TASK_RESULT_CHARS} are allowed: put long output in an artifact (upload_linked_chat_artifact) and submit a summary"
@@ -274,7 +275,7 @@ fn check_claim_id(claim_id: &str) -> Result<(), TaskError> {
 }
 
 fn check_upload(request: &UploadRequest<'_>) -> Result<(), TaskError> {
-    let id_ok = (1..=MAX_ARTIFACT_ID_CHARS).contains(&request.artifact_id.chars().count())
+    let id_ok = (1..=MAX_ARTIFACT_ID_CHARS).contains(&utf16_len(request.artifact_id))
         && request
             .artifact_id
             .bytes()
@@ -284,7 +285,7 @@ fn check_upload(request: &UploadRequest<'_>) -> Result<(), TaskError> {
             "artifact_id must be 1 to {MAX_ARTIFACT_ID_CHARS} characters of A-Z, a-z, 0-9, '.', '_', ':' or '-'"
         )));
     }
-    let name_chars = request.name.chars().count();
+    let name_chars = utf16_len(request.name);
     if request.name.trim().is_empty()
         || name_chars > MAX_ARTIFACT_NAME_CHARS
         || request.name.chars().any(char::is_control)

@@ -21,6 +21,7 @@ pub mod owner;
 pub mod sweep;
 pub mod view;
 
+use relay_protocol::text::utf16_len;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
@@ -148,7 +149,7 @@ pub fn result_hash(status: TaskStatus, result: &str) -> String {
 }
 
 fn check_id(what: &str, text: &str) -> Result<(), TaskError> {
-    if text.is_empty() || text.chars().count() > MAX_ID_CHARS {
+    if text.is_empty() || utf16_len(text) > MAX_ID_CHARS {
         return Err(TaskError::Invalid(format!(
             "{what} must be 1 to {MAX_ID_CHARS} characters"
         )));
@@ -162,7 +163,7 @@ fn check_chars(
     range: RangeInclusive<usize>,
     hint: &str,
 ) -> Result<(), TaskError> {
-    let chars = text.chars().count();
+    let chars = utf16_len(text);
     if range.contains(&chars) && !text.trim().is_empty() {
         Ok(())
     } else {
