@@ -97,8 +97,15 @@ fn admin_commands_print_one_value_and_fail_clearly() {
     assert!(agent.starts_with("gra_"), "{agent}");
     assert_ne!(agent, desktop);
 
+    json_answers_and_revocation_by_id_or_text(&db, &project, &desktop);
+    bad_admin_commands_fail_clearly(&db, &project);
+}
+
+/// `--json` answers with the created token's details, and a token is revoked by its id or its
+/// text; a project takes an owner.
+fn json_answers_and_revocation_by_id_or_text(db: &Path, project: &str, desktop: &str) {
     let json = plain(&relay(
-        &db,
+        db,
         &[
             "--json",
             "token",
@@ -106,7 +113,7 @@ fn admin_commands_print_one_value_and_fail_clearly() {
             "--agent",
             "reader",
             "--project",
-            &project,
+            project,
             "--scope",
             "osfoundry:read",
         ],
@@ -115,44 +122,45 @@ fn admin_commands_print_one_value_and_fail_clearly() {
     assert_eq!(detail["kind"], "agent");
     assert_eq!(detail["scopes"], serde_json::json!(["osfoundry:read"]));
     let token_id = detail["token_id"].as_str().unwrap().to_owned();
-    assert_eq!(
-        plain(&relay(&db, &["token", "revoke", &token_id])),
-        token_id
-    );
+    assert_eq!(plain(&relay(db, &["token", "revoke", &token_id])), token_id);
     // The token text works as the id too.
-    let revoked = plain(&relay(&db, &["token", "revoke", &desktop, "--json"]));
+    let revoked = plain(&relay(db, &["token", "revoke", desktop, "--json"]));
     assert_eq!(
         serde_json::from_str::<Value>(&revoked).unwrap()["newly_revoked"],
         true
     );
     let owned = plain(&relay(
-        &db,
+        db,
         &["--json", "project", "create", "Other", "--owner", "bob"],
     ));
     assert_eq!(
         serde_json::from_str::<Value>(&owned).unwrap()["owner"],
         "bob"
     );
+}
 
+/// An unknown project or scope, an agent token without a scope, a token of no kind or of two,
+/// an unknown token and a blank project name all fail, most with a message saying what is wrong.
+fn bad_admin_commands_fail_clearly(db: &Path, project: &str) {
     let message = failure(&relay(
-        &db,
+        db,
         &["token", "create", "--desktop", "--project", "nope"],
     ));
     assert!(message.contains("no project with id `nope`"), "{message}");
     let message = failure(&relay(
-        &db,
-        &["token", "create", "--agent", "x", "--project", &project],
+        db,
+        &["token", "create", "--agent", "x", "--project", project],
     ));
     assert!(message.contains("at least one --scope"), "{message}");
     let message = failure(&relay(
-        &db,
+        db,
         &[
             "token",
             "create",
             "--agent",
             "x",
             "--project",
-            &project,
+            project,
             "--scope",
             "osfoundry:admin",
         ],
@@ -162,7 +170,7 @@ fn admin_commands_print_one_value_and_fail_clearly() {
         "{message}"
     );
     failure(&relay(
-        &db,
+        db,
         &[
             "token",
             "create",
@@ -170,32 +178,104 @@ fn admin_commands_print_one_value_and_fail_clearly() {
             "--agent",
             "x",
             "--project",
-            &project,
+            project,
         ],
     ));
-    failure(&relay(&db, &["token", "create", "--project", &project]));
-    let message = failure(&relay(&db, &["token", "revoke", "no-such-token"]));
+    failure(&relay(db, &["token", "create", "--project", project]));
+    let message = failure(&relay(db, &["token", "revoke", "no-such-token"]));
     assert!(message.contains("no token with id"), "{message}");
-    failure(&relay(&db, &["project", "create", " "]));
+    failure(&relay(db, &["project", "create", " "]));
 }
 
 #[test]
 fn admin_lists_projects_and_the_tokens_that_reach_one() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("relay.db");
+    let (first, second) = projects_are_listed_with_names_escaped(&db);
+
+    // A desktop token and an agent token reach `first`; bob's desktop token and an agent on
+    // bob's project do not.
+    let desktop = created_token_id(
+        &db,
+        &[
+            "--json",
+            "token",
+            "create",
+            "--desktop",
+            "--project",
+            &first,
+        ],
+    );
+    let agent = created_token_id(
+        &db,
+        &[
+            "--json",
+            "token",
+            "create",
+            "--agent",
+            "claude",
+            "--project",
+            &first,
+            "--scope",
+            "osfoundry:run",
+        ],
+    );
+    let bobs = created_token_id(
+        &db,
+        &[
+            "--json",
+            "token",
+            "create",
+            "--desktop",
+            "--project",
+            &second,
+        ],
+    );
+    let bobs_agent = created_token_id(
+        &db,
+        &[
+            "--json",
+            "token",
+            "create",
+            "--agent",
+            "gpt",
+            "--project",
+            &second,
+            "--scope",
+            "osfoundry:read",
+        ],
+    );
+    plain(&relay(&db, &["token", "revoke", &desktop]));
+    token_list_shows_the_tokens_that_reach_a_project(
+        &db,
+        &first,
+        [&desktop, &agent],
+        [&bobs, &bobs_agent],
+    );
+    json_token_list_shows_no_secret(&db, &second, [&bobs, &bobs_agent]);
+    // A listed id revokes the token.
+    assert_eq!(plain(&relay(&db, &["token", "revoke", &agent])), agent);
+    let message = failure(&relay(&db, &["token", "list", "--project", "nope"]));
+    assert!(message.contains("relay admin project list"), "{message}");
+}
+
+/// With no project yet `project list` prints nothing and a hint on stderr; then it lists each
+/// project with its owner, the name shown escaped (as it is in `--json`). Returns the ids of
+/// the two projects it creates: the default owner's, then bob's.
+fn projects_are_listed_with_names_escaped(db: &Path) -> (String, String) {
     // None yet: nothing on stdout, a hint on stderr.
-    let empty = relay(&db, &["project", "list"]);
+    let empty = relay(db, &["project", "list"]);
     assert!(
         empty.status.success() && empty.stdout.is_empty(),
         "{empty:?}"
     );
     assert!(String::from_utf8_lossy(&empty.stderr).contains("project create NAME"));
-    let first = plain(&relay(&db, &["project", "create", "Tickets\u{1b}[2J"]));
+    let first = plain(&relay(db, &["project", "create", "Tickets\u{1b}[2J"]));
     let second = plain(&relay(
-        &db,
+        db,
         &["project", "create", "Other", "--owner", "bob"],
     ));
-    let listed = String::from_utf8(relay(&db, &["project", "list"]).stdout).expect("utf-8");
+    let listed = String::from_utf8(relay(db, &["project", "list"]).stdout).expect("utf-8");
     let lines: Vec<&str> = listed.lines().collect();
     assert_eq!(lines.len(), 2, "{listed}");
     assert!(lines[0].starts_with(&first) && lines[0].ends_with("(owner default)"));
@@ -205,75 +285,43 @@ fn admin_lists_projects_and_the_tokens_that_reach_one() {
     );
     assert!(lines[1].starts_with(&second) && lines[1].contains("  Other  (owner bob)"));
     let json: Value =
-        serde_json::from_str(&plain(&relay(&db, &["--json", "project", "list"]))).expect("JSON");
+        serde_json::from_str(&plain(&relay(db, &["--json", "project", "list"]))).expect("JSON");
     assert_eq!(json[0]["name"], "Tickets\u{1b}[2J");
     assert_eq!(json[1]["owner"], "bob");
+    (first, second)
+}
 
-    // A desktop token and an agent token reach `first`; bob's desktop token and an agent on
-    // bob's project do not.
-    let token_id = |args: &[&str]| -> String {
-        let created: Value = serde_json::from_str(&plain(&relay(&db, args))).expect("JSON");
-        created["token_id"].as_str().expect("token_id").to_owned()
-    };
-    let desktop = token_id(&[
-        "--json",
-        "token",
-        "create",
-        "--desktop",
-        "--project",
-        &first,
-    ]);
-    let agent = token_id(&[
-        "--json",
-        "token",
-        "create",
-        "--agent",
-        "claude",
-        "--project",
-        &first,
-        "--scope",
-        "osfoundry:run",
-    ]);
-    let bobs = token_id(&[
-        "--json",
-        "token",
-        "create",
-        "--desktop",
-        "--project",
-        &second,
-    ]);
-    let bobs_agent = token_id(&[
-        "--json",
-        "token",
-        "create",
-        "--agent",
-        "gpt",
-        "--project",
-        &second,
-        "--scope",
-        "osfoundry:read",
-    ]);
-    plain(&relay(&db, &["token", "revoke", &desktop]));
-    let listed = relay(&db, &["token", "list", "--project", &first]);
+/// `token list` shows the project's tokens, revoked or active, and no token of another project.
+fn token_list_shows_the_tokens_that_reach_a_project(
+    db: &Path,
+    project: &str,
+    [desktop, agent]: [&str; 2],
+    [bobs, bobs_agent]: [&str; 2],
+) {
+    let listed = relay(db, &["token", "list", "--project", project]);
     let listed = String::from_utf8(listed.stdout).expect("utf-8");
     let lines: Vec<&str> = listed.lines().collect();
     assert_eq!(lines.len(), 2, "{listed}");
     assert!(
-        lines[0].starts_with(&desktop) && lines[0].contains("  revoked "),
+        lines[0].starts_with(desktop) && lines[0].contains("  revoked "),
         "{listed}"
     );
-    assert!(lines[1].starts_with(&agent), "{listed}");
+    assert!(lines[1].starts_with(agent), "{listed}");
     assert!(
         lines[1].contains("  active  claude (osfoundry:run)"),
         "{listed}"
     );
     assert!(
-        !listed.contains(&bobs) && !listed.contains(&bobs_agent),
+        !listed.contains(bobs) && !listed.contains(bobs_agent),
         "{listed}"
     );
+}
+
+/// `token list --json` lists the project's tokens in order, with no secret and no hash.
+fn json_token_list_shows_no_secret(db: &Path, project: &str, [bobs, bobs_agent]: [&str; 2]) {
     let json: Value = serde_json::from_str(&plain(&relay(
-        &db,
-        &["--json", "token", "list", "--project", &second],
+        db,
+        &["--json", "token", "list", "--project", project],
     )))
     .expect("JSON");
     let ids: Vec<&str> = json
@@ -282,14 +330,17 @@ fn admin_lists_projects_and_the_tokens_that_reach_one() {
         .iter()
         .map(|t| t["token_id"].as_str().expect("token_id"))
         .collect();
-    assert_eq!(ids, [bobs.as_str(), bobs_agent.as_str()]);
+    assert_eq!(ids, [bobs, bobs_agent]);
     assert!(json[0]["revoked_at"].is_null() && json[1]["agent_name"] == "gpt");
     // No secret and no hash is shown.
     assert!(!json.to_string().contains("hash") && !json.to_string().contains("grd_"));
-    // A listed id revokes the token.
-    assert_eq!(plain(&relay(&db, &["token", "revoke", &agent])), agent);
-    let message = failure(&relay(&db, &["token", "list", "--project", "nope"]));
-    assert!(message.contains("relay admin project list"), "{message}");
+}
+
+/// The id of the token that `relay admin --json token create …` (given in full as `args`)
+/// creates.
+fn created_token_id(db: &Path, args: &[&str]) -> String {
+    let created: Value = serde_json::from_str(&plain(&relay(db, args))).expect("JSON");
+    created["token_id"].as_str().expect("token_id").to_owned()
 }
 
 /// Kills the child it holds when dropped, so a failing test leaves no server behind.

@@ -5,6 +5,7 @@
 
 use crate::common;
 
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -125,6 +126,10 @@ fn desktop(state: &std::path::Path, args: &[&str]) -> String {
 }
 
 const KEY: &str = "sk-desktop-provider-test-7c1d9e";
+/// How long the desktop relay may take to upload the shared session.
+const SYNC_DEADLINE: Duration = Duration::from_secs(60);
+/// How long the queued run may take to finish.
+const RUN_DEADLINE: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_run_uses_the_provider_the_providers_file_names() {
@@ -141,71 +146,16 @@ async fn a_queued_run_uses_the_provider_the_providers_file_names() {
 
     let dir = tempfile::tempdir().expect("temp dir");
     let state = dir.path().join("desktop.db");
-    let graph = dir.path().join("ask.js");
-    std::fs::write(
-        &graph,
-        r#"export const meta = {name: "Ask", slug: "ask", version: "1.0.0", description: "asks a model"};
-export default async function (args, g) {
-  const r = await g.agent({prompt: args.question, model: "local:m"});
-  return {text: r.text, tokens: r.tokens, model: r.model};
-}"#,
-    )
-    .expect("graph");
     let providers = dir.path().join("providers.toml");
-    std::fs::write(
-        &providers,
-        format!(
-            "default = \"local\"\n[providers.local]\nkind = \"openai\"\nbase_url = \"{provider_url}\"\n\
-             model = \"m\"\napi_key_env = \"GRAPHRELAY_DESKTOP_TEST_KEY\"\n"
-        ),
-    )
-    .expect("providers file");
-    let session = desktop(&state, &["session", "add", graph.to_str().expect("utf-8")]);
-    desktop(&state, &["project", "enable", &project]);
-    desktop(
-        &state,
-        &["share", "--project", &project, "--session", &session],
-    );
+    let session =
+        share_a_graph_that_asks_a_model(dir.path(), &state, &providers, &project, &provider_url);
 
     // Everything the relay prints, even at trace level, to look for the key in.
     let log_path = dir.path().join("relay.log");
-    let log = std::fs::File::create(&log_path).expect("log");
-    let relay = Child(
-        Command::new(env!("CARGO_BIN_EXE_relay"))
-            .arg("desktop")
-            .arg("--state")
-            .arg(&state)
-            .args(["run", "--service", &service.base, "--token", &desktop_token])
-            .args(["--poll-interval", "0.2", "--providers"])
-            .arg(&providers)
-            .env("GRAPHRELAY_DESKTOP_TEST_KEY", KEY)
-            .env("RUST_LOG", "trace")
-            .stdout(Stdio::from(log.try_clone().expect("log")))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("relay desktop run"),
-    );
+    let relay = start_desktop_relay(&state, &providers, &service.base, &desktop_token, &log_path);
 
     // The relay's first pass uploads the shared session.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let listed = common::ok(
-            &common::call(
-                &agent,
-                "list_graph_sessions",
-                json!({"project_id": project}),
-            )
-            .await,
-        );
-        if listed["sessions"][0]["graph_session_id"] == session.as_str() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never synced: {listed}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until_synced(&agent, &project, &session).await;
     let queued = common::call(
         &agent,
         "run_graph_session",
@@ -217,23 +167,7 @@ export default async function (args, g) {
         .as_str()
         .expect("command id")
         .to_owned();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let run = loop {
-        let run = common::ok(
-            &common::call(&agent, "get_graph_run", json!({"command_id": command})).await,
-        );
-        if matches!(
-            run["status"].as_str(),
-            Some("completed" | "failed" | "cancelled")
-        ) {
-            break run;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never finished: {run}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let run = wait_until_finished(&agent, &command).await;
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(
         run["result"],
@@ -256,4 +190,106 @@ export default async function (args, g) {
     assert!(!history.contains(KEY));
     agent.cancel().await.expect("close");
     service.stop().await;
+}
+
+/// Writes a graph that asks a `local:` model and a providers file whose `local` provider is the
+/// stand-in at `provider_url` (its key in `GRAPHRELAY_DESKTOP_TEST_KEY`), then adds the graph
+/// to the desktop state and shares it with `project`. Returns the session's id.
+fn share_a_graph_that_asks_a_model(
+    dir: &Path,
+    state: &Path,
+    providers: &Path,
+    project: &str,
+    provider_url: &str,
+) -> String {
+    let graph = dir.join("ask.js");
+    std::fs::write(
+        &graph,
+        r#"export const meta = {name: "Ask", slug: "ask", version: "1.0.0", description: "asks a model"};
+export default async function (args, g) {
+  const r = await g.agent({prompt: args.question, model: "local:m"});
+  return {text: r.text, tokens: r.tokens, model: r.model};
+}"#,
+    )
+    .expect("graph");
+    std::fs::write(
+        providers,
+        format!(
+            "default = \"local\"\n[providers.local]\nkind = \"openai\"\nbase_url = \"{provider_url}\"\n\
+             model = \"m\"\napi_key_env = \"GRAPHRELAY_DESKTOP_TEST_KEY\"\n"
+        ),
+    )
+    .expect("providers file");
+    let session = desktop(state, &["session", "add", graph.to_str().expect("utf-8")]);
+    desktop(state, &["project", "enable", project]);
+    desktop(
+        state,
+        &["share", "--project", project, "--session", &session],
+    );
+    session
+}
+
+/// Starts `relay desktop run` against the service with the providers file and the key in the
+/// environment, everything it prints (at trace level) going to `log_path`.
+fn start_desktop_relay(
+    state: &Path,
+    providers: &Path,
+    service: &str,
+    token: &str,
+    log_path: &Path,
+) -> Child {
+    let log = std::fs::File::create(log_path).expect("log");
+    Child(
+        Command::new(env!("CARGO_BIN_EXE_relay"))
+            .arg("desktop")
+            .arg("--state")
+            .arg(state)
+            .args(["run", "--service", service, "--token", token])
+            .args(["--poll-interval", "0.2", "--providers"])
+            .arg(providers)
+            .env("GRAPHRELAY_DESKTOP_TEST_KEY", KEY)
+            .env("RUST_LOG", "trace")
+            .stdout(Stdio::from(log.try_clone().expect("log")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("relay desktop run"),
+    )
+}
+
+/// Waits (up to `SYNC_DEADLINE`) until the agent sees `session` as the project's first session.
+async fn wait_until_synced(agent: &common::McpClient, project: &str, session: &str) {
+    let deadline = tokio::time::Instant::now() + SYNC_DEADLINE;
+    loop {
+        let listed = common::ok(
+            &common::call(agent, "list_graph_sessions", json!({"project_id": project})).await,
+        );
+        if listed["sessions"][0]["graph_session_id"] == session {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never synced: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits (up to `RUN_DEADLINE`) until the run has finished, and returns it.
+async fn wait_until_finished(agent: &common::McpClient, command: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + RUN_DEADLINE;
+    loop {
+        let run =
+            common::ok(&common::call(agent, "get_graph_run", json!({"command_id": command})).await);
+        if matches!(
+            run["status"].as_str(),
+            Some("completed" | "failed" | "cancelled")
+        ) {
+            break run;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never finished: {run}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -50,29 +50,14 @@ fn the_cli_links_assigns_lists_and_cancels() {
         ],
     ));
     assert!(uuid::Uuid::parse_str(&link).is_ok(), "{link}");
-    let assign = |goal: &str, key: &str| {
-        plain(&relay(
-            &db,
-            &[
-                "task",
-                "assign",
-                "--link",
-                &link,
-                "--goal",
-                goal,
-                "--idempotency-key",
-                key,
-            ],
-        ))
-    };
-    let task = assign("Summarise the feedback", "key-1");
+    let task = assign(&db, &link, "Summarise the feedback", "key-1");
     assert!(uuid::Uuid::parse_str(&task).is_ok(), "{task}");
     assert_eq!(
-        assign("Summarise the feedback", "key-1"),
+        assign(&db, &link, "Summarise the feedback", "key-1"),
         task,
         "one key, one task"
     );
-    let second = assign("Plan the sprint", "key-2");
+    let second = assign(&db, &link, "Plan the sprint", "key-2");
     assert_ne!(second, task);
 
     let list = stdout(&relay(&db, &["task", "list", "--link", &link]));
@@ -83,9 +68,34 @@ fn the_cli_links_assigns_lists_and_cancels() {
     assert_eq!(lines[2], NO_EVENT_SUBSCRIPTION_HINT);
 
     assert_eq!(plain(&relay(&db, &["task", "cancel", &task])), task);
+    json_list_shows_each_task_with_its_label(&db, &link, &second, &task);
+    a_link_with_an_event_subscription_lists_nothing(&db, &project);
+    bad_task_commands_fail(&db, &project);
+}
+
+/// `relay admin task assign` of `goal` on `link` under `key`: the task's id.
+fn assign(db: &Path, link: &str, goal: &str, key: &str) -> String {
+    plain(&relay(
+        db,
+        &[
+            "task",
+            "assign",
+            "--link",
+            link,
+            "--goal",
+            goal,
+            "--idempotency-key",
+            key,
+        ],
+    ))
+}
+
+/// `task list --json` shows the link, the hint and each task with its status label, newest
+/// first: `waiting`, then `cancelled`.
+fn json_list_shows_each_task_with_its_label(db: &Path, link: &str, waiting: &str, cancelled: &str) {
     let json: Value = serde_json::from_str(&plain(&relay(
-        &db,
-        &["task", "list", "--link", &link, "--json"],
+        db,
+        &["task", "list", "--link", link, "--json"],
     )))
     .expect("JSON");
     assert_eq!(json["chat_link_id"], link);
@@ -104,18 +114,23 @@ fn the_cli_links_assigns_lists_and_cancels() {
     assert_eq!(
         labels,
         [
-            (second.clone(), json!("Waiting for Claude")),
-            (task.clone(), json!("Cancelled"))
+            (waiting.to_owned(), json!("Waiting for Claude")),
+            (cancelled.to_owned(), json!("Cancelled"))
         ]
     );
+}
+
+/// A link created with `--event-subscription` says so, and with no tasks its list prints
+/// nothing, not even the hint.
+fn a_link_with_an_event_subscription_lists_nothing(db: &Path, project: &str) {
     let detail: Value = serde_json::from_str(&plain(&relay(
-        &db,
+        db,
         &[
             "--json",
             "chat-link",
             "create",
             "--project",
-            &project,
+            project,
             "--host",
             "chatgpt",
             "--event-subscription",
@@ -124,7 +139,7 @@ fn the_cli_links_assigns_lists_and_cancels() {
     .expect("JSON");
     assert_eq!(detail["event_subscription"], true);
     let quiet = stdout(&relay(
-        &db,
+        db,
         &[
             "task",
             "list",
@@ -136,9 +151,12 @@ fn the_cli_links_assigns_lists_and_cancels() {
         quiet, "",
         "no tasks and an event subscription: nothing to show"
     );
+}
 
+/// An unknown link, an unknown host and a malformed task id fail, with nothing on stdout.
+fn bad_task_commands_fail(db: &Path, project: &str) {
     let failure = relay(
-        &db,
+        db,
         &[
             "task",
             "assign",
@@ -153,17 +171,17 @@ fn the_cli_links_assigns_lists_and_cancels() {
     assert!(!failure.status.success() && failure.stdout.is_empty());
     assert!(String::from_utf8_lossy(&failure.stderr).contains("chat link not found"));
     let failure = relay(
-        &db,
+        db,
         &[
             "chat-link",
             "create",
             "--project",
-            &project,
+            project,
             "--host",
             "gemini",
         ],
     );
     assert!(!failure.status.success());
-    let failure = relay(&db, &["task", "cancel", "not-a-uuid"]);
+    let failure = relay(db, &["task", "cancel", "not-a-uuid"]);
     assert!(!failure.status.success() && failure.stdout.is_empty());
 }

@@ -4,7 +4,9 @@
 
 use crate::common;
 
-use common::{Era, TestService, call, decode, err, mcp_client, ok, run_args, try_mcp_client};
+use common::{
+    Desktop, Era, TestService, call, decode, err, mcp_client, ok, run_args, try_mcp_client,
+};
 use relay_service::admin;
 use relay_service::runs::RUN_NOT_FOUND;
 use serde_json::{Value, json};
@@ -93,31 +95,7 @@ async fn read_only_token_cannot_run_or_cancel() {
     let desktop = service.desktop(&project).await;
     desktop.sync(&project, &[1]).await;
 
-    // At the HTTP level: 403 insufficient_scope, and the body is the in-band isError result.
-    let response = post_mcp(
-        &service,
-        Some(&reader),
-        modern_call("run_graph_session", run_args(1, "reader-key-1", json!({}))),
-    )
-    .await;
-    assert_eq!(response.status().as_u16(), 403);
-    let challenge = response.headers()["www-authenticate"]
-        .to_str()
-        .unwrap()
-        .to_owned();
-    assert!(
-        challenge.starts_with("Bearer error=\"insufficient_scope\""),
-        "{challenge}"
-    );
-    assert!(challenge.contains("scope=\"osfoundry:run\""));
-    assert!(challenge.contains("resource_metadata=\""));
-    let body: Value = response.json().await.unwrap();
-    assert_eq!(body["id"], 7);
-    assert_eq!(body["result"]["isError"], true);
-    assert_eq!(
-        body["result"]["_meta"]["mcp/www_authenticate"],
-        json!([challenge])
-    );
+    read_only_run_is_refused_on_the_wire(&service, &reader).await;
     assert!(
         desktop.sync(&project, &[1]).await.is_empty(),
         "nothing was queued"
@@ -172,6 +150,35 @@ async fn read_only_token_cannot_run_or_cancel() {
     let cancelled = ok(&call(&run_client, "cancel_graph_run", json!({"command_id": id})).await);
     assert_eq!(cancelled["status"], "cancelled");
     service.stop().await;
+}
+
+/// At the HTTP level, a read-only token's run gets 403 insufficient_scope, and the body is the
+/// in-band isError result.
+async fn read_only_run_is_refused_on_the_wire(service: &TestService, reader: &str) {
+    let response = post_mcp(
+        service,
+        Some(reader),
+        modern_call("run_graph_session", run_args(1, "reader-key-1", json!({}))),
+    )
+    .await;
+    assert_eq!(response.status().as_u16(), 403);
+    let challenge = response.headers()["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        challenge.starts_with("Bearer error=\"insufficient_scope\""),
+        "{challenge}"
+    );
+    assert!(challenge.contains("scope=\"osfoundry:run\""));
+    assert!(challenge.contains("resource_metadata=\""));
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["id"], 7);
+    assert_eq!(body["result"]["isError"], true);
+    assert_eq!(
+        body["result"]["_meta"]["mcp/www_authenticate"],
+        json!([challenge])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -375,7 +382,16 @@ async fn a_revoked_token_fails_at_once() {
     .await;
     assert_eq!(err(&result), RUN_NOT_FOUND);
 
-    // Desktop tokens revoke the same way, by token text too.
+    desktop_token_is_revoked_by_its_text(&service, &desktop, &project).await;
+    service.stop().await;
+}
+
+/// Desktop tokens revoke the same way as agent tokens, by token text too.
+async fn desktop_token_is_revoked_by_its_text(
+    service: &TestService,
+    desktop: &Desktop,
+    project: &str,
+) {
     assert_eq!(
         desktop
             .sync_raw(&json!({"project_id": project, "sessions": []}))
@@ -393,5 +409,4 @@ async fn a_revoked_token_fails_at_once() {
             .0,
         401
     );
-    service.stop().await;
 }

@@ -124,10 +124,6 @@ async fn a_finished_task_takes_no_new_artifacts_but_replays_old_ones() {
 async fn artifact_limits_hold_at_and_past_each_bound() {
     let chat = chat_setup(ServiceConfig::default()).await;
     let upload = claimed(&chat, "art-3").await;
-    let invalid = |result: &CallToolResult, what: &str| {
-        let message = err(result);
-        assert!(message.contains(what), "{message}");
-    };
     // Content: exactly the limit in bytes (multi-byte characters count as their bytes).
     let at_limit = format!(
         "{}{}",
@@ -139,54 +135,17 @@ async fn artifact_limits_hold_at_and_past_each_bound() {
         ok(&upload.text("big", &at_limit).await)["size_bytes"],
         MAX_ARTIFACT_BYTES
     );
-    invalid(
+    assert_invalid(
         &upload.text("bigger", &format!("{at_limit}x")).await,
         "bytes, at most",
     );
     // artifact_id: 1 to 128 characters of a safe alphabet.
     let id = "i".repeat(MAX_ARTIFACT_ID_CHARS);
     ok(&upload.text(&id, "x").await);
-    invalid(&upload.text(&format!("{id}i"), "x").await, "artifact_id");
-    invalid(&upload.text("", "x").await, "artifact_id");
-    invalid(&upload.text("../etc/passwd", "x").await, "artifact_id");
-    // name and mime.
-    ok(&upload
-        .send(
-            "named",
-            &"n".repeat(MAX_ARTIFACT_NAME_CHARS),
-            "text/plain",
-            "x",
-        )
-        .await);
-    invalid(
-        &upload
-            .send(
-                "named-2",
-                &"n".repeat(MAX_ARTIFACT_NAME_CHARS + 1),
-                "text/plain",
-                "x",
-            )
-            .await,
-        "name",
-    );
-    invalid(
-        &upload.send("named-3", "a\nb", "text/plain", "x").await,
-        "name",
-    );
-    invalid(
-        &upload.send("named-4", " ", "text/plain", "x").await,
-        "name",
-    );
-    let mime = format!("text/{}", "x".repeat(MAX_MIME_CHARS - 5));
-    ok(&upload.send("typed", "t", &mime, "x").await);
-    invalid(
-        &upload.send("typed-2", "t", &format!("{mime}x"), "x").await,
-        "mime",
-    );
-    invalid(&upload.send("typed-3", "t", "markdown", "x").await, "mime");
-    ok(&upload
-        .send("typed-4", "t", "text/plain; charset=utf-8", "x")
-        .await);
+    assert_invalid(&upload.text(&format!("{id}i"), "x").await, "artifact_id");
+    assert_invalid(&upload.text("", "x").await, "artifact_id");
+    assert_invalid(&upload.text("../etc/passwd", "x").await, "artifact_id");
+    name_and_mime_limits(&upload).await;
     // Count: the task holds 6 now; fill to the limit, then one more is refused.
     let detail = owner::task_detail(&chat.service.app, Acting::Operator, &upload.task)
         .await
@@ -194,7 +153,7 @@ async fn artifact_limits_hold_at_and_past_each_bound() {
     for n in detail.artifacts.len()..MAX_ARTIFACTS_PER_TASK {
         ok(&upload.text(&format!("fill-{n}"), "x").await);
     }
-    invalid(&upload.text("one-too-many", "x").await, "the most allowed");
+    assert_invalid(&upload.text("one-too-many", "x").await, "the most allowed");
     assert_eq!(
         ok(&upload.text("fill-10", "x").await)["replayed"],
         true,
@@ -206,4 +165,52 @@ async fn artifact_limits_hold_at_and_past_each_bound() {
     assert_eq!(detail.artifacts.len(), MAX_ARTIFACTS_PER_TASK);
     let _: Value = serde_json::to_value(&detail).expect("the owner's detail is JSON");
     chat.service.stop().await;
+}
+
+/// Name and mime, at and past each bound: a name is 1 to `MAX_ARTIFACT_NAME_CHARS` characters,
+/// not blank and without control characters; a mime is a media type of at most `MAX_MIME_CHARS`.
+async fn name_and_mime_limits(upload: &Upload<'_>) {
+    ok(&upload
+        .send(
+            "named",
+            &"n".repeat(MAX_ARTIFACT_NAME_CHARS),
+            "text/plain",
+            "x",
+        )
+        .await);
+    assert_invalid(
+        &upload
+            .send(
+                "named-2",
+                &"n".repeat(MAX_ARTIFACT_NAME_CHARS + 1),
+                "text/plain",
+                "x",
+            )
+            .await,
+        "name",
+    );
+    assert_invalid(
+        &upload.send("named-3", "a\nb", "text/plain", "x").await,
+        "name",
+    );
+    assert_invalid(
+        &upload.send("named-4", " ", "text/plain", "x").await,
+        "name",
+    );
+    let mime = format!("text/{}", "x".repeat(MAX_MIME_CHARS - 5));
+    ok(&upload.send("typed", "t", &mime, "x").await);
+    assert_invalid(
+        &upload.send("typed-2", "t", &format!("{mime}x"), "x").await,
+        "mime",
+    );
+    assert_invalid(&upload.send("typed-3", "t", "markdown", "x").await, "mime");
+    ok(&upload
+        .send("typed-4", "t", "text/plain; charset=utf-8", "x")
+        .await);
+}
+
+/// Asserts that the upload was refused as invalid, with a message that names `what`.
+fn assert_invalid(result: &CallToolResult, what: &str) {
+    let message = err(result);
+    assert!(message.contains(what), "{message}");
 }

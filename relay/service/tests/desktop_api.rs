@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::{Era, Setup, TestService, call, gs, mcp_client, ok, queue, session, setup};
+use common::{Desktop, Era, Setup, TestService, call, gs, mcp_client, ok, queue, session, setup};
 use relay_protocol::{MAX_ERROR_CHARS, MAX_RESULT_CHARS, MAX_SYNC_SESSIONS, json_utf16_len};
 use relay_service::desktop_api::MAX_DESKTOP_BODY_BYTES;
 use serde_json::{Value, json};
@@ -19,7 +19,6 @@ async fn sync_accepts_100_sessions_and_rejects_101_or_a_bad_id_whole() {
         Era::Current,
     )
     .await;
-    let count = |value: &Value| value["sessions"].as_array().map(Vec::len).unwrap_or(0);
 
     let at_limit: Vec<Value> = (0..MAX_SYNC_SESSIONS as u32).map(session).collect();
     let (status, body) = desktop
@@ -33,8 +32,41 @@ async fn sync_accepts_100_sessions_and_rejects_101_or_a_bad_id_whole() {
         json!({"project_id": project, "limit": 50}),
     )
     .await);
-    assert_eq!(count(&listed), 50);
+    assert_eq!(session_count(&listed), 50);
 
+    bad_syncs_are_refused_whole(&desktop, &project).await;
+    let listed = ok(&call(
+        &agent,
+        "list_graph_sessions",
+        json!({"project_id": project, "limit": 50}),
+    )
+    .await);
+    assert_eq!(
+        session_count(&listed),
+        50,
+        "rejected syncs left the snapshot as it was"
+    );
+
+    assert_eq!(desktop.sync(&project, &[]).await.len(), 0);
+    let listed = ok(&call(
+        &agent,
+        "list_graph_sessions",
+        json!({"project_id": project}),
+    )
+    .await);
+    assert_eq!(
+        session_count(&listed),
+        0,
+        "an empty sync unshares everything"
+    );
+    assert_eq!(desktop.sync_raw(&json!({"sessions": []})).await.0, 400);
+    assert_eq!(desktop.sync_raw(&json!("not an object")).await.0, 400);
+    service.stop().await;
+}
+
+/// Past the session limit, with a malformed or repeated id or an overlong name, a sync is
+/// refused as a whole (400).
+async fn bad_syncs_are_refused_whole(desktop: &Desktop, project: &str) {
     let past_limit: Vec<Value> = (0..=MAX_SYNC_SESSIONS as u32).map(session).collect();
     let (status, body) = desktop
         .sync_raw(&json!({"project_id": project, "sessions": past_limit}))
@@ -72,29 +104,11 @@ async fn sync_accepts_100_sessions_and_rejects_101_or_a_bad_id_whole() {
             .0,
         400
     );
-    let listed = ok(&call(
-        &agent,
-        "list_graph_sessions",
-        json!({"project_id": project, "limit": 50}),
-    )
-    .await);
-    assert_eq!(
-        count(&listed),
-        50,
-        "rejected syncs left the snapshot as it was"
-    );
+}
 
-    assert_eq!(desktop.sync(&project, &[]).await.len(), 0);
-    let listed = ok(&call(
-        &agent,
-        "list_graph_sessions",
-        json!({"project_id": project}),
-    )
-    .await);
-    assert_eq!(count(&listed), 0, "an empty sync unshares everything");
-    assert_eq!(desktop.sync_raw(&json!({"sessions": []})).await.0, 400);
-    assert_eq!(desktop.sync_raw(&json!("not an object")).await.0, 400);
-    service.stop().await;
+/// How many sessions a `list_graph_sessions` answer holds.
+fn session_count(listed: &Value) -> usize {
+    listed["sessions"].as_array().map(Vec::len).unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,12 +7,12 @@ use crate::common;
 
 use std::time::Duration;
 
-use chat_support::{ChatService, chat_setup, claim, claim_args, claim_id, submit_args};
-use common::{Era, call, err, mcp_client, ok};
+use chat_support::{Chat, ChatService, chat_setup, claim, claim_args, claim_id, submit_args};
+use common::{Era, McpClient, call, err, mcp_client, ok};
 use relay_service::ServiceConfig;
 use relay_service::chat_tasks::model::TaskStatus;
 use relay_service::chat_tasks::{LEASE_LAPSED, NOT_CLAIMABLE, STALE_CLAIM};
-use serde_json::json;
+use serde_json::{Value, json};
 
 const LEASE: Duration = Duration::from_secs(1);
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -36,41 +36,7 @@ async fn a_silent_claim_lapses_and_its_late_submit_is_rejected() {
     let claim_a = claim_id(&a);
     assert_eq!(a["lease_until"], "2026-11-08T09:30:01.000Z");
     let b_client = mcp_client(&service.mcp_url(), &chat.token, Era::Current).await;
-    let mut takeover = None;
-    let mut replays_before_takeover = 0;
-    for poll in 1..=MAX_POLLS {
-        service.clock.advance(POLL_INTERVAL);
-        let other = call(
-            &b_client,
-            "claim_linked_chat_task",
-            claim_args(&chat.other_link, &task),
-        )
-        .await;
-        assert_eq!(
-            err(&other),
-            NOT_CLAIMABLE,
-            "another link never takes the task over"
-        );
-        let b = claim(&b_client, &chat.link, &task).await;
-        if b["replayed"] == true {
-            assert_eq!(
-                claim_id(&b),
-                claim_a,
-                "while A's lease holds, B gets A's claim back"
-            );
-            replays_before_takeover += 1;
-        } else {
-            takeover = Some((poll, b));
-            break;
-        }
-    }
-    let (poll, b) = takeover.expect("B takes the task over after the lease");
-    assert_eq!(
-        POLL_INTERVAL * poll as u32,
-        LEASE,
-        "B takes over on the first poll at or after lease_until"
-    );
-    assert_eq!(replays_before_takeover, poll - 1);
+    let b = poll_until_b_takes_over(&chat, &b_client, &task, &claim_a).await;
     let claim_b = claim_id(&b);
     assert_ne!(claim_b, claim_a);
     assert_eq!(b["lease_until"], "2026-11-08T09:30:02.000Z");
@@ -108,6 +74,53 @@ async fn a_silent_claim_lapses_and_its_late_submit_is_rejected() {
     assert_eq!(stored.status, TaskStatus::Completed);
     assert_eq!(stored.result.as_deref(), Some("B's answer"));
     chat.service.stop().await;
+}
+
+/// B (and a chat on another link) polls every `POLL_INTERVAL` while A stays silent: B gets A's
+/// claim back until A's lease lapses, then takes the task over on the first poll at or after
+/// `lease_until`. Returns B's claim.
+async fn poll_until_b_takes_over(
+    chat: &Chat,
+    b_client: &McpClient,
+    task: &str,
+    claim_a: &str,
+) -> Value {
+    let mut takeover = None;
+    let mut replays_before_takeover = 0;
+    for poll in 1..=MAX_POLLS {
+        chat.service.clock.advance(POLL_INTERVAL);
+        let other = call(
+            b_client,
+            "claim_linked_chat_task",
+            claim_args(&chat.other_link, task),
+        )
+        .await;
+        assert_eq!(
+            err(&other),
+            NOT_CLAIMABLE,
+            "another link never takes the task over"
+        );
+        let b = claim(b_client, &chat.link, task).await;
+        if b["replayed"] == true {
+            assert_eq!(
+                claim_id(&b),
+                claim_a,
+                "while A's lease holds, B gets A's claim back"
+            );
+            replays_before_takeover += 1;
+        } else {
+            takeover = Some((poll, b));
+            break;
+        }
+    }
+    let (poll, b) = takeover.expect("B takes the task over after the lease");
+    assert_eq!(
+        POLL_INTERVAL * poll as u32,
+        LEASE,
+        "B takes over on the first poll at or after lease_until"
+    );
+    assert_eq!(replays_before_takeover, poll - 1);
+    b
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,13 +4,22 @@
 
 use crate::common;
 
-use common::{Era, TestService, call, err, gs, mcp_client, ok, run_args, text};
+use common::{Desktop, Era, McpClient, TestService, call, err, gs, mcp_client, ok, run_args, text};
 use relay_service::runs::RUN_NOT_FOUND;
 use serde_json::{Value, json};
 
+/// The nine tools with their contracts, in the order they are listed.
 fn expected_tools() -> Value {
-    json!([
-        {
+    let mut tools = graph_tools();
+    tools.extend(chat_task_read_tools());
+    tools.extend(chat_task_write_tools());
+    Value::Array(tools)
+}
+
+/// The four graph tools: list, run, get and cancel.
+fn graph_tools() -> Vec<Value> {
+    vec![
+        json!({
             "name": "list_graph_sessions",
             "inputSchema": {
                 "type": "object",
@@ -23,8 +32,8 @@ fn expected_tools() -> Value {
             },
             "annotations": {"readOnlyHint": true},
             "securitySchemes": [{"type": "oauth2", "scopes": ["osfoundry:read"]}]
-        },
-        {
+        }),
+        json!({
             "name": "run_graph_session",
             "inputSchema": {
                 "type": "object",
@@ -38,8 +47,8 @@ fn expected_tools() -> Value {
             },
             "annotations": {"readOnlyHint": false, "destructiveHint": true},
             "securitySchemes": [{"type": "oauth2", "scopes": ["osfoundry:run"]}]
-        },
-        {
+        }),
+        json!({
             "name": "get_graph_run",
             "inputSchema": {
                 "type": "object",
@@ -52,8 +61,8 @@ fn expected_tools() -> Value {
             },
             "annotations": {"readOnlyHint": true},
             "securitySchemes": [{"type": "oauth2", "scopes": ["osfoundry:read"]}]
-        },
-        {
+        }),
+        json!({
             "name": "cancel_graph_run",
             "inputSchema": {
                 "type": "object",
@@ -63,8 +72,14 @@ fn expected_tools() -> Value {
             },
             "annotations": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true},
             "securitySchemes": [{"type": "oauth2", "scopes": ["osfoundry:run"]}]
-        },
-        {
+        }),
+    ]
+}
+
+/// The two read-only linked chat task tools: list and get.
+fn chat_task_read_tools() -> Vec<Value> {
+    vec![
+        json!({
             "name": "list_linked_chat_tasks",
             "inputSchema": {
                 "type": "object",
@@ -74,8 +89,8 @@ fn expected_tools() -> Value {
             },
             "annotations": {"readOnlyHint": true},
             "securitySchemes": [{"type": "oauth2", "scopes": ["osfoundry:read"]}]
-        },
-        {
+        }),
+        json!({
             "name": "get_linked_chat_task",
             "inputSchema": {
                 "type": "object",
@@ -85,8 +100,14 @@ fn expected_tools() -> Value {
             },
             "annotations": {"readOnlyHint": true},
             "securitySchemes": [{"type": "oauth2", "scopes": ["osfoundry:read"]}]
-        },
-        {
+        }),
+    ]
+}
+
+/// The three linked chat task tools that change a task: claim, submit and upload.
+fn chat_task_write_tools() -> Vec<Value> {
+    vec![
+        json!({
             "name": "claim_linked_chat_task",
             "inputSchema": {
                 "type": "object",
@@ -96,8 +117,8 @@ fn expected_tools() -> Value {
             },
             "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true},
             "securitySchemes": [{"type": "oauth2", "scopes": ["osfoundry:run"]}]
-        },
-        {
+        }),
+        json!({
             "name": "submit_linked_chat_result",
             "inputSchema": {
                 "type": "object",
@@ -113,8 +134,8 @@ fn expected_tools() -> Value {
             },
             "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true},
             "securitySchemes": [{"type": "oauth2", "scopes": ["osfoundry:run"]}]
-        },
-        {
+        }),
+        json!({
             "name": "upload_linked_chat_artifact",
             "inputSchema": {
                 "type": "object",
@@ -132,8 +153,8 @@ fn expected_tools() -> Value {
             },
             "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": true},
             "securitySchemes": [{"type": "oauth2", "scopes": ["osfoundry:run"]}]
-        }
-    ])
+        }),
+    ]
 }
 
 /// What each chat task tool's description must warn about, so a model does not retry in a loop.
@@ -375,28 +396,7 @@ async fn run_get_cancel(era: Era) {
     let desktop = service.desktop(&project).await;
     let client = mcp_client(&service.mcp_url(), &token, era).await;
 
-    let listed = ok(&call(
-        &client,
-        "list_graph_sessions",
-        json!({"project_id": project}),
-    )
-    .await);
-    assert_eq!(
-        listed["sessions"],
-        json!([]),
-        "empty until the owner shares a session"
-    );
-    assert_eq!(listed["project_id"], json!(project));
-
-    desktop.sync(&project, &[1, 2]).await;
-    let listed = ok(&call(
-        &client,
-        "list_graph_sessions",
-        json!({"project_id": project, "limit": 1}),
-    )
-    .await);
-    assert_eq!(listed["sessions"].as_array().unwrap().len(), 1);
-    assert_eq!(listed["sessions"][0]["graph_session_id"], json!(gs(1)));
+    lists_only_what_the_owner_shared(&client, &desktop, &project).await;
 
     let result = call(
         &client,
@@ -439,26 +439,7 @@ async fn run_get_cancel(era: Era) {
     let run = ok(&call(&client, "get_graph_run", json!({"command_id": id})).await);
     assert_eq!(run["status"], "running");
 
-    let cancelled = ok(&call(&client, "cancel_graph_run", json!({"command_id": id})).await);
-    assert_eq!(cancelled["status"], "running");
-    assert_eq!(cancelled["cancel_requested"], true);
-    let (_, control) = desktop.control(&id).await;
-    assert_eq!(control["cancel_requested"], true);
-    let (status, _) = desktop
-        .complete(&id, &json!({"execution_id": "exec-1", "status": "cancelled", "total_tokens": 12, "reported_cost": 0.01}))
-        .await;
-    assert_eq!(status, 200);
-    let run = ok(&call(&client, "get_graph_run", json!({"command_id": id})).await);
-    assert_eq!(run["status"], "cancelled");
-    assert_eq!(run["total_tokens"], 12);
-    assert_eq!(run["poll_after_seconds"], Value::Null);
-
-    let again = ok(&call(&client, "cancel_graph_run", json!({"command_id": id})).await);
-    assert_eq!(again["already_finished"], true);
-    assert!(
-        text(&call(&client, "cancel_graph_run", json!({"command_id": id})).await)
-            .contains("already finished")
-    );
+    cancel_the_running_run(&client, &desktop, &id).await;
 
     let unknown = call(
         &client,
@@ -469,6 +450,57 @@ async fn run_get_cancel(era: Era) {
     assert_eq!(err(&unknown), RUN_NOT_FOUND);
     client.cancel().await.expect("close client");
     service.stop().await;
+}
+
+/// Before the owner shares a session the list is empty; after, `limit` caps it.
+async fn lists_only_what_the_owner_shared(client: &McpClient, desktop: &Desktop, project: &str) {
+    let listed = ok(&call(
+        client,
+        "list_graph_sessions",
+        json!({"project_id": project}),
+    )
+    .await);
+    assert_eq!(
+        listed["sessions"],
+        json!([]),
+        "empty until the owner shares a session"
+    );
+    assert_eq!(listed["project_id"], json!(project));
+
+    desktop.sync(project, &[1, 2]).await;
+    let listed = ok(&call(
+        client,
+        "list_graph_sessions",
+        json!({"project_id": project, "limit": 1}),
+    )
+    .await);
+    assert_eq!(listed["sessions"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["sessions"][0]["graph_session_id"], json!(gs(1)));
+}
+
+/// A cancel of a running run is a request the desktop sees and answers; a second cancel of
+/// the finished run says it already finished.
+async fn cancel_the_running_run(client: &McpClient, desktop: &Desktop, id: &str) {
+    let cancelled = ok(&call(client, "cancel_graph_run", json!({"command_id": id})).await);
+    assert_eq!(cancelled["status"], "running");
+    assert_eq!(cancelled["cancel_requested"], true);
+    let (_, control) = desktop.control(id).await;
+    assert_eq!(control["cancel_requested"], true);
+    let (status, _) = desktop
+        .complete(id, &json!({"execution_id": "exec-1", "status": "cancelled", "total_tokens": 12, "reported_cost": 0.01}))
+        .await;
+    assert_eq!(status, 200);
+    let run = ok(&call(client, "get_graph_run", json!({"command_id": id})).await);
+    assert_eq!(run["status"], "cancelled");
+    assert_eq!(run["total_tokens"], 12);
+    assert_eq!(run["poll_after_seconds"], Value::Null);
+
+    let again = ok(&call(client, "cancel_graph_run", json!({"command_id": id})).await);
+    assert_eq!(again["already_finished"], true);
+    assert!(
+        text(&call(client, "cancel_graph_run", json!({"command_id": id})).await)
+            .contains("already finished")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use chat_support::{ChatService, chat_setup, claim, claim_args, claim_id, submit_args};
+use chat_support::{Chat, ChatService, chat_setup, claim, claim_args, claim_id, submit_args};
 use common::{call, err, ok};
 use relay_service::ServiceConfig;
 use relay_service::chat_tasks::model::TaskStatus;
@@ -63,15 +63,7 @@ async fn tasks_expire_a_day_after_they_were_assigned() {
     .await);
     assert_eq!(inbox, json!({"tasks": []}));
     for task in [&queued, &claimed] {
-        let view = ok(&call(
-            &chat.client,
-            "get_linked_chat_task",
-            claim_args(&chat.link, task),
-        )
-        .await);
-        assert_eq!(view["status"], "expired");
-        assert_eq!(view["finished_at"], "2026-11-09T09:30:00.000Z");
-        assert_eq!(service.stored_task(task).await.status, TaskStatus::Expired);
+        assert_expired_at_the_deadline(&chat, task).await;
     }
     let submit = call(
         &chat.client,
@@ -92,6 +84,22 @@ async fn tasks_expire_a_day_after_they_were_assigned() {
         .expect("owner list");
     assert!(list.tasks.iter().all(|t| t.status_label == "Expired"));
     chat.service.stop().await;
+}
+
+/// The chat sees the task expired when its day ended, and the store holds it as expired.
+async fn assert_expired_at_the_deadline(chat: &Chat, task: &str) {
+    let view = ok(&call(
+        &chat.client,
+        "get_linked_chat_task",
+        claim_args(&chat.link, task),
+    )
+    .await);
+    assert_eq!(view["status"], "expired");
+    assert_eq!(view["finished_at"], "2026-11-09T09:30:00.000Z");
+    assert_eq!(
+        chat.service.stored_task(task).await.status,
+        TaskStatus::Expired
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@ use crate::common;
 
 use common::{Era, TestService, call, err, gs, mcp_client, ok, run_args};
 use relay_service::runs::{MAX_ARGUMENTS_BYTES, RUN_NOT_FOUND};
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_run_arguments_are_refused_and_queue_nothing() {
@@ -21,7 +21,32 @@ async fn bad_run_arguments_are_refused_and_queue_nothing() {
     )
     .await;
 
-    let cases = [
+    for (arguments, expected) in bad_run_arguments() {
+        let message = err(&call(&client, "run_graph_session", arguments.clone()).await);
+        assert!(message.contains(expected), "{arguments}: {message}");
+    }
+    assert!(
+        desktop.sync(&project, &[1]).await.is_empty(),
+        "nothing was queued"
+    );
+
+    // At the limits: 8 and 128 characters (counted as characters, not bytes) are fine.
+    for key in ["k".repeat(8), "ü".repeat(128)] {
+        ok(&call(&client, "run_graph_session", run_args(1, &key, json!({}))).await);
+    }
+    ok(&call(
+        &client,
+        "run_graph_session",
+        json!({"graph_session_id": gs(1), "idempotency_key": "no-arguments"}),
+    )
+    .await);
+    assert_eq!(desktop.sync(&project, &[1]).await.len(), 3);
+    service.stop().await;
+}
+
+/// Arguments `run_graph_session` refuses, each with a part of the message that says why.
+fn bad_run_arguments() -> [(Value, &'static str); 11] {
+    [
         (
             json!({"graph_session_id": gs(1), "idempotency_key": "key-00001", "extra": 1}),
             "unknown argument `extra`",
@@ -67,28 +92,7 @@ async fn bad_run_arguments_are_refused_and_queue_nothing() {
             ),
             "at most 65536 are allowed",
         ),
-    ];
-    for (arguments, expected) in cases {
-        let message = err(&call(&client, "run_graph_session", arguments.clone()).await);
-        assert!(message.contains(expected), "{arguments}: {message}");
-    }
-    assert!(
-        desktop.sync(&project, &[1]).await.is_empty(),
-        "nothing was queued"
-    );
-
-    // At the limits: 8 and 128 characters (counted as characters, not bytes) are fine.
-    for key in ["k".repeat(8), "ü".repeat(128)] {
-        ok(&call(&client, "run_graph_session", run_args(1, &key, json!({}))).await);
-    }
-    ok(&call(
-        &client,
-        "run_graph_session",
-        json!({"graph_session_id": gs(1), "idempotency_key": "no-arguments"}),
-    )
-    .await);
-    assert_eq!(desktop.sync(&project, &[1]).await.len(), 3);
-    service.stop().await;
+    ]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
