@@ -1,24 +1,8 @@
 //! `relay demo --once`, the newcomer's first command, passes its self-check.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-/// The `relay` binary beside this test's own (`target/<profile>/relay`): another package's
-/// binary, which `cargo test --workspace` builds with the `relay` package's own tests.
-fn relay_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("test binaries live in target/<profile>/deps");
-    let binary = profile_dir.join(format!("relay{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        binary.is_file(),
-        "{} is missing: build it first with `cargo build -p relay` (cargo test --workspace does)",
-        binary.display()
-    );
-    binary
-}
+use crate::harness::relay_binary;
 
 #[test]
 fn relay_demo_once_passes_its_self_check() {

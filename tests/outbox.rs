@@ -187,3 +187,49 @@ async fn a_conflicting_completion_is_dropped_not_retried_forever() {
         "the first completion stands"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_the_service_refuses_for_good_is_kept_in_the_history_not_resent() {
+    let world = World::new(json!({"default": {"text": "x"}})).await;
+    let session = world.share(ECHO).await;
+    let command = world.queue(&session, "key-outbox-6", json!({})).await;
+    world
+        .faults
+        .poison_completions
+        .store(true, Ordering::SeqCst);
+    let relay = world.relay();
+    relay.pass(&Default::default()).await;
+    assert_eq!(world.faults.complete_posts.load(Ordering::SeqCst), 1);
+    assert!(
+        world.state.outbox().expect("outbox").is_empty(),
+        "a 400 is final: the completion leaves the outbox"
+    );
+    relay.pass(&Default::default()).await;
+    relay.pass(&Default::default()).await;
+    assert_eq!(
+        world.faults.complete_posts.load(Ordering::SeqCst),
+        1,
+        "and is not sent again"
+    );
+    let history = world.state.history().expect("history");
+    let row = history
+        .iter()
+        .find(|h| h.command_id == command)
+        .expect("the execution is in the history");
+    assert_eq!(row.status, "completed");
+    let refusal = row.refused_by_service.as_deref().unwrap_or("");
+    assert!(refusal.contains("total_tokens"), "{row:?}");
+
+    let listed = std::process::Command::new(harness::relay_binary())
+        .args(["desktop", "--state"])
+        .arg(world.state_dir.path().join("desktop.db"))
+        .arg("history")
+        .output()
+        .expect("relay desktop history runs");
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.status.success(), "{listed:?}");
+    assert!(
+        stdout.contains(&format!("refused by the service: {refusal}")),
+        "{stdout}"
+    );
+}

@@ -56,6 +56,8 @@ pub struct Faults {
     pub offline: std::sync::atomic::AtomicBool,
     /// Completion posts seen.
     pub complete_posts: std::sync::atomic::AtomicUsize,
+    /// While set, completion posts claim `u64::MAX` tokens, which the service refuses (400).
+    pub poison_completions: std::sync::atomic::AtomicBool,
 }
 
 /// A transport that forwards to another one, with [`Faults`].
@@ -75,6 +77,11 @@ impl Transport for FaultyTransport {
                 return Err("network is down (injected)".into());
             }
             let is_complete = request.uri().path().ends_with("/complete");
+            let request = if is_complete && self.faults.poison_completions.load(Ordering::SeqCst) {
+                poisoned(request)
+            } else {
+                request
+            };
             if is_complete {
                 self.faults.complete_posts.fetch_add(1, Ordering::SeqCst);
                 let take = |counter: &std::sync::atomic::AtomicUsize| {
@@ -93,6 +100,31 @@ impl Transport for FaultyTransport {
             self.inner.send(request).await
         })
     }
+}
+
+/// `request`, a completion post, claiming `u64::MAX` tokens.
+fn poisoned(request: http::Request<Vec<u8>>) -> http::Request<Vec<u8>> {
+    let (parts, body) = request.into_parts();
+    let mut completion: Value = serde_json::from_slice(&body).expect("a completion is JSON");
+    completion["total_tokens"] = json!(u64::MAX);
+    http::Request::from_parts(parts, completion.to_string().into_bytes())
+}
+
+/// The `relay` binary beside this test's own (`target/<profile>/relay`): another package's
+/// binary, which `cargo test --workspace` builds with the `relay` package's own tests.
+pub fn relay_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test binaries live in target/<profile>/deps");
+    let binary = profile_dir.join(format!("relay{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        binary.is_file(),
+        "{} is missing: build it first with `cargo build -p relay` (cargo test --workspace does)",
+        binary.display()
+    );
+    binary
 }
 
 /// Fast intervals for tests.

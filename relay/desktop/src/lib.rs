@@ -49,7 +49,7 @@ pub const DEFAULT_GRAPH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// Most trace events kept per execution in the history.
 pub const MAX_TRACE_EVENTS: usize = 2000;
 /// The error of a command whose session is no longer shared (SPEC.md §2, exact text).
-pub const NOT_SHARED: &str = "Graph session is no longer shared with this project";
+pub use relay_protocol::NOT_SHARED;
 /// The long poll's wait in long-poll mode, by default: the longest the service holds one.
 pub const DEFAULT_LONG_POLL: Duration = Duration::from_millis(MAX_SYNC_WAIT_MS);
 /// After a failed long poll, wait this long before the next one (doubling up to the cap).

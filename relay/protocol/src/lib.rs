@@ -22,6 +22,9 @@ pub const MAX_SYNC_COMMANDS: usize = 100;
 pub const MAX_RESULT_CHARS: usize = 100_000;
 /// Longest error text a completion may carry, in characters.
 pub const MAX_ERROR_CHARS: usize = 2_000;
+/// The error of a command whose session is no longer shared (SPEC.md §2, exact text): the
+/// consent refusal, the one completion a desktop may post for a command it never started.
+pub const NOT_SHARED: &str = "Graph session is no longer shared with this project";
 /// Longest `execution_id`, in characters.
 pub const MAX_EXECUTION_ID_CHARS: usize = 128;
 /// Longest session name, in characters.

@@ -19,7 +19,7 @@ use super::store::{CommandRecord, InsertOutcome, StoreError};
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{
     CommandId, CompleteRequest, CompleteResponse, CompletionStatus, ControlResponse,
-    GraphSessionId, RunStatus, StartedRequest, StartedResponse, check_execution_id,
+    GraphSessionId, NOT_SHARED, RunStatus, StartedRequest, StartedResponse, check_execution_id,
 };
 
 /// Allowed length of an idempotency key, in characters.
@@ -155,6 +155,15 @@ fn completed(
     now: Timestamp,
 ) -> Decision {
     match current.status {
+        RunStatus::Queued if !is_consent_refusal(completion) => Decision::Conflict(
+            "the command has not started: report `started` before completing it (a command that never started may only be refused for consent: cancelled with the not-shared error)".to_owned(),
+        ),
+        RunStatus::Running if current.execution_id.as_deref() != Some(&completion.execution_id) => {
+            Decision::Conflict(format!(
+                "command started with another execution_id ({}); only that execution may complete it",
+                current.execution_id.as_deref().unwrap_or("none")
+            ))
+        }
         RunStatus::Queued | RunStatus::Running => {
             // Once the agent cancelled, the outcome is `cancelled` even if the graph managed
             // to finish between the flag and the stop.
@@ -187,6 +196,14 @@ fn completed(
             "command already finished as {status} with a different completion"
         )),
     }
+}
+
+/// The consent refusal: `cancelled` with exactly the not-shared error and no result, which the
+/// desktop posts for a command whose session is no longer shared, without starting it.
+fn is_consent_refusal(completion: &CompleteRequest) -> bool {
+    completion.status == CompletionStatus::Cancelled
+        && completion.error.as_deref() == Some(NOT_SHARED)
+        && completion.result.is_none()
 }
 
 /// Why a run operation failed.
@@ -881,7 +898,11 @@ mod tests {
         assert_eq!(cancelled.result, None);
         assert_eq!(cancelled.total_tokens, Some(3));
         assert!(cancelled.error.is_some());
-        let unshared = completion(CompletionStatus::Cancelled);
+        let unshared = CompleteRequest {
+            result: None,
+            error: Some(NOT_SHARED.into()),
+            ..completion(CompletionStatus::Cancelled)
+        };
         let from_queued = written(transition(
             &command(RunStatus::Queued, false),
             RunEvent::Completed {
@@ -891,6 +912,60 @@ mod tests {
             NOW,
         ));
         assert_eq!(from_queued.status, RunStatus::Cancelled);
+    }
+
+    #[test]
+    fn only_the_started_execution_completes_a_run_and_a_queued_one_only_for_consent() {
+        let other = CompleteRequest {
+            execution_id: "another".into(),
+            ..completion(CompletionStatus::Completed)
+        };
+        let refused = transition(
+            &command(RunStatus::Running, false),
+            RunEvent::Completed {
+                completion: &other,
+                completion_hash: "h",
+            },
+            NOW,
+        );
+        assert!(
+            matches!(&refused, Decision::Conflict(m) if m.contains("another execution_id (exec)")),
+            "{refused:?}"
+        );
+        let mut queued = command(RunStatus::Queued, false);
+        queued.execution_id = None;
+        for status in [CompletionStatus::Completed, CompletionStatus::Failed] {
+            let request = completion(status);
+            let decision = transition(
+                &queued,
+                RunEvent::Completed {
+                    completion: &request,
+                    completion_hash: "h",
+                },
+                NOW,
+            );
+            assert!(
+                matches!(&decision, Decision::Conflict(m) if m.contains("has not started")),
+                "{decision:?}"
+            );
+        }
+        // Cancelled, but not the consent refusal's words: not a consent refusal either.
+        let cancelled = CompleteRequest {
+            result: None,
+            error: Some("something else".into()),
+            ..completion(CompletionStatus::Cancelled)
+        };
+        assert!(matches!(
+            transition(
+                &queued,
+                RunEvent::Completed {
+                    completion: &cancelled,
+                    completion_hash: "h",
+                },
+                NOW,
+            ),
+            Decision::Conflict(_)
+        ));
     }
 
     #[test]

@@ -242,7 +242,9 @@ async fn completion_limits_are_enforced_at_the_edge() {
     } = setup(Era::Current).await;
     let mut ids = Vec::new();
     for key in ["limit-key-1", "limit-key-2", "limit-key-3"] {
-        ids.push(queue(&agent, key).await);
+        let id = queue(&agent, key).await;
+        assert_eq!(desktop.started(&id, "e").await.0, 200);
+        ids.push(id);
     }
 
     // A completion whose JSON is exactly 100,000 UTF-16 units fits; one unit more does not.

@@ -12,6 +12,7 @@ mod cancellation;
 mod claim_race;
 mod compact_results;
 mod desktop_api;
+mod fences;
 mod idempotency;
 mod in_process;
 mod lease_fencing;

@@ -119,6 +119,34 @@ async fn results_are_bounded() {
     chat.service.stop().await;
 }
 
+/// The limit counts UTF-16 units, as the tool's description and a JS client do: an emoji is
+/// two, so half as many fit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_are_bounded_in_utf16_units() {
+    let chat = chat_setup(ServiceConfig::default()).await;
+    let task = chat
+        .service
+        .assign_goal(&chat.link, "Write emoji", "emoji-limit")
+        .await;
+    let claim_id = claim_id(&claim(&chat.client, &chat.link, &task).await);
+    let submit = |result: String| {
+        call(
+            &chat.client,
+            "submit_linked_chat_result",
+            submit_args(&chat.link, &task, &claim_id, "completed", &result),
+        )
+    };
+    let too_long = submit("😀".repeat(MAX_TASK_RESULT_CHARS)).await;
+    assert!(
+        err(&too_long).contains(&format!("{} characters", 2 * MAX_TASK_RESULT_CHARS)),
+        "{:?}",
+        too_long.content
+    );
+    let fits = ok(&submit("😀".repeat(MAX_TASK_RESULT_CHARS / 2)).await);
+    assert_eq!(fits, json!({"ok": true, "replayed": false}));
+    chat.service.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_owners_list_shows_the_newest_tasks_up_to_its_limit() {
     let chat = chat_setup(ServiceConfig::default()).await;

@@ -357,6 +357,14 @@ pub async fn upload_artifact(
     {
         ArtifactInsertOutcome::Stored => Ok(ack(false)),
         ArtifactInsertOutcome::Existing(existing) => {
+            // Only the holder of the task's claim may learn anything about what an id holds:
+            // a replay passes the same fence as a first upload, so a stale or guessed claim id
+            // cannot probe stored content.
+            let current = link_task(app, &link, task_id).await?;
+            if current.claim_id.as_deref() != Some(request.claim_id) {
+                fence(&current, request.claim_id, app.clock.now())?;
+                return Err(Refusal::StaleClaim.into());
+            }
             if existing.sha256 == sha256
                 && existing.name == request.name
                 && existing.mime == request.mime
