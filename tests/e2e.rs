@@ -17,4 +17,5 @@ mod desktop_pickup;
 mod malformed_commands;
 mod outbox;
 mod pass_skipping;
+mod private_files;
 mod result_bounding;

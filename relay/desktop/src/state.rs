@@ -279,12 +279,7 @@ const FOLDER: &str = "folder";
 impl DesktopState {
     /// Opens (creating and migrating) the state file at `path`.
     pub fn open(path: &Path) -> Result<Self, StateError> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                StateError::Invalid(format!("cannot create {}: {e}", parent.display()))
-            })?;
-        }
-        let conn = Connection::open(path)?;
+        let conn = relay_sqlite::open_private(path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         relay_sqlite::use_wal(&conn, BUSY_TIMEOUT)?;
         Self::init(conn, Some(path.to_path_buf()))

@@ -2,9 +2,53 @@
 //! them to WAL and apply their schema migrations, also when several processes open a new file at
 //! once.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
+
+/// Permissions of a database file this crate creates: the owner's alone, whatever the umask.
+/// SQLite gives the WAL and shared-memory files the database file's permissions.
+pub const PRIVATE_FILE_MODE: u32 = 0o600;
+/// Permissions of a folder this crate creates for a database.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+
+/// Opens (creating if needed) the database at `path`. A missing file is created first with
+/// [`PRIVATE_FILE_MODE`], and missing folders above it with [`PRIVATE_DIR_MODE`], so that
+/// results, artifacts and token hashes are never readable by other users of the machine, whatever
+/// the umask. An existing file keeps the permissions its owner gave it.
+pub fn open_private(path: &Path) -> rusqlite::Result<Connection> {
+    create_private(path).map_err(|e| {
+        rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+            Some(format!("cannot create {}: {e}", path.display())),
+        )
+    })?;
+    Connection::open(path)
+}
+
+fn create_private(path: &Path) -> std::io::Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_private_dirs(parent)?;
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, PRIVATE_FILE_MODE);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, PRIVATE_DIR_MODE);
+    builder.create(dir)
+}
 
 /// Switches `conn` to WAL and returns the journal mode SQLite reports afterwards.
 ///
@@ -103,4 +147,41 @@ pub fn open_at_once_failures<E: std::fmt::Display + Send>(
         });
     }
     failures
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    #[test]
+    fn a_new_database_and_its_folders_are_the_owners_alone_under_umask_022() {
+        // SAFETY: umask only sets this process's file-creation mask.
+        unsafe { libc::umask(0o022) };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a/b/relay.db");
+        let conn = open_private(&path).expect("open");
+        assert_eq!(use_wal(&conn, Duration::from_secs(1)).expect("wal"), "wal");
+        conn.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+            .expect("write");
+        for file in ["relay.db", "relay.db-wal", "relay.db-shm"] {
+            assert_eq!(mode(&dir.path().join("a/b").join(file)), 0o600, "{file}");
+        }
+        assert_eq!(mode(&dir.path().join("a")), 0o700);
+        assert_eq!(mode(&dir.path().join("a/b")), 0o700);
+        drop(conn);
+        // An existing file keeps what its owner chose.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+        drop(open_private(&path).expect("reopen"));
+        assert_eq!(mode(&path), 0o640);
+    }
 }

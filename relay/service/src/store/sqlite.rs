@@ -206,7 +206,7 @@ impl SqliteStore {
 
 fn open_connection(path: Option<&Path>) -> Result<Connection, StoreError> {
     let mut connection = match path {
-        Some(path) => Connection::open(path).map_err(|e| {
+        Some(path) => relay_sqlite::open_private(path).map_err(|e| {
             StoreError::Backend(format!("cannot open database {}: {e}", path.display()))
         })?,
         None => Connection::open_in_memory().map_err(backend)?,
