@@ -126,23 +126,73 @@ pub(crate) enum TokenCommand {
 }
 
 #[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("kind").required(true).args(["desktop", "agent", "owner"]))]
+#[command(
+    after_help = "A desktop token reaches one project: `--desktop --project ID` syncs that project only, \
+`--desktop --owner NAME` every project of the owner NAME (today's and later ones)."
+)]
 pub(crate) struct TokenCreateArgs {
-    /// A desktop token: lets the project owner's desktop sync all that owner's projects.
+    /// A desktop token: with --project ID it syncs that project only; with --owner NAME, every
+    /// project of that owner.
     #[arg(long)]
     desktop: bool,
     /// An agent token for the connected agent NAME on this project (needs --scope).
     #[arg(long, value_name = "NAME")]
     agent: Option<String>,
-    /// An owner token for the project owner's own API.
-    #[arg(long)]
-    owner: bool,
+    /// An owner token for the project owner's own API (with --project); with --desktop, the
+    /// owner NAME whose projects the desktop token reaches.
+    #[arg(long, value_name = "NAME", num_args = 0..=1)]
+    owner: Option<Option<String>>,
     /// The project.
     #[arg(long, value_name = "ID")]
-    project: String,
+    project: Option<String>,
     /// Scope of an agent token: osfoundry:read and/or osfoundry:run (repeatable).
     #[arg(long = "scope", value_name = "SCOPE")]
     scopes: Vec<String>,
+}
+
+/// What `token create` mints.
+enum TokenTarget {
+    /// A token for one project.
+    Project(String, TokenSpec),
+    /// A desktop token for all of this owner's projects.
+    OwnersDesktop(String),
+}
+
+/// Reads `token create`'s flags: exactly one kind, and what it reaches.
+fn token_target(create: TokenCreateArgs) -> Result<TokenTarget> {
+    const KIND: &str = "choose exactly one of --desktop, --agent NAME, --owner";
+    if create.agent.is_none() && !create.scopes.is_empty() {
+        anyhow::bail!("--scope applies to agent tokens only (--agent NAME)");
+    }
+    match (create.desktop, create.agent, create.owner, create.project) {
+        (true, None, Some(Some(owner)), None) => Ok(TokenTarget::OwnersDesktop(owner)),
+        (true, None, Some(Some(_)), Some(_)) => anyhow::bail!(
+            "--desktop takes --project ID (that project only) or --owner NAME (all of NAME's projects), not both"
+        ),
+        (true, None, Some(None), _) => {
+            anyhow::bail!("--owner needs the owner's NAME with --desktop: --desktop --owner NAME")
+        }
+        (true, None, None, Some(project)) => Ok(TokenTarget::Project(project, TokenSpec::Desktop)),
+        (true, None, None, None) => anyhow::bail!(
+            "--desktop needs --project ID (that project only) or --owner NAME (all of the owner's projects)"
+        ),
+        (false, None, Some(None), Some(project)) => {
+            Ok(TokenTarget::Project(project, TokenSpec::Owner))
+        }
+        (false, None, Some(Some(_)), _) => anyhow::bail!(
+            "an owner token takes --project ID, not a name (--owner NAME goes with --desktop)"
+        ),
+        (false, Some(name), None, Some(project)) => Ok(TokenTarget::Project(
+            project,
+            TokenSpec::Agent {
+                name,
+                scopes: create.scopes,
+            },
+        )),
+        (false, None, None, _) => anyhow::bail!("{KIND}"),
+        (_, _, _, None) => anyhow::bail!("--project ID is needed: the project the token is for"),
+        _ => anyhow::bail!("{KIND}"),
+    }
 }
 
 /// Runs one `relay admin` command against the service's database.
@@ -207,19 +257,14 @@ async fn token(app: &AppState, json: bool, command: TokenCommand) -> Result<()> 
             Ok(())
         }
         TokenCommand::Create(create) => {
-            let spec = match (create.desktop, create.agent, create.owner) {
-                (true, None, false) => TokenSpec::Desktop,
-                (false, None, true) => TokenSpec::Owner,
-                (false, Some(name), false) => TokenSpec::Agent {
-                    name,
-                    scopes: create.scopes.clone(),
-                },
-                _ => anyhow::bail!("choose exactly one of --desktop, --agent NAME, --owner"),
+            let token = match token_target(create)? {
+                TokenTarget::Project(project, spec) => {
+                    admin::create_token(app, &project, spec).await?
+                }
+                TokenTarget::OwnersDesktop(owner) => {
+                    admin::create_owner_desktop_token(app, &owner).await?
+                }
             };
-            if !matches!(spec, TokenSpec::Agent { .. }) && !create.scopes.is_empty() {
-                anyhow::bail!("--scope applies to agent tokens only (--agent NAME)");
-            }
-            let token = admin::create_token(app, &create.project, spec).await?;
             print(json, &token, &token.token)
         }
         TokenCommand::Revoke { id } => {

@@ -638,3 +638,71 @@ fn desktop_run_without_an_enabled_project_says_so() {
         "{seen}"
     );
 }
+
+fn stderr_of(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A desktop token reaches the project it was minted for; `--owner NAME` mints one for every
+/// project of that owner; the flags say so, and a wrong mix fails with what to pass.
+#[test]
+fn desktop_tokens_reach_a_project_or_an_owners_projects() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    let created = relay(&db, &["project", "create", "First", "--owner", "alice"]);
+    assert!(created.status.success(), "{created:?}");
+    let project = String::from_utf8_lossy(&created.stdout).trim().to_owned();
+    let json = |args: &[&str]| -> Value {
+        let output = relay(&db, &[&["--json"], args].concat());
+        assert!(output.status.success(), "{args:?}: {}", stderr_of(&output));
+        serde_json::from_slice(&output.stdout).expect("JSON")
+    };
+    let scoped = json(&["token", "create", "--desktop", "--project", &project]);
+    assert_eq!(scoped["project_id"], project.as_str());
+    let wide = json(&["token", "create", "--desktop", "--owner", "alice"]);
+    assert!(wide.get("project_id").is_none(), "{wide}");
+    assert!(
+        wide["token"].as_str().unwrap_or("").starts_with("grd_"),
+        "{wide}"
+    );
+    let owner = json(&["token", "create", "--owner", "--project", &project]);
+    assert_eq!(owner["kind"], "owner");
+    for (args, needle) in [
+        (vec!["token", "create", "--desktop"], "--project ID"),
+        (
+            vec!["token", "create", "--desktop", "--owner"],
+            "--owner NAME",
+        ),
+        (
+            vec![
+                "token",
+                "create",
+                "--desktop",
+                "--owner",
+                "alice",
+                "--project",
+                &project,
+            ],
+            "not both",
+        ),
+        (
+            vec!["token", "create", "--desktop", "--owner", "bob"],
+            "no owner named `bob`",
+        ),
+        (
+            vec!["token", "create", "--owner", "alice"],
+            "goes with --desktop",
+        ),
+    ] {
+        let output = relay(&db, &args);
+        assert!(!output.status.success(), "{args:?} should fail");
+        assert!(
+            stderr_of(&output).contains(needle),
+            "{args:?}: {}",
+            stderr_of(&output)
+        );
+    }
+    let help = relay(&db, &["token", "create", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--desktop --owner NAME"), "{help}");
+}

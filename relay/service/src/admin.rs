@@ -41,7 +41,7 @@ pub struct ProjectInfo {
 /// What kind of token to mint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenSpec {
-    /// For the desktop of the project's owner.
+    /// For the desktop of the project's owner, reaching that project only.
     Desktop,
     /// For the owner's own API.
     Owner,
@@ -63,8 +63,9 @@ pub struct CreatedToken {
     pub token: String,
     /// `desktop`, `agent` or `owner`.
     pub kind: &'static str,
-    /// The project it was minted for.
-    pub project_id: String,
+    /// The project it was minted for (none: a desktop token for all of the owner's projects).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
     /// The owner it acts for.
     pub owner_id: String,
     /// The agent's name (agent tokens).
@@ -166,14 +167,20 @@ pub async fn list_projects(app: &AppState) -> Result<Vec<ProjectInfo>, AdminErro
         .collect())
 }
 
-/// The tokens that reach `project_id`, revoked ones too, oldest first: its agents' tokens and
-/// its owner's desktop and owner tokens (which cover all of the owner's projects).
+/// The tokens that reach `project_id`, revoked ones too, oldest first: its agents' and
+/// desktops' tokens, and its owner's owner-wide desktop tokens and owner tokens (which cover all
+/// of the owner's projects).
 pub async fn list_tokens(app: &AppState, project_id: &str) -> Result<Vec<TokenInfo>, AdminError> {
     let project = known_project(app, project_id).await?;
     let tokens = app.store.tokens_of_owner(&project.owner_id).await?;
     Ok(tokens
         .into_iter()
-        .filter(|t| t.kind != TokenKind::Agent || t.project_id.as_deref() == Some(project_id))
+        .filter(|t| {
+            t.kind == TokenKind::Owner
+                || t.project_id
+                    .as_deref()
+                    .is_none_or(|only| only == project_id)
+        })
         .map(|t| TokenInfo {
             token_id: t.id,
             kind: t.kind.as_str(),
@@ -240,7 +247,8 @@ pub async fn create_token(
         kind,
         token_hash: minted.hash,
         owner_id: project.owner_id.clone(),
-        project_id: (kind == TokenKind::Agent).then(|| project.id.clone()),
+        // An owner token is the owner's; agent and desktop tokens reach their project only.
+        project_id: (kind != TokenKind::Owner).then(|| project.id.clone()),
         agent_name: agent_name.clone(),
         scopes: scopes.clone(),
         created_at: app.clock.now(),
@@ -251,10 +259,47 @@ pub async fn create_token(
         token_id: record.id,
         token: minted.text,
         kind: kind.as_str(),
-        project_id: project.id,
+        project_id: Some(project.id),
         owner_id: project.owner_id,
         agent_name,
         scopes,
+    })
+}
+
+/// Mints a desktop token that reaches every project of the owner named `owner` (one desktop
+/// serving all of them), today's and later ones.
+pub async fn create_owner_desktop_token(
+    app: &AppState,
+    owner: &str,
+) -> Result<CreatedToken, AdminError> {
+    let owners = app.store.owners().await?;
+    let owner = owners.into_iter().find(|o| o.name == owner).ok_or_else(|| {
+        AdminError::Invalid(format!(
+            "no owner named `{owner}`: `relay admin project list` shows each project's owner, `relay admin project create NAME --owner OWNER` makes one"
+        ))
+    })?;
+    let minted = mint_token(TokenKind::Desktop)
+        .map_err(|e| AdminError::Invalid(format!("the system has no randomness: {e}")))?;
+    let record = TokenRecord {
+        id: uuid::Uuid::new_v4().to_string(),
+        kind: TokenKind::Desktop,
+        token_hash: minted.hash,
+        owner_id: owner.id.clone(),
+        project_id: None,
+        agent_name: None,
+        scopes: Vec::new(),
+        created_at: app.clock.now(),
+        revoked_at: None,
+    };
+    app.store.insert_token(record.clone()).await?;
+    Ok(CreatedToken {
+        token_id: record.id,
+        token: minted.text,
+        kind: TokenKind::Desktop.as_str(),
+        project_id: None,
+        owner_id: owner.id,
+        agent_name: None,
+        scopes: Vec::new(),
     })
 }
 

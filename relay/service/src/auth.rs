@@ -77,6 +77,20 @@ pub struct DesktopIdentity {
     pub token_id: String,
     /// The owner whose projects it may sync.
     pub owner_id: String,
+    /// The one project it was minted for, or `None` for an owner-wide token (minted with
+    /// `relay admin token create --desktop --owner NAME`), which reaches all the owner's projects.
+    pub project_id: Option<String>,
+}
+
+impl DesktopIdentity {
+    /// Whether this desktop may sync `project` and its commands.
+    pub fn reaches(&self, project: &crate::store::ProjectRecord) -> bool {
+        project.owner_id == self.owner_id
+            && self
+                .project_id
+                .as_ref()
+                .is_none_or(|only| *only == project.id)
+    }
 }
 
 /// The owner acting through their own API.
@@ -226,6 +240,7 @@ fn identity_of(record: TokenRecord) -> Result<Identity, AuthError> {
         TokenKind::Desktop => Identity::Desktop(DesktopIdentity {
             token_id: record.id,
             owner_id: record.owner_id,
+            project_id: record.project_id,
         }),
         TokenKind::Owner => Identity::Owner(OwnerIdentity {
             token_id: record.id,

@@ -633,7 +633,7 @@ async fn desktop_command(
         .ok_or_else(|| DesktopError::NotFound(command_not_found()))?;
     let project = app.store.project(&command.project_id).await?;
     match project {
-        Some(project) if project.owner_id == desktop.owner_id => Ok(command),
+        Some(project) if desktop.reaches(&project) => Ok(command),
         _ => Err(DesktopError::NotFound(command_not_found())),
     }
 }

@@ -71,11 +71,22 @@ pub async fn sync_project(
         .validate()
         .map_err(|e| DesktopError::BadRequest(e.0))?;
     let project = app.store.project(&request.project_id).await?;
-    if project.is_none_or(|project| project.owner_id != desktop.owner_id) {
-        return Err(DesktopError::Forbidden(format!(
-            "project `{}` is not one of this desktop's owner's projects: check the project id, or use the desktop token of the project's owner",
-            request.project_id
-        )));
+    match (&project, &desktop.project_id) {
+        (Some(project), Some(only))
+            if project.owner_id == desktop.owner_id && *only != project.id =>
+        {
+            return Err(DesktopError::Forbidden(format!(
+                "this desktop token was minted for project `{only}` only, not `{}`: mint one for it (`relay admin token create --desktop --project {}`) or one for all of the owner's projects (`--desktop --owner NAME`)",
+                project.id, project.id
+            )));
+        }
+        (Some(project), _) if desktop.reaches(project) => {}
+        _ => {
+            return Err(DesktopError::Forbidden(format!(
+                "project `{}` is not one of this desktop's owner's projects: check the project id, or use the desktop token of the project's owner",
+                request.project_id
+            )));
+        }
     }
     let now = app.clock.now();
     let project_id = request.project_id.clone();
@@ -141,7 +152,7 @@ async fn sync_answer(
                 .store
                 .project(&command.project_id)
                 .await?
-                .is_some_and(|p| p.owner_id == desktop.owner_id)
+                .is_some_and(|p| desktop.reaches(&p))
         {
             cancel_requested.push(*id);
         }

@@ -252,7 +252,7 @@ async fn a_desktop_touches_only_its_owners_projects() {
     let x_project = service.project("x", "owner-x").await;
     let y_project = service.project("y", "owner-y").await;
     let x_second = service.project("x2", "owner-x").await;
-    let x_desktop = service.desktop(&x_project).await;
+    let x_desktop = service.owners_desktop("owner-x").await;
     let y_desktop = service.desktop(&y_project).await;
     y_desktop.sync(&y_project, &[1]).await;
     let y_agent = mcp_client(
@@ -269,7 +269,8 @@ async fn a_desktop_touches_only_its_owners_projects() {
     .await);
     let id = ticket["command_id"].as_str().unwrap().to_owned();
 
-    // One desktop token serves all of its owner's projects.
+    // An owner-wide desktop token serves all of its owner's projects, and only those.
+    x_desktop.sync(&x_project, &[4]).await;
     x_desktop.sync(&x_second, &[5]).await;
     let (status, body) = x_desktop
         .sync_raw(&json!({"project_id": y_project, "sessions": [common::session(9)]}))
@@ -408,5 +409,58 @@ async fn desktop_token_is_revoked_by_its_text(
             .await
             .0,
         401
+    );
+}
+
+/// A desktop token minted for a project reaches that project only; one minted for the owner
+/// reaches all of the owner's projects (`relay admin token create --desktop --owner NAME`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_desktop_token_reaches_its_project_only() {
+    let service = TestService::start().await;
+    let first = service.project("p1", "alice").await;
+    let third = service.project("p3", "alice").await;
+    let p1_desktop = service.desktop(&first).await;
+    let alice_desktop = service.owners_desktop("alice").await;
+    p1_desktop.sync(&first, &[1]).await;
+    let (status, body) = p1_desktop
+        .sync_raw(&json!({"project_id": third, "sessions": [common::session(3)]}))
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("--desktop --owner"),
+        "the refusal says how to reach all projects: {body}"
+    );
+    alice_desktop.sync(&third, &[3]).await;
+    alice_desktop.sync(&first, &[1]).await;
+
+    // The project token cannot touch the other project's commands either.
+    let agent = mcp_client(
+        &service.mcp_url(),
+        &service.full_agent(&third).await,
+        Era::Current,
+    )
+    .await;
+    let ticket = ok(&call(
+        &agent,
+        "run_graph_session",
+        run_args(3, "p3-run-key", json!({})),
+    )
+    .await);
+    let id = ticket["command_id"].as_str().unwrap().to_owned();
+    assert_eq!(p1_desktop.started(&id, "p1-exec").await.0, 404);
+    assert_eq!(p1_desktop.control(&id).await.0, 404);
+    assert_eq!(alice_desktop.started(&id, "alice-exec").await.0, 200);
+    let listed = relay_service::admin::list_tokens(&service.app, &third)
+        .await
+        .expect("tokens");
+    assert!(
+        listed
+            .iter()
+            .filter(|t| t.kind == "desktop")
+            .all(|t| t.project_id.is_none()),
+        "P3's list shows the owner-wide desktop token, not P1's: {listed:?}"
     );
 }

@@ -129,6 +129,19 @@ impl TestService {
             token,
         }
     }
+
+    /// A desktop client with a token for every project of the owner named `owner`.
+    pub async fn owners_desktop(&self, owner: &str) -> Desktop {
+        let token = admin::create_owner_desktop_token(&self.app, owner)
+            .await
+            .expect("create owner-wide desktop token")
+            .token;
+        Desktop {
+            http: reqwest::Client::new(),
+            base: self.base.clone(),
+            token,
+        }
+    }
 }
 
 /// `gs_` id number `n`.
