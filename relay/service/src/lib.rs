@@ -53,6 +53,8 @@ pub struct ServiceConfig {
     /// How reads sweep lapsed leases and expired tasks; anything but the default is for the
     /// empty-poll benchmark.
     pub task_sweep: SweepMode,
+    /// How many 2025-era MCP sessions may be open, and how long an unused one lives.
+    pub mcp_sessions: mcp::legacy_sessions::SessionLimits,
     /// Claim chat tasks by read-then-write instead of one conditional write, so the race test
     /// can show it catches the double claims that causes. Exists only with the `naive-claim`
     /// feature, which only the service's own tests enable.
@@ -68,6 +70,7 @@ impl Default for ServiceConfig {
             public_url: None,
             task_lease: chat_tasks::DEFAULT_TASK_LEASE,
             task_sweep: SweepMode::default(),
+            mcp_sessions: mcp::legacy_sessions::SessionLimits::default(),
             #[cfg(feature = "naive-claim")]
             naive_claim: false,
         }
@@ -91,6 +94,8 @@ pub struct AppState {
     pub notifier: Arc<dyn notify::Notifier>,
     /// What the chat tasks' lazy sweep did (guard checks, write transactions).
     pub task_sweeps: SweepStats,
+    /// The open 2025-era MCP sessions.
+    pub mcp_sessions: mcp::legacy_sessions::McpSessions,
 }
 
 impl AppState {
@@ -99,10 +104,11 @@ impl AppState {
         Arc::new(AppState {
             store,
             clock,
-            config,
             shutdown: CancellationToken::new(),
             notifier: Arc::new(notify::LocalNotifier::default()),
             task_sweeps: SweepStats::default(),
+            mcp_sessions: mcp::legacy_sessions::McpSessions::new(config.mcp_sessions),
+            config,
         })
     }
 }

@@ -10,13 +10,13 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{SessionId, SessionManager};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::legacy_sessions::SessionId;
 use super::tools;
 use crate::AppState;
+use crate::auth::AgentIdentity;
 use crate::edge::Agent;
 use crate::oauth;
 
@@ -66,6 +66,9 @@ pub async fn gate(
         }
         if let Ok(peek) = peek {
             match peek.method.as_deref() {
+                Some("initialize") => {
+                    parts.extensions.insert(OpensSession);
+                }
                 Some("tools/list") => lists_tools = true,
                 Some("tools/call") => {
                     let spec = peek
@@ -94,36 +97,77 @@ pub async fn gate(
     }
 }
 
-/// A 2025-era `DELETE` that ends a session: 204 once it is ended, 404 for a session that does
-/// not exist (never opened, or already ended). rmcp answers both with 202, which the official
-/// Python SDK logs as a failed termination, and which tells a client nothing about a wrong id.
-pub async fn end_session(
-    State(sessions): State<Arc<LocalSessionManager>>,
-    request: Request,
+/// Marks a POST whose JSON-RPC method is `initialize`: a 2025-era client opening a session.
+#[derive(Clone, Copy)]
+struct OpensSession;
+
+/// The service's 2025-era sessions around rmcp's stateless serving (see [`super::legacy_sessions`]):
+/// a successful `initialize` opens one and answers its id; a request naming a session must
+/// come from the token that opened it (404 otherwise, as for a missing or ended session); a
+/// `DELETE` ends one with 204 (404 for none). rmcp never sees the session header.
+pub async fn legacy_sessions(
+    State(app): State<Arc<AppState>>,
+    mut request: Request,
     next: Next,
 ) -> Response {
-    if request.method() != Method::DELETE {
-        return next.run(request).await;
-    }
-    let session: Option<SessionId> = request
+    // The gate put the agent here; without one nothing gets this far.
+    let Some(token_id) = request
+        .extensions()
+        .get::<AgentIdentity>()
+        .map(|agent| agent.token_id.clone())
+    else {
+        return StatusCode::UNAUTHORIZED.into_response();
+    };
+    let named = request
         .headers()
         .get(HEADER_SESSION_ID)
-        .and_then(|v| v.to_str().ok())
-        .map(Into::into);
-    if let Some(session) = &session
-        && !sessions.has_session(session).await.unwrap_or(true)
-    {
-        return (
-            StatusCode::NOT_FOUND,
-            "Not Found: no such MCP session (it was never opened or has already ended)",
+        .map(|value| value.to_str().ok().and_then(SessionId::parse));
+    let sessions = &app.mcp_sessions;
+    match named {
+        Some(Some(id)) if request.method() == Method::DELETE => {
+            if sessions.close(id, &token_id) {
+                StatusCode::NO_CONTENT.into_response()
+            } else {
+                no_such_session()
+            }
+        }
+        Some(Some(id)) if sessions.touch(id, &token_id) => {
+            request.headers_mut().remove(HEADER_SESSION_ID);
+            next.run(request).await
+        }
+        Some(_) => no_such_session(),
+        None if request.method() == Method::DELETE => (
+            StatusCode::BAD_REQUEST,
+            "Bad Request: DELETE ends an MCP session; send its Mcp-Session-Id header",
         )
-            .into_response();
+            .into_response(),
+        None => {
+            let opens = request.extensions().get::<OpensSession>().is_some();
+            let mut response = next.run(request).await;
+            if opens && response.status() == StatusCode::OK {
+                match sessions
+                    .open(&token_id)
+                    .map(|id| HeaderValue::from_str(&id.to_header()))
+                {
+                    Ok(Ok(value)) => {
+                        response.headers_mut().insert(HEADER_SESSION_ID, value);
+                    }
+                    Ok(Err(error)) => tracing::error!(%error, "a session id is not a header value"),
+                    Err(error) => tracing::error!(%error, "cannot open an MCP session"),
+                }
+            }
+            response
+        }
     }
-    let mut response = next.run(request).await;
-    if session.is_some() && response.status() == StatusCode::ACCEPTED {
-        *response.status_mut() = StatusCode::NO_CONTENT;
-    }
-    response
+}
+
+/// The answer for a session that does not exist for this token.
+fn no_such_session() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        "Not Found: no such MCP session (it was never opened, has ended, or belongs to another token)",
+    )
+        .into_response()
 }
 
 /// `body` with every lone UTF-16 surrogate escape replaced by `\ufffd`. A JS client's

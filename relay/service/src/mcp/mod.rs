@@ -3,6 +3,7 @@
 
 mod chat;
 mod http;
+pub mod legacy_sessions;
 pub mod tools;
 
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use rmcp::model::{
     ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::Serialize;
@@ -56,7 +57,10 @@ fn wait_seconds(arguments: &Arguments<'_>) -> Result<std::time::Duration, Argume
 /// The `/mcp` routes: the rmcp service behind the token gate.
 pub fn routes(app: Arc<AppState>) -> Router {
     let handler = GraphTools { app: app.clone() };
+    // rmcp serves every request statelessly; 2025-era sessions are the service's own
+    // (`legacy_sessions`), a small record bound to the token that opened it.
     let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_max_request_body_bytes(MAX_MCP_BODY_BYTES)
         .with_cancellation_token(app.shutdown.child_token())
@@ -64,14 +68,17 @@ pub fn routes(app: Arc<AppState>) -> Router {
         // DNS rebinding gains nothing; the host list would only break deployments behind a
         // public name.
         .disable_allowed_hosts();
-    let sessions = Arc::new(LocalSessionManager::default());
-    let service: StreamableHttpService<GraphTools, LocalSessionManager> =
-        StreamableHttpService::new(move || Ok(handler.clone()), sessions.clone(), config);
+    let service: StreamableHttpService<GraphTools, NeverSessionManager> =
+        StreamableHttpService::new(
+            move || Ok(handler.clone()),
+            Arc::new(NeverSessionManager::default()),
+            config,
+        );
     Router::new()
         .route_service(MCP_PATH, service)
         .layer(axum::middleware::from_fn_with_state(
-            sessions,
-            http::end_session,
+            app.clone(),
+            http::legacy_sessions,
         ))
         .layer(axum::middleware::from_fn_with_state(app, http::gate))
 }
