@@ -10,6 +10,7 @@ pub mod auth;
 pub mod chat_tasks;
 pub mod desktop_api;
 pub mod edge;
+pub mod listener;
 pub mod mcp;
 pub mod notify;
 pub mod oauth;
@@ -53,6 +54,8 @@ pub struct ServiceConfig {
     /// How reads sweep lapsed leases and expired tasks; anything but the default is for the
     /// empty-poll benchmark.
     pub task_sweep: SweepMode,
+    /// How long and how many connections the service keeps.
+    pub connections: listener::ConnectionLimits,
     /// How many 2025-era MCP sessions may be open, and how long an unused one lives.
     pub mcp_sessions: mcp::legacy_sessions::SessionLimits,
     /// Claim chat tasks by read-then-write instead of one conditional write, so the race test
@@ -70,6 +73,7 @@ impl Default for ServiceConfig {
             public_url: None,
             task_lease: chat_tasks::DEFAULT_TASK_LEASE,
             task_sweep: SweepMode::default(),
+            connections: listener::ConnectionLimits::default(),
             mcp_sessions: mcp::legacy_sessions::SessionLimits::default(),
             #[cfg(feature = "naive-claim")]
             naive_claim: false,
@@ -141,13 +145,17 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let sweeper = tokio::spawn(sweep_silent_runs(app.clone()));
     let stop = app.shutdown.clone();
-    let result = axum::serve(listener, router(app.clone()))
-        .with_graceful_shutdown(async move {
+    let result = listener::serve(
+        listener,
+        router(app.clone()),
+        app.config.connections,
+        async move {
             shutdown.await;
             // Open MCP streams would otherwise hold the graceful shutdown forever.
             stop.cancel();
-        })
-        .await;
+        },
+    )
+    .await;
     app.shutdown.cancel();
     sweeper.abort();
     result
