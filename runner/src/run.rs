@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::Engine;
+use crate::host::engine::Engine;
 use crate::host::agents::{AgentProvider, NoProvider};
 use crate::host::approvals::{
     ApprovalPolicy, Approvals, Approver, DEFAULT_APPROVAL_TIMEOUT, NobodyToAsk,

@@ -26,7 +26,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::Engine;
+use crate::host::engine::Engine;
 use crate::host::agents::AgentProvider;
 use crate::host::approvals::{
     ApprovalPolicy, ApprovalRequest, Approver, BoxFuture, Decision, Policy,

@@ -9,7 +9,7 @@ use std::process::Output;
 
 use common::server::TestServer;
 use runner::RunStatus;
-use runner::host::providers::Price;
+use runner::host::provider_config::Price;
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,7 @@ use common::server::{Record, Scripted, TestServer};
 use runner::RunStatus;
 use runner::host::approvals::Policy;
 use runner::host::events::{CollectingSink, Event, EventKind};
-use runner::host::providers::{Price, ProviderConfig};
+use runner::host::provider_config::{Price, ProviderConfig};
 use runner::host::tools::ToolRegistry;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use graph_js::{AgentRequest, Failure, Limits, Meta, MetaError};
 
-use super::Engine;
+use crate::host::engine::Engine;
 use crate::host::Invocation;
 use crate::host::approvals::BoxFuture;
 

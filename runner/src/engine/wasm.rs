@@ -23,7 +23,7 @@ use wasmtime::{AsContextMut, Config, Store, StoreContextMut, Trap, UpdateDeadlin
 use wasmtime_wasi::p2::pipe::{ClosedInputStream, MemoryOutputPipe};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use super::Engine;
+use crate::host::engine::Engine;
 use crate::host::Invocation;
 use crate::host::approvals::BoxFuture;
 

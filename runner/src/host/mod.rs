@@ -6,14 +6,17 @@ pub mod agents;
 pub mod anthropic;
 pub mod approvals;
 pub mod budget;
+pub mod engine;
 pub mod events;
 pub mod graphs;
 pub mod http;
 pub mod mock;
 pub mod openai;
+pub mod provider_config;
 pub mod providers;
 pub mod sse;
 pub mod tools;
+pub mod wire;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,7 +29,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::Engine;
+use engine::Engine;
 use agents::{AgentContext, AgentProvider, ProviderProgress, Turn, Usage};
 use approvals::{ApprovalRequest, Approvals, BoxFuture, Checked};
 use budget::Budget;
