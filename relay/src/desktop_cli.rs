@@ -17,7 +17,7 @@ use runner::engine::EngineKind;
 use runner::host::agents::{AgentProvider, NoProvider};
 use runner::host::approvals::Policy;
 use runner::host::mock::MockProvider;
-use runner::host::providers::ProviderArgs;
+use runner::cli::ProviderArgs;
 use runner::input::read_script;
 use runner::trace::for_terminal;
 use tokio_util::sync::CancellationToken;

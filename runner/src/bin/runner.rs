@@ -16,7 +16,7 @@ use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
 use runner::host::events::{EventSink, NullSink};
 use runner::host::graphs::{DESCRIBE_TIMEOUT, LazyFolderCatalog};
 use runner::host::mock::MockProvider;
-use runner::host::providers::ProviderArgs;
+use runner::cli::ProviderArgs;
 use runner::host::tools::ToolRegistry;
 use runner::input::{
     MAX_DATA_FILE_BYTES, MAX_SCRIPT_FILE_BYTES, read_at_most_by, read_text_at_most,

@@ -9,9 +9,7 @@ use std::sync::Arc;
 pub use crate::host::engine::Engine;
 
 /// Which engine to use.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EngineKind {
     /// boa compiled to a wasm component under wasmtime: the sandbox for untrusted graphs.

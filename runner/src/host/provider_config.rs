@@ -67,15 +67,13 @@ const SECRET_FIELDS: &[&str] = &[
 ];
 
 /// Which API an entry speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum ProviderKind {
     /// OpenAI's chat completions (OpenAI, llama.cpp, Ollama, vLLM, LM Studio).
     #[serde(rename = "openai")]
-    #[value(name = "openai")]
     OpenAi,
     /// Anthropic's Messages API.
     #[serde(rename = "anthropic")]
-    #[value(name = "anthropic")]
     Anthropic,
 }
 

@@ -211,44 +211,32 @@ impl AgentProvider for ProviderSet {
     }
 }
 
-/// The agent-provider flags shared by `runner run`, `runner test` and `relay desktop run`.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct ProviderArgs {
-    /// A real agent provider: `openai` (any OpenAI-compatible server: OpenAI, llama.cpp,
-    /// Ollama, vLLM, LM Studio) or `anthropic`.
-    #[arg(long, value_enum, requires = "model")]
+/// What the agent-provider flags of `runner run`, `runner test` and `relay desktop run` say
+/// (their parser is `runner::cli::ProviderArgs`, behind the `cli` feature), as plain options.
+#[derive(Debug, Clone, Default)]
+pub struct ProviderOptions {
+    /// A real agent provider (`--provider`).
     pub provider: Option<ProviderKind>,
-    /// The provider's base URL, with its version path (default: the hosted API,
-    /// `https://api.openai.com/v1` or `https://api.anthropic.com/v1`).
-    #[arg(long = "base-url", value_name = "URL", requires = "provider")]
+    /// The provider's base URL, with its version path (`--base-url`; default: the hosted API).
     pub base_url: Option<String>,
-    /// The model for agents that name none.
-    #[arg(long, value_name = "NAME", requires = "provider")]
+    /// The model for agents that name none (`--model`).
     pub model: Option<String>,
-    /// The environment variable that holds the API key (default: OPENAI_API_KEY for the hosted
-    /// OpenAI API, ANTHROPIC_API_KEY for anthropic; none for other OpenAI-compatible servers).
-    #[arg(long = "api-key-env", value_name = "VAR", requires = "provider")]
+    /// The environment variable that holds the API key (`--api-key-env`).
     pub api_key_env: Option<String>,
-    /// Sampling temperature (0 makes replies repeatable).
-    #[arg(long, requires = "provider")]
+    /// Sampling temperature (`--temperature`).
     pub temperature: Option<f64>,
-    /// USD per million input tokens of the model, for `reported_cost`.
-    #[arg(long = "input-price", value_name = "USD", requires = "provider")]
+    /// USD per million input tokens of the model, for `reported_cost` (`--input-price`).
     pub input_price: Option<f64>,
-    /// USD per million output tokens of the model, for `reported_cost`.
-    #[arg(long = "output-price", value_name = "USD", requires = "provider")]
+    /// USD per million output tokens of the model, for `reported_cost` (`--output-price`).
     pub output_price: Option<f64>,
-    /// Seconds one provider request may take.
-    #[arg(long = "request-timeout", value_name = "SECS", requires = "provider")]
+    /// Seconds one provider request may take (`--request-timeout`).
     pub request_timeout: Option<f64>,
-    /// A providers file (TOML) naming several providers; a graph picks one with
-    /// `model: "NAME:MODEL"` (see the README).
-    #[arg(long, value_name = "FILE")]
+    /// A providers file (TOML) naming several providers (`--providers`).
     pub providers: Option<PathBuf>,
 }
 
-impl ProviderArgs {
-    /// The provider these flags describe, or `None` when they name none.
+impl ProviderOptions {
+    /// The provider these options describe, or `None` when they name none.
     pub fn build(&self) -> Result<Option<Arc<dyn AgentProvider>>, ProviderConfigError> {
         let mut set = match &self.providers {
             Some(path) => ProviderSet::from_file(path)?,
