@@ -202,9 +202,9 @@ pub async fn run_graph(
         match outcome {
             Some(Ok(json)) => match crate::host::parse_outgoing(&json, "the result", "is") {
                 Ok(value) => (RunStatus::Completed, Some(value), None),
-                Err(e) => (RunStatus::Failed, None, Some(e)),
+                Err(e) => (RunStatus::Failed, None, Some(e.to_string())),
             },
-            Some(Err(error)) => (RunStatus::Failed, None, Some(error)),
+            Some(Err(error)) => (RunStatus::Failed, None, Some(error.to_string())),
             None => {
                 // Give the engine a moment to stop, so the tokens and the trace are final when
                 // the outcome is reported. An interpreter that cannot be interrupted (boa inside

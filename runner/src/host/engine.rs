@@ -15,14 +15,30 @@ pub trait Engine: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// Runs `script`'s default export with `args` (JSON text of an object) and returns its
-    /// result as JSON text, or an error sentence.
+    /// result as JSON text, or why it failed.
     fn run(
         &self,
         script: Arc<str>,
         args: String,
         invocation: Invocation,
-    ) -> BoxFuture<'static, Result<String, String>>;
+    ) -> BoxFuture<'static, Result<String, EngineError>>;
 
     /// Reads and validates `script`'s `meta` without running the graph.
     fn describe(&self, script: Arc<str>) -> BoxFuture<'static, Result<Meta, MetaError>>;
+}
+
+/// Why an engine's run of a graph failed. The text is the sentence the run's outcome reports.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    /// The graph failed in its own code: it did not parse, threw or rejected, or returned what
+    /// cannot leave it (the interpreter's sentence).
+    #[error("{0}")]
+    Graph(String),
+    /// The sandbox stopped the graph: one of its limits (memory, fuel, stack), the run's stop
+    /// (deadline, cancel), or a trap.
+    #[error("{0}")]
+    Sandbox(String),
+    /// The engine could not run the graph at all (an interpreter thread, a store).
+    #[error("{0}")]
+    Engine(String),
 }

@@ -148,7 +148,20 @@ pub struct LazyFolderCatalog {
     dir: PathBuf,
     engine: Arc<dyn Engine>,
     timeout: Duration,
-    loaded: tokio::sync::OnceCell<Result<FolderCatalog, String>>,
+    loaded: tokio::sync::OnceCell<Result<FolderCatalog, CatalogError>>,
+}
+
+/// Why a catalog could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// The graphs folder could not be listed.
+    #[error("cannot read the graphs folder {dir}: {reason}")]
+    Folder {
+        /// The folder.
+        dir: String,
+        /// Why not.
+        reason: std::io::Error,
+    },
 }
 
 impl LazyFolderCatalog {
@@ -162,10 +175,13 @@ impl LazyFolderCatalog {
         }
     }
 
-    async fn load(&self) -> Result<FolderCatalog, String> {
+    async fn load(&self) -> Result<FolderCatalog, CatalogError> {
         let catalog = FolderCatalog::load(&self.dir, self.engine.as_ref(), self.timeout)
             .await
-            .map_err(|e| format!("cannot read the graphs folder {}: {e}", self.dir.display()))?;
+            .map_err(|reason| CatalogError::Folder {
+                dir: self.dir.display().to_string(),
+                reason,
+            })?;
         for (path, reason) in catalog.skipped() {
             tracing::debug!("not in the catalog: {}: {reason}", path.display());
         }
@@ -186,7 +202,7 @@ impl Catalog for LazyFolderCatalog {
                         ))
                     })
                 }
-                Err(e) => Err(Failure::failed(e.clone())),
+                Err(e) => Err(Failure::failed(e.to_string())),
             }
         })
     }

@@ -49,19 +49,51 @@ pub const MAX_JSON_DEPTH: usize = 100;
 
 /// Parses JSON text the interpreter sends out, as "`subject` `is` …" when it is refused: not
 /// valid, or nested deeper than [`MAX_JSON_DEPTH`].
-pub(crate) fn parse_outgoing(text: &str, subject: &str, is: &str) -> Result<Value, String> {
-    let too_deep = || {
-        format!(
-            "{subject} {is} nested more than {MAX_JSON_DEPTH} levels of arrays and objects deep, the most JSON leaving a graph may have; flatten it"
-        )
+pub(crate) fn parse_outgoing(
+    text: &str,
+    subject: &str,
+    is: &'static str,
+) -> Result<Value, OutgoingError> {
+    let too_deep = || OutgoingError::TooDeep {
+        subject: subject.to_owned(),
+        is,
     };
     match serde_json::from_str::<Value>(text) {
         Ok(value) if depth(&value) > MAX_JSON_DEPTH => Err(too_deep()),
         Ok(value) => Ok(value),
         // serde_json's own bound (128) calls deeper text a syntax error.
         Err(e) if e.to_string().starts_with("recursion limit exceeded") => Err(too_deep()),
-        Err(e) => Err(format!("{subject} {is} not valid JSON: {e}")),
+        Err(reason) => Err(OutgoingError::Invalid {
+            subject: subject.to_owned(),
+            is,
+            reason,
+        }),
     }
+}
+
+/// Why JSON the interpreter sends out was refused, as "`subject` `is` …".
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OutgoingError {
+    /// Nested deeper than [`MAX_JSON_DEPTH`].
+    #[error(
+        "{subject} {is} nested more than {MAX_JSON_DEPTH} levels of arrays and objects deep, the most JSON leaving a graph may have; flatten it"
+    )]
+    TooDeep {
+        /// What the JSON is (`the result`, `fs.write: the arguments`).
+        subject: String,
+        /// `is` or `are`.
+        is: &'static str,
+    },
+    /// Not valid JSON.
+    #[error("{subject} {is} not valid JSON: {reason}")]
+    Invalid {
+        /// What the JSON is.
+        subject: String,
+        /// `is` or `are`.
+        is: &'static str,
+        /// serde_json's reason.
+        reason: serde_json::Error,
+    },
 }
 
 /// Levels of arrays and objects: 0 for a scalar. Recursion is bounded by serde_json's 128.
@@ -421,7 +453,7 @@ impl Invocation {
     /// `start-tool`.
     pub fn start_tool(&mut self, name: &str, args: &str) -> Result<u32, Failure> {
         let args = parse_outgoing(args, &format!("{name}: the arguments"), "are")
-            .map_err(Failure::invalid)?;
+            .map_err(|e| Failure::invalid(e.to_string()))?;
         if !args.is_object() {
             return Err(Failure::invalid(format!(
                 "{name}: arguments must be a JSON object"
@@ -441,7 +473,7 @@ impl Invocation {
     pub fn start_graph(&mut self, slug: &str, args: &str) -> Result<u32, Failure> {
         graphs::check_depth(&self.chain, slug)?;
         let parsed = parse_outgoing(args, &format!("graph {slug}: the arguments"), "are")
-            .map_err(Failure::invalid)?;
+            .map_err(|e| Failure::invalid(e.to_string()))?;
         if !parsed.is_object() {
             return Err(Failure::invalid(format!(
                 "graph {slug}: arguments must be a JSON object"
@@ -480,7 +512,7 @@ impl Invocation {
                 EventKind::GraphFinished {
                     handle,
                     slug: slug.clone(),
-                    error: outcome.as_ref().err().cloned(),
+                    error: outcome.as_ref().err().map(ToString::to_string),
                 },
             );
             match outcome {

@@ -28,8 +28,8 @@ use serde::Deserialize;
 
 use super::agents::{ProviderError, Usage};
 use super::http::{
-    ApiKey, CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, MAX_CONNECT_TIMEOUT, MAX_REQUEST_TIMEOUT,
-    MAX_RETRIES, RetryPolicy,
+    ApiKey, CONNECT_TIMEOUT, ClientError, DEFAULT_REQUEST_TIMEOUT, EndpointError,
+    MAX_CONNECT_TIMEOUT, MAX_REQUEST_TIMEOUT, MAX_RETRIES, RetryPolicy,
 };
 
 
@@ -125,15 +125,13 @@ impl Price {
             / 1_000_000.0
     }
 
-    fn check(&self) -> Result<(), String> {
-        for (what, value) in [
+    fn check(&self) -> Result<(), EntryProblem> {
+        for (field, value) in [
             ("input_per_million", self.input_per_million),
             ("output_per_million", self.output_per_million),
         ] {
             if !(value.is_finite() && (0.0..=MAX_PRICE_PER_MILLION).contains(&value)) {
-                return Err(format!(
-                    "{what} must be from 0 to {MAX_PRICE_PER_MILLION} (USD per million tokens), got {value}"
-                ));
+                return Err(EntryProblem::Price { field, value });
             }
         }
         Ok(())
@@ -234,19 +232,20 @@ impl ProviderConfig {
         self.models.get(model).map_or(0.0, |p| p.cost(usage))
     }
 
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), EntryProblem> {
         check_name("provider", &self.name)?;
         if let Some(model) = &self.model {
             check_name("model", model)?;
         }
         if self.models.len() > MAX_MODELS_PER_PROVIDER {
-            return Err(format!(
-                "more than {MAX_MODELS_PER_PROVIDER} models are listed"
-            ));
+            return Err(EntryProblem::TooManyModels);
         }
         for (model, price) in &self.models {
             check_name("model", model)?;
-            price.check().map_err(|e| format!("model {model}: {e}"))?;
+            price.check().map_err(|problem| EntryProblem::Model {
+                model: model.clone(),
+                problem: Box::new(problem),
+            })?;
         }
         if let Some(var) = &self.api_key_env {
             check_env_name(var)?;
@@ -254,53 +253,46 @@ impl ProviderConfig {
         if let Some(t) = self.temperature
             && !(t.is_finite() && (0.0..=MAX_TEMPERATURE).contains(&t))
         {
-            return Err(format!(
-                "temperature must be from 0 to {MAX_TEMPERATURE}, got {t}"
-            ));
+            return Err(EntryProblem::Temperature(t));
         }
         if self.timeout.is_zero() || self.timeout > MAX_REQUEST_TIMEOUT {
-            return Err(format!(
-                "the request timeout must be above 0 and at most {} s",
-                MAX_REQUEST_TIMEOUT.as_secs()
-            ));
+            return Err(EntryProblem::RequestTimeout);
         }
         if self.connect_timeout.is_zero() || self.connect_timeout > MAX_CONNECT_TIMEOUT {
-            return Err(format!(
-                "the connect timeout must be above 0 and at most {} s",
-                MAX_CONNECT_TIMEOUT.as_secs()
-            ));
+            return Err(EntryProblem::ConnectTimeout);
         }
         if self.retry.max_retries > MAX_RETRIES {
-            return Err(format!("max_retries must be at most {MAX_RETRIES}"));
+            return Err(EntryProblem::MaxRetries);
         }
         Ok(())
     }
 }
 
-pub(crate) fn check_name(what: &str, name: &str) -> Result<(), String> {
+/// Checks an entry's (`what` = `provider`) or a model's name.
+pub(crate) fn check_name(what: &'static str, name: &str) -> Result<(), EntryProblem> {
     if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
-        return Err(format!(
-            "a {what} name must have 1 to {MAX_NAME_CHARS} characters, got {name:?}"
-        ));
+        return Err(EntryProblem::NameLength {
+            what,
+            name: name.to_owned(),
+        });
     }
     if what == "provider"
         && !name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
     {
-        return Err(format!(
-            "provider name {name:?} may use only letters, digits, `_`, `-` and `.` (it is the part before `:` in a model)"
-        ));
+        return Err(EntryProblem::ProviderNameChars(name.to_owned()));
     }
     if name.chars().any(char::is_control) {
-        return Err(format!(
-            "the {what} name {name:?} contains control characters"
-        ));
+        return Err(EntryProblem::NameControl {
+            what,
+            name: name.to_owned(),
+        });
     }
     Ok(())
 }
 
-fn check_env_name(var: &str) -> Result<(), String> {
+fn check_env_name(var: &str) -> Result<(), EntryProblem> {
     let mut chars = var.chars();
     let first_ok = chars
         .next()
@@ -310,9 +302,7 @@ fn check_env_name(var: &str) -> Result<(), String> {
         || var.len() > MAX_NAME_CHARS
     {
         // The value is not quoted: it may be a key put in the wrong place.
-        return Err(
-            "api_key_env must be the NAME of an environment variable (letters, digits and `_`, not starting with a digit); the value given is not one and is not shown, in case it is a key".to_owned(),
-        );
+        return Err(EntryProblem::KeyEnvName);
     }
     Ok(())
 }
@@ -334,7 +324,7 @@ pub enum ProviderConfigError {
         /// The file.
         path: String,
         /// What is wrong.
-        reason: String,
+        reason: FileProblem,
     },
     /// One entry is not valid.
     #[error("provider {name}: {reason}")]
@@ -342,17 +332,155 @@ pub enum ProviderConfigError {
         /// The entry.
         name: String,
         /// What is wrong.
-        reason: String,
+        reason: EntryProblem,
     },
 }
 
 impl ProviderConfigError {
-    pub(crate) fn entry(name: &str, reason: impl Into<String>) -> Self {
+    pub(crate) fn entry(name: &str, reason: impl Into<EntryProblem>) -> Self {
         Self::Entry {
             name: name.to_owned(),
             reason: reason.into(),
         }
     }
+}
+
+/// What is wrong with a providers file as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum FileProblem {
+    /// Not TOML: `toml`'s message and where, without the line (it could hold a key).
+    #[error("{0}")]
+    Syntax(String),
+    /// A field that could hold a credential (`api_key`, `token`, ...), by its dotted path.
+    #[error(
+        "{0}: API keys are never read from files; put the key in an environment variable and give its name as api_key_env"
+    )]
+    Secret(String),
+    /// TOML that does not fit the format (`toml`'s message).
+    #[error("{0}")]
+    Shape(String),
+    /// No `[providers.NAME]` tables.
+    #[error("it names no providers ([providers.NAME] tables)")]
+    NoProviders,
+    /// Over [`MAX_PROVIDERS`] entries.
+    #[error("it names more than {MAX_PROVIDERS} providers")]
+    TooManyProviders,
+    /// `default` names no entry of the file.
+    #[error(transparent)]
+    Default(#[from] DefaultProblem),
+}
+
+/// Why an entry cannot be the default.
+#[derive(Debug, thiserror::Error)]
+pub enum DefaultProblem {
+    /// No entry has that name.
+    #[error("the default provider {name:?} is not configured; configured: {configured}")]
+    NotConfigured {
+        /// The name asked for.
+        name: String,
+        /// The entries there are, comma-separated.
+        configured: String,
+    },
+}
+
+/// What is wrong with one provider entry.
+#[derive(Debug, thiserror::Error)]
+pub enum EntryProblem {
+    /// A name that is empty or too long (`what`: `provider` or `model`).
+    #[error("a {what} name must have 1 to {MAX_NAME_CHARS} characters, got {name:?}")]
+    NameLength {
+        /// `provider` or `model`.
+        what: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// An entry name with characters other than letters, digits, `_`, `-` and `.`.
+    #[error(
+        "provider name {0:?} may use only letters, digits, `_`, `-` and `.` (it is the part before `:` in a model)"
+    )]
+    ProviderNameChars(String),
+    /// A name with control characters.
+    #[error("the {what} name {name:?} contains control characters")]
+    NameControl {
+        /// `provider` or `model`.
+        what: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// Over [`MAX_MODELS_PER_PROVIDER`] models.
+    #[error("more than {MAX_MODELS_PER_PROVIDER} models are listed")]
+    TooManyModels,
+    /// A listed model's entry is not valid.
+    #[error("model {model}: {problem}")]
+    Model {
+        /// The model.
+        model: String,
+        /// What is wrong with it.
+        problem: Box<EntryProblem>,
+    },
+    /// A price outside 0 to [`MAX_PRICE_PER_MILLION`].
+    #[error(
+        "{field} must be from 0 to {MAX_PRICE_PER_MILLION} (USD per million tokens), got {value}"
+    )]
+    Price {
+        /// `input_per_million` or `output_per_million`.
+        field: &'static str,
+        /// The price given.
+        value: f64,
+    },
+    /// `api_key_env` is not the name of a variable (the value is not shown: it may be a key).
+    #[error(
+        "api_key_env must be the NAME of an environment variable (letters, digits and `_`, not starting with a digit); the value given is not one and is not shown, in case it is a key"
+    )]
+    KeyEnvName,
+    /// A temperature outside 0 to [`MAX_TEMPERATURE`].
+    #[error("temperature must be from 0 to {MAX_TEMPERATURE}, got {0}")]
+    Temperature(f64),
+    /// A per-request timeout of 0 or over [`MAX_REQUEST_TIMEOUT`].
+    #[error("the request timeout must be above 0 and at most {} s", MAX_REQUEST_TIMEOUT.as_secs())]
+    RequestTimeout,
+    /// A connect timeout of 0 or over [`MAX_CONNECT_TIMEOUT`].
+    #[error("the connect timeout must be above 0 and at most {} s", MAX_CONNECT_TIMEOUT.as_secs())]
+    ConnectTimeout,
+    /// More retries than [`MAX_RETRIES`].
+    #[error("max_retries must be at most {MAX_RETRIES}")]
+    MaxRetries,
+    /// `timeout_secs` in a file: 0 or over [`MAX_REQUEST_TIMEOUT`].
+    #[error(
+        "timeout_secs must be above 0 and at most {max}, got {0}",
+        max = MAX_REQUEST_TIMEOUT.as_secs()
+    )]
+    TimeoutSecs(f64),
+    /// `connect_timeout_secs` in a file: 0 or over [`MAX_CONNECT_TIMEOUT`].
+    #[error(
+        "connect_timeout_secs must be above 0 and at most {max}, got {0}",
+        max = MAX_CONNECT_TIMEOUT.as_secs()
+    )]
+    ConnectTimeoutSecs(f64),
+    /// `--request-timeout`: 0 or over [`MAX_REQUEST_TIMEOUT`].
+    #[error(
+        "--request-timeout must be above 0 and at most {} seconds",
+        MAX_REQUEST_TIMEOUT.as_secs()
+    )]
+    RequestTimeoutFlag,
+    /// A default model that is not among the listed models.
+    #[error("the default model {0:?} is not among its models")]
+    DefaultModelNotListed(String),
+    /// Two entries with one name.
+    #[error("is configured twice")]
+    Twice,
+    /// Over [`MAX_PROVIDERS`] entries.
+    #[error("more than {MAX_PROVIDERS} providers")]
+    TooManyProviders,
+    /// The entry cannot be the default.
+    #[error(transparent)]
+    Default(#[from] DefaultProblem),
+    /// The base URL is not an http(s) URL with a host.
+    #[error(transparent)]
+    BaseUrl(#[from] EndpointError),
+    /// The HTTP client could not be set up.
+    #[error(transparent)]
+    Client(#[from] ClientError),
 }
 
 #[derive(Debug, Deserialize)]
@@ -391,7 +519,7 @@ pub(crate) struct EntryIn {
 }
 
 impl EntryIn {
-    pub(crate) fn into_config(self, name: &str) -> Result<ProviderConfig, String> {
+    pub(crate) fn into_config(self, name: &str) -> Result<ProviderConfig, EntryProblem> {
         let mut config = ProviderConfig::new(name, self.kind);
         if let Some(url) = self.base_url {
             config.base_url = url;
@@ -409,26 +537,18 @@ impl EntryIn {
         if let (Some(model), true) = (&config.model, config.only_listed_models)
             && !config.models.contains_key(model)
         {
-            return Err(format!(
-                "the default model {model:?} is not among its models"
-            ));
+            return Err(EntryProblem::DefaultModelNotListed(model.clone()));
         }
         config.temperature = self.temperature;
         if let Some(secs) = self.timeout_secs {
             if !(secs.is_finite() && secs > 0.0 && secs <= MAX_REQUEST_TIMEOUT.as_secs_f64()) {
-                return Err(format!(
-                    "timeout_secs must be above 0 and at most {}, got {secs}",
-                    MAX_REQUEST_TIMEOUT.as_secs()
-                ));
+                return Err(EntryProblem::TimeoutSecs(secs));
             }
             config.timeout = Duration::from_secs_f64(secs);
         }
         if let Some(secs) = self.connect_timeout_secs {
             if !(secs.is_finite() && secs > 0.0 && secs <= MAX_CONNECT_TIMEOUT.as_secs_f64()) {
-                return Err(format!(
-                    "connect_timeout_secs must be above 0 and at most {}, got {secs}",
-                    MAX_CONNECT_TIMEOUT.as_secs()
-                ));
+                return Err(EntryProblem::ConnectTimeoutSecs(secs));
             }
             config.connect_timeout = Duration::from_secs_f64(secs);
         }
@@ -455,10 +575,10 @@ pub(crate) struct ProvidersFile {
 }
 
 /// The file-level failure `reason`, before the caller names the file.
-pub(crate) fn invalid_file(reason: String) -> ProviderConfigError {
+pub(crate) fn invalid_file(reason: impl Into<FileProblem>) -> ProviderConfigError {
     ProviderConfigError::File {
         path: "(text)".to_owned(),
-        reason,
+        reason: reason.into(),
     }
 }
 
@@ -466,20 +586,16 @@ pub(crate) fn invalid_file(reason: String) -> ProviderConfigError {
 pub(crate) fn parse_file(text: &str) -> Result<ProvidersFile, ProviderConfigError> {
     // Parsed as a table first, so a credential is refused by name, and syntax errors are
     // reported by line without quoting the line (it could hold a key).
-    let table: toml::Table =
-        toml::from_str(text).map_err(|e| invalid_file(toml_error(text, &e)))?;
+    let table: toml::Table = toml::from_str(text)
+        .map_err(|e| invalid_file(FileProblem::Syntax(toml_error(text, &e))))?;
     refuse_secrets(&table).map_err(invalid_file)?;
-    let file: FileIn =
-        toml::Table::try_into(table).map_err(|e| invalid_file(e.message().to_owned()))?;
+    let file: FileIn = toml::Table::try_into(table)
+        .map_err(|e| invalid_file(FileProblem::Shape(e.message().to_owned())))?;
     if file.providers.is_empty() {
-        return Err(invalid_file(
-            "it names no providers ([providers.NAME] tables)".to_owned(),
-        ));
+        return Err(invalid_file(FileProblem::NoProviders));
     }
     if file.providers.len() > MAX_PROVIDERS {
-        return Err(invalid_file(format!(
-            "it names more than {MAX_PROVIDERS} providers"
-        )));
+        return Err(invalid_file(FileProblem::TooManyProviders));
     }
     Ok(ProvidersFile {
         default: file.default,
@@ -499,13 +615,11 @@ fn toml_error(text: &str, error: &toml::de::Error) -> String {
     }
 }
 
-fn refuse_secrets(table: &toml::Table) -> Result<(), String> {
-    fn walk(path: &str, table: &toml::Table) -> Result<(), String> {
+fn refuse_secrets(table: &toml::Table) -> Result<(), FileProblem> {
+    fn walk(path: &str, table: &toml::Table) -> Result<(), FileProblem> {
         for (key, value) in table {
             if SECRET_FIELDS.contains(&key.to_ascii_lowercase().as_str()) {
-                return Err(format!(
-                    "{path}{key}: API keys are never read from files; put the key in an environment variable and give its name as api_key_env"
-                ));
+                return Err(FileProblem::Secret(format!("{path}{key}")));
             }
             if let toml::Value::Table(inner) = value {
                 walk(&format!("{path}{key}."), inner)?;

@@ -17,8 +17,8 @@ use super::approvals::BoxFuture;
 use super::http::MAX_REQUEST_TIMEOUT;
 use super::openai::OpenAiProvider;
 use super::provider_config::{
-    MAX_PROVIDERS, MAX_PROVIDERS_FILE_BYTES, OPENAI_KEY_ENV, Price, ProviderConfig,
-    ProviderConfigError, ProviderKind, check_name, invalid_file, parse_file,
+    DefaultProblem, EntryProblem, MAX_PROVIDERS, MAX_PROVIDERS_FILE_BYTES, OPENAI_KEY_ENV, Price,
+    ProviderConfig, ProviderConfigError, ProviderKind, check_name, invalid_file, parse_file,
 };
 
 /// The provider `config` describes, after checking it.
@@ -98,12 +98,12 @@ impl ProviderSet {
     ) -> Result<(), ProviderConfigError> {
         check_name("provider", name).map_err(|reason| ProviderConfigError::entry(name, reason))?;
         if self.entries.contains_key(name) {
-            return Err(ProviderConfigError::entry(name, "is configured twice"));
+            return Err(ProviderConfigError::entry(name, EntryProblem::Twice));
         }
         if self.entries.len() >= MAX_PROVIDERS {
             return Err(ProviderConfigError::entry(
                 name,
-                format!("more than {MAX_PROVIDERS} providers"),
+                EntryProblem::TooManyProviders,
             ));
         }
         self.entries.insert(name.to_owned(), provider);
@@ -111,12 +111,12 @@ impl ProviderSet {
     }
 
     /// Makes `name` the entry for agents that name no provider.
-    pub fn set_default(&mut self, name: &str) -> Result<(), String> {
+    pub fn set_default(&mut self, name: &str) -> Result<(), DefaultProblem> {
         if !self.entries.contains_key(name) {
-            return Err(format!(
-                "the default provider {name:?} is not configured; configured: {}",
-                self.names()
-            ));
+            return Err(DefaultProblem::NotConfigured {
+                name: name.to_owned(),
+                configured: self.names(),
+            });
         }
         self.default = Some(name.to_owned());
         Ok(())
@@ -272,10 +272,7 @@ impl ProviderOptions {
                 if !(secs.is_finite() && secs > 0.0 && secs <= MAX_REQUEST_TIMEOUT.as_secs_f64()) {
                     return Err(ProviderConfigError::entry(
                         name,
-                        format!(
-                            "--request-timeout must be above 0 and at most {} seconds",
-                            MAX_REQUEST_TIMEOUT.as_secs()
-                        ),
+                        EntryProblem::RequestTimeoutFlag,
                     ));
                 }
                 config.timeout = Duration::from_secs_f64(secs);

@@ -12,13 +12,14 @@ use wasmtime_wasi::p2::pipe::{ClosedInputStream, MemoryOutputPipe};
 use super::bindings::HostState;
 use super::limits::{FuelShare, MAX_CAPTURED_OUTPUT_BYTES, MemoryCap, MemoryLimiter, WasmLimits};
 use crate::host::Invocation;
+use crate::host::engine::EngineError;
 
 /// A store for one instance: its invocation, WASI, memory cap, fuel and epoch checks.
 pub(super) fn new_store(
     engine: &wasmtime::Engine,
     limits: WasmLimits,
     invocation: Invocation,
-) -> Result<Store<HostState>, String> {
+) -> Result<Store<HostState>, EngineError> {
     let stdout = MemoryOutputPipe::new(MAX_CAPTURED_OUTPUT_BYTES);
     let stderr = MemoryOutputPipe::new(MAX_CAPTURED_OUTPUT_BYTES);
     let wasi = WasiCtx::builder()
@@ -44,7 +45,8 @@ pub(super) fn new_store(
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);
     // The instance starts with what the run's other instances left of the budget.
-    give_fuel(store.as_context_mut()).map_err(|e| format!("cannot set fuel: {e}"))?;
+    give_fuel(store.as_context_mut())
+        .map_err(|e| EngineError::Engine(format!("cannot set fuel: {e}")))?;
     // Every tick the guest yields to the executor and checks whether its run was stopped
     // (cancelled from outside, or past its deadline); the fuel it burned goes into the run's
     // count, and it stops once the run's budget is used up.

@@ -34,7 +34,7 @@ use wasmtime::{AsContextMut, Store};
 
 use crate::host::Invocation;
 use crate::host::approvals::BoxFuture;
-use crate::host::engine::Engine;
+use crate::host::engine::{Engine, EngineError};
 use bindings::{Graph, GraphPre, HostState, link_wasi};
 use cache::compile_cached;
 use instance::{count_fuel, describe_invocation, describe_trap};
@@ -211,23 +211,23 @@ impl WasmEngine {
         &self,
         invocation: Invocation,
         call: impl AsyncFnOnce(&Graph, &mut Store<HostState>) -> wasmtime::Result<R>,
-    ) -> Result<R, String> {
+    ) -> Result<R, EngineError> {
         let mut store = self.new_store(invocation)?;
         let instance = match self.loaded.pre.instantiate_async(&mut store).await {
             Ok(instance) => instance,
             Err(e) => {
                 // Counting cannot fail here: the store was given fuel when it was made.
                 let _ = count_fuel(store.as_context_mut());
-                return Err(describe_trap(&e, &store, self.limits));
+                return Err(EngineError::Sandbox(describe_trap(&e, &store, self.limits)));
             }
         };
         let outcome = call(&instance, &mut store).await;
         let _ = count_fuel(store.as_context_mut());
         store.data().flush_output();
-        outcome.map_err(|e| describe_trap(&e, &store, self.limits))
+        outcome.map_err(|e| EngineError::Sandbox(describe_trap(&e, &store, self.limits)))
     }
 
-    fn new_store(&self, invocation: Invocation) -> Result<Store<HostState>, String> {
+    fn new_store(&self, invocation: Invocation) -> Result<Store<HostState>, EngineError> {
         instance::new_store(&self.loaded.engine, self.limits, invocation)
     }
 }
@@ -252,7 +252,7 @@ impl Engine for WasmEngine {
         script: Arc<str>,
         args: String,
         invocation: Invocation,
-    ) -> BoxFuture<'static, Result<String, String>> {
+    ) -> BoxFuture<'static, Result<String, EngineError>> {
         let engine = self.clone();
         Box::pin(async move {
             engine
@@ -260,6 +260,7 @@ impl Engine for WasmEngine {
                     graph.call_run(store, &script, &args).await
                 })
                 .await?
+                .map_err(EngineError::Graph)
         })
     }
 
@@ -275,11 +276,11 @@ impl Engine for WasmEngine {
                 described = call => described,
                 () = tokio::time::sleep(DESCRIBE_DEADLINE) => {
                     run.stop(FailureCode::Failed, "describe took too long");
-                    Err(format!("reading the graph's meta took longer than {} s", DESCRIBE_DEADLINE.as_secs()))
+                    Err(EngineError::Sandbox(format!("reading the graph's meta took longer than {} s", DESCRIBE_DEADLINE.as_secs())))
                 }
             };
             let json = described
-                .map_err(MetaError::Script)?
+                .map_err(|e| MetaError::Script(e.to_string()))?
                 .map_err(MetaError::Script)?;
             let value: serde_json::Value =
                 serde_json::from_str(&json).map_err(|e| MetaError::Invalid(e.to_string()))?;
