@@ -114,7 +114,9 @@ mod tests {
     fn value_names_are_the_serde_names() {
         for kind in EngineKind::value_variants() {
             let name = kind.to_possible_value().map(|v| v.get_name().to_owned());
-            let serde = serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned));
+            let serde = serde_json::to_value(kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned));
             assert_eq!(name, serde);
         }
         for kind in ProviderKind::value_variants() {

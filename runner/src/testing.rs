@@ -26,11 +26,11 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::host::engine::Engine;
 use crate::host::agents::AgentProvider;
 use crate::host::approvals::{
     ApprovalPolicy, ApprovalRequest, Approver, BoxFuture, Decision, Policy,
 };
+use crate::host::engine::Engine;
 use crate::host::events::EventSink;
 use crate::host::graphs::{Catalog, DESCRIBE_TIMEOUT, FolderCatalog};
 use crate::host::mock::{MockError, MockProvider};
@@ -424,23 +424,13 @@ async fn run_case(
         )),
         (None, None) => run_provider.cloned(),
     };
-    let mut policy = ApprovalPolicy::default();
-    for (tools, p) in [
-        (&case.allow, Policy::Allow),
-        (&case.ask, Policy::Ask),
-        (&case.deny, Policy::Deny),
-    ] {
-        for tool in tools {
-            policy.set(tool.clone(), p);
-        }
-    }
     let mut options = RunOptions::new(engine.clone());
     if let Some(provider) = provider {
         options.provider = provider;
     }
     options.tools =
         ToolRegistry::standard(Some(folder.path().to_path_buf())).map_err(CaseError::Tools)?;
-    options.policy = policy;
+    options.policy = case_policy(case);
     options.approver = Arc::new(CaseApprover(case.approve.clone()));
     options.catalog = catalog.clone();
     options.token_cap = case.max_tokens;
@@ -475,7 +465,30 @@ async fn run_case(
     ))
 }
 
+/// The approval policy of a case: its `allow`, `ask` and `deny` lists.
+fn case_policy(case: &TestCase) -> ApprovalPolicy {
+    let mut policy = ApprovalPolicy::default();
+    for (tools, p) in [
+        (&case.allow, Policy::Allow),
+        (&case.ask, Policy::Ask),
+        (&case.deny, Policy::Deny),
+    ] {
+        for tool in tools {
+            policy.set(tool.clone(), p);
+        }
+    }
+    policy
+}
+
+/// Where `outcome` and the case's folder differ from what the case expects, one line each.
 fn check(expect: &Expect, outcome: &RunOutcome, confined: &Folder) -> Vec<String> {
+    let mut problems = check_outcome(expect, outcome);
+    check_files(expect, confined, &mut problems);
+    problems
+}
+
+/// Where the outcome differs from the expected status, result, error and tokens.
+fn check_outcome(expect: &Expect, outcome: &RunOutcome) -> Vec<String> {
     let mut problems = Vec::new();
     if outcome.status != expect.status {
         problems.push(format!(
@@ -528,6 +541,11 @@ fn check(expect: &Expect, outcome: &RunOutcome, confined: &Folder) -> Vec<String
             outcome.total_tokens
         ));
     }
+    problems
+}
+
+/// Where the case's folder differs from the expected files.
+fn check_files(expect: &Expect, confined: &Folder, problems: &mut Vec<String>) {
     // Only files inside the case's folder are checked, by the same rules as the graph's fs tools.
     for (path, expected) in &expect.files {
         let read = confined
@@ -551,7 +569,6 @@ fn check(expect: &Expect, outcome: &RunOutcome, confined: &Folder) -> Vec<String
             Err(e) => problems.push(format!("file {path}: {}", e.message)),
         }
     }
-    problems
 }
 
 #[cfg(test)]

@@ -23,7 +23,8 @@ impl runner::engine::Engine for CountingDescribes {
         script: Arc<str>,
         args: String,
         invocation: runner::host::Invocation,
-    ) -> runner::host::approvals::BoxFuture<'static, Result<String, runner::engine::EngineError>> {
+    ) -> runner::host::approvals::BoxFuture<'static, Result<String, runner::engine::EngineError>>
+    {
         self.inner.run(script, args, invocation)
     }
     fn describe(

@@ -66,7 +66,10 @@ impl ScriptError {
     /// ellipsis), the bound on every error leaving a graph's run.
     pub(crate) fn bounded(self) -> Self {
         let cut = |text: String, before: &str| {
-            cut_chars(&text, MAX_ERROR_CHARS.saturating_sub(before.chars().count()))
+            cut_chars(
+                &text,
+                MAX_ERROR_CHARS.saturating_sub(before.chars().count()),
+            )
         };
         match self {
             Self::Setup(text) => Self::Setup(cut(text, "")),

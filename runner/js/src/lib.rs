@@ -260,11 +260,7 @@ impl Prepared {
     }
 
     /// Calls the default export with `args` (JSON text of an object) against `host`.
-    pub fn run(
-        mut self,
-        args: &str,
-        host: Box<dyn Host + 'static>,
-    ) -> Result<String, ScriptError> {
+    pub fn run(mut self, args: &str, host: Box<dyn Host + 'static>) -> Result<String, ScriptError> {
         *self.shared.host.borrow_mut() = host;
         self.run_default(args).map_err(ScriptError::bounded)
     }
@@ -303,7 +299,9 @@ impl Prepared {
         let text = prelude
             .stringify
             .call(&JsValue::undefined(), &[value], context)
-            .map_err(|e| ScriptError::ResultNotJson(describe_error(e, prelude, context).to_string()))?;
+            .map_err(|e| {
+                ScriptError::ResultNotJson(describe_error(e, prelude, context).to_string())
+            })?;
         if text.is_undefined() {
             return Ok("null".to_owned());
         }
@@ -419,19 +417,10 @@ fn syntax_error(raw: &str, script: &str) -> String {
     }
 }
 
-fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelude)> {
-    let executor = Rc::new(executor::Executor::new(shared.clone()));
-    let mut context = Context::builder()
-        .job_executor(executor)
-        .module_loader(Rc::new(IdleModuleLoader))
-        .build()?;
-    let runtime = context.runtime_limits_mut();
-    runtime.set_loop_iteration_limit(limits.loop_iterations);
-    runtime.set_recursion_limit(limits.recursion);
-    runtime.set_stack_size_limit(limits.stack_values);
-    context.insert_data(SharedSlot(shared.clone()));
-
-    let natives = ObjectInitializer::new(&mut context)
+/// The natives the prelude builds `g` and the web platform on: the host interface's functions,
+/// bounded logging, random bytes and the URL parser's domain mapping.
+fn natives(context: &mut Context) -> JsObject {
+    ObjectInitializer::new(context)
         .function(
             NativeFunction::from_fn_ptr(native_start_agent),
             js_string!("startAgent"),
@@ -482,7 +471,22 @@ fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelu
             js_string!("domainToAscii"),
             1,
         )
-        .build();
+        .build()
+}
+
+fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelude)> {
+    let executor = Rc::new(executor::Executor::new(shared.clone()));
+    let mut context = Context::builder()
+        .job_executor(executor)
+        .module_loader(Rc::new(IdleModuleLoader))
+        .build()?;
+    let runtime = context.runtime_limits_mut();
+    runtime.set_loop_iteration_limit(limits.loop_iterations);
+    runtime.set_recursion_limit(limits.recursion);
+    runtime.set_stack_size_limit(limits.stack_values);
+    context.insert_data(SharedSlot(shared.clone()));
+
+    let natives = natives(&mut context);
     let factory = context.eval(Source::from_bytes(PRELUDE))?;
     let factory = factory
         .as_callable()
@@ -491,7 +495,13 @@ fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelu
     let made = made
         .as_object()
         .ok_or_else(|| JsError::from_rust(PreludeBroken("the prelude returned no object")))?;
-    let mut field = |name: JsString| -> JsResult<JsValue> { made.get(name, &mut context) };
+    let prelude = prelude_of(&made, &mut context)?;
+    Ok((context, prelude))
+}
+
+/// The driver's handles on what the prelude returned (`made`).
+fn prelude_of(made: &JsObject, context: &mut Context) -> JsResult<Prelude> {
+    let mut field = |name: JsString| -> JsResult<JsValue> { made.get(name, context) };
     let g = field(js_string!("g"))?;
     let settle = field(js_string!("settle"))?;
     let stringify = field(js_string!("stringify"))?;
@@ -509,7 +519,7 @@ fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelu
         describe: function(describe, "describe is not a function")?,
         load_web: function(load_web, "loadWeb is not a function")?,
     };
-    Ok((context, prelude))
+    Ok(prelude)
 }
 
 #[derive(Debug)]
@@ -536,7 +546,9 @@ fn drive(
         match promise.state() {
             PromiseState::Fulfilled(value) => return Ok(value),
             PromiseState::Rejected(reason) => {
-                return Err(ScriptError::Thrown(describe_value(reason, prelude, context)));
+                return Err(ScriptError::Thrown(describe_value(
+                    reason, prelude, context,
+                )));
             }
             PromiseState::Pending => {}
         }
@@ -631,7 +643,6 @@ fn failure_object(failure: &Failure, context: &mut Context) -> JsValue {
         .build()
         .into()
 }
-
 
 fn shared_of(context: &Context) -> JsResult<Rc<Shared>> {
     context

@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use graph_js::{AgentRequest, Failure, Limits, Meta, MetaError};
 
-use crate::host::engine::{Engine, EngineError};
 use crate::host::Invocation;
 use crate::host::approvals::BoxFuture;
+use crate::host::engine::{Engine, EngineError};
 
 /// Native stack of each interpreter thread. boa re-enters its interpreter natively for getters,
 /// callbacks and the parser, so a generous stack turns deep recursion into a limit error

@@ -24,10 +24,8 @@ use super::http::{
     is_event_stream, with_retries,
 };
 use super::provider_config::{ProviderConfig, ProviderConfigError};
-use super::wire::{
-    Credential, ToolNames, encode_body, finish_turn, http_parts, parse_arguments,
-};
 use super::sse::{Next, read_events};
+use super::wire::{Credential, ToolNames, encode_body, finish_turn, http_parts, parse_arguments};
 
 /// The path under the base URL.
 pub const MESSAGES_PATH: &str = "/messages";

@@ -659,13 +659,12 @@ pub(crate) fn is_event_stream(response: &hyper::Response<Incoming>) -> bool {
 /// Parses and checks a provider base URL (`http` or `https`, with a host) and appends `path`.
 pub(crate) fn endpoint(base_url: &str, path: &str) -> Result<Uri, EndpointError> {
     let base = base_url.trim().trim_end_matches('/');
-    let uri: Uri =
-        format!("{base}{path}")
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| EndpointError::NotAUrl {
-                base_url: base_url.to_owned(),
-                reason: e.to_string(),
-            })?;
+    let uri: Uri = format!("{base}{path}")
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| EndpointError::NotAUrl {
+            base_url: base_url.to_owned(),
+            reason: e.to_string(),
+        })?;
     match uri.scheme_str() {
         Some("http" | "https") => {}
         _ => return Err(EndpointError::Scheme(base_url.to_owned())),

@@ -29,10 +29,10 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use engine::Engine;
 use agents::{AgentContext, AgentProvider, ProviderProgress, Turn, Usage};
 use approvals::{ApprovalRequest, Approvals, BoxFuture, Checked};
 use budget::Budget;
+use engine::Engine;
 use events::{EventKind, Events};
 use graphs::Catalog;
 use tools::ToolRegistry;
@@ -375,75 +375,7 @@ impl Invocation {
         let handle = self.admit_new_handle()?;
         let run = self.run.clone();
         let depth = self.depth();
-        Ok(self.spawn(handle, async move {
-            let permit = tokio::select! {
-                permit = run.agent_slots.clone().acquire_owned() => permit,
-                () = run.cancel.cancelled() => return Err(stopped_failure(&run)),
-            };
-            let Ok(_permit) = permit else {
-                return Err(Failure::failed("the agent slots were closed"));
-            };
-            // Checked again: the cap may have been reached while this agent waited for a slot.
-            let max_tokens = match run.budget.admit(request.max_tokens) {
-                Ok(m) => m,
-                Err(refused) => {
-                    emit_exhausted(&run, depth);
-                    return Err(refused);
-                }
-            };
-            run.events.emit(
-                depth,
-                EventKind::AgentStarted {
-                    handle,
-                    label: request.label.clone(),
-                    max_tokens,
-                },
-            );
-            let context = AgentCtx {
-                run: run.clone(),
-                depth,
-                handle,
-            };
-            let outcome = agents::run_agent(
-                &run.provider,
-                &context,
-                &request,
-                specs,
-                max_tokens,
-                &run.cancel,
-            )
-            .await;
-            match outcome {
-                Ok(reply) => {
-                    run.events.emit(
-                        depth,
-                        EventKind::AgentFinished {
-                            handle,
-                            label: reply.label.clone(),
-                            tokens: reply.tokens,
-                            cost: reply.cost,
-                        },
-                    );
-                    serde_json::to_string(&reply)
-                        .map_err(|e| Failure::failed(format!("cannot encode the reply: {e}")))
-                }
-                Err(failure) => {
-                    run.events.emit(
-                        depth,
-                        EventKind::AgentFailed {
-                            handle,
-                            label: request.label.clone(),
-                            error: failure.to_string(),
-                        },
-                    );
-                    if failure.code == FailureCode::Cancelled {
-                        Err(stopped_failure(&run))
-                    } else {
-                        Err(failure)
-                    }
-                }
-            }
-        }))
+        Ok(self.spawn(handle, run_agent_task(run, depth, handle, request, specs)))
     }
 
     fn emit_exhausted(&self) {
@@ -614,6 +546,96 @@ impl Invocation {
     pub fn log(&self, message: &str) {
         let cut: String = message.chars().take(graph_js::MAX_LOG_LINE_CHARS).collect();
         self.run.events.log(self.depth(), &cut);
+    }
+}
+
+/// An agent started by `start-agent`, once it has one of the run's agent slots: admitted by the
+/// budget again, run through the agent loop, reported in the trace.
+async fn run_agent_task(
+    run: Arc<RunShared>,
+    depth: usize,
+    handle: u32,
+    request: AgentRequest,
+    specs: Vec<agents::ToolSpec>,
+) -> Result<String, Failure> {
+    let permit = tokio::select! {
+        permit = run.agent_slots.clone().acquire_owned() => permit,
+        () = run.cancel.cancelled() => return Err(stopped_failure(&run)),
+    };
+    let Ok(_permit) = permit else {
+        return Err(Failure::failed("the agent slots were closed"));
+    };
+    // Checked again: the cap may have been reached while this agent waited for a slot.
+    let max_tokens = match run.budget.admit(request.max_tokens) {
+        Ok(m) => m,
+        Err(refused) => {
+            emit_exhausted(&run, depth);
+            return Err(refused);
+        }
+    };
+    run.events.emit(
+        depth,
+        EventKind::AgentStarted {
+            handle,
+            label: request.label.clone(),
+            max_tokens,
+        },
+    );
+    let context = AgentCtx {
+        run: run.clone(),
+        depth,
+        handle,
+    };
+    let outcome = agents::run_agent(
+        &run.provider,
+        &context,
+        &request,
+        specs,
+        max_tokens,
+        &run.cancel,
+    )
+    .await;
+    report_agent(&run, depth, handle, request.label.clone(), outcome)
+}
+
+/// Reports an agent's outcome in the trace and turns it into what the graph gets: the reply as
+/// JSON, or the failure (the run's stop for a cancelled agent).
+fn report_agent(
+    run: &RunShared,
+    depth: usize,
+    handle: u32,
+    label: Option<String>,
+    outcome: Result<agents::AgentReply, Failure>,
+) -> Result<String, Failure> {
+    match outcome {
+        Ok(reply) => {
+            run.events.emit(
+                depth,
+                EventKind::AgentFinished {
+                    handle,
+                    label: reply.label.clone(),
+                    tokens: reply.tokens,
+                    cost: reply.cost,
+                },
+            );
+            serde_json::to_string(&reply)
+                .map_err(|e| Failure::failed(format!("cannot encode the reply: {e}")))
+        }
+        Err(failure) => {
+            run.events.emit(
+                depth,
+                EventKind::AgentFailed {
+                    handle,
+                    label,
+                    error: failure.to_string(),
+                },
+            );
+            if failure.code == FailureCode::Cancelled {
+                Err(stopped_failure(run))
+            } else {
+                Err(failure)
+            }
+        }
     }
 }
 

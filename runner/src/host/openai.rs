@@ -22,10 +22,10 @@ use super::http::{
     is_event_stream, with_retries,
 };
 use super::provider_config::{MaxTokensField, ProviderConfig, ProviderConfigError};
+use super::sse::{Next, read_events};
 use super::wire::{
     Credential, ToolNames, encode_body, estimate_usage, finish_turn, http_parts, parse_arguments,
 };
-use super::sse::{Next, read_events};
 
 /// The path under the base URL.
 pub const CHAT_COMPLETIONS_PATH: &str = "/chat/completions";

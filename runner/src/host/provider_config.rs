@@ -32,7 +32,6 @@ use super::http::{
     MAX_CONNECT_TIMEOUT, MAX_REQUEST_TIMEOUT, MAX_RETRIES, RetryPolicy,
 };
 
-
 /// Largest providers file read.
 pub const MAX_PROVIDERS_FILE_BYTES: u64 = 1024 * 1024;
 /// Most provider entries in one file.
@@ -602,7 +601,6 @@ pub(crate) fn parse_file(text: &str) -> Result<ProvidersFile, ProviderConfigErro
         entries: file.providers,
     })
 }
-
 
 /// `toml`'s error without the quoted source line: the message and where.
 fn toml_error(text: &str, error: &toml::de::Error) -> String {

@@ -486,10 +486,7 @@ model = "claude-haiku-4-5"
         );
         let request = |model: &str| TurnRequest {
             model: Some(model.into()),
-            messages: vec![Message::new(
-                Role::User,
-                "p",
-            )],
+            messages: vec![Message::new(Role::User, "p")],
             tools: Vec::new(),
             max_tokens: None,
             label: None,

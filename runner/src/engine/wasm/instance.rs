@@ -75,7 +75,9 @@ pub(super) fn new_store(
 /// burns exactly its budget); with nested graphs, which draw on the same budget, an instance
 /// learns of its siblings' use at its next epoch tick, so the run can overshoot by at most one
 /// [`EPOCH_TICK`] of work per running instance.
-pub(super) fn count_fuel(mut store: StoreContextMut<'_, HostState>) -> wasmtime::Result<Option<u64>> {
+pub(super) fn count_fuel(
+    mut store: StoreContextMut<'_, HostState>,
+) -> wasmtime::Result<Option<u64>> {
     use std::sync::atomic::Ordering;
     let Some((budget, seen)) = store.data().fuel.as_ref().map(|s| (s.budget, s.seen)) else {
         return Ok(None);
@@ -110,7 +112,11 @@ pub(super) fn give_fuel(mut store: StoreContextMut<'_, HostState>) -> wasmtime::
 }
 
 /// Turns a trap into a sentence that names the limit.
-pub(super) fn describe_trap(error: &wasmtime::Error, store: &Store<HostState>, limits: WasmLimits) -> String {
+pub(super) fn describe_trap(
+    error: &wasmtime::Error,
+    store: &Store<HostState>,
+    limits: WasmLimits,
+) -> String {
     let state = store.data();
     if let Some(stopped) = state.invocation.run().stopped() {
         return stopped.to_string();

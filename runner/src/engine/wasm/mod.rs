@@ -83,7 +83,6 @@ pub struct WasmEngine {
     limits: WasmLimits,
 }
 
-
 impl WasmEngine {
     /// The generic guest with `limits`, pre-initialized (see [`Self::generic_uncached`]) and
     /// cached in memory and on disk.

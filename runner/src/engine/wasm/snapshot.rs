@@ -91,8 +91,8 @@ async fn pre_initialize(script: &str, limits: WasmLimits) -> Result<Vec<u8>, Bui
         .map_err(setup)?;
     let invocation = describe_invocation();
     let run = invocation.run().clone();
-    let mut store = new_store(&engine, limits, invocation)
-        .map_err(|e| BuildError::Graph(e.to_string()))?;
+    let mut store =
+        new_store(&engine, limits, invocation).map_err(|e| BuildError::Graph(e.to_string()))?;
     let instance = linker
         .instantiate_async(&mut store, &component)
         .await
