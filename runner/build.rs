@@ -44,26 +44,7 @@ fn main() {
             "--target-dir",
         ])
         .arg(&target_dir);
-    // The outer build's settings are not the guest's: a different target, its own profile, and
-    // no clippy or other wrappers.
-    for (key, _) in env::vars_os() {
-        let Some(key) = key.to_str() else { continue };
-        if key.starts_with("CARGO_PROFILE_")
-            || key.starts_with("CARGO_BUILD_")
-            || key.starts_with("CARGO_TARGET_")
-            || key.starts_with("CARGO_FEATURE_")
-            || matches!(
-                key,
-                "RUSTFLAGS"
-                    | "CARGO_ENCODED_RUSTFLAGS"
-                    | "RUSTC_WRAPPER"
-                    | "RUSTC_WORKSPACE_WRAPPER"
-                    | "RUSTDOCFLAGS"
-            )
-        {
-            command.env_remove(key);
-        }
-    }
+    without_outer_settings(&mut command);
     command.env(
         "CARGO_ENCODED_RUSTFLAGS",
         format!("-Clink-arg=-zstack-size={GUEST_STACK_BYTES}"),
@@ -89,6 +70,29 @@ fn main() {
     });
     println!("cargo:rustc-env=GRAPH_GUEST_WASM={}", out.display());
     println!("cargo:rustc-env=GRAPH_GUEST_SHA256={}", sha256_hex(&out));
+}
+
+/// Removes the outer build's settings from `command`: the guest has a different target, its
+/// own profile, and no clippy or other wrappers.
+fn without_outer_settings(command: &mut Command) {
+    for (key, _) in env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        if key.starts_with("CARGO_PROFILE_")
+            || key.starts_with("CARGO_BUILD_")
+            || key.starts_with("CARGO_TARGET_")
+            || key.starts_with("CARGO_FEATURE_")
+            || matches!(
+                key,
+                "RUSTFLAGS"
+                    | "CARGO_ENCODED_RUSTFLAGS"
+                    | "RUSTC_WRAPPER"
+                    | "RUSTC_WORKSPACE_WRAPPER"
+                    | "RUSTDOCFLAGS"
+            )
+        {
+            command.env_remove(key);
+        }
+    }
 }
 
 fn sha256_hex(path: &Path) -> String {

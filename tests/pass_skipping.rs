@@ -32,7 +32,8 @@ impl runner::engine::Engine for OneAgent {
         _script: Arc<str>,
         _args: String,
         mut invocation: runner::host::Invocation,
-    ) -> runner::host::approvals::BoxFuture<'static, Result<String, String>> {
+    ) -> runner::host::approvals::BoxFuture<'static, Result<String, runner::engine::EngineError>>
+    {
         Box::pin(async move {
             let handle = invocation
                 .start_agent(graph_js::AgentRequest {
@@ -44,10 +45,12 @@ impl runner::engine::Engine for OneAgent {
                     tools: vec![],
                     max_turns: None,
                 })
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| runner::engine::EngineError::Graph(e.to_string()))?;
             let (_, reply) = invocation.wait_any(&[handle]).await;
-            let reply: serde_json::Value = serde_json::from_str(&reply.map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?;
+            let graph = |e: String| runner::engine::EngineError::Graph(e);
+            let reply: serde_json::Value =
+                serde_json::from_str(&reply.map_err(|e| graph(e.to_string()))?)
+                    .map_err(|e| graph(e.to_string()))?;
             Ok(reply["text"].to_string())
         })
     }

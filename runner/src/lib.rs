@@ -5,7 +5,11 @@
 //! - [`host`] holds the capabilities, one module each; [`engine`] wires them to an interpreter.
 //! - [`testing`] runs `*.test.json` cases; [`trace`] prints events for people; [`input`] reads
 //!   the files a person names, with a size bound.
+//! - `cli` (feature `cli`, on by default) holds the clap side: the provider flags and the clap
+//!   value names of the engine and provider kinds; without it the library pulls in no clap.
 
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod engine;
 pub mod host;
 pub mod input;

@@ -9,11 +9,11 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::Engine;
 use crate::host::agents::{AgentProvider, NoProvider};
 use crate::host::approvals::{
     ApprovalPolicy, Approvals, Approver, DEFAULT_APPROVAL_TIMEOUT, NobodyToAsk,
 };
+use crate::host::engine::Engine;
 use crate::host::events::{EventKind, EventSink, Events, NullSink};
 use crate::host::graphs::{Catalog, EmptyCatalog};
 use crate::host::tools::ToolRegistry;
@@ -142,24 +142,7 @@ pub async fn run_graph(
         .run_id
         .clone()
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let stop = cancel.child_token();
-    let run = RunShared::new(RunParts {
-        run_id: run_id.clone(),
-        token_cap: options.token_cap,
-        approvals: Approvals::new(
-            options.policy.clone(),
-            options.approver.clone(),
-            options.approval_timeout,
-        ),
-        provider: options.provider.clone(),
-        tools: options.tools.clone(),
-        catalog: options.catalog.clone(),
-        events: Events::new(options.events.clone()),
-        engine: options.engine.clone(),
-        limits: options.limits,
-        max_concurrency: options.max_concurrency.clamp(1, MAX_CONCURRENCY),
-        cancel: stop.clone(),
-    });
+    let run = new_run(&run_id, options, cancel.child_token());
     run.events.emit(
         0,
         EventKind::RunStarted {
@@ -168,55 +151,14 @@ pub async fn run_graph(
             engine: options.engine.name().to_owned(),
         },
     );
-
-    let (status, result, error) = if !request.args.is_object() {
+    let (status, result, error) = if request.args.is_object() {
+        run_top_graph(&request, options, &run, &cancel).await
+    } else {
         (
             RunStatus::Failed,
             None,
             Some("the arguments must be a JSON object".to_owned()),
         )
-    } else {
-        let invocation = Invocation::new(
-            run.clone(),
-            vec![request.graph.clone()],
-            tokio::runtime::Handle::current(),
-        );
-        let mut finished =
-            options
-                .engine
-                .run(request.script.clone(), request.args.to_string(), invocation);
-        let outcome = tokio::select! {
-            finished = &mut finished => Some(finished),
-            () = cancel.cancelled() => {
-                run.stop(FailureCode::Cancelled, "the run was cancelled");
-                None
-            }
-            () = tokio::time::sleep(options.timeout) => {
-                run.stop(FailureCode::Failed, format!(
-                    "wall-clock deadline exceeded: the run took longer than {} s (--timeout)",
-                    options.timeout.as_secs_f64()
-                ));
-                None
-            }
-        };
-        match outcome {
-            Some(Ok(json)) => match crate::host::parse_outgoing(&json, "the result", "is") {
-                Ok(value) => (RunStatus::Completed, Some(value), None),
-                Err(e) => (RunStatus::Failed, None, Some(e)),
-            },
-            Some(Err(error)) => (RunStatus::Failed, None, Some(error)),
-            None => {
-                // Give the engine a moment to stop, so the tokens and the trace are final when
-                // the outcome is reported. An interpreter that cannot be interrupted (boa inside
-                // a runaway built-in) is not waited for beyond the grace.
-                let _ = tokio::time::timeout(STOP_GRACE, &mut finished).await;
-                let reason = run
-                    .stopped()
-                    .map(|f| f.message)
-                    .unwrap_or_else(|| "the run was cancelled".to_owned());
-                (RunStatus::Failed, None, Some(reason))
-            }
-        }
     };
     // A cancel seen at any point decides the outcome, even if the graph finished meanwhile.
     let (status, result, error) = if cancel.is_cancelled() {
@@ -248,4 +190,75 @@ pub async fn run_graph(
         },
     );
     outcome
+}
+
+/// A run's shared state, from `options`; `stop` ends the work it starts.
+fn new_run(run_id: &str, options: &RunOptions, stop: CancellationToken) -> Arc<RunShared> {
+    RunShared::new(RunParts {
+        run_id: run_id.to_owned(),
+        token_cap: options.token_cap,
+        approvals: Approvals::new(
+            options.policy.clone(),
+            options.approver.clone(),
+            options.approval_timeout,
+        ),
+        provider: options.provider.clone(),
+        tools: options.tools.clone(),
+        catalog: options.catalog.clone(),
+        events: Events::new(options.events.clone()),
+        engine: options.engine.clone(),
+        limits: options.limits,
+        max_concurrency: options.max_concurrency.clamp(1, MAX_CONCURRENCY),
+        cancel: stop,
+    })
+}
+
+/// Runs the top graph under the deadline and `cancel`: its status, result and error.
+async fn run_top_graph(
+    request: &RunRequest,
+    options: &RunOptions,
+    run: &Arc<RunShared>,
+    cancel: &CancellationToken,
+) -> (RunStatus, Option<Value>, Option<String>) {
+    let invocation = Invocation::new(
+        run.clone(),
+        vec![request.graph.clone()],
+        tokio::runtime::Handle::current(),
+    );
+    let mut finished =
+        options
+            .engine
+            .run(request.script.clone(), request.args.to_string(), invocation);
+    let outcome = tokio::select! {
+        finished = &mut finished => Some(finished),
+        () = cancel.cancelled() => {
+            run.stop(FailureCode::Cancelled, "the run was cancelled");
+            None
+        }
+        () = tokio::time::sleep(options.timeout) => {
+            run.stop(FailureCode::Failed, format!(
+                "wall-clock deadline exceeded: the run took longer than {} s (--timeout)",
+                options.timeout.as_secs_f64()
+            ));
+            None
+        }
+    };
+    match outcome {
+        Some(Ok(json)) => match crate::host::parse_outgoing(&json, "the result", "is") {
+            Ok(value) => (RunStatus::Completed, Some(value), None),
+            Err(e) => (RunStatus::Failed, None, Some(e.to_string())),
+        },
+        Some(Err(error)) => (RunStatus::Failed, None, Some(error.to_string())),
+        None => {
+            // Give the engine a moment to stop, so the tokens and the trace are final when
+            // the outcome is reported. An interpreter that cannot be interrupted (boa inside
+            // a runaway built-in) is not waited for beyond the grace.
+            let _ = tokio::time::timeout(STOP_GRACE, &mut finished).await;
+            let reason = run
+                .stopped()
+                .map(|f| f.message)
+                .unwrap_or_else(|| "the run was cancelled".to_owned());
+            (RunStatus::Failed, None, Some(reason))
+        }
+    }
 }

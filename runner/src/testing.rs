@@ -26,18 +26,18 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::Engine;
 use crate::host::agents::AgentProvider;
 use crate::host::approvals::{
     ApprovalPolicy, ApprovalRequest, Approver, BoxFuture, Decision, Policy,
 };
+use crate::host::engine::Engine;
 use crate::host::events::EventSink;
 use crate::host::graphs::{Catalog, DESCRIBE_TIMEOUT, FolderCatalog};
-use crate::host::mock::MockProvider;
+use crate::host::mock::{MockError, MockProvider};
 use crate::host::tools::{Folder, ToolRegistry};
-use crate::input::{MAX_DATA_FILE_BYTES, read_script, read_text_at_most};
+use crate::input::{InputError, MAX_DATA_FILE_BYTES, read_script, read_text_at_most};
 use crate::run::{RunOptions, RunOutcome, RunRequest, RunStatus, run_graph};
-use graph_js::FailureCode;
+use graph_js::{Failure, FailureCode};
 
 /// Suffix of test files.
 pub const TEST_SUFFIX: &str = ".test.json";
@@ -54,21 +54,19 @@ struct ManyCases {
 
 /// The default graph and the cases of a test file's text, or what is wrong with it, naming the
 /// case (`case 2 ("name")`) when one case is.
-fn parse_test_file(text: &str) -> Result<(Option<String>, Vec<TestCase>), String> {
-    let value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+fn parse_test_file(text: &str) -> Result<(Option<String>, Vec<TestCase>), TestFileError> {
+    let value: Value = serde_json::from_str(text).map_err(TestFileError::Json)?;
     let Value::Object(fields) = &value else {
-        return Err(
-            "expected a JSON object: one case, or {\"graph\": ..., \"cases\": [...]}".to_owned(),
-        );
+        return Err(TestFileError::NotAnObject);
     };
     if !fields.contains_key("cases") {
-        let case = serde_json::from_value::<TestCase>(value).map_err(|e| e.to_string())?;
+        let case = serde_json::from_value::<TestCase>(value).map_err(TestFileError::Json)?;
         return Ok((None, vec![case]));
     }
-    let many = serde_json::from_value::<ManyCases>(value).map_err(|e| e.to_string())?;
+    let many = serde_json::from_value::<ManyCases>(value).map_err(TestFileError::Json)?;
     if many.cases.is_empty() {
         // It would pass while testing nothing.
-        return Err("`cases` is empty; give at least one case".to_owned());
+        return Err(TestFileError::NoCases);
     }
     let cases = many
         .cases
@@ -80,11 +78,71 @@ fn parse_test_file(text: &str) -> Result<(Option<String>, Vec<TestCase>), String
                 .and_then(Value::as_str)
                 .map(|n| format!(" ({n:?})"))
                 .unwrap_or_default();
-            serde_json::from_value::<TestCase>(case)
-                .map_err(|e| format!("case {}{name}: {e}", i + 1))
+            serde_json::from_value::<TestCase>(case).map_err(|reason| TestFileError::Case {
+                number: i + 1,
+                name,
+                reason,
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok((many.graph, cases))
+}
+
+/// What is wrong with the text of a test file.
+#[derive(Debug, thiserror::Error)]
+enum TestFileError {
+    /// Not JSON, or a case that does not fit the format.
+    #[error("{0}")]
+    Json(serde_json::Error),
+    /// JSON, but not an object.
+    #[error("expected a JSON object: one case, or {{\"graph\": ..., \"cases\": [...]}}")]
+    NotAnObject,
+    /// A `cases` list with nothing in it.
+    #[error("`cases` is empty; give at least one case")]
+    NoCases,
+    /// One case of a `cases` list does not fit the format.
+    #[error("case {number}{name}: {reason}")]
+    Case {
+        /// The case's position, from 1.
+        number: usize,
+        /// ` ("its name")`, when it has one.
+        name: String,
+        /// What does not fit.
+        reason: serde_json::Error,
+    },
+}
+
+/// Why a case could not be run (its report then names only this).
+#[derive(Debug, thiserror::Error)]
+enum CaseError {
+    /// The graph file could not be read.
+    #[error("cannot read the graph {path}: {reason}")]
+    Graph {
+        /// The graph file.
+        path: String,
+        /// Why not.
+        reason: InputError,
+    },
+    /// No temporary folder for the case.
+    #[error("cannot create a temporary folder: {0}")]
+    TempDir(std::io::Error),
+    /// The temporary folder could not be opened under the fs tools' rules.
+    #[error("{}", .0.message)]
+    Folder(Failure),
+    /// A file to seed is outside the folder, or could not be written.
+    #[error("cannot seed {path}: {reason}")]
+    Seed {
+        /// The file, as the case names it.
+        path: String,
+        /// Why not.
+        reason: String,
+    },
+    /// The case's replies are not a valid replies file.
+    #[error("{0}")]
+    Replies(MockError),
+    /// The fs tools could not be set up.
+    #[error("{0}")]
+    Tools(Failure),
 }
 
 /// One test case.
@@ -314,7 +372,7 @@ async fn run_file(
                 check(&case.expect, &outcome, &folder.confined),
                 Some(outcome),
             ),
-            Err(problem) => (vec![problem], None),
+            Err(problem) => (vec![problem.to_string()], None),
         };
         reports.push(CaseReport {
             file: file.to_path_buf(),
@@ -341,45 +399,38 @@ async fn run_case(
     catalog: &Arc<dyn Catalog>,
     events: &Arc<dyn EventSink>,
     run_provider: Option<&Arc<dyn AgentProvider>>,
-) -> Result<(RunOutcome, CaseFolder), String> {
-    let script = read_script(graph)
-        .map_err(|e| format!("cannot read the graph {}: {e}", graph.display()))?;
-    let folder =
-        tempfile::tempdir().map_err(|e| format!("cannot create a temporary folder: {e}"))?;
+) -> Result<(RunOutcome, CaseFolder), CaseError> {
+    let script = read_script(graph).map_err(|reason| CaseError::Graph {
+        path: graph.display().to_string(),
+        reason,
+    })?;
+    let folder = tempfile::tempdir().map_err(CaseError::TempDir)?;
     // Seeded files stay inside the case's folder, by the same rules as the graph's fs tools.
-    let confined = Folder::open(folder.path()).map_err(|e| e.message)?;
+    let confined = Folder::open(folder.path()).map_err(CaseError::Folder)?;
     for (path, content) in &case.files {
-        let target = confined
-            .for_writing(path)
-            .map_err(|e| format!("cannot seed {path}: {}", e.message))?;
-        std::fs::write(&target, content).map_err(|e| format!("cannot seed {path}: {e}"))?;
+        let seed = |reason: String| CaseError::Seed {
+            path: path.clone(),
+            reason,
+        };
+        let target = confined.for_writing(path).map_err(|e| seed(e.message))?;
+        std::fs::write(&target, content).map_err(|e| seed(e.to_string()))?;
     }
     let provider: Option<Arc<dyn AgentProvider>> = match (&case.replies, &case.replies_file) {
         (Some(replies), _) => Some(Arc::new(
-            MockProvider::from_json(replies.clone()).map_err(|e| e.to_string())?,
+            MockProvider::from_json(replies.clone()).map_err(CaseError::Replies)?,
         )),
         (None, Some(file)) => Some(Arc::new(
-            MockProvider::from_file(&base.join(file)).map_err(|e| e.to_string())?,
+            MockProvider::from_file(&base.join(file)).map_err(CaseError::Replies)?,
         )),
         (None, None) => run_provider.cloned(),
     };
-    let mut policy = ApprovalPolicy::default();
-    for (tools, p) in [
-        (&case.allow, Policy::Allow),
-        (&case.ask, Policy::Ask),
-        (&case.deny, Policy::Deny),
-    ] {
-        for tool in tools {
-            policy.set(tool.clone(), p);
-        }
-    }
     let mut options = RunOptions::new(engine.clone());
     if let Some(provider) = provider {
         options.provider = provider;
     }
     options.tools =
-        ToolRegistry::standard(Some(folder.path().to_path_buf())).map_err(|e| e.to_string())?;
-    options.policy = policy;
+        ToolRegistry::standard(Some(folder.path().to_path_buf())).map_err(CaseError::Tools)?;
+    options.policy = case_policy(case);
     options.approver = Arc::new(CaseApprover(case.approve.clone()));
     options.catalog = catalog.clone();
     options.token_cap = case.max_tokens;
@@ -414,7 +465,30 @@ async fn run_case(
     ))
 }
 
+/// The approval policy of a case: its `allow`, `ask` and `deny` lists.
+fn case_policy(case: &TestCase) -> ApprovalPolicy {
+    let mut policy = ApprovalPolicy::default();
+    for (tools, p) in [
+        (&case.allow, Policy::Allow),
+        (&case.ask, Policy::Ask),
+        (&case.deny, Policy::Deny),
+    ] {
+        for tool in tools {
+            policy.set(tool.clone(), p);
+        }
+    }
+    policy
+}
+
+/// Where `outcome` and the case's folder differ from what the case expects, one line each.
 fn check(expect: &Expect, outcome: &RunOutcome, confined: &Folder) -> Vec<String> {
+    let mut problems = check_outcome(expect, outcome);
+    check_files(expect, confined, &mut problems);
+    problems
+}
+
+/// Where the outcome differs from the expected status, result, error and tokens.
+fn check_outcome(expect: &Expect, outcome: &RunOutcome) -> Vec<String> {
     let mut problems = Vec::new();
     if outcome.status != expect.status {
         problems.push(format!(
@@ -467,6 +541,11 @@ fn check(expect: &Expect, outcome: &RunOutcome, confined: &Folder) -> Vec<String
             outcome.total_tokens
         ));
     }
+    problems
+}
+
+/// Where the case's folder differs from the expected files.
+fn check_files(expect: &Expect, confined: &Folder, problems: &mut Vec<String>) {
     // Only files inside the case's folder are checked, by the same rules as the graph's fs tools.
     for (path, expected) in &expect.files {
         let read = confined
@@ -490,7 +569,6 @@ fn check(expect: &Expect, outcome: &RunOutcome, confined: &Folder) -> Vec<String
             Err(e) => problems.push(format!("file {path}: {}", e.message)),
         }
     }
-    problems
 }
 
 #[cfg(test)]
@@ -500,7 +578,7 @@ mod tests {
     fn problem(text: &str) -> String {
         match parse_test_file(text) {
             Ok(parsed) => panic!("{text} parsed: {parsed:?}"),
-            Err(e) => e,
+            Err(e) => e.to_string(),
         }
     }
 

@@ -81,6 +81,42 @@ pub fn describe(kind: &EventKind) -> Option<String> {
             None => format!("graph #{handle} {slug} finished"),
             Some(e) => format!("graph #{handle} {slug} failed: {e}"),
         },
+        EventKind::AgentStarted { .. }
+        | EventKind::AgentTurn { .. }
+        | EventKind::AgentProgress { .. }
+        | EventKind::AgentRetry { .. }
+        | EventKind::AgentFinished { .. }
+        | EventKind::AgentFailed { .. } => return describe_agent(kind),
+        EventKind::BudgetExhausted { used, cap } => {
+            format!("budget exhausted: {used} of {cap} tokens used, no further agent may start")
+        }
+        EventKind::ApprovalRequested { tool } => format!("tool {tool} waits for approval"),
+        EventKind::ToolCalled { tool, error } => match error {
+            None => format!("tool {tool} ran"),
+            Some(e) => format!("tool {tool} failed: {e}"),
+        },
+        EventKind::ToolDenied { tool, reason } => format!("tool {tool} denied: {reason}"),
+        EventKind::Log { message } => format!("log: {message}"),
+        EventKind::LogsDropped { limit } => {
+            format!("log limit of {limit} lines reached; further lines are dropped")
+        }
+        EventKind::RunFinished {
+            status,
+            total_tokens,
+            reported_cost,
+            error,
+        } => match error {
+            Some(e) if status != "completed" => {
+                format!("run {status}: {e} ({total_tokens} tokens, cost {reported_cost})")
+            }
+            _ => format!("run {status}: {total_tokens} tokens, cost {reported_cost}"),
+        },
+    })
+}
+
+/// An agent's event as a line of text, or `None` for a first turn that is also the last.
+fn describe_agent(kind: &EventKind) -> Option<String> {
+    Some(match kind {
         EventKind::AgentStarted {
             handle,
             label: l,
@@ -131,30 +167,7 @@ pub fn describe(kind: &EventKind) -> Option<String> {
             label: l,
             error,
         } => format!("agent #{handle}{} failed: {error}", label(l)),
-        EventKind::BudgetExhausted { used, cap } => {
-            format!("budget exhausted: {used} of {cap} tokens used, no further agent may start")
-        }
-        EventKind::ApprovalRequested { tool } => format!("tool {tool} waits for approval"),
-        EventKind::ToolCalled { tool, error } => match error {
-            None => format!("tool {tool} ran"),
-            Some(e) => format!("tool {tool} failed: {e}"),
-        },
-        EventKind::ToolDenied { tool, reason } => format!("tool {tool} denied: {reason}"),
-        EventKind::Log { message } => format!("log: {message}"),
-        EventKind::LogsDropped { limit } => {
-            format!("log limit of {limit} lines reached; further lines are dropped")
-        }
-        EventKind::RunFinished {
-            status,
-            total_tokens,
-            reported_cost,
-            error,
-        } => match error {
-            Some(e) if status != "completed" => {
-                format!("run {status}: {e} ({total_tokens} tokens, cost {reported_cost})")
-            }
-            _ => format!("run {status}: {total_tokens} tokens, cost {reported_cost}"),
-        },
+        _ => return None,
     })
 }
 

@@ -23,7 +23,8 @@ impl runner::engine::Engine for CountingDescribes {
         script: Arc<str>,
         args: String,
         invocation: runner::host::Invocation,
-    ) -> runner::host::approvals::BoxFuture<'static, Result<String, String>> {
+    ) -> runner::host::approvals::BoxFuture<'static, Result<String, runner::engine::EngineError>>
+    {
         self.inner.run(script, args, invocation)
     }
     fn describe(
@@ -90,4 +91,28 @@ async fn a_graphs_folder_is_read_only_on_the_first_nested_call_and_only_once() {
             "three files, each read once"
         );
     }
+}
+
+/// A folder catalog indexes graphs by slug and reports the files it skipped.
+#[tokio::test]
+async fn folder_catalog_indexes_by_slug_and_reports_skips() {
+    use runner::host::graphs::{Catalog, DESCRIBE_TIMEOUT, FolderCatalog};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("a.js"),
+        "export const meta = {name: 'A', slug: 'alpha', version: '1'};\nexport default async function () { return 1; }",
+    )
+    .expect("a");
+    std::fs::write(dir.path().join("broken.js"), "export const meta = {").expect("broken");
+    std::fs::write(dir.path().join("notes.txt"), "not a graph").expect("txt");
+    let engine = runner::engine::boa::BoaEngine::default();
+    let catalog = FolderCatalog::load(dir.path(), &engine, DESCRIBE_TIMEOUT)
+        .await
+        .expect("loads");
+    assert!(catalog.lookup("alpha").await.is_ok());
+    let missing = catalog.lookup("broken").await.unwrap_err();
+    assert_eq!(missing.code.as_str(), "not_found");
+    assert!(missing.message.contains("(it has alpha)"), "{missing}");
+    assert_eq!(catalog.skipped().len(), 1);
 }

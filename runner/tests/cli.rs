@@ -104,23 +104,18 @@ fn runner_test_keeps_seeded_and_checked_files_inside_the_cases_folder() {
     );
 }
 
-/// `runner build` refuses an output it must not or cannot write before building (the graph's
-/// own source, a folder, a missing folder), and a built component runs with `runner run`.
-#[test]
-fn runner_build_refuses_a_bad_output_and_its_component_runs() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let source = dir.path().join("one.js");
-    let script = "export const meta = {name: 'One', slug: 'one', version: '1'};\nexport default async function (a) { return {twice: a.n * 2}; }";
-    std::fs::write(&source, script).expect("graph");
-    let missing = dir.path().join("missing").join("one.wasm");
+/// `runner build` of `source` (in `dir`) refuses the graph's own source, a folder and a missing
+/// folder as its output, before it builds anything.
+fn bad_build_outputs_are_refused_before_building(dir: &std::path::Path, source: &std::path::Path) {
+    let missing = dir.join("missing").join("one.wasm");
     for (output, says) in [
-        (&source, "is the graph's own source"),
-        (&dir.path().to_path_buf(), "is a folder"),
-        (&missing, "does not exist; create it first"),
+        (source, "is the graph's own source"),
+        (dir, "is a folder"),
+        (missing.as_path(), "does not exist; create it first"),
     ] {
         let result = runner()
             .arg("build")
-            .arg(&source)
+            .arg(source)
             .arg("-o")
             .arg(output)
             .output()
@@ -133,6 +128,17 @@ fn runner_build_refuses_a_bad_output_and_its_component_runs() {
             "refused before building: {stderr}"
         );
     }
+}
+
+/// `runner build` refuses an output it must not or cannot write before building (the graph's
+/// own source, a folder, a missing folder), and a built component runs with `runner run`.
+#[test]
+fn runner_build_refuses_a_bad_output_and_its_component_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let source = dir.path().join("one.js");
+    let script = "export const meta = {name: 'One', slug: 'one', version: '1'};\nexport default async function (a) { return {twice: a.n * 2}; }";
+    std::fs::write(&source, script).expect("graph");
+    bad_build_outputs_are_refused_before_building(dir.path(), &source);
     assert_eq!(std::fs::read_to_string(&source).expect("source"), script);
     let component = dir.path().join("one.wasm");
     let built = runner()
@@ -590,13 +596,57 @@ fn pseudo_terminal() -> Option<(std::fs::File, std::fs::File)> {
     Some((controller, terminal))
 }
 
+/// Reads `stderr` on a thread of its own: each approval question (`[y/N]`) is signalled on the
+/// receiver, and the thread returns the whole trace.
+#[cfg(target_os = "linux")]
+fn watch_questions(
+    stderr: std::process::ChildStderr,
+) -> (
+    std::sync::mpsc::Receiver<()>,
+    std::thread::JoinHandle<String>,
+) {
+    use std::io::BufRead;
+    let (questions, asked) = std::sync::mpsc::channel();
+    let trace = std::thread::spawn(move || {
+        let mut seen = String::new();
+        for chunk in std::io::BufReader::new(stderr).split(b' ') {
+            let Ok(chunk) = chunk else { break };
+            let word = String::from_utf8_lossy(&chunk).into_owned();
+            if word.contains("[y/N]") {
+                let _ = questions.send(());
+            }
+            seen.push_str(&word);
+            seen.push(' ');
+        }
+        seen
+    });
+    (asked, trace)
+}
+
+/// Waits for `child` to exit; kills it and fails after a minute.
+#[cfg(target_os = "linux")]
+fn exit_within_a_minute(child: &mut std::process::Child) -> std::process::ExitStatus {
+    use std::time::{Duration, Instant};
+    let waiting_since = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("waits") {
+            return status;
+        }
+        if waiting_since.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("runner was still running a minute after its run's deadline");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// `--ask` on a terminal: an answer approves one call, and a question still open when the run
 /// ends does not keep `runner` waiting for a line (it used to, until someone pressed Enter).
 #[cfg(target_os = "linux")]
 #[test]
 fn terminal_approvals_answer_and_an_open_question_does_not_outlive_the_run() {
-    use std::io::{BufRead, Write};
-    use std::time::{Duration, Instant};
+    use std::io::Write;
+    use std::time::Duration;
     let dir = tempfile::tempdir().expect("tempdir");
     let graph = graph_file(
         dir.path(),
@@ -629,21 +679,7 @@ export default async function (args, g) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("runner starts");
-    let stderr = child.stderr.take().expect("stderr");
-    let (questions, asked) = std::sync::mpsc::channel();
-    let trace = std::thread::spawn(move || {
-        let mut seen = String::new();
-        for chunk in std::io::BufReader::new(stderr).split(b' ') {
-            let Ok(chunk) = chunk else { break };
-            let word = String::from_utf8_lossy(&chunk).into_owned();
-            if word.contains("[y/N]") {
-                let _ = questions.send(());
-            }
-            seen.push_str(&word);
-            seen.push(' ');
-        }
-        seen
-    });
+    let (asked, trace) = watch_questions(child.stderr.take().expect("stderr"));
     asked
         .recv_timeout(Duration::from_secs(60))
         .expect("the first question is asked");
@@ -652,17 +688,7 @@ export default async function (args, g) {
         .recv_timeout(Duration::from_secs(60))
         .expect("the second question is asked");
     // Not answered. The run's 4 s deadline ends it; runner must then exit on its own.
-    let waiting_since = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("waits") {
-            break status;
-        }
-        if waiting_since.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("runner was still running a minute after its run's deadline");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = exit_within_a_minute(&mut child);
     let mut stdout = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().expect("stdout"), &mut stdout)
         .expect("stdout");

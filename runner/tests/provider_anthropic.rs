@@ -11,7 +11,7 @@ use runner::RunStatus;
 use runner::host::anthropic::ANTHROPIC_VERSION;
 use runner::host::events::EventKind;
 use runner::host::http::ApiKey;
-use runner::host::providers::{ProviderConfig, ProviderKind};
+use runner::host::provider_config::{ProviderConfig, ProviderKind};
 use runner::host::tools::ToolRegistry;
 use serde_json::{Value, json};
 

@@ -76,7 +76,7 @@ async fn a_provider_turn_returns_cancelled_at_once_and_drops_its_request() {
     use runner::FailureCode;
     use runner::host::agents::{AgentProvider, Message, ProviderProgress, Role, TurnRequest};
     use runner::host::http::ApiKey;
-    use runner::host::providers::{ProviderConfig, ProviderKind};
+    use runner::host::provider_config::{ProviderConfig, ProviderKind};
 
     let openai_first = format!(
         "data: {}\n\n",

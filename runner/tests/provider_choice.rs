@@ -9,8 +9,45 @@ use std::process::Output;
 
 use common::server::TestServer;
 use runner::RunStatus;
-use runner::host::providers::Price;
+use runner::host::provider_config::{Price, ProviderConfig};
 use serde_json::{Value, json};
+
+/// Entry `a` on `server`: it lists `a-default` (priced) and `a-other`, and only those.
+fn listing_entry(server: &TestServer) -> ProviderConfig {
+    let mut entry = common::openai_entry("a", &server.base_url(), "a-default");
+    entry.models.insert(
+        "a-default".into(),
+        Price {
+            input_per_million: 2.0,
+            output_per_million: 10.0,
+        },
+    );
+    entry.models.insert("a-other".into(), Price::default());
+    entry.only_listed_models = true;
+    entry
+}
+
+/// What the graph caught for the models no entry serves.
+fn unknown_models_are_invalid(result: &Value) {
+    let unknown = result["zzz:x"].as_str().expect("text");
+    assert!(
+        unknown.starts_with("invalid: unknown provider \"zzz\"") && unknown.contains("a, b"),
+        "{unknown}"
+    );
+    assert!(
+        result["a:not-listed"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("invalid: provider a has no model")),
+        "{result}"
+    );
+    // A bare name that is no entry is a model on the default entry, which lists its models.
+    assert!(
+        result["c"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("invalid:")),
+        "{result}"
+    );
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn models_pick_entries_and_unknown_ones_are_invalid_without_a_request() {
@@ -23,16 +60,7 @@ async fn models_pick_entries_and_unknown_ones_are_invalid_without_a_request() {
     )
     .await;
     let b = TestServer::start(vec![common::openai_reply("from b", 7, 3)], None).await;
-    let mut entry_a = common::openai_entry("a", &a.base_url(), "a-default");
-    entry_a.models.insert(
-        "a-default".into(),
-        Price {
-            input_per_million: 2.0,
-            output_per_million: 10.0,
-        },
-    );
-    entry_a.models.insert("a-other".into(), Price::default());
-    entry_a.only_listed_models = true;
+    let entry_a = listing_entry(&a);
     let entry_b = common::openai_entry("b", &b.base_url(), "b-default");
     let (options, _) =
         common::options_with(common::boa(), common::provider_set(vec![entry_a, entry_b]));
@@ -54,24 +82,7 @@ async fn models_pick_entries_and_unknown_ones_are_invalid_without_a_request() {
     assert_eq!(result["none"], "from a");
     assert_eq!(result["b"], "from b");
     assert_eq!(result["other"], "from a again");
-    let unknown = result["zzz:x"].as_str().expect("text");
-    assert!(
-        unknown.starts_with("invalid: unknown provider \"zzz\"") && unknown.contains("a, b"),
-        "{unknown}"
-    );
-    assert!(
-        result["a:not-listed"]
-            .as_str()
-            .is_some_and(|m| m.starts_with("invalid: provider a has no model")),
-        "{result}"
-    );
-    // A bare name that is no entry is a model on the default entry, which lists its models.
-    assert!(
-        result["c"]
-            .as_str()
-            .is_some_and(|m| m.starts_with("invalid:")),
-        "{result}"
-    );
+    unknown_models_are_invalid(&result);
     let models: Vec<Value> = a
         .records()
         .iter()
@@ -189,6 +200,12 @@ async fn runner_run_with_provider_flags_and_their_errors() {
     assert_eq!(body["max_tokens"], 9);
     assert_eq!(body["temperature"], 0.0);
 
+    bad_provider_flags_are_usage_errors(&graph).await;
+}
+
+/// Provider flags that do not fit together, or name a bad URL, key variable or file, are usage
+/// errors (exit 2) that say why.
+async fn bad_provider_flags_are_usage_errors(graph: &std::path::Path) {
     for (args, needle) in [
         (vec!["--provider", "openai"], "--model"),
         (vec!["--model", "m"], "--provider"),
@@ -232,7 +249,7 @@ async fn runner_run_with_provider_flags_and_their_errors() {
     ] {
         let output = runner()
             .arg("run")
-            .arg(&graph)
+            .arg(graph)
             .args(&args)
             .output()
             .await

@@ -19,7 +19,7 @@ export default async function (args, g) {
 
 async fn run_against(
     server: &TestServer,
-    configure: impl FnOnce(&mut runner::host::providers::ProviderConfig),
+    configure: impl FnOnce(&mut runner::host::provider_config::ProviderConfig),
 ) -> (runner::RunOutcome, Vec<runner::host::events::Event>) {
     let mut entry = common::openai_entry("local", &server.base_url(), "m");
     configure(&mut entry);

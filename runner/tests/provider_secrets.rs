@@ -8,7 +8,7 @@ use std::process::Output;
 
 use common::server::{Scripted, TestServer};
 use runner::host::http::ApiKey;
-use runner::host::providers::{ProviderConfig, ProviderKind};
+use runner::host::provider_config::{ProviderConfig, ProviderKind};
 use serde_json::json;
 
 /// A key distinctive enough that finding it anywhere is not a coincidence.

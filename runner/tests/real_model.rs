@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use common::llm::{LocalLlm, MODEL};
 use common::server::{Record, Scripted, TestServer};
-use runner::RunStatus;
 use runner::host::approvals::Policy;
 use runner::host::events::{CollectingSink, Event, EventKind};
-use runner::host::providers::{Price, ProviderConfig};
+use runner::host::provider_config::{Price, ProviderConfig};
 use runner::host::tools::ToolRegistry;
+use runner::{RunOutcome, RunStatus};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -83,6 +83,38 @@ fn turn_fields(events: &[Event]) -> Vec<TurnFields> {
         .collect()
 }
 
+/// Each reply of the parallel-agents graph is one request's usage, a single turn on the model,
+/// and each request asked for the agent's limit and streamed with usage.
+fn check_parallel_replies(outcome: &RunOutcome, records: &[Record], usage: &[(u64, u64)]) {
+    let replies = outcome.result.clone().expect("result");
+    let replies = replies.as_array().expect("array");
+    assert_eq!(
+        sorted(
+            replies
+                .iter()
+                .map(|r| r["tokens"].as_u64().expect("tokens"))
+                .collect()
+        ),
+        sorted(usage.iter().map(|(p, c)| p + c).collect()),
+        "each agent's tokens are one request's usage"
+    );
+    for reply in replies {
+        assert!(
+            matches!(reply["finish"].as_str(), Some("stop" | "length")),
+            "{reply}"
+        );
+        assert_eq!(reply["turns"], 1);
+        assert_eq!(reply["model"], MODEL);
+        assert_eq!(reply["empty"], false);
+    }
+    // Each request asked for the agent's limit and streamed with usage.
+    for record in records {
+        assert_eq!(record.body["max_tokens"], 24);
+        assert_eq!(record.body["stream_options"]["include_usage"], true);
+        assert_eq!(record.body["model"], MODEL);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parallel_agents_complete_and_tokens_equal_the_servers_usage() {
     let Some((_llm, proxy)) = model_behind_proxy(Vec::new()).await else {
@@ -122,33 +154,7 @@ async fn parallel_agents_complete_and_tokens_equal_the_servers_usage() {
         .sum();
     assert!((outcome.reported_cost - expected_cost).abs() < 1e-12);
 
-    let replies = outcome.result.expect("result");
-    let replies = replies.as_array().expect("array");
-    assert_eq!(
-        sorted(
-            replies
-                .iter()
-                .map(|r| r["tokens"].as_u64().expect("tokens"))
-                .collect()
-        ),
-        sorted(usage.iter().map(|(p, c)| p + c).collect()),
-        "each agent's tokens are one request's usage"
-    );
-    for reply in replies {
-        assert!(
-            matches!(reply["finish"].as_str(), Some("stop" | "length")),
-            "{reply}"
-        );
-        assert_eq!(reply["turns"], 1);
-        assert_eq!(reply["model"], MODEL);
-        assert_eq!(reply["empty"], false);
-    }
-    // Each request asked for the agent's limit and streamed with usage.
-    for record in &records {
-        assert_eq!(record.body["max_tokens"], 24);
-        assert_eq!(record.body["stream_options"]["include_usage"], true);
-        assert_eq!(record.body["model"], MODEL);
-    }
+    check_parallel_replies(&outcome, &records, &usage);
     let events = sink.events();
     let turns = turn_fields(&events);
     assert_eq!(

@@ -42,12 +42,12 @@ struct Probe {
 }
 
 struct Probed {
-    inner: BoxFuture<'static, Result<String, String>>,
+    inner: BoxFuture<'static, Result<String, runner::engine::EngineError>>,
     seen: Arc<Mutex<Seen>>,
 }
 
 impl Future for Probed {
-    type Output = Result<String, String>;
+    type Output = Result<String, runner::engine::EngineError>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let polled = self.inner.as_mut().poll(cx);
         let mut seen = self.seen.lock().expect("probe");
@@ -72,7 +72,7 @@ impl Engine for Probe {
         script: Arc<str>,
         args: String,
         invocation: Invocation,
-    ) -> BoxFuture<'static, Result<String, String>> {
+    ) -> BoxFuture<'static, Result<String, runner::engine::EngineError>> {
         Box::pin(Probed {
             inner: self.inner.run(script, args, invocation),
             seen: self.seen.clone(),

@@ -129,14 +129,11 @@ async fn the_host_bindings_are_not_reachable_from_js() {
     }
 }
 
-/// The host interface itself, called directly with forged arguments (what a guest that skipped
-/// the prelude entirely could do).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn direct_host_calls_with_forged_arguments_are_checked() {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// A run with a 10-token cap, `fs.write` allowed in `dir`, and a mock that costs 20 tokens.
+fn forged_run(dir: &tempfile::TempDir) -> Arc<RunShared> {
     let mut policy = ApprovalPolicy::default();
     policy.set("fs.write", Policy::Allow);
-    let run = RunShared::new(RunParts {
+    RunShared::new(RunParts {
         run_id: "r".into(),
         token_cap: Some(10),
         approvals: Approvals::new(
@@ -154,7 +151,40 @@ async fn direct_host_calls_with_forged_arguments_are_checked() {
         limits: Default::default(),
         max_concurrency: 4,
         cancel: CancellationToken::new(),
-    });
+    })
+}
+
+/// Tool calls that escape the folder, are not JSON objects, or name a tool without a policy.
+async fn forged_tool_calls_are_checked(invocation: &mut Invocation) {
+    let escape = invocation
+        .start_tool("fs.write", r#"{"path": "../escape.txt", "text": "x"}"#)
+        .expect("started");
+    let (_, outcome) = invocation.wait_any(&[escape]).await;
+    assert_eq!(outcome.unwrap_err().code, FailureCode::Denied);
+    for forged in ["not json", "[1, 2]", "\"path\""] {
+        assert_eq!(
+            invocation.start_tool("fs.write", forged).unwrap_err().code,
+            FailureCode::Invalid,
+            "{forged}"
+        );
+    }
+    let unlisted = invocation
+        .start_tool("fs.read", r#"{"path": "x"}"#)
+        .expect("started");
+    let (_, outcome) = invocation.wait_any(&[unlisted]).await;
+    assert_eq!(
+        outcome.unwrap_err().code,
+        FailureCode::Denied,
+        "a tool without a policy is denied"
+    );
+}
+
+/// The host interface itself, called directly with forged arguments (what a guest that skipped
+/// the prelude entirely could do).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_host_calls_with_forged_arguments_are_checked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = forged_run(&dir);
     let mut invocation = Invocation::new(
         run.clone(),
         vec!["top".into()],
@@ -184,27 +214,7 @@ async fn direct_host_calls_with_forged_arguments_are_checked() {
     let refused = invocation.start_agent(request(None)).unwrap_err();
     assert_eq!(refused.code, FailureCode::BudgetExhausted);
 
-    let escape = invocation
-        .start_tool("fs.write", r#"{"path": "../escape.txt", "text": "x"}"#)
-        .expect("started");
-    let (_, outcome) = invocation.wait_any(&[escape]).await;
-    assert_eq!(outcome.unwrap_err().code, FailureCode::Denied);
-    for forged in ["not json", "[1, 2]", "\"path\""] {
-        assert_eq!(
-            invocation.start_tool("fs.write", forged).unwrap_err().code,
-            FailureCode::Invalid,
-            "{forged}"
-        );
-    }
-    let unlisted = invocation
-        .start_tool("fs.read", r#"{"path": "x"}"#)
-        .expect("started");
-    let (_, outcome) = invocation.wait_any(&[unlisted]).await;
-    assert_eq!(
-        outcome.unwrap_err().code,
-        FailureCode::Denied,
-        "a tool without a policy is denied"
-    );
+    forged_tool_calls_are_checked(&mut invocation).await;
 
     // Handles this graph never started, or already collected, are refused.
     let (h, outcome) = invocation.wait_any(&[9999]).await;

@@ -70,7 +70,8 @@ impl HttpTransport {
         format!("{base}/")
             .parse::<http::Uri>()
             .map_err(|e| format!("the service URL `{base}` is not a valid URL: {e}"))?;
-        let client = runner::host::http::WebClient::new(CONNECT_TIMEOUT)?;
+        let client =
+            runner::host::http::WebClient::new(CONNECT_TIMEOUT).map_err(|e| e.to_string())?;
         Ok(Self { client, base })
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use graph_js::{AgentRequest, FailureCode, Meta, MetaError};
-use runner::engine::Engine;
+use runner::engine::{Engine, EngineError};
 use runner::host::Invocation;
 use runner::host::agents::{AgentProvider, ProgressFn, ProviderError, Turn, TurnRequest, Usage};
 use runner::host::approvals::BoxFuture;
@@ -47,10 +47,11 @@ impl Engine for SimEngine {
         _script: Arc<str>,
         args: String,
         mut invocation: Invocation,
-    ) -> BoxFuture<'static, Result<String, String>> {
+    ) -> BoxFuture<'static, Result<String, EngineError>> {
         self.executions.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move {
-            let args: Value = serde_json::from_str(&args).map_err(|e| e.to_string())?;
+            let args: Value =
+                serde_json::from_str(&args).map_err(|e| EngineError::Graph(e.to_string()))?;
             let millis = args["duration_ms"].as_u64().unwrap_or(0);
             let handle = invocation
                 .start_agent(AgentRequest {
@@ -62,7 +63,7 @@ impl Engine for SimEngine {
                     tools: Vec::new(),
                     max_turns: None,
                 })
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| EngineError::Graph(e.to_string()))?;
             let (_, reply) = invocation.wait_any(&[handle]).await;
             match reply {
                 Ok(_) => {
@@ -79,9 +80,9 @@ impl Engine for SimEngine {
                 }
                 Err(failure) if failure.code == FailureCode::Cancelled => {
                     tokio::time::sleep(ENGINE_STOP).await;
-                    Err(failure.to_string())
+                    Err(EngineError::Graph(failure.to_string()))
                 }
-                Err(failure) => Err(failure.to_string()),
+                Err(failure) => Err(EngineError::Graph(failure.to_string())),
             }
         })
     }

@@ -5,7 +5,7 @@
 
 use std::cell::RefCell;
 
-use graph_js::{AgentRequest, Failure, FailureCode, Interpreter, Limits, Prepared};
+use graph_js::{AgentRequest, Failure, FailureCode, Interpreter, Limits, Prepared, ScriptError};
 
 wit_bindgen::generate!({
     path: "../../wit",
@@ -26,6 +26,7 @@ thread_local! {
 
 struct Component;
 
+// The exports' `result<_, string>` is the WIT interface's: errors cross it as their sentences.
 impl Guest for Component {
     fn describe(script: String) -> Result<String, String> {
         if script.is_empty() {
@@ -33,7 +34,9 @@ impl Guest for Component {
                 .with(|meta| meta.borrow().clone())
                 .ok_or_else(no_built_in);
         }
-        let mut prepared = interpreter()?.prepare(&script)?;
+        let mut prepared = interpreter()
+            .and_then(|blank| blank.prepare(&script))
+            .map_err(|e| e.to_string())?;
         let meta = prepared.meta().map_err(|e| e.to_string())?;
         serde_json::to_string(&meta).map_err(|e| e.to_string())
     }
@@ -44,20 +47,23 @@ impl Guest for Component {
             let prepared = BUILT_IN
                 .with(|built_in| built_in.borrow_mut().take())
                 .ok_or_else(no_built_in)?;
-            return prepared.run(&args, host);
+            return prepared.run(&args, host).map_err(|e| e.to_string());
         }
-        interpreter()?.prepare(&script)?.run(&args, host)
+        interpreter()
+            .and_then(|blank| blank.prepare(&script))
+            .and_then(|prepared| prepared.run(&args, host))
+            .map_err(|e| e.to_string())
     }
 
     fn initialize(script: String) -> Result<(), String> {
         // The snapshot keeps the web platform functions compiled, so no run pays for that.
-        let mut blank = Interpreter::new(&Limits::default())?;
-        blank.load_web()?;
+        let mut blank = Interpreter::new(&Limits::default()).map_err(|e| e.to_string())?;
+        blank.load_web().map_err(|e| e.to_string())?;
         if script.is_empty() {
             BLANK.with(|b| *b.borrow_mut() = Some(blank));
             return Ok(());
         }
-        let mut prepared = blank.prepare(&script)?;
+        let mut prepared = blank.prepare(&script).map_err(|e| e.to_string())?;
         let meta = prepared.meta().map_err(|e| e.to_string())?;
         let meta = serde_json::to_string(&meta).map_err(|e| e.to_string())?;
         BUILT_IN.with(|built_in| *built_in.borrow_mut() = Some(prepared));
@@ -67,7 +73,7 @@ impl Guest for Component {
 }
 
 /// The pre-initialized interpreter if this instance has one, else a fresh one.
-fn interpreter() -> Result<Interpreter, String> {
+fn interpreter() -> Result<Interpreter, ScriptError> {
     match BLANK.with(|b| b.borrow_mut().take()) {
         Some(blank) => Ok(blank),
         None => Interpreter::new(&Limits::default()),

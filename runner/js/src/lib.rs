@@ -7,11 +7,14 @@
 //! what makes their results identical. It does no I/O of its own; everything outside the
 //! interpreter goes through [`Host`].
 
+mod error;
 mod executor;
 mod failure;
 mod meta;
 
 use std::cell::RefCell;
+
+use error::cut_chars;
 use std::path::Path;
 use std::rc::Rc;
 
@@ -25,6 +28,7 @@ use boa_engine::{
     Source, js_string,
 };
 
+pub use error::ScriptError;
 pub use failure::{Failure, FailureCode};
 pub use meta::{Meta, MetaError, is_valid_slug};
 
@@ -155,14 +159,14 @@ pub fn run(
     args: &str,
     host: Box<dyn Host + 'static>,
     limits: &Limits,
-) -> Result<String, String> {
+) -> Result<String, ScriptError> {
     Prepared::new(script, limits)?.run(args, host)
 }
 
 /// Evaluates `script` without calling its default export and returns its validated `meta`.
 pub fn describe(script: &str, limits: &Limits) -> Result<Meta, MetaError> {
     Prepared::new(script, limits)
-        .map_err(MetaError::Script)?
+        .map_err(|e| MetaError::Script(e.to_string()))?
         .meta()
 }
 
@@ -177,12 +181,13 @@ pub struct Interpreter {
 
 impl Interpreter {
     /// A fresh interpreter with `limits`.
-    pub fn new(limits: &Limits) -> Result<Self, String> {
+    pub fn new(limits: &Limits) -> Result<Self, ScriptError> {
         let shared = Rc::new(Shared {
             host: RefCell::new(Box::new(TopLevelHost)),
             pending: RefCell::new(Vec::new()),
         });
-        let (context, prelude) = new_context(&shared, limits).map_err(|e| e.to_string())?;
+        let (context, prelude) =
+            new_context(&shared, limits).map_err(|e| ScriptError::Setup(e.to_string()))?;
         Ok(Self {
             context,
             prelude,
@@ -192,18 +197,18 @@ impl Interpreter {
 
     /// Compiles the web platform functions ([`WEB`]) now rather than when a graph first uses
     /// one, for an interpreter kept in a pre-initialized snapshot.
-    pub fn load_web(&mut self) -> Result<(), String> {
+    pub fn load_web(&mut self) -> Result<(), ScriptError> {
         self.prelude
             .load_web
             .call(&JsValue::undefined(), &[], &mut self.context)
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(|e| ScriptError::Setup(e.to_string()))
     }
 
     /// Parses and evaluates `script` in this interpreter. Module top-level code runs here with
     /// no host: it may compute and log (logs are dropped), but host work cannot start before
     /// the default export is called.
-    pub fn prepare(self, script: &str) -> Result<Prepared, String> {
+    pub fn prepare(self, script: &str) -> Result<Prepared, ScriptError> {
         let Self {
             mut context,
             prelude,
@@ -211,8 +216,7 @@ impl Interpreter {
         } = self;
         let module = parse_module(script, &mut context)?;
         let evaluated = module.load_link_evaluate(&mut context);
-        drive(&evaluated, &shared, &mut context, &prelude)
-            .map_err(|e| cut_chars(&e, MAX_ERROR_CHARS))?;
+        drive(&evaluated, &shared, &mut context, &prelude).map_err(ScriptError::bounded)?;
         Ok(Prepared {
             context,
             module,
@@ -234,7 +238,7 @@ pub struct Prepared {
 
 impl Prepared {
     /// Parses and evaluates `script` in a fresh interpreter (see [`Interpreter::prepare`]).
-    pub fn new(script: &str, limits: &Limits) -> Result<Self, String> {
+    pub fn new(script: &str, limits: &Limits) -> Result<Self, ScriptError> {
         Interpreter::new(limits)?.prepare(script)
     }
 
@@ -256,13 +260,12 @@ impl Prepared {
     }
 
     /// Calls the default export with `args` (JSON text of an object) against `host`.
-    pub fn run(mut self, args: &str, host: Box<dyn Host + 'static>) -> Result<String, String> {
+    pub fn run(mut self, args: &str, host: Box<dyn Host + 'static>) -> Result<String, ScriptError> {
         *self.shared.host.borrow_mut() = host;
-        self.run_default(args)
-            .map_err(|e| cut_chars(&e, MAX_ERROR_CHARS))
+        self.run_default(args).map_err(ScriptError::bounded)
     }
 
-    fn run_default(&mut self, args: &str) -> Result<String, String> {
+    fn run_default(&mut self, args: &str) -> Result<String, ScriptError> {
         let Self {
             context,
             module,
@@ -274,17 +277,14 @@ impl Prepared {
             .get(js_string!("default"), context)
             .map_err(|e| describe_error(e, prelude, context))?;
         let Some(entry) = entry.as_callable() else {
-            return Err(
-                "the graph has no default export function: write `export default async function (args, g) { ... }`"
-                    .to_owned(),
-            );
+            return Err(ScriptError::NoDefaultExport);
         };
         let parsed_args = JsValue::from_json(
             &serde_json::from_str::<serde_json::Value>(args)
-                .map_err(|e| format!("the arguments are not valid JSON: {e}"))?,
+                .map_err(|e| ScriptError::ArgsNotJson(e.to_string()))?,
             context,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| ScriptError::Args(e.to_string()))?;
         let returned = entry
             .call(
                 &JsValue::undefined(),
@@ -300,44 +300,29 @@ impl Prepared {
             .stringify
             .call(&JsValue::undefined(), &[value], context)
             .map_err(|e| {
-                format!(
-                    "the result cannot be turned into JSON: {}",
-                    describe_error(e, prelude, context)
-                )
+                ScriptError::ResultNotJson(describe_error(e, prelude, context).to_string())
             })?;
         if text.is_undefined() {
             return Ok("null".to_owned());
         }
         let Some(text) = text.as_string() else {
-            return Err("the result cannot be turned into JSON".to_owned());
+            return Err(ScriptError::ResultNotText);
         };
         // Measure before converting: the copy itself is what a huge result would cost.
         if text.len() > MAX_RESULT_BYTES {
-            return Err(format!(
-                "result limit exceeded: the result is {} characters of JSON, the limit is {} bytes",
-                text.len(),
-                MAX_RESULT_BYTES
-            ));
+            return Err(ScriptError::ResultTooManyChars(text.len()));
         }
         let text = well_formed(text.to_std_string_escaped());
         if text.len() > MAX_RESULT_BYTES {
-            return Err(format!(
-                "result limit exceeded: the result is {} bytes of JSON, the limit is {} bytes",
-                text.len(),
-                MAX_RESULT_BYTES
-            ));
+            return Err(ScriptError::ResultTooManyBytes(text.len()));
         }
         Ok(text)
     }
 }
 
-fn parse_module(script: &str, context: &mut Context) -> Result<Module, String> {
+fn parse_module(script: &str, context: &mut Context) -> Result<Module, ScriptError> {
     if script.len() > MAX_SCRIPT_BYTES {
-        return Err(format!(
-            "script size limit exceeded: the script is {} bytes, the limit is {} bytes",
-            script.len(),
-            MAX_SCRIPT_BYTES
-        ));
+        return Err(ScriptError::TooLarge(script.len()));
     }
     let source = Source::from_bytes(script).with_path(Path::new(SCRIPT_NAME));
     let raw = match Module::parse(source, None, context) {
@@ -350,7 +335,7 @@ fn parse_module(script: &str, context: &mut Context) -> Result<Module, String> {
             return Ok(module);
         }
     }
-    Err(syntax_error(&raw, script))
+    Err(ScriptError::Syntax(syntax_error(&raw, script)))
 }
 
 /// The name [`default_async_arrow`] gives the default export it moves.
@@ -432,19 +417,10 @@ fn syntax_error(raw: &str, script: &str) -> String {
     }
 }
 
-fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelude)> {
-    let executor = Rc::new(executor::Executor::new(shared.clone()));
-    let mut context = Context::builder()
-        .job_executor(executor)
-        .module_loader(Rc::new(IdleModuleLoader))
-        .build()?;
-    let runtime = context.runtime_limits_mut();
-    runtime.set_loop_iteration_limit(limits.loop_iterations);
-    runtime.set_recursion_limit(limits.recursion);
-    runtime.set_stack_size_limit(limits.stack_values);
-    context.insert_data(SharedSlot(shared.clone()));
-
-    let natives = ObjectInitializer::new(&mut context)
+/// The natives the prelude builds `g` and the web platform on: the host interface's functions,
+/// bounded logging, random bytes and the URL parser's domain mapping.
+fn natives(context: &mut Context) -> JsObject {
+    ObjectInitializer::new(context)
         .function(
             NativeFunction::from_fn_ptr(native_start_agent),
             js_string!("startAgent"),
@@ -495,7 +471,22 @@ fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelu
             js_string!("domainToAscii"),
             1,
         )
-        .build();
+        .build()
+}
+
+fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelude)> {
+    let executor = Rc::new(executor::Executor::new(shared.clone()));
+    let mut context = Context::builder()
+        .job_executor(executor)
+        .module_loader(Rc::new(IdleModuleLoader))
+        .build()?;
+    let runtime = context.runtime_limits_mut();
+    runtime.set_loop_iteration_limit(limits.loop_iterations);
+    runtime.set_recursion_limit(limits.recursion);
+    runtime.set_stack_size_limit(limits.stack_values);
+    context.insert_data(SharedSlot(shared.clone()));
+
+    let natives = natives(&mut context);
     let factory = context.eval(Source::from_bytes(PRELUDE))?;
     let factory = factory
         .as_callable()
@@ -504,7 +495,13 @@ fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelu
     let made = made
         .as_object()
         .ok_or_else(|| JsError::from_rust(PreludeBroken("the prelude returned no object")))?;
-    let mut field = |name: JsString| -> JsResult<JsValue> { made.get(name, &mut context) };
+    let prelude = prelude_of(&made, &mut context)?;
+    Ok((context, prelude))
+}
+
+/// The driver's handles on what the prelude returned (`made`).
+fn prelude_of(made: &JsObject, context: &mut Context) -> JsResult<Prelude> {
+    let mut field = |name: JsString| -> JsResult<JsValue> { made.get(name, context) };
     let g = field(js_string!("g"))?;
     let settle = field(js_string!("settle"))?;
     let stringify = field(js_string!("stringify"))?;
@@ -522,7 +519,7 @@ fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelu
         describe: function(describe, "describe is not a function")?,
         load_web: function(load_web, "loadWeb is not a function")?,
     };
-    Ok((context, prelude))
+    Ok(prelude)
 }
 
 #[derive(Debug)]
@@ -542,21 +539,22 @@ fn drive(
     shared: &Rc<Shared>,
     context: &mut Context,
     prelude: &Prelude,
-) -> Result<JsValue, String> {
+) -> Result<JsValue, ScriptError> {
+    let uncatchable = |e: JsError| ScriptError::Uncatchable(describe_uncatchable(&e));
     loop {
-        context.run_jobs().map_err(|e| describe_uncatchable(&e))?;
+        context.run_jobs().map_err(uncatchable)?;
         match promise.state() {
             PromiseState::Fulfilled(value) => return Ok(value),
             PromiseState::Rejected(reason) => {
-                return Err(describe_value(reason, prelude, context));
+                return Err(ScriptError::Thrown(describe_value(
+                    reason, prelude, context,
+                )));
             }
             PromiseState::Pending => {}
         }
         let pending = shared.pending.borrow().clone();
         if pending.is_empty() {
-            return Err(
-                "the graph is waiting for a promise that nothing will ever settle".to_owned(),
-            );
+            return Err(ScriptError::Stalled);
         }
         let (handle, outcome) = shared.host.borrow_mut().wait_any(&pending);
         shared.pending.borrow_mut().retain(|h| *h != handle);
@@ -571,17 +569,18 @@ fn drive(
                 &[JsValue::from(handle), JsValue::from(ok), payload],
                 context,
             )
-            .map_err(|e| describe_uncatchable(&e))?;
+            .map_err(uncatchable)?;
     }
 }
 
-fn describe_error(error: JsError, prelude: &Prelude, context: &mut Context) -> String {
+/// What a thrown `error` means for the graph: a limit it cannot catch, or what it threw.
+fn describe_error(error: JsError, prelude: &Prelude, context: &mut Context) -> ScriptError {
     if error.as_engine().is_some() {
-        return describe_uncatchable(&error);
+        return ScriptError::Uncatchable(describe_uncatchable(&error));
     }
     match error.into_opaque(context) {
-        Ok(value) => describe_value(value, prelude, context),
-        Err(e) => e.to_string(),
+        Ok(value) => ScriptError::Thrown(describe_value(value, prelude, context)),
+        Err(e) => ScriptError::Thrown(e.to_string()),
     }
 }
 
@@ -643,14 +642,6 @@ fn failure_object(failure: &Failure, context: &mut Context) -> JsValue {
         )
         .build()
         .into()
-}
-
-/// Cuts `text` to at most `max` characters, on a character boundary.
-fn cut_chars(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
 }
 
 fn shared_of(context: &Context) -> JsResult<Rc<Shared>> {

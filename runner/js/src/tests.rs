@@ -70,6 +70,7 @@ impl Host for ScriptedHost {
 
 fn run_with(script: &str, host: ScriptedHost) -> Result<serde_json::Value, String> {
     run(script, "{}", Box::new(host), &Limits::default())
+        .map_err(|e| e.to_string())
         .map(|text| serde_json::from_str(&text).expect("result is JSON"))
 }
 

@@ -8,15 +8,15 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
+use runner::cli::ProviderArgs;
 use runner::engine::boa::BoaEngine;
 use runner::engine::wasm::{MAX_COMPONENT_BYTES, WasmEngine, WasmLimits};
 use runner::engine::{Engine, EngineKind};
 use runner::host::agents::AgentProvider;
 use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
 use runner::host::events::{EventSink, NullSink};
-use runner::host::graphs::{DESCRIBE_TIMEOUT, LazyFolderCatalog};
+use runner::host::graphs::{Catalog, DESCRIBE_TIMEOUT, LazyFolderCatalog};
 use runner::host::mock::MockProvider;
-use runner::host::providers::ProviderArgs;
 use runner::host::tools::ToolRegistry;
 use runner::input::{
     MAX_DATA_FILE_BYTES, MAX_SCRIPT_FILE_BYTES, read_at_most_by, read_text_at_most,
@@ -307,6 +307,39 @@ fn parse_args(text: &str) -> anyhow::Result<Value> {
     Ok(value)
 }
 
+/// The approval policy the `--allow`, `--ask` and `--deny` flags give.
+fn policy_of(allow: &[String], ask: &[String], deny: &[String]) -> ApprovalPolicy {
+    let mut policy = ApprovalPolicy::default();
+    for (tools, p) in [
+        (allow, Policy::Allow),
+        (ask, Policy::Ask),
+        (deny, Policy::Deny),
+    ] {
+        for tool in tools {
+            policy.set(tool.clone(), p);
+        }
+    }
+    policy
+}
+
+/// The catalog of nested graphs: `--graphs`, else the graph's own folder.
+fn graphs_catalog(args: &RunArgs, engine: &Arc<dyn Engine>) -> anyhow::Result<Arc<dyn Catalog>> {
+    let graphs_dir = match &args.graphs {
+        Some(dir) => dir.clone(),
+        None => folder_of(&args.file).to_path_buf(),
+    };
+    // The folder's graphs are described by the run's own engine, each within the run's deadline,
+    // on the first nested call: a run that calls no other graph does not evaluate them at all.
+    std::fs::read_dir(&graphs_dir)
+        .with_context(|| format!("cannot read the graphs folder {}", graphs_dir.display()))?;
+    let describe_timeout = Duration::from_secs_f64(args.timeout).min(DESCRIBE_TIMEOUT);
+    Ok(Arc::new(LazyFolderCatalog::new(
+        graphs_dir,
+        engine.clone(),
+        describe_timeout,
+    )))
+}
+
 async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (script, engine) = match read_graph(&args.file)? {
         GraphFile::Script(script) => (script, args.engine.build(None)?),
@@ -325,32 +358,9 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     options.tools = ToolRegistry::standard(args.folder.clone())
         .map_err(|e| anyhow::anyhow!("--folder: {}", e.message))?;
-    let mut policy = ApprovalPolicy::default();
-    for (tools, p) in [
-        (&args.allow, Policy::Allow),
-        (&args.ask, Policy::Ask),
-        (&args.deny, Policy::Deny),
-    ] {
-        for tool in tools {
-            policy.set(tool.clone(), p);
-        }
-    }
-    options.policy = policy;
+    options.policy = policy_of(&args.allow, &args.ask, &args.deny);
     options.approver = TerminalApprover::for_stdin();
-    let graphs_dir = match &args.graphs {
-        Some(dir) => dir.clone(),
-        None => folder_of(&args.file).to_path_buf(),
-    };
-    // The folder's graphs are described by the run's own engine, each within the run's deadline,
-    // on the first nested call: a run that calls no other graph does not evaluate them at all.
-    std::fs::read_dir(&graphs_dir)
-        .with_context(|| format!("cannot read the graphs folder {}", graphs_dir.display()))?;
-    let describe_timeout = Duration::from_secs_f64(args.timeout).min(DESCRIBE_TIMEOUT);
-    options.catalog = Arc::new(LazyFolderCatalog::new(
-        graphs_dir,
-        options.engine.clone(),
-        describe_timeout,
-    ));
+    options.catalog = graphs_catalog(&args, &options.engine)?;
     options.token_cap = args.max_tokens;
     options.max_concurrency = usize::from(args.max_concurrency);
     options.timeout = Duration::from_secs_f64(args.timeout);

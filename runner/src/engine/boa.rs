@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use graph_js::{AgentRequest, Failure, Limits, Meta, MetaError};
 
-use super::Engine;
 use crate::host::Invocation;
 use crate::host::approvals::BoxFuture;
+use crate::host::engine::{Engine, EngineError};
 
 /// Native stack of each interpreter thread. boa re-enters its interpreter natively for getters,
 /// callbacks and the parser, so a generous stack turns deep recursion into a limit error
@@ -39,7 +39,7 @@ impl BoaEngine {
 fn on_interpreter_thread<T: Send + 'static>(
     what: &'static str,
     work: impl FnOnce() -> T + Send + 'static,
-) -> BoxFuture<'static, Result<T, String>> {
+) -> BoxFuture<'static, Result<T, EngineError>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new()
         .name(format!("boa-{what}"))
@@ -49,10 +49,12 @@ fn on_interpreter_thread<T: Send + 'static>(
         });
     Box::pin(async move {
         if let Err(e) = spawned {
-            return Err(format!("cannot start an interpreter thread: {e}"));
+            return Err(EngineError::Engine(format!(
+                "cannot start an interpreter thread: {e}"
+            )));
         }
         rx.await
-            .map_err(|_| "the interpreter stopped unexpectedly".to_owned())
+            .map_err(|_| EngineError::Engine("the interpreter stopped unexpectedly".to_owned()))
     })
 }
 
@@ -66,7 +68,7 @@ impl Engine for BoaEngine {
         script: Arc<str>,
         args: String,
         invocation: Invocation,
-    ) -> BoxFuture<'static, Result<String, String>> {
+    ) -> BoxFuture<'static, Result<String, EngineError>> {
         let limits = self.limits.unwrap_or(invocation.run().limits);
         let runtime = tokio::runtime::Handle::current();
         let work = on_interpreter_thread("run", move || {
@@ -76,13 +78,13 @@ impl Engine for BoaEngine {
             };
             graph_js::run(&script, &args, Box::new(host), &limits)
         });
-        Box::pin(async move { work.await? })
+        Box::pin(async move { work.await?.map_err(|e| EngineError::Graph(e.to_string())) })
     }
 
     fn describe(&self, script: Arc<str>) -> BoxFuture<'static, Result<Meta, MetaError>> {
         let limits = self.limits.unwrap_or_default();
         let work = on_interpreter_thread("describe", move || graph_js::describe(&script, &limits));
-        Box::pin(async move { work.await.map_err(MetaError::Script)? })
+        Box::pin(async move { work.await.map_err(|e| MetaError::Script(e.to_string()))? })
     }
 }
 

@@ -1,4 +1,4 @@
-//! The engines that run graph scripts. Each one only wires the guest to an [`Invocation`]; the
+//! The engines that run graph scripts. Each one only wires the guest to an [`Invocation`](crate::host::Invocation); the
 //! capabilities and their limits live in `host/`.
 
 pub mod boa;
@@ -6,33 +6,10 @@ pub mod wasm;
 
 use std::sync::Arc;
 
-use graph_js::{Meta, MetaError};
-
-use crate::host::Invocation;
-use crate::host::approvals::BoxFuture;
-
-/// Runs graph scripts against the host interface.
-pub trait Engine: Send + Sync {
-    /// Short name for traces (`boa`, `wasm`).
-    fn name(&self) -> &'static str;
-
-    /// Runs `script`'s default export with `args` (JSON text of an object) and returns its
-    /// result as JSON text, or an error sentence.
-    fn run(
-        &self,
-        script: Arc<str>,
-        args: String,
-        invocation: Invocation,
-    ) -> BoxFuture<'static, Result<String, String>>;
-
-    /// Reads and validates `script`'s `meta` without running the graph.
-    fn describe(&self, script: Arc<str>) -> BoxFuture<'static, Result<Meta, MetaError>>;
-}
+pub use crate::host::engine::{Engine, EngineError};
 
 /// Which engine to use.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EngineKind {
     /// boa compiled to a wasm component under wasmtime: the sandbox for untrusted graphs.

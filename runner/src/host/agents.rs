@@ -344,42 +344,54 @@ pub async fn run_agent(
                 "the agent used all {max_turns} turns (maxTurns) without a final answer"
             )));
         }
-        messages.push(Message {
-            role: Role::Assistant,
-            content: turn.text.clone(),
-            tool_calls: turn.tool_calls.clone(),
-            tool_call_id: None,
-            is_error: false,
-        });
-        for call in &turn.tool_calls {
-            let outcome = if offered.iter().any(|name| name == &call.name) {
-                context.call_tool(&call.name, call.arguments.clone()).await
-            } else {
-                Err(Failure::not_found(format!(
-                    "tool {} was not offered to this agent",
-                    call.name
-                )))
-            };
-            let (content, is_error) = match outcome {
-                Ok(value) => (value.to_string(), false),
-                Err(failure) if failure.code == FailureCode::Cancelled => return Err(failure),
-                Err(failure) => (
-                    serde_json::json!({"error": failure.code.as_str(), "message": failure.message})
-                        .to_string(),
-                    true,
-                ),
-            };
-            messages.push(Message {
-                role: Role::Tool,
-                content,
-                tool_calls: Vec::new(),
-                tool_call_id: Some(call.id.clone()),
-                is_error,
-            });
-        }
+        answer_tool_calls(context, &offered, &turn, &mut messages).await?;
         if let Some(exhausted) = context.exhausted() {
             return Err(exhausted);
         }
     }
     Err(Failure::failed("the agent loop ended without an answer"))
+}
+
+/// Adds the model's turn and the outcome of each tool call it made to `messages` (a tool that
+/// was not offered, or that failed, is answered with the error); a cancel ends the agent.
+async fn answer_tool_calls(
+    context: &dyn AgentContext,
+    offered: &[String],
+    turn: &Turn,
+    messages: &mut Vec<Message>,
+) -> Result<(), Failure> {
+    messages.push(Message {
+        role: Role::Assistant,
+        content: turn.text.clone(),
+        tool_calls: turn.tool_calls.clone(),
+        tool_call_id: None,
+        is_error: false,
+    });
+    for call in &turn.tool_calls {
+        let outcome = if offered.iter().any(|name| name == &call.name) {
+            context.call_tool(&call.name, call.arguments.clone()).await
+        } else {
+            Err(Failure::not_found(format!(
+                "tool {} was not offered to this agent",
+                call.name
+            )))
+        };
+        let (content, is_error) = match outcome {
+            Ok(value) => (value.to_string(), false),
+            Err(failure) if failure.code == FailureCode::Cancelled => return Err(failure),
+            Err(failure) => (
+                serde_json::json!({"error": failure.code.as_str(), "message": failure.message})
+                    .to_string(),
+                true,
+            ),
+        };
+        messages.push(Message {
+            role: Role::Tool,
+            content,
+            tool_calls: Vec::new(),
+            tool_call_id: Some(call.id.clone()),
+            is_error,
+        });
+    }
+    Ok(())
 }

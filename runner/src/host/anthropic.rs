@@ -23,11 +23,9 @@ use super::http::{
     ApiKey, AttemptError, BodyReader, HttpClient, MAX_RESPONSE_BYTES, ProgressMeter, decode_json,
     is_event_stream, with_retries,
 };
-use super::providers::{
-    Credential, ProviderConfig, ProviderConfigError, ToolNames, encode_body, finish_turn,
-    http_parts, parse_arguments,
-};
+use super::provider_config::{ProviderConfig, ProviderConfigError};
 use super::sse::{Next, read_events};
+use super::wire::{Credential, ToolNames, encode_body, finish_turn, http_parts, parse_arguments};
 
 /// The path under the base URL.
 pub const MESSAGES_PATH: &str = "/messages";
@@ -519,7 +517,7 @@ fn stream_failure(error: &Value, key: Option<&ApiKey>) -> AttemptError {
 mod tests {
     use super::*;
     use crate::host::agents::ToolSpec;
-    use crate::host::providers::ProviderKind;
+    use crate::host::provider_config::ProviderKind;
 
     fn provider() -> AnthropicProvider {
         let mut config = ProviderConfig::new("claude", ProviderKind::Anthropic);

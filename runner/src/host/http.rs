@@ -134,14 +134,10 @@ impl RetryPolicy {
     /// one (refused past [`MAX_RETRY_AFTER`]), else exponential backoff capped at `max_backoff`.
     /// No random jitter: agents of one run share one provider, and deterministic waits keep
     /// traces and tests reproducible.
-    pub fn delay(&self, retry: u32, retry_after: Option<Duration>) -> Result<Duration, String> {
+    pub fn delay(&self, retry: u32, retry_after: Option<Duration>) -> Result<Duration, RetryError> {
         if let Some(wait) = retry_after {
             if wait > MAX_RETRY_AFTER {
-                return Err(format!(
-                    "the provider asks to retry after {} s, over the limit of {} s",
-                    wait.as_secs(),
-                    MAX_RETRY_AFTER.as_secs()
-                ));
+                return Err(RetryError::WaitTooLong(wait));
             }
             return Ok(wait);
         }
@@ -152,6 +148,56 @@ impl RetryPolicy {
             .unwrap_or(self.max_backoff);
         Ok(backoff.min(self.max_backoff))
     }
+}
+
+/// Why no further attempt is made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RetryError {
+    /// The server asks for a wait over [`MAX_RETRY_AFTER`].
+    #[error(
+        "the provider asks to retry after {} s, over the limit of {} s",
+        .0.as_secs(),
+        MAX_RETRY_AFTER.as_secs()
+    )]
+    WaitTooLong(Duration),
+}
+
+/// Why an HTTP client could not be set up.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientError {
+    /// rustls refused the TLS settings.
+    #[error("cannot set up TLS: {0}")]
+    Tls(String),
+}
+
+/// Why a provider's base URL was refused.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EndpointError {
+    /// Not a URL.
+    #[error("the base URL {base_url:?} is not a URL: {reason}")]
+    NotAUrl {
+        /// The base URL given.
+        base_url: String,
+        /// Why not.
+        reason: String,
+    },
+    /// Not `http` or `https`.
+    #[error("the base URL {0:?} must start with http:// or https://")]
+    Scheme(String),
+    /// No host.
+    #[error("the base URL {0:?} has no host")]
+    NoHost(String),
+}
+
+/// Why a [`WebClient`] exchange failed: one line that names the cause.
+#[derive(Debug, thiserror::Error)]
+pub enum WebError {
+    /// No answer: the connection, TLS, or the request itself (the error and its causes).
+    #[error("{0}")]
+    Send(String),
+    /// The answer's body could not be read, or is over the bound.
+    #[error("reading the answer: {0}")]
+    Read(String),
 }
 
 /// Why one attempt failed.
@@ -298,8 +344,8 @@ pub(crate) struct HttpClient {
 }
 
 /// TLS settings shared by every client: loading the system's roots reads many files, once.
-fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
-    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+fn tls_config() -> Result<Arc<rustls::ClientConfig>, ClientError> {
+    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, ClientError>> = OnceLock::new();
     CONFIG
         .get_or_init(|| {
             let mut roots = rustls::RootCertStore::empty();
@@ -317,7 +363,7 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
             let provider = Arc::new(rustls::crypto::ring::default_provider());
             let config = rustls::ClientConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
-                .map_err(|e| format!("cannot set up TLS: {e}"))?
+                .map_err(|e| ClientError::Tls(e.to_string()))?
                 .with_root_certificates(roots)
                 .with_no_client_auth();
             Ok(Arc::new(config))
@@ -327,7 +373,7 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
 
 impl HttpClient {
     /// A client; opening a connection may take `connect_timeout`.
-    pub(crate) fn new(connect_timeout: Duration) -> Result<Self, String> {
+    pub(crate) fn new(connect_timeout: Duration) -> Result<Self, ClientError> {
         Ok(Self {
             client: Client::builder(TokioExecutor::new())
                 .pool_max_idle_per_host(0)
@@ -384,7 +430,7 @@ impl HttpClient {
 }
 
 /// The https-or-http connector every client uses.
-fn connector(connect_timeout: Duration) -> Result<Connector, String> {
+fn connector(connect_timeout: Duration) -> Result<Connector, ClientError> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(Some(connect_timeout));
@@ -411,7 +457,7 @@ pub struct WebClient {
 
 impl WebClient {
     /// A client; opening a connection may take `connect_timeout`.
-    pub fn new(connect_timeout: Duration) -> Result<Self, String> {
+    pub fn new(connect_timeout: Duration) -> Result<Self, ClientError> {
         Ok(Self {
             client: Client::builder(TokioExecutor::new()).build(connector(connect_timeout)?),
         })
@@ -423,18 +469,18 @@ impl WebClient {
         &self,
         request: http::Request<Vec<u8>>,
         max_bytes: usize,
-    ) -> Result<http::Response<Vec<u8>>, String> {
+    ) -> Result<http::Response<Vec<u8>>, WebError> {
         let response = self
             .client
             .request(request.map(|body| Full::new(Bytes::from(body))))
             .await
-            .map_err(|e| error_chain(&e))?;
+            .map_err(|e| WebError::Send(error_chain(&e)))?;
         let (parts, body) = response.into_parts();
         let limited = http_body_util::Limited::new(body, max_bytes);
         let bytes = limited
             .collect()
             .await
-            .map_err(|e| format!("reading the answer: {e}"))?
+            .map_err(|e| WebError::Read(e.to_string()))?
             .to_bytes();
         Ok(http::Response::from_parts(parts, bytes.to_vec()))
     }
@@ -611,21 +657,20 @@ pub(crate) fn is_event_stream(response: &hyper::Response<Incoming>) -> bool {
 }
 
 /// Parses and checks a provider base URL (`http` or `https`, with a host) and appends `path`.
-pub(crate) fn endpoint(base_url: &str, path: &str) -> Result<Uri, String> {
+pub(crate) fn endpoint(base_url: &str, path: &str) -> Result<Uri, EndpointError> {
     let base = base_url.trim().trim_end_matches('/');
     let uri: Uri = format!("{base}{path}")
         .parse()
-        .map_err(|e| format!("the base URL {base_url:?} is not a URL: {e}"))?;
+        .map_err(|e: http::uri::InvalidUri| EndpointError::NotAUrl {
+            base_url: base_url.to_owned(),
+            reason: e.to_string(),
+        })?;
     match uri.scheme_str() {
         Some("http" | "https") => {}
-        _ => {
-            return Err(format!(
-                "the base URL {base_url:?} must start with http:// or https://"
-            ));
-        }
+        _ => return Err(EndpointError::Scheme(base_url.to_owned())),
     }
     if uri.host().is_none_or(str::is_empty) {
-        return Err(format!("the base URL {base_url:?} has no host"));
+        return Err(EndpointError::NoHost(base_url.to_owned()));
     }
     Ok(uri)
 }
@@ -701,7 +746,7 @@ mod tests {
         let past = policy
             .delay(1, Some(MAX_RETRY_AFTER + Duration::from_secs(1)))
             .unwrap_err();
-        assert!(past.contains("over the limit"), "{past}");
+        assert!(past.to_string().contains("over the limit"), "{past}");
     }
 
     #[test]

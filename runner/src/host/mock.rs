@@ -192,6 +192,72 @@ fn estimate(chars: usize) -> u64 {
     (chars as u64).div_ceil(CHARS_PER_TOKEN)
 }
 
+/// The turn `entry` answers to `request`: usage from `tokens` or estimated, and the reply
+/// clipped to the request's `max_tokens`.
+fn reply_turn(entry: ReplyEntry, request: &TurnRequest) -> Turn {
+    let sent: usize = request
+        .messages
+        .iter()
+        .map(|m| m.content.chars().count())
+        .sum();
+    let mut text = entry.text;
+    let generated = text.chars().count()
+        + entry
+            .tool_calls
+            .iter()
+            .map(|c| c.name.len() + c.arguments.to_string().len())
+            .sum::<usize>();
+    let mut usage = match entry.tokens {
+        Some(total) => {
+            let input = estimate(sent).min(total);
+            Usage {
+                input_tokens: input,
+                output_tokens: total - input,
+            }
+        }
+        None => Usage {
+            input_tokens: estimate(sent),
+            output_tokens: estimate(generated),
+        },
+    };
+    let mut finish_reason = if entry.tool_calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    if let Some(max) = request.max_tokens {
+        let max = u64::from(max);
+        if usage.output_tokens > max {
+            usage.output_tokens = max;
+            let keep = usize::try_from(max * CHARS_PER_TOKEN).unwrap_or(usize::MAX);
+            text = text.chars().take(keep).collect();
+            finish_reason = "length";
+        }
+    }
+    let tool_calls = entry
+        .tool_calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| ToolCall {
+            id: format!("call_{}_{i}", request.turn),
+            name: c.name,
+            arguments: c.arguments,
+        })
+        .collect();
+    Turn {
+        text,
+        tool_calls,
+        usage,
+        cost: entry.cost.unwrap_or(0.0),
+        // The graph may name `provider:model`; the mock answers as the model part.
+        model: request.model.as_deref().map_or_else(
+            || "mock".to_owned(),
+            |m| m.split_once(':').map_or(m, |(_, name)| name).to_owned(),
+        ),
+        finish_reason: finish_reason.to_owned(),
+    }
+}
+
 impl AgentProvider for MockProvider {
     fn turn<'a>(
         &'a self,
@@ -224,70 +290,10 @@ impl AgentProvider for MockProvider {
                     }
                 }
             }
-            if let Some(error) = entry.error {
-                return Err(ProviderError::new(FailureCode::Failed, error));
+            if let Some(error) = &entry.error {
+                return Err(ProviderError::new(FailureCode::Failed, error.clone()));
             }
-            let sent: usize = request
-                .messages
-                .iter()
-                .map(|m| m.content.chars().count())
-                .sum();
-            let mut text = entry.text;
-            let generated = text.chars().count()
-                + entry
-                    .tool_calls
-                    .iter()
-                    .map(|c| c.name.len() + c.arguments.to_string().len())
-                    .sum::<usize>();
-            let mut usage = match entry.tokens {
-                Some(total) => {
-                    let input = estimate(sent).min(total);
-                    Usage {
-                        input_tokens: input,
-                        output_tokens: total - input,
-                    }
-                }
-                None => Usage {
-                    input_tokens: estimate(sent),
-                    output_tokens: estimate(generated),
-                },
-            };
-            let mut finish_reason = if entry.tool_calls.is_empty() {
-                "stop"
-            } else {
-                "tool_calls"
-            };
-            if let Some(max) = request.max_tokens {
-                let max = u64::from(max);
-                if usage.output_tokens > max {
-                    usage.output_tokens = max;
-                    let keep = usize::try_from(max * CHARS_PER_TOKEN).unwrap_or(usize::MAX);
-                    text = text.chars().take(keep).collect();
-                    finish_reason = "length";
-                }
-            }
-            let tool_calls = entry
-                .tool_calls
-                .into_iter()
-                .enumerate()
-                .map(|(i, c)| ToolCall {
-                    id: format!("call_{}_{i}", request.turn),
-                    name: c.name,
-                    arguments: c.arguments,
-                })
-                .collect();
-            Ok(Turn {
-                text,
-                tool_calls,
-                usage,
-                cost: entry.cost.unwrap_or(0.0),
-                // The graph may name `provider:model`; the mock answers as the model part.
-                model: request.model.as_deref().map_or_else(
-                    || "mock".to_owned(),
-                    |m| m.split_once(':').map_or(m, |(_, name)| name).to_owned(),
-                ),
-                finish_reason: finish_reason.to_owned(),
-            })
+            Ok(reply_turn(entry, request))
         })
     }
 }

@@ -6,14 +6,17 @@ pub mod agents;
 pub mod anthropic;
 pub mod approvals;
 pub mod budget;
+pub mod engine;
 pub mod events;
 pub mod graphs;
 pub mod http;
 pub mod mock;
 pub mod openai;
+pub mod provider_config;
 pub mod providers;
 pub mod sse;
 pub mod tools;
+pub mod wire;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,10 +29,10 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::Engine;
 use agents::{AgentContext, AgentProvider, ProviderProgress, Turn, Usage};
 use approvals::{ApprovalRequest, Approvals, BoxFuture, Checked};
 use budget::Budget;
+use engine::Engine;
 use events::{EventKind, Events};
 use graphs::Catalog;
 use tools::ToolRegistry;
@@ -46,19 +49,51 @@ pub const MAX_JSON_DEPTH: usize = 100;
 
 /// Parses JSON text the interpreter sends out, as "`subject` `is` …" when it is refused: not
 /// valid, or nested deeper than [`MAX_JSON_DEPTH`].
-pub(crate) fn parse_outgoing(text: &str, subject: &str, is: &str) -> Result<Value, String> {
-    let too_deep = || {
-        format!(
-            "{subject} {is} nested more than {MAX_JSON_DEPTH} levels of arrays and objects deep, the most JSON leaving a graph may have; flatten it"
-        )
+pub(crate) fn parse_outgoing(
+    text: &str,
+    subject: &str,
+    is: &'static str,
+) -> Result<Value, OutgoingError> {
+    let too_deep = || OutgoingError::TooDeep {
+        subject: subject.to_owned(),
+        is,
     };
     match serde_json::from_str::<Value>(text) {
         Ok(value) if depth(&value) > MAX_JSON_DEPTH => Err(too_deep()),
         Ok(value) => Ok(value),
         // serde_json's own bound (128) calls deeper text a syntax error.
         Err(e) if e.to_string().starts_with("recursion limit exceeded") => Err(too_deep()),
-        Err(e) => Err(format!("{subject} {is} not valid JSON: {e}")),
+        Err(reason) => Err(OutgoingError::Invalid {
+            subject: subject.to_owned(),
+            is,
+            reason,
+        }),
     }
+}
+
+/// Why JSON the interpreter sends out was refused, as "`subject` `is` …".
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OutgoingError {
+    /// Nested deeper than [`MAX_JSON_DEPTH`].
+    #[error(
+        "{subject} {is} nested more than {MAX_JSON_DEPTH} levels of arrays and objects deep, the most JSON leaving a graph may have; flatten it"
+    )]
+    TooDeep {
+        /// What the JSON is (`the result`, `fs.write: the arguments`).
+        subject: String,
+        /// `is` or `are`.
+        is: &'static str,
+    },
+    /// Not valid JSON.
+    #[error("{subject} {is} not valid JSON: {reason}")]
+    Invalid {
+        /// What the JSON is.
+        subject: String,
+        /// `is` or `are`.
+        is: &'static str,
+        /// serde_json's reason.
+        reason: serde_json::Error,
+    },
 }
 
 /// Levels of arrays and objects: 0 for a scalar. Recursion is bounded by serde_json's 128.
@@ -340,75 +375,7 @@ impl Invocation {
         let handle = self.admit_new_handle()?;
         let run = self.run.clone();
         let depth = self.depth();
-        Ok(self.spawn(handle, async move {
-            let permit = tokio::select! {
-                permit = run.agent_slots.clone().acquire_owned() => permit,
-                () = run.cancel.cancelled() => return Err(stopped_failure(&run)),
-            };
-            let Ok(_permit) = permit else {
-                return Err(Failure::failed("the agent slots were closed"));
-            };
-            // Checked again: the cap may have been reached while this agent waited for a slot.
-            let max_tokens = match run.budget.admit(request.max_tokens) {
-                Ok(m) => m,
-                Err(refused) => {
-                    emit_exhausted(&run, depth);
-                    return Err(refused);
-                }
-            };
-            run.events.emit(
-                depth,
-                EventKind::AgentStarted {
-                    handle,
-                    label: request.label.clone(),
-                    max_tokens,
-                },
-            );
-            let context = AgentCtx {
-                run: run.clone(),
-                depth,
-                handle,
-            };
-            let outcome = agents::run_agent(
-                &run.provider,
-                &context,
-                &request,
-                specs,
-                max_tokens,
-                &run.cancel,
-            )
-            .await;
-            match outcome {
-                Ok(reply) => {
-                    run.events.emit(
-                        depth,
-                        EventKind::AgentFinished {
-                            handle,
-                            label: reply.label.clone(),
-                            tokens: reply.tokens,
-                            cost: reply.cost,
-                        },
-                    );
-                    serde_json::to_string(&reply)
-                        .map_err(|e| Failure::failed(format!("cannot encode the reply: {e}")))
-                }
-                Err(failure) => {
-                    run.events.emit(
-                        depth,
-                        EventKind::AgentFailed {
-                            handle,
-                            label: request.label.clone(),
-                            error: failure.to_string(),
-                        },
-                    );
-                    if failure.code == FailureCode::Cancelled {
-                        Err(stopped_failure(&run))
-                    } else {
-                        Err(failure)
-                    }
-                }
-            }
-        }))
+        Ok(self.spawn(handle, run_agent_task(run, depth, handle, request, specs)))
     }
 
     fn emit_exhausted(&self) {
@@ -418,7 +385,7 @@ impl Invocation {
     /// `start-tool`.
     pub fn start_tool(&mut self, name: &str, args: &str) -> Result<u32, Failure> {
         let args = parse_outgoing(args, &format!("{name}: the arguments"), "are")
-            .map_err(Failure::invalid)?;
+            .map_err(|e| Failure::invalid(e.to_string()))?;
         if !args.is_object() {
             return Err(Failure::invalid(format!(
                 "{name}: arguments must be a JSON object"
@@ -438,7 +405,7 @@ impl Invocation {
     pub fn start_graph(&mut self, slug: &str, args: &str) -> Result<u32, Failure> {
         graphs::check_depth(&self.chain, slug)?;
         let parsed = parse_outgoing(args, &format!("graph {slug}: the arguments"), "are")
-            .map_err(Failure::invalid)?;
+            .map_err(|e| Failure::invalid(e.to_string()))?;
         if !parsed.is_object() {
             return Err(Failure::invalid(format!(
                 "graph {slug}: arguments must be a JSON object"
@@ -477,7 +444,7 @@ impl Invocation {
                 EventKind::GraphFinished {
                     handle,
                     slug: slug.clone(),
-                    error: outcome.as_ref().err().cloned(),
+                    error: outcome.as_ref().err().map(ToString::to_string),
                 },
             );
             match outcome {
@@ -579,6 +546,96 @@ impl Invocation {
     pub fn log(&self, message: &str) {
         let cut: String = message.chars().take(graph_js::MAX_LOG_LINE_CHARS).collect();
         self.run.events.log(self.depth(), &cut);
+    }
+}
+
+/// An agent started by `start-agent`, once it has one of the run's agent slots: admitted by the
+/// budget again, run through the agent loop, reported in the trace.
+async fn run_agent_task(
+    run: Arc<RunShared>,
+    depth: usize,
+    handle: u32,
+    request: AgentRequest,
+    specs: Vec<agents::ToolSpec>,
+) -> Result<String, Failure> {
+    let permit = tokio::select! {
+        permit = run.agent_slots.clone().acquire_owned() => permit,
+        () = run.cancel.cancelled() => return Err(stopped_failure(&run)),
+    };
+    let Ok(_permit) = permit else {
+        return Err(Failure::failed("the agent slots were closed"));
+    };
+    // Checked again: the cap may have been reached while this agent waited for a slot.
+    let max_tokens = match run.budget.admit(request.max_tokens) {
+        Ok(m) => m,
+        Err(refused) => {
+            emit_exhausted(&run, depth);
+            return Err(refused);
+        }
+    };
+    run.events.emit(
+        depth,
+        EventKind::AgentStarted {
+            handle,
+            label: request.label.clone(),
+            max_tokens,
+        },
+    );
+    let context = AgentCtx {
+        run: run.clone(),
+        depth,
+        handle,
+    };
+    let outcome = agents::run_agent(
+        &run.provider,
+        &context,
+        &request,
+        specs,
+        max_tokens,
+        &run.cancel,
+    )
+    .await;
+    report_agent(&run, depth, handle, request.label.clone(), outcome)
+}
+
+/// Reports an agent's outcome in the trace and turns it into what the graph gets: the reply as
+/// JSON, or the failure (the run's stop for a cancelled agent).
+fn report_agent(
+    run: &RunShared,
+    depth: usize,
+    handle: u32,
+    label: Option<String>,
+    outcome: Result<agents::AgentReply, Failure>,
+) -> Result<String, Failure> {
+    match outcome {
+        Ok(reply) => {
+            run.events.emit(
+                depth,
+                EventKind::AgentFinished {
+                    handle,
+                    label: reply.label.clone(),
+                    tokens: reply.tokens,
+                    cost: reply.cost,
+                },
+            );
+            serde_json::to_string(&reply)
+                .map_err(|e| Failure::failed(format!("cannot encode the reply: {e}")))
+        }
+        Err(failure) => {
+            run.events.emit(
+                depth,
+                EventKind::AgentFailed {
+                    handle,
+                    label,
+                    error: failure.to_string(),
+                },
+            );
+            if failure.code == FailureCode::Cancelled {
+                Err(stopped_failure(run))
+            } else {
+                Err(failure)
+            }
+        }
     }
 }
 

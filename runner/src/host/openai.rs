@@ -21,11 +21,11 @@ use super::http::{
     ApiKey, AttemptError, BodyReader, HttpClient, MAX_RESPONSE_BYTES, ProgressMeter, decode_json,
     is_event_stream, with_retries,
 };
-use super::providers::{
-    Credential, MaxTokensField, ProviderConfig, ProviderConfigError, ToolNames, encode_body,
-    estimate_usage, finish_turn, http_parts, parse_arguments,
-};
+use super::provider_config::{MaxTokensField, ProviderConfig, ProviderConfigError};
 use super::sse::{Next, read_events};
+use super::wire::{
+    Credential, ToolNames, encode_body, estimate_usage, finish_turn, http_parts, parse_arguments,
+};
 
 /// The path under the base URL.
 pub const CHAT_COMPLETIONS_PATH: &str = "/chat/completions";
@@ -429,7 +429,7 @@ mod tests {
 
     fn provider() -> OpenAiProvider {
         let mut config =
-            ProviderConfig::new("local", super::super::providers::ProviderKind::OpenAi);
+            ProviderConfig::new("local", super::super::provider_config::ProviderKind::OpenAi);
         config.base_url = "http://127.0.0.1:9/v1".into();
         config.model = Some("smollm2".into());
         config.temperature = Some(0.0);

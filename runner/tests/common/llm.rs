@@ -106,34 +106,7 @@ pub async fn local_llm() -> Option<LocalLlm> {
     for _ in 0..START_ATTEMPTS {
         let port = free_port();
         let log = tempfile::NamedTempFile::new().expect("log file");
-        let child = Command::new(&server)
-            .args(["-m"])
-            .arg(&model)
-            .args([
-                "-a",
-                MODEL,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-            ])
-            .args([
-                "-c",
-                "4096",
-                "-np",
-                "1",
-                "-t",
-                THREADS,
-                "--offline",
-                "--jinja",
-            ])
-            .arg("--chat-template-file")
-            .arg(&template)
-            .stdin(Stdio::null())
-            .stdout(log.reopen().expect("log"))
-            .stderr(log.reopen().expect("log"))
-            .spawn()
-            .expect("llama-server starts");
+        let child = start_server(&server, &model, &template, port, &log);
         let origin = format!("http://127.0.0.1:{port}");
         let mut llm = LocalLlm {
             base_url: format!("{origin}/v1"),
@@ -155,6 +128,44 @@ pub async fn local_llm() -> Option<LocalLlm> {
         }
     }
     panic!("llama-server did not start: {last_error}");
+}
+
+/// Starts `llama-server` on `port` with the model and chat template, its output into `log`.
+fn start_server(
+    server: &std::path::Path,
+    model: &std::path::Path,
+    template: &std::path::Path,
+    port: u16,
+    log: &tempfile::NamedTempFile,
+) -> Child {
+    Command::new(server)
+        .args(["-m"])
+        .arg(model)
+        .args([
+            "-a",
+            MODEL,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+        ])
+        .args([
+            "-c",
+            "4096",
+            "-np",
+            "1",
+            "-t",
+            THREADS,
+            "--offline",
+            "--jinja",
+        ])
+        .arg("--chat-template-file")
+        .arg(template)
+        .stdin(Stdio::null())
+        .stdout(log.reopen().expect("log"))
+        .stderr(log.reopen().expect("log"))
+        .spawn()
+        .expect("llama-server starts")
 }
 
 fn free_port() -> u16 {

@@ -142,8 +142,8 @@ pub fn openai_entry(
     name: &str,
     base_url: &str,
     model: &str,
-) -> runner::host::providers::ProviderConfig {
-    use runner::host::providers::{ProviderConfig, ProviderKind};
+) -> runner::host::provider_config::ProviderConfig {
+    use runner::host::provider_config::{ProviderConfig, ProviderKind};
     let mut config = ProviderConfig::new(name, ProviderKind::OpenAi);
     config.base_url = base_url.to_owned();
     config.model = Some(model.to_owned());
@@ -155,7 +155,7 @@ pub fn openai_entry(
 
 /// A provider set of `entries` (the first is the default).
 pub fn provider_set(
-    entries: Vec<runner::host::providers::ProviderConfig>,
+    entries: Vec<runner::host::provider_config::ProviderConfig>,
 ) -> Arc<runner::host::providers::ProviderSet> {
     let mut set = runner::host::providers::ProviderSet::default();
     let first = entries.first().map(|e| e.name.clone());

@@ -279,53 +279,66 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request<Body>) -> Re
             headers: extra,
             content_type,
             body,
-        }) => {
-            let mut response = Response::new(Body::from(body.clone()));
-            *response.status_mut() = StatusCode::from_u16(status).expect("status");
-            response
-                .headers_mut()
-                .insert("content-type", HeaderValue::from_static(content_type));
-            for (name, value) in extra {
-                response
-                    .headers_mut()
-                    .insert(name, HeaderValue::from_str(&value).expect("header"));
-            }
-            let mut records = shared.records.lock().expect("lock");
-            let record = &mut records[index];
-            record.status = status;
-            record.answer = body;
-            record.completed = true;
-            response
-        }
-        Some(Scripted::Stall { first }) => {
-            let stream = Tee {
-                inner: Box::pin(futures_util::stream::unfold(
-                    Some(first),
-                    |first| async move {
-                        match first {
-                            Some(text) => Some((Ok(Bytes::from(text)), None)),
-                            None => std::future::pending().await,
-                        }
-                    },
-                )),
-                shared: shared.clone(),
-                index,
-                seen: Vec::new(),
-                done: false,
-            };
-            {
-                let mut records = shared.records.lock().expect("lock");
-                records[index].status = 200;
-            }
-            let mut response = Response::new(Body::from_stream(stream));
-            response.headers_mut().insert(
-                "content-type",
-                HeaderValue::from_static("text/event-stream"),
-            );
-            response
-        }
+        }) => reply(&shared, index, status, extra, content_type, body),
+        Some(Scripted::Stall { first }) => stall(&shared, index, first),
         None => forward(&shared, index, &path, &headers, bytes).await,
     }
+}
+
+/// Answers record `index` with a scripted reply.
+fn reply(
+    shared: &Arc<Shared>,
+    index: usize,
+    status: u16,
+    extra: Vec<(&'static str, String)>,
+    content_type: &'static str,
+    body: String,
+) -> Response {
+    let mut response = Response::new(Body::from(body.clone()));
+    *response.status_mut() = StatusCode::from_u16(status).expect("status");
+    response
+        .headers_mut()
+        .insert("content-type", HeaderValue::from_static(content_type));
+    for (name, value) in extra {
+        response
+            .headers_mut()
+            .insert(name, HeaderValue::from_str(&value).expect("header"));
+    }
+    let mut records = shared.records.lock().expect("lock");
+    let record = &mut records[index];
+    record.status = status;
+    record.answer = body;
+    record.completed = true;
+    response
+}
+
+/// Answers record `index` with `first` and then nothing, for ever.
+fn stall(shared: &Arc<Shared>, index: usize, first: String) -> Response {
+    let stream = Tee {
+        inner: Box::pin(futures_util::stream::unfold(
+            Some(first),
+            |first| async move {
+                match first {
+                    Some(text) => Some((Ok(Bytes::from(text)), None)),
+                    None => std::future::pending().await,
+                }
+            },
+        )),
+        shared: shared.clone(),
+        index,
+        seen: Vec::new(),
+        done: false,
+    };
+    {
+        let mut records = shared.records.lock().expect("lock");
+        records[index].status = 200;
+    }
+    let mut response = Response::new(Body::from_stream(stream));
+    response.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
+    response
 }
 
 async fn forward(

@@ -73,6 +73,40 @@ fn drain(mut from: impl Read + Send + 'static, limit: u64) -> JoinHandle<Vec<u8>
     })
 }
 
+/// How a child ended: killed, with the outcome it printed last, or aborted (its exit and the
+/// tail of its stderr).
+fn child_end(
+    killed: bool,
+    stdout: &[u8],
+    stderr: &str,
+    status: &std::process::ExitStatus,
+) -> ChildEnd {
+    if killed {
+        ChildEnd::Killed
+    } else if let Some(outcome) = String::from_utf8_lossy(stdout)
+        .lines()
+        .last()
+        .and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+    {
+        ChildEnd::Outcome {
+            status: outcome["status"].as_str().unwrap_or("?").to_owned(),
+            error: outcome["error"].as_str().map(str::to_owned),
+            result: outcome["result"].clone(),
+        }
+    } else {
+        let how = match (status.code(), signal_of(status)) {
+            (_, Some(signal)) => format!("signal {signal}"),
+            (Some(code), None) => format!("exit {code}"),
+            (None, None) => "unknown".to_owned(),
+        };
+        let tail_start = stderr.char_indices().rev().nth(300).map_or(0, |(i, _)| i);
+        ChildEnd::Aborted {
+            how,
+            stderr_tail: stderr[tail_start..].trim().to_owned(),
+        }
+    }
+}
+
 /// Runs `runner run SCRIPT_FILE ARGS...` and waits at most `kill_after`.
 /// `address_space_kib` wraps the child in `ulimit -v`.
 pub fn run_child(
@@ -122,30 +156,7 @@ pub fn run_child(
     let elapsed = started.elapsed();
     let stdout = stdout.join().expect("stdout reader");
     let stderr = String::from_utf8_lossy(&stderr.join().expect("stderr reader")).into_owned();
-    let end = if killed {
-        ChildEnd::Killed
-    } else if let Some(outcome) = String::from_utf8_lossy(&stdout)
-        .lines()
-        .last()
-        .and_then(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-    {
-        ChildEnd::Outcome {
-            status: outcome["status"].as_str().unwrap_or("?").to_owned(),
-            error: outcome["error"].as_str().map(str::to_owned),
-            result: outcome["result"].clone(),
-        }
-    } else {
-        let how = match (status.code(), signal_of(&status)) {
-            (_, Some(signal)) => format!("signal {signal}"),
-            (Some(code), None) => format!("exit {code}"),
-            (None, None) => "unknown".to_owned(),
-        };
-        let tail_start = stderr.char_indices().rev().nth(300).map_or(0, |(i, _)| i);
-        ChildEnd::Aborted {
-            how,
-            stderr_tail: stderr[tail_start..].trim().to_owned(),
-        }
-    };
+    let end = child_end(killed, &stdout, &stderr, &status);
     ChildRun {
         end,
         stderr,

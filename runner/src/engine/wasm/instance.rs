@@ -1,0 +1,207 @@
+//! One instance's store: its invocation, WASI with captured output, the memory cap, its share
+//! of the fuel budget and the epoch check; and the sentence a trap becomes, naming the limit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{AsContextMut, Store, StoreContextMut, Trap, UpdateDeadline};
+use wasmtime_wasi::WasiCtx;
+use wasmtime_wasi::p2::pipe::{ClosedInputStream, MemoryOutputPipe};
+
+use super::bindings::HostState;
+use super::limits::{FuelShare, MAX_CAPTURED_OUTPUT_BYTES, MemoryCap, MemoryLimiter, WasmLimits};
+use crate::host::Invocation;
+use crate::host::engine::EngineError;
+
+/// A store for one instance: its invocation, WASI, memory cap, fuel and epoch checks.
+pub(super) fn new_store(
+    engine: &wasmtime::Engine,
+    limits: WasmLimits,
+    invocation: Invocation,
+) -> Result<Store<HostState>, EngineError> {
+    let stdout = MemoryOutputPipe::new(MAX_CAPTURED_OUTPUT_BYTES);
+    let stderr = MemoryOutputPipe::new(MAX_CAPTURED_OUTPUT_BYTES);
+    let wasi = WasiCtx::builder()
+        .stdin(ClosedInputStream)
+        .stdout(stdout.clone())
+        .stderr(stderr.clone())
+        .build();
+    let run = invocation.run().clone();
+    let state = HostState {
+        invocation,
+        wasi,
+        table: ResourceTable::new(),
+        limiter: MemoryLimiter {
+            memory_bytes: limits.memory_bytes,
+            run,
+            held: 0,
+            hit: None,
+        },
+        stdout,
+        stderr,
+        fuel: limits.fuel.map(|budget| FuelShare { budget, seen: 0 }),
+    };
+    let mut store = Store::new(engine, state);
+    store.limiter(|state| &mut state.limiter);
+    // The instance starts with what the run's other instances left of the budget.
+    give_fuel(store.as_context_mut())
+        .map_err(|e| EngineError::Engine(format!("cannot set fuel: {e}")))?;
+    // Every tick the guest yields to the executor and checks whether its run was stopped
+    // (cancelled from outside, or past its deadline); the fuel it burned goes into the run's
+    // count, and it stops once the run's budget is used up.
+    store.epoch_deadline_callback(|mut context| {
+        if context.data().invocation.run().stopped().is_some() {
+            return Ok(UpdateDeadline::Interrupt);
+        }
+        if count_fuel(context.as_context_mut())? == Some(0) {
+            return Err(Trap::OutOfFuel.into());
+        }
+        Ok(UpdateDeadline::Yield(1))
+    });
+    store.set_epoch_deadline(1);
+    Ok(store)
+}
+
+/// Moves the fuel an instance burned since it last counted into its run's count and returns
+/// what the run has left of its budget, or `None` when the run has no `--fuel`. Fails only if
+/// the engine does not meter fuel.
+///
+/// An instance's own fuel is set once, when its store is made (see [`new_store`]): to what the
+/// run has left then. It is never changed while wasm runs: code compiled by wasmtime keeps its
+/// fuel count in a register across the epoch check and writes it back at its next call, so a
+/// `set_fuel` from the epoch callback is silently undone. Instead the callback stops the
+/// instance once the run's count reaches the budget. With one graph this changes nothing (it
+/// burns exactly its budget); with nested graphs, which draw on the same budget, an instance
+/// learns of its siblings' use at its next epoch tick, so the run can overshoot by at most one
+/// [`EPOCH_TICK`] of work per running instance.
+pub(super) fn count_fuel(
+    mut store: StoreContextMut<'_, HostState>,
+) -> wasmtime::Result<Option<u64>> {
+    use std::sync::atomic::Ordering;
+    let Some((budget, seen)) = store.data().fuel.as_ref().map(|s| (s.budget, s.seen)) else {
+        return Ok(None);
+    };
+    // Inside the epoch callback this may lag behind by what the running function has not
+    // written back yet; that part is counted at the next count. It never rises while wasm
+    // runs, so `seen` only falls.
+    let left = store.get_fuel()?;
+    let used = seen.saturating_sub(left);
+    if let Some(share) = &mut store.data_mut().fuel {
+        share.seen = left;
+    }
+    let spent = store
+        .data()
+        .invocation
+        .run()
+        .sandbox_fuel_spent
+        .fetch_add(used, Ordering::SeqCst)
+        .saturating_add(used);
+    Ok(Some(budget.saturating_sub(spent)))
+}
+
+/// Gives a new store, before any of its wasm runs, what the run has left of its fuel budget.
+pub(super) fn give_fuel(mut store: StoreContextMut<'_, HostState>) -> wasmtime::Result<()> {
+    if let Some(left) = count_fuel(store.as_context_mut())? {
+        store.set_fuel(left)?;
+        if let Some(share) = &mut store.data_mut().fuel {
+            share.seen = left;
+        }
+    }
+    Ok(())
+}
+
+/// Turns a trap into a sentence that names the limit.
+pub(super) fn describe_trap(
+    error: &wasmtime::Error,
+    store: &Store<HostState>,
+    limits: WasmLimits,
+) -> String {
+    let state = store.data();
+    if let Some(stopped) = state.invocation.run().stopped() {
+        return stopped.to_string();
+    }
+    match state.limiter.hit {
+        Some(MemoryCap::Instance) => {
+            return format!(
+                "memory limit exceeded: the graph tried to use more than {} MiB of memory",
+                limits.memory_bytes / (1024 * 1024)
+            );
+        }
+        Some(MemoryCap::Run) => {
+            return format!(
+                "memory limit exceeded: the run's graphs together tried to use more than {} MiB of memory",
+                state.limiter.run_cap() / (1024 * 1024)
+            );
+        }
+        None => {}
+    }
+    let aborted = || {
+        let stderr = state.captured_stderr();
+        if stderr.is_empty() {
+            "the interpreter aborted".to_owned()
+        } else {
+            format!("the interpreter aborted: {stderr}")
+        }
+    };
+    match error.downcast_ref::<Trap>() {
+        Some(Trap::OutOfFuel) => format!(
+            "instruction budget exhausted: the run used all {} units of fuel (--fuel; nested graphs draw on the same budget)",
+            limits.fuel.unwrap_or(0)
+        ),
+        Some(Trap::StackOverflow) => format!(
+            "wasm stack limit exceeded: the graph needed more than {} KiB of stack (too deep a recursion or nesting)",
+            limits.wasm_stack_bytes / 1024
+        ),
+        Some(Trap::Interrupt) => "interrupted".to_owned(),
+        // A single allocation past what wasm32 can address (`"x".repeat(2 ** 28)` asks for
+        // gigabytes at once) panics before the memory cap is ever consulted; it is the same
+        // limit as far as the graph is concerned.
+        Some(Trap::UnreachableCodeReached) if allocation_refused(&state.captured_stderr()) => {
+            format!(
+                "memory limit exceeded: the graph asked for a single allocation larger than the sandbox can hold (the cap is {} MiB)",
+                limits.memory_bytes / (1024 * 1024)
+            )
+        }
+        Some(Trap::UnreachableCodeReached) => aborted(),
+        Some(Trap::MemoryOutOfBounds) => {
+            "the interpreter ran out of stack (too deep a recursion or nesting)".to_owned()
+        }
+        Some(other) => format!("the sandbox trapped: {other}"),
+        None => format!("the sandbox failed: {error:#}"),
+    }
+}
+
+/// Whether the guest's last words are Rust's report of an allocation it could not make.
+fn allocation_refused(stderr: &str) -> bool {
+    stderr.contains("capacity overflow") || stderr.contains("memory allocation of")
+}
+
+/// An invocation with nothing behind it: `describe` never starts host work.
+pub(super) fn describe_invocation() -> Invocation {
+    use crate::host::approvals::{ApprovalPolicy, Approvals, NobodyToAsk};
+    use crate::host::events::{Events, NullSink};
+    use crate::host::{RunParts, RunShared};
+    let run = RunShared::new(RunParts {
+        run_id: "describe".into(),
+        token_cap: Some(0),
+        approvals: Approvals::new(
+            ApprovalPolicy::default(),
+            Arc::new(NobodyToAsk),
+            Duration::ZERO,
+        ),
+        provider: Arc::new(crate::host::agents::NoProvider),
+        tools: Default::default(),
+        catalog: Arc::new(crate::host::graphs::EmptyCatalog),
+        events: Events::new(Arc::new(NullSink)),
+        engine: Arc::new(crate::engine::boa::BoaEngine::default()),
+        limits: Default::default(),
+        max_concurrency: 1,
+        cancel: Default::default(),
+    });
+    Invocation::new(
+        run,
+        vec!["describe".into()],
+        tokio::runtime::Handle::current(),
+    )
+}
