@@ -250,6 +250,15 @@ fn identity_of(record: TokenRecord) -> Result<Identity, AuthError> {
 }
 
 impl Identity {
+    /// The id of the token behind this identity.
+    pub fn token_id(&self) -> &str {
+        match self {
+            Identity::Agent(agent) => &agent.token_id,
+            Identity::Desktop(desktop) => &desktop.token_id,
+            Identity::Owner(owner) => &owner.token_id,
+        }
+    }
+
     fn kind_name(&self) -> &'static str {
         match self {
             Identity::Agent(_) => "agent",

@@ -17,7 +17,7 @@ use crate::auth::{
     AgentIdentity, AuthError, DesktopIdentity, Identity, OwnerIdentity, authenticate, bearer_token,
 };
 use crate::chat_tasks::TaskError;
-use crate::runs::{DesktopError, RunError};
+use crate::runs::{DesktopError, QuotaError, RunError};
 use crate::{AppState, oauth};
 
 /// Why a request to a JSON API was refused; its [`IntoResponse`] is the one error shape.
@@ -33,6 +33,8 @@ pub enum ApiError {
     BadRequest(String),
     /// The body was larger than the endpoint takes.
     TooLarge(String),
+    /// The token is past its request rate.
+    RateLimited(QuotaError),
 }
 
 impl From<AuthError> for ApiError {
@@ -68,6 +70,9 @@ impl ApiError {
             ApiError::Auth(error) => (StatusCode::UNAUTHORIZED, error.to_string(), None),
             ApiError::BadRequest(message) => (StatusCode::BAD_REQUEST, message, None),
             ApiError::TooLarge(message) => (StatusCode::PAYLOAD_TOO_LARGE, message, None),
+            ApiError::RateLimited(error) => {
+                (StatusCode::TOO_MANY_REQUESTS, error.to_string(), None)
+            }
             ApiError::Desktop(error) => desktop_parts(error),
             ApiError::Task(error) => {
                 let (status, message) = task_parts(error);
@@ -119,12 +124,22 @@ fn task_parts(error: TaskError) -> (StatusCode, String) {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let retry_after = match &self {
+            ApiError::RateLimited(error) => Some(error.retry_after_secs()),
+            _ => None,
+        };
         let (status, error, run_status) = self.parts();
         let body = ErrorBody {
             error,
             status: run_status,
         };
-        (status, axum::Json(body)).into_response()
+        let mut response = (status, axum::Json(body)).into_response();
+        if let Some(seconds) = retry_after
+            && let Ok(value) = axum::http::HeaderValue::from_str(&seconds.to_string())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        response
     }
 }
 
@@ -134,7 +149,11 @@ pub type ApiResult<T> = Result<axum::Json<T>, ApiError>;
 /// The identity behind the request's bearer token, checked against the store.
 async fn identity(parts: &Parts, app: &AppState) -> Result<Identity, ApiError> {
     let token = bearer_token(parts.headers.get(header::AUTHORIZATION));
-    Ok(authenticate(app, token).await?)
+    let identity = authenticate(app, token).await?;
+    app.rate
+        .check(identity.token_id())
+        .map_err(|wait| ApiError::RateLimited(QuotaError::from_rate(app.rate.limit(), wait)))?;
+    Ok(identity)
 }
 
 /// The desktop relay making the request (a desktop token, else 401).

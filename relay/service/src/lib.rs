@@ -15,6 +15,7 @@ pub mod mcp;
 pub mod notify;
 pub mod oauth;
 pub mod owner_api;
+pub mod rate;
 pub mod runs;
 pub mod sessions;
 pub mod store;
@@ -54,6 +55,10 @@ pub struct ServiceConfig {
     /// How reads sweep lapsed leases and expired tasks; anything but the default is for the
     /// empty-poll benchmark.
     pub task_sweep: SweepMode,
+    /// How many runs may wait in the queue, per agent and per project.
+    pub queue_quota: store::QueueQuota,
+    /// How fast one token may make requests (`None`: no limit).
+    pub rate_limit: Option<rate::RateLimit>,
     /// How long and how many connections the service keeps.
     pub connections: listener::ConnectionLimits,
     /// How many 2025-era MCP sessions may be open, and how long an unused one lives.
@@ -73,6 +78,11 @@ impl Default for ServiceConfig {
             public_url: None,
             task_lease: chat_tasks::DEFAULT_TASK_LEASE,
             task_sweep: SweepMode::default(),
+            queue_quota: store::QueueQuota {
+                per_agent: runs::DEFAULT_QUEUED_PER_AGENT,
+                per_project: runs::DEFAULT_QUEUED_PER_PROJECT,
+            },
+            rate_limit: Some(rate::RateLimit::default()),
             connections: listener::ConnectionLimits::default(),
             mcp_sessions: mcp::legacy_sessions::SessionLimits::default(),
             #[cfg(feature = "naive-claim")]
@@ -100,6 +110,8 @@ pub struct AppState {
     pub task_sweeps: SweepStats,
     /// The open 2025-era MCP sessions.
     pub mcp_sessions: mcp::legacy_sessions::McpSessions,
+    /// Each token's request rate.
+    pub rate: rate::RateLimiter,
 }
 
 impl AppState {
@@ -112,6 +124,7 @@ impl AppState {
             notifier: Arc::new(notify::LocalNotifier::default()),
             task_sweeps: SweepStats::default(),
             mcp_sessions: mcp::legacy_sessions::McpSessions::new(config.mcp_sessions),
+            rate: rate::RateLimiter::new(config.rate_limit),
             config,
         })
     }

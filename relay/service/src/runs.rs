@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use super::AppState;
 use super::auth::{AgentIdentity, DesktopIdentity};
 use super::notify::Topic;
-use super::store::{CommandRecord, InsertOutcome, StoreError};
+use super::store::{CommandRecord, InsertOutcome, QueueLimit, StoreError};
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{
     CommandId, CompleteRequest, CompleteResponse, CompletionStatus, ControlResponse,
@@ -221,9 +221,54 @@ pub enum RunError {
     /// Concurrent writers kept winning; retrying later will work.
     #[error("the run is changing too quickly; try again")]
     Contended,
+    /// A quota was reached; nothing was queued.
+    #[error("{0}")]
+    Quota(QuotaError),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// Runs one agent may have queued and not yet started, by default.
+pub const DEFAULT_QUEUED_PER_AGENT: u64 = 100;
+/// Runs one project may have queued and not yet started, by default.
+pub const DEFAULT_QUEUED_PER_PROJECT: u64 = 1_000;
+
+/// Which quota refused a request, and when trying again can help.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuotaError {
+    /// The agent has this many runs queued and not yet started.
+    #[error(
+        "quota reached: this agent already has {0} runs queued that the desktop has not started, the most allowed; nothing was queued. Retry once some of them have started or ended (get_graph_run shows them); the desktop picks runs up on its next pass, about every {1} s"
+    )]
+    AgentQueue(u64, u64),
+    /// The project has this many runs queued and not yet started.
+    #[error(
+        "quota reached: this project already has {0} runs queued that the desktop has not started, the most allowed; nothing was queued. Retry once some of them have started or ended; the desktop picks runs up on its next pass, about every {1} s"
+    )]
+    ProjectQueue(u64, u64),
+    /// The token sent requests faster than its rate.
+    #[error(
+        "rate limit reached: this token may make {0} requests a second (bursts up to {1}); retry in {2} s"
+    )]
+    Rate(u32, u32, u64),
+}
+
+impl QuotaError {
+    /// The rate refusal for `limit` with `wait` until the next request fits.
+    pub fn from_rate(limit: Option<crate::rate::RateLimit>, wait: std::time::Duration) -> Self {
+        let limit = limit.unwrap_or_default();
+        let after = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        QuotaError::Rate(limit.per_second, limit.burst, after.max(1))
+    }
+
+    /// When to try again, in seconds (the `Retry-After` of an HTTP answer).
+    pub fn retry_after_secs(&self) -> u64 {
+        match self {
+            QuotaError::AgentQueue(_, poll) | QuotaError::ProjectQueue(_, poll) => *poll,
+            QuotaError::Rate(_, _, after) => *after,
+        }
+    }
 }
 
 /// What an agent asks to run.
@@ -385,7 +430,8 @@ pub async fn queue_run(
         request_hash.clone(),
         app.clock.now(),
     );
-    match app.store.insert_command(command).await? {
+    let quota = app.config.queue_quota;
+    match app.store.insert_command(command, quota).await? {
         InsertOutcome::Created(created) => {
             tracing::info!(command_id = %created.id, agent = %agent.token_id, "run queued");
             app.notifier
@@ -393,6 +439,14 @@ pub async fn queue_run(
             Ok(ticket(&created, false))
         }
         InsertOutcome::Existing(existing) => replay(existing),
+        InsertOutcome::OverQuota(limit) => {
+            let poll = app.config.poll_hint.as_secs();
+            tracing::info!(agent = %agent.token_id, ?limit, "run refused: queue quota");
+            Err(RunError::Quota(match limit {
+                QueueLimit::Agent(n) => QuotaError::AgentQueue(n, poll),
+                QueueLimit::Project(n) => QuotaError::ProjectQueue(n, poll),
+            }))
+        }
     }
 }
 

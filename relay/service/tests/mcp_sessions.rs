@@ -10,7 +10,7 @@ use axum::body::Body;
 use common::TestService;
 use http::{Request, StatusCode};
 use relay_service::mcp::legacy_sessions::{DEFAULT_MAX_SESSIONS, DEFAULT_SESSIONS_PER_AGENT};
-use relay_service::{AppState, router};
+use relay_service::{AppState, ServiceConfig, router};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -68,7 +68,12 @@ async fn list_tools(app: &Arc<AppState>, token: &str, session: &str) -> StatusCo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_tokens_flood_keeps_its_cap_and_its_newest_sessions() {
-    let service = TestService::start().await;
+    // The flood is the point here, not the rate limit (quotas.rs tests that).
+    let service = TestService::start_with_config(ServiceConfig {
+        rate_limit: None,
+        ..ServiceConfig::default()
+    })
+    .await;
     let project = service.project("p", "alice").await;
     let (token, token_id) = service.agent(&project, &["osfoundry:read"]).await;
     let app = &service.app;

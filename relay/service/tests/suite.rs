@@ -21,6 +21,7 @@ mod long_poll;
 mod mcp_sessions;
 mod mcp_tools;
 mod owner_tasks;
+mod quotas;
 mod restart;
 mod silent_desktop;
 mod store_conformance;

@@ -9,6 +9,7 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
+use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -64,6 +65,13 @@ pub async fn gate(
         {
             return parse_error(&error);
         }
+        if let Err(wait) = app.rate.check(&agent.token_id) {
+            let id = peek.as_ref().ok().and_then(|p| p.id.clone());
+            let is_call = peek
+                .as_ref()
+                .is_ok_and(|p| p.method.as_deref() == Some("tools/call"));
+            return rate_limited(&app, wait, is_call.then_some(id));
+        }
         if let Ok(peek) = peek {
             match peek.method.as_deref() {
                 Some("initialize") => {
@@ -86,6 +94,9 @@ pub async fn gate(
         }
         Body::from(bytes)
     } else {
+        if let Err(wait) = app.rate.check(&agent.token_id) {
+            return rate_limited(&app, wait, None);
+        }
         body
     };
     parts.extensions.insert(agent);
@@ -95,6 +106,30 @@ pub async fn gate(
     } else {
         response
     }
+}
+
+/// A request past its token's rate: a tool call gets an in-band tool error (what a model reads),
+/// anything else 429; both say when to retry, and the HTTP answer carries `Retry-After`.
+fn rate_limited(
+    app: &AppState,
+    wait: std::time::Duration,
+    call: Option<Option<Value>>,
+) -> Response {
+    let error = crate::runs::QuotaError::from_rate(app.rate.limit(), wait);
+    let retry_after = error.retry_after_secs().to_string();
+    let mut response = match call {
+        Some(id) => {
+            let mut result = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);
+            result.result_type = None;
+            let body = json!({"jsonrpc": "2.0", "id": id.unwrap_or(Value::Null), "result": result});
+            (StatusCode::OK, axum::Json(body)).into_response()
+        }
+        None => (StatusCode::TOO_MANY_REQUESTS, error.to_string()).into_response(),
+    };
+    if let Ok(value) = HeaderValue::from_str(&retry_after) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
 }
 
 /// Marks a POST whose JSON-RPC method is `initialize`: a 2025-era client opening a session.

@@ -9,8 +9,8 @@ use serde_json::{Map, json};
 
 use super::{
     ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, CommandRecord,
-    InsertOutcome, ProjectRecord, Store, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind,
-    TokenRecord,
+    InsertOutcome, ProjectRecord, QueueLimit, QueueQuota, Store, SweepCounts, TaskInsertOutcome,
+    TaskRecord, TokenKind, TokenRecord,
 };
 use crate::chat_tasks::machine::{TaskDecision, TaskEvent, transition};
 use crate::chat_tasks::model::{HostKind, TaskId, TaskStatus};
@@ -102,12 +102,23 @@ fn command(seed: &Seed, agent_id: &str, key: &str, created: Timestamp) -> Comman
     )
 }
 
+/// A quota no check reaches.
+const NO_QUOTA: QueueQuota = QueueQuota {
+    per_agent: u64::MAX,
+    per_project: u64::MAX,
+};
+
 async fn insert_new(store: &dyn Store, command: CommandRecord) -> CommandRecord {
-    match store.insert_command(command).await.expect("insert command") {
+    match store
+        .insert_command(command, NO_QUOTA)
+        .await
+        .expect("insert command")
+    {
         InsertOutcome::Created(created) => created,
         InsertOutcome::Existing(existing) => {
             panic!("expected a new command, got existing {}", existing.id)
         }
+        InsertOutcome::OverQuota(limit) => panic!("no quota applies, got {limit:?}"),
     }
 }
 
@@ -123,6 +134,7 @@ where
     session_snapshot_is_replaced_whole(make().as_ref()).await;
     idempotency_key_is_unique_per_agent(make().as_ref()).await;
     concurrent_inserts_create_one_command(make()).await;
+    queue_quota_counts_queued_commands_only(make().as_ref()).await;
     updates_are_conditional_on_the_state_read(make().as_ref()).await;
     queued_commands_are_oldest_first_and_bounded(make().as_ref()).await;
     heartbeat_touches_only_running_commands(make().as_ref()).await;
@@ -136,6 +148,66 @@ where
     task_lists_are_ordered_and_bounded(make().as_ref()).await;
     sweep_moves_exactly_what_the_state_machine_says(make().as_ref()).await;
     artifacts_are_fenced_unique_and_bounded(make().as_ref()).await;
+}
+
+/// The queue quota counts queued commands only, per agent and per project, in the same step
+/// as the insert; a replay of an existing key is answered whatever the quota.
+pub async fn queue_quota_counts_queued_commands_only(store: &dyn Store) {
+    let seed = seed(store).await;
+    let quota = QueueQuota {
+        per_agent: 2,
+        per_project: 3,
+    };
+    let insert =
+        |agent: &str, key: &str| store.insert_command(command(&seed, agent, key, at(1)), quota);
+    let first = match insert(&seed.agent_id, "quota-1").await.expect("insert") {
+        InsertOutcome::Created(created) => created,
+        other => panic!("room for the first: {other:?}"),
+    };
+    assert!(matches!(
+        insert(&seed.agent_id, "quota-2").await.expect("insert"),
+        InsertOutcome::Created(_)
+    ));
+    assert_eq!(
+        insert(&seed.agent_id, "quota-3").await.expect("insert"),
+        InsertOutcome::OverQuota(QueueLimit::Agent(2)),
+        "the agent's third queued command is over its quota"
+    );
+    assert!(
+        matches!(
+            insert(&seed.agent_id, "quota-1").await.expect("insert"),
+            InsertOutcome::Existing(existing) if existing.id == first.id
+        ),
+        "a replay is answered at the quota"
+    );
+    assert!(matches!(
+        insert(&seed.other_agent_id, "quota-4")
+            .await
+            .expect("insert"),
+        InsertOutcome::Created(_)
+    ));
+    assert_eq!(
+        insert(&seed.other_agent_id, "quota-5")
+            .await
+            .expect("insert"),
+        InsertOutcome::OverQuota(QueueLimit::Project(3)),
+        "the project's fourth queued command is over its quota"
+    );
+    let mut started = first.clone();
+    started.status = RunStatus::Running;
+    assert!(
+        store
+            .update_command(&first, &started)
+            .await
+            .expect("update")
+    );
+    assert!(
+        matches!(
+            insert(&seed.agent_id, "quota-3").await.expect("insert"),
+            InsertOutcome::Created(_)
+        ),
+        "a started command leaves the queue"
+    );
 }
 
 /// `ensure_owner` creates an owner once and returns it again by name.
@@ -338,12 +410,13 @@ pub async fn idempotency_key_is_unique_per_agent(store: &dyn Store) {
     let first = insert_new(store, command(&seed, &seed.agent_id, "key-0001", at(0))).await;
     assert_eq!(first.status, RunStatus::Queued);
     match store
-        .insert_command(command(&seed, &seed.agent_id, "key-0001", at(1)))
+        .insert_command(command(&seed, &seed.agent_id, "key-0001", at(1)), NO_QUOTA)
         .await
         .expect("insert")
     {
         InsertOutcome::Existing(existing) => assert_eq!(existing, first),
         InsertOutcome::Created(created) => panic!("a repeated key created {}", created.id),
+        InsertOutcome::OverQuota(limit) => panic!("no quota applies, got {limit:?}"),
     }
     let other = insert_new(
         store,
@@ -383,7 +456,10 @@ pub async fn concurrent_inserts_create_one_command(store: Arc<dyn Store>) {
             let (store, seed) = (store.clone(), seed.clone());
             tokio::spawn(async move {
                 let command = command(&seed, &seed.agent_id, "same-key-1", at(0));
-                store.insert_command(command).await.expect("insert")
+                store
+                    .insert_command(command, NO_QUOTA)
+                    .await
+                    .expect("insert")
             })
         })
         .collect();
@@ -398,6 +474,7 @@ pub async fn concurrent_inserts_create_one_command(store: Arc<dyn Store>) {
             InsertOutcome::Existing(command) => {
                 ids.insert(command.id);
             }
+            InsertOutcome::OverQuota(limit) => panic!("no quota applies, got {limit:?}"),
         }
     }
     assert_eq!(created, 1, "exactly one insert may create the command");

@@ -227,6 +227,27 @@ pub enum InsertOutcome {
     Created(CommandRecord),
     /// A command with this (agent, key) already existed; it is returned unchanged.
     Existing(CommandRecord),
+    /// Nothing was stored: the agent or the project already has as many queued (not yet
+    /// started) commands as the quota allows.
+    OverQuota(QueueLimit),
+}
+
+/// How many commands may wait in the queue (queued, not yet started) at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueQuota {
+    /// Per agent token.
+    pub per_agent: u64,
+    /// Per project, all its agents together.
+    pub per_project: u64,
+}
+
+/// Which queue quota a command did not fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueLimit {
+    /// The agent's ([`QueueQuota::per_agent`]).
+    Agent(u64),
+    /// The project's ([`QueueQuota::per_project`]).
+    Project(u64),
 }
 
 /// A chat conversation on a host, linked to one project, that the owner hands tasks to.
@@ -419,8 +440,14 @@ pub trait Store: Send + Sync + 'static {
         graph_session_id: &'a GraphSessionId,
     ) -> StoreFuture<'a, Option<SessionRecord>>;
 
-    /// Stores `command` unless its (agent, idempotency key) exists; then returns the existing one.
-    fn insert_command(&self, command: CommandRecord) -> StoreFuture<'_, InsertOutcome>;
+    /// Stores `command` unless its (agent, idempotency key) exists (then returns the existing
+    /// one, whatever the quota) or its agent or project already has `quota`'s worth of queued
+    /// commands. The check and the insert are one atomic step.
+    fn insert_command(
+        &self,
+        command: CommandRecord,
+        quota: QueueQuota,
+    ) -> StoreFuture<'_, InsertOutcome>;
     /// The command `agent_id` queued under `idempotency_key`.
     fn command_by_key<'a>(
         &'a self,

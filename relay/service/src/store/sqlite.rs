@@ -13,8 +13,9 @@ use tokio::sync::Semaphore;
 
 use super::{
     ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, CommandRecord,
-    InsertOutcome, OwnerRecord, ProjectRecord, SessionRecord, SessionSnapshot, Store, StoreError,
-    StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    InsertOutcome, OwnerRecord, ProjectRecord, QueueLimit, QueueQuota, SessionRecord,
+    SessionSnapshot, Store, StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord,
+    TokenKind, TokenRecord,
 };
 use crate::chat_tasks::model::TaskId;
 use relay_protocol::clock::Timestamp;
@@ -101,7 +102,42 @@ CREATE INDEX commands_queued ON commands(project_id, status, created_at);
 CREATE INDEX commands_running ON commands(status, last_seen_at);
 "#,
     chat::MIGRATION,
+    // The queue quota counts an agent's queued commands at every insert.
+    r#"
+CREATE INDEX commands_queued_by_agent ON commands(agent_id) WHERE status = 'queued';
+"#,
 ];
+
+/// Which quota `command` would exceed, if any: counted inside the insert's transaction.
+fn queue_limit_reached(
+    transaction: &rusqlite::Transaction<'_>,
+    command: &CommandRecord,
+    quota: QueueQuota,
+) -> Result<Option<QueueLimit>, StoreError> {
+    let count = |sql: &str, key: &str| -> Result<u64, StoreError> {
+        transaction
+            .query_row(sql, params![key, RunStatus::Queued.as_str()], |row| {
+                row.get::<_, i64>(0)
+            })
+            .map(|n| u64::try_from(n).unwrap_or(0))
+            .map_err(backend)
+    };
+    let agent = count(
+        "SELECT COUNT(*) FROM commands WHERE agent_id = ?1 AND status = ?2",
+        &command.agent_id,
+    )?;
+    if agent >= quota.per_agent {
+        return Ok(Some(QueueLimit::Agent(quota.per_agent)));
+    }
+    let project = count(
+        "SELECT COUNT(*) FROM commands WHERE project_id = ?1 AND status = ?2",
+        &command.project_id,
+    )?;
+    if project >= quota.per_project {
+        return Ok(Some(QueueLimit::Project(quota.per_project)));
+    }
+    Ok(None)
+}
 
 const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_session_id, slug, arguments, \
     idempotency_key, request_hash, status, cancel_requested, execution_id, result, \
@@ -640,20 +676,40 @@ impl Store for SqliteStore {
         })
     }
 
-    fn insert_command(&self, command: CommandRecord) -> StoreFuture<'_, InsertOutcome> {
+    fn insert_command(
+        &self,
+        command: CommandRecord,
+        quota: QueueQuota,
+    ) -> StoreFuture<'_, InsertOutcome> {
         self.call(move |connection| {
             let arguments = serde_json::to_string(&command.arguments)
                 .map_err(|e| StoreError::Backend(format!("cannot encode arguments: {e}")))?;
             let transaction = connection
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(backend)?;
-            let inserted = transaction
+            let existing = transaction
+                .query_row(
+                    &format!(
+                        "SELECT {COMMAND_COLUMNS} FROM commands \
+                         WHERE agent_id = ?1 AND idempotency_key = ?2"
+                    ),
+                    params![command.agent_id, command.idempotency_key],
+                    command_from_row,
+                )
+                .optional()
+                .map_err(backend)?;
+            if let Some(existing) = existing {
+                return Ok(InsertOutcome::Existing(existing));
+            }
+            if let Some(limit) = queue_limit_reached(&transaction, &command, quota)? {
+                return Ok(InsertOutcome::OverQuota(limit));
+            }
+            transaction
                 .execute(
                     "INSERT INTO commands (id, project_id, agent_id, graph_session_id, slug, \
                      arguments, idempotency_key, request_hash, status, cancel_requested, \
                      result_truncated, created_at, updated_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, 0, ?10, ?10) \
-                     ON CONFLICT(agent_id, idempotency_key) DO NOTHING",
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, 0, ?10, ?10)",
                     params![
                         command.id.to_string(),
                         command.project_id,
@@ -668,26 +724,11 @@ impl Store for SqliteStore {
                     ],
                 )
                 .map_err(backend)?;
-            let outcome = if inserted == 1 {
-                let stored = select_command(&transaction, command.id)
-                    .map_err(backend)?
-                    .ok_or_else(|| StoreError::Backend("inserted command vanished".into()))?;
-                InsertOutcome::Created(stored)
-            } else {
-                let existing = transaction
-                    .query_row(
-                        &format!(
-                            "SELECT {COMMAND_COLUMNS} FROM commands \
-                             WHERE agent_id = ?1 AND idempotency_key = ?2"
-                        ),
-                        params![command.agent_id, command.idempotency_key],
-                        command_from_row,
-                    )
-                    .map_err(backend)?;
-                InsertOutcome::Existing(existing)
-            };
+            let stored = select_command(&transaction, command.id)
+                .map_err(backend)?
+                .ok_or_else(|| StoreError::Backend("inserted command vanished".into()))?;
             transaction.commit().map_err(backend)?;
-            Ok(outcome)
+            Ok(InsertOutcome::Created(stored))
         })
     }
 
