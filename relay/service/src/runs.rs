@@ -370,23 +370,7 @@ pub async fn queue_run(
     agent: &AgentIdentity,
     request: RunRequest,
 ) -> Result<Ticket, RunError> {
-    let graph_session_id: GraphSessionId = request
-        .graph_session_id
-        .parse()
-        .map_err(|e: relay_protocol::InvalidInput| RunError::Invalid(e.0))?;
-    check_idempotency_key(&request.idempotency_key)?;
-    let arguments_len = serde_json::to_vec(&request.arguments)
-        .map(|bytes| bytes.len())
-        .unwrap_or(usize::MAX);
-    if arguments_len > MAX_ARGUMENTS_BYTES {
-        return Err(RunError::Invalid(format!(
-            "arguments are {arguments_len} bytes of JSON, at most {MAX_ARGUMENTS_BYTES} are allowed: pass references (paths, ids) instead of content"
-        )));
-    }
-    let request_hash = sha256_hex(&canonical_json(&serde_json::json!({
-        "graph_session_id": graph_session_id.as_str(),
-        "arguments": request.arguments,
-    })));
+    let (graph_session_id, request_hash) = checked_run_request(&request)?;
     let ticket = |command: &CommandRecord, replayed: bool| Ticket {
         command_id: command.id,
         status: command.status,
@@ -440,14 +424,43 @@ pub async fn queue_run(
         }
         InsertOutcome::Existing(existing) => replay(existing),
         InsertOutcome::OverQuota(limit) => {
-            let poll = app.config.poll_hint.as_secs();
             tracing::info!(agent = %agent.token_id, ?limit, "run refused: queue quota");
-            Err(RunError::Quota(match limit {
-                QueueLimit::Agent(n) => QuotaError::AgentQueue(n, poll),
-                QueueLimit::Project(n) => QuotaError::ProjectQueue(n, poll),
-            }))
+            Err(RunError::Quota(queue_quota_error(
+                limit,
+                app.config.poll_hint.as_secs(),
+            )))
         }
     }
+}
+
+fn queue_quota_error(limit: QueueLimit, poll_secs: u64) -> QuotaError {
+    match limit {
+        QueueLimit::Agent(n) => QuotaError::AgentQueue(n, poll_secs),
+        QueueLimit::Project(n) => QuotaError::ProjectQueue(n, poll_secs),
+    }
+}
+
+/// The session id and the hash of what the idempotency key stands for, once the request's
+/// session id, key and arguments are checked.
+fn checked_run_request(request: &RunRequest) -> Result<(GraphSessionId, String), RunError> {
+    let graph_session_id: GraphSessionId = request
+        .graph_session_id
+        .parse()
+        .map_err(|e: relay_protocol::InvalidInput| RunError::Invalid(e.0))?;
+    check_idempotency_key(&request.idempotency_key)?;
+    let arguments_len = serde_json::to_vec(&request.arguments)
+        .map(|bytes| bytes.len())
+        .unwrap_or(usize::MAX);
+    if arguments_len > MAX_ARGUMENTS_BYTES {
+        return Err(RunError::Invalid(format!(
+            "arguments are {arguments_len} bytes of JSON, at most {MAX_ARGUMENTS_BYTES} are allowed: pass references (paths, ids) instead of content"
+        )));
+    }
+    let request_hash = sha256_hex(&canonical_json(&serde_json::json!({
+        "graph_session_id": graph_session_id.as_str(),
+        "arguments": request.arguments,
+    })));
+    Ok((graph_session_id, request_hash))
 }
 
 fn check_idempotency_key(key: &str) -> Result<(), RunError> {
