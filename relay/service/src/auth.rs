@@ -249,6 +249,37 @@ fn identity_of(record: TokenRecord) -> Result<Identity, AuthError> {
     })
 }
 
+/// How often a held request (a waiting `get_graph_run`, a long-poll `sync`) checks that its
+/// token still works, so that a revocation (also from `relay admin`, another process) ends it
+/// within this long.
+pub const REVOCATION_CHECK: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// What a held request answers once its token was revoked while it waited.
+pub const REVOKED_WHILE_WAITING: &str =
+    "the bearer token was revoked while this request waited; nothing more is answered to it";
+
+/// Whether the token `token_id` still exists unrevoked.
+pub async fn still_valid(app: &AppState, token_id: &str) -> Result<bool, StoreError> {
+    Ok(app
+        .store
+        .token(token_id)
+        .await?
+        .is_some_and(|record| record.revoked_at.is_none()))
+}
+
+/// Resolves once the token `token_id` is revoked (checked every [`REVOCATION_CHECK`]); a store
+/// that cannot be read is not taken for a revocation.
+pub async fn revoked(app: &AppState, token_id: &str) {
+    let mut tick = tokio::time::interval(REVOCATION_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if matches!(still_valid(app, token_id).await, Ok(false)) {
+            return;
+        }
+    }
+}
+
 impl Identity {
     /// The id of the token behind this identity.
     pub fn token_id(&self) -> &str {

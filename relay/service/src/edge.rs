@@ -87,6 +87,11 @@ fn desktop_parts(error: DesktopError) -> (StatusCode, String, Option<RunStatus>)
         DesktopError::BadRequest(message) => (StatusCode::BAD_REQUEST, message, None),
         DesktopError::Forbidden(message) => (StatusCode::FORBIDDEN, message, None),
         DesktopError::NotFound(message) => (StatusCode::NOT_FOUND, message, None),
+        DesktopError::Revoked => (
+            StatusCode::UNAUTHORIZED,
+            DesktopError::Revoked.to_string(),
+            None,
+        ),
         DesktopError::Conflict { message, status } => (StatusCode::CONFLICT, message, Some(status)),
         DesktopError::Run(RunError::Contended) => (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::AppState;
-use super::auth::{AgentIdentity, DesktopIdentity};
+use super::auth::{AgentIdentity, DesktopIdentity, REVOKED_WHILE_WAITING};
 use super::notify::Topic;
 use super::store::{CommandRecord, InsertOutcome, QueueLimit, StoreError};
 use relay_protocol::clock::Timestamp;
@@ -224,6 +224,9 @@ pub enum RunError {
     /// A quota was reached; nothing was queued.
     #[error("{0}")]
     Quota(QuotaError),
+    /// The token was revoked while the request waited.
+    #[error("{REVOKED_WHILE_WAITING}")]
+    Revoked,
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -501,13 +504,20 @@ pub async fn get_run_waiting(
     let mut changes = app.notifier.subscribe(&Topic::Run(view.command_id));
     // Read again after subscribing: a change in between is then seen, not waited for.
     let mut view = get_run(app, agent, command_id).await?;
+    let revoked = crate::auth::revoked(app, &agent.token_id);
+    tokio::pin!(revoked);
     while !view.status.is_terminal() {
         tokio::select! {
             () = changes.changed() => {}
             () = tokio::time::sleep_until(deadline) => break,
             () = app.shutdown.cancelled() => break,
+            () = &mut revoked => return Err(RunError::Revoked),
         }
         view = get_run(app, agent, command_id).await?;
+    }
+    // A revocation that lands with the result still keeps the result from the revoked token.
+    if !crate::auth::still_valid(app, &agent.token_id).await? {
+        return Err(RunError::Revoked);
     }
     Ok(view)
 }
@@ -657,6 +667,9 @@ pub enum DesktopError {
         /// The command's status.
         status: RunStatus,
     },
+    /// The token was revoked while the request was held (401).
+    #[error("{REVOKED_WHILE_WAITING}")]
+    Revoked,
     /// Storage failed or writers kept colliding (500 / 503).
     #[error(transparent)]
     Run(RunError),

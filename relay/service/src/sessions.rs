@@ -102,6 +102,8 @@ pub async fn sync_project(
     let mut changes =
         (!wait.is_zero()).then(|| app.notifier.subscribe(&Topic::Project(project_id.clone())));
     let deadline = tokio::time::Instant::now() + wait;
+    let revoked = crate::auth::revoked(app, &desktop.token_id);
+    tokio::pin!(revoked);
     loop {
         let answer = sync_answer(app, desktop, &project_id, &running).await?;
         let Some(changes) = changes.as_mut() else {
@@ -118,6 +120,7 @@ pub async fn sync_project(
             () = changes.changed() => {}
             () = tokio::time::sleep_until(deadline) => return Ok(answer),
             () = app.shutdown.cancelled() => return Ok(answer),
+            () = &mut revoked => return Err(DesktopError::Revoked),
         }
     }
 }

@@ -23,6 +23,7 @@ mod mcp_tools;
 mod owner_tasks;
 mod quotas;
 mod restart;
+mod revocation;
 mod silent_desktop;
 mod store_conformance;
 mod submit_idempotency;
