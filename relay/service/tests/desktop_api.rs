@@ -301,6 +301,11 @@ async fn completion_limits_are_enforced_at_the_edge() {
 
     // Bodies past the limit are refused before they are parsed.
     let huge = json!({"project_id": project, "sessions": [], "padding": "x".repeat(MAX_DESKTOP_BODY_BYTES)});
-    assert_eq!(desktop.sync_raw(&huge).await.0, 413);
+    let (status, answer) = desktop.sync_raw(&huge).await;
+    assert_eq!(status, 413);
+    assert!(
+        answer["error"].as_str().unwrap_or("").contains("too large"),
+        "the desktop API's JSON error object: {answer}"
+    );
     service.stop().await;
 }

@@ -73,7 +73,8 @@ async fn another_link_cannot_tell_a_task_from_no_task() {
         claim_args(&chat.link, "d97fd414-…"),
     )
     .await;
-    assert!(err(&malformed).contains("not a UUID"));
+    // A malformed id is a task not found on this link, as the tool description says.
+    assert_eq!(err(&malformed), TASK_NOT_FOUND);
     chat.service.stop().await;
 }
 

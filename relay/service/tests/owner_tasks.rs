@@ -282,7 +282,11 @@ async fn owner_request_bodies_are_bounded() {
     let (status, answer) = owner.post(&path, at_limit).await;
     assert_eq!(status, 400, "read, then refused for its goal: {answer}");
     assert!(answer["error"].as_str().unwrap().contains("goal"));
-    let (status, _) = owner.post(&path, body_of(MAX_OWNER_BODY_BYTES + 1)).await;
+    let (status, answer) = owner.post(&path, body_of(MAX_OWNER_BODY_BYTES + 1)).await;
     assert_eq!(status, 413, "not even read");
+    assert!(
+        answer["error"].as_str().unwrap_or("").contains("too large"),
+        "the owner API's JSON error object: {answer}"
+    );
     chat.service.stop().await;
 }

@@ -18,6 +18,7 @@ mod in_process;
 mod lease_fencing;
 mod link_isolation;
 mod long_poll;
+mod mcp_errors;
 mod mcp_sessions;
 mod mcp_tools;
 mod owner_tasks;

@@ -69,9 +69,11 @@ async fn agent_link(
     }
 }
 
+/// A task id the chat sent; one that is not even well formed is, as the tools promise, a task
+/// not found on this chat link (the same answer as another link's task).
 fn parse_task_id(text: &str) -> Result<TaskId, TaskError> {
     text.parse()
-        .map_err(|e: relay_protocol::InvalidInput| TaskError::Invalid(e.0))
+        .map_err(|_: relay_protocol::InvalidInput| TaskError::TaskNotFound)
 }
 
 /// The task `task_id` if it belongs to `link`; any other task reads as not found.

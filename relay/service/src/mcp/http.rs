@@ -52,13 +52,19 @@ pub async fn gate(
     let mut lists_tools = false;
     let body = if parts.method == Method::POST {
         let Ok(bytes) = axum::body::to_bytes(body, MAX_MCP_BODY_BYTES).await else {
-            return (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("MCP requests are limited to {MAX_MCP_BODY_BYTES} bytes"),
-            )
-                .into_response();
+            let body = json!({
+                "jsonrpc": "2.0",
+                "id": null,
+                "error": {"code": -32600, "message": format!("MCP requests are limited to {MAX_MCP_BODY_BYTES} bytes")},
+            });
+            return (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response();
         };
         let bytes = mended(bytes);
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+            return invalid_request(
+                "JSON-RPC batches are not accepted (MCP removed them in 2025-06-18): send one message per request",
+            );
+        }
         let peek = serde_json::from_slice::<Peek>(&bytes);
         if peek.is_err()
             && let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
@@ -101,6 +107,13 @@ pub async fn gate(
     };
     parts.extensions.insert(agent);
     let response = next.run(Request::from_parts(parts, body)).await;
+    if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        // rmcp answers a message it cannot read as MCP (too deeply nested, not a JSON-RPC
+        // request) with a plain-text 415; the transport rule is a 400 with a JSON-RPC error.
+        return invalid_request(
+            "the body is not a JSON-RPC message this server can read (too deeply nested, or not an MCP request): send one JSON-RPC request object",
+        );
+    }
     if lists_tools {
         hoist_security_schemes(response).await
     } else {
@@ -228,6 +241,16 @@ fn parse_error(error: &serde_json::Error) -> Response {
             "code": -32700,
             "message": format!("parse error: the request body is not JSON ({error}); send one JSON-RPC message"),
         },
+    });
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+}
+
+/// 400 with a JSON-RPC "invalid request" error (-32600).
+fn invalid_request(message: &str) -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": -32600, "message": message},
     });
     (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
