@@ -51,54 +51,13 @@ pub async fn gate(
     let (mut parts, body) = request.into_parts();
     let mut lists_tools = false;
     let body = if parts.method == Method::POST {
-        let Ok(bytes) = axum::body::to_bytes(body, MAX_MCP_BODY_BYTES).await else {
-            let body = json!({
-                "jsonrpc": "2.0",
-                "id": null,
-                "error": {"code": -32600, "message": format!("MCP requests are limited to {MAX_MCP_BODY_BYTES} bytes")},
-            });
-            return (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response();
-        };
-        let bytes = mended(bytes);
-        if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-            return invalid_request(
-                "JSON-RPC batches are not accepted (MCP removed them in 2025-06-18): send one message per request",
-            );
-        }
-        let peek = serde_json::from_slice::<Peek>(&bytes);
-        if peek.is_err()
-            && let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
-        {
-            return parse_error(&error);
-        }
-        if let Err(wait) = app.rate.check(&agent.token_id) {
-            let id = peek.as_ref().ok().and_then(|p| p.id.clone());
-            let is_call = peek
-                .as_ref()
-                .is_ok_and(|p| p.method.as_deref() == Some("tools/call"));
-            return rate_limited(&app, wait, is_call.then_some(id));
-        }
-        if let Ok(peek) = peek {
-            match peek.method.as_deref() {
-                Some("initialize") => {
-                    parts.extensions.insert(OpensSession);
-                }
-                Some("tools/list") => lists_tools = true,
-                Some("tools/call") => {
-                    let spec = peek
-                        .params
-                        .and_then(|p| p.name)
-                        .and_then(|n| tools::spec(&n));
-                    if let Some(spec) = spec
-                        && !agent.has_scope(spec.scope)
-                    {
-                        return insufficient_scope(&base, spec, peek.id);
-                    }
-                }
-                _ => {}
+        match read_message(&app, &agent, &base, body, &mut parts).await {
+            Ok((body, lists)) => {
+                lists_tools = lists;
+                body
             }
+            Err(refusal) => return refusal,
         }
-        Body::from(bytes)
     } else {
         if let Err(wait) = app.rate.check(&agent.token_id) {
             return rate_limited(&app, wait, None);
@@ -119,6 +78,67 @@ pub async fn gate(
     } else {
         response
     }
+}
+
+/// Reads a POST's JSON-RPC message within the body limit and checks what the gate checks
+/// before rmcp sees it: one message (no batch), JSON, the token's rate, the tool's scope.
+/// Returns the body to pass on and whether it lists tools, or the refusal to answer.
+async fn read_message(
+    app: &AppState,
+    agent: &AgentIdentity,
+    base: &str,
+    body: Body,
+    parts: &mut axum::http::request::Parts,
+) -> Result<(Body, bool), Response> {
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_MCP_BODY_BYTES).await else {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32600, "message": format!("MCP requests are limited to {MAX_MCP_BODY_BYTES} bytes")},
+        });
+        return Err((StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response());
+    };
+    let bytes = mended(bytes);
+    let peek = serde_json::from_slice::<Peek>(&bytes);
+    if peek.is_err()
+        && let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
+    {
+        return Err(parse_error(&error));
+    }
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(invalid_request(
+            "JSON-RPC batches are not accepted (MCP removed them in 2025-06-18): send one message per request",
+        ));
+    }
+    if let Err(wait) = app.rate.check(&agent.token_id) {
+        let id = peek.as_ref().ok().and_then(|p| p.id.clone());
+        let is_call = peek
+            .as_ref()
+            .is_ok_and(|p| p.method.as_deref() == Some("tools/call"));
+        return Err(rate_limited(app, wait, is_call.then_some(id)));
+    }
+    let mut lists_tools = false;
+    if let Ok(peek) = peek {
+        match peek.method.as_deref() {
+            Some("initialize") => {
+                parts.extensions.insert(OpensSession);
+            }
+            Some("tools/list") => lists_tools = true,
+            Some("tools/call") => {
+                let spec = peek
+                    .params
+                    .and_then(|p| p.name)
+                    .and_then(|n| tools::spec(&n));
+                if let Some(spec) = spec
+                    && !agent.has_scope(spec.scope)
+                {
+                    return Err(insufficient_scope(base, spec, peek.id));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((Body::from(bytes), lists_tools))
 }
 
 /// A request past its token's rate: a tool call gets an in-band tool error (what a model reads),
