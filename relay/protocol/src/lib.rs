@@ -17,6 +17,9 @@ use crate::clock::Timestamp;
 pub const MAX_SYNC_SESSIONS: usize = 100;
 /// Most queued commands one `sync` answer hands out (oldest first); the rest come next pass.
 pub const MAX_SYNC_COMMANDS: usize = 100;
+/// The most bytes of JSON the commands of one sync answer take: past it the rest wait for the
+/// next passes (the first command is always handed out, whatever its size).
+pub const MAX_SYNC_ANSWER_BYTES: usize = 1024 * 1024;
 /// Largest completion whose JSON text still carries its `result`, in UTF-16 code units
 /// (JavaScript's `JSON.stringify(x).length`).
 pub const MAX_RESULT_CHARS: usize = 100_000;

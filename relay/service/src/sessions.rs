@@ -10,7 +10,8 @@ use super::notify::Topic;
 use super::runs::{DesktopError, RunError};
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{
-    CommandId, MAX_SYNC_COMMANDS, QueuedCommand, SessionMeta, SyncRequest, SyncResponse,
+    CommandId, MAX_SYNC_ANSWER_BYTES, MAX_SYNC_COMMANDS, QueuedCommand, SessionMeta, SyncRequest,
+    SyncResponse,
 };
 
 /// Allowed `limit` of `list_graph_sessions`.
@@ -125,6 +126,21 @@ pub async fn sync_project(
     }
 }
 
+/// The oldest commands whose JSON together fits [`MAX_SYNC_ANSWER_BYTES`]; the first always.
+fn within_answer_bytes(queued: impl Iterator<Item = QueuedCommand>) -> Vec<QueuedCommand> {
+    let mut bytes = 0usize;
+    let mut commands = Vec::new();
+    for command in queued {
+        let size = serde_json::to_vec(&command).map_or(usize::MAX, |json| json.len() + 1);
+        if !commands.is_empty() && bytes.saturating_add(size) > MAX_SYNC_ANSWER_BYTES {
+            break;
+        }
+        bytes = bytes.saturating_add(size);
+        commands.push(command);
+    }
+    commands
+}
+
 /// The queued commands of `project_id`, and which of `running` have a cancel request.
 async fn sync_answer(
     app: &AppState,
@@ -132,7 +148,7 @@ async fn sync_answer(
     project_id: &str,
     running: &[CommandId],
 ) -> Result<SyncResponse, DesktopError> {
-    let commands = app
+    let queued = app
         .store
         .queued_commands(project_id, MAX_SYNC_COMMANDS)
         .await?
@@ -143,8 +159,8 @@ async fn sync_answer(
             slug: command.slug,
             arguments: command.arguments,
             created_at: command.created_at,
-        })
-        .collect();
+        });
+    let commands = within_answer_bytes(queued);
     let mut cancel_requested = Vec::new();
     for id in running {
         if let Some(command) = app.store.command(*id).await?

@@ -29,6 +29,7 @@ mod silent_desktop;
 mod store_conformance;
 mod submit_idempotency;
 mod sweep_guard;
+mod sync_bounds;
 mod task_cancel;
 mod task_expiry;
 mod task_limits;
