@@ -11,6 +11,7 @@ mod artifacts;
 mod cancellation;
 mod claim_race;
 mod compact_results;
+mod connections;
 mod desktop_api;
 mod fences;
 mod idempotency;
