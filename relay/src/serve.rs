@@ -8,7 +8,16 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use relay_protocol::clock::SystemClock;
-use relay_service::store::SqliteStore;
+use relay_service::listener::{
+    ConnectionLimits, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PER_ADDRESS,
+};
+use relay_service::mcp::legacy_sessions::{
+    DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE, DEFAULT_SESSIONS_PER_AGENT, SessionLimits,
+};
+use relay_service::rate::{DEFAULT_RATE_BURST, DEFAULT_RATE_PER_SECOND, RateLimit};
+use relay_service::runs::{DEFAULT_QUEUED_PER_AGENT, DEFAULT_QUEUED_PER_PROJECT};
+use relay_service::store::{QueueQuota, SqliteStore};
 use relay_service::{self as service, AppState, ServiceConfig};
 
 #[derive(Debug, Args)]
@@ -35,6 +44,101 @@ pub(crate) struct ServeArgs {
     /// Seconds a chat task's claim holds before the task returns to the queue (0: no lease).
     #[arg(long, alias = "lease-seconds", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(0..=MAX_TASK_LEASE_SECS))]
     pub(crate) task_lease_seconds: u64,
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
+}
+
+/// What the service holds under load: sessions, connections, quotas (ARCHITECTURE.md, "Limits").
+#[derive(Debug, Args)]
+pub(crate) struct LimitArgs {
+    /// 2025-era MCP sessions open at once, in all (past it the busiest token's oldest ends).
+    #[arg(long, default_value_t = DEFAULT_MAX_SESSIONS as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_mcp_sessions: u64,
+    /// 2025-era MCP sessions one agent token may hold (past it its oldest ends).
+    #[arg(long, default_value_t = DEFAULT_SESSIONS_PER_AGENT as u64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    max_mcp_sessions_per_agent: u64,
+    /// Seconds an unused MCP session lives.
+    #[arg(long, default_value_t = DEFAULT_SESSION_IDLE.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    mcp_session_idle_seconds: u64,
+    /// Seconds a request's headers may take from the connection opening or its last answer
+    /// ending (also how long an idle keep-alive connection stays open).
+    #[arg(long, default_value_t = DEFAULT_HEADER_READ_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..=600))]
+    header_read_timeout_seconds: u64,
+    /// Seconds a request's body may take after its headers.
+    #[arg(long, default_value_t = DEFAULT_BODY_READ_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    body_read_timeout_seconds: u64,
+    /// Connections open at once, in all.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
+    /// Connections open at once from one client address (raise it behind a proxy).
+    #[arg(long, default_value_t = DEFAULT_MAX_PER_ADDRESS as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections_per_address: u64,
+    /// Runs one agent may have queued and not yet started.
+    #[arg(long, default_value_t = DEFAULT_QUEUED_PER_AGENT, value_parser = clap::value_parser!(u64).range(1..))]
+    max_queued_per_agent: u64,
+    /// Runs one project may have queued and not yet started.
+    #[arg(long, default_value_t = DEFAULT_QUEUED_PER_PROJECT, value_parser = clap::value_parser!(u64).range(1..))]
+    max_queued_per_project: u64,
+    /// Requests a second one token may make, sustained (0: no limit).
+    #[arg(long, default_value_t = DEFAULT_RATE_PER_SECOND)]
+    rate_per_token: u32,
+    /// Requests one token may make at once after a quiet spell.
+    #[arg(long, default_value_t = DEFAULT_RATE_BURST, value_parser = clap::value_parser!(u32).range(1..))]
+    rate_burst: u32,
+}
+
+impl LimitArgs {
+    /// These limits in `config`.
+    fn apply(&self, config: &mut ServiceConfig) {
+        let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        config.mcp_sessions = SessionLimits {
+            per_agent: count(self.max_mcp_sessions_per_agent),
+            total: count(self.max_mcp_sessions),
+            idle: Duration::from_secs(self.mcp_session_idle_seconds),
+        };
+        config.connections = ConnectionLimits {
+            header_read_timeout: Duration::from_secs(self.header_read_timeout_seconds),
+            body_read_timeout: Duration::from_secs(self.body_read_timeout_seconds),
+            max_connections: count(self.max_connections),
+            max_per_address: count(self.max_connections_per_address),
+        };
+        config.queue_quota = QueueQuota {
+            per_agent: self.max_queued_per_agent,
+            per_project: self.max_queued_per_project,
+        };
+        config.rate_limit = (self.rate_per_token > 0).then_some(RateLimit {
+            per_second: self.rate_per_token,
+            burst: self.rate_burst,
+        });
+    }
+}
+
+/// Descriptors kept for the database, logs and the listener beside the connections.
+const RESERVED_FILES: u64 = 64;
+
+/// Raises the soft limit on open files to the hard one (connections are files); returns the
+/// limit in force, if it could be read.
+fn raise_open_file_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write this one struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return None;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    Some(limit.rlim_cur)
 }
 
 /// The longest lease `--task-lease-seconds` takes: a task expires after a day anyway.
@@ -55,12 +159,22 @@ pub(crate) async fn open_state(db: &Path, config: ServiceConfig) -> Result<Arc<A
 
 /// Runs the service until Ctrl-C.
 pub(crate) async fn run(args: ServeArgs) -> Result<()> {
-    let config = ServiceConfig {
+    let mut config = ServiceConfig {
         silence_timeout: Duration::from_secs(args.silence_timeout_minutes * 60),
         public_url: args.public_url,
         task_lease: Duration::from_secs(args.task_lease_seconds),
         ..ServiceConfig::default()
     };
+    args.limits.apply(&mut config);
+    let max_connections = config.connections.max_connections;
+    let files = raise_open_file_limit();
+    if files.is_some_and(|files| files < max_connections as u64 + RESERVED_FILES) {
+        tracing::warn!(
+            open_files = files,
+            max_connections,
+            "the process may open fewer files than --max-connections needs; raise `ulimit -n` or lower --max-connections"
+        );
+    }
     let app = open_state(&args.db.db, config).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -175,6 +175,8 @@ async fn start_service(
     let server = tokio::process::Command::new(server)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--db"])
         .arg(db)
+        // Every simulated desktop connects from 127.0.0.1.
+        .args(["--max-connections-per-address", "1000000"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
