@@ -32,6 +32,19 @@ pub(crate) enum BenchCommand {
     /// Many desktops long-polling one `relay serve` over loopback: its memory, and pickup
     /// latency under that load.
     LongPolls(LongPollArgs),
+    /// What 2025-era MCP sessions cost `relay serve`: agent tokens open sessions, the report
+    /// gives the service's memory before and after and the KiB per session the caps keep.
+    Sessions(SessionArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SessionArgs {
+    /// Agent tokens that open sessions.
+    #[arg(long, default_value_t = 625, value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    tokens: u64,
+    /// `initialize` calls per token.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    per_token: u64,
 }
 
 #[derive(Debug, Args)]
@@ -99,6 +112,17 @@ pub(crate) fn sim(args: SimArgs) -> Result<()> {
 /// Runs one `relay bench` measurement and prints its report.
 pub(crate) async fn bench(command: BenchCommand) -> Result<()> {
     match command {
+        BenchCommand::Sessions(args) => {
+            let report =
+                relay_sim::session_bench::sessions(relay_sim::session_bench::SessionBenchOptions {
+                    tokens: usize::try_from(args.tokens).unwrap_or(usize::MAX),
+                    per_token: usize::try_from(args.per_token).unwrap_or(usize::MAX),
+                    server: std::env::current_exe().context("cannot find the relay binary")?,
+                })
+                .await?;
+            print!("{report}");
+            Ok(())
+        }
         BenchCommand::LongPolls(args) => {
             let report = relay_sim::loadtest::long_polls(relay_sim::loadtest::LongPollOptions {
                 desktops: usize::try_from(args.desktops).unwrap_or(usize::MAX),

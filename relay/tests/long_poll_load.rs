@@ -16,3 +16,21 @@ async fn every_run_reaches_its_waiting_desktop() {
     assert_eq!(report.pickup.n, 10, "every run reached its desktop");
     assert!(report.rss_held_kib > 0);
 }
+
+/// A small run of `relay bench sessions`: every `initialize` opens a session, the caps keep 16
+/// per token, and the service's memory is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_benchmark_counts_what_the_caps_keep() {
+    let report =
+        relay_sim::session_bench::sessions(relay_sim::session_bench::SessionBenchOptions {
+            tokens: 3,
+            per_token: 20,
+            server: env!("CARGO_BIN_EXE_relay").into(),
+        })
+        .await
+        .expect("the benchmark runs");
+    assert_eq!(report.tokens, 3);
+    assert_eq!(report.opened, 60, "every initialize opened a session");
+    assert_eq!(report.kept, 48, "16 per token");
+    assert!(report.rss_after_kib > 0);
+}

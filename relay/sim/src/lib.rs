@@ -12,6 +12,7 @@ pub mod engine;
 pub mod loadtest;
 pub mod rng;
 pub mod scenarios;
+pub mod session_bench;
 pub mod stats;
 pub mod world;
 

@@ -75,19 +75,19 @@ impl fmt::Display for LongPollReport {
 /// Why the load test failed.
 #[derive(Debug, thiserror::Error)]
 #[error("the long-poll load test failed: {0}")]
-pub struct LoadError(String);
+pub struct LoadError(pub(crate) String);
 
-fn fail(e: impl fmt::Display) -> LoadError {
+pub(crate) fn fail(e: impl fmt::Display) -> LoadError {
     LoadError(e.to_string())
 }
 
-struct Desktop {
-    project: String,
-    token: String,
-    agent: String,
+pub(crate) struct Desktop {
+    pub(crate) project: String,
+    pub(crate) token: String,
+    pub(crate) agent: String,
 }
 
-fn rss_kib(pid: u32) -> Result<u64, LoadError> {
+pub(crate) fn rss_kib(pid: u32) -> Result<u64, LoadError> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(fail)?;
     status
         .lines()
@@ -155,15 +155,15 @@ pub async fn long_polls(options: LongPollOptions) -> Result<LongPollReport, Load
 }
 
 /// A `relay serve` child process and an HTTP client for it.
-struct Service {
-    server: tokio::process::Child,
-    pid: u32,
-    base: String,
-    http: reqwest::Client,
+pub(crate) struct Service {
+    pub(crate) server: tokio::process::Child,
+    pub(crate) pid: u32,
+    pub(crate) base: String,
+    pub(crate) http: reqwest::Client,
 }
 
 /// Starts `relay serve` on a free loopback port over `db` and waits until it answers.
-async fn start_service(
+pub(crate) async fn start_service(
     server: &std::path::Path,
     db: &std::path::Path,
 ) -> Result<Service, LoadError> {
@@ -175,8 +175,13 @@ async fn start_service(
     let server = tokio::process::Command::new(server)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--db"])
         .arg(db)
-        // Every simulated desktop connects from 127.0.0.1.
-        .args(["--max-connections-per-address", "1000000"])
+        // Every simulated desktop connects from 127.0.0.1, and a benchmark is no abuse.
+        .args([
+            "--max-connections-per-address",
+            "1000000",
+            "--rate-per-token",
+            "0",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -256,7 +261,7 @@ async fn queue_runs(
 
 /// Creates one owner, project, desktop token and agent token per desktop, with session 1
 /// shared, directly in the database the service will open.
-async fn prepare(db: &std::path::Path, count: usize) -> Result<Vec<Desktop>, LoadError> {
+pub(crate) async fn prepare(db: &std::path::Path, count: usize) -> Result<Vec<Desktop>, LoadError> {
     let store = SqliteStore::open(db).map_err(fail)?;
     let app = AppState::new(
         Arc::new(store),
