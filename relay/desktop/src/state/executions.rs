@@ -1,0 +1,206 @@
+//! Executions: the history (with full results), and the outbox their completions go through.
+
+use super::*;
+
+/// The outbox and the history.
+impl DesktopState {
+    /// Records that an execution started.
+    pub fn begin_execution(
+        &self,
+        execution_id: &str,
+        command_id: &CommandId,
+        project_id: &str,
+        session: &GraphSessionId,
+        slug: &str,
+        now: Timestamp,
+    ) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            conn.execute(
+                "INSERT INTO history (execution_id, command_id, channel, project_id, session_id, slug, status, started_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7)",
+                params![
+                    execution_id,
+                    command_id.to_string(),
+                    format!("graph:external:{command_id}"),
+                    project_id,
+                    session.as_str(),
+                    slug,
+                    now.unix_millis()
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Forgets an execution that never started (the service refused it or was unreachable).
+    pub fn forget_execution(&self, execution_id: &str) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            conn.execute(
+                "DELETE FROM history WHERE execution_id = ?1",
+                params![execution_id],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Records how an execution ended and queues its completion, in one transaction: the
+    /// completion is durable before anything is posted.
+    pub fn finish_execution(
+        &self,
+        command_id: &CommandId,
+        full_result: Option<&Value>,
+        trace: Option<&Value>,
+        completion: &CompleteRequest,
+        now: Timestamp,
+    ) -> Result<(), StateError> {
+        let body = serde_json::to_string(completion)
+            .map_err(|e| StateError::Invalid(format!("cannot encode the completion: {e}")))?;
+        let result = full_result.map(Value::to_string);
+        let trace = trace.map(Value::to_string);
+        self.with_sync(|conn| {
+            let tx = conn.transaction()?;
+            tx.execute(
+                "UPDATE history SET status = ?2, result = ?3, error = ?4, total_tokens = ?5,
+                 reported_cost = ?6, result_truncated = ?7, trace = ?8, finished_at = ?9
+                 WHERE execution_id = ?1",
+                params![
+                    completion.execution_id,
+                    relay_protocol::RunStatus::from(completion.status).as_str(),
+                    result,
+                    completion.error,
+                    completion.total_tokens.unwrap_or(0) as i64,
+                    completion.reported_cost.unwrap_or(0.0),
+                    completion.result_truncated,
+                    trace,
+                    now.unix_millis()
+                ],
+            )?;
+            tx.execute(
+                "INSERT INTO outbox (command_id, execution_id, body, created_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT(command_id) DO UPDATE SET execution_id = ?2, body = ?3, attempts = 0, last_error = NULL",
+                params![command_id.to_string(), completion.execution_id, body, now.unix_millis()],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    /// Notes in the history that the service refused the completion waiting in the outbox for
+    /// `command_id` for good, with its message.
+    pub fn note_refused(&self, command_id: &CommandId, message: &str) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            conn.execute(
+                "UPDATE history SET service_refusal = ?2
+                 WHERE execution_id = (SELECT execution_id FROM outbox WHERE command_id = ?1)",
+                params![command_id.to_string(), message],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Executions that began and never finished (the relay stopped while they ran).
+    pub fn unfinished_executions(&self) -> Result<Vec<(String, CommandId)>, StateError> {
+        self.with_sync(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT execution_id, command_id FROM history WHERE status = 'running' ORDER BY started_at",
+            )?;
+            let rows = stmt.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (execution, command) = row?;
+                if let Ok(command) = command.parse() {
+                    out.push((execution, command));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Completions waiting to be posted, oldest first.
+    pub fn outbox(&self) -> Result<Vec<OutboxEntry>, StateError> {
+        self.with_sync(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT command_id, body, attempts FROM outbox ORDER BY created_at, command_id",
+            )?;
+            let rows = stmt.query_map([], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, u32>(2)?,
+                ))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (command, body, attempts) = row?;
+                match (command.parse(), serde_json::from_str(&body)) {
+                    (Ok(command_id), Ok(body)) => out.push(OutboxEntry {
+                        command_id,
+                        body,
+                        attempts,
+                    }),
+                    _ => tracing::error!(command, "unreadable outbox entry left in place"),
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Removes a delivered (or finally refused) completion.
+    pub fn remove_from_outbox(&self, command_id: &CommandId) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            conn.execute(
+                "DELETE FROM outbox WHERE command_id = ?1",
+                params![command_id.to_string()],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Notes a failed post attempt.
+    pub fn note_outbox_failure(
+        &self,
+        command_id: &CommandId,
+        error: &str,
+    ) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            conn.execute(
+                "UPDATE outbox SET attempts = attempts + 1, last_error = ?2 WHERE command_id = ?1",
+                params![command_id.to_string(), error],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The run history, newest first.
+    pub fn history(&self) -> Result<Vec<HistoryRow>, StateError> {
+        self.with_sync(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT execution_id, command_id, channel, project_id, session_id, slug, status, result,
+                        error, total_tokens, reported_cost, result_truncated, started_at, finished_at,
+                        service_refusal
+                 FROM history ORDER BY started_at DESC, execution_id LIMIT ?1",
+            )?;
+            let rows = stmt.query_map(params![MAX_HISTORY_LISTED as i64], |row| {
+                let result: Option<String> = row.get(7)?;
+                Ok(HistoryRow {
+                    execution_id: row.get(0)?,
+                    command_id: row.get(1)?,
+                    channel: row.get(2)?,
+                    project_id: row.get(3)?,
+                    session_id: row.get(4)?,
+                    slug: row.get(5)?,
+                    status: row.get(6)?,
+                    result: result.and_then(|r| serde_json::from_str(&r).ok()),
+                    error: row.get(8)?,
+                    total_tokens: row.get::<_, i64>(9)?.max(0) as u64,
+                    reported_cost: row.get(10)?,
+                    result_truncated: row.get(11)?,
+                    started_at: row.get(12)?,
+                    finished_at: row.get(13)?,
+                    refused_by_service: row.get(14)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+}

@@ -1,0 +1,387 @@
+//! The desktop's own SQLite file: graph sessions, which projects are enabled and which sessions
+//! each may see, tool policies, the fs folder, pending approvals, the outbox of completions and
+//! the run history (every execution with its full result).
+//!
+//! rusqlite is synchronous; every call runs on tokio's blocking pool.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+use serde_json::Value;
+
+use relay_protocol::clock::Timestamp;
+use relay_protocol::{CommandId, CompleteRequest, GraphSessionId, MAX_SYNC_SESSIONS, SessionMeta};
+use relay_sqlite::MigrateError;
+
+/// How long a write waits for another process's write lock (the CLI and the loop share the file).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most history rows `history` lists.
+pub const MAX_HISTORY_LISTED: usize = 1000;
+
+/// Schema migrations, applied in order; `PRAGMA user_version` counts those applied.
+const MIGRATIONS: &[&str] = &[
+    r#"
+CREATE TABLE graph_sessions (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    description TEXT NOT NULL,
+    slug TEXT NOT NULL UNIQUE,
+    version TEXT NOT NULL,
+    status TEXT NOT NULL,
+    script TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE TABLE projects (
+    project_id TEXT PRIMARY KEY,
+    enabled INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE TABLE shares (
+    project_id TEXT NOT NULL,
+    session_id TEXT NOT NULL REFERENCES graph_sessions(id) ON DELETE CASCADE,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (project_id, session_id)
+);
+CREATE TABLE tool_policies (
+    tool TEXT PRIMARY KEY,
+    policy TEXT NOT NULL CHECK (policy IN ('allow', 'ask', 'deny'))
+);
+CREATE TABLE settings (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE approvals (
+    id TEXT PRIMARY KEY,
+    execution_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    args TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'denied', 'expired')),
+    created_at INTEGER NOT NULL,
+    decided_at INTEGER
+);
+CREATE INDEX approvals_pending ON approvals(status, created_at);
+CREATE TABLE outbox (
+    command_id TEXT PRIMARY KEY,
+    execution_id TEXT NOT NULL,
+    body TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT
+);
+CREATE TABLE history (
+    execution_id TEXT PRIMARY KEY,
+    command_id TEXT NOT NULL,
+    channel TEXT NOT NULL,
+    project_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    slug TEXT NOT NULL,
+    status TEXT NOT NULL,
+    result TEXT,
+    error TEXT,
+    total_tokens INTEGER NOT NULL DEFAULT 0,
+    reported_cost REAL NOT NULL DEFAULT 0,
+    result_truncated INTEGER NOT NULL DEFAULT 0,
+    trace TEXT,
+    started_at INTEGER NOT NULL,
+    finished_at INTEGER
+);
+CREATE INDEX history_by_command ON history(command_id);
+"#,
+    // What the service answered when it refused a completion for good (a 4xx): the history keeps
+    // the refusal beside the outcome, since the completion is not sent again.
+    r#"
+ALTER TABLE history ADD COLUMN service_refusal TEXT;
+"#,
+];
+
+/// Why the desktop state could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// SQLite failed.
+    #[error("desktop state: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A request that can never succeed, with what to do instead.
+    #[error("{0}")]
+    Invalid(String),
+    /// A blocking task did not finish.
+    #[error("desktop state: the database task stopped: {0}")]
+    Task(String),
+}
+
+/// A graph session stored on this desktop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Session {
+    /// `gs_` + 32 lowercase hex.
+    pub id: GraphSessionId,
+    /// Display name.
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// The graph's slug.
+    pub slug: String,
+    /// The graph's version.
+    pub version: String,
+    /// `active`.
+    pub status: String,
+    /// The module text.
+    #[serde(skip)]
+    pub script: String,
+}
+
+impl Session {
+    /// The metadata a sync uploads.
+    pub fn meta(&self) -> SessionMeta {
+        SessionMeta {
+            graph_session_id: self.id.clone(),
+            name: self.name.clone(),
+            description: self.description.clone(),
+            slug: self.slug.clone(),
+            version: self.version.clone(),
+            status: self.status.clone(),
+        }
+    }
+}
+
+/// One queued completion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxEntry {
+    /// The command it completes.
+    pub command_id: CommandId,
+    /// What to post.
+    pub body: CompleteRequest,
+    /// Posts tried so far.
+    pub attempts: u32,
+}
+
+/// Where an approval request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalStatus {
+    /// Asked, not answered yet.
+    Pending,
+    /// The owner approved it.
+    Approved,
+    /// The owner denied it.
+    Denied,
+    /// Nobody answered before the run stopped waiting.
+    Expired,
+}
+
+impl ApprovalStatus {
+    /// The stored (and printed) name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Denied => "denied",
+            ApprovalStatus::Expired => "expired",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        [
+            ApprovalStatus::Pending,
+            ApprovalStatus::Approved,
+            ApprovalStatus::Denied,
+            ApprovalStatus::Expired,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == text)
+    }
+}
+
+impl std::fmt::Display for ApprovalStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl rusqlite::types::FromSql for ApprovalStatus {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+        let text = value.as_str()?;
+        ApprovalStatus::parse(text).ok_or_else(|| {
+            rusqlite::types::FromSqlError::Other(
+                format!("`{text}` is not an approval status").into(),
+            )
+        })
+    }
+}
+
+/// A pending (or decided) approval request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApprovalRow {
+    /// Its id, for `approve ID` / `deny ID`.
+    pub id: String,
+    /// The execution asking.
+    pub execution_id: String,
+    /// The tool.
+    pub tool: String,
+    /// Its arguments (JSON text).
+    pub args: String,
+    /// Where it stands.
+    pub status: ApprovalStatus,
+    /// When it was asked (ms since the epoch).
+    pub created_at: i64,
+}
+
+/// One execution in the run history.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HistoryRow {
+    /// The execution id.
+    pub execution_id: String,
+    /// The command it ran.
+    pub command_id: String,
+    /// `graph:external:<command id>`.
+    pub channel: String,
+    /// The project.
+    pub project_id: String,
+    /// The session.
+    pub session_id: String,
+    /// The slug.
+    pub slug: String,
+    /// `running`, `completed`, `failed` or `cancelled`.
+    pub status: String,
+    /// The full result, even when the posted one was truncated.
+    pub result: Option<Value>,
+    /// The error.
+    pub error: Option<String>,
+    /// Tokens.
+    pub total_tokens: u64,
+    /// Cost.
+    pub reported_cost: f64,
+    /// Whether the posted completion had to leave the result out.
+    pub result_truncated: bool,
+    /// When it started (ms since the epoch).
+    pub started_at: i64,
+    /// When it ended.
+    pub finished_at: Option<i64>,
+    /// Set when the service refused the completion for good (a 4xx): its message. The
+    /// completion is then not sent again.
+    pub refused_by_service: Option<String>,
+}
+
+/// The desktop's state file. Cloning shares the connection.
+#[derive(Clone)]
+pub struct DesktopState {
+    conn: Arc<Mutex<Connection>>,
+    path: Option<PathBuf>,
+}
+
+/// The settings key of the sharing version (bumped by every change to what is shared).
+const SHARING_VERSION: &str = "sharing_version";
+/// The settings key of the fs folder.
+const FOLDER: &str = "folder";
+
+impl DesktopState {
+    /// Opens (creating and migrating) the state file at `path`.
+    pub fn open(path: &Path) -> Result<Self, StateError> {
+        let conn = relay_sqlite::open_private(path)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        relay_sqlite::use_wal(&conn, BUSY_TIMEOUT)?;
+        Self::init(conn, Some(path.to_path_buf()))
+    }
+
+    /// An in-memory state (tests).
+    pub fn open_in_memory() -> Result<Self, StateError> {
+        Self::init(Connection::open_in_memory()?, None)
+    }
+
+    fn init(mut conn: Connection, path: Option<PathBuf>) -> Result<Self, StateError> {
+        conn.pragma_update(None, "foreign_keys", true)?;
+        relay_sqlite::migrate(&mut conn, MIGRATIONS).map_err(|e| match e {
+            MigrateError::Newer { found, known } => StateError::Invalid(format!(
+                "the desktop state has schema version {found}, newer than this relay knows ({known}): \
+                 upgrade relay, or give another file with --state"
+            )),
+            MigrateError::Sqlite(e) => StateError::Sqlite(e),
+        })?;
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+            path,
+        })
+    }
+
+    /// The file, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `work` on the blocking pool with the connection.
+    pub async fn with<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> Result<T, StateError> + Send + 'static,
+    ) -> Result<T, StateError> {
+        let state = self.clone();
+        tokio::task::spawn_blocking(move || work(&mut state.lock()))
+            .await
+            .map_err(|e| StateError::Task(e.to_string()))?
+    }
+
+    /// Runs `work` right here (CLI commands and drop guards).
+    pub fn with_sync<T>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> Result<T, StateError>,
+    ) -> Result<T, StateError> {
+        work(&mut self.lock())
+    }
+}
+
+mod approvals;
+mod executions;
+mod sessions;
+mod settings;
+mod sharing;
+
+pub use sessions::new_session_id;
+
+#[cfg(test)]
+mod opening {
+    use super::*;
+
+    #[test]
+    fn a_state_file_from_a_newer_relay_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("desktop.db");
+        drop(DesktopState::open(&path).expect("created"));
+        let newer = i64::try_from(MIGRATIONS.len() + 3).expect("small");
+        Connection::open(&path)
+            .and_then(|c| c.pragma_update(None, "user_version", newer))
+            .expect("marked newer");
+        let error = DesktopState::open(&path)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            error.contains(&format!("schema version {newer}"))
+                && error.contains(&MIGRATIONS.len().to_string())
+                && error.contains("upgrade"),
+            "{error}"
+        );
+        let version: i64 = Connection::open(&path)
+            .and_then(|c| c.pragma_query_value(None, "user_version", |row| row.get(0)))
+            .expect("readable");
+        assert_eq!(version, newer);
+    }
+
+    #[test]
+    fn processes_opening_a_new_state_file_at_once_all_succeed() {
+        // `relay desktop run` and a control command started together on a fresh machine.
+        let failures = relay_sqlite::open_at_once_failures("desktop.db", |path| {
+            DesktopState::open(path)
+                .and_then(|state| state.sessions())
+                .map(drop)
+                .map_err(|e| e.to_string())
+        });
+        assert!(failures.is_empty(), "{failures:?}");
+    }
+}

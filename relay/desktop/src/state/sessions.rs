@@ -1,0 +1,124 @@
+//! Graph sessions: one graph file each, by slug.
+
+use super::*;
+
+pub(super) fn bump_sharing(conn: &Connection) -> Result<(), StateError> {
+    conn.execute(
+        "INSERT INTO settings (key, value) VALUES (?1, '1')
+         ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1",
+        params![SHARING_VERSION],
+    )?;
+    Ok(())
+}
+
+pub(super) fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Session> {
+    let id: String = row.get(0)?;
+    Ok(Session {
+        id: id.parse().map_err(|e: relay_protocol::InvalidInput| {
+            rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+        })?,
+        name: row.get(1)?,
+        description: row.get(2)?,
+        slug: row.get(3)?,
+        version: row.get(4)?,
+        status: row.get(5)?,
+        script: row.get(6)?,
+    })
+}
+
+pub(super) const SESSION_COLUMNS: &str = "id, name, description, slug, version, status, script";
+
+/// A fresh `gs_` id.
+pub fn new_session_id() -> GraphSessionId {
+    let hex = uuid::Uuid::new_v4().simple().to_string();
+    format!("gs_{hex}")
+        .parse()
+        .expect("a v4 UUID in simple form is 32 lowercase hex digits")
+}
+
+/// Sessions: add (or update by slug), list, look up.
+impl DesktopState {
+    /// Stores a graph, or updates the session with the same slug; returns its id.
+    pub fn upsert_session(
+        &self,
+        meta: &graph_js::Meta,
+        script: &str,
+        name: Option<&str>,
+        now: Timestamp,
+    ) -> Result<GraphSessionId, StateError> {
+        self.with_sync(|conn| {
+            let tx = conn.transaction()?;
+            let existing: Option<String> = tx
+                .query_row(
+                    "SELECT id FROM graph_sessions WHERE slug = ?1",
+                    params![meta.slug],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            let display_name = name.unwrap_or(&meta.name);
+            let id = match existing {
+                Some(id) => {
+                    tx.execute(
+                        "UPDATE graph_sessions SET name = ?2, description = ?3, version = ?4,
+                         script = ?5, updated_at = ?6 WHERE id = ?1",
+                        params![id, display_name, meta.description, meta.version, script, now.unix_millis()],
+                    )?;
+                    id
+                }
+                None => {
+                    let id = new_session_id().to_string();
+                    tx.execute(
+                        "INSERT INTO graph_sessions (id, name, description, slug, version, status, script, created_at, updated_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, ?7)",
+                        params![id, display_name, meta.description, meta.slug, meta.version, script, now.unix_millis()],
+                    )?;
+                    id
+                }
+            };
+            bump_sharing(&tx)?;
+            tx.commit()?;
+            id.parse()
+                .map_err(|e: relay_protocol::InvalidInput| StateError::Invalid(e.to_string()))
+        })
+    }
+
+    /// Every session, by slug.
+    pub fn sessions(&self) -> Result<Vec<Session>, StateError> {
+        self.with_sync(|conn| {
+            let mut stmt = conn.prepare(&format!(
+                "SELECT {SESSION_COLUMNS} FROM graph_sessions ORDER BY slug"
+            ))?;
+            let rows = stmt.query_map([], session_from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    /// One session.
+    pub fn session(&self, id: &GraphSessionId) -> Result<Option<Session>, StateError> {
+        self.with_sync(|conn| {
+            Ok(conn
+                .query_row(
+                    &format!("SELECT {SESSION_COLUMNS} FROM graph_sessions WHERE id = ?1"),
+                    params![id.as_str()],
+                    session_from_row,
+                )
+                .optional()?)
+        })
+    }
+
+    /// Removes a session (and its shares).
+    pub fn remove_session(&self, id: &GraphSessionId) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            let removed = conn.execute(
+                "DELETE FROM graph_sessions WHERE id = ?1",
+                params![id.as_str()],
+            )?;
+            if removed == 0 {
+                return Err(StateError::Invalid(format!(
+                    "no session {id}: see `relay desktop session list`"
+                )));
+            }
+            bump_sharing(conn)
+        })
+    }
+}

@@ -1,0 +1,174 @@
+//! What a desktop does to a run: start it, poll its control, complete it. Each is decided by
+//! [`transition`](super::transition) on the desktop's own command only.
+
+use relay_protocol::{
+    CommandId, CompleteRequest, CompleteResponse, ControlResponse, RunStatus, StartedRequest,
+    StartedResponse, check_execution_id,
+};
+
+use super::{Decision, RunError, RunEvent, apply, canonical_json, sha256_hex};
+use crate::AppState;
+use crate::auth::{DesktopIdentity, REVOKED_WHILE_WAITING};
+use crate::store::{CommandRecord, StoreError};
+
+/// Why a desktop request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DesktopError {
+    /// Malformed request (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Not this desktop's (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// Unknown, or another owner's (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// Contradicts what is recorded (409).
+    #[error("{message}")]
+    Conflict {
+        /// What contradicts what.
+        message: String,
+        /// The command's status.
+        status: RunStatus,
+    },
+    /// The token was revoked while the request was held (401).
+    #[error("{REVOKED_WHILE_WAITING}")]
+    Revoked,
+    /// Storage failed or writers kept colliding (500 / 503).
+    #[error(transparent)]
+    Run(RunError),
+}
+
+impl From<StoreError> for DesktopError {
+    fn from(error: StoreError) -> Self {
+        DesktopError::Run(RunError::Store(error))
+    }
+}
+
+impl From<RunError> for DesktopError {
+    fn from(error: RunError) -> Self {
+        match error {
+            RunError::NotFound => DesktopError::NotFound(command_not_found()),
+            RunError::Invalid(message) => DesktopError::BadRequest(message),
+            other => DesktopError::Run(other),
+        }
+    }
+}
+
+fn command_not_found() -> String {
+    "command not found among this desktop's projects".to_owned()
+}
+
+/// Parses a command id from a desktop URL; runs before any state is read.
+pub fn parse_command_id(text: &str) -> Result<CommandId, DesktopError> {
+    text.parse()
+        .map_err(|e: relay_protocol::InvalidInput| DesktopError::BadRequest(e.0))
+}
+
+async fn desktop_command(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    id: CommandId,
+) -> Result<CommandRecord, DesktopError> {
+    let command = app
+        .store
+        .command(id)
+        .await?
+        .ok_or_else(|| DesktopError::NotFound(command_not_found()))?;
+    let project = app.store.project(&command.project_id).await?;
+    match project {
+        Some(project) if desktop.reaches(&project) => Ok(command),
+        _ => Err(DesktopError::NotFound(command_not_found())),
+    }
+}
+
+/// The desktop started command `id`.
+pub async fn command_started(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    id: CommandId,
+    request: &StartedRequest,
+) -> Result<StartedResponse, DesktopError> {
+    check_execution_id(&request.execution_id).map_err(|e| DesktopError::BadRequest(e.0))?;
+    let command = desktop_command(app, desktop, id).await?;
+    let event = RunEvent::Started {
+        execution_id: &request.execution_id,
+    };
+    let (command, decision) = apply(app, command, event).await?;
+    let started = |replayed| StartedResponse {
+        ok: true,
+        replayed,
+        cancel_requested: command.cancel_requested,
+    };
+    match decision {
+        Decision::Write(_) => Ok(started(false)),
+        Decision::Replay => Ok(started(true)),
+        Decision::Conflict(message) => Err(DesktopError::Conflict {
+            message,
+            status: command.status,
+        }),
+        Decision::AlreadyFinished(status) => Err(DesktopError::Conflict {
+            message: format!("command already finished as {status}; do not run it"),
+            status,
+        }),
+    }
+}
+
+/// The cancel flag of command `id`; also the desktop's heartbeat for a running command.
+pub async fn command_control(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    id: CommandId,
+) -> Result<ControlResponse, DesktopError> {
+    let command = desktop_command(app, desktop, id).await?;
+    if command.status == RunStatus::Running {
+        app.store.touch_running(id, app.clock.now()).await?;
+    }
+    Ok(ControlResponse {
+        // A run the service has given up on (cancelled, failed as silent) should stop too.
+        cancel_requested: command.cancel_requested
+            || matches!(command.status, RunStatus::Cancelled | RunStatus::Failed),
+    })
+}
+
+/// Records the outcome of command `id`; an identical repeat is acknowledged as a replay.
+pub async fn command_completed(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    id: CommandId,
+    completion: &CompleteRequest,
+) -> Result<CompleteResponse, DesktopError> {
+    completion
+        .validate()
+        .map_err(|e| DesktopError::BadRequest(e.0))?;
+    let command = desktop_command(app, desktop, id).await?;
+    let completion_value = serde_json::to_value(completion)
+        .map_err(|e| DesktopError::BadRequest(format!("completion cannot be encoded: {e}")))?;
+    let completion_hash = sha256_hex(&canonical_json(&completion_value));
+    let event = RunEvent::Completed {
+        completion,
+        completion_hash: &completion_hash,
+    };
+    let (command, decision) = apply(app, command, event).await?;
+    match decision {
+        Decision::Write(_) => {
+            tracing::info!(command_id = %id, status = %command.status, "run finished");
+            Ok(CompleteResponse {
+                ok: true,
+                replayed: false,
+            })
+        }
+        Decision::Replay => Ok(CompleteResponse {
+            ok: true,
+            replayed: true,
+        }),
+        Decision::Conflict(message) => Err(DesktopError::Conflict {
+            message,
+            status: command.status,
+        }),
+        Decision::AlreadyFinished(status) => Err(DesktopError::Conflict {
+            message: format!("command already finished as {status}"),
+            status,
+        }),
+    }
+}

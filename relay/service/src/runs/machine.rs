@@ -1,0 +1,422 @@
+//! The run state machine: [`transition`] is the only place that decides how a run moves.
+
+use relay_protocol::clock::Timestamp;
+use relay_protocol::{CompleteRequest, CompletionStatus, NOT_SHARED, RunStatus};
+
+use crate::store::CommandRecord;
+
+/// Something that happens to a run.
+#[derive(Debug, Clone, Copy)]
+pub enum RunEvent<'a> {
+    /// The desktop started it.
+    Started {
+        /// The desktop's execution id.
+        execution_id: &'a str,
+    },
+    /// The agent that queued it asked to cancel.
+    CancelRequested,
+    /// The desktop reported the outcome.
+    Completed {
+        /// The completion as posted.
+        completion: &'a CompleteRequest,
+        /// Its hash, to recognise an identical repeat.
+        completion_hash: &'a str,
+    },
+    /// The desktop stopped polling control for longer than the silence timeout.
+    DesktopSilent {
+        /// The error to record.
+        error: &'a str,
+    },
+}
+
+/// What [`transition`] decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Write this record over the current one (conditional on the current status and flag).
+    Write(Box<CommandRecord>),
+    /// Nothing to write: an identical repeat of something already recorded.
+    Replay,
+    /// Nothing to write: the run already ended (in this status).
+    AlreadyFinished(RunStatus),
+    /// The event contradicts what is recorded.
+    Conflict(String),
+}
+
+/// Decides how `event` changes `current` at time `now`. The only place that moves a run: it
+/// hands each kind of event to its own arm set below, all of which start from `current`.
+pub fn transition(current: &CommandRecord, event: RunEvent<'_>, now: Timestamp) -> Decision {
+    let mut next = current.clone();
+    next.updated_at = now;
+    match event {
+        RunEvent::Started { execution_id } => started(current, next, execution_id, now),
+        RunEvent::CancelRequested => cancel_requested(current, next, now),
+        RunEvent::Completed {
+            completion,
+            completion_hash,
+        } => completed(current, next, completion, completion_hash, now),
+        RunEvent::DesktopSilent { error } => match current.status {
+            RunStatus::Running => {
+                next.status = RunStatus::Failed;
+                next.finished_at = Some(now);
+                next.error = Some(error.to_owned());
+                Decision::Write(Box::new(next))
+            }
+            RunStatus::Queued => Decision::Replay,
+            status => Decision::AlreadyFinished(status),
+        },
+    }
+}
+
+/// The `Started` arms.
+fn started(
+    current: &CommandRecord,
+    mut next: CommandRecord,
+    execution_id: &str,
+    now: Timestamp,
+) -> Decision {
+    match current.status {
+        RunStatus::Queued => {
+            next.status = RunStatus::Running;
+            next.execution_id = Some(execution_id.to_owned());
+            next.started_at = Some(now);
+            next.last_seen_at = Some(now);
+            Decision::Write(Box::new(next))
+        }
+        RunStatus::Running if current.execution_id.as_deref() == Some(execution_id) => {
+            Decision::Replay
+        }
+        RunStatus::Running => Decision::Conflict(format!(
+            "command already started with another execution_id ({})",
+            current.execution_id.as_deref().unwrap_or("none")
+        )),
+        status => Decision::Conflict(format!(
+            "command already finished as {status}; do not run it"
+        )),
+    }
+}
+
+/// The `CancelRequested` arms.
+fn cancel_requested(current: &CommandRecord, mut next: CommandRecord, now: Timestamp) -> Decision {
+    match current.status {
+        RunStatus::Queued => {
+            next.status = RunStatus::Cancelled;
+            next.cancel_requested = true;
+            next.finished_at = Some(now);
+            next.error = Some("Cancelled by the agent before it started".into());
+            Decision::Write(Box::new(next))
+        }
+        RunStatus::Running if current.cancel_requested => Decision::Replay,
+        RunStatus::Running => {
+            next.cancel_requested = true;
+            Decision::Write(Box::new(next))
+        }
+        status => Decision::AlreadyFinished(status),
+    }
+}
+
+/// The `Completed` arms: a live run records the outcome; an ended one accepts only an
+/// identical repeat.
+fn completed(
+    current: &CommandRecord,
+    mut next: CommandRecord,
+    completion: &CompleteRequest,
+    completion_hash: &str,
+    now: Timestamp,
+) -> Decision {
+    match current.status {
+        RunStatus::Queued if !is_consent_refusal(completion) => Decision::Conflict(
+            "the command has not started: report `started` before completing it (a command that never started may only be refused for consent: cancelled with the not-shared error)".to_owned(),
+        ),
+        RunStatus::Running if current.execution_id.as_deref() != Some(&completion.execution_id) => {
+            Decision::Conflict(format!(
+                "command started with another execution_id ({}); only that execution may complete it",
+                current.execution_id.as_deref().unwrap_or("none")
+            ))
+        }
+        RunStatus::Queued | RunStatus::Running => {
+            // Once the agent cancelled, the outcome is `cancelled` even if the graph managed
+            // to finish between the flag and the stop.
+            let status = if current.cancel_requested {
+                RunStatus::Cancelled
+            } else {
+                RunStatus::from(completion.status)
+            };
+            next.status = status;
+            next.execution_id = Some(completion.execution_id.clone());
+            next.completion_hash = Some(completion_hash.to_owned());
+            next.finished_at = Some(now);
+            next.last_seen_at = Some(now);
+            next.total_tokens = completion.total_tokens;
+            next.reported_cost = completion.reported_cost;
+            let keeps_result = status == RunStatus::Completed;
+            next.result = completion.result.clone().filter(|_| keeps_result);
+            next.result_truncated = completion.result_truncated && keeps_result;
+            next.error = completion.error.clone().or_else(|| {
+                (status == RunStatus::Cancelled && completion.status != CompletionStatus::Cancelled)
+                    .then(|| "Cancelled by the agent while running".to_owned())
+            });
+            Decision::Write(Box::new(next))
+        }
+        status if current.completion_hash.as_deref() == Some(completion_hash) => {
+            debug_assert!(status.is_terminal());
+            Decision::Replay
+        }
+        status => Decision::Conflict(format!(
+            "command already finished as {status} with a different completion"
+        )),
+    }
+}
+
+/// The consent refusal: `cancelled` with exactly the not-shared error and no result, which the
+/// desktop posts for a command whose session is no longer shared, without starting it.
+fn is_consent_refusal(completion: &CompleteRequest) -> bool {
+    completion.status == CompletionStatus::Cancelled
+        && completion.error.as_deref() == Some(NOT_SHARED)
+        && completion.result.is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relay_protocol::CommandId;
+    use serde_json::Map;
+
+    use crate::runs::canonical_json;
+
+    fn command(status: RunStatus, cancel_requested: bool) -> CommandRecord {
+        let mut command = CommandRecord::queued(
+            CommandId::new_random(),
+            "p".into(),
+            "a".into(),
+            "gs_00000000000000000000000000000001".parse().unwrap(),
+            "slug".into(),
+            Map::new(),
+            "key-0001".into(),
+            "h".into(),
+            Timestamp::EPOCH,
+        );
+        command.status = status;
+        command.cancel_requested = cancel_requested;
+        command.execution_id = Some("exec".into());
+        command.completion_hash = status.is_terminal().then(|| "done".to_owned());
+        command
+    }
+
+    fn completion(status: CompletionStatus) -> CompleteRequest {
+        CompleteRequest {
+            execution_id: "exec".into(),
+            status,
+            result: Some(serde_json::json!({"r": 1})),
+            result_truncated: false,
+            total_tokens: Some(3),
+            reported_cost: Some(0.5),
+            error: None,
+        }
+    }
+
+    fn written(decision: Decision) -> CommandRecord {
+        match decision {
+            Decision::Write(next) => *next,
+            other => panic!("expected a write, got {other:?}"),
+        }
+    }
+
+    const NOW: Timestamp = Timestamp::from_unix_millis(5_000);
+
+    #[test]
+    fn start_moves_queued_to_running_once() {
+        let started = written(transition(
+            &command(RunStatus::Queued, false),
+            RunEvent::Started { execution_id: "e1" },
+            NOW,
+        ));
+        assert_eq!(started.status, RunStatus::Running);
+        assert_eq!(started.started_at, Some(NOW));
+        assert_eq!(started.last_seen_at, Some(NOW));
+        let running = command(RunStatus::Running, false);
+        let same = RunEvent::Started {
+            execution_id: "exec",
+        };
+        assert_eq!(transition(&running, same, NOW), Decision::Replay);
+        let other = RunEvent::Started { execution_id: "e2" };
+        assert!(matches!(
+            transition(&running, other, NOW),
+            Decision::Conflict(_)
+        ));
+        for status in [
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ] {
+            assert!(matches!(
+                transition(&command(status, false), same, NOW),
+                Decision::Conflict(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn cancel_ends_queued_flags_running_and_leaves_finished() {
+        let cancelled = written(transition(
+            &command(RunStatus::Queued, false),
+            RunEvent::CancelRequested,
+            NOW,
+        ));
+        assert_eq!(cancelled.status, RunStatus::Cancelled);
+        assert_eq!(cancelled.finished_at, Some(NOW));
+        let flagged = written(transition(
+            &command(RunStatus::Running, false),
+            RunEvent::CancelRequested,
+            NOW,
+        ));
+        assert_eq!(flagged.status, RunStatus::Running);
+        assert!(flagged.cancel_requested);
+        assert_eq!(
+            transition(
+                &command(RunStatus::Running, true),
+                RunEvent::CancelRequested,
+                NOW
+            ),
+            Decision::Replay
+        );
+        for status in [
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ] {
+            assert_eq!(
+                transition(&command(status, false), RunEvent::CancelRequested, NOW),
+                Decision::AlreadyFinished(status)
+            );
+        }
+    }
+
+    #[test]
+    fn completion_after_a_cancel_flag_is_cancelled() {
+        let request = completion(CompletionStatus::Completed);
+        let event = RunEvent::Completed {
+            completion: &request,
+            completion_hash: "h1",
+        };
+        let done = written(transition(&command(RunStatus::Running, false), event, NOW));
+        assert_eq!(done.status, RunStatus::Completed);
+        assert_eq!(done.result, request.result);
+        let cancelled = written(transition(&command(RunStatus::Running, true), event, NOW));
+        assert_eq!(cancelled.status, RunStatus::Cancelled);
+        assert_eq!(cancelled.result, None);
+        assert_eq!(cancelled.total_tokens, Some(3));
+        assert!(cancelled.error.is_some());
+        let unshared = CompleteRequest {
+            result: None,
+            error: Some(NOT_SHARED.into()),
+            ..completion(CompletionStatus::Cancelled)
+        };
+        let from_queued = written(transition(
+            &command(RunStatus::Queued, false),
+            RunEvent::Completed {
+                completion: &unshared,
+                completion_hash: "h2",
+            },
+            NOW,
+        ));
+        assert_eq!(from_queued.status, RunStatus::Cancelled);
+    }
+
+    #[test]
+    fn only_the_started_execution_completes_a_run_and_a_queued_one_only_for_consent() {
+        let other = CompleteRequest {
+            execution_id: "another".into(),
+            ..completion(CompletionStatus::Completed)
+        };
+        let refused = transition(
+            &command(RunStatus::Running, false),
+            RunEvent::Completed {
+                completion: &other,
+                completion_hash: "h",
+            },
+            NOW,
+        );
+        assert!(
+            matches!(&refused, Decision::Conflict(m) if m.contains("another execution_id (exec)")),
+            "{refused:?}"
+        );
+        let mut queued = command(RunStatus::Queued, false);
+        queued.execution_id = None;
+        for status in [CompletionStatus::Completed, CompletionStatus::Failed] {
+            let request = completion(status);
+            let decision = transition(
+                &queued,
+                RunEvent::Completed {
+                    completion: &request,
+                    completion_hash: "h",
+                },
+                NOW,
+            );
+            assert!(
+                matches!(&decision, Decision::Conflict(m) if m.contains("has not started")),
+                "{decision:?}"
+            );
+        }
+        // Cancelled, but not the consent refusal's words: not a consent refusal either.
+        let cancelled = CompleteRequest {
+            result: None,
+            error: Some("something else".into()),
+            ..completion(CompletionStatus::Cancelled)
+        };
+        assert!(matches!(
+            transition(
+                &queued,
+                RunEvent::Completed {
+                    completion: &cancelled,
+                    completion_hash: "h",
+                },
+                NOW,
+            ),
+            Decision::Conflict(_)
+        ));
+    }
+
+    #[test]
+    fn a_finished_run_replays_its_own_completion_and_refuses_others() {
+        let finished = command(RunStatus::Completed, false);
+        let request = completion(CompletionStatus::Completed);
+        let same = RunEvent::Completed {
+            completion: &request,
+            completion_hash: "done",
+        };
+        assert_eq!(transition(&finished, same, NOW), Decision::Replay);
+        let other = RunEvent::Completed {
+            completion: &request,
+            completion_hash: "other",
+        };
+        assert!(matches!(
+            transition(&finished, other, NOW),
+            Decision::Conflict(_)
+        ));
+    }
+
+    #[test]
+    fn only_running_runs_go_silent() {
+        let event = RunEvent::DesktopSilent { error: "silent" };
+        let failed = written(transition(&command(RunStatus::Running, true), event, NOW));
+        assert_eq!(failed.status, RunStatus::Failed);
+        assert_eq!(failed.error.as_deref(), Some("silent"));
+        assert_eq!(
+            transition(&command(RunStatus::Queued, false), event, NOW),
+            Decision::Replay
+        );
+        assert_eq!(
+            transition(&command(RunStatus::Completed, false), event, NOW),
+            Decision::AlreadyFinished(RunStatus::Completed)
+        );
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_depth() {
+        let a = serde_json::json!({"b": 1, "a": {"d": [1, {"z": 0, "y": 1}], "c": "x"}});
+        assert_eq!(
+            canonical_json(&a),
+            r#"{"a":{"c":"x","d":[1,{"y":1,"z":0}]},"b":1}"#
+        );
+    }
+}

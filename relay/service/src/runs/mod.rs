@@ -1,0 +1,525 @@
+//! Graph runs (commands): the state machine and every operation on a run, for agents and
+//! desktops alike. Plain functions over [`AppState`], testable without HTTP.
+//!
+//! `queued → running → completed | failed | cancelled`. [`transition`] is the only place that
+//! decides a change; each write is conditional on the status and cancel flag it was decided
+//! from, and a write that lost a race is decided again on fresh state.
+
+mod desktop;
+mod machine;
+
+pub use desktop::{
+    DesktopError, command_completed, command_control, command_started, parse_command_id,
+};
+pub use machine::{Decision, RunEvent, transition};
+
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::AppState;
+use super::auth::{AgentIdentity, REVOKED_WHILE_WAITING};
+use super::notify::Topic;
+use super::store::{CommandRecord, InsertOutcome, QueueLimit, StoreError};
+use relay_protocol::clock::Timestamp;
+use relay_protocol::{CommandId, GraphSessionId, RunStatus};
+
+/// Allowed length of an idempotency key, in characters.
+pub const IDEMPOTENCY_KEY_CHARS: RangeInclusive<usize> = 8..=128;
+/// Largest `arguments` object, as JSON bytes.
+pub const MAX_ARGUMENTS_BYTES: usize = 64 * 1024;
+/// How long a running run may go without a control poll before it is failed.
+pub const DEFAULT_SILENCE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// How many times an operation re-decides after losing a write race before giving up.
+const MAX_TRANSITION_ATTEMPTS: usize = 8;
+
+/// The one answer for a run the caller may not see, whatever the reason.
+pub const RUN_NOT_FOUND: &str = "Graph run not found or access removed";
+/// The answer when an idempotency key comes back with different content.
+pub const IDEMPOTENCY_CONFLICT: &str = "idempotency key already used with different arguments";
+
+/// Why a run operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Unknown, foreign, revoked or malformed id: [`RUN_NOT_FOUND`].
+    #[error("{RUN_NOT_FOUND}")]
+    NotFound,
+    /// The arguments were wrong; nothing changed.
+    #[error("{0}")]
+    Invalid(String),
+    /// The idempotency key was used before with other content.
+    #[error("{IDEMPOTENCY_CONFLICT}")]
+    IdempotencyConflict,
+    /// Concurrent writers kept winning; retrying later will work.
+    #[error("the run is changing too quickly; try again")]
+    Contended,
+    /// A quota was reached; nothing was queued.
+    #[error("{0}")]
+    Quota(QuotaError),
+    /// The token was revoked while the request waited.
+    #[error("{REVOKED_WHILE_WAITING}")]
+    Revoked,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Runs one agent may have queued and not yet started, by default.
+pub const DEFAULT_QUEUED_PER_AGENT: u64 = 100;
+/// Runs one project may have queued and not yet started, by default.
+pub const DEFAULT_QUEUED_PER_PROJECT: u64 = 1_000;
+
+/// Which quota refused a request, and when trying again can help.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuotaError {
+    /// The agent has this many runs queued and not yet started.
+    #[error(
+        "quota reached: this agent already has {0} runs queued that the desktop has not started, the most allowed; nothing was queued. Retry once some of them have started or ended (get_graph_run shows them); the desktop picks runs up on its next pass, about every {1} s"
+    )]
+    AgentQueue(u64, u64),
+    /// The project has this many runs queued and not yet started.
+    #[error(
+        "quota reached: this project already has {0} runs queued that the desktop has not started, the most allowed; nothing was queued. Retry once some of them have started or ended; the desktop picks runs up on its next pass, about every {1} s"
+    )]
+    ProjectQueue(u64, u64),
+    /// The token sent requests faster than its rate.
+    #[error(
+        "rate limit reached: this token may make {0} requests a second (bursts up to {1}); retry in {2} s"
+    )]
+    Rate(u32, u32, u64),
+}
+
+impl QuotaError {
+    /// The rate refusal for `limit` with `wait` until the next request fits.
+    pub fn from_rate(limit: Option<crate::rate::RateLimit>, wait: std::time::Duration) -> Self {
+        let limit = limit.unwrap_or_default();
+        let after = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        QuotaError::Rate(limit.per_second, limit.burst, after.max(1))
+    }
+
+    /// When to try again, in seconds (the `Retry-After` of an HTTP answer).
+    pub fn retry_after_secs(&self) -> u64 {
+        match self {
+            QuotaError::AgentQueue(_, poll) | QuotaError::ProjectQueue(_, poll) => *poll,
+            QuotaError::Rate(_, _, after) => *after,
+        }
+    }
+}
+
+/// What an agent asks to run.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    /// The session to run (not yet validated).
+    pub graph_session_id: String,
+    /// The graph's arguments.
+    pub arguments: Map<String, Value>,
+    /// The agent's idempotency key (not yet validated).
+    pub idempotency_key: String,
+}
+
+/// The answer to queueing a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ticket {
+    /// The run's id; pass it to `get_graph_run` and `cancel_graph_run`.
+    pub command_id: CommandId,
+    /// The run's status (`queued` unless this is a replay of an older request).
+    pub status: RunStatus,
+    /// True when the idempotency key returned an existing run.
+    pub replayed: bool,
+    /// When to look first, in seconds: about one desktop poll interval.
+    pub poll_after_seconds: u64,
+}
+
+/// What an agent sees of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunView {
+    /// The run's id.
+    pub command_id: CommandId,
+    /// The session it runs.
+    pub graph_session_id: GraphSessionId,
+    /// Its status.
+    pub status: RunStatus,
+    /// Whether a cancel was requested.
+    pub cancel_requested: bool,
+    /// When it was queued.
+    pub created_at: Timestamp,
+    /// When the desktop started it.
+    pub started_at: Option<Timestamp>,
+    /// When it ended.
+    pub finished_at: Option<Timestamp>,
+    /// Last change.
+    pub updated_at: Timestamp,
+    /// The graph's result, when completed and small enough to post.
+    pub result: Option<Value>,
+    /// True when the result was too large to post; the full result is on the desktop.
+    pub result_truncated: bool,
+    /// Tokens metered.
+    pub total_tokens: Option<u64>,
+    /// Cost reported.
+    pub reported_cost: Option<f64>,
+    /// Why it failed or was cancelled.
+    pub error: Option<String>,
+    /// When to look again, in seconds; `null` once the run has ended.
+    pub poll_after_seconds: Option<u64>,
+}
+
+impl RunView {
+    fn of(command: &CommandRecord, poll_hint: Duration) -> Self {
+        RunView {
+            command_id: command.id,
+            graph_session_id: command.graph_session_id.clone(),
+            status: command.status,
+            cancel_requested: command.cancel_requested,
+            created_at: command.created_at,
+            started_at: command.started_at,
+            finished_at: command.finished_at,
+            updated_at: command.updated_at,
+            result: command.result.clone(),
+            result_truncated: command.result_truncated,
+            total_tokens: command.total_tokens,
+            reported_cost: command.reported_cost,
+            error: command.error.clone(),
+            poll_after_seconds: (!command.status.is_terminal()).then_some(poll_hint.as_secs()),
+        }
+    }
+}
+
+/// The answer to a cancel.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CancelOutcome {
+    /// The run's id.
+    pub command_id: CommandId,
+    /// Its status after the cancel.
+    pub status: RunStatus,
+    /// Whether a cancel is now requested.
+    pub cancel_requested: bool,
+    /// True when the run had already ended and nothing changed.
+    pub already_finished: bool,
+    /// What happened, in words.
+    pub message: String,
+}
+
+/// Queues a run for `agent`, or returns the run its idempotency key already names.
+pub async fn queue_run(
+    app: &AppState,
+    agent: &AgentIdentity,
+    request: RunRequest,
+) -> Result<Ticket, RunError> {
+    let (graph_session_id, request_hash) = checked_run_request(&request)?;
+    let ticket = |command: &CommandRecord, replayed: bool| Ticket {
+        command_id: command.id,
+        status: command.status,
+        replayed,
+        poll_after_seconds: app.config.poll_hint.as_secs(),
+    };
+    // The same key must name the same request, or it could stand for two different runs.
+    let replay = |existing: CommandRecord| {
+        if existing.request_hash == request_hash {
+            Ok(ticket(&existing, true))
+        } else {
+            Err(RunError::IdempotencyConflict)
+        }
+    };
+    let session = app
+        .store
+        .session(&agent.project_id, &graph_session_id)
+        .await?;
+    let Some(session) = session else {
+        // A retry after a lost response gets its run back even if the session was unshared
+        // in between.
+        let existing = app
+            .store
+            .command_by_key(&agent.token_id, &request.idempotency_key)
+            .await?;
+        return match existing {
+            Some(existing) => replay(existing),
+            None => Err(RunError::Invalid(format!(
+                "graph session {graph_session_id} is not shared with this project (as of the desktop's last sync): call list_graph_sessions to see the shared sessions"
+            ))),
+        };
+    };
+    let command = CommandRecord::queued(
+        CommandId::new_random(),
+        agent.project_id.clone(),
+        agent.token_id.clone(),
+        graph_session_id,
+        session.meta.slug,
+        request.arguments,
+        request.idempotency_key,
+        request_hash.clone(),
+        app.clock.now(),
+    );
+    let quota = app.config.queue_quota;
+    match app.store.insert_command(command, quota).await? {
+        InsertOutcome::Created(created) => {
+            tracing::info!(command_id = %created.id, agent = %agent.token_id, "run queued");
+            app.notifier
+                .notify(&Topic::Project(created.project_id.clone()));
+            Ok(ticket(&created, false))
+        }
+        InsertOutcome::Existing(existing) => replay(existing),
+        InsertOutcome::OverQuota(limit) => {
+            tracing::info!(agent = %agent.token_id, ?limit, "run refused: queue quota");
+            Err(RunError::Quota(queue_quota_error(
+                limit,
+                app.config.poll_hint.as_secs(),
+            )))
+        }
+    }
+}
+
+fn queue_quota_error(limit: QueueLimit, poll_secs: u64) -> QuotaError {
+    match limit {
+        QueueLimit::Agent(n) => QuotaError::AgentQueue(n, poll_secs),
+        QueueLimit::Project(n) => QuotaError::ProjectQueue(n, poll_secs),
+    }
+}
+
+/// The session id and the hash of what the idempotency key stands for, once the request's
+/// session id, key and arguments are checked.
+fn checked_run_request(request: &RunRequest) -> Result<(GraphSessionId, String), RunError> {
+    let graph_session_id: GraphSessionId = request
+        .graph_session_id
+        .parse()
+        .map_err(|e: relay_protocol::InvalidInput| RunError::Invalid(e.0))?;
+    check_idempotency_key(&request.idempotency_key)?;
+    let arguments_len = serde_json::to_vec(&request.arguments)
+        .map(|bytes| bytes.len())
+        .unwrap_or(usize::MAX);
+    if arguments_len > MAX_ARGUMENTS_BYTES {
+        return Err(RunError::Invalid(format!(
+            "arguments are {arguments_len} bytes of JSON, at most {MAX_ARGUMENTS_BYTES} are allowed: pass references (paths, ids) instead of content"
+        )));
+    }
+    let request_hash = sha256_hex(&canonical_json(&serde_json::json!({
+        "graph_session_id": graph_session_id.as_str(),
+        "arguments": request.arguments,
+    })));
+    Ok((graph_session_id, request_hash))
+}
+
+fn check_idempotency_key(key: &str) -> Result<(), RunError> {
+    let chars = relay_protocol::text::utf16_len(key);
+    if IDEMPOTENCY_KEY_CHARS.contains(&chars) {
+        Ok(())
+    } else {
+        Err(RunError::Invalid(format!(
+            "idempotency_key is {chars} characters long; it must be {} to {} characters. Use one key per intended run and reuse it only to retry that run",
+            IDEMPOTENCY_KEY_CHARS.start(),
+            IDEMPOTENCY_KEY_CHARS.end()
+        )))
+    }
+}
+
+/// Longest wait `get_graph_run` accepts: well under the ~60 s chat hosts allow a tool call.
+pub const MAX_GET_WAIT: Duration = Duration::from_secs(45);
+
+/// [`get_run`], waiting up to `wait` (at most [`MAX_GET_WAIT`]) for the run to finish: it
+/// answers as soon as the run is terminal, or with its current state when the wait ends.
+pub async fn get_run_waiting(
+    app: &AppState,
+    agent: &AgentIdentity,
+    command_id: &str,
+    wait: Duration,
+) -> Result<RunView, RunError> {
+    if wait > MAX_GET_WAIT {
+        return Err(RunError::Invalid(format!(
+            "wait_seconds may be at most {}",
+            MAX_GET_WAIT.as_secs()
+        )));
+    }
+    let view = get_run(app, agent, command_id).await?;
+    if view.status.is_terminal() || wait.is_zero() {
+        return Ok(view);
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut changes = app.notifier.subscribe(&Topic::Run(view.command_id));
+    // Read again after subscribing: a change in between is then seen, not waited for.
+    let mut view = get_run(app, agent, command_id).await?;
+    let revoked = crate::auth::revoked(app, &agent.token_id);
+    tokio::pin!(revoked);
+    while !view.status.is_terminal() {
+        tokio::select! {
+            () = changes.changed() => {}
+            () = tokio::time::sleep_until(deadline) => break,
+            () = app.shutdown.cancelled() => break,
+            () = &mut revoked => return Err(RunError::Revoked),
+        }
+        view = get_run(app, agent, command_id).await?;
+    }
+    // A revocation that lands with the result still keeps the result from the revoked token.
+    if !crate::auth::still_valid(app, &agent.token_id).await? {
+        return Err(RunError::Revoked);
+    }
+    Ok(view)
+}
+
+/// The run `command_id` if `agent` started it, after failing it if its desktop went silent.
+pub async fn get_run(
+    app: &AppState,
+    agent: &AgentIdentity,
+    command_id: &str,
+) -> Result<RunView, RunError> {
+    let command = own_command(app, agent, command_id).await?;
+    let command = fail_if_silent(app, command).await?;
+    Ok(RunView::of(&command, app.config.poll_hint))
+}
+
+/// Cancels the run `command_id` that `agent` started.
+pub async fn cancel_run(
+    app: &AppState,
+    agent: &AgentIdentity,
+    command_id: &str,
+) -> Result<CancelOutcome, RunError> {
+    let command = own_command(app, agent, command_id).await?;
+    let command = fail_if_silent(app, command).await?;
+    let (command, decision) = apply(app, command, RunEvent::CancelRequested).await?;
+    let (already_finished, message) = match (decision, command.status) {
+        (Decision::AlreadyFinished(status), _) => (
+            true,
+            format!("The run already finished as {status}; nothing was changed."),
+        ),
+        (_, RunStatus::Cancelled) => (
+            false,
+            "The run was cancelled before it started; the desktop will never run it.".to_owned(),
+        ),
+        _ => (
+            false,
+            "Cancel requested: the desktop stops the run at its next control poll (a few seconds); check get_graph_run for the final status.".to_owned(),
+        ),
+    };
+    Ok(CancelOutcome {
+        command_id: command.id,
+        status: command.status,
+        cancel_requested: command.cancel_requested,
+        already_finished,
+        message,
+    })
+}
+
+async fn own_command(
+    app: &AppState,
+    agent: &AgentIdentity,
+    command_id: &str,
+) -> Result<CommandRecord, RunError> {
+    // Malformed, unknown and foreign ids all get the same answer, so an id learned by
+    // someone else confirms nothing.
+    let id: CommandId = command_id.parse().map_err(|_| RunError::NotFound)?;
+    match app.store.command(id).await? {
+        Some(command) if command.agent_id == agent.token_id => Ok(command),
+        _ => Err(RunError::NotFound),
+    }
+}
+
+/// The error recorded for a run whose desktop stopped reporting.
+pub fn silent_desktop_error(timeout: Duration) -> String {
+    format!(
+        "The desktop stopped reporting on this run: no control poll for {} minutes, so it is marked failed. Its result, if any, stays on the desktop; run it again when the desktop is online.",
+        timeout.as_secs() / 60
+    )
+}
+
+async fn fail_if_silent(app: &AppState, command: CommandRecord) -> Result<CommandRecord, RunError> {
+    let now = app.clock.now();
+    let cutoff = now.saturating_sub(app.config.silence_timeout);
+    let silent = command.status == RunStatus::Running
+        && command.last_seen_at.is_none_or(|seen| seen < cutoff);
+    if !silent {
+        return Ok(command);
+    }
+    let error = silent_desktop_error(app.config.silence_timeout);
+    let (command, _) = apply(app, command, RunEvent::DesktopSilent { error: &error }).await?;
+    Ok(command)
+}
+
+/// Fails every running run whose desktop has been silent longer than the timeout.
+pub async fn fail_silent_runs(app: &AppState) -> Result<Vec<CommandId>, RunError> {
+    let now = app.clock.now();
+    let error = silent_desktop_error(app.config.silence_timeout);
+    let failed = app
+        .store
+        .fail_silent_runs(now.saturating_sub(app.config.silence_timeout), now, &error)
+        .await?;
+    for id in &failed {
+        tracing::warn!(command_id = %id, "desktop went silent; run failed");
+    }
+    Ok(failed)
+}
+
+/// Applies `event` to `command`, re-deciding on fresh state when a concurrent write won.
+/// Returns the command as stored afterwards and the decision that held.
+async fn apply(
+    app: &AppState,
+    mut command: CommandRecord,
+    event: RunEvent<'_>,
+) -> Result<(CommandRecord, Decision), RunError> {
+    for _ in 0..MAX_TRANSITION_ATTEMPTS {
+        let decision = transition(&command, event, app.clock.now());
+        let Decision::Write(next) = &decision else {
+            return Ok((command, decision));
+        };
+        if app.store.update_command(&command, next).await? {
+            app.notifier.notify(&Topic::Run(next.id));
+            // A cancel flag on a running command wakes its desktop's long-polling sync.
+            if next.cancel_requested
+                && !command.cancel_requested
+                && next.status == RunStatus::Running
+            {
+                app.notifier
+                    .notify(&Topic::Project(next.project_id.clone()));
+            }
+            return Ok(((**next).clone(), decision));
+        }
+        command = app
+            .store
+            .command(command.id)
+            .await?
+            .ok_or(RunError::NotFound)?;
+    }
+    Err(RunError::Contended)
+}
+
+/// JSON text of `value` with object keys sorted, so equal values hash equally whatever
+/// order their keys arrived in.
+pub fn canonical_json(value: &Value) -> String {
+    fn write(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<_> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                out.push('{');
+                for (index, (key, value)) in entries.into_iter().enumerate() {
+                    if index > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(key.clone()).to_string());
+                    out.push(':');
+                    write(value, out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (index, item) in items.iter().enumerate() {
+                    if index > 0 {
+                        out.push(',');
+                    }
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(value, &mut out);
+    out
+}
+
+/// SHA-256 of `text`, lowercase hex.
+pub fn sha256_hex(text: &str) -> String {
+    super::auth::hex(&Sha256::digest(text.as_bytes()))
+}
