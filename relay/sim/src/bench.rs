@@ -506,7 +506,8 @@ pub async fn empty_polls(options: EmptyPollOptions) -> Result<EmptyPollReport, B
     for mode in SweepMode::ALL.into_iter().chain([SweepMode::Off]) {
         variants.push(start_variant(dir.path(), mode, options).await?);
     }
-    let client = reqwest::Client::builder()
+    let client = graphrelay_net::client_builder()
+        .map_err(|e| failed("building the HTTP client", e))?
         .pool_max_idle_per_host(MAX_BENCH_CONCURRENCY)
         .build()
         .map_err(|e| failed("building the HTTP client", e))?;

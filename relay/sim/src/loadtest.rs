@@ -183,7 +183,8 @@ async fn start_service(
     let pid = server
         .id()
         .ok_or_else(|| LoadError("the service exited".into()))?;
-    let http = reqwest::Client::builder()
+    let http = graphrelay_net::client_builder()
+        .map_err(fail)?
         .pool_max_idle_per_host(usize::MAX)
         .timeout(Duration::from_secs(60))
         .build()
