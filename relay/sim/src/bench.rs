@@ -12,7 +12,9 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use relay_protocol::clock::Stopwatch;
 
 use serde_json::{Value, json};
 
@@ -444,7 +446,7 @@ async fn run_http_batch(
         async move {
             let mut samples = Vec::with_capacity(count);
             for _ in 0..count {
-                let start = Instant::now();
+                let start = Stopwatch::start();
                 poll(client, variant).await?;
                 samples.push(start.elapsed());
             }
@@ -464,7 +466,7 @@ async fn run_in_process_batch(
 ) -> Result<Vec<Duration>, BenchError> {
     let mut samples = Vec::with_capacity(polls);
     for _ in 0..polls {
-        let start = Instant::now();
+        let start = Stopwatch::start();
         let inbox = agent::list_tasks(&variant.app, &variant.agent, &variant.link)
             .await
             .map_err(|e| failed("in-process poll", e))?;

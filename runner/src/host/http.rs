@@ -347,7 +347,7 @@ impl HttpClient {
         if status.is_success() {
             return Ok(response);
         }
-        let retry_after = retry_after(response.headers(), SystemTime::now());
+        let retry_after = retry_after(response.headers(), crate::clock::wall_now());
         let excerpt = redact(&error_excerpt(response).await, key);
         let what = format!(
             "HTTP {}{}",
