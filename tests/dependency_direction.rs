@@ -1,7 +1,8 @@
 //! The dependency rule of ARCHITECTURE.md, checked on the resolved graph: protocol ← service,
 //! protocol ← desktop, runner ← desktop; the service never depends on the runner, graph-js, boa
 //! or wasmtime (nor on tokio's test-util); the runner never on a relay crate; nothing but the
-//! binary on the simulator.
+//! binary on the simulator; graphrelay-net, which every HTTP client goes through, on no crate of
+//! ours, and TLS nowhere on aws-lc-rs.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -113,5 +114,32 @@ fn the_protocol_does_no_io_and_the_runner_knows_no_relay() {
                 "relay-sqlite",
             ],
         );
+    }
+}
+
+#[test]
+fn the_net_crate_stands_alone_and_tls_stays_on_ring() {
+    let net = normal_dependencies("graphrelay-net");
+    assert_has("graphrelay-net", &net, &["reqwest", "rustls"]);
+    assert_lacks(
+        "graphrelay-net",
+        &net,
+        &[
+            "runner",
+            "graph-js",
+            "relay-protocol",
+            "relay-sqlite",
+            "relay-service",
+            "relay-desktop",
+            "relay-sim",
+            "relay-testkit",
+            "relay",
+        ],
+    );
+    let runner = normal_dependencies("runner");
+    assert_has("runner", &runner, &["graphrelay-net"]);
+    for package in ["graphrelay-net", "runner", "relay-desktop", "relay"] {
+        let deps = normal_dependencies(package);
+        assert_lacks(package, &deps, &["aws-lc-rs", "aws-lc-sys"]);
     }
 }

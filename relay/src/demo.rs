@@ -205,7 +205,9 @@ impl Demo {
 
     /// Runs the triage example through MCP as a chat agent would; returns the finished run.
     pub async fn self_check(&self) -> Result<Value, DemoError> {
-        let transport = StreamableHttpClientTransport::from_config(
+        let http = graphrelay_net::mcp_client().map_err(|e| DemoError::SelfCheck(e.to_string()))?;
+        let transport = StreamableHttpClientTransport::with_client(
+            http,
             StreamableHttpClientTransportConfig::with_uri(self.mcp_url.clone())
                 .auth_header(self.agent_token.clone()),
         );

@@ -81,7 +81,7 @@ pub(crate) fn sim(args: SimArgs) -> Result<()> {
         seed: args.seed,
         long_poll: args.mode == "longpoll",
     };
-    let started = std::time::Instant::now();
+    let started = relay_protocol::clock::Stopwatch::start();
     let json = args.json;
     // The simulation runs its own paused-time runtimes, off this one.
     std::thread::scope(|scope| -> Result<()> {

@@ -9,7 +9,7 @@
 //! try other guest build settings without rebuilding the runner.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use runner::engine::Engine;
@@ -234,7 +234,7 @@ fn loop_1e6(c: &mut Criterion) {
     let mut times = vec![Vec::with_capacity(PAIRS); options.len()];
     for _ in 0..PAIRS {
         for (i, (_, options)) in options.iter().enumerate() {
-            let started = Instant::now();
+            let started = runner::clock::Stopwatch::start();
             rt.block_on(run(LOOP_1E6, options));
             times[i].push(started.elapsed());
         }

@@ -10,6 +10,7 @@
 
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod clock;
 pub mod engine;
 pub mod host;
 pub mod input;

@@ -626,8 +626,8 @@ fn watch_questions(
 /// Waits for `child` to exit; kills it and fails after a minute.
 #[cfg(target_os = "linux")]
 fn exit_within_a_minute(child: &mut std::process::Child) -> std::process::ExitStatus {
-    use std::time::{Duration, Instant};
-    let waiting_since = Instant::now();
+    use std::time::Duration;
+    let waiting_since = runner::clock::Stopwatch::start();
     loop {
         if let Some(status) = child.try_wait().expect("waits") {
             return status;

@@ -1,7 +1,8 @@
-//! `https` base URLs are spoken over TLS (rustls with the ring provider, the system's roots),
-//! with no process-wide set-up and no panic. Hosted APIs are not reachable here, so the check is
-//! that a TLS client hello goes to a plain-HTTP server, which cannot answer it: the provider
-//! fails to connect (retried, then given up) and the server never sees an HTTP request.
+//! `https` base URLs are spoken over TLS (rustls with the ring provider, the system's roots,
+//! through graphrelay-net), with no set-up by the caller and no panic. Hosted APIs are not
+//! reachable here, so the check is that a TLS client hello goes to a plain-HTTP server, which
+//! cannot answer it: the provider fails to connect (retried, then given up) and the server never
+//! sees an HTTP request.
 
 use crate::common;
 

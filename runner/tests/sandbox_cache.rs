@@ -6,7 +6,9 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
+
+use runner::clock::wall_now;
 
 use runner::RunStatus;
 use runner::engine::wasm::{GUEST_SHA256, GUEST_WASM, Source, WasmEngine, WasmLimits};
@@ -82,7 +84,7 @@ async fn loading_an_entry_marks_it_used() {
     let dir = tempfile::tempdir().expect("tempdir");
     load(dir.path());
     let path = entry(dir.path());
-    let long_ago = SystemTime::now() - Duration::from_secs(60 * 24 * 3600);
+    let long_ago = wall_now() - Duration::from_secs(60 * 24 * 3600);
     std::fs::File::options()
         .write(true)
         .open(&path)
@@ -95,7 +97,7 @@ async fn loading_an_entry_marks_it_used() {
         .and_then(|m| m.modified())
         .expect("mtime");
     assert!(
-        modified > SystemTime::now() - Duration::from_secs(3600),
+        modified > wall_now() - Duration::from_secs(3600),
         "the entry's last use is now"
     );
 }

@@ -14,7 +14,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use graph_js::{Meta, MetaError};
 use runner::RunStatus;
@@ -27,12 +27,21 @@ use runner::run::{RunOptions, RunRequest, run_graph};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+/// The time since this test binary first asked, on `runner::clock`'s stopwatch: every instant
+/// below is a distance from that one origin.
+fn now() -> Duration {
+    static ORIGIN: std::sync::OnceLock<runner::clock::Stopwatch> = std::sync::OnceLock::new();
+    ORIGIN
+        .get_or_init(runner::clock::Stopwatch::start)
+        .elapsed()
+}
+
 /// When the wrapped run was last polled (if the guest was between polls at the cancel, it
 /// never ran again: the figure is then zero) and when it was dropped.
 #[derive(Default)]
 struct Seen {
-    last_poll_end: Option<Instant>,
-    dropped: Option<Instant>,
+    last_poll_end: Option<Duration>,
+    dropped: Option<Duration>,
     polls: u64,
 }
 
@@ -51,7 +60,7 @@ impl Future for Probed {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let polled = self.inner.as_mut().poll(cx);
         let mut seen = self.seen.lock().expect("probe");
-        seen.last_poll_end = Some(Instant::now());
+        seen.last_poll_end = Some(now());
         seen.polls += 1;
         polled
     }
@@ -59,7 +68,7 @@ impl Future for Probed {
 
 impl Drop for Probed {
     fn drop(&mut self) {
-        self.seen.lock().expect("probe").dropped = Some(Instant::now());
+        self.seen.lock().expect("probe").dropped = Some(now());
     }
 }
 
@@ -129,7 +138,7 @@ async fn cancel_while_spinning(script: &str, spin: Duration) -> Latency {
                 cancel,
             )
             .await;
-            (outcome, Instant::now())
+            (outcome, now())
         }
     });
     tokio::time::timeout(Duration::from_secs(30), logged.recv())
@@ -137,7 +146,7 @@ async fn cancel_while_spinning(script: &str, spin: Duration) -> Latency {
         .expect("the graph logged before its loop")
         .expect("log signal");
     tokio::time::sleep(spin).await;
-    let cancelled_at = Instant::now();
+    let cancelled_at = now();
     cancel.cancel();
     let (outcome, finished_at) = tokio::time::timeout(Duration::from_secs(10), run)
         .await
@@ -152,9 +161,9 @@ async fn cancel_while_spinning(script: &str, spin: Duration) -> Latency {
     let last_poll = seen.last_poll_end.expect("polled");
     let dropped = seen.dropped.expect("the engine's future was dropped");
     Latency {
-        to_outcome: finished_at - cancelled_at,
-        to_last_poll: last_poll.saturating_duration_since(cancelled_at),
-        to_drop: dropped.saturating_duration_since(cancelled_at),
+        to_outcome: finished_at.saturating_sub(cancelled_at),
+        to_last_poll: last_poll.saturating_sub(cancelled_at),
+        to_drop: dropped.saturating_sub(cancelled_at),
     }
 }
 

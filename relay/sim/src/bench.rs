@@ -12,7 +12,9 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use relay_protocol::clock::Stopwatch;
 
 use serde_json::{Value, json};
 
@@ -444,7 +446,7 @@ async fn run_http_batch(
         async move {
             let mut samples = Vec::with_capacity(count);
             for _ in 0..count {
-                let start = Instant::now();
+                let start = Stopwatch::start();
                 poll(client, variant).await?;
                 samples.push(start.elapsed());
             }
@@ -464,7 +466,7 @@ async fn run_in_process_batch(
 ) -> Result<Vec<Duration>, BenchError> {
     let mut samples = Vec::with_capacity(polls);
     for _ in 0..polls {
-        let start = Instant::now();
+        let start = Stopwatch::start();
         let inbox = agent::list_tasks(&variant.app, &variant.agent, &variant.link)
             .await
             .map_err(|e| failed("in-process poll", e))?;
@@ -506,7 +508,8 @@ pub async fn empty_polls(options: EmptyPollOptions) -> Result<EmptyPollReport, B
     for mode in SweepMode::ALL.into_iter().chain([SweepMode::Off]) {
         variants.push(start_variant(dir.path(), mode, options).await?);
     }
-    let client = reqwest::Client::builder()
+    let client = graphrelay_net::client_builder()
+        .map_err(|e| failed("building the HTTP client", e))?
         .pool_max_idle_per_host(MAX_BENCH_CONCURRENCY)
         .build()
         .map_err(|e| failed("building the HTTP client", e))?;

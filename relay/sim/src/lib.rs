@@ -16,8 +16,6 @@ pub mod session_bench;
 pub mod stats;
 pub mod world;
 
-use std::time::Instant;
-
 use self::rng::Rng;
 use self::scenarios::Report;
 use self::world::WorldOptions;
@@ -99,7 +97,7 @@ pub fn run(
             .start_paused(true)
             .build()
             .map_err(|e| SimError::Runtime(e.to_string()))?;
-        let started = Instant::now();
+        let started = relay_protocol::clock::Stopwatch::start();
         let mut rng = Rng::new(options.seed ^ fnv(name));
         let world = WorldOptions {
             long_poll: options.long_poll,

@@ -6,7 +6,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use relay_protocol::clock::Stopwatch;
 
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -125,7 +127,7 @@ pub async fn long_polls(options: LongPollOptions) -> Result<LongPollReport, Load
             stop.clone(),
         ));
     }
-    let settle = Instant::now();
+    let settle = Stopwatch::start();
     while in_flight.load(Ordering::SeqCst) < desktops.len()
         && settle.elapsed() < Duration::from_secs(60)
     {
@@ -137,8 +139,9 @@ pub async fn long_polls(options: LongPollOptions) -> Result<LongPollReport, Load
     let rss_held_kib = rss_kib(pid)?;
 
     queue_runs(&http, &base, &desktops, options.runs).await?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while latencies.lock().await.len() < options.runs && Instant::now() < deadline {
+    let waiting = Stopwatch::start();
+    while latencies.lock().await.len() < options.runs && waiting.elapsed() < Duration::from_secs(30)
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     stop.cancel();
@@ -190,13 +193,14 @@ pub(crate) async fn start_service(
     let pid = server
         .id()
         .ok_or_else(|| LoadError("the service exited".into()))?;
-    let http = reqwest::Client::builder()
+    let http = graphrelay_net::client_builder()
+        .map_err(fail)?
         .pool_max_idle_per_host(usize::MAX)
         .timeout(Duration::from_secs(60))
         .build()
         .map_err(fail)?;
     // Wait until it answers.
-    let ready = Instant::now();
+    let ready = Stopwatch::start();
     while http
         .get(format!("{base}/.well-known/oauth-protected-resource"))
         .send()

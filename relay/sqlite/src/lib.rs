@@ -3,7 +3,9 @@
 //! once.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use relay_protocol::clock::Stopwatch;
 
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
@@ -57,11 +59,11 @@ fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
 /// `relay serve` and `relay admin` (or `relay desktop run` and a control command) started
 /// together on a fresh machine failed all but one.
 pub fn use_wal(conn: &Connection, patience: Duration) -> rusqlite::Result<String> {
-    let deadline = Instant::now() + patience;
+    let waiting = Stopwatch::start();
     loop {
         match conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)) {
             Err(rusqlite::Error::SqliteFailure(e, _))
-                if e.code == ErrorCode::DatabaseBusy && Instant::now() < deadline =>
+                if e.code == ErrorCode::DatabaseBusy && waiting.elapsed() < patience =>
             {
                 std::thread::sleep(Duration::from_millis(10));
             }

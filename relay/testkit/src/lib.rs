@@ -54,6 +54,9 @@ impl TestService {
         clock: Arc<ManualClock>,
         config: ServiceConfig,
     ) -> TestService {
+        // Tests that build a reqwest client of their own after starting a service (the
+        // service's, until they go through graphrelay_net) must find the TLS provider installed.
+        graphrelay_net::install_crypto_provider();
         let store = SqliteStore::open(db).expect("open store");
         let app = AppState::new(Arc::new(store), clock.clone(), config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -124,7 +127,7 @@ impl TestService {
             .expect("create desktop token")
             .token;
         Desktop {
-            http: reqwest::Client::new(),
+            http: http_client(),
             base: self.base.clone(),
             token,
         }
@@ -137,11 +140,16 @@ impl TestService {
             .expect("create owner-wide desktop token")
             .token;
         Desktop {
-            http: reqwest::Client::new(),
+            http: http_client(),
             base: self.base.clone(),
             token,
         }
     }
+}
+
+/// A plain HTTP client, as the desktop and owner helpers use.
+pub fn http_client() -> reqwest::Client {
+    graphrelay_net::client().expect("HTTP client")
 }
 
 /// `gs_` id number `n`.
@@ -254,7 +262,8 @@ pub async fn try_mcp_client(
     token: &str,
     era: Era,
 ) -> Result<McpClient, rmcp::service::ClientInitializeError> {
-    let transport = StreamableHttpClientTransport::from_config(
+    let transport = StreamableHttpClientTransport::with_client(
+        graphrelay_net::mcp_client().expect("MCP HTTP client"),
         StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token.to_owned()),
     );
     let lifecycle = match era {

@@ -101,7 +101,7 @@ impl AnthropicProvider {
     ) -> Result<Turn, AttemptError> {
         let response = self.client.post_json(&self.uri, headers, body, key).await?;
         let streamed = is_event_stream(&response);
-        let mut reader = BodyReader::new(response.into_body(), MAX_RESPONSE_BYTES);
+        let mut reader = BodyReader::new(response, MAX_RESPONSE_BYTES);
         let mut reply = Reply::default();
         let mut meter = ProgressMeter::new(progress);
         if streamed {

@@ -2,7 +2,6 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
 
 use serde::Serialize;
 
@@ -225,7 +224,7 @@ impl EventSink for FanOut {
 /// The per-run emitter: stamps events and enforces the log line limit.
 pub struct Events {
     sink: std::sync::Arc<dyn EventSink>,
-    started: Instant,
+    started: crate::clock::Stopwatch,
     log_lines: AtomicUsize,
 }
 
@@ -234,7 +233,7 @@ impl Events {
     pub fn new(sink: std::sync::Arc<dyn EventSink>) -> Self {
         Self {
             sink,
-            started: Instant::now(),
+            started: crate::clock::Stopwatch::start(),
             log_lines: AtomicUsize::new(0),
         }
     }

@@ -1,23 +1,17 @@
-//! The HTTP side of the real agent providers: one client (hyper, with rustls on the ring crypto
-//! provider for https), API keys that never leave this module in any printable form, bounded
+//! The HTTP side of the real agent providers: one client (reqwest through `graphrelay_net`, with
+//! rustls on the ring crypto provider for https), API keys that never leave this module in any printable form, bounded
 //! retries with backoff that honour `Retry-After`, a per-request timeout, and bounded reading of
 //! answers. Providers build their request bodies and parse answers; everything about talking to
 //! a server that may be slow, failing or hostile lives here.
 
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use graph_js::FailureCode;
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use http::{StatusCode, Uri};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
 use super::agents::{ProgressFn, ProviderError, ProviderProgress};
 
@@ -81,8 +75,8 @@ impl ApiKey {
             .map(|v| Self(v.into()))
     }
 
-    /// A header value carrying `prefix` and the key, marked sensitive (hyper and `Debug` then
-    /// never show it).
+    /// A header value carrying `prefix` and the key, marked sensitive (the HTTP client and
+    /// `Debug` then never show it).
     pub(crate) fn header(&self, prefix: &str) -> Result<HeaderValue, ProviderError> {
         let mut value = HeaderValue::from_str(&format!("{prefix}{}", self.0)).map_err(|_| {
             ProviderError::new(
@@ -168,6 +162,9 @@ pub enum ClientError {
     /// rustls refused the TLS settings.
     #[error("cannot set up TLS: {0}")]
     Tls(String),
+    /// reqwest refused the client's settings.
+    #[error("cannot build the HTTP client: {0}")]
+    Build(String),
 }
 
 /// Why a provider's base URL was refused.
@@ -283,51 +280,15 @@ where
     }
 }
 
-/// The https-or-http connector with a bound on the whole connection set-up.
-#[derive(Clone)]
-struct Connector {
-    inner: HttpsConnector<HttpConnector>,
-    timeout: Duration,
-}
-
-type Connecting = std::pin::Pin<
-    Box<
-        dyn Future<
-                Output = Result<
-                    <HttpsConnector<HttpConnector> as tower::Service<Uri>>::Response,
-                    BoxError,
-                >,
-            > + Send,
-    >,
->;
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-impl tower::Service<Uri> for Connector {
-    type Response = <HttpsConnector<HttpConnector> as tower::Service<Uri>>::Response;
-    type Error = BoxError;
-    type Future = Connecting;
-
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let connecting = self.inner.call(uri);
-        let timeout = self.timeout;
-        Box::pin(async move {
-            match tokio::time::timeout(timeout, connecting).await {
-                Ok(connected) => connected,
-                Err(_) => Err(format!(
-                    "no connection within {} s (TCP connect and TLS handshake)",
-                    timeout.as_secs_f64()
-                )
-                .into()),
-            }
-        })
-    }
+/// What every client of this module starts from: `graphrelay_net`'s builder (rustls on ring,
+/// the system's roots, proxies from the environment), a bound on opening a connection, no
+/// redirects followed (a provider's redirect is an answer to report, and the desktop's service
+/// never sends one), and no retries but ours.
+fn builder(connect_timeout: Duration) -> Result<reqwest::ClientBuilder, ClientError> {
+    Ok(graphrelay_net::client_builder()?
+        .connector_layer(graphrelay_net::ConnectTimeout(connect_timeout))
+        .redirect(reqwest::redirect::Policy::none())
+        .retry(reqwest::retry::never()))
 }
 
 /// An HTTP client for one provider: http and https (rustls, ring, the system's roots), HTTP/1.1,
@@ -340,71 +301,43 @@ impl tower::Service<Uri> for Connector {
 /// next to a model's reply.
 #[derive(Clone)]
 pub(crate) struct HttpClient {
-    client: Client<Connector, Full<Bytes>>,
-}
-
-/// TLS settings shared by every client: loading the system's roots reads many files, once.
-fn tls_config() -> Result<Arc<rustls::ClientConfig>, ClientError> {
-    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, ClientError>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let mut roots = rustls::RootCertStore::empty();
-            let found = rustls_native_certs::load_native_certs();
-            for error in &found.errors {
-                tracing::warn!("while loading the system's TLS roots: {error}");
-            }
-            let (added, ignored) = roots.add_parsable_certificates(found.certs);
-            if added == 0 {
-                tracing::warn!(
-                    ignored,
-                    "no TLS root certificates found: https providers will fail to connect"
-                );
-            }
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map_err(|e| ClientError::Tls(e.to_string()))?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            Ok(Arc::new(config))
-        })
-        .clone()
+    client: reqwest::Client,
 }
 
 impl HttpClient {
     /// A client; opening a connection may take `connect_timeout`.
     pub(crate) fn new(connect_timeout: Duration) -> Result<Self, ClientError> {
+        let builder = builder(connect_timeout)?.pool_max_idle_per_host(0);
         Ok(Self {
-            client: Client::builder(TokioExecutor::new())
-                .pool_max_idle_per_host(0)
-                .build(connector(connect_timeout)?),
+            client: graphrelay_net::build(builder)?,
         })
     }
 
     /// POSTs `body` as JSON to `uri` with `headers`. A 2xx answer is returned for reading;
     /// anything else becomes an [`AttemptError`] quoting the server's message (with `key`
-    /// removed from it).
+    /// removed from it). Dropping the future drops the request and its connection.
     pub(crate) async fn post_json(
         &self,
         uri: &Uri,
         headers: &HeaderMap,
         body: Bytes,
         key: Option<&ApiKey>,
-    ) -> Result<hyper::Response<Incoming>, AttemptError> {
-        let mut request = hyper::Request::post(uri.clone())
-            .body(Full::new(body))
+    ) -> Result<reqwest::Response, AttemptError> {
+        let url = reqwest::Url::parse(&uri.to_string())
             .map_err(|e| AttemptError::fatal(FailureCode::Invalid, e.to_string()))?;
+        let mut request = reqwest::Request::new(reqwest::Method::POST, url);
+        *request.body_mut() = Some(body.into());
         request
             .headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         for (name, value) in headers {
             request.headers_mut().insert(name.clone(), value.clone());
         }
-        let response = self.client.request(request).await.map_err(|e| {
+        let response = self.client.execute(request).await.map_err(|e| {
             // The error names the host and the cause, never the headers.
             AttemptError::Retry {
                 reason: redact(
-                    &format!("cannot reach the provider: {}", error_chain(&e)),
+                    &format!("cannot reach the provider: {}", reqwest_chain(&e)),
                     key,
                 ),
                 retry_after: None,
@@ -414,8 +347,8 @@ impl HttpClient {
         if status.is_success() {
             return Ok(response);
         }
-        let retry_after = retry_after(response.headers(), SystemTime::now());
-        let excerpt = redact(&error_excerpt(response.into_body()).await, key);
+        let retry_after = retry_after(response.headers(), crate::clock::wall_now());
+        let excerpt = redact(&error_excerpt(response).await, key);
         let what = format!(
             "HTTP {}{}",
             status.as_u16(),
@@ -429,21 +362,13 @@ impl HttpClient {
     }
 }
 
-/// The https-or-http connector every client uses.
-fn connector(connect_timeout: Duration) -> Result<Connector, ClientError> {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(connect_timeout));
-    http.set_nodelay(true);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config((*tls_config()?).clone())
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    Ok(Connector {
-        inner: https,
-        timeout: connect_timeout,
-    })
+impl From<graphrelay_net::NetError> for ClientError {
+    fn from(error: graphrelay_net::NetError) -> Self {
+        match error {
+            graphrelay_net::NetError::Tls(reason) => Self::Tls(reason),
+            graphrelay_net::NetError::Build(reason) => Self::Build(reason),
+        }
+    }
 }
 
 /// A plain HTTP(S) client for the rest of graphrelay (the desktop relay talks to its service
@@ -452,14 +377,14 @@ fn connector(connect_timeout: Duration) -> Result<Connector, ClientError> {
 /// for reuse.
 #[derive(Clone)]
 pub struct WebClient {
-    client: Client<Connector, Full<Bytes>>,
+    client: reqwest::Client,
 }
 
 impl WebClient {
     /// A client; opening a connection may take `connect_timeout`.
     pub fn new(connect_timeout: Duration) -> Result<Self, ClientError> {
         Ok(Self {
-            client: Client::builder(TokioExecutor::new()).build(connector(connect_timeout)?),
+            client: graphrelay_net::build(builder(connect_timeout)?)?,
         })
     }
 
@@ -470,19 +395,27 @@ impl WebClient {
         request: http::Request<Vec<u8>>,
         max_bytes: usize,
     ) -> Result<http::Response<Vec<u8>>, WebError> {
-        let response = self
+        let request =
+            reqwest::Request::try_from(request).map_err(|e| WebError::Send(reqwest_chain(&e)))?;
+        let mut response = self
             .client
-            .request(request.map(|body| Full::new(Bytes::from(body))))
+            .execute(request)
             .await
-            .map_err(|e| WebError::Send(error_chain(&e)))?;
-        let (parts, body) = response.into_parts();
-        let limited = http_body_util::Limited::new(body, max_bytes);
-        let bytes = limited
-            .collect()
-            .await
-            .map_err(|e| WebError::Read(e.to_string()))?
-            .to_bytes();
-        Ok(http::Response::from_parts(parts, bytes.to_vec()))
+            .map_err(|e| WebError::Send(reqwest_chain(&e)))?;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| {
+            WebError::Read(
+                std::error::Error::source(&e).map_or_else(|| e.to_string(), |c| c.to_string()),
+            )
+        })? {
+            if bytes.len().saturating_add(chunk.len()) > max_bytes {
+                // The words http-body-util's `Limited` used, which this replaced.
+                return Err(WebError::Read("length limit exceeded".into()));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        let (parts, _) = http::Response::from(response).into_parts();
+        Ok(http::Response::from_parts(parts, bytes))
     }
 }
 
@@ -519,6 +452,15 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// A reqwest error as the chain of its causes, one line. reqwest's own top line (which names the
+/// URL) is left out when there is a cause, so the text is that of the hyper client under it.
+fn reqwest_chain(error: &reqwest::Error) -> String {
+    match std::error::Error::source(error) {
+        Some(cause) => error_chain(cause),
+        None => error.to_string(),
+    }
+}
+
 /// The wait a server asks for: `retry-after-ms` (OpenAI, Azure), else `Retry-After` in seconds
 /// or as an HTTP date.
 pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
@@ -545,8 +487,8 @@ pub(crate) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Durati
 
 /// A short quote of an error body: the `error.message` of a JSON error (both APIs use that
 /// shape), else the text, cut to [`MAX_ERROR_EXCERPT_CHARS`].
-async fn error_excerpt(body: Incoming) -> String {
-    let mut reader = BodyReader::new(body, MAX_ERROR_BODY_BYTES);
+async fn error_excerpt(response: reqwest::Response) -> String {
+    let mut reader = BodyReader::new(response, MAX_ERROR_BODY_BYTES);
     let mut bytes = Vec::new();
     while let Ok(Some(chunk)) = reader.next_chunk().await {
         bytes.extend_from_slice(&chunk);
@@ -583,15 +525,15 @@ pub(crate) fn cut(text: &str, max: usize) -> String {
 
 /// Reads a body chunk by chunk, refusing more than `limit` bytes in all.
 pub(crate) struct BodyReader {
-    body: Incoming,
+    response: reqwest::Response,
     read: usize,
     limit: usize,
 }
 
 impl BodyReader {
-    pub(crate) fn new(body: Incoming, limit: usize) -> Self {
+    pub(crate) fn new(response: reqwest::Response, limit: usize) -> Self {
         Self {
-            body,
+            response,
             read: 0,
             limit,
         }
@@ -599,32 +541,27 @@ impl BodyReader {
 
     /// The next data chunk, or `None` at the end.
     pub(crate) async fn next_chunk(&mut self) -> Result<Option<Bytes>, AttemptError> {
-        loop {
-            let Some(frame) = self.body.frame().await else {
-                return Ok(None);
-            };
-            let frame = frame.map_err(|e| {
-                // Not retried: the server may already have generated (and billed) the reply.
-                AttemptError::fatal(
-                    FailureCode::Failed,
-                    format!(
-                        "the connection broke while the answer was arriving: {}",
-                        error_chain(&e)
-                    ),
-                )
-            })?;
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            self.read = self.read.saturating_add(data.len());
-            if self.read > self.limit {
-                return Err(AttemptError::fatal(
-                    FailureCode::Failed,
-                    format!("the provider's answer is larger than {} bytes", self.limit),
-                ));
-            }
-            return Ok(Some(data));
+        let chunk = self.response.chunk().await.map_err(|e| {
+            // Not retried: the server may already have generated (and billed) the reply.
+            AttemptError::fatal(
+                FailureCode::Failed,
+                format!(
+                    "the connection broke while the answer was arriving: {}",
+                    reqwest_chain(&e)
+                ),
+            )
+        })?;
+        let Some(data) = chunk else {
+            return Ok(None);
+        };
+        self.read = self.read.saturating_add(data.len());
+        if self.read > self.limit {
+            return Err(AttemptError::fatal(
+                FailureCode::Failed,
+                format!("the provider's answer is larger than {} bytes", self.limit),
+            ));
         }
+        Ok(Some(data))
     }
 
     /// Reads what is left after the end of a reply (usually nothing but the body's end), so
@@ -648,7 +585,7 @@ impl BodyReader {
 
 /// Whether an answer is a server-sent event stream (else it is one JSON document: some
 /// compatible servers ignore `stream`).
-pub(crate) fn is_event_stream(response: &hyper::Response<Incoming>) -> bool {
+pub(crate) fn is_event_stream(response: &reqwest::Response) -> bool {
     response
         .headers()
         .get(CONTENT_TYPE)

@@ -174,7 +174,7 @@ fn free_port() -> u16 {
 }
 
 async fn wait_healthy(origin: &str, mut child: Option<&mut Child>) -> Result<(), String> {
-    let client = reqwest::Client::new();
+    let client = graphrelay_net::client().expect("client");
     let deadline = tokio::time::Instant::now() + HEALTH_TIMEOUT;
     loop {
         if let Some(child) = child.as_deref_mut()
@@ -197,7 +197,7 @@ async fn wait_healthy(origin: &str, mut child: Option<&mut Child>) -> Result<(),
 /// Whether the server's slots are all idle within a few seconds (llama-server's `/slots`): a
 /// server whose client went away stops generating.
 pub async fn becomes_idle(origin: &str) -> bool {
-    let client = reqwest::Client::new();
+    let client = graphrelay_net::client().expect("client");
     for _ in 0..100 {
         if let Ok(response) = client.get(format!("{origin}/slots")).send().await
             && let Ok(slots) = response.json::<serde_json::Value>().await

@@ -179,10 +179,12 @@ impl TestServer {
             records: Mutex::new(Vec::new()),
             // llama-server closes a connection after a streamed reply: reusing it raced the
             // close and failed the next forward.
-            client: reqwest::Client::builder()
-                .pool_max_idle_per_host(0)
-                .build()
-                .expect("client"),
+            client: graphrelay_net::build(
+                graphrelay_net::client_builder()
+                    .expect("client builder")
+                    .pool_max_idle_per_host(0),
+            )
+            .expect("client"),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

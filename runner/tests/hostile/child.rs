@@ -6,7 +6,7 @@ use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The boa child runs under this address-space limit (`ulimit -v`), so a memory bomb fails in
 /// a second instead of eating the machine the tests share; without it the same bomb grows until
@@ -137,7 +137,7 @@ pub fn run_child(
         .env("RUNNER_LOG", "warn")
         // The last words of an abort, not a backtrace.
         .env("RUST_BACKTRACE", "0");
-    let started = Instant::now();
+    let started = runner::clock::Stopwatch::start();
     let mut child: Child = command.spawn().expect("the runner binary starts");
     let stdout = drain(child.stdout.take().expect("stdout"), 256 * 1024 * 1024);
     let stderr = drain(child.stderr.take().expect("stderr"), MAX_KEPT_STDERR_BYTES);

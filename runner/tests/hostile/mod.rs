@@ -19,7 +19,7 @@ pub mod child;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use runner::engine::Engine;
 use runner::engine::wasm::{WasmEngine, WasmLimits};
@@ -683,7 +683,7 @@ pub async fn run_in(
     options.events = sink.clone();
     options.timeout = Duration::from_secs_f64(timeout_secs);
     options.token_cap = max_tokens;
-    let started = Instant::now();
+    let started = runner::clock::Stopwatch::start();
     let run = run_graph(
         RunRequest {
             script: script.into(),

@@ -59,7 +59,7 @@ fn read_cache(engine: &wasmtime::Engine, path: &Path) -> Option<Component> {
     let _ = std::fs::File::options()
         .write(true)
         .open(path)
-        .and_then(|file| file.set_modified(std::time::SystemTime::now()));
+        .and_then(|file| file.set_modified(crate::clock::wall_now()));
     Some(component)
 }
 
@@ -141,7 +141,7 @@ pub(super) fn compile_cached(
         match component.serialize() {
             Ok(serialized) => {
                 if let Some(dir) = path.parent() {
-                    prune_cache(dir, std::time::SystemTime::now());
+                    prune_cache(dir, crate::clock::wall_now());
                 }
                 if let Err(e) = write_cache(path, &serialized) {
                     tracing::warn!(
@@ -162,7 +162,7 @@ mod tests {
 
     fn aged(path: &Path, age: Duration) {
         std::fs::write(path, b"x").expect("write");
-        let when = std::time::SystemTime::now() - age;
+        let when = crate::clock::wall_now() - age;
         std::fs::File::options()
             .write(true)
             .open(path)
@@ -188,7 +188,7 @@ mod tests {
         ] {
             aged(&dir.path().join(name), age);
         }
-        prune_cache(dir.path(), std::time::SystemTime::now());
+        prune_cache(dir.path(), crate::clock::wall_now());
         let mut left: Vec<String> = std::fs::read_dir(dir.path())
             .expect("read")
             .flatten()
@@ -209,7 +209,7 @@ mod tests {
     fn a_missing_cache_dir_is_no_error() {
         prune_cache(
             Path::new("/nonexistent/graphrelay-cache"),
-            std::time::SystemTime::now(),
+            crate::clock::wall_now(),
         );
     }
 }
