@@ -12,7 +12,7 @@ use relay_service::runs::RUN_NOT_FOUND;
 use serde_json::{Value, json};
 
 async fn post_mcp(service: &TestService, token: Option<&str>, body: Value) -> reqwest::Response {
-    let mut request = reqwest::Client::new()
+    let mut request = common::http_client()
         .post(service.mcp_url())
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
@@ -65,7 +65,9 @@ async fn missing_or_bad_token_gets_401_pointing_at_the_metadata() {
         "/.well-known/oauth-protected-resource/mcp",
     ] {
         let (status, metadata) = decode(
-            reqwest::get(format!("{}{path}", service.base))
+            common::http_client()
+                .get(format!("{}{path}", service.base))
+                .send()
                 .await
                 .unwrap(),
         )
@@ -304,7 +306,7 @@ async fn a_desktop_touches_only_its_owners_projects() {
 
     // Agent tokens are not desktop tokens.
     let agent_as_desktop = common::Desktop {
-        http: reqwest::Client::new(),
+        http: common::http_client(),
         base: service.base.clone(),
         token: service.full_agent(&y_project).await,
     };

@@ -45,10 +45,12 @@ async fn half_open_connections_neither_starve_others_nor_stay() {
         }
     }
 
-    let client = reqwest::Client::builder()
-        .local_address(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)))
-        .build()
-        .expect("client");
+    let client = graphrelay_net::build(
+        graphrelay_net::client_builder()
+            .expect("client builder")
+            .local_address(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))),
+    )
+    .expect("client");
     let started = tokio::time::Instant::now();
     let answer = client
         .post(service.mcp_url())

@@ -132,7 +132,7 @@ async fn non_uuid_ids_get_400_before_any_state_is_read() {
         assert!(body["error"].as_str().unwrap().contains("UUID"));
     }
     // Even without a token, a malformed id is refused before the token is looked up.
-    let response = reqwest::Client::new()
+    let response = common::http_client()
         .get(format!(
             "{}/external-assistants/graph-relays/commands/nope/control",
             service.base
@@ -141,7 +141,7 @@ async fn non_uuid_ids_get_400_before_any_state_is_read() {
         .await
         .unwrap();
     assert_eq!(response.status().as_u16(), 400);
-    let response = reqwest::Client::new()
+    let response = common::http_client()
         .get(format!(
             "{}/external-assistants/graph-relays/commands/{id}/control",
             service.base
@@ -151,7 +151,7 @@ async fn non_uuid_ids_get_400_before_any_state_is_read() {
         .unwrap();
     assert_eq!(response.status().as_u16(), 401);
     // An agent's token is refused on the desktop API, with a message naming both kinds.
-    let response = reqwest::Client::new()
+    let response = common::http_client()
         .post(format!(
             "{}/external-assistants/graph-relays/sync",
             service.base

@@ -58,7 +58,7 @@ async fn a_retry_after_a_lost_response_gets_the_same_command() {
     desktop.sync(&project, &[1, 2]).await;
 
     // The first attempt's response is lost: the request is sent and its answer dropped.
-    let lost = reqwest::Client::new()
+    let lost = common::http_client()
         .post(service.mcp_url())
         .bearer_auth(&token)
         .header("accept", "application/json, text/event-stream")

@@ -177,7 +177,7 @@ async fn raw_call(
         "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
         "io.modelcontextprotocol/clientCapabilities": {}
     }}});
-    let response = reqwest::Client::new()
+    let response = common::http_client()
         .post(service.mcp_url())
         .bearer_auth(token)
         .header("accept", "application/json, text/event-stream")

@@ -7,7 +7,7 @@ use common::TestService;
 use serde_json::Value;
 
 async fn post(service: &TestService, token: &str, body: String) -> (u16, Value) {
-    let response = reqwest::Client::new()
+    let response = common::http_client()
         .post(service.mcp_url())
         .bearer_auth(token)
         .header("accept", "application/json, text/event-stream")

@@ -270,7 +270,7 @@ async fn raw_mcp(
     body: Value,
     headers: &[(&str, &str)],
 ) -> (u16, reqwest::header::HeaderMap, Value) {
-    let mut request = reqwest::Client::new()
+    let mut request = common::http_client()
         .post(service.mcp_url())
         .bearer_auth(token)
         .header("accept", "application/json, text/event-stream")
@@ -531,7 +531,7 @@ async fn half_an_emoji_from_a_js_client_arrives_as_a_replacement_character() {
         common::gs(1),
         modern_meta()
     );
-    let response = reqwest::Client::new()
+    let response = common::http_client()
         .post(service.mcp_url())
         .bearer_auth(&token)
         .header("content-type", "application/json")
@@ -563,7 +563,7 @@ async fn a_body_that_is_not_json_gets_a_json_rpc_parse_error() {
     let project = service.project("p", "alice").await;
     let token = service.full_agent(&project).await;
     for body in ["{not json", "", "[1, 2"] {
-        let response = reqwest::Client::new()
+        let response = common::http_client()
             .post(service.mcp_url())
             .bearer_auth(&token)
             .header("content-type", "application/json")
@@ -608,7 +608,7 @@ async fn open_session(service: &TestService, token: &str) -> String {
 }
 
 async fn delete_session(service: &TestService, token: &str, session: &str) -> u16 {
-    reqwest::Client::new()
+    common::http_client()
         .delete(service.mcp_url())
         .bearer_auth(token)
         .header("mcp-session-id", session)
@@ -654,7 +654,7 @@ async fn ending_a_session_answers_no_content_once_and_not_found_after() {
         delete_session(&service, &token, "no-such-session").await,
         404
     );
-    let anonymous = reqwest::Client::new()
+    let anonymous = common::http_client()
         .delete(service.mcp_url())
         .header("mcp-session-id", other.as_str())
         .send()

@@ -40,7 +40,7 @@ impl Owner {
 
 async fn owner(service: &TestService, project: &str) -> Owner {
     Owner {
-        http: reqwest::Client::new(),
+        http: common::http_client(),
         base: service.base.clone(),
         token: service.mint_owner_token(project).await,
     }
