@@ -10,7 +10,8 @@ use std::process::{Command, Output, Stdio};
 use common::{Era, mcp_client};
 use serde_json::Value;
 
-fn relay(db: &Path, args: &[&str]) -> Output {
+/// `relay admin --db DB ARGS…`.
+pub(crate) fn relay(db: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_relay"))
         .arg("admin")
         .arg("--db")
@@ -50,7 +51,8 @@ fn desktop_run(state: &Path, token: &str) -> std::process::Child {
         .expect("run relay")
 }
 
-fn plain(output: &Output) -> String {
+/// The one plain value a successful command printed.
+pub(crate) fn plain(output: &Output) -> String {
     assert!(
         output.status.success(),
         "relay failed: {}",

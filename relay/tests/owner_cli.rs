@@ -1,21 +1,12 @@
 //! The owner's chat-task commands of `relay admin`: link, assign, list and cancel.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
+
+use crate::cli::{plain, relay};
 
 use relay_service::chat_tasks::NO_EVENT_SUBSCRIPTION_HINT;
 use serde_json::{Value, json};
-
-fn relay(db: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_relay"))
-        .arg("admin")
-        .arg("--db")
-        .arg(db)
-        .args(args)
-        .env_remove("RELAY_DB")
-        .output()
-        .expect("run relay")
-}
 
 fn stdout(output: &Output) -> String {
     assert!(
@@ -24,13 +15,6 @@ fn stdout(output: &Output) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     String::from_utf8(output.stdout.clone()).expect("utf-8")
-}
-
-fn plain(output: &Output) -> String {
-    let text = stdout(output);
-    let lines: Vec<_> = text.lines().collect();
-    assert_eq!(lines.len(), 1, "one plain value on stdout: {text:?}");
-    lines[0].to_owned()
 }
 
 #[test]
