@@ -1,8 +1,9 @@
 //! `relay admin`: operator actions on the service's database.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use relay_service::admin::{self, TokenSpec};
+use relay_service::oauth::connections;
 use relay_service::chat_tasks::owner::{self, Acting, AssignRequest};
 use relay_service::chat_tasks::view::goal_preview;
 use relay_service::{AppState, ServiceConfig};
@@ -39,6 +40,56 @@ pub(crate) enum AdminCommand {
     /// Tasks for linked chats.
     #[command(subcommand)]
     Task(TaskCommand),
+    /// Owners' sign-in: passwords, one-time links, signing out.
+    #[command(subcommand)]
+    Owner(OwnerCommand),
+    /// Connections: chat apps an owner connected through OAuth.
+    #[command(subcommand)]
+    Connection(ConnectionCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum OwnerCommand {
+    /// Set the owner's sign-in password (argon2id, at least 12 characters); prints the owner.
+    SetPassword {
+        /// The owner.
+        name: String,
+        /// Read the password from the first line of stdin (the only way: never a flag).
+        #[arg(long, required = true)]
+        password_stdin: bool,
+    },
+    /// Print a one-time URL that signs the owner in (for owners without a password).
+    SignInLink {
+        /// The owner.
+        name: String,
+        /// How long the link works, like 10m, 1h or 90s (at most 24h).
+        #[arg(long, default_value = "10m", value_parser = crate::serve::parse_sign_in_link_ttl)]
+        ttl: std::time::Duration,
+        /// The service's public URL, as `relay serve --public-url` has it.
+        #[arg(long, env = "RELAY_PUBLIC_URL", default_value = "http://127.0.0.1:8787", value_parser = crate::serve::parse_public_url)]
+        public_url: String,
+    },
+    /// Sign the owner out of every browser; prints how many sessions ended.
+    SignOutAll {
+        /// The owner.
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ConnectionCommand {
+    /// List connections, revoked ones too: one per line, its id, client name, project, scopes,
+    /// when it was made and whether it works.
+    List {
+        /// Only this project's.
+        #[arg(long, value_name = "ID")]
+        project: Option<String>,
+    },
+    /// Revoke a connection by its id; it fails on its next request. Prints the id.
+    Revoke {
+        /// The connection's id (`connection list` shows them).
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -203,6 +254,87 @@ pub(crate) async fn run(args: AdminArgs) -> Result<()> {
         AdminCommand::Token(command) => token(&app, args.json, command).await,
         AdminCommand::ChatLink(command) => chat_link(&app, args.json, command).await,
         AdminCommand::Task(command) => task(&app, args.json, command).await,
+        AdminCommand::Owner(command) => owner_command(&app, args.json, command).await,
+        AdminCommand::Connection(command) => connection(&app, args.json, command).await,
+    }
+}
+
+async fn owner_command(app: &AppState, json: bool, command: OwnerCommand) -> Result<()> {
+    match command {
+        OwnerCommand::SetPassword { name, .. } => {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .context("cannot read the password from stdin")?;
+            let password = line.trim_end_matches(['\r', '\n']).to_owned();
+            if password.is_empty() {
+                anyhow::bail!("no password on stdin: pipe one line, e.g. `printf '%s\\n' \"$PASSWORD\" | relay admin owner set-password {name} --password-stdin`");
+            }
+            let owner = admin::set_owner_password(app, &name, password).await?;
+            eprintln!("password set; {} signs in as `{}`", owner.name, owner.name);
+            print(json, &serde_json::json!({"owner": owner.name, "owner_id": owner.id}), &owner.name)
+        }
+        OwnerCommand::SignInLink {
+            name,
+            ttl,
+            public_url,
+        } => {
+            let link = admin::sign_in_link(app, &name, &public_url, ttl).await?;
+            eprintln!(
+                "open this once in {}'s browser before {}",
+                link.owner, link.expires_at
+            );
+            print(json, &link, &link.url)
+        }
+        OwnerCommand::SignOutAll { name } => {
+            let ended = admin::sign_out_all(app, &name).await?;
+            print(
+                json,
+                &serde_json::json!({"owner": name, "sessions_ended": ended}),
+                &ended.to_string(),
+            )
+        }
+    }
+}
+
+async fn connection(app: &AppState, json: bool, command: ConnectionCommand) -> Result<()> {
+    match command {
+        ConnectionCommand::List { project } => {
+            let list = connections::list(app, None, project.as_deref()).await?;
+            if json {
+                println!("{}", serde_json::to_string(&list)?);
+                return Ok(());
+            }
+            if list.is_empty() {
+                eprintln!("no connections yet: an owner makes one by adding the relay to a chat app");
+            }
+            for c in &list {
+                let state = c
+                    .revoked_at
+                    .as_ref()
+                    .map_or_else(|| "active".to_owned(), |at| format!("revoked {at}"));
+                println!(
+                    "{}  {}  project {}  ({})  created {}  {state}",
+                    c.id,
+                    for_terminal(&c.client_name),
+                    c.project_id,
+                    c.scopes.join(" "),
+                    c.created_at
+                );
+            }
+            Ok(())
+        }
+        ConnectionCommand::Revoke { id } => match connections::revoke(app, None, &id).await? {
+            connections::Revoked::NotFound => anyhow::bail!(
+                "no connection {id}: `relay admin connection list` shows them (operator-minted tokens are revoked with `relay admin token revoke`)"
+            ),
+            outcome => {
+                if outcome == connections::Revoked::Already {
+                    tracing::warn!(connection = %id, "connection was already revoked");
+                }
+                print(json, &serde_json::json!({"id": id, "revoked": true}), &id)
+            }
+        },
     }
 }
 

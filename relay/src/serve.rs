@@ -38,6 +38,14 @@ pub(crate) struct ServeArgs {
     /// from each request's Host).
     #[arg(long, value_parser = parse_public_url)]
     pub(crate) public_url: Option<String>,
+    /// How long an OAuth access token works, like 1h, 15m or 30s (refresh tokens rotate and
+    /// last 30 days).
+    #[arg(long, default_value = "1h", value_parser = parse_access_token_ttl)]
+    pub(crate) access_token_ttl: Duration,
+    /// Development mode: client ID metadata documents may be on plain http and on loopback or
+    /// private addresses. Never on a public service.
+    #[arg(long)]
+    pub(crate) dev: bool,
     /// Minutes a running run may go without a control poll before it is failed.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) silence_timeout_minutes: u64,
@@ -162,6 +170,8 @@ pub(crate) async fn run(args: ServeArgs) -> Result<()> {
     let mut config = ServiceConfig {
         silence_timeout: Duration::from_secs(args.silence_timeout_minutes * 60),
         public_url: args.public_url,
+        access_token_ttl: args.access_token_ttl,
+        dev: args.dev,
         task_lease: Duration::from_secs(args.task_lease_seconds),
         ..ServiceConfig::default()
     };
@@ -197,6 +207,45 @@ pub(crate) async fn run(args: ServeArgs) -> Result<()> {
         .context("the server stopped with an error")
 }
 
+/// A duration like `90s`, `10m`, `1h` or `2d` (a bare number is seconds), between `min` and
+/// `max`.
+pub(crate) fn parse_duration(text: &str, min: Duration, max: Duration) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration: write it like 90s, 10m, 1h or 2d"))?;
+    let seconds = match unit.trim() {
+        "" | "s" | "sec" | "secs" => 1,
+        "m" | "min" | "mins" => 60,
+        "h" | "hour" | "hours" => 3600,
+        "d" | "day" | "days" => 86_400,
+        other => return Err(format!("unknown unit `{other}`: use s, m, h or d")),
+    };
+    let duration = Duration::from_secs(number.saturating_mul(seconds));
+    if duration < min || duration > max {
+        return Err(format!(
+            "`{text}` is out of range: between {} s and {} s",
+            min.as_secs(),
+            max.as_secs()
+        ));
+    }
+    Ok(duration)
+}
+
+/// `--access-token-ttl`: 1 s to 1 day.
+fn parse_access_token_ttl(text: &str) -> Result<Duration, String> {
+    parse_duration(text, Duration::from_secs(1), Duration::from_secs(86_400))
+}
+
+/// `sign-in-link --ttl`: 10 s to 1 day.
+pub(crate) fn parse_sign_in_link_ttl(text: &str) -> Result<Duration, String> {
+    parse_duration(text, Duration::from_secs(10), Duration::from_secs(86_400))
+}
+
 /// Why `--public-url` was refused.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -205,7 +254,7 @@ pub(crate) struct PublicUrlError(String);
 /// `--public-url`: an absolute http(s) URL with a host and no query or fragment, without its
 /// trailing slash. It goes into OAuth metadata and the quoted `WWW-Authenticate` challenge, so
 /// anything else would hand MCP clients an address they cannot use.
-fn parse_public_url(text: &str) -> Result<String, PublicUrlError> {
+pub(crate) fn parse_public_url(text: &str) -> Result<String, PublicUrlError> {
     let url = reqwest::Url::parse(text).map_err(|e| {
         PublicUrlError(format!(
             "{e}; give the address MCP clients reach the service at, like https://relay.example.com"
@@ -242,7 +291,22 @@ fn parse_public_url(text: &str) -> Result<String, PublicUrlError> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_public_url;
+    use super::{parse_duration, parse_public_url};
+    use std::time::Duration;
+
+    #[test]
+    fn durations_take_a_unit_and_a_range() {
+        let any = |t: &str| parse_duration(t, Duration::ZERO, Duration::from_secs(1_000_000));
+        assert_eq!(any("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(any("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(any("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(any("2d"), Ok(Duration::from_secs(172_800)));
+        assert_eq!(any("45"), Ok(Duration::from_secs(45)));
+        assert!(any("ten minutes").is_err());
+        assert!(any("5w").is_err());
+        assert!(any("").is_err());
+        assert!(parse_duration("2h", Duration::ZERO, Duration::from_secs(3600)).is_err());
+    }
 
     #[test]
     fn public_url_must_be_an_absolute_http_url_and_loses_its_trailing_slash() {

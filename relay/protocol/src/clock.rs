@@ -37,6 +37,11 @@ impl Timestamp {
         Timestamp(self.0.saturating_sub(duration_millis(duration)))
     }
 
+    /// How long after `earlier` this is; zero if it is not after it.
+    pub fn saturating_duration_since(self, earlier: Timestamp) -> Duration {
+        Duration::from_millis(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))
+    }
+
     /// RFC 3339 text in UTC with millisecond precision, e.g. `2026-11-08T09:30:00.000Z`.
     pub fn to_rfc3339(self) -> String {
         let days = self.0.div_euclid(MILLIS_PER_DAY);

@@ -4,7 +4,8 @@ use serde::Serialize;
 
 use super::AppState;
 use super::auth::{Scope, hash_token, looks_like_token, mint_token};
-use super::store::{ProjectRecord, StoreError, TokenKind, TokenRecord};
+use super::oauth::{SIGN_IN_LINK_PATH, password, signin};
+use super::store::{OwnerRecord, ProjectRecord, SignInLinkRecord, StoreError, TokenKind, TokenRecord};
 use relay_protocol::clock::Timestamp;
 
 /// The owner a project belongs to when the operator names none (a single-owner install).
@@ -251,6 +252,7 @@ pub async fn create_token(
         project_id: (kind != TokenKind::Owner).then(|| project.id.clone()),
         agent_name: agent_name.clone(),
         scopes: scopes.clone(),
+        client_id: None,
         created_at: app.clock.now(),
         revoked_at: None,
     };
@@ -288,6 +290,7 @@ pub async fn create_owner_desktop_token(
         project_id: None,
         agent_name: None,
         scopes: Vec::new(),
+        client_id: None,
         created_at: app.clock.now(),
         revoked_at: None,
     };
@@ -320,4 +323,78 @@ pub async fn revoke_token(app: &AppState, id_or_token: &str) -> Result<RevokedTo
         token_id: record.id,
         newly_revoked,
     })
+}
+
+/// The owner named `name`, or an error that says how owners come to exist.
+pub async fn owner_named(app: &AppState, name: &str) -> Result<OwnerRecord, AdminError> {
+    app.store.owner_by_name(name).await?.ok_or_else(|| {
+        AdminError::Invalid(format!(
+            "no owner named `{name}`: `relay admin project list` shows each project's owner, `relay admin project create NAME --owner OWNER` makes one"
+        ))
+    })
+}
+
+/// Sets the owner's sign-in password (argon2id; at least 12 characters).
+pub async fn set_owner_password(
+    app: &AppState,
+    name: &str,
+    new_password: String,
+) -> Result<OwnerRecord, AdminError> {
+    let owner = owner_named(app, name).await?;
+    let hash = password::hash(new_password)
+        .await
+        .map_err(|e| AdminError::Invalid(e.to_string()))?;
+    app.store.set_owner_password(&owner.id, Some(hash)).await?;
+    Ok(owner)
+}
+
+/// A one-time sign-in link, as `relay admin owner sign-in-link` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SignInLink {
+    /// Who it signs in.
+    pub owner: String,
+    /// The URL to open (once) in the owner's browser.
+    pub url: String,
+    /// When it stops working.
+    pub expires_at: Timestamp,
+}
+
+/// Makes a one-time link that signs the owner `name` in within `ttl`; `base` is the service's
+/// public URL.
+pub async fn sign_in_link(
+    app: &AppState,
+    name: &str,
+    base: &str,
+    ttl: std::time::Duration,
+) -> Result<SignInLink, AdminError> {
+    let owner = owner_named(app, name).await?;
+    let secret = format!("grl_{}", signin::random_hex(32)?);
+    let now = app.clock.now();
+    let expires_at = now.saturating_add(ttl);
+    app.store
+        .insert_sign_in_link(SignInLinkRecord {
+            token_hash: hash_token(&secret),
+            owner_id: owner.id,
+            created_at: now,
+            expires_at,
+            used_at: None,
+        })
+        .await?;
+    Ok(SignInLink {
+        owner: owner.name,
+        url: format!(
+            "{}{SIGN_IN_LINK_PATH}?link={secret}",
+            base.trim_end_matches('/')
+        ),
+        expires_at,
+    })
+}
+
+/// Signs the owner `name` out of every browser; how many sessions ended.
+pub async fn sign_out_all(app: &AppState, name: &str) -> Result<usize, AdminError> {
+    let owner = owner_named(app, name).await?;
+    Ok(app
+        .store
+        .end_browser_sessions(&owner.id, app.clock.now())
+        .await?)
 }

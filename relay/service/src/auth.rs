@@ -8,7 +8,7 @@ use std::fmt;
 use sha2::{Digest, Sha256};
 
 use super::AppState;
-use super::store::{StoreError, TokenKind, TokenRecord};
+use super::store::{OAuthTokenKind, StoreError, TokenKind, TokenRecord};
 
 /// Random bytes in a token's secret.
 const TOKEN_SECRET_BYTES: usize = 32;
@@ -120,7 +120,9 @@ pub enum AuthError {
     #[error("missing bearer token: send `Authorization: Bearer <token>`")]
     Missing,
     /// Unknown, malformed or revoked token.
-    #[error("the bearer token is unknown or revoked: ask the operator for a new one")]
+    #[error(
+        "the bearer token is unknown, expired or revoked: refresh it, connect again, or ask the operator for a new one"
+    )]
     Invalid,
     /// A valid token of the wrong kind for this endpoint.
     #[error("wrong kind of token: this endpoint takes {expected} tokens, not {actual} tokens")]
@@ -204,15 +206,34 @@ pub async fn authenticate(app: &AppState, token: Option<&str>) -> Result<Identit
     if relay_protocol::text::utf16_len(token) > MAX_TOKEN_CHARS {
         return Err(AuthError::Invalid);
     }
-    let record = app
-        .store
-        .token_by_hash(&hash_token(token))
-        .await?
-        .ok_or(AuthError::Invalid)?;
+    let hash = hash_token(token);
+    let record = match app.store.token_by_hash(&hash).await? {
+        Some(record) => record,
+        None => oauth_grant(app, &hash).await?,
+    };
     if record.revoked_at.is_some() {
         return Err(AuthError::Invalid);
     }
     identity_of(record)
+}
+
+/// The grant behind an OAuth access token, if the token is current: unexpired and unrevoked.
+/// The grant's own revocation is checked by the caller like any token's.
+async fn oauth_grant(app: &AppState, hash: &str) -> Result<TokenRecord, AuthError> {
+    let access = app
+        .store
+        .oauth_token(hash)
+        .await?
+        .filter(|t| {
+            t.kind == OAuthTokenKind::Access
+                && t.revoked_at.is_none()
+                && t.expires_at > app.clock.now()
+        })
+        .ok_or(AuthError::Invalid)?;
+    app.store
+        .token(&access.grant_id)
+        .await?
+        .ok_or(AuthError::Invalid)
 }
 
 fn identity_of(record: TokenRecord) -> Result<Identity, AuthError> {

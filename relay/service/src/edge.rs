@@ -35,6 +35,16 @@ pub enum ApiError {
     TooLarge(String),
     /// The token is past its request rate.
     RateLimited(QuotaError),
+    /// The object does not exist, or is another owner's (the same answer).
+    NotFound(String),
+    /// The store failed.
+    Store(crate::store::StoreError),
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(error: crate::store::StoreError) -> Self {
+        ApiError::Store(error)
+    }
 }
 
 impl From<AuthError> for ApiError {
@@ -72,6 +82,15 @@ impl ApiError {
             ApiError::TooLarge(message) => (StatusCode::PAYLOAD_TOO_LARGE, message, None),
             ApiError::RateLimited(error) => {
                 (StatusCode::TOO_MANY_REQUESTS, error.to_string(), None)
+            }
+            ApiError::NotFound(message) => (StatusCode::NOT_FOUND, message, None),
+            ApiError::Store(error) => {
+                tracing::error!(%error, "owner request failed");
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the service cannot answer this right now; retry later".to_owned(),
+                    None,
+                )
             }
             ApiError::Desktop(error) => desktop_parts(error),
             ApiError::Task(error) => {

@@ -14,6 +14,7 @@ pub mod listener;
 pub mod mcp;
 pub mod notify;
 pub mod oauth;
+pub mod origin;
 pub mod owner_api;
 pub mod rate;
 pub mod runs;
@@ -25,7 +26,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
 use chat_tasks::sweep::{SweepMode, SweepStats};
@@ -49,6 +49,11 @@ pub struct ServiceConfig {
     /// The public base URL (e.g. `https://relay.example.com`) used in OAuth metadata; when
     /// unset it is derived from each request's Host.
     pub public_url: Option<String>,
+    /// How long an OAuth access token works (refresh tokens rotate and last 30 days).
+    pub access_token_ttl: Duration,
+    /// Development mode: client ID metadata documents may live on loopback or private
+    /// addresses, and on plain http.
+    pub dev: bool,
     /// How long a chat task's claim holds before the task returns to the queue; zero
     /// disables leases (a claim then holds until the task finishes, is cancelled or expires).
     pub task_lease: Duration,
@@ -76,6 +81,8 @@ impl Default for ServiceConfig {
             silence_timeout: runs::DEFAULT_SILENCE_TIMEOUT,
             poll_hint: Duration::from_secs(DESKTOP_POLL_INTERVAL_SECS),
             public_url: None,
+            access_token_ttl: oauth::DEFAULT_ACCESS_TOKEN_TTL,
+            dev: false,
             task_lease: chat_tasks::DEFAULT_TASK_LEASE,
             task_sweep: SweepMode::default(),
             queue_quota: store::QueueQuota {
@@ -112,6 +119,8 @@ pub struct AppState {
     pub mcp_sessions: mcp::legacy_sessions::McpSessions,
     /// Each token's request rate.
     pub rate: rate::RateLimiter,
+    /// The authorization server's in-memory state (sign-in throttle, document cache).
+    pub oauth: oauth::OAuthState,
 }
 
 impl AppState {
@@ -125,29 +134,20 @@ impl AppState {
             task_sweeps: SweepStats::default(),
             mcp_sessions: mcp::legacy_sessions::McpSessions::new(config.mcp_sessions),
             rate: rate::RateLimiter::new(config.rate_limit),
+            oauth: oauth::OAuthState::default(),
             config,
         })
     }
 }
 
 /// The whole service as one router: `/mcp`, the desktop API, the owner API and the OAuth
-/// metadata.
+/// authorization server.
 pub fn router(app: Arc<AppState>) -> Router {
-    let metadata = Router::new()
-        .route(
-            oauth::PROTECTED_RESOURCE_PATH,
-            get(oauth::protected_resource_metadata),
-        )
-        .route(
-            &format!("{}{}", oauth::PROTECTED_RESOURCE_PATH, mcp::MCP_PATH),
-            get(oauth::protected_resource_metadata),
-        )
-        .with_state(app.clone());
     Router::new()
         .merge(mcp::routes(app.clone()))
         .merge(desktop_api::routes(app.clone()))
-        .merge(owner_api::routes(app))
-        .merge(metadata)
+        .merge(owner_api::routes(app.clone()))
+        .merge(oauth::routes(app))
 }
 
 /// Serves [`router`] on `listener` until `shutdown` resolves, sweeping silent runs meanwhile.
@@ -180,6 +180,9 @@ async fn sweep_silent_runs(app: Arc<AppState>) {
         interval.tick().await;
         if let Err(error) = runs::fail_silent_runs(&app).await {
             tracing::error!(%error, "sweeping silent runs failed");
+        }
+        if let Err(error) = oauth::sweep(&app).await {
+            tracing::error!(%error, "sweeping lapsed sign-in and OAuth state failed");
         }
     }
 }

@@ -6,14 +6,15 @@ use std::sync::Arc;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::AppState;
 use crate::chat_tasks::owner::{self, Acting, AssignRequest};
 use crate::chat_tasks::view::{
     ArtifactContent, AssignedTask, CancelledTask, ChatLinkView, OwnerTaskDetail, OwnerTaskList,
 };
-use crate::edge::{ApiResult, JsonBody, Owner};
+use crate::edge::{ApiError, ApiResult, JsonBody, Owner};
+use crate::oauth::connections;
 
 /// Path prefix of the owner API.
 pub const OWNER_API_PREFIX: &str = "/owner";
@@ -69,6 +70,11 @@ pub fn routes(app: Arc<AppState>) -> Router {
         .route(
             &format!("{p}/tasks/{{id}}/artifacts/{{artifact_id}}"),
             get(artifact),
+        )
+        .route(&format!("{p}/v1/connections"), get(list_connections))
+        .route(
+            &format!("{p}/v1/connections/{{id}}/revoke"),
+            post(revoke_connection),
         )
         .layer(DefaultBodyLimit::max(MAX_OWNER_BODY_BYTES))
         .with_state(app)
@@ -154,4 +160,51 @@ async fn artifact(
 ) -> ApiResult<ArtifactContent> {
     let content = owner::artifact(&app, Acting::Owner(&owner), &id, &artifact_id).await?;
     Ok(Json(content))
+}
+
+/// `GET /owner/v1/connections` answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnectionList {
+    /// The owner's connections, revoked ones too, oldest first.
+    pub connections: Vec<connections::Connection>,
+}
+
+/// `POST /owner/v1/connections/{id}/revoke` answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct RevokedConnection {
+    /// The connection.
+    pub id: String,
+    /// Always true: the connection does not work any more.
+    pub revoked: bool,
+    /// True when it had been revoked before this request.
+    pub already_revoked: bool,
+}
+
+async fn list_connections(
+    State(app): State<Arc<AppState>>,
+    Owner(owner): Owner,
+) -> ApiResult<ConnectionList> {
+    let connections = connections::list(&app, Some(&owner.owner_id), None).await?;
+    Ok(Json(ConnectionList { connections }))
+}
+
+async fn revoke_connection(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Owner(owner): Owner,
+) -> ApiResult<RevokedConnection> {
+    let already_revoked = match connections::revoke(&app, Some(&owner.owner_id), &id).await? {
+        connections::Revoked::Now => false,
+        connections::Revoked::Already => true,
+        connections::Revoked::NotFound => {
+            return Err(ApiError::NotFound(format!(
+                "connection {id} not found: GET /owner/v1/connections lists yours"
+            )));
+        }
+    };
+    Ok(Json(RevokedConnection {
+        id,
+        revoked: true,
+        already_revoked,
+    }))
 }

@@ -22,6 +22,8 @@ mod long_poll;
 mod mcp_errors;
 mod mcp_sessions;
 mod mcp_tools;
+mod oauth_attacks;
+mod oauth_flow;
 mod owner_tasks;
 mod quotas;
 mod restart;

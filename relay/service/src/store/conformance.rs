@@ -70,6 +70,7 @@ async fn seed(store: &dyn Store) -> Seed {
                 project_id: Some(project_id.clone()),
                 agent_name: Some(name.into()),
                 scopes: vec!["osfoundry:read".into(), "osfoundry:run".into()],
+                client_id: None,
                 created_at: T0,
                 revoked_at: None,
             })
@@ -320,6 +321,7 @@ pub async fn projects_owners_and_tokens_are_listed_in_order(store: &dyn Store) {
         project_id: None,
         agent_name: None,
         scopes: Vec::new(),
+        client_id: None,
         created_at: created,
         revoked_at: None,
     };

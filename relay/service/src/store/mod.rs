@@ -4,6 +4,7 @@
 //! (`runs::transition`, `chat_tasks::machine::transition`); the store only makes each write
 //! conditional on the state the caller read, so concurrent writers cannot both win.
 
+pub mod auth;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod sqlite;
@@ -17,6 +18,11 @@ use crate::chat_tasks::model::{HostKind, TaskId, TaskStatus};
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
 
+pub use auth::{
+    AuthCodeRecord, AuthSweep, AuthSweepCounts, BrowserSessionRecord, IssuedTokens,
+    OAuthClientRecord, OAuthTokenKind, OAuthTokenRecord, RedeemOutcome, RotateOutcome,
+    SignInLinkRecord,
+};
 pub use sqlite::SqliteStore;
 
 /// The future every store method returns (boxed so `dyn Store` works).
@@ -106,6 +112,9 @@ pub struct TokenRecord {
     pub agent_name: Option<String>,
     /// Granted scopes, e.g. `osfoundry:read` (agent tokens only).
     pub scopes: Vec<String>,
+    /// The OAuth client of a grant (a connection made through the authorization server);
+    /// `None` for operator-minted tokens.
+    pub client_id: Option<String>,
     /// When it was minted.
     pub created_at: Timestamp,
     /// When it was revoked, if it was.
@@ -417,8 +426,80 @@ pub trait Store: Send + Sync + 'static {
     fn token<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TokenRecord>>;
     /// Every token acting for this owner (revoked or not), oldest first (ties by id).
     fn tokens_of_owner<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<TokenRecord>>;
-    /// Revokes a token unless already revoked; true when this call revoked it.
+    /// Revokes a token unless already revoked, and with a grant every access and refresh token
+    /// of it; true when this call revoked it.
     fn revoke_token<'a>(&'a self, id: &'a str, now: Timestamp) -> StoreFuture<'a, bool>;
+
+    /// The owner named `name`.
+    fn owner_by_name<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<OwnerRecord>>;
+    /// Sets (or with `None` clears) the owner's password hash; true if the owner exists.
+    fn set_owner_password<'a>(
+        &'a self,
+        owner_id: &'a str,
+        password_hash: Option<String>,
+    ) -> StoreFuture<'a, bool>;
+    /// The owner's password hash (PHC string), if one is set.
+    fn owner_password<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Option<String>>;
+    /// Stores a new browser session.
+    fn insert_browser_session(&self, session: BrowserSessionRecord) -> StoreFuture<'_, ()>;
+    /// The live session whose secret hashes to `id_hash` (not ended, seen at or after
+    /// `idle_before`), its `last_seen_at` moved to `now` in the same step.
+    fn touch_browser_session<'a>(
+        &'a self,
+        id_hash: &'a str,
+        idle_before: Timestamp,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<BrowserSessionRecord>>;
+    /// Ends every browser session of the owner; how many were live.
+    fn end_browser_sessions<'a>(
+        &'a self,
+        owner_id: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, usize>;
+    /// Stores a new sign-in link.
+    fn insert_sign_in_link(&self, link: SignInLinkRecord) -> StoreFuture<'_, ()>;
+    /// Marks the link used if it is unused and unexpired at `now`; the link when it was.
+    fn use_sign_in_link<'a>(
+        &'a self,
+        token_hash: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<SignInLinkRecord>>;
+    /// Stores a new registered client.
+    fn insert_oauth_client(&self, client: OAuthClientRecord) -> StoreFuture<'_, ()>;
+    /// The registered client with this id.
+    fn oauth_client<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OAuthClientRecord>>;
+    /// Records the client's first use (an authorization granted); later calls change nothing.
+    fn mark_oauth_client_used<'a>(&'a self, id: &'a str, now: Timestamp)
+    -> StoreFuture<'a, ()>;
+    /// Stores a new authorization code.
+    fn insert_auth_code(&self, code: AuthCodeRecord) -> StoreFuture<'_, ()>;
+    /// The code whose text hashes to `code_hash` (used or not).
+    fn auth_code<'a>(&'a self, code_hash: &'a str) -> StoreFuture<'a, Option<AuthCodeRecord>>;
+    /// In one step: marks the code used (if unused and unexpired at `now`), stores `grant`
+    /// and `tokens`, and records the grant on the code.
+    fn redeem_auth_code<'a>(
+        &'a self,
+        code_hash: &'a str,
+        now: Timestamp,
+        grant: TokenRecord,
+        tokens: IssuedTokens,
+    ) -> StoreFuture<'a, RedeemOutcome>;
+    /// The OAuth token whose text hashes to `token_hash`.
+    fn oauth_token<'a>(&'a self, token_hash: &'a str)
+    -> StoreFuture<'a, Option<OAuthTokenRecord>>;
+    /// In one step: marks the refresh token used (if current: unused, unexpired, unrevoked,
+    /// its grant unrevoked) and stores `tokens` for the same grant.
+    fn rotate_refresh_token<'a>(
+        &'a self,
+        token_hash: &'a str,
+        now: Timestamp,
+        tokens: IssuedTokens,
+    ) -> StoreFuture<'a, RotateOutcome>;
+    /// Revokes one OAuth token; true when this call revoked it.
+    fn revoke_oauth_token<'a>(&'a self, token_hash: &'a str, now: Timestamp)
+    -> StoreFuture<'a, bool>;
+    /// Removes lapsed sessions, links, unused registrations, and expired codes and tokens.
+    fn sweep_auth(&self, sweep: AuthSweep) -> StoreFuture<'_, AuthSweepCounts>;
 
     /// Replaces the project's shared-session snapshot and records the sync time.
     fn replace_sessions<'a>(

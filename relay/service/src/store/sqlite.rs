@@ -17,11 +17,16 @@ use super::{
     SessionSnapshot, Store, StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord,
     TokenKind, TokenRecord,
 };
+use super::{
+    AuthCodeRecord, AuthSweep, AuthSweepCounts, BrowserSessionRecord, IssuedTokens,
+    OAuthClientRecord, OAuthTokenRecord, RedeemOutcome, RotateOutcome, SignInLinkRecord,
+};
 use crate::chat_tasks::model::TaskId;
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
 use relay_sqlite::MigrateError;
 
+mod auth;
 mod chat;
 
 /// Connections one file-backed store keeps open; WAL lets readers run beside the one writer.
@@ -106,6 +111,7 @@ CREATE INDEX commands_running ON commands(status, last_seen_at);
     r#"
 CREATE INDEX commands_queued_by_agent ON commands(agent_id) WHERE status = 'queued';
 "#,
+    auth::MIGRATION,
 ];
 
 /// Which quota `command` would exceed, if any: counted inside the insert's transaction.
@@ -144,8 +150,8 @@ const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_session_id, slug,
     result_truncated, total_tokens, reported_cost, error, completion_hash, created_at, \
     started_at, finished_at, last_seen_at, updated_at";
 
-const TOKEN_COLUMNS: &str =
-    "id, kind, token_hash, owner_id, project_id, agent_name, scopes, created_at, revoked_at";
+const TOKEN_COLUMNS: &str = "id, kind, token_hash, owner_id, project_id, agent_name, scopes, \
+    created_at, revoked_at, client_id";
 
 /// A [`Store`] over one SQLite database file (or one in-memory database).
 #[derive(Clone)]
@@ -306,6 +312,7 @@ fn token_from_row(row: &Row<'_>) -> rusqlite::Result<TokenRecord> {
         scopes: scopes.split_whitespace().map(str::to_owned).collect(),
         created_at: Timestamp::from_unix_millis(row.get(7)?),
         revoked_at: ts(row.get(8)?),
+        client_id: row.get(9)?,
     })
 }
 
@@ -493,7 +500,7 @@ impl Store for SqliteStore {
             connection
                 .execute(
                     &format!(
-                        "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+                        "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
                     ),
                     params![
                         token.id,
@@ -505,6 +512,7 @@ impl Store for SqliteStore {
                         token.scopes.join(" "),
                         token.created_at.unix_millis(),
                         ms(token.revoked_at),
+                        token.client_id,
                     ],
                 )
                 .map_err(backend)?;
@@ -559,14 +567,108 @@ impl Store for SqliteStore {
     fn revoke_token<'a>(&'a self, id: &'a str, now: Timestamp) -> StoreFuture<'a, bool> {
         let id = id.to_owned();
         self.call(move |connection| {
-            let changed = connection
-                .execute(
-                    "UPDATE tokens SET revoked_at = ?1 WHERE id = ?2 AND revoked_at IS NULL",
-                    params![now.unix_millis(), id],
-                )
-                .map_err(backend)?;
-            Ok(changed == 1)
+            auth::revoke_token_and_grant(connection, &id, now).map_err(backend)
         })
+    }
+
+    fn owner_by_name<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<OwnerRecord>> {
+        self.owner_by_name_impl(name.to_owned())
+    }
+
+    fn set_owner_password<'a>(
+        &'a self,
+        owner_id: &'a str,
+        password_hash: Option<String>,
+    ) -> StoreFuture<'a, bool> {
+        self.set_owner_password_impl(owner_id.to_owned(), password_hash)
+    }
+
+    fn owner_password<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Option<String>> {
+        self.owner_password_impl(owner_id.to_owned())
+    }
+
+    fn insert_browser_session(&self, session: BrowserSessionRecord) -> StoreFuture<'_, ()> {
+        self.insert_browser_session_impl(session)
+    }
+
+    fn touch_browser_session<'a>(
+        &'a self,
+        id_hash: &'a str,
+        idle_before: Timestamp,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<BrowserSessionRecord>> {
+        self.touch_browser_session_impl(id_hash.to_owned(), idle_before, now)
+    }
+
+    fn end_browser_sessions<'a>(
+        &'a self,
+        owner_id: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, usize> {
+        self.end_browser_sessions_impl(owner_id.to_owned(), now)
+    }
+
+    fn insert_sign_in_link(&self, link: SignInLinkRecord) -> StoreFuture<'_, ()> {
+        self.insert_sign_in_link_impl(link)
+    }
+
+    fn use_sign_in_link<'a>(
+        &'a self,
+        token_hash: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<SignInLinkRecord>> {
+        self.use_sign_in_link_impl(token_hash.to_owned(), now)
+    }
+
+    fn insert_oauth_client(&self, client: OAuthClientRecord) -> StoreFuture<'_, ()> {
+        self.insert_oauth_client_impl(client)
+    }
+
+    fn oauth_client<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OAuthClientRecord>> {
+        self.oauth_client_impl(id.to_owned())
+    }
+
+    fn mark_oauth_client_used<'a>(&'a self, id: &'a str, now: Timestamp) -> StoreFuture<'a, ()> {
+        self.mark_oauth_client_used_impl(id.to_owned(), now)
+    }
+
+    fn insert_auth_code(&self, code: AuthCodeRecord) -> StoreFuture<'_, ()> {
+        self.insert_auth_code_impl(code)
+    }
+
+    fn auth_code<'a>(&'a self, code_hash: &'a str) -> StoreFuture<'a, Option<AuthCodeRecord>> {
+        self.auth_code_impl(code_hash.to_owned())
+    }
+
+    fn redeem_auth_code<'a>(
+        &'a self,
+        code_hash: &'a str,
+        now: Timestamp,
+        grant: TokenRecord,
+        tokens: IssuedTokens,
+    ) -> StoreFuture<'a, RedeemOutcome> {
+        self.redeem_auth_code_impl(code_hash.to_owned(), now, grant, tokens)
+    }
+
+    fn oauth_token<'a>(&'a self, token_hash: &'a str) -> StoreFuture<'a, Option<OAuthTokenRecord>> {
+        self.oauth_token_impl(token_hash.to_owned())
+    }
+
+    fn rotate_refresh_token<'a>(
+        &'a self,
+        token_hash: &'a str,
+        now: Timestamp,
+        tokens: IssuedTokens,
+    ) -> StoreFuture<'a, RotateOutcome> {
+        self.rotate_refresh_token_impl(token_hash.to_owned(), now, tokens)
+    }
+
+    fn revoke_oauth_token<'a>(&'a self, token_hash: &'a str, now: Timestamp) -> StoreFuture<'a, bool> {
+        self.revoke_oauth_token_impl(token_hash.to_owned(), now)
+    }
+
+    fn sweep_auth(&self, sweep: AuthSweep) -> StoreFuture<'_, AuthSweepCounts> {
+        self.sweep_auth_impl(sweep)
     }
 
     fn replace_sessions<'a>(
