@@ -14,6 +14,7 @@ pub mod listener;
 pub mod mcp;
 pub mod notify;
 pub mod oauth;
+pub mod origin;
 pub mod owner_api;
 pub mod rate;
 pub mod runs;
@@ -46,9 +47,20 @@ pub struct ServiceConfig {
     pub silence_timeout: Duration,
     /// When agents are told to look at a run (about one desktop poll interval).
     pub poll_hint: Duration,
-    /// The public base URL (e.g. `https://relay.example.com`) used in OAuth metadata; when
-    /// unset it is derived from each request's Host.
+    /// The public base URL (e.g. `https://relay.example.com`) used in OAuth metadata and as
+    /// the relay's own origin and host ([`origin`]). `relay serve` always sets it (by default
+    /// `http://` plus the bound address); unset (in-process) the metadata's base comes from
+    /// each request's Host and only loopback hosts and origins are taken.
     pub public_url: Option<String>,
+    /// Origins besides the public URL's whose requests are taken (normalised, like
+    /// `https://app.example.com`; `relay serve --allowed-origin`).
+    pub allowed_origins: Vec<String>,
+    /// Whether a proxy in front sets `X-Forwarded-Host`, `-Proto` and `-For`; without it they
+    /// are ignored (`relay serve --trust-proxy`).
+    pub trust_proxy: bool,
+    /// Whether the listener is on a loopback address, so the loopback names with its port are
+    /// served hosts besides the public URL's (set by `relay serve` from the bound address).
+    pub listen_loopback: bool,
     /// How long a chat task's claim holds before the task returns to the queue; zero
     /// disables leases (a claim then holds until the task finishes, is cancelled or expires).
     pub task_lease: Duration,
@@ -76,6 +88,9 @@ impl Default for ServiceConfig {
             silence_timeout: runs::DEFAULT_SILENCE_TIMEOUT,
             poll_hint: Duration::from_secs(DESKTOP_POLL_INTERVAL_SECS),
             public_url: None,
+            allowed_origins: Vec::new(),
+            trust_proxy: false,
+            listen_loopback: false,
             task_lease: chat_tasks::DEFAULT_TASK_LEASE,
             task_sweep: SweepMode::default(),
             queue_quota: store::QueueQuota {
@@ -131,7 +146,7 @@ impl AppState {
 }
 
 /// The whole service as one router: `/mcp`, the desktop API, the owner API and the OAuth
-/// metadata.
+/// metadata, every route behind the Origin and Host checks ([`origin`]).
 pub fn router(app: Arc<AppState>) -> Router {
     let metadata = Router::new()
         .route(
@@ -143,11 +158,13 @@ pub fn router(app: Arc<AppState>) -> Router {
             get(oauth::protected_resource_metadata),
         )
         .with_state(app.clone());
-    Router::new()
+    let routes = Router::new()
         .merge(mcp::routes(app.clone()))
         .merge(desktop_api::routes(app.clone()))
-        .merge(owner_api::routes(app))
-        .merge(metadata)
+        .merge(owner_api::routes(app.clone()))
+        .merge(metadata);
+    // Last, so that it covers every route merged above, including any added later.
+    origin::layer(routes, &app.config)
 }
 
 /// Serves [`router`] on `listener` until `shutdown` resolves, sweeping silent runs meanwhile.

@@ -24,6 +24,7 @@ mod mcp_sessions;
 mod mcp_tools;
 mod owner_tasks;
 mod quotas;
+mod request_origins;
 mod restart;
 mod revocation;
 mod silent_desktop;
