@@ -34,8 +34,9 @@ pub(crate) struct ServeArgs {
     pub(crate) listen: SocketAddr,
     #[command(flatten)]
     pub(crate) db: DbArg,
-    /// Public base URL for OAuth metadata, like https://relay.example.com (default: derived
-    /// from each request's Host).
+    /// The address clients reach the service at, like https://relay.example.com: the OAuth
+    /// metadata names it, and it is the only origin and host served besides loopback names on
+    /// a loopback listener (default: http:// plus the bound listen address).
     #[arg(long, value_parser = parse_public_url)]
     pub(crate) public_url: Option<String>,
     /// How long an OAuth access token works, like 1h, 15m or 30s (refresh tokens rotate and
@@ -46,6 +47,14 @@ pub(crate) struct ServeArgs {
     /// private addresses. Never on a public service.
     #[arg(long)]
     pub(crate) dev: bool,
+    /// An origin whose web pages may call the service besides the public URL's, like
+    /// https://console.example.com (repeatable).
+    #[arg(long = "allowed-origin", value_name = "ORIGIN", value_parser = parse_allowed_origin)]
+    pub(crate) allowed_origins: Vec<String>,
+    /// Take X-Forwarded-Host, X-Forwarded-Proto and X-Forwarded-For from the proxy in front
+    /// (only behind a proxy that sets them; otherwise clients could claim any host or address).
+    #[arg(long)]
+    pub(crate) trust_proxy: bool,
     /// Minutes a running run may go without a control poll before it is failed.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) silence_timeout_minutes: u64,
@@ -167,9 +176,29 @@ pub(crate) async fn open_state(db: &Path, config: ServiceConfig) -> Result<Arc<A
 
 /// Runs the service until Ctrl-C.
 pub(crate) async fn run(args: ServeArgs) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {}: is another service using it?",
+                args.listen
+            )
+        })?;
+    let address = listener.local_addr()?;
+    if args.public_url.is_none() && address.ip().is_unspecified() {
+        tracing::warn!(
+            "listening on {address} without --public-url: only requests for http://{address} are served; set --public-url to the address clients use"
+        );
+    }
     let mut config = ServiceConfig {
         silence_timeout: Duration::from_secs(args.silence_timeout_minutes * 60),
-        public_url: args.public_url,
+        public_url: Some(
+            args.public_url
+                .unwrap_or_else(|| format!("http://{address}")),
+        ),
+        allowed_origins: args.allowed_origins,
+        trust_proxy: args.trust_proxy,
+        listen_loopback: address.ip().is_loopback(),
         access_token_ttl: args.access_token_ttl,
         dev: args.dev,
         task_lease: Duration::from_secs(args.task_lease_seconds),
@@ -185,17 +214,9 @@ pub(crate) async fn run(args: ServeArgs) -> Result<()> {
             "the process may open fewer files than --max-connections needs; raise `ulimit -n` or lower --max-connections"
         );
     }
+    let public_url = config.public_url.clone().unwrap_or_default();
     let app = open_state(&args.db.db, config).await?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot listen on {}: is another service using it?",
-                args.listen
-            )
-        })?;
-    let address = listener.local_addr()?;
-    tracing::info!(db = %args.db.db.display(), "serving MCP at http://{address}/mcp");
+    tracing::info!(db = %args.db.db.display(), %public_url, "serving MCP at http://{address}/mcp");
     let shutdown = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
@@ -289,9 +310,14 @@ pub(crate) fn parse_public_url(text: &str) -> Result<String, PublicUrlError> {
     Ok(text.to_owned())
 }
 
+/// `--allowed-origin`: an absolute http(s) origin (scheme://host[:port], no path), normalised.
+fn parse_allowed_origin(text: &str) -> Result<String, relay_service::origin::OriginError> {
+    relay_service::origin::normalise_origin(text)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{parse_duration, parse_public_url};
+    use super::{parse_allowed_origin, parse_duration, parse_public_url};
     use std::time::Duration;
 
     #[test]
@@ -306,6 +332,22 @@ mod tests {
         assert!(any("5w").is_err());
         assert!(any("").is_err());
         assert!(parse_duration("2h", Duration::ZERO, Duration::from_secs(3600)).is_err());
+    }
+
+    #[test]
+    fn an_allowed_origin_is_an_http_origin_without_a_path() {
+        assert_eq!(
+            parse_allowed_origin("HTTPS://Console.Example.com:443").as_deref(),
+            Ok("https://console.example.com")
+        );
+        for bad in [
+            "not-a-url",
+            "null",
+            "https://a.example/app",
+            "ws://a.example",
+        ] {
+            assert!(parse_allowed_origin(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

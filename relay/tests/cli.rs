@@ -405,6 +405,80 @@ async fn serve_answers_mcp_on_its_listener() {
     drop(child);
 }
 
+/// `relay serve --listen 127.0.0.1:0 --db DB ARGS…` with its log on a pipe.
+fn serve(db: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(db)
+        .args(args)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .env("RUST_BACKTRACE", "0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start relay serve")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_a_bad_allowed_origin_and_serves_its_bound_address_by_default() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    for bad in ["not-a-url", "https://console.example.com/app"] {
+        let refused = serve(&db, &["--allowed-origin", bad])
+            .wait_with_output()
+            .expect("relay exits");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{bad} is refused");
+        assert!(
+            stderr.contains("--allowed-origin") && stderr.contains("http(s)://host[:port]"),
+            "{stderr}"
+        );
+    }
+    let mut child = Child(serve(
+        &db,
+        &["--allowed-origin", "https://console.example.com"],
+    ));
+    let stderr = child.0.stderr.take().expect("stderr");
+    let base = tokio::task::spawn_blocking(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|line| {
+                let start = line.find("http://")?;
+                let end = line[start..].find("/mcp")? + start;
+                Some(line[start..end].to_owned())
+            })
+    })
+    .await
+    .expect("read log")
+    .expect("relay serve logs its MCP URL");
+    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+    let port = base
+        .rsplit_once(':')
+        .map(|(_, port)| port.to_owned())
+        .expect("port");
+    let metadata_of = |origin: &'static str| {
+        common::http_client()
+            .get(format!("{base}/.well-known/oauth-protected-resource/mcp"))
+            .header("origin", origin)
+            .header("host", format!("localhost:{port}"))
+            .send()
+    };
+    let (status, metadata) = common::decode(
+        metadata_of("https://console.example.com")
+            .await
+            .expect("metadata"),
+    )
+    .await;
+    assert_eq!(status, 200, "{metadata}");
+    // The bound address, not the request's Host (localhost), is the public URL.
+    assert_eq!(metadata["resource"], format!("{base}/mcp"));
+    let (status, _) =
+        common::decode(metadata_of("http://evil.example").await.expect("metadata")).await;
+    assert_eq!(status, 403);
+}
+
 #[test]
 fn serve_takes_a_task_lease_of_at_most_a_day() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -46,14 +46,25 @@ pub struct ServiceConfig {
     pub silence_timeout: Duration,
     /// When agents are told to look at a run (about one desktop poll interval).
     pub poll_hint: Duration,
-    /// The public base URL (e.g. `https://relay.example.com`) used in OAuth metadata; when
-    /// unset it is derived from each request's Host.
+    /// The public base URL (e.g. `https://relay.example.com`) used in OAuth metadata and as
+    /// the relay's own origin and host ([`origin`]). `relay serve` always sets it (by default
+    /// `http://` plus the bound address); unset (in-process) the metadata's base comes from
+    /// each request's Host and only loopback hosts and origins are taken.
     pub public_url: Option<String>,
     /// How long an OAuth access token works (refresh tokens rotate and last 30 days).
     pub access_token_ttl: Duration,
     /// Development mode: client ID metadata documents may live on loopback or private
     /// addresses, and on plain http.
     pub dev: bool,
+    /// Origins besides the public URL's whose requests are taken (normalised, like
+    /// `https://app.example.com`; `relay serve --allowed-origin`).
+    pub allowed_origins: Vec<String>,
+    /// Whether a proxy in front sets `X-Forwarded-Host`, `-Proto` and `-For`; without it they
+    /// are ignored (`relay serve --trust-proxy`).
+    pub trust_proxy: bool,
+    /// Whether the listener is on a loopback address, so the loopback names with its port are
+    /// served hosts besides the public URL's (set by `relay serve` from the bound address).
+    pub listen_loopback: bool,
     /// How long a chat task's claim holds before the task returns to the queue; zero
     /// disables leases (a claim then holds until the task finishes, is cancelled or expires).
     pub task_lease: Duration,
@@ -83,6 +94,9 @@ impl Default for ServiceConfig {
             public_url: None,
             access_token_ttl: oauth::DEFAULT_ACCESS_TOKEN_TTL,
             dev: false,
+            allowed_origins: Vec::new(),
+            trust_proxy: false,
+            listen_loopback: false,
             task_lease: chat_tasks::DEFAULT_TASK_LEASE,
             task_sweep: SweepMode::default(),
             queue_quota: store::QueueQuota {
@@ -141,13 +155,15 @@ impl AppState {
 }
 
 /// The whole service as one router: `/mcp`, the desktop API, the owner API and the OAuth
-/// authorization server.
+/// authorization server, every route behind the Origin and Host checks ([`origin`]).
 pub fn router(app: Arc<AppState>) -> Router {
-    Router::new()
+    let routes = Router::new()
         .merge(mcp::routes(app.clone()))
         .merge(desktop_api::routes(app.clone()))
         .merge(owner_api::routes(app.clone()))
-        .merge(oauth::routes(app))
+        .merge(oauth::routes(app.clone()));
+    // Last, so that it covers every route merged above, including any added later.
+    origin::layer(routes, &app.config)
 }
 
 /// Serves [`router`] on `listener` until `shutdown` resolves, sweeping silent runs meanwhile.

@@ -30,6 +30,11 @@ use hyper_util::service::TowerToHyperService;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+/// The listener's own address, in the extensions of every request that came over one (beside
+/// `ConnectInfo`, the peer's): the Host check needs its port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalAddr(pub SocketAddr);
+
 /// How long and how many connections the service keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
@@ -163,9 +168,13 @@ async fn serve_connection(
     stopping: CancellationToken,
     _admitted: Admitted,
 ) {
+    let local = stream.local_addr().ok().map(LocalAddr);
     let service = TowerToHyperService::new(router.map_request(
         move |mut request: hyper::Request<hyper::body::Incoming>| {
             request.extensions_mut().insert(ConnectInfo(peer));
+            if let Some(local) = local {
+                request.extensions_mut().insert(local);
+            }
             request.map(Body::new)
         },
     ));

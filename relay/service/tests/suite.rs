@@ -26,6 +26,7 @@ mod oauth_attacks;
 mod oauth_flow;
 mod owner_tasks;
 mod quotas;
+mod request_origins;
 mod restart;
 mod revocation;
 mod silent_desktop;

@@ -49,7 +49,8 @@ impl TestService {
         service
     }
 
-    /// A service over the database at `db`.
+    /// A service over the database at `db`, on a loopback port; its public URL is `base`
+    /// unless `config` names one.
     pub async fn start_at(
         db: &Path,
         clock: Arc<ManualClock>,
@@ -59,11 +60,17 @@ impl TestService {
         // service's, until they go through graphrelay_net) must find the TLS provider installed.
         graphrelay_net::install_crypto_provider();
         let store = SqliteStore::open(db).expect("open store");
-        let app = AppState::new(Arc::new(store), clock.clone(), config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("address"));
+        // As `relay serve` does: the bound address is the public URL unless one is given.
+        let config = ServiceConfig {
+            public_url: config.public_url.or_else(|| Some(base.clone())),
+            listen_loopback: true,
+            ..config
+        };
+        let app = AppState::new(Arc::new(store), clock.clone(), config);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(relay_service::serve(listener, app.clone(), async move {
             let _ = stopped.await;

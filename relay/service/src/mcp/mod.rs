@@ -64,8 +64,8 @@ pub fn routes(app: Arc<AppState>) -> Router {
         .with_json_response(true)
         .with_max_request_body_bytes(MAX_MCP_BODY_BYTES)
         .with_cancellation_token(app.shutdown.child_token())
-        // Every request needs a bearer token that a browser on another site does not have, so
-        // DNS rebinding gains nothing; the host list would only break deployments behind a
+        // The router checks Host and Origin on every route against the public URL
+        // (`crate::origin`); rmcp's fixed host list would only break deployments behind a
         // public name.
         .disable_allowed_hosts();
     let service: StreamableHttpService<GraphTools, NeverSessionManager> =
