@@ -7,7 +7,8 @@
 #
 #   GRAPHRELAY_PYTHON="$(scripts/python-env.sh)"
 #
-# Needs python3 (3.10 or newer, for mcp) and PyPI the first time. Cache root:
+# Needs python3 (3.10 or newer, for mcp; GRAPHRELAY_PYTHON_BASE names another interpreter) and
+# PyPI the first time. Cache root:
 # ${XDG_CACHE_HOME:-~/.cache}/graphrelay/python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
