@@ -20,6 +20,8 @@ const POLL: Duration = Duration::from_millis(50);
 const IMPLICIT_WAIT_MS: u64 = 5_000;
 /// How long one page load may take.
 const PAGE_LOAD_MS: u64 = 30_000;
+/// How long a drop waits for chromedriver to close the browser of a session left open.
+const SESSION_END_WAIT: Duration = Duration::from_secs(10);
 /// The most of chromedriver's log a start failure quotes.
 const LOG_TAIL_CHARS: usize = 2_000;
 
@@ -281,8 +283,10 @@ impl Chromium {
     }
 
     /// Ends the session (the browser closes); chromedriver ends when this is dropped.
-    pub async fn quit(self) -> Result<()> {
-        self.send("DELETE", &self.session, None).await.map(drop)
+    pub async fn quit(mut self) -> Result<()> {
+        let ended = self.send("DELETE", &self.session, None).await.map(drop);
+        self.session.clear();
+        ended
     }
 
     async fn find(&self, xpath: &str) -> Result<Element> {
@@ -346,10 +350,33 @@ impl Chromium {
 
 impl Drop for Chromium {
     fn drop(&mut self) {
-        // chromedriver takes the browser down with it.
+        // Killing chromedriver would leave the browser running: a test that fails before
+        // `quit` still ends its session, blocking, as the drop cannot wait on async code.
+        if !self.session.is_empty() {
+            let _ = end_session_blocking(&self.session);
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
+}
+
+/// `DELETE {session}` over a plain socket, with the answer awaited for at most
+/// [`SESSION_END_WAIT`].
+fn end_session_blocking(session: &str) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    let rest = session.strip_prefix("http://").unwrap_or(session);
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut stream = std::net::TcpStream::connect(host)?;
+    stream.set_read_timeout(Some(SESSION_END_WAIT))?;
+    stream.set_write_timeout(Some(SESSION_END_WAIT))?;
+    write!(
+        stream,
+        "DELETE /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    // The browser has closed when chromedriver answers; the answer itself says nothing more.
+    let mut answer = [0_u8; 1024];
+    let _ = stream.read(&mut answer)?;
+    Ok(())
 }
 
 fn element(value: &Value) -> Result<Element> {
