@@ -7,4 +7,5 @@ mod bench_empty_polls;
 mod cli;
 mod desktop_providers;
 mod long_poll_load;
+mod oauth_clients;
 mod owner_cli;

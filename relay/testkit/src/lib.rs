@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod oauth;
+pub mod webdriver;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
