@@ -3,9 +3,9 @@
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use relay_service::admin::{self, TokenSpec};
-use relay_service::oauth::connections;
 use relay_service::chat_tasks::owner::{self, Acting, AssignRequest};
 use relay_service::chat_tasks::view::goal_preview;
+use relay_service::oauth::connections;
 use relay_service::{AppState, ServiceConfig};
 use runner::trace::for_terminal;
 use serde::Serialize;
@@ -162,7 +162,8 @@ pub(crate) enum ProjectCommand {
 pub(crate) enum TokenCommand {
     /// Mint a token; prints it (shown only once).
     Create(TokenCreateArgs),
-    /// List the tokens that reach a project, revoked ones too (never their secret): one per
+    /// List the operator-minted tokens that reach a project (connections made through OAuth:
+    /// `connection list`), revoked ones too (never their secret): one per
     /// line, its id, kind, when it was made, whether it works, and an agent's name and scopes.
     List {
         /// The project.
@@ -268,11 +269,17 @@ async fn owner_command(app: &AppState, json: bool, command: OwnerCommand) -> Res
                 .context("cannot read the password from stdin")?;
             let password = line.trim_end_matches(['\r', '\n']).to_owned();
             if password.is_empty() {
-                anyhow::bail!("no password on stdin: pipe one line, e.g. `printf '%s\\n' \"$PASSWORD\" | relay admin owner set-password {name} --password-stdin`");
+                anyhow::bail!(
+                    "no password on stdin: pipe one line, e.g. `printf '%s\\n' \"$PASSWORD\" | relay admin owner set-password {name} --password-stdin`"
+                );
             }
             let owner = admin::set_owner_password(app, &name, password).await?;
             eprintln!("password set; {} signs in as `{}`", owner.name, owner.name);
-            print(json, &serde_json::json!({"owner": owner.name, "owner_id": owner.id}), &owner.name)
+            print(
+                json,
+                &serde_json::json!({"owner": owner.name, "owner_id": owner.id}),
+                &owner.name,
+            )
         }
         OwnerCommand::SignInLink {
             name,
@@ -306,7 +313,9 @@ async fn connection(app: &AppState, json: bool, command: ConnectionCommand) -> R
                 return Ok(());
             }
             if list.is_empty() {
-                eprintln!("no connections yet: an owner makes one by adding the relay to a chat app");
+                eprintln!(
+                    "no connections yet: an owner makes one by adding the relay to a chat app"
+                );
             }
             for c in &list {
                 let state = c

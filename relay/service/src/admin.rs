@@ -5,7 +5,9 @@ use serde::Serialize;
 use super::AppState;
 use super::auth::{Scope, hash_token, looks_like_token, mint_token};
 use super::oauth::{SIGN_IN_LINK_PATH, password, signin};
-use super::store::{OwnerRecord, ProjectRecord, SignInLinkRecord, StoreError, TokenKind, TokenRecord};
+use super::store::{
+    OwnerRecord, ProjectRecord, SignInLinkRecord, StoreError, TokenKind, TokenRecord,
+};
 use relay_protocol::clock::Timestamp;
 
 /// The owner a project belongs to when the operator names none (a single-owner install).
@@ -176,6 +178,8 @@ pub async fn list_tokens(app: &AppState, project_id: &str) -> Result<Vec<TokenIn
     let tokens = app.store.tokens_of_owner(&project.owner_id).await?;
     Ok(tokens
         .into_iter()
+        // Grants are listed by `connection list`; this lists what an operator minted.
+        .filter(|t| t.client_id.is_none())
         .filter(|t| {
             t.kind == TokenKind::Owner
                 || t.project_id

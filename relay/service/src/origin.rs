@@ -8,7 +8,8 @@
 //!   none, as in-process) also takes any `http` loopback origin: pages of other local servers
 //!   are local software, and it is what MCP clients on loopback send.
 //! - The hosts served are the public URL's host[:port] and, on a loopback listener, the
-//!   loopback names with the listening port. A request without any Host passes (HTTP/1.0,
+//!   loopback names on any port (a TLS proxy on loopback may front it; a rebinding page can
+//!   only make a browser send its own, non-loopback name). A request without any Host passes (HTTP/1.0,
 //!   in-process calls); it cannot have come from a browser.
 //! - `X-Forwarded-*` count only with [`ServiceConfig::trust_proxy`]: then `X-Forwarded-Host`
 //!   stands for Host, `X-Forwarded-Proto` for the scheme and `X-Forwarded-For` (its right-most
@@ -31,7 +32,7 @@ use crate::{MCP_PATH, ServiceConfig};
 
 /// The longest header value repeated in a refusal; longer ones are cut.
 pub const MAX_ECHOED_CHARS: usize = 200;
-/// The loopback names a loopback listener answers to (with its port).
+/// The loopback names a loopback listener answers to (on any port).
 pub const LOOPBACK_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
 /// The longest host name taken (RFC 1035's 253, plus the brackets of an IPv6 literal).
 const MAX_HOST_CHARS: usize = 255;
@@ -423,9 +424,11 @@ impl Policy {
         if self.public.is_none() {
             return true;
         }
-        // Without a listener (in-process) the port is not known; any is the listener's.
+        // Any port: a loopback name reaches this machine whichever port it names (a TLS proxy
+        // on loopback in front, say), and no web page can make a browser send one for a name
+        // it rebinds; that needs its own, non-loopback name.
+        let _ = local;
         self.listen_loopback
-            && local.is_none_or(|local| authority.port.unwrap_or(80) == local.port())
     }
 }
 

@@ -78,13 +78,26 @@ async fn a_chat_app_connects_calls_tools_and_refreshes() {
     let client = try_mcp_client(&service.mcp_url(), &tokens.access, Era::Current)
         .await
         .expect("the access token opens MCP");
-    let listed = ok(&call(&client, "list_graph_sessions", json!({"project_id": project, "limit": 10})).await);
+    let listed = ok(&call(
+        &client,
+        "list_graph_sessions",
+        json!({"project_id": project, "limit": 10}),
+    )
+    .await);
     assert_eq!(listed["sessions"], json!([]), "{listed}");
     // The grant is a connected agent: it queues runs under its own identity.
     let desktop = service.desktop(&project).await;
     desktop.sync(&project, &[1]).await;
-    let queued = ok(&call(&client, "run_graph_session", crate::common::run_args(1, "key-oauth-1", json!({}))).await);
-    let command = queued["command_id"].as_str().expect("command id").to_owned();
+    let queued = ok(&call(
+        &client,
+        "run_graph_session",
+        crate::common::run_args(1, "key-oauth-1", json!({})),
+    )
+    .await);
+    let command = queued["command_id"]
+        .as_str()
+        .expect("command id")
+        .to_owned();
     let read = ok(&call(&client, "get_graph_run", json!({"command_id": command})).await);
     assert_eq!(read["status"], "queued");
     client.cancel().await.ok();
@@ -99,14 +112,23 @@ async fn a_chat_app_connects_calls_tools_and_refreshes() {
     assert_eq!(refreshed["scope"], "osfoundry:read osfoundry:run");
     let access = refreshed["access_token"].as_str().expect("access");
     assert_ne!(access, tokens.access);
-    assert_ne!(refreshed["refresh_token"], json!(tokens.refresh), "refresh tokens rotate");
+    assert_ne!(
+        refreshed["refresh_token"],
+        json!(tokens.refresh),
+        "refresh tokens rotate"
+    );
     let client = try_mcp_client(&service.mcp_url(), access, Era::Sessions2025)
         .await
         .expect("the refreshed token opens MCP");
     let read = ok(&call(&client, "get_graph_run", json!({"command_id": command})).await);
-    assert_eq!(read["status"], "queued", "the same agent reads its run after a refresh");
+    assert_eq!(
+        read["status"], "queued",
+        "the same agent reads its run after a refresh"
+    );
 
-    let listed = connections::list(&service.app, None, None).await.expect("list");
+    let listed = connections::list(&service.app, None, None)
+        .await
+        .expect("list");
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0].client_name, "Claude");
     assert_eq!(listed[0].project_id, project);
@@ -127,19 +149,33 @@ async fn only_the_consented_scopes_are_granted() {
     assert!(page.body.contains("Read graph sessions and runs"));
     assert!(page.body.contains("Start and cancel runs"));
     assert_eq!(page.options(), [(project.clone(), "Notes".to_owned())]);
-    let answer = oauth::decide(&browser, &service.base, &page, &project, &["osfoundry:read"], "allow").await;
+    let answer = oauth::decide(
+        &browser,
+        &service.base,
+        &page,
+        &project,
+        &["osfoundry:read"],
+        "allow",
+    )
+    .await;
     let code = answer.redirect_param("code").expect("code");
     let (status, tokens) = app.exchange(&code, &pkce.verifier).await;
     assert_eq!(status, 200, "{tokens}");
     assert_eq!(tokens["scope"], "osfoundry:read");
-    let client = try_mcp_client(&service.mcp_url(), tokens["access_token"].as_str().expect("token"), Era::Current)
-        .await
-        .expect("MCP");
+    let client = try_mcp_client(
+        &service.mcp_url(),
+        tokens["access_token"].as_str().expect("token"),
+        Era::Current,
+    )
+    .await
+    .expect("MCP");
     let Value::Object(arguments) = crate::common::run_args(1, "key-scope-1", json!({})) else {
         panic!("arguments are an object");
     };
     let refused = client
-        .call_tool(rmcp::model::CallToolRequestParams::new("run_graph_session").with_arguments(arguments))
+        .call_tool(
+            rmcp::model::CallToolRequestParams::new("run_graph_session").with_arguments(arguments),
+        )
         .await
         .expect_err("no run scope was granted");
     assert!(
@@ -157,8 +193,14 @@ async fn a_confidential_client_authenticates_with_its_secret() {
     )
     .await;
     assert_eq!(status, 201, "{registered}");
-    assert_eq!(registered["token_endpoint_auth_method"], "client_secret_basic");
-    let secret = registered["client_secret"].as_str().expect("a secret").to_owned();
+    assert_eq!(
+        registered["token_endpoint_auth_method"],
+        "client_secret_basic"
+    );
+    let secret = registered["client_secret"]
+        .as_str()
+        .expect("a secret")
+        .to_owned();
     let mut app = oauth::App {
         base: service.base.clone(),
         client_id: registered["client_id"].as_str().expect("id").to_owned(),
@@ -168,11 +210,27 @@ async fn a_confidential_client_authenticates_with_its_secret() {
     let browser = Browser::new();
     let pkce = oauth::pkce();
     let page = oauth::consent_page(&browser, &app, &pkce, "s", "ann", PASSWORD).await;
-    let answer = oauth::decide(&browser, &service.base, &page, &project, &["osfoundry:read"], "allow").await;
-    assert!(answer.location.as_deref().is_some_and(|l| l.starts_with("https://app.example/cb?")));
+    let answer = oauth::decide(
+        &browser,
+        &service.base,
+        &page,
+        &project,
+        &["osfoundry:read"],
+        "allow",
+    )
+    .await;
+    assert!(
+        answer
+            .location
+            .as_deref()
+            .is_some_and(|l| l.starts_with("https://app.example/cb?"))
+    );
     let code = answer.redirect_param("code").expect("code");
     let (status, refused) = app.exchange(&code, &pkce.verifier).await;
-    assert_eq!((status, refused["error"].as_str()), (401, Some("invalid_client")));
+    assert_eq!(
+        (status, refused["error"].as_str()),
+        (401, Some("invalid_client"))
+    );
     app.client_secret = Some(secret);
     let (status, tokens) = app.exchange(&code, &pkce.verifier).await;
     assert_eq!(status, 200, "{tokens}");
@@ -205,20 +263,36 @@ async fn a_sign_in_link_works_once() {
     };
     let signed_in = post(page.clone()).await;
     assert_eq!(signed_in.status, 200, "{}", signed_in.body);
-    assert!(signed_in.body.contains("signed in as bea"), "{}", signed_in.body);
+    assert!(
+        signed_in.body.contains("signed in as bea"),
+        "{}",
+        signed_in.body
+    );
     // Signed in without a password, bea can consent.
     let app = oauth::register(&service.base, "Claude").await;
     let pkce = oauth::pkce();
-    let consent = browser.get(&app.authorize_url(&pkce.challenge, "s", &[])).await;
+    let consent = browser
+        .get(&app.authorize_url(&pkce.challenge, "s", &[]))
+        .await;
     assert!(consent.input("authorization").is_some(), "{}", consent.body);
     assert!(consent.body.contains(&project));
     // The link is spent.
     let again = post(page).await;
     assert_eq!(again.status, 410, "{}", again.body);
     // Signing out everywhere ends the session.
-    assert_eq!(admin::sign_out_all(&service.app, "bea").await.expect("sign out"), 1);
-    let page = browser.get(&app.authorize_url(&pkce.challenge, "s", &[])).await;
-    assert!(page.input("authorization").is_none(), "signed out: the sign-in page again");
+    assert_eq!(
+        admin::sign_out_all(&service.app, "bea")
+            .await
+            .expect("sign out"),
+        1
+    );
+    let page = browser
+        .get(&app.authorize_url(&pkce.challenge, "s", &[]))
+        .await;
+    assert!(
+        page.input("authorization").is_none(),
+        "signed out: the sign-in page again"
+    );
     assert!(page.body.contains("Owner name"));
 }
 
@@ -230,11 +304,21 @@ async fn a_browser_session_expires_after_twelve_idle_hours() {
     let pkce = oauth::pkce();
     oauth::consent_page(&browser, &app, &pkce, "s", "ann", PASSWORD).await;
     service.clock.advance(Duration::from_secs(11 * 3600));
-    let page = browser.get(&app.authorize_url(&pkce.challenge, "s", &[])).await;
-    assert!(page.input("authorization").is_some(), "11 idle hours: still signed in");
+    let page = browser
+        .get(&app.authorize_url(&pkce.challenge, "s", &[]))
+        .await;
+    assert!(
+        page.input("authorization").is_some(),
+        "11 idle hours: still signed in"
+    );
     service.clock.advance(Duration::from_secs(12 * 3600 + 1));
-    let page = browser.get(&app.authorize_url(&pkce.challenge, "s", &[])).await;
-    assert!(page.input("authorization").is_none(), "12 idle hours: signed out");
+    let page = browser
+        .get(&app.authorize_url(&pkce.challenge, "s", &[]))
+        .await;
+    assert!(
+        page.input("authorization").is_none(),
+        "12 idle hours: signed out"
+    );
 }
 
 #[tokio::test]
@@ -243,13 +327,31 @@ async fn pages_cannot_be_framed_and_cookies_are_http_only() {
     let app = oauth::register(&service.base, "Claude").await;
     let browser = Browser::new();
     let pkce = oauth::pkce();
-    let page = browser.get(&app.authorize_url(&pkce.challenge, "s", &[])).await;
-    let header = |name: &str| page.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let page = browser
+        .get(&app.authorize_url(&pkce.challenge, "s", &[]))
+        .await;
+    let header = |name: &str| {
+        page.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
     assert!(header("content-security-policy").contains("frame-ancestors 'none'"));
     assert_eq!(header("x-frame-options"), "DENY");
     let set_cookie = header("set-cookie");
-    assert!(set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Lax"), "{set_cookie}");
+    assert!(
+        set_cookie.contains("HttpOnly") && set_cookie.contains("SameSite=Lax"),
+        "{set_cookie}"
+    );
     let signed = oauth::sign_in(&browser, &service.base, &page, "ann", PASSWORD).await;
-    let cookie = signed.headers.get("set-cookie").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    assert!(cookie.starts_with("graphrelay_session=") && cookie.contains("HttpOnly"), "{cookie}");
+    let cookie = signed
+        .headers
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    assert!(
+        cookie.starts_with("graphrelay_session=") && cookie.contains("HttpOnly"),
+        "{cookie}"
+    );
 }

@@ -41,7 +41,9 @@ impl Page {
             let Some(end) = rest.find('"') else { break };
             let value = unescape(&rest[..end]);
             let Some(open) = rest.find('>') else { break };
-            let Some(close) = rest.find("</option>") else { break };
+            let Some(close) = rest.find("</option>") else {
+                break;
+            };
             found.push((value, unescape(&rest[open + 1..close])));
             rest = &rest[close..];
         }
@@ -293,14 +295,25 @@ impl App {
 
     /// Exchanges a refresh token.
     pub async fn refresh(&self, refresh_token: &str) -> (u16, Value) {
-        self.token(&[("grant_type", "refresh_token"), ("refresh_token", refresh_token)])
-            .await
+        self.token(&[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh_token),
+        ])
+        .await
     }
 }
 
 /// Signs in on a sign-in page by posting its form; the answer (a 303 back on success).
-pub async fn sign_in(browser: &Browser, base: &str, page: &Page, owner: &str, password: &str) -> Page {
-    let csrf = page.input("csrf").expect("the sign-in form has a CSRF token");
+pub async fn sign_in(
+    browser: &Browser,
+    base: &str,
+    page: &Page,
+    owner: &str,
+    password: &str,
+) -> Page {
+    let csrf = page
+        .input("csrf")
+        .expect("the sign-in form has a CSRF token");
     let return_to = page.input("return_to").unwrap_or_default();
     browser
         .post_form(
@@ -324,8 +337,12 @@ pub async fn decide(
     scopes: &[&str],
     decision: &str,
 ) -> Page {
-    let csrf = page.input("csrf").expect("the consent form has a CSRF token");
-    let authorization = page.input("authorization").expect("the consent form carries the request");
+    let csrf = page
+        .input("csrf")
+        .expect("the consent form has a CSRF token");
+    let authorization = page
+        .input("authorization")
+        .expect("the consent form carries the request");
     let mut pairs = vec![
         ("csrf", csrf.as_str()),
         ("authorization", authorization.as_str()),
@@ -333,7 +350,9 @@ pub async fn decide(
     ];
     pairs.extend(scopes.iter().map(|s| ("scope", *s)));
     pairs.push(("decision", decision));
-    browser.post_form(&format!("{base}/oauth/authorize"), &pairs).await
+    browser
+        .post_form(&format!("{base}/oauth/authorize"), &pairs)
+        .await
 }
 
 /// The consent page for `app`'s request, signing `owner` in first if needed.
@@ -356,7 +375,11 @@ pub async fn consent_page(
     let back = signed_in.location.expect("back to the authorization");
     let page = browser.get(&back).await;
     assert_eq!(page.status, 200, "{}", page.body);
-    assert!(page.input("authorization").is_some(), "the consent page: {}", page.body);
+    assert!(
+        page.input("authorization").is_some(),
+        "the consent page: {}",
+        page.body
+    );
     page
 }
 
@@ -370,7 +393,13 @@ pub struct Tokens {
 }
 
 /// The whole flow: consent with both scopes on `project`, then the code exchange.
-pub async fn connect(browser: &Browser, app: &App, owner: &str, password: &str, project: &str) -> Tokens {
+pub async fn connect(
+    browser: &Browser,
+    app: &App,
+    owner: &str,
+    password: &str,
+    project: &str,
+) -> Tokens {
     let pkce = pkce();
     let page = consent_page(browser, app, &pkce, "st-1", owner, password).await;
     let answer = decide(
@@ -389,7 +418,10 @@ pub async fn connect(browser: &Browser, app: &App, owner: &str, password: &str, 
     assert_eq!(status, 200, "{tokens}");
     Tokens {
         access: tokens["access_token"].as_str().expect("access").to_owned(),
-        refresh: tokens["refresh_token"].as_str().expect("refresh").to_owned(),
+        refresh: tokens["refresh_token"]
+            .as_str()
+            .expect("refresh")
+            .to_owned(),
     }
 }
 

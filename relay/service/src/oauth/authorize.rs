@@ -69,7 +69,9 @@ fn page_refusal(text: &str) -> Refusal {
 
 fn parse_query(raw: &str) -> Result<HashMap<String, String>, String> {
     if raw.len() > MAX_QUERY_BYTES {
-        return Err(format!("the request is longer than {MAX_QUERY_BYTES} bytes"));
+        return Err(format!(
+            "the request is longer than {MAX_QUERY_BYTES} bytes"
+        ));
     }
     let mut params = HashMap::new();
     for (key, value) in url::form_urlencoded::parse(raw.as_bytes()) {
@@ -80,19 +82,51 @@ fn parse_query(raw: &str) -> Result<HashMap<String, String>, String> {
     Ok(params)
 }
 
+type Params = HashMap<String, String>;
+
+fn param<'a>(params: &'a Params, name: &str) -> Option<&'a str> {
+    params
+        .get(name)
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+}
+
 /// Checks an authorization request given as its query string.
 pub async fn check(app: &AppState, base: &str, raw: &str) -> Result<AuthorizeRequest, Refusal> {
     let params = parse_query(raw).map_err(|e| page_refusal(&e))?;
-    let param = |name: &str| params.get(name).map(String::as_str).filter(|v| !v.is_empty());
-    let client_id = param("client_id").ok_or_else(|| {
-        page_refusal("The request names no client_id. Start the connection again from the chat app.")
+    let (client, redirect_uri) = client_and_redirect(app, &params).await?;
+    let state = param(&params, "state").map(str::to_owned);
+    match check_parameters(&params, base) {
+        Ok((code_challenge, scopes, resource)) => Ok(AuthorizeRequest {
+            client,
+            redirect_uri,
+            state,
+            code_challenge,
+            scopes,
+            resource,
+        }),
+        Err((error, description)) => Err(Refusal::Redirect {
+            redirect_uri,
+            state,
+            error,
+            description,
+        }),
+    }
+}
+
+/// The client and the redirect URI, or a page: nothing may be redirected before both are good.
+async fn client_and_redirect(app: &AppState, params: &Params) -> Result<(Client, String), Refusal> {
+    let client_id = param(params, "client_id").ok_or_else(|| {
+        page_refusal(
+            "The request names no client_id. Start the connection again from the chat app.",
+        )
     })?;
     let client = match clients::client(app, client_id).await {
         Ok(client) => client,
         Err(ClientError::Unknown(message)) => return Err(page_refusal(&message)),
         Err(ClientError::Store(error)) => return Err(Refusal::Page(unavailable(&error))),
     };
-    let redirect_uri = match param("redirect_uri") {
+    let redirect_uri = match param(params, "redirect_uri") {
         Some(uri) => uri.to_owned(),
         None if client.redirect_uris.len() == 1 => client.redirect_uris[0].clone(),
         None => {
@@ -111,27 +145,28 @@ pub async fn check(app: &AppState, base: &str, raw: &str) -> Result<AuthorizeReq
             client.name
         )));
     }
-    let state = param("state").map(str::to_owned);
-    let refuse = |error: &'static str, description: String| Refusal::Redirect {
-        redirect_uri: redirect_uri.clone(),
-        state: state.clone(),
-        error,
-        description,
-    };
-    if param("response_type") != Some("code") {
-        return Err(refuse(
+    Ok((client, redirect_uri))
+}
+
+/// What a checked request asks for: the PKCE challenge, the scopes and the resource.
+type Asked = (String, Vec<Scope>, Option<String>);
+
+/// The rest of the request, or the RFC 6749 error and its description.
+fn check_parameters(params: &Params, base: &str) -> Result<Asked, (&'static str, String)> {
+    if param(params, "response_type") != Some("code") {
+        return Err((
             "unsupported_response_type",
             "response_type must be `code`".into(),
         ));
     }
-    let Some(code_challenge) = param("code_challenge") else {
-        return Err(refuse(
+    let Some(code_challenge) = param(params, "code_challenge") else {
+        return Err((
             "invalid_request",
             "code_challenge is required (PKCE with S256)".into(),
         ));
     };
-    if param("code_challenge_method") != Some("S256") {
-        return Err(refuse(
+    if param(params, "code_challenge_method") != Some("S256") {
+        return Err((
             "invalid_request",
             "code_challenge_method must be S256 (plain is refused)".into(),
         ));
@@ -141,49 +176,42 @@ pub async fn check(app: &AppState, base: &str, raw: &str) -> Result<AuthorizeReq
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     {
-        return Err(refuse(
+        return Err((
             "invalid_request",
             "code_challenge must be the 43-character base64url SHA-256 of the verifier".into(),
         ));
     }
-    let scopes = match param("scope") {
-        None => Scope::ALL.to_vec(),
-        Some(text) => {
-            let mut scopes = Vec::new();
-            for word in text.split_whitespace() {
-                let scope = Scope::parse(word).ok_or_else(|| {
-                    refuse(
-                        "invalid_scope",
-                        format!("scope `{word}` is not offered: osfoundry:read and osfoundry:run are"),
-                    )
-                })?;
-                if !scopes.contains(&scope) {
-                    scopes.push(scope);
-                }
-            }
-            if scopes.is_empty() {
-                Scope::ALL.to_vec()
-            } else {
-                scopes
-            }
-        }
-    };
-    let resource = param("resource").map(str::to_owned);
+    let scopes = requested_scopes(param(params, "scope"))?;
+    let resource = param(params, "resource").map(str::to_owned);
     if let Some(resource) = &resource
         && !same_resource(resource, &resource_url(base))
     {
-        return Err(refuse(
+        return Err((
             "invalid_target",
             format!("this server issues tokens for {} only", resource_url(base)),
         ));
     }
-    Ok(AuthorizeRequest {
-        client,
-        redirect_uri,
-        state,
-        code_challenge: code_challenge.to_owned(),
-        scopes,
-        resource,
+    Ok((code_challenge.to_owned(), scopes, resource))
+}
+
+/// The scopes a request names (both when it names none).
+fn requested_scopes(text: Option<&str>) -> Result<Vec<Scope>, (&'static str, String)> {
+    let mut scopes = Vec::new();
+    for word in text.unwrap_or_default().split_whitespace() {
+        let scope = Scope::parse(word).ok_or_else(|| {
+            (
+                "invalid_scope",
+                format!("scope `{word}` is not offered: osfoundry:read and osfoundry:run are"),
+            )
+        })?;
+        if !scopes.contains(&scope) {
+            scopes.push(scope);
+        }
+    }
+    Ok(if scopes.is_empty() {
+        Scope::ALL.to_vec()
+    } else {
+        scopes
     })
 }
 
@@ -195,7 +223,11 @@ pub fn same_resource(given: &str, ours: &str) -> bool {
 /// A 303 to the client's redirect URI with `pairs` added to its query.
 fn redirect_with(redirect_uri: &str, pairs: &[(&str, &str)]) -> Response {
     let Ok(mut url) = Url::parse(redirect_uri) else {
-        return pages::message(StatusCode::BAD_REQUEST, "Authorization", "The redirect URI is invalid.");
+        return pages::message(
+            StatusCode::BAD_REQUEST,
+            "Authorization",
+            "The redirect URI is invalid.",
+        );
     };
     {
         let mut query = url.query_pairs_mut();
@@ -207,7 +239,9 @@ fn redirect_with(redirect_uri: &str, pairs: &[(&str, &str)]) -> Response {
     if let Ok(location) = HeaderValue::from_str(url.as_str()) {
         response.headers_mut().insert(header::LOCATION, location);
     }
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
 
@@ -220,7 +254,10 @@ fn refusal_response(base: &str, refusal: Refusal) -> Response {
             error,
             description,
         } => {
-            let mut pairs = vec![("error", error), ("error_description", description.as_str())];
+            let mut pairs = vec![
+                ("error", error),
+                ("error_description", description.as_str()),
+            ];
             if let Some(state) = &state {
                 pairs.push(("state", state));
             }
@@ -231,7 +268,10 @@ fn refusal_response(base: &str, refusal: Refusal) -> Response {
 }
 
 /// The signed-in owner's projects: (id, name), oldest first.
-async fn owner_projects(app: &AppState, owner_id: &str) -> Result<Vec<(String, String)>, StoreError> {
+async fn owner_projects(
+    app: &AppState,
+    owner_id: &str,
+) -> Result<Vec<(String, String)>, StoreError> {
     Ok(app
         .store
         .projects()
@@ -259,7 +299,8 @@ pub async fn authorize_page(
         Err(error) => return unavailable(&error),
     };
     let Some((session, owner)) = signed_in else {
-        return sign_in_page(&app, &headers, StatusCode::OK, &raw, "", None);
+        let return_to = format!("{AUTHORIZE_PATH}?{raw}");
+        return sign_in_page(&app, &headers, StatusCode::OK, &return_to, "", None);
     };
     consent_page(&app, &base, &raw, &request, &session, &owner).await
 }
@@ -329,7 +370,11 @@ fn consent_form(body: &[u8]) -> ConsentForm {
 }
 
 /// `POST /oauth/authorize`: the owner's decision; allow issues a code to the redirect URI.
-pub async fn consent(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn consent(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let base = base_url(&app, &headers);
     let form = consent_form(&body);
     let signed_in = match signin::signed_in(&app, &headers).await {
@@ -405,7 +450,9 @@ async fn grant_code(
                 return Ok(pages::message(
                     StatusCode::BAD_REQUEST,
                     "Connect a chat app",
-                    &format!("`{text}` is not a permission this app asked for. Nothing was granted."),
+                    &format!(
+                        "`{text}` is not a permission this app asked for. Nothing was granted."
+                    ),
                 ));
             }
         }
@@ -438,7 +485,9 @@ async fn grant_code(
         })
         .await?;
     if request.client.registered {
-        app.store.mark_oauth_client_used(&request.client.id, now).await?;
+        app.store
+            .mark_oauth_client_used(&request.client.id, now)
+            .await?;
     }
     let mut pairs = vec![("code", code.as_str())];
     if let Some(state) = &request.state {

@@ -12,7 +12,9 @@ use relay_protocol::clock::Timestamp;
 use serde_json::Value;
 use url::Url;
 
-use super::clients::{Client, ClientError, MAX_CLIENT_NAME_CHARS, UNNAMED_CLIENT, check_redirect_uri};
+use super::clients::{
+    Client, ClientError, MAX_CLIENT_NAME_CHARS, UNNAMED_CLIENT, check_redirect_uri,
+};
 use crate::AppState;
 
 /// How long a fetch may take, connection included.
@@ -179,20 +181,26 @@ fn freshness(header: Option<&reqwest::header::HeaderValue>) -> Duration {
             max_age = seconds.trim_matches('"').parse::<u64>().ok();
         }
     }
-    max_age.map_or(DEFAULT_FRESHNESS, |s| Duration::from_secs(s).min(MAX_FRESHNESS))
+    max_age.map_or(DEFAULT_FRESHNESS, |s| {
+        Duration::from_secs(s).min(MAX_FRESHNESS)
+    })
 }
 
 /// The client a fetched document describes; its `client_id` must be its own URL.
 fn document_client(url: &str, body: &[u8]) -> Result<Client, String> {
-    let document: Value =
-        serde_json::from_slice(body).map_err(|e| format!("is not JSON: {e}"))?;
+    let document: Value = serde_json::from_slice(body).map_err(|e| format!("is not JSON: {e}"))?;
     if document.get("client_id").and_then(Value::as_str) != Some(url) {
         return Err("names a different client_id than its own URL".into());
     }
     let uris: Vec<String> = document
         .get("redirect_uris")
         .and_then(Value::as_array)
-        .map(|uris| uris.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .map(|uris| {
+            uris.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
         .unwrap_or_default();
     if uris.is_empty() {
         return Err("lists no redirect_uris".into());
@@ -200,7 +208,10 @@ fn document_client(url: &str, body: &[u8]) -> Result<Client, String> {
     for uri in &uris {
         check_redirect_uri(uri)?;
     }
-    match document.get("token_endpoint_auth_method").and_then(Value::as_str) {
+    match document
+        .get("token_endpoint_auth_method")
+        .and_then(Value::as_str)
+    {
         None | Some("none") => {}
         Some(other) => {
             return Err(format!(
@@ -211,7 +222,12 @@ fn document_client(url: &str, body: &[u8]) -> Result<Client, String> {
     let name = document
         .get("client_name")
         .and_then(Value::as_str)
-        .map(|n| n.trim().chars().take(MAX_CLIENT_NAME_CHARS).collect::<String>())
+        .map(|n| {
+            n.trim()
+                .chars()
+                .take(MAX_CLIENT_NAME_CHARS)
+                .collect::<String>()
+        })
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| UNNAMED_CLIENT.to_owned());
     Ok(Client {
@@ -230,8 +246,18 @@ mod tests {
     #[test]
     fn internal_addresses_are_recognised() {
         for internal in [
-            "127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "0.0.0.0",
-            "100.64.0.1", "::1", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "::",
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "100.64.0.1",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "::",
         ] {
             assert!(is_internal(internal.parse().expect("ip")), "{internal}");
         }
@@ -244,8 +270,14 @@ mod tests {
     fn cache_control_sets_the_freshness() {
         let header = |v: &'static str| reqwest::header::HeaderValue::from_static(v);
         assert_eq!(freshness(None), DEFAULT_FRESHNESS);
-        assert_eq!(freshness(Some(&header("max-age=60"))), Duration::from_secs(60));
-        assert_eq!(freshness(Some(&header("public, max-age=999999"))), MAX_FRESHNESS);
+        assert_eq!(
+            freshness(Some(&header("max-age=60"))),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            freshness(Some(&header("public, max-age=999999"))),
+            MAX_FRESHNESS
+        );
         assert_eq!(freshness(Some(&header("no-store"))), Duration::ZERO);
     }
 

@@ -106,7 +106,9 @@ pub fn check_redirect_uri(uri: &str) -> Result<Url, String> {
         return Err(format!("`{uri}` has a fragment; redirect URIs may not"));
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(format!("`{uri}` carries credentials; redirect URIs may not"));
+        return Err(format!(
+            "`{uri}` carries credentials; redirect URIs may not"
+        ));
     }
     match url.scheme() {
         "https" if url.host().is_some() => Ok(url),
@@ -226,7 +228,8 @@ pub fn presented(headers: &HeaderMap, form: &Map<String, Value>) -> Result<Prese
         .split_once(':')
         .ok_or("the Basic credentials are not `id:secret`")?;
     let decode = |text: &str| {
-        percent_decode(text).ok_or_else(|| "the Basic credentials are badly form-encoded".to_owned())
+        percent_decode(text)
+            .ok_or_else(|| "the Basic credentials are badly form-encoded".to_owned())
     };
     let id = decode(id)?;
     if field("client_id").is_some_and(|body| body != id) {
@@ -299,25 +302,20 @@ fn strings(value: Option<&Value>, field: &str) -> Result<Option<Vec<String>>, St
         .map(Some)
 }
 
-fn parse_registration(body: &[u8]) -> Result<Registration, Response> {
-    let invalid = |text: String| registration_error("invalid_client_metadata", text);
+/// An RFC 7591 error: its code and description.
+type Invalid = (&'static str, String);
+
+fn invalid(text: String) -> Invalid {
+    ("invalid_client_metadata", text)
+}
+
+fn parse_registration(body: &[u8]) -> Result<Registration, Invalid> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| invalid(format!("the registration is not JSON: {e}")))?;
     let Value::Object(metadata) = value else {
         return Err(invalid("the registration must be a JSON object".into()));
     };
-    let uris = strings(metadata.get("redirect_uris"), "redirect_uris")
-        .map_err(invalid)?
-        .unwrap_or_default();
-    if uris.is_empty() || uris.len() > MAX_REDIRECT_URIS {
-        return Err(registration_error(
-            "invalid_redirect_uri",
-            format!("redirect_uris must list 1 to {MAX_REDIRECT_URIS} URIs"),
-        ));
-    }
-    for uri in &uris {
-        check_redirect_uri(uri).map_err(|e| registration_error("invalid_redirect_uri", e))?;
-    }
+    let redirect_uris = registered_redirect_uris(&metadata)?;
     let method = match metadata.get("token_endpoint_auth_method") {
         None => AuthMethod::SecretBasic,
         Some(value) => value.as_str().and_then(AuthMethod::parse).ok_or_else(|| {
@@ -327,22 +325,11 @@ fn parse_registration(body: &[u8]) -> Result<Registration, Response> {
             ))
         })?,
     };
-    let grant_types = strings(metadata.get("grant_types"), "grant_types")
-        .map_err(invalid)?
-        .unwrap_or_else(|| vec!["authorization_code".into(), "refresh_token".into()]);
-    if let Some(bad) = grant_types
-        .iter()
-        .find(|g| !matches!(g.as_str(), "authorization_code" | "refresh_token"))
-    {
-        return Err(invalid(format!(
-            "grant type `{bad}` is not supported: authorization_code and refresh_token are"
-        )));
-    }
-    let response_types = strings(metadata.get("response_types"), "response_types").map_err(invalid)?;
-    if response_types.is_some_and(|types| types.iter().any(|t| t != "code")) {
-        return Err(invalid("only the `code` response type is supported".into()));
-    }
-    let scope = metadata.get("scope").and_then(Value::as_str).map(str::to_owned);
+    let grant_types = registered_grant_types(&metadata)?;
+    let scope = metadata
+        .get("scope")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     if let Some(bad) = scope
         .iter()
         .flat_map(|s| s.split_whitespace())
@@ -355,7 +342,12 @@ fn parse_registration(body: &[u8]) -> Result<Registration, Response> {
     let name = metadata
         .get("client_name")
         .and_then(Value::as_str)
-        .map(|name| name.trim().chars().take(MAX_CLIENT_NAME_CHARS).collect::<String>())
+        .map(|name| {
+            name.trim()
+                .chars()
+                .take(MAX_CLIENT_NAME_CHARS)
+                .collect::<String>()
+        })
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| UNNAMED_CLIENT.to_owned());
     let extra = ["client_uri", "logo_uri", "software_id", "software_version"]
@@ -367,13 +359,49 @@ fn parse_registration(body: &[u8]) -> Result<Registration, Response> {
         })
         .collect();
     Ok(Registration {
-        redirect_uris: uris,
+        redirect_uris,
         name,
         method,
         grant_types,
         scope,
         extra,
     })
+}
+
+fn registered_redirect_uris(metadata: &Map<String, Value>) -> Result<Vec<String>, Invalid> {
+    let uris = strings(metadata.get("redirect_uris"), "redirect_uris")
+        .map_err(invalid)?
+        .unwrap_or_default();
+    if uris.is_empty() || uris.len() > MAX_REDIRECT_URIS {
+        return Err((
+            "invalid_redirect_uri",
+            format!("redirect_uris must list 1 to {MAX_REDIRECT_URIS} URIs"),
+        ));
+    }
+    for uri in &uris {
+        check_redirect_uri(uri).map_err(|e| ("invalid_redirect_uri", e))?;
+    }
+    Ok(uris)
+}
+
+fn registered_grant_types(metadata: &Map<String, Value>) -> Result<Vec<String>, Invalid> {
+    let grant_types = strings(metadata.get("grant_types"), "grant_types")
+        .map_err(invalid)?
+        .unwrap_or_else(|| vec!["authorization_code".into(), "refresh_token".into()]);
+    if let Some(bad) = grant_types
+        .iter()
+        .find(|g| !matches!(g.as_str(), "authorization_code" | "refresh_token"))
+    {
+        return Err(invalid(format!(
+            "grant type `{bad}` is not supported: authorization_code and refresh_token are"
+        )));
+    }
+    let response_types =
+        strings(metadata.get("response_types"), "response_types").map_err(invalid)?;
+    if response_types.is_some_and(|types| types.iter().any(|t| t != "code")) {
+        return Err(invalid("only the `code` response type is supported".into()));
+    }
+    Ok(grant_types)
 }
 
 /// `POST /oauth/register` (RFC 7591).
@@ -384,7 +412,10 @@ pub async fn register(
     body: Bytes,
 ) -> Response {
     let address = signin::client_ip(&app, &headers, peer);
-    let key = format!("register:{}", address.map(|a| a.to_string()).unwrap_or_default());
+    let key = format!(
+        "register:{}",
+        address.map(|a| a.to_string()).unwrap_or_default()
+    );
     if let Err(wait) = app.oauth.registrations.check(&key) {
         let mut response = (
             StatusCode::TOO_MANY_REQUESTS,
@@ -408,7 +439,7 @@ pub async fn register(
     }
     let registration = match parse_registration(&body) {
         Ok(registration) => registration,
-        Err(response) => return response,
+        Err((code, description)) => return registration_error(code, description),
     };
     match store_registration(&app, registration).await {
         Ok(answer) => (
@@ -428,7 +459,10 @@ pub async fn register(
     }
 }
 
-async fn store_registration(app: &AppState, registration: Registration) -> Result<Value, StoreError> {
+async fn store_registration(
+    app: &AppState,
+    registration: Registration,
+) -> Result<Value, StoreError> {
     let id = format!("grc_{}", signin::random_hex(16)?);
     let secret = match registration.method {
         AuthMethod::None => None,
@@ -498,13 +532,34 @@ mod tests {
 
     #[test]
     fn loopback_redirects_match_on_any_port_others_exactly() {
-        assert!(redirect_matches("http://127.0.0.1/cb", "http://127.0.0.1:5555/cb"));
-        assert!(redirect_matches("http://127.0.0.1:1/cb", "http://127.0.0.1:2/cb"));
-        assert!(!redirect_matches("http://127.0.0.1/cb", "http://127.0.0.1:5555/other"));
-        assert!(!redirect_matches("http://127.0.0.1/cb", "http://localhost:5555/cb"));
-        assert!(!redirect_matches("https://a.example/cb", "https://a.example:444/cb"));
-        assert!(!redirect_matches("https://a.example/cb", "https://a.example/cb/"));
-        assert!(redirect_matches("https://a.example/cb", "https://a.example/cb"));
+        assert!(redirect_matches(
+            "http://127.0.0.1/cb",
+            "http://127.0.0.1:5555/cb"
+        ));
+        assert!(redirect_matches(
+            "http://127.0.0.1:1/cb",
+            "http://127.0.0.1:2/cb"
+        ));
+        assert!(!redirect_matches(
+            "http://127.0.0.1/cb",
+            "http://127.0.0.1:5555/other"
+        ));
+        assert!(!redirect_matches(
+            "http://127.0.0.1/cb",
+            "http://localhost:5555/cb"
+        ));
+        assert!(!redirect_matches(
+            "https://a.example/cb",
+            "https://a.example:444/cb"
+        ));
+        assert!(!redirect_matches(
+            "https://a.example/cb",
+            "https://a.example/cb/"
+        ));
+        assert!(redirect_matches(
+            "https://a.example/cb",
+            "https://a.example/cb"
+        ));
     }
 
     #[test]

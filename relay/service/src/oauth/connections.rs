@@ -76,7 +76,11 @@ pub enum Revoked {
 }
 
 /// Revokes the connection `id`, if it is `owner_id`'s (any owner's with `None`).
-pub async fn revoke(app: &AppState, owner_id: Option<&str>, id: &str) -> Result<Revoked, StoreError> {
+pub async fn revoke(
+    app: &AppState,
+    owner_id: Option<&str>,
+    id: &str,
+) -> Result<Revoked, StoreError> {
     let Some(token) = app.store.token(id).await? else {
         return Ok(Revoked::NotFound);
     };

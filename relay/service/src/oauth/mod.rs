@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
 use serde_json::{Value, json};
 
 use super::AppState;
@@ -86,7 +86,10 @@ pub fn routes(app: Arc<AppState>) -> Router {
             &format!("{PROTECTED_RESOURCE_PATH}{MCP_PATH}"),
             get(protected_resource_metadata),
         )
-        .route(AUTHORIZATION_SERVER_PATH, get(authorization_server_metadata))
+        .route(
+            AUTHORIZATION_SERVER_PATH,
+            get(authorization_server_metadata),
+        )
         .route(
             AUTHORIZE_PATH,
             get(authorize::authorize_page).post(authorize::consent),
@@ -103,7 +106,9 @@ pub fn routes(app: Arc<AppState>) -> Router {
 }
 
 /// Removes lapsed browser sessions, links, unused registrations, expired codes and tokens.
-pub async fn sweep(app: &AppState) -> Result<crate::store::AuthSweepCounts, crate::store::StoreError> {
+pub async fn sweep(
+    app: &AppState,
+) -> Result<crate::store::AuthSweepCounts, crate::store::StoreError> {
     let now = app.clock.now();
     app.store
         .sweep_auth(crate::store::AuthSweep {

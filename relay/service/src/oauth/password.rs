@@ -65,7 +65,9 @@ mod tests {
         assert!(verify("correct horse battery".into(), hash.clone()).await);
         assert!(!verify("correct horse batterY".into(), hash.clone()).await);
         assert!(!verify("anything".into(), "not a phc string".into()).await);
-        let again = super::hash("correct horse battery".into()).await.expect("hash");
+        let again = super::hash("correct horse battery".into())
+            .await
+            .expect("hash");
         assert_ne!(hash, again, "every hash has its own salt");
     }
 

