@@ -18,9 +18,7 @@ use relay_protocol::clock::Timestamp;
 use serde::Deserialize;
 
 use super::pages::{self, SignInView};
-use super::{
-    AUTHORIZE_PATH, BROWSER_SESSION_IDLE, SIGN_IN_LINK_PATH, SIGN_IN_PATH, base_url, password,
-};
+use super::{BROWSER_SESSION_IDLE, SIGN_IN_LINK_PATH, SIGN_IN_PATH, base_url, password};
 use crate::AppState;
 use crate::auth::{hash_token, hex};
 use crate::store::{BrowserSessionRecord, OwnerRecord, StoreError};
