@@ -3,6 +3,8 @@
 //! A store test calls [`run_all`] with a function that makes a fresh, empty store; each check
 //! panics with a message naming the broken promise.
 
+mod auth;
+
 use std::sync::Arc;
 
 use serde_json::{Map, json};
@@ -149,6 +151,7 @@ where
     task_lists_are_ordered_and_bounded(make().as_ref()).await;
     sweep_moves_exactly_what_the_state_machine_says(make().as_ref()).await;
     artifacts_are_fenced_unique_and_bounded(make().as_ref()).await;
+    auth::run_all(&make).await;
 }
 
 /// The queue quota counts queued commands only, per agent and per project, in the same step
