@@ -249,7 +249,7 @@ fn token_target(create: TokenCreateArgs) -> Result<TokenTarget> {
 
 /// Runs one `relay admin` command against the service's database.
 pub(crate) async fn run(args: AdminArgs) -> Result<()> {
-    let app = open_state(&args.db.db, ServiceConfig::default()).await?;
+    let app = open_state(&args.db, ServiceConfig::default()).await?;
     match args.command {
         AdminCommand::Project(command) => project(&app, args.json, command).await,
         AdminCommand::Token(command) => token(&app, args.json, command).await,

@@ -1,7 +1,7 @@
 //! `relay serve`: the service on a TCP listener.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,14 +17,31 @@ use relay_service::mcp::legacy_sessions::{
 };
 use relay_service::rate::{DEFAULT_RATE_BURST, DEFAULT_RATE_PER_SECOND, RateLimit};
 use relay_service::runs::{DEFAULT_QUEUED_PER_AGENT, DEFAULT_QUEUED_PER_PROJECT};
-use relay_service::store::{QueueQuota, SqliteStore};
+use relay_service::store::postgres::{is_postgres_url, redact};
+use relay_service::store::{PostgresStore, QueueQuota, SqliteStore};
 use relay_service::{self as service, AppState, ServiceConfig};
 
 #[derive(Debug, Args)]
 pub(crate) struct DbArg {
-    /// The service's SQLite database (created and migrated if needed).
-    #[arg(long, env = "RELAY_DB", default_value = "relay.db", global = true)]
-    pub(crate) db: PathBuf,
+    /// The service's database: a SQLite file (created and migrated if needed; default
+    /// relay.db) or a PostgreSQL URL, postgres://user@host/db (also from RELAY_DATABASE_URL),
+    /// which several replicas may share.
+    #[arg(long, env = "RELAY_DB", global = true)]
+    db: Option<String>,
+}
+
+impl DbArg {
+    /// The database named by `--db`, `RELAY_DB`, `RELAY_DATABASE_URL`, else `relay.db`.
+    pub(crate) fn target(&self) -> String {
+        self.db
+            .clone()
+            .or_else(|| {
+                std::env::var("RELAY_DATABASE_URL")
+                    .ok()
+                    .filter(|u| !u.is_empty())
+            })
+            .unwrap_or_else(|| "relay.db".to_owned())
+    }
 }
 
 #[derive(Debug, Args)]
@@ -161,17 +178,23 @@ fn raise_open_file_limit() -> Option<u64> {
 /// The longest lease `--task-lease-seconds` takes: a task expires after a day anyway.
 const MAX_TASK_LEASE_SECS: u64 = 24 * 60 * 60;
 
-pub(crate) async fn open_state(db: &Path, config: ServiceConfig) -> Result<Arc<AppState>> {
-    let path = db.to_owned();
-    let store = tokio::task::spawn_blocking(move || SqliteStore::open(&path))
-        .await
-        .context("opening the database was interrupted")?
-        .with_context(|| format!("cannot use the database {}", db.display()))?;
-    Ok(AppState::new(
-        Arc::new(store),
-        Arc::new(SystemClock),
-        config,
-    ))
+pub(crate) async fn open_state(db: &DbArg, config: ServiceConfig) -> Result<Arc<AppState>> {
+    let target = db.target();
+    let store: Arc<dyn service::Store> =
+        if is_postgres_url(&target) {
+            Arc::new(PostgresStore::connect(&target).await.context(
+                "cannot use the PostgreSQL database (is it running, and the URL right?)",
+            )?)
+        } else {
+            let path = PathBuf::from(&target);
+            Arc::new(
+                tokio::task::spawn_blocking(move || SqliteStore::open(&path))
+                    .await
+                    .context("opening the database was interrupted")?
+                    .with_context(|| format!("cannot use the database {target}"))?,
+            )
+        };
+    Ok(AppState::new(store, Arc::new(SystemClock), config))
 }
 
 /// Runs the service until Ctrl-C.
@@ -215,8 +238,8 @@ pub(crate) async fn run(args: ServeArgs) -> Result<()> {
         );
     }
     let public_url = config.public_url.clone().unwrap_or_default();
-    let app = open_state(&args.db.db, config).await?;
-    tracing::info!(db = %args.db.db.display(), %public_url, "serving MCP at http://{address}/mcp");
+    let app = open_state(&args.db, config).await?;
+    tracing::info!(db = %redact(&args.db.target()), %public_url, "serving MCP at http://{address}/mcp");
     let shutdown = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
@@ -310,7 +333,7 @@ pub(crate) fn parse_public_url(text: &str) -> Result<String, PublicUrlError> {
     Ok(text.to_owned())
 }
 
-/// `--allowed-origin`: an absolute http(s) origin (scheme://host[:port], no path), normalised.
+/// `--allowed-origin`: an absolute http(s) origin (`scheme://host[:port]`, no path), normalised.
 fn parse_allowed_origin(text: &str) -> Result<String, relay_service::origin::OriginError> {
     relay_service::origin::normalise_origin(text)
 }

@@ -346,7 +346,7 @@ fn created_token_id(db: &Path, args: &[&str]) -> String {
 }
 
 /// Kills the child it holds when dropped, so a failing test leaves no server behind.
-struct Child(std::process::Child);
+pub(crate) struct Child(pub(crate) std::process::Child);
 
 impl Drop for Child {
     fn drop(&mut self) {
@@ -406,7 +406,7 @@ async fn serve_answers_mcp_on_its_listener() {
 }
 
 /// `relay serve --listen 127.0.0.1:0 --db DB ARGS…` with its log on a pipe.
-fn serve(db: &Path, args: &[&str]) -> std::process::Child {
+pub(crate) fn serve(db: &Path, args: &[&str]) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_relay"))
         .args(["serve", "--listen", "127.0.0.1:0", "--db"])
         .arg(db)

@@ -9,3 +9,4 @@ mod desktop_providers;
 mod long_poll_load;
 mod oauth_clients;
 mod owner_cli;
+mod postgres_cli;

@@ -7,7 +7,7 @@
 //!   host compared case-insensitively). A relay whose public URL is on loopback (or that has
 //!   none, as in-process) also takes any `http` loopback origin: pages of other local servers
 //!   are local software, and it is what MCP clients on loopback send.
-//! - The hosts served are the public URL's host[:port] and, on a loopback listener, the
+//! - The hosts served are the public URL's host and port and, on a loopback listener, the
 //!   loopback names on any port (a TLS proxy on loopback may front it; a rebinding page can
 //!   only make a browser send its own, non-loopback name). A request without any Host passes (HTTP/1.0,
 //!   in-process calls); it cannot have come from a browser.

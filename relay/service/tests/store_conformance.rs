@@ -40,3 +40,83 @@ async fn sqlite_store_keeps_data_across_reopen_and_migrates_once() {
         owner
     );
 }
+
+/// The throwaway PostgreSQL server's URL (`scripts/pg.sh start`, which `.ci/run` runs), or
+/// `None` after saying why the PostgreSQL tests are skipped; `GRAPHRELAY_REQUIRE_PG=1` makes a
+/// missing server a failure.
+pub(crate) fn postgres_url() -> Option<String> {
+    let url = std::env::var("GRAPHRELAY_PG_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    if url.is_none() {
+        assert!(
+            std::env::var("GRAPHRELAY_REQUIRE_PG").as_deref() != Ok("1"),
+            "GRAPHRELAY_PG_URL is unset and GRAPHRELAY_REQUIRE_PG=1 says PostgreSQL must be there (.ci/run starts it with scripts/pg.sh)"
+        );
+        eprintln!(
+            "skipped: no PostgreSQL (GRAPHRELAY_PG_URL=$(scripts/pg.sh start) runs these tests)"
+        );
+    }
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_store_passes_the_suite() {
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let schemas = std::sync::Mutex::new(Vec::new());
+    conformance::run_all(|| {
+        let schema = format!("conformance_{}", uuid::Uuid::new_v4().simple());
+        schemas.lock().expect("schemas").push(schema.clone());
+        let store = tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(
+                relay_service::store::PostgresStore::connect_in_schema(&url, Some(&schema)),
+            )
+        })
+        .expect("connect to PostgreSQL");
+        Arc::new(store) as Arc<dyn Store>
+    })
+    .await;
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    for schema in schemas.into_inner().expect("schemas") {
+        client
+            .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+            .await
+            .expect("drop schema");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_migrations_run_once_when_replicas_start_together() {
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let schema = format!("migrate_{}", uuid::Uuid::new_v4().simple());
+    let starts =
+        (0..4).map(|_| relay_service::store::PostgresStore::connect_in_schema(&url, Some(&schema)));
+    for store in futures_util::future::join_all(starts).await {
+        store.expect("every replica starts on the migrated schema");
+    }
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    let row = client
+        .query_one(&format!("SELECT version FROM {schema}.relay_schema"), &[])
+        .await
+        .expect("schema version");
+    assert_eq!(row.get::<_, i32>(0), 3);
+    let rows = client
+        .query_one(&format!("SELECT count(*) FROM {schema}.relay_schema"), &[])
+        .await
+        .expect("count");
+    assert_eq!(rows.get::<_, i64>(0), 1, "one version row");
+    client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop schema");
+}

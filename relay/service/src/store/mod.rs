@@ -7,6 +7,7 @@
 pub mod auth;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod postgres;
 pub mod sqlite;
 
 use std::future::Future;
@@ -23,6 +24,7 @@ pub use auth::{
     OAuthClientRecord, OAuthTokenKind, OAuthTokenRecord, RedeemOutcome, RotateOutcome,
     SignInLinkRecord,
 };
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 /// The future every store method returns (boxed so `dyn Store` works).

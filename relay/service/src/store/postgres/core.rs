@@ -1,0 +1,1015 @@
+//! Owners, projects, tokens, session snapshots and commands in PostgreSQL, and the [`Store`]
+//! impl that routes every method (chat tasks and auth live beside this file).
+
+use serde_json::{Map, Value};
+use tokio_postgres::Row;
+use tokio_postgres::types::{FromSql, ToSql};
+
+use super::{PostgresStore, backend};
+use crate::chat_tasks::model::TaskId;
+use crate::store::{
+    ArtifactInsertOutcome, ArtifactRecord, AuthCodeRecord, AuthSweep, AuthSweepCounts,
+    BrowserSessionRecord, ChatLinkRecord, ClaimAttempt, CommandRecord, InsertOutcome, IssuedTokens,
+    OAuthClientRecord, OAuthTokenRecord, OwnerRecord, ProjectRecord, QueueLimit, QueueQuota,
+    RedeemOutcome, RotateOutcome, SessionRecord, SessionSnapshot, SignInLinkRecord, Store,
+    StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+};
+use relay_protocol::clock::Timestamp;
+use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
+
+/// Owners, projects, tokens, session snapshots, commands (migration 1).
+pub(super) const MIGRATION: &str = r#"
+CREATE TABLE owners (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    created_at BIGINT NOT NULL
+);
+CREATE TABLE projects (
+    id TEXT PRIMARY KEY,
+    owner_id TEXT NOT NULL REFERENCES owners(id),
+    name TEXT NOT NULL,
+    created_at BIGINT NOT NULL
+);
+CREATE INDEX projects_by_owner ON projects(owner_id);
+CREATE TABLE tokens (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('desktop', 'agent', 'owner')),
+    token_hash TEXT NOT NULL UNIQUE,
+    owner_id TEXT NOT NULL REFERENCES owners(id),
+    project_id TEXT REFERENCES projects(id),
+    agent_name TEXT,
+    scopes TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    revoked_at BIGINT,
+    client_id TEXT
+);
+CREATE INDEX tokens_by_owner ON tokens(owner_id, created_at);
+CREATE TABLE graph_sessions (
+    project_id TEXT NOT NULL REFERENCES projects(id),
+    graph_session_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    description TEXT NOT NULL,
+    slug TEXT NOT NULL,
+    version TEXT NOT NULL,
+    status TEXT NOT NULL,
+    synced_at BIGINT NOT NULL,
+    PRIMARY KEY (project_id, graph_session_id)
+);
+CREATE TABLE project_syncs (
+    project_id TEXT PRIMARY KEY REFERENCES projects(id),
+    synced_at BIGINT NOT NULL
+);
+CREATE TABLE commands (
+    seq BIGSERIAL UNIQUE,
+    id TEXT PRIMARY KEY,
+    project_id TEXT NOT NULL REFERENCES projects(id),
+    agent_id TEXT NOT NULL REFERENCES tokens(id),
+    graph_session_id TEXT NOT NULL,
+    slug TEXT NOT NULL,
+    arguments TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    request_hash TEXT NOT NULL,
+    status TEXT NOT NULL
+        CHECK (status IN ('queued', 'running', 'completed', 'failed', 'cancelled')),
+    cancel_requested BOOLEAN NOT NULL DEFAULT FALSE,
+    execution_id TEXT,
+    result TEXT,
+    result_truncated BOOLEAN NOT NULL DEFAULT FALSE,
+    total_tokens BIGINT,
+    reported_cost DOUBLE PRECISION,
+    error TEXT,
+    completion_hash TEXT,
+    created_at BIGINT NOT NULL,
+    started_at BIGINT,
+    finished_at BIGINT,
+    last_seen_at BIGINT,
+    updated_at BIGINT NOT NULL
+);
+CREATE UNIQUE INDEX commands_by_idempotency_key ON commands(agent_id, idempotency_key);
+CREATE INDEX commands_queued ON commands(project_id, status, created_at);
+CREATE INDEX commands_running ON commands(status, last_seen_at);
+CREATE INDEX commands_queued_by_agent ON commands(agent_id) WHERE status = 'queued';
+"#;
+
+pub(super) const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_session_id, slug, \
+    arguments, idempotency_key, request_hash, status, cancel_requested, execution_id, result, \
+    result_truncated, total_tokens, reported_cost, error, completion_hash, created_at, \
+    started_at, finished_at, last_seen_at, updated_at";
+
+pub(super) const TOKEN_COLUMNS: &str = "id, kind, token_hash, owner_id, project_id, agent_name, \
+    scopes, created_at, revoked_at, client_id";
+
+/// Column `index` of `row`.
+pub(super) fn get<'r, T: FromSql<'r>>(row: &'r Row, index: usize) -> Result<T, StoreError> {
+    row.try_get(index).map_err(backend)
+}
+
+/// A timestamp column.
+pub(super) fn at(row: &Row, index: usize) -> Result<Timestamp, StoreError> {
+    Ok(Timestamp::from_unix_millis(get(row, index)?))
+}
+
+/// A nullable timestamp column.
+pub(super) fn at_opt(row: &Row, index: usize) -> Result<Option<Timestamp>, StoreError> {
+    Ok(get::<Option<i64>>(row, index)?.map(Timestamp::from_unix_millis))
+}
+
+/// A nullable timestamp parameter.
+pub(super) fn ms(value: Option<Timestamp>) -> Option<i64> {
+    value.map(Timestamp::unix_millis)
+}
+
+pub(super) fn corrupt(what: &str, detail: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {detail}"))
+}
+
+fn to_count(value: usize) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+pub(super) fn token_from_row(row: &Row) -> Result<TokenRecord, StoreError> {
+    let kind: String = get(row, 1)?;
+    let scopes: String = get(row, 6)?;
+    Ok(TokenRecord {
+        id: get(row, 0)?,
+        kind: TokenKind::parse(&kind).ok_or_else(|| corrupt("token kind", &kind))?,
+        token_hash: get(row, 2)?,
+        owner_id: get(row, 3)?,
+        project_id: get(row, 4)?,
+        agent_name: get(row, 5)?,
+        scopes: scopes.split_whitespace().map(str::to_owned).collect(),
+        created_at: at(row, 7)?,
+        revoked_at: at_opt(row, 8)?,
+        client_id: get(row, 9)?,
+    })
+}
+
+pub(super) fn token_params(token: &TokenRecord) -> Vec<Box<dyn ToSql + Sync + Send>> {
+    vec![
+        Box::new(token.id.clone()),
+        Box::new(token.kind.as_str()),
+        Box::new(token.token_hash.clone()),
+        Box::new(token.owner_id.clone()),
+        Box::new(token.project_id.clone()),
+        Box::new(token.agent_name.clone()),
+        Box::new(token.scopes.join(" ")),
+        Box::new(token.created_at.unix_millis()),
+        Box::new(ms(token.revoked_at)),
+        Box::new(token.client_id.clone()),
+    ]
+}
+
+/// `params` as the slice tokio-postgres takes.
+pub(super) fn refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql + Sync)> {
+    params
+        .iter()
+        .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+        .collect()
+}
+
+pub(super) const INSERT_TOKEN: &str = "INSERT INTO tokens (id, kind, token_hash, owner_id, \
+    project_id, agent_name, scopes, created_at, revoked_at, client_id) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
+fn owner_from_row(row: &Row) -> Result<OwnerRecord, StoreError> {
+    Ok(OwnerRecord {
+        id: get(row, 0)?,
+        name: get(row, 1)?,
+        created_at: at(row, 2)?,
+    })
+}
+
+fn project_from_row(row: &Row) -> Result<ProjectRecord, StoreError> {
+    Ok(ProjectRecord {
+        id: get(row, 0)?,
+        owner_id: get(row, 1)?,
+        name: get(row, 2)?,
+        created_at: at(row, 3)?,
+    })
+}
+
+fn session_from_row(row: &Row) -> Result<SessionRecord, StoreError> {
+    let id: String = get(row, 0)?;
+    Ok(SessionRecord {
+        meta: SessionMeta {
+            graph_session_id: id.parse().map_err(|e| corrupt("graph session id", e))?,
+            name: get(row, 1)?,
+            description: get(row, 2)?,
+            slug: get(row, 3)?,
+            version: get(row, 4)?,
+            status: get(row, 5)?,
+        },
+        synced_at: at(row, 6)?,
+    })
+}
+
+fn command_from_row(row: &Row) -> Result<CommandRecord, StoreError> {
+    let id: String = get(row, 0)?;
+    let graph_session_id: String = get(row, 3)?;
+    let arguments: String = get(row, 5)?;
+    let status: String = get(row, 8)?;
+    let result: Option<String> = get(row, 11)?;
+    let total_tokens: Option<i64> = get(row, 13)?;
+    Ok(CommandRecord {
+        id: id.parse().map_err(|e| corrupt("command id", e))?,
+        project_id: get(row, 1)?,
+        agent_id: get(row, 2)?,
+        graph_session_id: graph_session_id
+            .parse()
+            .map_err(|e| corrupt("graph session id", e))?,
+        slug: get(row, 4)?,
+        arguments: serde_json::from_str::<Map<String, Value>>(&arguments)
+            .map_err(|e| corrupt("command arguments", e))?,
+        idempotency_key: get(row, 6)?,
+        request_hash: get(row, 7)?,
+        status: status.parse().map_err(|e| corrupt("run status", e))?,
+        cancel_requested: get(row, 9)?,
+        execution_id: get(row, 10)?,
+        result: result
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(|e| corrupt("run result", e))?,
+        result_truncated: get(row, 12)?,
+        total_tokens: total_tokens
+            .map(u64::try_from)
+            .transpose()
+            .map_err(|e| corrupt("total tokens", e))?,
+        reported_cost: get(row, 14)?,
+        error: get(row, 15)?,
+        completion_hash: get(row, 16)?,
+        created_at: at(row, 17)?,
+        started_at: at_opt(row, 18)?,
+        finished_at: at_opt(row, 19)?,
+        last_seen_at: at_opt(row, 20)?,
+        updated_at: at(row, 21)?,
+    })
+}
+
+/// Which quota `command` would exceed, if any: counted inside the insert's transaction, under
+/// the project's row lock.
+async fn queue_limit(
+    transaction: &deadpool_postgres::Transaction<'_>,
+    command: &CommandRecord,
+    quota: QueueQuota,
+) -> Result<Option<QueueLimit>, StoreError> {
+    let count = async |sql: &str, key: &str| {
+        let row = transaction
+            .query_one(sql, &[&key, &RunStatus::Queued.as_str()])
+            .await
+            .map_err(backend)?;
+        Ok::<u64, StoreError>(u64::try_from(get::<i64>(&row, 0)?).unwrap_or(0))
+    };
+    let agent = count(
+        "SELECT COUNT(*) FROM commands WHERE agent_id = $1 AND status = $2",
+        &command.agent_id,
+    )
+    .await?;
+    if agent >= quota.per_agent {
+        return Ok(Some(QueueLimit::Agent(quota.per_agent)));
+    }
+    let project = count(
+        "SELECT COUNT(*) FROM commands WHERE project_id = $1 AND status = $2",
+        &command.project_id,
+    )
+    .await?;
+    if project >= quota.per_project {
+        return Ok(Some(QueueLimit::Project(quota.per_project)));
+    }
+    Ok(None)
+}
+
+fn to_sql_tokens(total_tokens: Option<u64>) -> Result<Option<i64>, StoreError> {
+    total_tokens
+        .map(i64::try_from)
+        .transpose()
+        .map_err(|_| StoreError::Conflict("total_tokens is too large to store".into()))
+}
+
+impl PostgresStore {
+    async fn ensure_owner_impl(
+        &self,
+        name: &str,
+        now: Timestamp,
+    ) -> Result<OwnerRecord, StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO owners (id, name, created_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (name) DO NOTHING",
+                &[&uuid::Uuid::new_v4().to_string(), &name, &now.unix_millis()],
+            )
+            .await
+            .map_err(backend)?;
+        let row = client
+            .query_one(
+                "SELECT id, name, created_at FROM owners WHERE name = $1",
+                &[&name],
+            )
+            .await
+            .map_err(backend)?;
+        owner_from_row(&row)
+    }
+
+    async fn insert_project_impl(&self, project: ProjectRecord) -> Result<(), StoreError> {
+        self.client()
+            .await?
+            .execute(
+                "INSERT INTO projects (id, owner_id, name, created_at) VALUES ($1, $2, $3, $4)",
+                &[
+                    &project.id,
+                    &project.owner_id,
+                    &project.name,
+                    &project.created_at.unix_millis(),
+                ],
+            )
+            .await
+            .map_err(backend)?;
+        Ok(())
+    }
+
+    async fn query_rows<T>(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        map: fn(&Row) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let rows = self
+            .client()
+            .await?
+            .query(sql, params)
+            .await
+            .map_err(backend)?;
+        rows.iter().map(map).collect()
+    }
+
+    pub(super) async fn query_row<T>(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        map: fn(&Row) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(sql, params)
+            .await
+            .map_err(backend)?;
+        row.as_ref().map(map).transpose()
+    }
+
+    pub(super) async fn execute(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        self.client()
+            .await?
+            .execute(sql, params)
+            .await
+            .map_err(backend)
+    }
+
+    async fn insert_token_impl(&self, token: TokenRecord) -> Result<(), StoreError> {
+        let params = token_params(&token);
+        self.execute(INSERT_TOKEN, &refs(&params)).await?;
+        Ok(())
+    }
+
+    async fn replace_sessions_impl(
+        &self,
+        project_id: &str,
+        sessions: Vec<SessionMeta>,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(backend)?;
+        // Two syncs of one project replace the snapshot one after the other, never interleaved.
+        transaction
+            .execute(
+                "SELECT 1 FROM projects WHERE id = $1 FOR UPDATE",
+                &[&project_id],
+            )
+            .await
+            .map_err(backend)?;
+        transaction
+            .execute(
+                "DELETE FROM graph_sessions WHERE project_id = $1",
+                &[&project_id],
+            )
+            .await
+            .map_err(backend)?;
+        let insert = transaction
+            .prepare(
+                "INSERT INTO graph_sessions (project_id, graph_session_id, name, description, \
+                 slug, version, status, synced_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .await
+            .map_err(backend)?;
+        for session in &sessions {
+            transaction
+                .execute(
+                    &insert,
+                    &[
+                        &project_id,
+                        &session.graph_session_id.as_str(),
+                        &session.name,
+                        &session.description,
+                        &session.slug,
+                        &session.version,
+                        &session.status,
+                        &now.unix_millis(),
+                    ],
+                )
+                .await
+                .map_err(backend)?;
+        }
+        transaction
+            .execute(
+                "INSERT INTO project_syncs (project_id, synced_at) VALUES ($1, $2) \
+                 ON CONFLICT (project_id) DO UPDATE SET synced_at = excluded.synced_at",
+                &[&project_id, &now.unix_millis()],
+            )
+            .await
+            .map_err(backend)?;
+        transaction.commit().await.map_err(backend)
+    }
+
+    async fn sessions_impl(
+        &self,
+        project_id: &str,
+        limit: usize,
+    ) -> Result<SessionSnapshot, StoreError> {
+        let sessions = self
+            .query_rows(
+                "SELECT graph_session_id, name, description, slug, version, status, synced_at \
+                 FROM graph_sessions WHERE project_id = $1 \
+                 ORDER BY name, graph_session_id LIMIT $2",
+                &[&project_id, &to_count(limit)],
+                session_from_row,
+            )
+            .await?;
+        let last_sync_at = self
+            .query_row(
+                "SELECT synced_at FROM project_syncs WHERE project_id = $1",
+                &[&project_id],
+                |row| at(row, 0),
+            )
+            .await?;
+        Ok(SessionSnapshot {
+            sessions,
+            last_sync_at,
+        })
+    }
+
+    async fn insert_command_impl(
+        &self,
+        command: CommandRecord,
+        quota: QueueQuota,
+    ) -> Result<InsertOutcome, StoreError> {
+        let arguments = serde_json::to_string(&command.arguments)
+            .map_err(|e| StoreError::Backend(format!("cannot encode arguments: {e}")))?;
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(backend)?;
+        // The project's row lock serialises the inserts that count against its quotas (an
+        // agent's commands are all in its one project).
+        transaction
+            .execute(
+                "SELECT 1 FROM projects WHERE id = $1 FOR UPDATE",
+                &[&command.project_id],
+            )
+            .await
+            .map_err(backend)?;
+        let by_key = format!(
+            "SELECT {COMMAND_COLUMNS} FROM commands WHERE agent_id = $1 AND idempotency_key = $2"
+        );
+        if let Some(row) = transaction
+            .query_opt(&by_key, &[&command.agent_id, &command.idempotency_key])
+            .await
+            .map_err(backend)?
+        {
+            return Ok(InsertOutcome::Existing(command_from_row(&row)?));
+        }
+        if let Some(limit) = queue_limit(&transaction, &command, quota).await? {
+            return Ok(InsertOutcome::OverQuota(limit));
+        }
+        let row = transaction
+            .query_one(
+                &format!(
+                    "INSERT INTO commands (id, project_id, agent_id, graph_session_id, slug, \
+                     arguments, idempotency_key, request_hash, status, cancel_requested, \
+                     result_truncated, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, FALSE, FALSE, $10, $10) \
+                     RETURNING {COMMAND_COLUMNS}"
+                ),
+                &[
+                    &command.id.to_string(),
+                    &command.project_id,
+                    &command.agent_id,
+                    &command.graph_session_id.as_str(),
+                    &command.slug,
+                    &arguments,
+                    &command.idempotency_key,
+                    &command.request_hash,
+                    &RunStatus::Queued.as_str(),
+                    &command.created_at.unix_millis(),
+                ],
+            )
+            .await
+            .map_err(backend)?;
+        let stored = command_from_row(&row)?;
+        transaction.commit().await.map_err(backend)?;
+        Ok(InsertOutcome::Created(stored))
+    }
+
+    async fn update_command_impl(
+        &self,
+        from: &CommandRecord,
+        next: &CommandRecord,
+    ) -> Result<bool, StoreError> {
+        let result = next
+            .result
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| StoreError::Backend(format!("cannot encode result: {e}")))?;
+        let changed = self
+            .execute(
+                "UPDATE commands SET status = $1, cancel_requested = $2, execution_id = $3, \
+                 result = $4, result_truncated = $5, total_tokens = $6, reported_cost = $7, \
+                 error = $8, completion_hash = $9, started_at = $10, finished_at = $11, \
+                 last_seen_at = $12, updated_at = $13 \
+                 WHERE id = $14 AND status = $15 AND cancel_requested = $16",
+                &[
+                    &next.status.as_str(),
+                    &next.cancel_requested,
+                    &next.execution_id,
+                    &result,
+                    &next.result_truncated,
+                    &to_sql_tokens(next.total_tokens)?,
+                    &next.reported_cost,
+                    &next.error,
+                    &next.completion_hash,
+                    &ms(next.started_at),
+                    &ms(next.finished_at),
+                    &ms(next.last_seen_at),
+                    &next.updated_at.unix_millis(),
+                    &from.id.to_string(),
+                    &from.status.as_str(),
+                    &from.cancel_requested,
+                ],
+            )
+            .await?;
+        Ok(changed == 1)
+    }
+
+    async fn fail_silent_runs_impl(
+        &self,
+        cutoff: Timestamp,
+        now: Timestamp,
+        error: &str,
+    ) -> Result<Vec<CommandId>, StoreError> {
+        let ids = self
+            .query_rows(
+                "UPDATE commands SET status = 'failed', error = $1, finished_at = $2, \
+                 updated_at = $2 WHERE status = 'running' AND last_seen_at < $3 RETURNING id",
+                &[&error, &now.unix_millis(), &cutoff.unix_millis()],
+                |row| get::<String>(row, 0),
+            )
+            .await?;
+        ids.iter()
+            .map(|id| id.parse().map_err(|e| corrupt("command id", e)))
+            .collect()
+    }
+}
+
+impl Store for PostgresStore {
+    fn ensure_owner<'a>(&'a self, name: &'a str, now: Timestamp) -> StoreFuture<'a, OwnerRecord> {
+        Box::pin(self.ensure_owner_impl(name, now))
+    }
+
+    fn insert_project(&self, project: ProjectRecord) -> StoreFuture<'_, ()> {
+        Box::pin(self.insert_project_impl(project))
+    }
+
+    fn project<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<ProjectRecord>> {
+        Box::pin(async move {
+            self.query_row(
+                "SELECT id, owner_id, name, created_at FROM projects WHERE id = $1",
+                &[&id],
+                project_from_row,
+            )
+            .await
+        })
+    }
+
+    fn projects(&self) -> StoreFuture<'_, Vec<ProjectRecord>> {
+        Box::pin(self.query_rows(
+            "SELECT id, owner_id, name, created_at FROM projects ORDER BY created_at, id",
+            &[],
+            project_from_row,
+        ))
+    }
+
+    fn owners(&self) -> StoreFuture<'_, Vec<OwnerRecord>> {
+        Box::pin(self.query_rows(
+            "SELECT id, name, created_at FROM owners ORDER BY name",
+            &[],
+            owner_from_row,
+        ))
+    }
+
+    fn insert_token(&self, token: TokenRecord) -> StoreFuture<'_, ()> {
+        Box::pin(self.insert_token_impl(token))
+    }
+
+    fn token_by_hash<'a>(&'a self, token_hash: &'a str) -> StoreFuture<'a, Option<TokenRecord>> {
+        Box::pin(async move {
+            self.query_row(
+                &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE token_hash = $1"),
+                &[&token_hash],
+                token_from_row,
+            )
+            .await
+        })
+    }
+
+    fn token<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TokenRecord>> {
+        Box::pin(async move {
+            self.query_row(
+                &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = $1"),
+                &[&id],
+                token_from_row,
+            )
+            .await
+        })
+    }
+
+    fn tokens_of_owner<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<TokenRecord>> {
+        Box::pin(async move {
+            self.query_rows(
+                &format!(
+                    "SELECT {TOKEN_COLUMNS} FROM tokens WHERE owner_id = $1 ORDER BY created_at, id"
+                ),
+                &[&owner_id],
+                token_from_row,
+            )
+            .await
+        })
+    }
+
+    fn revoke_token<'a>(&'a self, id: &'a str, now: Timestamp) -> StoreFuture<'a, bool> {
+        Box::pin(self.revoke_token_and_grant(id, now))
+    }
+
+    fn owner_by_name<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<OwnerRecord>> {
+        Box::pin(async move {
+            self.query_row(
+                "SELECT id, name, created_at FROM owners WHERE name = $1",
+                &[&name],
+                owner_from_row,
+            )
+            .await
+        })
+    }
+
+    fn set_owner_password<'a>(
+        &'a self,
+        owner_id: &'a str,
+        password_hash: Option<String>,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(self.set_owner_password_impl(owner_id, password_hash))
+    }
+
+    fn owner_password<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Option<String>> {
+        Box::pin(async move {
+            self.query_row(
+                "SELECT password_hash FROM owner_passwords WHERE owner_id = $1",
+                &[&owner_id],
+                |row| get::<String>(row, 0),
+            )
+            .await
+        })
+    }
+
+    fn insert_browser_session(&self, session: BrowserSessionRecord) -> StoreFuture<'_, ()> {
+        Box::pin(self.insert_browser_session_impl(session))
+    }
+
+    fn touch_browser_session<'a>(
+        &'a self,
+        id_hash: &'a str,
+        idle_before: Timestamp,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<BrowserSessionRecord>> {
+        Box::pin(self.touch_browser_session_impl(id_hash, idle_before, now))
+    }
+
+    fn end_browser_sessions<'a>(
+        &'a self,
+        owner_id: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, usize> {
+        Box::pin(async move {
+            let ended = self
+                .execute(
+                    "UPDATE browser_sessions SET ended_at = $1 WHERE owner_id = $2 AND ended_at IS NULL",
+                    &[&now.unix_millis(), &owner_id],
+                )
+                .await?;
+            Ok(usize::try_from(ended).unwrap_or(usize::MAX))
+        })
+    }
+
+    fn insert_sign_in_link(&self, link: SignInLinkRecord) -> StoreFuture<'_, ()> {
+        Box::pin(self.insert_sign_in_link_impl(link))
+    }
+
+    fn use_sign_in_link<'a>(
+        &'a self,
+        token_hash: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<SignInLinkRecord>> {
+        Box::pin(self.use_sign_in_link_impl(token_hash, now))
+    }
+
+    fn insert_oauth_client(&self, client: OAuthClientRecord) -> StoreFuture<'_, ()> {
+        Box::pin(self.insert_oauth_client_impl(client))
+    }
+
+    fn oauth_client<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OAuthClientRecord>> {
+        Box::pin(self.oauth_client_impl(id))
+    }
+
+    fn mark_oauth_client_used<'a>(&'a self, id: &'a str, now: Timestamp) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.execute(
+                "UPDATE oauth_clients SET used_at = $1 WHERE id = $2 AND used_at IS NULL",
+                &[&now.unix_millis(), &id],
+            )
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn insert_auth_code(&self, code: AuthCodeRecord) -> StoreFuture<'_, ()> {
+        Box::pin(self.insert_auth_code_impl(code))
+    }
+
+    fn auth_code<'a>(&'a self, code_hash: &'a str) -> StoreFuture<'a, Option<AuthCodeRecord>> {
+        Box::pin(self.auth_code_impl(code_hash))
+    }
+
+    fn redeem_auth_code<'a>(
+        &'a self,
+        code_hash: &'a str,
+        now: Timestamp,
+        grant: TokenRecord,
+        tokens: IssuedTokens,
+    ) -> StoreFuture<'a, RedeemOutcome> {
+        Box::pin(self.redeem_auth_code_impl(code_hash, now, grant, tokens))
+    }
+
+    fn oauth_token<'a>(&'a self, token_hash: &'a str) -> StoreFuture<'a, Option<OAuthTokenRecord>> {
+        Box::pin(self.oauth_token_impl(token_hash))
+    }
+
+    fn rotate_refresh_token<'a>(
+        &'a self,
+        token_hash: &'a str,
+        now: Timestamp,
+        tokens: IssuedTokens,
+    ) -> StoreFuture<'a, RotateOutcome> {
+        Box::pin(self.rotate_refresh_token_impl(token_hash, now, tokens))
+    }
+
+    fn revoke_oauth_token<'a>(
+        &'a self,
+        token_hash: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let changed = self
+                .execute(
+                    "UPDATE oauth_tokens SET revoked_at = $1 WHERE token_hash = $2 AND revoked_at IS NULL",
+                    &[&now.unix_millis(), &token_hash],
+                )
+                .await?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn sweep_auth(&self, sweep: AuthSweep) -> StoreFuture<'_, AuthSweepCounts> {
+        Box::pin(self.sweep_auth_impl(sweep))
+    }
+
+    fn replace_sessions<'a>(
+        &'a self,
+        project_id: &'a str,
+        sessions: Vec<SessionMeta>,
+        now: Timestamp,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(self.replace_sessions_impl(project_id, sessions, now))
+    }
+
+    fn sessions<'a>(
+        &'a self,
+        project_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, SessionSnapshot> {
+        Box::pin(self.sessions_impl(project_id, limit))
+    }
+
+    fn session<'a>(
+        &'a self,
+        project_id: &'a str,
+        graph_session_id: &'a GraphSessionId,
+    ) -> StoreFuture<'a, Option<SessionRecord>> {
+        Box::pin(async move {
+            self.query_row(
+                "SELECT graph_session_id, name, description, slug, version, status, synced_at \
+                 FROM graph_sessions WHERE project_id = $1 AND graph_session_id = $2",
+                &[&project_id, &graph_session_id.as_str()],
+                session_from_row,
+            )
+            .await
+        })
+    }
+
+    fn insert_command(
+        &self,
+        command: CommandRecord,
+        quota: QueueQuota,
+    ) -> StoreFuture<'_, InsertOutcome> {
+        Box::pin(self.insert_command_impl(command, quota))
+    }
+
+    fn command_by_key<'a>(
+        &'a self,
+        agent_id: &'a str,
+        idempotency_key: &'a str,
+    ) -> StoreFuture<'a, Option<CommandRecord>> {
+        Box::pin(async move {
+            self.query_row(
+                &format!(
+                    "SELECT {COMMAND_COLUMNS} FROM commands WHERE agent_id = $1 AND idempotency_key = $2"
+                ),
+                &[&agent_id, &idempotency_key],
+                command_from_row,
+            )
+            .await
+        })
+    }
+
+    fn command(&self, id: CommandId) -> StoreFuture<'_, Option<CommandRecord>> {
+        Box::pin(async move {
+            self.query_row(
+                &format!("SELECT {COMMAND_COLUMNS} FROM commands WHERE id = $1"),
+                &[&id.to_string()],
+                command_from_row,
+            )
+            .await
+        })
+    }
+
+    fn update_command<'a>(
+        &'a self,
+        from: &'a CommandRecord,
+        next: &'a CommandRecord,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(self.update_command_impl(from, next))
+    }
+
+    fn touch_running(&self, id: CommandId, now: Timestamp) -> StoreFuture<'_, bool> {
+        Box::pin(async move {
+            let changed = self
+                .execute(
+                    "UPDATE commands SET last_seen_at = $1 WHERE id = $2 AND status = 'running'",
+                    &[&now.unix_millis(), &id.to_string()],
+                )
+                .await?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn queued_commands<'a>(
+        &'a self,
+        project_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<CommandRecord>> {
+        Box::pin(async move {
+            self.query_rows(
+                &format!(
+                    "SELECT {COMMAND_COLUMNS} FROM commands \
+                     WHERE project_id = $1 AND status = 'queued' \
+                     ORDER BY created_at, seq LIMIT $2"
+                ),
+                &[&project_id, &to_count(limit)],
+                command_from_row,
+            )
+            .await
+        })
+    }
+
+    fn fail_silent_runs<'a>(
+        &'a self,
+        cutoff: Timestamp,
+        now: Timestamp,
+        error: &'a str,
+    ) -> StoreFuture<'a, Vec<CommandId>> {
+        Box::pin(self.fail_silent_runs_impl(cutoff, now, error))
+    }
+
+    fn insert_chat_link(&self, link: ChatLinkRecord) -> StoreFuture<'_, ()> {
+        Box::pin(self.insert_chat_link_impl(link))
+    }
+
+    fn chat_link<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<ChatLinkRecord>> {
+        Box::pin(self.chat_link_impl(id))
+    }
+
+    fn set_event_subscription<'a>(&'a self, id: &'a str, active: bool) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let changed = self
+                .execute(
+                    "UPDATE chat_links SET event_subscription = $1 WHERE id = $2",
+                    &[&active, &id],
+                )
+                .await?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn insert_task(&self, task: TaskRecord) -> StoreFuture<'_, TaskInsertOutcome> {
+        Box::pin(self.insert_task_impl(task))
+    }
+
+    fn task(&self, id: TaskId) -> StoreFuture<'_, Option<TaskRecord>> {
+        Box::pin(self.task_impl(id))
+    }
+
+    fn open_tasks<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<TaskRecord>> {
+        Box::pin(self.open_tasks_impl(chat_link_id, limit))
+    }
+
+    fn open_tasks_unless_due<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<Vec<TaskRecord>>> {
+        Box::pin(async move {
+            if self.tasks_due_impl(now).await? {
+                return Ok(None);
+            }
+            self.open_tasks_impl(chat_link_id, limit).await.map(Some)
+        })
+    }
+
+    fn link_tasks<'a>(
+        &'a self,
+        chat_link_id: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<TaskRecord>> {
+        Box::pin(self.link_tasks_impl(chat_link_id, limit))
+    }
+
+    fn claim_task(&self, attempt: ClaimAttempt) -> StoreFuture<'_, Option<TaskRecord>> {
+        Box::pin(self.claim_task_impl(attempt))
+    }
+
+    fn claim_task_unconditionally(&self, attempt: ClaimAttempt) -> StoreFuture<'_, bool> {
+        Box::pin(self.claim_task_unconditionally_impl(attempt))
+    }
+
+    fn update_task<'a>(
+        &'a self,
+        from: &'a TaskRecord,
+        next: &'a TaskRecord,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(self.update_task_impl(from, next))
+    }
+
+    fn tasks_due(&self, now: Timestamp) -> StoreFuture<'_, bool> {
+        Box::pin(self.tasks_due_impl(now))
+    }
+
+    fn sweep_tasks(&self, now: Timestamp) -> StoreFuture<'_, SweepCounts> {
+        Box::pin(self.sweep_tasks_impl(now))
+    }
+
+    fn insert_artifact(
+        &self,
+        artifact: ArtifactRecord,
+        max_per_task: usize,
+    ) -> StoreFuture<'_, ArtifactInsertOutcome> {
+        Box::pin(self.insert_artifact_impl(artifact, max_per_task))
+    }
+
+    fn artifacts(&self, task_id: TaskId) -> StoreFuture<'_, Vec<ArtifactRecord>> {
+        Box::pin(self.artifacts_impl(task_id))
+    }
+}

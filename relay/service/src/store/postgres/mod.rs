@@ -1,0 +1,188 @@
+//! The PostgreSQL store: tokio-postgres over a deadpool pool, for several service replicas on
+//! one database.
+//!
+//! Every promise of the [`Store`](super::Store) trait holds under READ COMMITTED across connections and
+//! replicas: single-use and state-moving writes are one conditional `UPDATE` (a concurrent
+//! writer waits on the row lock and then re-checks the condition, so exactly one wins); inserts
+//! under a unique key use `ON CONFLICT DO NOTHING` and read the winner back; the steps that
+//! count before they write (the queue quota, an artifact's limit, a session snapshot) first
+//! lock the one row they are about (`FOR UPDATE`), which serialises exactly the writers that
+//! could race. Migrations run in one transaction under an advisory lock, so replicas that start
+//! together do not race either.
+
+mod auth;
+mod chat;
+mod core;
+
+use std::str::FromStr;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+use super::StoreError;
+
+/// Connections one replica keeps to the database at most.
+pub const MAX_CONNECTIONS: usize = 16;
+/// The advisory lock key migrations run under ("graphrelay" in ASCII, folded to 63 bits).
+const MIGRATION_LOCK: i64 = 0x6772_6170_6872_656c;
+
+/// Schema migrations, applied in order in one transaction; `relay_schema` records the version.
+/// Never edit a released entry: append a new one.
+const MIGRATIONS: &[&str] = &[core::MIGRATION, chat::MIGRATION, auth::MIGRATION];
+
+/// A [`Store`](super::Store) over one PostgreSQL database.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore").finish_non_exhaustive()
+    }
+}
+
+/// A database error as a [`StoreError`], with PostgreSQL's own code and message.
+fn backend(error: tokio_postgres::Error) -> StoreError {
+    match error.as_db_error() {
+        Some(db) => {
+            StoreError::Backend(format!("PostgreSQL {}: {}", db.code().code(), db.message()))
+        }
+        None => StoreError::Backend(format!("PostgreSQL: {error}")),
+    }
+}
+
+/// Whether `text` names a PostgreSQL database (`postgres://` or `postgresql://`).
+pub fn is_postgres_url(text: &str) -> bool {
+    text.starts_with("postgres://") || text.starts_with("postgresql://")
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (a libpq URL) and migrates it.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_in_schema(url, None).await
+    }
+
+    /// Like [`PostgresStore::connect`], with every table in `schema` (created if missing): for
+    /// tests that want a fresh, empty store per check on one server.
+    pub async fn connect_in_schema(url: &str, schema: Option<&str>) -> Result<Self, StoreError> {
+        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
+            StoreError::Backend(format!("`{}` is not a PostgreSQL URL: {e}", redact(url)))
+        })?;
+        if let Some(schema) = schema {
+            if !schema
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                return Err(StoreError::Backend(format!("bad schema name `{schema}`")));
+            }
+            config.options(format!("-c search_path={schema}"));
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(MAX_CONNECTIONS)
+            .build()
+            .map_err(|e| StoreError::Backend(format!("cannot make a connection pool: {e}")))?;
+        let store = PostgresStore { pool };
+        store.migrate(schema).await?;
+        Ok(store)
+    }
+
+    /// A pooled connection.
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(error) => backend(error),
+            other => StoreError::Backend(format!("no database connection: {other}")),
+        })
+    }
+
+    async fn migrate(&self, schema: Option<&str>) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(backend)?;
+        transaction
+            .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .await
+            .map_err(backend)?;
+        if let Some(schema) = schema {
+            // Under the lock: two replicas creating one schema at once would collide.
+            transaction
+                .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                .await
+                .map_err(backend)?;
+        }
+        transaction
+            .batch_execute("CREATE TABLE IF NOT EXISTS relay_schema (version INTEGER NOT NULL)")
+            .await
+            .map_err(backend)?;
+        let row = transaction
+            .query_opt("SELECT version FROM relay_schema", &[])
+            .await
+            .map_err(backend)?;
+        let applied = match row {
+            Some(row) => row.try_get::<_, i32>(0).map_err(backend)?,
+            None => {
+                transaction
+                    .execute("INSERT INTO relay_schema (version) VALUES (0)", &[])
+                    .await
+                    .map_err(backend)?;
+                0
+            }
+        };
+        let applied = usize::try_from(applied).unwrap_or(usize::MAX);
+        if applied > MIGRATIONS.len() {
+            return Err(StoreError::Corrupt(format!(
+                "the database has schema version {applied}, newer than this build knows ({}): upgrade relay",
+                MIGRATIONS.len()
+            )));
+        }
+        for migration in &MIGRATIONS[applied..] {
+            transaction
+                .batch_execute(migration)
+                .await
+                .map_err(backend)?;
+        }
+        let version = i32::try_from(MIGRATIONS.len()).unwrap_or(i32::MAX);
+        transaction
+            .execute("UPDATE relay_schema SET version = $1", &[&version])
+            .await
+            .map_err(backend)?;
+        transaction.commit().await.map_err(backend)
+    }
+}
+
+/// `url` without its password, for messages and logs.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_recognised_and_passwords_redacted() {
+        assert!(is_postgres_url("postgres://u@h/db"));
+        assert!(is_postgres_url("postgresql://u@h/db"));
+        assert!(!is_postgres_url("relay.db"));
+        assert_eq!(
+            redact("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+    }
+}

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL cluster for the tests, under target/pg (never a real database).
+#   scripts/pg.sh start   initdb once, start the server on 127.0.0.1, print its URL on stdout
+#   scripts/pg.sh url     print the URL of the running cluster
+#   scripts/pg.sh stop    stop it (the data stays under target/pg until `cargo clean`)
+# The server refuses to run as root, so as root it runs as the `postgres` user. Installs
+# Debian's `postgresql` package when no server binary is found.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir="$PWD/target/pg"
+data="$dir/data"
+port_file="$dir/port"
+say() { echo "pg.sh: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+bin_dir() {
+    local found
+    found=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+    if [[ -z "$found" ]]; then
+        command -v apt-get >/dev/null || die "no PostgreSQL server found and no apt-get to install one"
+        say "installing Debian's postgresql package"
+        apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+        found=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+    fi
+    echo "$found"
+}
+
+as_server() {
+    if [[ $(id -u) -eq 0 ]]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+url() {
+    [[ -f "$port_file" ]] || die "no cluster: run scripts/pg.sh start"
+    echo "postgres://postgres@127.0.0.1:$(cat "$port_file")/postgres"
+}
+
+start() {
+    local bin
+    bin=$(bin_dir)
+    mkdir -p "$dir"
+    if [[ $(id -u) -eq 0 ]]; then
+        chown postgres "$dir"
+        chmod 755 "$dir"
+    fi
+    if [[ ! -f "$data/PG_VERSION" ]]; then
+        say "initdb in $data"
+        as_server "$bin/initdb" -D "$data" -A trust -U postgres --no-sync >/dev/null
+    fi
+    if as_server "$bin/pg_ctl" -D "$data" status >/dev/null 2>&1; then
+        url
+        return
+    fi
+    local port
+    port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+    echo "$port" >"$port_file"
+    say "starting on 127.0.0.1:$port"
+    as_server "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 \
+        -o "-c listen_addresses=127.0.0.1 -p $port -k $data -c fsync=off -c max_connections=300" start >&2 \
+        || { cat "$data/server.log" >&2 || true; die "the server did not start"; }
+    url
+}
+
+stop() {
+    local bin
+    bin=$(bin_dir)
+    if [[ -f "$data/PG_VERSION" ]]; then
+        as_server "$bin/pg_ctl" -D "$data" -m fast -w stop >&2 || true
+    fi
+}
+
+case "${1:-}" in
+    start) start ;;
+    stop) stop ;;
+    url) url ;;
+    *) die "usage: scripts/pg.sh start|stop|url" ;;
+esac
