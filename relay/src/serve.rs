@@ -17,6 +17,7 @@ use relay_service::mcp::legacy_sessions::{
 };
 use relay_service::rate::{DEFAULT_RATE_BURST, DEFAULT_RATE_PER_SECOND, RateLimit};
 use relay_service::runs::{DEFAULT_QUEUED_PER_AGENT, DEFAULT_QUEUED_PER_PROJECT};
+use relay_service::store::postgres::notify::PgNotifier;
 use relay_service::store::postgres::{is_postgres_url, redact};
 use relay_service::store::{PostgresStore, QueueQuota, SqliteStore};
 use relay_service::{self as service, AppState, ServiceConfig};
@@ -178,23 +179,36 @@ fn raise_open_file_limit() -> Option<u64> {
 /// The longest lease `--task-lease-seconds` takes: a task expires after a day anyway.
 const MAX_TASK_LEASE_SECS: u64 = 24 * 60 * 60;
 
+/// The PostgreSQL channel the replicas of one database wake each other on.
+const WAKEUP_CHANNEL: &str = "relay_wakeups";
+
 pub(crate) async fn open_state(db: &DbArg, config: ServiceConfig) -> Result<Arc<AppState>> {
     let target = db.target();
-    let store: Arc<dyn service::Store> =
-        if is_postgres_url(&target) {
-            Arc::new(PostgresStore::connect(&target).await.context(
-                "cannot use the PostgreSQL database (is it running, and the URL right?)",
-            )?)
-        } else {
-            let path = PathBuf::from(&target);
-            Arc::new(
-                tokio::task::spawn_blocking(move || SqliteStore::open(&path))
-                    .await
-                    .context("opening the database was interrupted")?
-                    .with_context(|| format!("cannot use the database {target}"))?,
-            )
-        };
-    Ok(AppState::new(store, Arc::new(SystemClock), config))
+    if is_postgres_url(&target) {
+        let store = PostgresStore::connect(&target)
+            .await
+            .context("cannot use the PostgreSQL database (is it running, and the URL right?)")?;
+        // Wake-ups (long-poll pickup, cancel push, waiting reads) cross replicas.
+        let notifier = PgNotifier::start(&target, WAKEUP_CHANNEL)
+            .await
+            .context("cannot listen for wake-ups on the PostgreSQL database")?;
+        return Ok(AppState::with_notifier(
+            Arc::new(store),
+            Arc::new(SystemClock),
+            config,
+            notifier,
+        ));
+    }
+    let path = PathBuf::from(&target);
+    let store = tokio::task::spawn_blocking(move || SqliteStore::open(&path))
+        .await
+        .context("opening the database was interrupted")?
+        .with_context(|| format!("cannot use the database {target}"))?;
+    Ok(AppState::new(
+        Arc::new(store),
+        Arc::new(SystemClock),
+        config,
+    ))
 }
 
 /// Runs the service until Ctrl-C.

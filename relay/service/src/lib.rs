@@ -140,11 +140,27 @@ pub struct AppState {
 impl AppState {
     /// State over `store` and `clock`.
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: ServiceConfig) -> Arc<Self> {
+        Self::with_notifier(
+            store,
+            clock,
+            config,
+            Arc::new(notify::LocalNotifier::default()),
+        )
+    }
+
+    /// State over `store` and `clock` whose wake-ups go through `notifier` (across replicas,
+    /// say).
+    pub fn with_notifier(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        config: ServiceConfig,
+        notifier: Arc<dyn notify::Notifier>,
+    ) -> Arc<Self> {
         Arc::new(AppState {
             store,
             clock,
             shutdown: CancellationToken::new(),
-            notifier: Arc::new(notify::LocalNotifier::default()),
+            notifier,
             task_sweeps: SweepStats::default(),
             mcp_sessions: mcp::legacy_sessions::McpSessions::new(config.mcp_sessions),
             rate: rate::RateLimiter::new(config.rate_limit),

@@ -3,8 +3,9 @@
 //! between its read and its wait is never missed.
 //!
 //! Notifications carry no data, only the topic: receivers always re-read the store. That is
-//! what lets the same scheme span service replicas later: a PostgreSQL implementation of
-//! [`Notifier`] would `NOTIFY` the topic name and `LISTEN` on behalf of local waiters.
+//! what lets the same scheme span service replicas: the PostgreSQL store's
+//! [`PgNotifier`](crate::store::postgres::notify::PgNotifier) `NOTIFY`s the topic name and
+//! `LISTEN`s on behalf of local waiters.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -73,16 +74,32 @@ impl LocalNotifier {
     }
 }
 
-impl Notifier for LocalNotifier {
-    fn notify(&self, topic: &Topic) {
+impl LocalNotifier {
+    /// Wakes the waiters of the topic named `name` (as [`Topic::name`] spells it), as a
+    /// notification from another replica names it.
+    pub fn notify_name(&self, name: &str) {
         let mut topics = self.lock();
-        let name = topic.name();
-        if let Some(sender) = topics.get(&name) {
+        if let Some(sender) = topics.get(name) {
             sender.send_replace(());
             if sender.receiver_count() == 0 {
-                topics.remove(&name);
+                topics.remove(name);
             }
         }
+    }
+
+    /// Wakes every waiter (after notifications may have been lost).
+    pub fn notify_all(&self) {
+        let mut topics = self.lock();
+        for sender in topics.values() {
+            sender.send_replace(());
+        }
+        topics.retain(|_, sender| sender.receiver_count() > 0);
+    }
+}
+
+impl Notifier for LocalNotifier {
+    fn notify(&self, topic: &Topic) {
+        self.notify_name(&topic.name());
     }
 
     fn subscribe(&self, topic: &Topic) -> Subscription {

@@ -25,6 +25,7 @@ mod mcp_tools;
 mod oauth_attacks;
 mod oauth_flow;
 mod owner_tasks;
+mod postgres_replicas;
 mod quotas;
 mod request_origins;
 mod restart;

@@ -13,6 +13,7 @@
 mod auth;
 mod chat;
 mod core;
+pub mod notify;
 
 use std::str::FromStr;
 

@@ -1,0 +1,170 @@
+//! Wake-ups across replicas: [`PgNotifier`] is a [`Notifier`] that wakes this process's
+//! waiters at once and sends the topic's name with PostgreSQL's `NOTIFY`; a listener connection
+//! (`LISTEN`) wakes the waiters of the same topic on every other replica.
+//!
+//! A notification carries no data (waiters re-read the store), so one that is lost costs no
+//! correctness, only latency: the waiter's own deadline (a long poll's 25 s) still ends its
+//! wait. When the listener loses its connection it reconnects with backoff and then wakes every
+//! local waiter once, since it cannot know what it missed meanwhile.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use super::backend;
+use crate::notify::{LocalNotifier, Notifier, Subscription, Topic};
+use crate::store::StoreError;
+
+/// Notifications waiting to be sent at most; past it they are dropped (a waiter's deadline
+/// still ends its wait).
+const MAX_PENDING: usize = 10_000;
+/// The longest wait between reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Topics across replicas, through one PostgreSQL channel.
+pub struct PgNotifier {
+    local: Arc<LocalNotifier>,
+    outbox: mpsc::Sender<String>,
+}
+
+impl PgNotifier {
+    /// Starts the sender and the listener on the database at `url`, on `channel` (one channel
+    /// per database the replicas share; tests that share a server use one each).
+    pub async fn start(url: &str, channel: &str) -> Result<Arc<Self>, StoreError> {
+        if channel.is_empty()
+            || !channel
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            return Err(StoreError::Backend(format!("bad channel name `{channel}`")));
+        }
+        let config = tokio_postgres::Config::from_str(url)
+            .map_err(|e| StoreError::Backend(format!("not a PostgreSQL URL: {e}")))?;
+        let local = Arc::new(LocalNotifier::default());
+        let listening = listen(&config, channel, &local).await?;
+        tokio::spawn(keep_listening(
+            config.clone(),
+            channel.to_owned(),
+            local.clone(),
+            listening,
+        ));
+        let (outbox, pending) = mpsc::channel(MAX_PENDING);
+        tokio::spawn(send_all(config, channel.to_owned(), pending));
+        Ok(Arc::new(PgNotifier { local, outbox }))
+    }
+}
+
+impl Notifier for PgNotifier {
+    fn notify(&self, topic: &Topic) {
+        self.local.notify(topic);
+        if self.outbox.try_send(topic.name()).is_err() {
+            tracing::warn!(topic = %topic.name(), "too many wake-ups pending for other replicas; this one is dropped");
+        }
+    }
+
+    fn subscribe(&self, topic: &Topic) -> Subscription {
+        self.local.subscribe(topic)
+    }
+}
+
+/// A listening connection: the task that reads its notifications (it ends when the connection
+/// does) and the client, which must live as long.
+struct Listening {
+    task: tokio::task::JoinHandle<()>,
+    _client: tokio_postgres::Client,
+}
+
+/// Connects and runs `LISTEN`.
+async fn listen(
+    config: &tokio_postgres::Config,
+    channel: &str,
+    local: &Arc<LocalNotifier>,
+) -> Result<Listening, StoreError> {
+    let (client, mut connection) = config.connect(NoTls).await.map_err(backend)?;
+    let waiters = local.clone();
+    let task = tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = messages.next().await {
+            match message {
+                Ok(AsyncMessage::Notification(note)) => waiters.notify_name(note.payload()),
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "the wake-up listener lost its connection");
+                    break;
+                }
+            }
+        }
+    });
+    // LISTEN goes through the client while the task above drives the connection.
+    client
+        .batch_execute(&format!("LISTEN {channel}"))
+        .await
+        .map_err(backend)?;
+    Ok(Listening {
+        task,
+        _client: client,
+    })
+}
+
+async fn keep_listening(
+    config: tokio_postgres::Config,
+    channel: String,
+    local: Arc<LocalNotifier>,
+    mut listening: Listening,
+) {
+    loop {
+        let _ = (&mut listening.task).await;
+        let mut backoff = Duration::from_millis(100);
+        listening = loop {
+            tokio::time::sleep(backoff).await;
+            match listen(&config, &channel, &local).await {
+                Ok(again) => break again,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot listen for wake-ups yet; retrying");
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        };
+        // What happened while nobody listened is unknown: every waiter looks again.
+        local.notify_all();
+    }
+}
+
+async fn send_all(
+    config: tokio_postgres::Config,
+    channel: String,
+    mut pending: mpsc::Receiver<String>,
+) {
+    let mut client = None;
+    while let Some(name) = pending.recv().await {
+        for _attempt in 0..2 {
+            if client.is_none() {
+                client = match config.connect(NoTls).await {
+                    Ok((c, connection)) => {
+                        tokio::spawn(connection);
+                        Some(c)
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot send wake-ups to other replicas");
+                        None
+                    }
+                };
+            }
+            let Some(c) = &client else { break };
+            match c
+                .execute("SELECT pg_notify($1, $2)", &[&channel, &name])
+                .await
+            {
+                Ok(_) => break,
+                Err(error) => {
+                    tracing::warn!(%error, "sending a wake-up failed; reconnecting");
+                    client = None;
+                }
+            }
+        }
+    }
+}
