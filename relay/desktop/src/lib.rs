@@ -11,6 +11,7 @@ pub mod approver;
 pub mod bounding;
 pub mod jitter;
 pub mod state;
+pub mod ui;
 
 use std::path::PathBuf;
 use std::sync::Arc;
