@@ -26,7 +26,8 @@ label{margin-right:.4rem}.check{display:block;margin:.3rem 0}.field{display:bloc
 button{font-size:1rem;padding:.35rem 1rem;margin:.4rem .5rem .2rem 0}select,input[type=text]{font-size:1rem;padding:.25rem}\
 pre{background:#f4f4f4;padding:.5rem;overflow-x:auto;white-space:pre-wrap;word-break:break-word;max-height:40rem}\
 table{border-collapse:collapse;width:100%}td,th{text-align:left;padding:.25rem .5rem;border-bottom:1px solid #ddd;vertical-align:top}\
-.wide{overflow-x:auto}.timeline svg{min-width:40rem;width:100%;height:auto}.muted{color:#555}.error{color:#a40000}\
+.wide{overflow-x:auto}.timeline svg{width:100%;height:auto}.timeline .narrow{display:none}\
+@media (max-width:40rem){.timeline .broad{display:none}.timeline .narrow{display:block}}.muted{color:#555}.error{color:#a40000}\
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem}dt{font-weight:600}dd{margin:0;word-break:break-word}";
 
 /// The sections, in the nav's order: path and title.
@@ -345,7 +346,10 @@ pub(crate) async fn run(
         h2 { "Timeline" }
         @match &timeline {
             Some(timeline) if !timeline.bars.is_empty() => {
-                div.timeline.wide { (timeline::svg(timeline)) }
+                div.timeline {
+                    div.broad { (timeline::svg_in(timeline, timeline::Layout::WIDE)) }
+                    div.narrow { (timeline::svg_in(timeline, timeline::Layout::NARROW)) }
+                }
                 @if timeline.cut { p.muted { "Only the first " (timeline::MAX_BARS) " bars are drawn." } }
                 (agent_tokens(timeline))
             }

@@ -36,6 +36,8 @@ pub struct Bar {
     pub tokens: Option<u64>,
     /// Set when it failed or was refused: why.
     pub failure: Option<String>,
+    /// A tool call that waited for the owner's approval.
+    pub asked_owner: bool,
 }
 
 /// The bars of one run.
@@ -54,8 +56,9 @@ struct Builder {
     timeline: Timeline,
     /// Open agents and graphs by (depth, handle, is-graph).
     open: HashMap<(u64, u64, bool), usize>,
-    /// When each tool was asked for, oldest first, until its call ends.
-    asked: HashMap<String, VecDeque<u64>>,
+    /// When each tool was asked for (and whether the owner was asked), oldest first, until
+    /// its call ends.
+    asked: HashMap<String, VecDeque<(u64, bool)>>,
 }
 
 impl Builder {
@@ -76,6 +79,7 @@ impl Builder {
             end_ms: u64::MAX,
             tokens: (lane == Lane::Agent).then_some(0),
             failure: None,
+            asked_owner: false,
         };
         if let Some(index) = self.push(bar) {
             self.open.insert(key, index);
@@ -90,11 +94,11 @@ impl Builder {
     }
 
     fn tool_ended(&mut self, tool: &str, at: u64, failure: Option<String>) {
-        let start = self
+        let (start, asked_owner) = self
             .asked
             .get_mut(tool)
             .and_then(VecDeque::pop_front)
-            .unwrap_or(at);
+            .unwrap_or((at, false));
         self.push(Bar {
             lane: Lane::Tool,
             label: tool.to_owned(),
@@ -102,6 +106,7 @@ impl Builder {
             end_ms: at,
             tokens: None,
             failure,
+            asked_owner,
         });
     }
 
@@ -139,8 +144,9 @@ impl Builder {
             "approval_requested" => {
                 let tool = text("tool").unwrap_or_default();
                 let asked = self.asked.entry(tool).or_default();
-                if asked.is_empty() {
-                    asked.push_back(at);
+                match asked.front_mut() {
+                    Some((_, owner)) => *owner = true,
+                    None => asked.push_back((at, true)),
                 }
             }
             "tool_called" => self.tool_ended(&text("tool").unwrap_or_default(), at, text("error")),
@@ -160,7 +166,10 @@ impl Builder {
         }
         for call in event["tool_calls"].as_array().into_iter().flatten() {
             if let Some(name) = call["name"].as_str() {
-                self.asked.entry(name.to_owned()).or_default().push_back(at);
+                self.asked
+                    .entry(name.to_owned())
+                    .or_default()
+                    .push_back((at, false));
             }
         }
     }
@@ -182,17 +191,48 @@ pub fn from_trace(trace: &Value) -> Timeline {
     timeline
 }
 
-/// The drawing's coordinates (SVG user units; it scales to the page's width).
-const WIDTH: u64 = 960;
-const LABEL_WIDTH: u64 = 280;
-const CHART_LEFT: u64 = LABEL_WIDTH + 10;
-const CHART_WIDTH: u64 = WIDTH - CHART_LEFT - 20;
-const ROW: u64 = 26;
-const AXIS: u64 = 30;
-
-fn x_of(ms: u64, duration: u64) -> u64 {
-    CHART_LEFT + ms.min(duration) * CHART_WIDTH / duration.max(1)
+/// Where things go in a drawing (SVG user units; it scales to the width it is given).
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    width: u64,
+    /// Labels end here (right-aligned) when beside the bars; `None`: above each bar.
+    label_right: Option<u64>,
+    chart_left: u64,
+    chart_right_margin: u64,
+    row: u64,
+    font_size: u64,
 }
+
+impl Layout {
+    /// Labels beside the bars: for a wide screen.
+    pub const WIDE: Layout = Layout {
+        width: 960,
+        label_right: Some(280),
+        chart_left: 290,
+        chart_right_margin: 20,
+        row: 26,
+        font_size: 13,
+    };
+    /// Labels above the bars: for a phone (drawn 400 wide, it keeps its text readable at 375 px).
+    pub const NARROW: Layout = Layout {
+        width: 400,
+        label_right: None,
+        chart_left: 8,
+        chart_right_margin: 16,
+        row: 38,
+        font_size: 13,
+    };
+
+    fn chart_width(&self) -> u64 {
+        self.width - self.chart_left - self.chart_right_margin
+    }
+
+    fn x_of(&self, ms: u64, duration: u64) -> u64 {
+        self.chart_left + ms.min(duration) * self.chart_width() / duration.max(1)
+    }
+}
+
+const AXIS: u64 = 30;
 
 fn colour(bar: &Bar) -> &'static str {
     match (bar.failure.is_some(), bar.lane) {
@@ -213,41 +253,72 @@ fn caption(bar: &Bar) -> String {
     if let Some(tokens) = bar.tokens {
         text.push_str(&format!(" · {tokens} tokens"));
     }
+    if bar.asked_owner {
+        text.push_str(" · asked you");
+    }
     if bar.failure.is_some() {
         text.push_str(" · failed");
     }
     text.chars().take(44).collect()
 }
 
-/// The timeline as an SVG image.
+fn anchor(quarter: u64) -> &'static str {
+    match quarter {
+        0 => "start",
+        4 => "end",
+        _ => "middle",
+    }
+}
+
+/// The timeline as an SVG image, laid out wide.
 pub fn svg(timeline: &Timeline) -> Markup {
+    svg_in(timeline, Layout::WIDE)
+}
+
+/// The timeline as an SVG image in `layout`.
+pub fn svg_in(timeline: &Timeline, layout: Layout) -> Markup {
     let duration = timeline.duration_ms.max(1);
     let rows = u64::try_from(timeline.bars.len())
         .unwrap_or(u64::MAX)
         .max(1);
-    let height = AXIS + rows * ROW + 10;
+    let row = layout.row;
+    let height = AXIS + rows * row + 10;
     html! {
-        svg xmlns="http://www.w3.org/2000/svg" viewBox=(format!("0 0 {WIDTH} {height}"))
+        svg xmlns="http://www.w3.org/2000/svg" viewBox=(format!("0 0 {} {height}", layout.width))
             role="img" aria-label="Timeline of the run: agents and tools as bars over time"
-            font-family="system-ui, sans-serif" font-size="13" {
+            font-family="system-ui, sans-serif" font-size=(layout.font_size) {
             @for quarter in 0..=4u64 {
-                @let x = x_of(duration * quarter / 4, duration);
+                @let x = layout.x_of(duration * quarter / 4, duration);
                 line x1=(x) x2=(x) y1=(AXIS - 6) y2=(height - 10) stroke="#d0d0d0" {}
-                text x=(x) y=(AXIS - 12) text-anchor=(if quarter == 4 { "end" } else if quarter == 0 { "start" } else { "middle" }) fill="#555" {
+                text x=(x) y=(AXIS - 12) text-anchor=(anchor(quarter)) fill="#555" {
                     (duration * quarter / 4) " ms"
                 }
             }
-            @for (row, bar) in timeline.bars.iter().enumerate() {
-                @let y = AXIS + u64::try_from(row).unwrap_or(0) * ROW;
-                @let x = x_of(bar.start_ms, duration);
-                @let width = x_of(bar.end_ms, duration).saturating_sub(x).max(3);
-                text x=(LABEL_WIDTH) y=(y + 17) text-anchor="end" fill="#1b1b1b" { (caption(bar)) }
-                rect x=(x) y=(y + 4) width=(width) height=(ROW - 8) rx="3" fill=(colour(bar)) {
-                    title {
-                        (caption(bar)) ": " (bar.start_ms) "–" (bar.end_ms) " ms"
-                        @if let Some(failure) = &bar.failure { " (" (failure) ")" }
+            @for (n, bar) in timeline.bars.iter().enumerate() {
+                @let y = AXIS + u64::try_from(n).unwrap_or(0) * row;
+                @let x = layout.x_of(bar.start_ms, duration);
+                @let width = layout.x_of(bar.end_ms, duration).saturating_sub(x).max(3);
+                @match layout.label_right {
+                    Some(right) => {
+                        text x=(right) y=(y + 17) text-anchor="end" fill="#1b1b1b" { (caption(bar)) }
+                        (bar_rect(bar, x, y + 4, width, row - 8))
+                    }
+                    None => {
+                        text x=(layout.chart_left) y=(y + 13) fill="#1b1b1b" { (caption(bar)) }
+                        (bar_rect(bar, x, y + 18, width, row - 24))
                     }
                 }
+            }
+        }
+    }
+}
+
+fn bar_rect(bar: &Bar, x: u64, y: u64, width: u64, height: u64) -> Markup {
+    html! {
+        rect x=(x) y=(y) width=(width) height=(height) rx="3" fill=(colour(bar)) {
+            title {
+                (caption(bar)) ": " (bar.start_ms) "–" (bar.end_ms) " ms"
+                @if let Some(failure) = &bar.failure { " (" (failure) ")" }
             }
         }
     }
@@ -289,13 +360,17 @@ mod tests {
             (tool.lane, tool.start_ms, tool.end_ms),
             (Lane::Tool, 40, 70)
         );
-        assert!(tool.failure.is_none());
+        assert!(tool.failure.is_none() && tool.asked_owner);
+        assert!(!timeline.bars[2].asked_owner);
         let denied = &timeline.bars[2];
         assert_eq!(denied.failure.as_deref(), Some("denied by policy"));
         let drawn = svg(&timeline).into_string();
         assert!(drawn.starts_with("<svg"), "{drawn}");
         assert_eq!(drawn.matches("<rect").count(), 3);
         assert!(drawn.contains("agent writer · 42 tokens"), "{drawn}");
+        let narrow = svg_in(&timeline, Layout::NARROW).into_string();
+        assert!(narrow.contains("viewBox=\"0 0 400 "), "{narrow}");
+        assert_eq!(narrow.matches("<rect").count(), 3);
     }
 
     #[test]
