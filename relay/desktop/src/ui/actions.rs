@@ -10,7 +10,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use super::access::same_secret;
-use super::pages::{failure, refusal};
+use super::pages::refusal;
 use super::{MAX_FORM_FIELDS, Page, Signed, secured};
 use crate::state::{ApprovalStatus, StateError};
 use relay_protocol::GraphSessionId;
@@ -23,12 +23,34 @@ pub(crate) fn known_tools() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Why an action was refused: its status and what to tell the owner.
+pub(crate) struct Refused(StatusCode, String);
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        refusal(self.0, &self.1)
+    }
+}
+
+impl From<StateError> for Refused {
+    fn from(error: StateError) -> Self {
+        match error {
+            StateError::Invalid(message) => Refused(StatusCode::BAD_REQUEST, message),
+            other => Refused(StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
+        }
+    }
+}
+
+fn bad_request(message: impl Into<String>) -> Refused {
+    Refused(StatusCode::BAD_REQUEST, message.into())
+}
+
 /// A posted form whose CSRF token was checked.
 struct Form(Vec<(String, String)>);
 
 impl Form {
     /// The form in `body`, or the 403 when its `csrf` is missing or not the session's.
-    fn checked(signed: &Signed, body: &[u8]) -> Result<Form, Response> {
+    fn checked(signed: &Signed, body: &[u8]) -> Result<Form, Refused> {
         let fields: Vec<(String, String)> = form_urlencoded::parse(body)
             .take(MAX_FORM_FIELDS)
             .map(|(k, v)| (k.into_owned(), v.into_owned()))
@@ -36,9 +58,9 @@ impl Form {
         let form = Form(fields);
         match form.first("csrf") {
             Some(csrf) if same_secret(&signed.0.csrf, csrf) => Ok(form),
-            _ => Err(refusal(
+            _ => Err(Refused(
                 StatusCode::FORBIDDEN,
-                "The form's CSRF token is missing or stale: reload the page and try again.",
+                "The form's CSRF token is missing or stale: reload the page and try again.".into(),
             )),
         }
     }
@@ -57,13 +79,9 @@ impl Form {
             .map(|(_, v)| v.as_str())
     }
 
-    fn required(&self, name: &str) -> Result<&str, Response> {
-        self.first(name).ok_or_else(|| {
-            refusal(
-                StatusCode::BAD_REQUEST,
-                &format!("The form has no `{name}` field."),
-            )
-        })
+    fn required(&self, name: &str) -> Result<&str, Refused> {
+        self.first(name)
+            .ok_or_else(|| bad_request(format!("The form has no `{name}` field.")))
     }
 }
 
@@ -72,26 +90,20 @@ fn back_to(path: &'static str) -> Response {
     secured((StatusCode::SEE_OTHER, [(header::LOCATION, path)]).into_response())
 }
 
-fn answer(result: Result<Response, Response>) -> Response {
-    result.unwrap_or_else(|refused| refused)
-}
-
 /// Shares a session with the checked projects and unshares it from the unchecked ones, among
 /// those the form showed (a project enabled after the page was drawn is left as it is).
 pub(crate) async fn sharing(
     State(page): State<Arc<Page>>,
     Extension(signed): Extension<Signed>,
     body: Bytes,
-) -> Response {
-    answer((|| {
-        let form = Form::checked(&signed, &body)?;
-        let session: GraphSessionId = form
-            .required("session")?
-            .parse()
-            .map_err(|e: relay_protocol::InvalidInput| refusal(StatusCode::BAD_REQUEST, &e.0))?;
-        apply_sharing(&page, &form, &session).map_err(|e| failure(&e))?;
-        Ok(back_to(super::HOME))
-    })())
+) -> Result<Response, Refused> {
+    let form = Form::checked(&signed, &body)?;
+    let session: GraphSessionId = form
+        .required("session")?
+        .parse()
+        .map_err(|e: relay_protocol::InvalidInput| bad_request(e.0))?;
+    apply_sharing(&page, &form, &session)?;
+    Ok(back_to(super::HOME))
 }
 
 fn apply_sharing(page: &Page, form: &Form, session: &GraphSessionId) -> Result<(), StateError> {
@@ -123,25 +135,21 @@ pub(crate) async fn project(
     State(page): State<Arc<Page>>,
     Extension(signed): Extension<Signed>,
     body: Bytes,
-) -> Response {
-    answer((|| {
-        let form = Form::checked(&signed, &body)?;
-        let project = form.required("project")?.trim();
-        let enabled = match form.required("enabled")? {
-            "true" => true,
-            "false" => false,
-            other => {
-                return Err(refusal(
-                    StatusCode::BAD_REQUEST,
-                    &format!("`enabled` is true or false, not {other}"),
-                ));
-            }
-        };
-        page.state
-            .set_project_enabled(project, enabled, page.clock.now())
-            .map_err(|e| failure(&e))?;
-        Ok(back_to(super::HOME))
-    })())
+) -> Result<Response, Refused> {
+    let form = Form::checked(&signed, &body)?;
+    let project = form.required("project")?.trim();
+    let enabled = match form.required("enabled")? {
+        "true" => true,
+        "false" => false,
+        other => {
+            return Err(bad_request(format!(
+                "`enabled` is true or false, not {other}"
+            )));
+        }
+    };
+    page.state
+        .set_project_enabled(project, enabled, page.clock.now())?;
+    Ok(back_to(super::HOME))
 }
 
 /// Sets the policy of every tool the form names (only tools the relay has).
@@ -149,25 +157,19 @@ pub(crate) async fn policies(
     State(page): State<Arc<Page>>,
     Extension(signed): Extension<Signed>,
     body: Bytes,
-) -> Response {
-    answer((|| {
-        let form = Form::checked(&signed, &body)?;
-        let mut changes = Vec::new();
-        for tool in known_tools() {
-            if let Some(value) = form.first(&tool) {
-                let policy: Policy = value
-                    .parse()
-                    .map_err(|e: String| refusal(StatusCode::BAD_REQUEST, &e))?;
-                changes.push((tool, policy));
-            }
+) -> Result<Response, Refused> {
+    let form = Form::checked(&signed, &body)?;
+    let mut changes = Vec::new();
+    for tool in known_tools() {
+        if let Some(value) = form.first(&tool) {
+            let policy: Policy = value.parse().map_err(bad_request)?;
+            changes.push((tool, policy));
         }
-        for (tool, policy) in changes {
-            page.state
-                .set_policy(&tool, policy)
-                .map_err(|e| failure(&e))?;
-        }
-        Ok(back_to("/policies"))
-    })())
+    }
+    for (tool, policy) in changes {
+        page.state.set_policy(&tool, policy)?;
+    }
+    Ok(back_to("/policies"))
 }
 
 /// Approves or denies a pending tool call, as `relay desktop approvals approve|deny ID` does.
@@ -175,30 +177,23 @@ pub(crate) async fn decide(
     State(page): State<Arc<Page>>,
     Extension(signed): Extension<Signed>,
     body: Bytes,
-) -> Response {
-    answer((|| {
-        let form = Form::checked(&signed, &body)?;
-        let id = form.required("id")?;
-        let decision = match form.required("decision")? {
-            "approve" => ApprovalStatus::Approved,
-            "deny" => ApprovalStatus::Denied,
-            other => {
-                return Err(refusal(
-                    StatusCode::BAD_REQUEST,
-                    &format!("the decision is approve or deny, not {other}"),
-                ));
-            }
-        };
-        let decided = page
-            .state
-            .decide(id, decision, page.clock.now())
-            .map_err(|e| failure(&e))?;
-        if !decided {
-            return Err(refusal(
-                StatusCode::CONFLICT,
-                &format!("No pending approval {id}: it was answered already, or it expired."),
-            ));
+) -> Result<Response, Refused> {
+    let form = Form::checked(&signed, &body)?;
+    let id = form.required("id")?;
+    let decision = match form.required("decision")? {
+        "approve" => ApprovalStatus::Approved,
+        "deny" => ApprovalStatus::Denied,
+        other => {
+            return Err(bad_request(format!(
+                "the decision is approve or deny, not {other}"
+            )));
         }
-        Ok(back_to("/approvals"))
-    })())
+    };
+    if !page.state.decide(id, decision, page.clock.now())? {
+        return Err(Refused(
+            StatusCode::CONFLICT,
+            format!("No pending approval {id}: it was answered already, or it expired."),
+        ));
+    }
+    Ok(back_to("/approvals"))
 }
