@@ -424,9 +424,9 @@ async fn approve_and_deny_answer_pending_approvals_once() {
         fixture.state.approval_status("a2").expect("status"),
         Some(ApprovalStatus::Denied)
     );
-    let again = fixture
-        .post("/approvals/decide", &cookie, &deny.replace("a2", "a1"))
-        .await;
+    // a1 was approved: denying it now is refused, and the approval stays.
+    let deny_a1 = format!("csrf={csrf}&id=a1&decision=deny");
+    let again = fixture.post("/approvals/decide", &cookie, &deny_a1).await;
     assert_eq!(again.status, StatusCode::CONFLICT);
     assert_eq!(
         fixture.state.approval_status("a1").expect("status"),
