@@ -1,5 +1,5 @@
 //! The pages. Labels and button texts are a contract: people, assistive technology and the
-//! browser tests find the controls by them ("Shared with <project>", one select per tool named
+//! browser tests find the controls by them ("Shared with PROJECT", one select per tool named
 //! after it, "Approve", "Deny").
 
 use std::sync::Arc;
