@@ -234,6 +234,7 @@ async fn chromium_shares_sets_a_policy_approves_and_sees_the_timeline() {
         .await
         .expect("the link lands on the page");
     assert!(home.ends_with('/'), "{home}");
+    save_screenshots(&browser, "desktop-sessions").await;
     toggle_sharing(&browser, &world, &session).await;
     browser
         .goto(&format!("{}/policies", origin(&page)))
@@ -306,6 +307,7 @@ async fn approve_in_browser(browser: &relay_testkit::webdriver::Chromium, page: 
                 source.contains("fs.write") && source.contains("report.md"),
                 "{source}"
             );
+            save_screenshots(browser, "desktop-approvals").await;
             break;
         }
         assert!(
@@ -334,6 +336,12 @@ async fn screenshot_timeline(
         source.contains("the report") && source.contains("tool fs.write"),
         "{source}"
     );
+    save_screenshots(browser, "desktop-timeline").await;
+}
+
+/// Screenshots of the current page at each of [`SCREENSHOT_WIDTHS`], as `NAME-WIDTH.png`; the
+/// window is left at the last width.
+async fn save_screenshots(browser: &relay_testkit::webdriver::Chromium, name: &str) {
     let dir = screenshots_dir();
     for width in SCREENSHOT_WIDTHS {
         browser
@@ -346,7 +354,6 @@ async fn screenshot_timeline(
             taken >= width * 9 / 10 && taken <= width * 2,
             "a {width} px window took a {taken} px screenshot"
         );
-        std::fs::write(dir.join(format!("desktop-timeline-{width}.png")), &png)
-            .expect("save the screenshot");
+        std::fs::write(dir.join(format!("{name}-{width}.png")), &png).expect("save the screenshot");
     }
 }

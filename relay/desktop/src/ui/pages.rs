@@ -16,6 +16,8 @@ use relay_protocol::clock::Timestamp;
 
 /// Most runs the history page lists (newest first).
 pub const MAX_RUNS_LISTED: usize = 200;
+/// Characters of a result or error the history list shows.
+pub const PREVIEW_CHARS: usize = 160;
 /// Most decided approvals shown under the pending ones.
 pub const MAX_DECIDED_SHOWN: usize = 20;
 
@@ -292,15 +294,22 @@ pub(crate) async fn approvals(
 
 /// The run history, newest first.
 pub(crate) async fn runs(State(page): State<Arc<Page>>) -> Response {
-    let history = match page.state.history() {
-        Ok(history) => history,
+    let loaded = page.state.history().and_then(|history| {
+        let newest = match history.first() {
+            Some(run) => page.state.execution(&run.execution_id)?,
+            None => None,
+        };
+        Ok((history, newest))
+    });
+    let (history, newest) = match loaded {
+        Ok(loaded) => loaded,
         Err(e) => return failure(&e),
     };
     let body = html! {
         @if history.is_empty() { p { "No runs yet." } }
         @else {
             div.wide { table {
-                tr { th { "Started" } th { "Graph" } th { "Project" } th { "Status" } th { "Tokens" } }
+                tr { th { "Started" } th { "Graph" } th { "Project" } th { "Status" } th { "Tokens" } th { "Result or error" } }
                 @for run in history.iter().take(MAX_RUNS_LISTED) {
                     tr {
                         td { a href=(format!("/runs/{}", run.execution_id)) { (time(run.started_at)) } }
@@ -308,12 +317,33 @@ pub(crate) async fn runs(State(page): State<Arc<Page>>) -> Response {
                         td { code { (run.project_id) } }
                         td { (run.status) @if run.result_truncated { " (posted truncated)" } }
                         td { (run.total_tokens) }
+                        td { (preview(run)) }
                     }
                 }
             } }
         }
+        @if let Some((run, trace)) = &newest {
+            section {
+                h2 { "Newest run: " code { (run.slug) } }
+                (run_details(run, trace.as_ref()))
+            }
+        }
     };
     layout(StatusCode::OK, "/runs", "Run history", body)
+}
+
+/// The start of a run's result or error, for the list.
+fn preview(run: &HistoryRow) -> String {
+    let text = match (&run.error, &run.result) {
+        (Some(error), _) => error.clone(),
+        (None, Some(result)) => result.to_string(),
+        (None, None) => String::new(),
+    };
+    let mut shown: String = text.chars().take(PREVIEW_CHARS).collect();
+    if shown.len() < text.len() {
+        shown.push('…');
+    }
+    shown
 }
 
 /// One run: its full result, its error and its timeline.
@@ -331,9 +361,19 @@ pub(crate) async fn run(
         }
         Err(e) => return failure(&e),
     };
-    let timeline = trace.as_ref().map(timeline::from_trace);
-    let body = html! {
-        (run_facts(&run))
+    let body = run_details(&run, trace.as_ref());
+    layout(
+        StatusCode::OK,
+        "/runs",
+        &format!("Run of {}", run.slug),
+        body,
+    )
+}
+
+fn run_details(run: &HistoryRow, trace: Option<&serde_json::Value>) -> Markup {
+    let timeline = trace.map(timeline::from_trace);
+    html! {
+        (run_facts(run))
         h2 { "Result" }
         @if run.result_truncated {
             p { "The result was too long to post (over 100,000 characters), so the service has only the truncation flag. The full result is kept here." }
@@ -355,13 +395,7 @@ pub(crate) async fn run(
             }
             _ => p.muted { "No agents or tools ran, or no trace was kept for this run." },
         }
-    };
-    layout(
-        StatusCode::OK,
-        "/runs",
-        &format!("Run of {}", run.slug),
-        body,
-    )
+    }
 }
 
 fn run_facts(run: &HistoryRow) -> Markup {

@@ -472,6 +472,10 @@ async fn a_run_shows_its_full_result_even_when_posted_truncated_and_its_timeline
         list.contains("/runs/exec-big") && list.contains("posted truncated"),
         "{list}"
     );
+    assert!(
+        list.contains("Newest run") && list.contains("the last words") && list.contains("<svg"),
+        "the newest run is shown in full on the history page"
+    );
     let run = fixture.get("/runs/exec-big", Some(&cookie)).await;
     assert_eq!(run.status, StatusCode::OK);
     assert!(run.body.contains("the last words") && run.body.contains(&"x".repeat(120_000)));
