@@ -97,13 +97,16 @@ pub(crate) async fn sharing(
     Extension(signed): Extension<Signed>,
     body: Bytes,
 ) -> Result<Response, Refused> {
-    let form = Form::checked(&signed, &body)?;
-    let session: GraphSessionId = form
-        .required("session")?
-        .parse()
-        .map_err(|e: relay_protocol::InvalidInput| bad_request(e.0))?;
-    apply_sharing(&page, &form, &session)?;
-    Ok(back_to(super::HOME))
+    super::blocking(move || {
+        let form = Form::checked(&signed, &body)?;
+        let session: GraphSessionId = form
+            .required("session")?
+            .parse()
+            .map_err(|e: relay_protocol::InvalidInput| bad_request(e.0))?;
+        apply_sharing(&page, &form, &session)?;
+        Ok(back_to(super::HOME))
+    })
+    .await
 }
 
 fn apply_sharing(page: &Page, form: &Form, session: &GraphSessionId) -> Result<(), StateError> {
@@ -136,20 +139,23 @@ pub(crate) async fn project(
     Extension(signed): Extension<Signed>,
     body: Bytes,
 ) -> Result<Response, Refused> {
-    let form = Form::checked(&signed, &body)?;
-    let project = form.required("project")?.trim();
-    let enabled = match form.required("enabled")? {
-        "true" => true,
-        "false" => false,
-        other => {
-            return Err(bad_request(format!(
-                "`enabled` is true or false, not {other}"
-            )));
-        }
-    };
-    page.state
-        .set_project_enabled(project, enabled, page.clock.now())?;
-    Ok(back_to(super::HOME))
+    super::blocking(move || {
+        let form = Form::checked(&signed, &body)?;
+        let project = form.required("project")?.trim();
+        let enabled = match form.required("enabled")? {
+            "true" => true,
+            "false" => false,
+            other => {
+                return Err(bad_request(format!(
+                    "`enabled` is true or false, not {other}"
+                )));
+            }
+        };
+        page.state
+            .set_project_enabled(project, enabled, page.clock.now())?;
+        Ok(back_to(super::HOME))
+    })
+    .await
 }
 
 /// Sets the policy of every tool the form names (only tools the relay has).
@@ -158,18 +164,21 @@ pub(crate) async fn policies(
     Extension(signed): Extension<Signed>,
     body: Bytes,
 ) -> Result<Response, Refused> {
-    let form = Form::checked(&signed, &body)?;
-    let mut changes = Vec::new();
-    for tool in known_tools() {
-        if let Some(value) = form.first(&tool) {
-            let policy: Policy = value.parse().map_err(bad_request)?;
-            changes.push((tool, policy));
+    super::blocking(move || {
+        let form = Form::checked(&signed, &body)?;
+        let mut changes = Vec::new();
+        for tool in known_tools() {
+            if let Some(value) = form.first(&tool) {
+                let policy: Policy = value.parse().map_err(bad_request)?;
+                changes.push((tool, policy));
+            }
         }
-    }
-    for (tool, policy) in changes {
-        page.state.set_policy(&tool, policy)?;
-    }
-    Ok(back_to("/policies"))
+        for (tool, policy) in changes {
+            page.state.set_policy(&tool, policy)?;
+        }
+        Ok(back_to("/policies"))
+    })
+    .await
 }
 
 /// Approves or denies a pending tool call, as `relay desktop approvals approve|deny ID` does.
@@ -178,22 +187,25 @@ pub(crate) async fn decide(
     Extension(signed): Extension<Signed>,
     body: Bytes,
 ) -> Result<Response, Refused> {
-    let form = Form::checked(&signed, &body)?;
-    let id = form.required("id")?;
-    let decision = match form.required("decision")? {
-        "approve" => ApprovalStatus::Approved,
-        "deny" => ApprovalStatus::Denied,
-        other => {
-            return Err(bad_request(format!(
-                "the decision is approve or deny, not {other}"
-            )));
+    super::blocking(move || {
+        let form = Form::checked(&signed, &body)?;
+        let id = form.required("id")?;
+        let decision = match form.required("decision")? {
+            "approve" => ApprovalStatus::Approved,
+            "deny" => ApprovalStatus::Denied,
+            other => {
+                return Err(bad_request(format!(
+                    "the decision is approve or deny, not {other}"
+                )));
+            }
+        };
+        if !page.state.decide(id, decision, page.clock.now())? {
+            return Err(Refused(
+                StatusCode::CONFLICT,
+                format!("No pending approval {id}: it was answered already, or it expired."),
+            ));
         }
-    };
-    if !page.state.decide(id, decision, page.clock.now())? {
-        return Err(Refused(
-            StatusCode::CONFLICT,
-            format!("No pending approval {id}: it was answered already, or it expired."),
-        ));
-    }
-    Ok(back_to("/approvals"))
+        Ok(back_to("/approvals"))
+    })
+    .await
 }

@@ -53,9 +53,14 @@ pub enum UiError {
     Random(#[from] access::NoRandomness),
 }
 
-/// The address `--listen` gives, refused unless it is a loopback IP address with a port.
+/// The address `--listen` gives, refused unless it is a loopback IP address with a port
+/// (`localhost:PORT` stands for `127.0.0.1:PORT`).
 pub fn loopback_listen(text: &str) -> Result<SocketAddr, UiError> {
-    let address: SocketAddr = text
+    let numeric = match text.strip_prefix("localhost:") {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => text.to_owned(),
+    };
+    let address: SocketAddr = numeric
         .parse()
         .map_err(|e: std::net::AddrParseError| UiError::BadAddress(text.into(), e.to_string()))?;
     if !address.ip().is_loopback() {
@@ -166,6 +171,15 @@ impl Bound {
         axum::serve(self.listener, self.router)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await
+    }
+}
+
+/// Runs a handler's work, which reads and writes SQLite (and may wait out the relay's write
+/// lock), on the blocking pool.
+pub(crate) async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => done,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
 }
 

@@ -106,34 +106,37 @@ pub(crate) async fn sessions(
     State(page): State<Arc<Page>>,
     Extension(signed): Extension<Signed>,
 ) -> Response {
-    let loaded = (|| {
-        let projects = page.state.projects()?;
-        let enabled: Vec<String> = projects
-            .iter()
-            .filter(|(_, on)| *on)
-            .map(|(id, _)| id.clone())
-            .collect();
-        let mut shared = Vec::new();
-        for project in &enabled {
-            shared.push(page.state.shared_sessions(project)?);
-        }
-        Ok::<_, StateError>((page.state.sessions()?, projects, enabled, shared))
-    })();
-    let (sessions, projects, enabled, shared) = match loaded {
-        Ok(loaded) => loaded,
-        Err(e) => return failure(&e),
-    };
-    let body = html! {
-        p.muted { "What each project may run on this desktop. The relay checks this again right before every run." }
-        @if sessions.is_empty() {
-            p { "No graph sessions yet: " code { "relay desktop session add FILE" } " adds one." }
-        }
-        @for (n, session) in sessions.iter().enumerate() {
-            (session_section(&signed, n, session, &enabled, &shared))
-        }
-        (projects_section(&signed, &projects))
-    };
-    layout(StatusCode::OK, "/", "Graph sessions", body)
+    super::blocking(move || {
+        let loaded = (|| {
+            let projects = page.state.projects()?;
+            let enabled: Vec<String> = projects
+                .iter()
+                .filter(|(_, on)| *on)
+                .map(|(id, _)| id.clone())
+                .collect();
+            let mut shared = Vec::new();
+            for project in &enabled {
+                shared.push(page.state.shared_sessions(project)?);
+            }
+            Ok::<_, StateError>((page.state.sessions()?, projects, enabled, shared))
+        })();
+        let (sessions, projects, enabled, shared) = match loaded {
+            Ok(loaded) => loaded,
+            Err(e) => return failure(&e),
+        };
+        let body = html! {
+            p.muted { "What each project may run on this desktop. The relay checks this again right before every run." }
+            @if sessions.is_empty() {
+                p { "No graph sessions yet: " code { "relay desktop session add FILE" } " adds one." }
+            }
+            @for (n, session) in sessions.iter().enumerate() {
+                (session_section(&signed, n, session, &enabled, &shared))
+            }
+            (projects_section(&signed, &projects))
+        };
+        layout(StatusCode::OK, "/", "Graph sessions", body)
+    })
+    .await
 }
 
 fn session_section(
@@ -207,30 +210,33 @@ pub(crate) async fn policies(
     State(page): State<Arc<Page>>,
     Extension(signed): Extension<Signed>,
 ) -> Response {
-    let policy = match page.state.policy() {
-        Ok(policy) => policy,
-        Err(e) => return failure(&e),
-    };
-    let body = html! {
-        p.muted { "What a remotely started run may do with each tool: run it, ask you first (under Pending approvals), or refuse it. A tool with no policy set is denied." }
-        form method="post" action="/policies" {
-            (csrf_field(&signed))
-            @for (n, tool) in super::actions::known_tools().iter().enumerate() {
-                @let id = format!("policy-{n}");
-                @let current = policy.get(tool).as_str();
-                span.field {
-                    label for=(id) { (tool) }
-                    select id=(id) name=(tool) {
-                        @for choice in ["allow", "ask", "deny"] {
-                            option value=(choice) selected[choice == current] { (choice) }
+    super::blocking(move || {
+        let policy = match page.state.policy() {
+            Ok(policy) => policy,
+            Err(e) => return failure(&e),
+        };
+        let body = html! {
+            p.muted { "What a remotely started run may do with each tool: run it, ask you first (under Pending approvals), or refuse it. A tool with no policy set is denied." }
+            form method="post" action="/policies" {
+                (csrf_field(&signed))
+                @for (n, tool) in super::actions::known_tools().iter().enumerate() {
+                    @let id = format!("policy-{n}");
+                    @let current = policy.get(tool).as_str();
+                    span.field {
+                        label for=(id) { (tool) }
+                        select id=(id) name=(tool) {
+                            @for choice in ["allow", "ask", "deny"] {
+                                option value=(choice) selected[choice == current] { (choice) }
+                            }
                         }
                     }
                 }
+                button type="submit" { "Save policies" }
             }
-            button type="submit" { "Save policies" }
-        }
-    };
-    layout(StatusCode::OK, "/policies", "Tool policies", body)
+        };
+        layout(StatusCode::OK, "/policies", "Tool policies", body)
+    })
+    .await
 }
 
 /// Tool calls waiting for the owner, each with "Approve" and "Deny".
@@ -238,98 +244,104 @@ pub(crate) async fn approvals(
     State(page): State<Arc<Page>>,
     Extension(signed): Extension<Signed>,
 ) -> Response {
-    let (all, history) = match page
-        .state
-        .approvals(true)
-        .and_then(|a| Ok((a, page.state.history()?)))
-    {
-        Ok(loaded) => loaded,
-        Err(e) => return failure(&e),
-    };
-    let run_of = |execution: &str| history.iter().find(|h| h.execution_id == execution);
-    let (pending, decided): (Vec<_>, Vec<_>) = all
-        .iter()
-        .partition(|a| a.status == crate::state::ApprovalStatus::Pending);
-    let body = html! {
-        @if pending.is_empty() { p { "No tool call is waiting for your approval." } }
-        @for approval in &pending {
-            section {
-                h2 { "Tool " code { (approval.tool) } }
-                dl {
-                    dt { "Tool" } dd { code { (approval.tool) } }
-                    dt { "Arguments" } dd { pre { (approval.args) } }
-                    dt { "Run" } dd {
-                        a href=(format!("/runs/{}", approval.execution_id)) { (approval.execution_id) }
-                        @if let Some(run) = run_of(&approval.execution_id) {
-                            " · " code { (run.slug) } " for project " code { (run.project_id) }
+    super::blocking(move || {
+        let (all, history) = match page
+            .state
+            .approvals(true)
+            .and_then(|a| Ok((a, page.state.history()?)))
+        {
+            Ok(loaded) => loaded,
+            Err(e) => return failure(&e),
+        };
+        let run_of = |execution: &str| history.iter().find(|h| h.execution_id == execution);
+        let (pending, decided): (Vec<_>, Vec<_>) = all
+            .iter()
+            .partition(|a| a.status == crate::state::ApprovalStatus::Pending);
+        let body = html! {
+            @if pending.is_empty() { p { "No tool call is waiting for your approval." } }
+            @for approval in &pending {
+                section {
+                    h2 { "Tool " code { (approval.tool) } }
+                    dl {
+                        dt { "Tool" } dd { code { (approval.tool) } }
+                        dt { "Arguments" } dd { pre { (approval.args) } }
+                        dt { "Run" } dd {
+                            a href=(format!("/runs/{}", approval.execution_id)) { (approval.execution_id) }
+                            @if let Some(run) = run_of(&approval.execution_id) {
+                                " · " code { (run.slug) } " for project " code { (run.project_id) }
+                            }
                         }
+                        dt { "Asked" } dd { (time(approval.created_at)) }
                     }
-                    dt { "Asked" } dd { (time(approval.created_at)) }
-                }
-                form method="post" action="/approvals/decide" {
-                    (csrf_field(&signed))
-                    input type="hidden" name="id" value=(approval.id);
-                    button type="submit" name="decision" value="approve" { "Approve" }
-                    button type="submit" name="decision" value="deny" { "Deny" }
+                    form method="post" action="/approvals/decide" {
+                        (csrf_field(&signed))
+                        input type="hidden" name="id" value=(approval.id);
+                        button type="submit" name="decision" value="approve" { "Approve" }
+                        button type="submit" name="decision" value="deny" { "Deny" }
+                    }
                 }
             }
-        }
-        @if !decided.is_empty() {
-            h2 { "Decided" }
-            div.wide { table {
-                tr { th { "Tool" } th { "Decision" } th { "Run" } th { "Asked" } }
-                @for approval in decided.iter().take(MAX_DECIDED_SHOWN) {
-                    tr {
-                        td { code { (approval.tool) } }
-                        td { (approval.status) }
-                        td { a href=(format!("/runs/{}", approval.execution_id)) { (approval.execution_id) } }
-                        td { (time(approval.created_at)) }
+            @if !decided.is_empty() {
+                h2 { "Decided" }
+                div.wide { table {
+                    tr { th { "Tool" } th { "Decision" } th { "Run" } th { "Asked" } }
+                    @for approval in decided.iter().take(MAX_DECIDED_SHOWN) {
+                        tr {
+                            td { code { (approval.tool) } }
+                            td { (approval.status) }
+                            td { a href=(format!("/runs/{}", approval.execution_id)) { (approval.execution_id) } }
+                            td { (time(approval.created_at)) }
+                        }
                     }
-                }
-            } }
-        }
-    };
-    layout(StatusCode::OK, "/approvals", "Pending approvals", body)
+                } }
+            }
+        };
+        layout(StatusCode::OK, "/approvals", "Pending approvals", body)
+    })
+    .await
 }
 
 /// The run history, newest first.
 pub(crate) async fn runs(State(page): State<Arc<Page>>) -> Response {
-    let loaded = page.state.history().and_then(|history| {
-        let newest = match history.first() {
-            Some(run) => page.state.execution(&run.execution_id)?,
-            None => None,
+    super::blocking(move || {
+        let loaded = page.state.history().and_then(|history| {
+            let newest = match history.first() {
+                Some(run) => page.state.execution(&run.execution_id)?,
+                None => None,
+            };
+            Ok((history, newest))
+        });
+        let (history, newest) = match loaded {
+            Ok(loaded) => loaded,
+            Err(e) => return failure(&e),
         };
-        Ok((history, newest))
-    });
-    let (history, newest) = match loaded {
-        Ok(loaded) => loaded,
-        Err(e) => return failure(&e),
-    };
-    let body = html! {
-        @if history.is_empty() { p { "No runs yet." } }
-        @else {
-            div.wide { table {
-                tr { th { "Started" } th { "Graph" } th { "Project" } th { "Status" } th { "Tokens" } th { "Result or error" } }
-                @for run in history.iter().take(MAX_RUNS_LISTED) {
-                    tr {
-                        td { a href=(format!("/runs/{}", run.execution_id)) { (time(run.started_at)) } }
-                        td { code { (run.slug) } }
-                        td { code { (run.project_id) } }
-                        td { (run.status) @if run.result_truncated { " (posted truncated)" } }
-                        td { (run.total_tokens) }
-                        td { (preview(run)) }
+        let body = html! {
+            @if history.is_empty() { p { "No runs yet." } }
+            @else {
+                div.wide { table {
+                    tr { th { "Started" } th { "Graph" } th { "Project" } th { "Status" } th { "Tokens" } th { "Result or error" } }
+                    @for run in history.iter().take(MAX_RUNS_LISTED) {
+                        tr {
+                            td { a href=(format!("/runs/{}", run.execution_id)) { (time(run.started_at)) } }
+                            td { code { (run.slug) } }
+                            td { code { (run.project_id) } }
+                            td { (run.status) @if run.result_truncated { " (posted truncated)" } }
+                            td { (run.total_tokens) }
+                            td { (preview(run)) }
+                        }
                     }
-                }
-            } }
-        }
-        @if let Some((run, trace)) = &newest {
-            section {
-                h2 { "Newest run: " code { (run.slug) } }
-                (run_details(run, trace.as_ref()))
+                } }
             }
-        }
-    };
-    layout(StatusCode::OK, "/runs", "Run history", body)
+            @if let Some((run, trace)) = &newest {
+                section {
+                    h2 { "Newest run: " code { (run.slug) } }
+                    (run_details(run, trace.as_ref()))
+                }
+            }
+        };
+        layout(StatusCode::OK, "/runs", "Run history", body)
+    })
+    .await
 }
 
 /// The start of a run's result or error, for the list.
@@ -351,23 +363,26 @@ pub(crate) async fn run(
     State(page): State<Arc<Page>>,
     Path(execution_id): Path<String>,
 ) -> Response {
-    let (run, trace) = match page.state.execution(&execution_id) {
-        Ok(Some(found)) => found,
-        Ok(None) => {
-            return refusal(
-                StatusCode::NOT_FOUND,
-                "No run with this id is in the history.",
-            );
-        }
-        Err(e) => return failure(&e),
-    };
-    let body = run_details(&run, trace.as_ref());
-    layout(
-        StatusCode::OK,
-        "/runs",
-        &format!("Run of {}", run.slug),
-        body,
-    )
+    super::blocking(move || {
+        let (run, trace) = match page.state.execution(&execution_id) {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                return refusal(
+                    StatusCode::NOT_FOUND,
+                    "No run with this id is in the history.",
+                );
+            }
+            Err(e) => return failure(&e),
+        };
+        let body = run_details(&run, trace.as_ref());
+        layout(
+            StatusCode::OK,
+            "/runs",
+            &format!("Run of {}", run.slug),
+            body,
+        )
+    })
+    .await
 }
 
 fn run_details(run: &HistoryRow, trace: Option<&serde_json::Value>) -> Markup {

@@ -218,7 +218,13 @@ fn only_a_loopback_listen_address_is_taken() {
         let error = loopback_listen(public).unwrap_err().to_string();
         assert!(error.contains("not a loopback address"), "{error}");
     }
-    let error = loopback_listen("localhost:0").unwrap_err().to_string();
+    assert_eq!(
+        loopback_listen("localhost:8888").expect("localhost"),
+        "127.0.0.1:8888".parse::<SocketAddr>().expect("address")
+    );
+    let error = loopback_listen("my-laptop.local:0")
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("127.0.0.1:0"), "{error}");
 }
 
