@@ -13,6 +13,7 @@ mod dependency_direction;
 mod desktop_approvals;
 mod desktop_cancel;
 mod desktop_folder;
+mod desktop_page;
 mod desktop_pickup;
 mod malformed_commands;
 mod outbox;

@@ -65,6 +65,13 @@ enum DesktopCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the desktop's own page on loopback (sharing, tool policies, approvals, run
+    /// history); prints a link with a one-time token.
+    Ui {
+        /// The loopback address and port to serve on (port 0: any free one).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+    },
     /// Run the relay: pick up queued commands and run them.
     // Boxed: the provider flags make it much larger than the other commands.
     Run(Box<RunArgs>),
@@ -243,6 +250,7 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
         DesktopCommand::Approvals(command) => approvals(&state, command)?,
         DesktopCommand::Policy(command) => policy(&state, command)?,
         DesktopCommand::History { json } => history(&state, json)?,
+        DesktopCommand::Ui { listen } => serve_page(state, &listen).await?,
         DesktopCommand::Run(run) => run_relay(state, *run).await?,
     }
     Ok(())
@@ -429,6 +437,27 @@ fn decide(
     } else {
         bail!("no pending approval {id}: see `relay desktop approvals list` (it may have expired)")
     }
+}
+
+/// `relay desktop ui`: the link on stdout (alone, for scripts), the rest on stderr.
+async fn serve_page(state: DesktopState, listen: &str) -> Result<()> {
+    let listen = relay_desktop::ui::loopback_listen(listen)?;
+    let bound = relay_desktop::ui::bind(listen, state, Arc::new(SystemClock)).await?;
+    println!("{}", bound.url);
+    hint(
+        "Open the link above in your browser: it works once, in one browser. Ctrl-C stops the page.",
+    );
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_signal.cancel();
+        }
+    });
+    bound
+        .serve(shutdown)
+        .await
+        .context("the desktop page stopped")
 }
 
 /// Reads a graph, checks its `meta` in the sandbox and stores it.

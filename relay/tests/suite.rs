@@ -5,6 +5,7 @@ use relay_testkit as common;
 
 mod bench_empty_polls;
 mod cli;
+mod desktop_page;
 mod desktop_providers;
 mod long_poll_load;
 mod oauth_clients;

@@ -11,6 +11,7 @@ pub mod approver;
 pub mod bounding;
 pub mod jitter;
 pub mod state;
+pub mod ui;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -949,6 +950,14 @@ impl TraceKeeper {
 
 impl EventSink for TraceKeeper {
     fn emit(&self, event: &Event) {
+        // Streaming progress comes once per chunk of a reply: kept, it would crowd the agents'
+        // and tools' ends (what the history's timeline draws) out of the first events.
+        if matches!(
+            event.kind,
+            runner::host::events::EventKind::AgentProgress { .. }
+        ) {
+            return;
+        }
         let mut events = self
             .events
             .lock()
@@ -956,5 +965,48 @@ impl EventSink for TraceKeeper {
         if events.len() < MAX_TRACE_EVENTS {
             events.push(event.clone());
         }
+    }
+}
+
+#[cfg(test)]
+mod trace_keeping {
+    use super::*;
+    use runner::host::events::EventKind;
+
+    #[test]
+    fn the_history_trace_skips_streaming_progress_and_keeps_a_bounded_number_of_events() {
+        let keeper = TraceKeeper::default();
+        let at = |elapsed_ms, kind| Event {
+            elapsed_ms,
+            depth: 0,
+            kind,
+        };
+        for chars in 0..(MAX_TRACE_EVENTS * 2) {
+            keeper.emit(&at(1, EventKind::AgentProgress { handle: 1, chars }));
+        }
+        keeper.emit(&at(
+            2,
+            EventKind::AgentFinished {
+                handle: 1,
+                label: None,
+                tokens: 7,
+                cost: 0.0,
+            },
+        ));
+        let kept = keeper.to_json();
+        assert_eq!(kept.as_array().map(Vec::len), Some(1), "{kept}");
+        assert_eq!(kept[0]["event"], "agent_finished");
+        for n in 0..(MAX_TRACE_EVENTS + 10) {
+            keeper.emit(&at(
+                3,
+                EventKind::Log {
+                    message: n.to_string(),
+                },
+            ));
+        }
+        assert_eq!(
+            keeper.to_json().as_array().map(Vec::len),
+            Some(MAX_TRACE_EVENTS)
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! for it, and (in [`chat`]) linked-chat set-ups. A dev-dependency only.
 
 pub mod chat;
+pub mod desktop_page;
 pub mod oauth;
 pub mod webdriver;
 

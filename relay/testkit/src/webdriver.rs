@@ -282,6 +282,28 @@ impl Chromium {
         Ok(value.as_str().unwrap_or_default().to_owned())
     }
 
+    /// A PNG of the browser's viewport (WebDriver "Take Screenshot"); panics when the browser
+    /// cannot take one, as a test has nothing else to do then.
+    pub async fn screenshot(&self) -> Vec<u8> {
+        use base64::Engine as _;
+        let value = self.get("/screenshot").await.expect("take a screenshot");
+        let text = value.as_str().expect("a screenshot is base64 text");
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .expect("a screenshot is base64")
+    }
+
+    /// Sets the browser window's outer size in CSS pixels (WebDriver "Set Window Rect").
+    pub async fn set_window_size(&self, width: u32, height: u32) -> Result<()> {
+        self.command(
+            "POST",
+            "/window/rect",
+            json!({"width": width, "height": height}),
+        )
+        .await
+        .map(drop)
+    }
+
     /// Ends the session (the browser closes); chromedriver ends when this is dropped.
     pub async fn quit(mut self) -> Result<()> {
         let ended = self.send("DELETE", &self.session, None).await.map(drop);

@@ -174,33 +174,60 @@ impl DesktopState {
     /// The run history, newest first.
     pub fn history(&self) -> Result<Vec<HistoryRow>, StateError> {
         self.with_sync(|conn| {
-            let mut stmt = conn.prepare(
-                "SELECT execution_id, command_id, channel, project_id, session_id, slug, status, result,
-                        error, total_tokens, reported_cost, result_truncated, started_at, finished_at,
-                        service_refusal
-                 FROM history ORDER BY started_at DESC, execution_id LIMIT ?1",
-            )?;
-            let rows = stmt.query_map(params![MAX_HISTORY_LISTED as i64], |row| {
-                let result: Option<String> = row.get(7)?;
-                Ok(HistoryRow {
-                    execution_id: row.get(0)?,
-                    command_id: row.get(1)?,
-                    channel: row.get(2)?,
-                    project_id: row.get(3)?,
-                    session_id: row.get(4)?,
-                    slug: row.get(5)?,
-                    status: row.get(6)?,
-                    result: result.and_then(|r| serde_json::from_str(&r).ok()),
-                    error: row.get(8)?,
-                    total_tokens: row.get::<_, i64>(9)?.max(0) as u64,
-                    reported_cost: row.get(10)?,
-                    result_truncated: row.get(11)?,
-                    started_at: row.get(12)?,
-                    finished_at: row.get(13)?,
-                    refused_by_service: row.get(14)?,
-                })
-            })?;
+            let mut stmt = conn.prepare(&format!(
+                "SELECT {HISTORY_COLUMNS} FROM history ORDER BY started_at DESC, execution_id LIMIT ?1"
+            ))?;
+            let rows = stmt.query_map(params![MAX_HISTORY_LISTED as i64], history_from_row)?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
     }
+
+    /// One execution of the history with its stored trace (the run's events, as JSON), if any.
+    pub fn execution(
+        &self,
+        execution_id: &str,
+    ) -> Result<Option<(HistoryRow, Option<Value>)>, StateError> {
+        self.with_sync(|conn| {
+            Ok(conn
+                .query_row(
+                    &format!(
+                        "SELECT {HISTORY_COLUMNS}, trace FROM history WHERE execution_id = ?1"
+                    ),
+                    params![execution_id],
+                    |row| {
+                        let trace: Option<String> = row.get(15)?;
+                        Ok((
+                            history_from_row(row)?,
+                            trace.and_then(|t| serde_json::from_str(&t).ok()),
+                        ))
+                    },
+                )
+                .optional()?)
+        })
+    }
+}
+
+const HISTORY_COLUMNS: &str = "execution_id, command_id, channel, project_id, session_id, slug, \
+     status, result, error, total_tokens, reported_cost, result_truncated, started_at, \
+     finished_at, service_refusal";
+
+fn history_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRow> {
+    let result: Option<String> = row.get(7)?;
+    Ok(HistoryRow {
+        execution_id: row.get(0)?,
+        command_id: row.get(1)?,
+        channel: row.get(2)?,
+        project_id: row.get(3)?,
+        session_id: row.get(4)?,
+        slug: row.get(5)?,
+        status: row.get(6)?,
+        result: result.and_then(|r| serde_json::from_str(&r).ok()),
+        error: row.get(8)?,
+        total_tokens: row.get::<_, i64>(9)?.max(0) as u64,
+        reported_cost: row.get(10)?,
+        result_truncated: row.get(11)?,
+        started_at: row.get(12)?,
+        finished_at: row.get(13)?,
+        refused_by_service: row.get(14)?,
+    })
 }

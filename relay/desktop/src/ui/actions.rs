@@ -1,0 +1,211 @@
+//! The page's state changes: each a POST whose form carries the session's CSRF token, each the
+//! same call into the desktop state as the `relay desktop …` command that does the same.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use super::access::same_secret;
+use super::pages::refusal;
+use super::{MAX_FORM_FIELDS, Page, Signed, secured};
+use crate::state::{ApprovalStatus, StateError};
+use relay_protocol::GraphSessionId;
+use runner::host::approvals::Policy;
+
+/// The tools the relay has, by name (the policies page offers a select for each).
+pub(crate) fn known_tools() -> Vec<String> {
+    runner::host::tools::ToolRegistry::standard(None)
+        .map(|tools| tools.specs().into_iter().map(|spec| spec.name).collect())
+        .unwrap_or_default()
+}
+
+/// Why an action was refused: its status and what to tell the owner.
+pub(crate) struct Refused(StatusCode, String);
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        refusal(self.0, &self.1)
+    }
+}
+
+impl From<StateError> for Refused {
+    fn from(error: StateError) -> Self {
+        match error {
+            StateError::Invalid(message) => Refused(StatusCode::BAD_REQUEST, message),
+            other => Refused(StatusCode::INTERNAL_SERVER_ERROR, other.to_string()),
+        }
+    }
+}
+
+fn bad_request(message: impl Into<String>) -> Refused {
+    Refused(StatusCode::BAD_REQUEST, message.into())
+}
+
+/// A posted form whose CSRF token was checked.
+struct Form(Vec<(String, String)>);
+
+impl Form {
+    /// The form in `body`, or the 403 when its `csrf` is missing or not the session's.
+    fn checked(signed: &Signed, body: &[u8]) -> Result<Form, Refused> {
+        let fields: Vec<(String, String)> = form_urlencoded::parse(body)
+            .take(MAX_FORM_FIELDS)
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        let form = Form(fields);
+        match form.first("csrf") {
+            Some(csrf) if same_secret(&signed.0.csrf, csrf) => Ok(form),
+            _ => Err(Refused(
+                StatusCode::FORBIDDEN,
+                "The form's CSRF token is missing or stale: reload the page and try again.".into(),
+            )),
+        }
+    }
+
+    fn first(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.0
+            .iter()
+            .filter(move |(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn required(&self, name: &str) -> Result<&str, Refused> {
+        self.first(name)
+            .ok_or_else(|| bad_request(format!("The form has no `{name}` field.")))
+    }
+}
+
+/// After a change, back to the page it was made on.
+fn back_to(path: &'static str) -> Response {
+    secured((StatusCode::SEE_OTHER, [(header::LOCATION, path)]).into_response())
+}
+
+/// Shares a session with the checked projects and unshares it from the unchecked ones, among
+/// those the form showed (a project enabled after the page was drawn is left as it is).
+pub(crate) async fn sharing(
+    State(page): State<Arc<Page>>,
+    Extension(signed): Extension<Signed>,
+    body: Bytes,
+) -> Result<Response, Refused> {
+    super::blocking(move || {
+        let form = Form::checked(&signed, &body)?;
+        let session: GraphSessionId = form
+            .required("session")?
+            .parse()
+            .map_err(|e: relay_protocol::InvalidInput| bad_request(e.0))?;
+        apply_sharing(&page, &form, &session)?;
+        Ok(back_to(super::HOME))
+    })
+    .await
+}
+
+fn apply_sharing(page: &Page, form: &Form, session: &GraphSessionId) -> Result<(), StateError> {
+    let known = page.state.projects()?;
+    let now = page.clock.now();
+    for project in form.all("project") {
+        if !known.iter().any(|(id, _)| id == project) {
+            return Err(StateError::Invalid(format!(
+                "no project {project} on this desktop: enable it first"
+            )));
+        }
+        let want = form.all("shared").any(|p| p == project);
+        let has = page
+            .state
+            .shared_sessions(project)?
+            .iter()
+            .any(|s| &s.id == session);
+        match (want, has) {
+            (true, false) => page.state.share(project, session, now)?,
+            (false, true) => page.state.unshare(project, session)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Enables or disables a project.
+pub(crate) async fn project(
+    State(page): State<Arc<Page>>,
+    Extension(signed): Extension<Signed>,
+    body: Bytes,
+) -> Result<Response, Refused> {
+    super::blocking(move || {
+        let form = Form::checked(&signed, &body)?;
+        let project = form.required("project")?.trim();
+        let enabled = match form.required("enabled")? {
+            "true" => true,
+            "false" => false,
+            other => {
+                return Err(bad_request(format!(
+                    "`enabled` is true or false, not {other}"
+                )));
+            }
+        };
+        page.state
+            .set_project_enabled(project, enabled, page.clock.now())?;
+        Ok(back_to(super::HOME))
+    })
+    .await
+}
+
+/// Sets the policy of every tool the form names (only tools the relay has).
+pub(crate) async fn policies(
+    State(page): State<Arc<Page>>,
+    Extension(signed): Extension<Signed>,
+    body: Bytes,
+) -> Result<Response, Refused> {
+    super::blocking(move || {
+        let form = Form::checked(&signed, &body)?;
+        let mut changes = Vec::new();
+        for tool in known_tools() {
+            if let Some(value) = form.first(&tool) {
+                let policy: Policy = value.parse().map_err(bad_request)?;
+                changes.push((tool, policy));
+            }
+        }
+        for (tool, policy) in changes {
+            page.state.set_policy(&tool, policy)?;
+        }
+        Ok(back_to("/policies"))
+    })
+    .await
+}
+
+/// Approves or denies a pending tool call, as `relay desktop approvals approve|deny ID` does.
+pub(crate) async fn decide(
+    State(page): State<Arc<Page>>,
+    Extension(signed): Extension<Signed>,
+    body: Bytes,
+) -> Result<Response, Refused> {
+    super::blocking(move || {
+        let form = Form::checked(&signed, &body)?;
+        let id = form.required("id")?;
+        let decision = match form.required("decision")? {
+            "approve" => ApprovalStatus::Approved,
+            "deny" => ApprovalStatus::Denied,
+            other => {
+                return Err(bad_request(format!(
+                    "the decision is approve or deny, not {other}"
+                )));
+            }
+        };
+        if !page.state.decide(id, decision, page.clock.now())? {
+            return Err(Refused(
+                StatusCode::CONFLICT,
+                format!("No pending approval {id}: it was answered already, or it expired."),
+            ));
+        }
+        Ok(back_to("/approvals"))
+    })
+    .await
+}
