@@ -254,15 +254,62 @@ pub(crate) async fn run(args: ServeArgs) -> Result<()> {
     let public_url = config.public_url.clone().unwrap_or_default();
     let app = open_state(&args.db, config).await?;
     tracing::info!(db = %redact(&args.db.target()), %public_url, "serving MCP at http://{address}/mcp");
-    let shutdown = async {
+    let stopping = Arc::new(tokio::sync::Notify::new());
+    let signal = stopping.clone();
+    let shutdown = async move {
+        let which = stop_signal().await;
+        tracing::info!(
+            signal = which,
+            "shutting down: no new connections, held long polls answered now, in-flight requests finish (at most {} s)",
+            SHUTDOWN_GRACE.as_secs()
+        );
+        signal.notify_one();
+    };
+    let serving = service::serve(listener, app, shutdown);
+    tokio::select! {
+        result = serving => result.context("the server stopped with an error"),
+        () = async {
+            stopping.notified().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => {
+            tracing::warn!("requests still open after the grace period; exiting anyway");
+            Ok(())
+        }
+    }
+}
+
+/// How long in-flight requests may take to finish once a stop is asked for.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
+
+/// Resolves on Ctrl-C or (on Unix) SIGTERM, with the signal's name.
+async fn stop_signal() -> &'static str {
+    let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-        tracing::info!("shutting down");
     };
-    service::serve(listener, app, shutdown)
-        .await
-        .context("the server stopped with an error")
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
+            Ok(term) => term,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the service");
+                ctrl_c.await;
+                return "SIGINT";
+            }
+        };
+        tokio::select! {
+            () = ctrl_c => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        ctrl_c.await;
+        "Ctrl-C"
+    }
 }
 
 /// A duration like `90s`, `10m`, `1h` or `2d` (a bare number is seconds), between `min` and

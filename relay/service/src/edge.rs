@@ -117,11 +117,13 @@ fn desktop_parts(error: DesktopError) -> (StatusCode, String, Option<RunStatus>)
             RunError::Contended.to_string(),
             None,
         ),
+        // The store failed (a database that is down, say): nothing the caller did, and
+        // worth a retry, so 503 rather than 500.
         DesktopError::Run(error) => {
             tracing::error!(%error, "desktop request failed");
             (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the service failed to record this; retry later".to_owned(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the service cannot record this right now; retry later".to_owned(),
                 None,
             )
         }
@@ -139,8 +141,8 @@ fn task_parts(error: TaskError) -> (StatusCode, String) {
         TaskError::Store(error) => {
             tracing::error!(%error, "owner request failed");
             (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the service failed to record this; retry later".to_owned(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the service cannot record this right now; retry later".to_owned(),
             )
         }
     }

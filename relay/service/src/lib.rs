@@ -14,6 +14,7 @@ pub mod listener;
 pub mod mcp;
 pub mod notify;
 pub mod oauth;
+pub mod ops;
 pub mod origin;
 pub mod owner_api;
 pub mod rate;
@@ -178,8 +179,9 @@ pub fn router(app: Arc<AppState>) -> Router {
         .merge(desktop_api::routes(app.clone()))
         .merge(owner_api::routes(app.clone()))
         .merge(oauth::routes(app.clone()));
-    // Last, so that it covers every route merged above, including any added later.
-    origin::layer(routes, &app.config)
+    // Last, so that it covers every route merged above, including any added later; the
+    // probes stay outside it (they come with the orchestrator's Host).
+    origin::layer(routes, &app.config).merge(ops::routes(app))
 }
 
 /// Serves [`router`] on `listener` until `shutdown` resolves, sweeping silent runs meanwhile.
