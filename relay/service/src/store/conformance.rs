@@ -8,9 +8,9 @@ use std::sync::Arc;
 use serde_json::{Map, json};
 
 use super::{
-    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, CommandRecord,
-    InsertOutcome, ProjectRecord, QueueLimit, QueueQuota, Store, SweepCounts, TaskInsertOutcome,
-    TaskRecord, TokenKind, TokenRecord,
+    ArtifactInsertOutcome, ArtifactRecord, BrowserSessionRecord, ChatLinkRecord, ClaimAttempt,
+    CommandQuery, CommandRecord, InsertOutcome, ProjectRecord, QueueLimit, QueueQuota, Store,
+    SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use crate::chat_tasks::machine::{TaskDecision, TaskEvent, transition};
 use crate::chat_tasks::model::{HostKind, TaskId, TaskStatus};
@@ -149,6 +149,8 @@ where
     task_lists_are_ordered_and_bounded(make().as_ref()).await;
     sweep_moves_exactly_what_the_state_machine_says(make().as_ref()).await;
     artifacts_are_fenced_unique_and_bounded(make().as_ref()).await;
+    project_commands_are_newest_first_filtered_and_paged(make().as_ref()).await;
+    console_lists_keep_to_their_owner(make().as_ref()).await;
 }
 
 /// The queue quota counts queued commands only, per agent and per project, in the same step
@@ -1217,4 +1219,212 @@ pub async fn artifacts_are_fenced_unique_and_bounded(store: &dyn Store) {
 
 async fn insert(store: &dyn Store, record: ArtifactRecord, max: usize) -> ArtifactInsertOutcome {
     store.insert_artifact(record, max).await.expect("insert")
+}
+
+fn query(seed: &Seed, limit: usize) -> CommandQuery {
+    CommandQuery {
+        project_id: seed.project_id.clone(),
+        status: None,
+        agent_id: None,
+        before: None,
+        limit,
+    }
+}
+
+/// A project's commands list newest first (ties by id), filtered by status and agent, paged by
+/// the (created, id) cursor without gaps or repeats, and bounded by the limit.
+pub async fn project_commands_are_newest_first_filtered_and_paged(store: &dyn Store) {
+    let seed = seed(store).await;
+    let mut made = Vec::new();
+    for n in 0..5 {
+        // Two commands share each second, so ties are ordered by id.
+        let agent = if n % 2 == 0 {
+            &seed.agent_id
+        } else {
+            &seed.other_agent_id
+        };
+        made.push(
+            insert_new(
+                store,
+                command(&seed, agent, &format!("key-{n}-xxxx"), at(n / 2)),
+            )
+            .await,
+        );
+    }
+    let mut expected = made.clone();
+    expected
+        .sort_by(|a, b| (b.created_at, b.id.to_string()).cmp(&(a.created_at, a.id.to_string())));
+    let all = store
+        .project_commands(query(&seed, 10))
+        .await
+        .expect("list");
+    let ids = |list: &[CommandRecord]| list.iter().map(|c| c.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(&all),
+        ids(&expected),
+        "newest first, ties by id descending"
+    );
+    let mut paged = Vec::new();
+    let mut before = None;
+    loop {
+        let page = store
+            .project_commands(CommandQuery {
+                before,
+                ..query(&seed, 2)
+            })
+            .await
+            .expect("page");
+        assert!(page.len() <= 2, "a page holds at most its limit");
+        let Some(last) = page.last() else { break };
+        before = Some((last.created_at, last.id));
+        paged.extend(page);
+    }
+    assert_eq!(
+        ids(&paged),
+        ids(&expected),
+        "pages follow each other without gaps or repeats"
+    );
+    let of_agent = store
+        .project_commands(CommandQuery {
+            agent_id: Some(seed.other_agent_id.clone()),
+            ..query(&seed, 10)
+        })
+        .await
+        .expect("by agent");
+    assert_eq!(of_agent.len(), 2, "only the agent's commands");
+    assert!(of_agent.iter().all(|c| c.agent_id == seed.other_agent_id));
+    let mut running = made[0].clone();
+    running.status = RunStatus::Running;
+    assert!(
+        store
+            .update_command(&made[0], &running)
+            .await
+            .expect("update")
+    );
+    let by_status = store
+        .project_commands(CommandQuery {
+            status: Some(RunStatus::Running),
+            ..query(&seed, 10)
+        })
+        .await
+        .expect("by status");
+    assert_eq!(
+        ids(&by_status),
+        vec![made[0].id],
+        "only commands in the status"
+    );
+    let other = store
+        .project_commands(CommandQuery {
+            project_id: "no-such-project".into(),
+            ..query(&seed, 10)
+        })
+        .await
+        .expect("other project");
+    assert!(other.is_empty(), "another project's list is empty");
+}
+
+fn browser_session(owner_id: &str, id_hash: &str, created: Timestamp) -> BrowserSessionRecord {
+    BrowserSessionRecord {
+        id_hash: id_hash.to_owned(),
+        owner_id: owner_id.to_owned(),
+        csrf: format!("csrf-{id_hash}"),
+        created_at: created,
+        last_seen_at: created,
+        ended_at: None,
+    }
+}
+
+/// Chat links list per project, browser sessions per owner (live ones, newest first, one
+/// ended alone), and token uses per owner, never moving back.
+pub async fn console_lists_keep_to_their_owner(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let project = store
+        .chat_link(&seed.link)
+        .await
+        .expect("link")
+        .expect("exists")
+        .project_id;
+    let links = store.chat_links(&project).await.expect("links");
+    assert_eq!(links.len(), 2, "both links of the project");
+    assert!(
+        store
+            .chat_links("no-such-project")
+            .await
+            .expect("none")
+            .is_empty()
+    );
+    let owner = store.ensure_owner("owner", T0).await.expect("owner");
+    let other = store.ensure_owner("other", T0).await.expect("other");
+    for (hash, created) in [("s1", at(1)), ("s2", at(2))] {
+        store
+            .insert_browser_session(browser_session(&owner.id, hash, created))
+            .await
+            .expect("insert");
+    }
+    store
+        .insert_browser_session(browser_session(&other.id, "s3", at(3)))
+        .await
+        .expect("insert");
+    let hashes =
+        |list: Vec<BrowserSessionRecord>| list.into_iter().map(|s| s.id_hash).collect::<Vec<_>>();
+    let live = store
+        .browser_sessions(&owner.id, T0)
+        .await
+        .expect("sessions");
+    assert_eq!(
+        hashes(live),
+        vec!["s2", "s1"],
+        "the owner's live sessions, newest first"
+    );
+    assert!(
+        store
+            .browser_sessions(&owner.id, at(5))
+            .await
+            .expect("idle")
+            .is_empty(),
+        "idle ones are not live"
+    );
+    assert!(
+        store.end_browser_session("s2", at(4)).await.expect("end"),
+        "a live session ends"
+    );
+    assert!(
+        !store.end_browser_session("s2", at(5)).await.expect("again"),
+        "once"
+    );
+    assert_eq!(
+        hashes(store.browser_sessions(&owner.id, T0).await.expect("left")),
+        vec!["s1"]
+    );
+    assert_eq!(
+        hashes(store.browser_sessions(&other.id, T0).await.expect("other")),
+        vec!["s3"]
+    );
+    let tokens = store.tokens_of_owner(&owner.id).await.expect("tokens");
+    let token = &tokens[0].id;
+    assert!(
+        store
+            .token_uses(&owner.id)
+            .await
+            .expect("none yet")
+            .is_empty()
+    );
+    store.record_token_use(token, at(10)).await.expect("use");
+    store
+        .record_token_use(token, at(5))
+        .await
+        .expect("older use");
+    assert_eq!(
+        store.token_uses(&owner.id).await.expect("uses"),
+        vec![(token.clone(), at(10))],
+        "never moves back"
+    );
+    assert!(
+        store
+            .token_uses(&other.id)
+            .await
+            .expect("other's")
+            .is_empty(),
+        "another owner's uses are apart"
+    );
 }
