@@ -12,6 +12,7 @@ mod cancellation;
 mod claim_race;
 mod compact_results;
 mod connections;
+mod console;
 mod desktop_api;
 mod fences;
 mod idempotency;
