@@ -13,6 +13,7 @@ mod claim_race;
 mod compact_results;
 mod connections;
 mod console;
+mod console_browser;
 mod desktop_api;
 mod fences;
 mod idempotency;

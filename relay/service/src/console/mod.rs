@@ -52,7 +52,7 @@ label{display:block;margin:.6rem 0 .2rem;font-weight:600}.check label{display:in
 input[type=text],select,textarea{width:100%;max-width:34rem;padding:.4rem;font-size:1rem}textarea{min-height:5rem}\
 button{font-size:1rem;padding:.35rem 1rem;margin:.4rem .4rem .4rem 0}form.inline{display:inline}\
 table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.3rem .4rem;border-bottom:1px solid #ddd;vertical-align:top}\
-.status{font-weight:600}.muted{color:#555}.error{color:#a40000}pre{white-space:pre-wrap;word-break:break-word;background:#f4f4f4;padding:.5rem}\
+.status{font-weight:600}td.t{white-space:nowrap;font-size:.9rem}.muted{color:#555}.error{color:#a40000}pre{white-space:pre-wrap;word-break:break-word;background:#f4f4f4;padding:.5rem}\
 section{margin:1.2rem 0}.card{border:1px solid #ddd;border-radius:.3rem;padding:.5rem .8rem;margin:.5rem 0}\
 @media (max-width:40rem){table,thead,tbody,tr,th,td{display:block}thead{display:none}tr{border:1px solid #ddd;margin:.5rem 0;padding:.3rem}\
 td{border:none;padding:.15rem .3rem}td[data-label]::before{content:attr(data-label) \": \";font-weight:600}}";
@@ -281,7 +281,8 @@ fn shell(status: StatusCode, title: &str, signed: Option<&Signed>, body: Markup)
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · graphrelay console" }
-                style { (STYLE) }
+                // Raw text: HTML escapes are not decoded inside <style>.
+                style { (maud::PreEscaped(STYLE)) }
                 script src="/console/app.js" defer {}
             }
             body {

@@ -102,7 +102,7 @@ pub async fn page(
     let refresh = app.config.console_refresh.runs.as_millis();
     let body = html! {
         p { "Project " strong { (project.name) } ". The list refreshes itself every "
-            (app.config.console_refresh.runs.as_secs()) " s." }
+            (app.config.console_refresh.runs.as_secs_f64()) " s." }
         (filters(&project, &query, &agents))
         div id="runs" data-src=(src) data-refresh-ms=(refresh) aria-live="polite" {
             (list(&signed, &project, &query, &runs))
@@ -142,7 +142,7 @@ fn list(signed: &Signed, project: &ProjectRecord, query: &RunsQuery, runs: &RunP
         @else {
             table {
                 thead { tr {
-                    th { "Status" } th { "Graph" } th { "Connection" } th { "Queued" } th { "Started" }
+                    th { "Status" } th { "Graph" } th { "Connection" } th { "Queued (UTC)" } th { "Started" }
                     th { "Finished" } th { "Tokens" } th { "Cost" } th { "Result or error" } th { "" }
                 } }
                 tbody { @for run in &runs.runs { (row(signed, run)) } }
@@ -163,9 +163,9 @@ fn row(signed: &Signed, run: &OwnerRunSummary) -> Markup {
             }
             td data-label="Graph" { code { (run.slug) } }
             td data-label="Connection" { (run.connection_name) }
-            td data-label="Queued" { (when(Some(run.created_at))) }
-            td data-label="Started" { (when(run.started_at)) }
-            td data-label="Finished" { (when(run.finished_at)) }
+            td.t data-label="Queued" { (when(Some(run.created_at))) }
+            td.t data-label="Started" { (when(run.started_at)) }
+            td.t data-label="Finished" { (when(run.finished_at)) }
             td data-label="Tokens" { (run.total_tokens.map_or("—".to_owned(), |t| t.to_string())) }
             td data-label="Cost" { (run.reported_cost.map_or("—".to_owned(), |c| format!("{c:.4}"))) }
             td data-label="Result" { (outcome(run)) }
