@@ -537,147 +537,129 @@ async fn owner_api(service: &TestService, token: &str, method: &str, path: &str)
     crate::common::decode(request.bearer_auth(token).send().await.expect("answered")).await
 }
 
-#[tokio::test]
-async fn the_owner_api_pages_filters_shows_and_cancels_runs_and_lists_desktops() {
+/// A service with ann's project (five runs queued a second apart by one agent, its desktop
+/// synced), bob's project, and an owner token for each.
+struct Api {
+    service: TestService,
+    project: String,
+    agent_id: String,
+    runs: Vec<String>,
+    ann: String,
+    bob: String,
+}
+
+async fn api_setup() -> Api {
     let service = TestService::start().await;
     let project = service.project("p", "ann").await;
     let other = service.project("q", "bob").await;
     let desktop = service.desktop(&project).await;
     desktop.sync(&project, &[1]).await;
-    let (agent_token, agent_id) = service
-        .agent(&project, &["osfoundry:read", "osfoundry:run"])
-        .await;
+    let scopes = ["osfoundry:read", "osfoundry:run"];
+    let (agent_token, agent_id) = service.agent(&project, &scopes).await;
     let client = mcp_client(&service.mcp_url(), &agent_token, Era::Current).await;
-    let mut ids = Vec::new();
+    let mut runs = Vec::new();
     for n in 0..5 {
-        ids.push(queue(&client, &format!("api-run-key-{n}")).await);
+        runs.push(queue(&client, &format!("api-run-key-{n}")).await);
         service.clock.advance(Duration::from_secs(1));
     }
-    let token = service.mint_owner_token(&project).await;
+    let ann = service.mint_owner_token(&project).await;
     let bob = service.mint_owner_token(&other).await;
-    let (status, first) = owner_api(
-        &service,
-        &token,
-        "GET",
-        &format!("/projects/{project}/runs?limit=2"),
-    )
-    .await;
+    Api {
+        service,
+        project,
+        agent_id,
+        runs,
+        ann,
+        bob,
+    }
+}
+
+#[tokio::test]
+async fn the_owner_api_pages_runs_newest_first() {
+    let Api {
+        service,
+        project,
+        runs,
+        ann,
+        ..
+    } = api_setup().await;
+    let list = |query: String| {
+        let path = format!("/projects/{project}/runs?{query}");
+        let (service, ann) = (&service, &ann);
+        async move { owner_api(service, ann, "GET", &path).await }
+    };
+    let (status, first) = list("limit=2".into()).await;
     assert_eq!(status, 200, "{first}");
     assert_eq!(
         first["runs"][0]["command_id"],
-        ids[4].as_str(),
+        runs[4].as_str(),
         "newest first"
     );
     assert_eq!(first["runs"][0]["connection_name"], "claude");
     let next = first["next"].as_str().expect("a next page");
-    let (_, second) = owner_api(
-        &service,
-        &token,
-        "GET",
-        &format!("/projects/{project}/runs?limit=2&before={next}"),
-    )
-    .await;
-    assert_eq!(second["runs"][0]["command_id"], ids[2].as_str());
-    let (_, last) = owner_api(
-        &service,
-        &token,
-        "GET",
-        &format!(
-            "/projects/{project}/runs?limit=2&before={}",
-            second["next"].as_str().expect("next")
-        ),
-    )
-    .await;
+    let (_, second) = list(format!("limit=2&before={next}")).await;
+    assert_eq!(second["runs"][0]["command_id"], runs[2].as_str());
+    let next = second["next"].as_str().expect("a next page");
+    let (_, last) = list(format!("limit=2&before={next}")).await;
     assert_eq!(last["runs"].as_array().expect("runs").len(), 1);
     assert!(last["next"].is_null());
+    assert_eq!(list("limit=201".into()).await.0, 400);
+    assert_eq!(list("status=sleeping".into()).await.0, 400);
+    assert_eq!(list("before=nonsense".into()).await.0, 400);
+}
 
-    let (status, cancelled) = owner_api(
-        &service,
-        &token,
-        "POST",
-        &format!("/runs/{}/cancel", ids[0]),
-    )
-    .await;
+#[tokio::test]
+async fn the_owner_api_filters_shows_and_cancels_runs_of_its_owner_only() {
+    let api = api_setup().await;
+    let Api {
+        service,
+        project,
+        runs,
+        ann,
+        bob,
+        ..
+    } = &api;
+    let cancel = format!("/runs/{}/cancel", runs[0]);
+    let (status, cancelled) = owner_api(service, ann, "POST", &cancel).await;
     assert_eq!(
         (status, cancelled["status"].as_str()),
         (200, Some("cancelled")),
         "{cancelled}"
     );
-    let (_, only) = owner_api(
-        &service,
-        &token,
-        "GET",
-        &format!("/projects/{project}/runs?status=cancelled&connection={agent_id}"),
-    )
-    .await;
+    let filtered = format!(
+        "/projects/{project}/runs?status=cancelled&connection={}",
+        api.agent_id
+    );
+    let (_, only) = owner_api(service, ann, "GET", &filtered).await;
     assert_eq!(only["runs"].as_array().expect("runs").len(), 1);
-    let (_, none) = owner_api(
-        &service,
-        &token,
-        "GET",
-        &format!(
-            "/projects/{project}/runs?connection={}",
-            uuid::Uuid::new_v4()
-        ),
-    )
-    .await;
+    let stranger = format!(
+        "/projects/{project}/runs?connection={}",
+        uuid::Uuid::new_v4()
+    );
+    let (_, none) = owner_api(service, ann, "GET", &stranger).await;
     assert!(none["runs"].as_array().expect("runs").is_empty());
-    let (status, detail) = owner_api(&service, &token, "GET", &format!("/runs/{}", ids[1])).await;
+    let (status, detail) = owner_api(service, ann, "GET", &format!("/runs/{}", runs[1])).await;
     assert_eq!((status, detail["status"].as_str()), (200, Some("queued")));
     assert_eq!(detail["slug"], "graph-1");
-    assert_eq!(
-        owner_api(
-            &service,
-            &token,
-            "GET",
-            &format!("/projects/{project}/runs?limit=201")
-        )
-        .await
-        .0,
-        400
-    );
-    assert_eq!(
-        owner_api(
-            &service,
-            &token,
-            "GET",
-            &format!("/projects/{project}/runs?status=sleeping")
-        )
-        .await
-        .0,
-        400
-    );
-
     // Bob's token sees none of it: the same 404 as for ids that do not exist.
     for path in [
-        format!("/runs/{}", ids[1]),
+        format!("/runs/{}", runs[1]),
         format!("/projects/{project}/runs"),
     ] {
-        assert_eq!(
-            owner_api(&service, &bob, "GET", &path).await.0,
-            404,
-            "{path}"
-        );
+        assert_eq!(owner_api(service, bob, "GET", &path).await.0, 404, "{path}");
     }
-    assert_eq!(
-        owner_api(&service, &bob, "POST", &format!("/runs/{}/cancel", ids[1]))
-            .await
-            .0,
-        404
-    );
-    assert_eq!(
-        owner_api(
-            &service,
-            &token,
-            "GET",
-            &format!("/runs/{}", uuid::Uuid::new_v4())
-        )
-        .await
-        .0,
-        404
-    );
+    let bobs_cancel = format!("/runs/{}/cancel", runs[1]);
+    assert_eq!(owner_api(service, bob, "POST", &bobs_cancel).await.0, 404);
+    let missing = format!("/runs/{}", uuid::Uuid::new_v4());
+    assert_eq!(owner_api(service, ann, "GET", &missing).await.0, 404);
+}
 
-    let (status, desktops) = owner_api(&service, &token, "GET", "/desktops").await;
+#[tokio::test]
+async fn the_owner_api_lists_desktops_online_until_they_fall_silent() {
+    let Api {
+        service, ann, bob, ..
+    } = api_setup().await;
+    let (status, desktops) = owner_api(&service, &ann, "GET", "/desktops").await;
     assert_eq!(status, 200);
     assert_eq!(desktops["desktops"].as_array().expect("desktops").len(), 1);
     assert_eq!(
@@ -687,17 +669,13 @@ async fn the_owner_api_pages_filters_shows_and_cancels_runs_and_lists_desktops()
     service
         .clock
         .advance(relay_service::desktops::ONLINE_WITHIN + Duration::from_secs(1));
-    let (_, later) = owner_api(&service, &token, "GET", "/desktops").await;
+    let (_, later) = owner_api(&service, &ann, "GET", "/desktops").await;
     assert_eq!(
         later["desktops"][0]["online"], false,
         "silent for longer than the window"
     );
-    assert!(
-        owner_api(&service, &bob, "GET", "/desktops").await.1["desktops"]
-            .as_array()
-            .expect("list")
-            .is_empty()
-    );
+    let (_, bobs) = owner_api(&service, &bob, "GET", "/desktops").await;
+    assert!(bobs["desktops"].as_array().expect("list").is_empty());
 }
 
 /// The weight and server time of the runs page with 200 runs (printed; bounded loosely so a

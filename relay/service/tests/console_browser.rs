@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::chat_support::ChatService;
 use crate::common::oauth::{self, Browser};
-use crate::common::{Era, TestService, mcp_client, queue};
+use crate::common::{Desktop, Era, McpClient, TestService, mcp_client, queue};
 use relay_protocol::clock::Stopwatch;
 use relay_service::console::ConsoleRefresh;
 use relay_service::{ServiceConfig, admin};
@@ -167,6 +167,85 @@ async fn link_chat(
     url.rsplit('/').next().unwrap_or_default().to_owned()
 }
 
+/// "Link chat" with and without "Event subscription"; each link page says which. The second
+/// link's id (a Claude chat, no subscription), whose page is open.
+async fn links_chats_both_ways(browser: &Chromium, service: &TestService) -> String {
+    link_chat(browser, service, "chatgpt", true).await;
+    wait_for_page(browser, "the active subscription", |s| {
+        s.contains("An event subscription is active for this chat")
+    })
+    .await;
+    let link = link_chat(browser, service, "claude", false).await;
+    let page = wait_for_page(browser, "the hint", |s| {
+        s.contains("Open the host conversation to start each task.")
+    })
+    .await;
+    assert!(!page.contains("An event subscription is active for this chat"));
+    link
+}
+
+/// A double click on "Assign task" makes one task; a changed goal makes a second.
+async fn assigns_once_per_goal(browser: &Chromium, service: &TestService, link: &str) {
+    browser
+        .type_into("Goal", "Summarise the week")
+        .await
+        .expect("goal");
+    let assign = browser.button("Assign task").await.expect("button");
+    browser.double_click(&assign).await.expect("double click");
+    wait_for_page(browser, "the task", |s| {
+        s.contains("Summarise the week") && s.contains("Waiting for Claude")
+    })
+    .await;
+    // Let a second request of the double click land, if one was sent.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let count = task_count(service, link).await;
+    assert_eq!(count, 1, "a double click makes one task");
+    service.clock.advance(Duration::from_secs(1));
+
+    browser
+        .type_into("Goal", "Plan next week")
+        .await
+        .expect("goal");
+    browser.click_button("Assign task").await.expect("assign");
+    wait_for("a second task", async || {
+        task_count(service, link).await == 2
+    })
+    .await;
+    wait_for_page(browser, "the second task", |s| s.contains("Plan next week")).await;
+    service.clock.advance(Duration::from_secs(1));
+}
+
+/// A half-typed goal survives the list's refresh, which shows a task assigned elsewhere.
+async fn keeps_a_half_typed_goal(browser: &Chromium, service: &TestService, link: &str) {
+    browser
+        .type_into("Goal", "Half-typed go")
+        .await
+        .expect("goal");
+    service
+        .assign_goal(link, "Assigned from the CLI", "cli-key-0001")
+        .await;
+    wait_for_page(browser, "the refreshed list", |s| {
+        s.contains("Assigned from the CLI")
+    })
+    .await;
+    tokio::time::sleep(REFRESH * 2).await;
+    let goal = browser.field("Goal").await.expect("goal field");
+    let typed = browser.value(&goal).await.expect("value");
+    assert_eq!(typed, "Half-typed go", "the typed goal is kept");
+    assert_eq!(task_count(service, link).await, 3);
+}
+
+/// The first "Cancel" (the newest open task's) cancels it.
+async fn cancels_a_task(browser: &Chromium, service: &TestService, link: &str) {
+    browser.click_button("Cancel").await.expect("cancel");
+    wait_for("a cancelled task", async || {
+        let tasks = service.app.store.link_tasks(link, 10).await.expect("tasks");
+        tasks.iter().any(|t| t.status.as_str() == "cancelled")
+    })
+    .await;
+    wait_for_page(browser, "the cancelled task", |s| s.contains("Cancelled")).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_links_chats_assigns_once_per_goal_keeps_typing_and_cancels() {
     if !chromium_or_skip() {
@@ -177,133 +256,68 @@ async fn chromium_links_chats_assigns_once_per_goal_keeps_typing_and_cancels() {
     service.project("Demo", "ann").await;
     let browser = Chromium::start().await.expect("start Chromium");
     sign_in(&browser, &service, "ann").await;
-
-    link_chat(&browser, &service, "chatgpt", true).await;
-    wait_for_page(&browser, "the active subscription", |s| {
-        s.contains("An event subscription is active for this chat")
-    })
-    .await;
-    let link = link_chat(&browser, &service, "claude", false).await;
-    let page = wait_for_page(&browser, "the hint", |s| {
-        s.contains("Open the host conversation to start each task.")
-    })
-    .await;
-    assert!(!page.contains("An event subscription is active for this chat"));
-
-    browser
-        .type_into("Goal", "Summarise the week")
-        .await
-        .expect("goal");
-    let assign = browser.button("Assign task").await.expect("button");
-    browser.double_click(&assign).await.expect("double click");
-    wait_for_page(&browser, "the task", |s| {
-        s.contains("Summarise the week") && s.contains("Waiting for Claude")
-    })
-    .await;
-    // Let a second request of the double click land, if one was sent.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(
-        task_count(&service, &link).await,
-        1,
-        "a double click makes one task"
-    );
-    service.clock.advance(Duration::from_secs(1));
-
-    browser
-        .type_into("Goal", "Plan next week")
-        .await
-        .expect("goal");
-    browser.click_button("Assign task").await.expect("assign");
-    wait_for("a second task", async || {
-        task_count(&service, &link).await == 2
-    })
-    .await;
-    wait_for_page(&browser, "the second task", |s| {
-        s.contains("Plan next week")
-    })
-    .await;
-    service.clock.advance(Duration::from_secs(1));
-
-    // A half-typed goal survives the list's refresh, which shows a task assigned elsewhere.
-    browser
-        .type_into("Goal", "Half-typed go")
-        .await
-        .expect("goal");
-    service
-        .assign_goal(&link, "Assigned from the CLI", "cli-key-0001")
-        .await;
-    wait_for_page(&browser, "the refreshed list", |s| {
-        s.contains("Assigned from the CLI")
-    })
-    .await;
-    tokio::time::sleep(REFRESH * 2).await;
-    let goal = browser.field("Goal").await.expect("goal field");
-    assert_eq!(
-        browser.value(&goal).await.expect("value"),
-        "Half-typed go",
-        "the typed goal is kept"
-    );
-    assert_eq!(task_count(&service, &link).await, 3);
+    let link = links_chats_both_ways(&browser, &service).await;
+    assigns_once_per_goal(&browser, &service, &link).await;
+    keeps_a_half_typed_goal(&browser, &service, &link).await;
     shoot(&browser, "console-tasks").await;
-
-    // The first "Cancel" is the newest open task's.
-    browser.click_button("Cancel").await.expect("cancel");
-    wait_for("a cancelled task", async || {
-        let tasks = service
-            .app
-            .store
-            .link_tasks(&link, 10)
-            .await
-            .expect("tasks");
-        tasks.iter().any(|t| t.status.as_str() == "cancelled")
-    })
-    .await;
-    wait_for_page(&browser, "the cancelled task", |s| s.contains("Cancelled")).await;
+    cancels_a_task(&browser, &service, &link).await;
     browser.quit().await.expect("quit");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chromium_watches_a_run_complete_cancels_one_revokes_and_keeps_owners_apart() {
-    if !chromium_or_skip() {
-        return;
-    }
-    let _one = ONE_BROWSER.lock().await;
+/// A service with ann's project shared by her desktop, bob's project, and a connection ann
+/// allowed through the authorization server.
+struct Runs {
+    service: TestService,
+    project: String,
+    desktop: Desktop,
+    access: String,
+    client: McpClient,
+}
+
+async fn runs_setup() -> Runs {
     let service = service().await;
     let project = service.project("Demo", "ann").await;
     service.project("Other", "bob").await;
     let desktop = service.desktop(&project).await;
     desktop.sync(&project, &[1]).await;
-    // The connection the owner allowed: its runs are listed under it, Revoke ends it.
     admin::set_owner_password(&service.app, "ann", PASSWORD.into())
         .await
         .expect("password");
     let app = oauth::register(&service.base, "Claude Desktop").await;
     let tokens = oauth::connect(&Browser::new(), &app, "ann", PASSWORD, &project).await;
     let client = mcp_client(&service.mcp_url(), &tokens.access, Era::Current).await;
+    Runs {
+        service,
+        project,
+        desktop,
+        access: tokens.access,
+        client,
+    }
+}
 
-    let browser = Chromium::start().await.expect("start Chromium");
-    sign_in(&browser, &service, "ann").await;
+/// A run queued through MCP shows up queued and then completed, without a reload.
+async fn watches_a_run_complete(browser: &Chromium, runs: &Runs) -> String {
+    let Runs {
+        service,
+        project,
+        desktop,
+        ..
+    } = runs;
+    let url = format!("{}/console/projects/{project}/runs", service.base);
+    browser.goto(&url).await.expect("runs");
+    wait_for_page(browser, "an empty list", |s| s.contains("No runs.")).await;
     browser
-        .goto(&format!("{}/console/projects/{project}/runs", service.base))
-        .await
-        .expect("runs");
-    wait_for_page(&browser, "an empty list", |s| s.contains("No runs.")).await;
-    browser
-        .execute(
-            "window.notReloaded = true; window.scrollTo(0, 0);",
-            json!([]),
-        )
+        .execute("window.notReloaded = true;", json!([]))
         .await
         .expect("mark");
-
-    let run = queue(&client, "browser-run-1").await;
-    wait_for_page(&browser, "the queued run", |s| shows(s, &run, "queued")).await;
-    desktop.sync(&project, &[1]).await;
+    let run = queue(&runs.client, "browser-run-1").await;
+    wait_for_page(browser, "the queued run", |s| shows(s, &run, "queued")).await;
+    desktop.sync(project, &[1]).await;
     assert_eq!(desktop.started(&run, "exec-1").await.0, 200);
     let completion = json!({"execution_id": "exec-1", "status": "completed",
         "result": {"summary": "Three tickets closed"}, "total_tokens": 321, "reported_cost": 0.0042});
     assert_eq!(desktop.complete(&run, &completion).await.0, 200);
-    let page = wait_for_page(&browser, "the completed run", |s| {
+    let page = wait_for_page(browser, "the completed run", |s| {
         shows(s, &run, "completed") && s.contains("Three tickets closed")
     })
     .await;
@@ -316,55 +330,78 @@ async fn chromium_watches_a_run_complete_cancels_one_revokes_and_keeps_owners_ap
         .await
         .expect("marker");
     assert_eq!(same_page, json!(true), "the list changed without a reload");
+    run
+}
 
-    // Cancel on a running run flags it for the desktop (the newest run, so the first Cancel).
-    service.clock.advance(Duration::from_secs(90));
-    let running = queue(&client, "browser-run-2").await;
-    assert_eq!(desktop.started(&running, "exec-2").await.0, 200);
-    wait_for_page(&browser, "the running run", |s| {
+/// "Cancel" on a running run (the newest, so the first Cancel) flags it for the desktop.
+async fn cancels_a_running_run(browser: &Chromium, runs: &Runs) {
+    runs.service.clock.advance(Duration::from_secs(90));
+    let running = queue(&runs.client, "browser-run-2").await;
+    assert_eq!(runs.desktop.started(&running, "exec-2").await.0, 200);
+    wait_for_page(browser, "the running run", |s| {
         shows(s, &running, "running")
     })
     .await;
-    shoot(&browser, "console-runs").await;
+    shoot(browser, "console-runs").await;
     browser.click_button("Cancel").await.expect("cancel");
     wait_for("the cancel flag", async || {
-        desktop.control(&running).await.1 == json!({"cancel_requested": true})
+        runs.desktop.control(&running).await.1 == json!({"cancel_requested": true})
     })
     .await;
+}
 
+/// "Revoke" on the projects page: the connection's next MCP call gets 401.
+async fn revokes_the_connection(browser: &Chromium, runs: &Runs) {
+    let base = &runs.service.base;
     browser
-        .goto(&format!("{}/console", service.base))
+        .goto(&format!("{base}/console"))
         .await
         .expect("projects");
     browser.click_button("Revoke").await.expect("revoke");
     wait_for("the revocation", async || {
-        oauth::mcp_status(&service.base, &tokens.access).await == 401
+        oauth::mcp_status(base, &runs.access).await == 401
     })
     .await;
+}
 
-    // Owner B, signed in in the same browser, finds none of A's objects.
-    let link = service.link_chat(&project, "claude").await;
+/// Owner B, signed in in the same browser, finds none of A's objects.
+async fn keeps_owners_apart(browser: &Chromium, runs: &Runs, run: &str) {
+    let service = &runs.service;
+    let link = service.link_chat(&runs.project, "claude").await;
     let task = service.assign_goal(&link, "A's task", "a-key-00001").await;
     browser.click_button("Sign out").await.expect("sign out");
     browser
         .field("Owner name")
         .await
         .expect("signed out: the sign-in form");
-    sign_in(&browser, &service, "bob").await;
+    sign_in(browser, service, "bob").await;
     for path in [
         format!("/console/runs/{run}"),
         format!("/console/chats/{link}"),
         format!("/console/tasks/{task}"),
     ] {
-        browser
-            .goto(&format!("{}{path}", service.base))
-            .await
-            .expect("open");
+        let url = format!("{}{path}", service.base);
+        browser.goto(&url).await.expect("open");
         let source = browser.source().await.expect("source");
         assert!(
             source.contains("Not found") && !source.contains("A's task"),
             "{path}: {source}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_watches_a_run_complete_cancels_one_revokes_and_keeps_owners_apart() {
+    if !chromium_or_skip() {
+        return;
+    }
+    let _one = ONE_BROWSER.lock().await;
+    let runs = runs_setup().await;
+    let browser = Chromium::start().await.expect("start Chromium");
+    sign_in(&browser, &runs.service, "ann").await;
+    let run = watches_a_run_complete(&browser, &runs).await;
+    cancels_a_running_run(&browser, &runs).await;
+    revokes_the_connection(&browser, &runs).await;
+    keeps_owners_apart(&browser, &runs, &run).await;
     browser.quit().await.expect("quit");
 }

@@ -155,7 +155,7 @@ impl Signed {
         if posted.is_some_and(|posted| signin::same_secret(&self.session.csrf, posted)) {
             Ok(())
         } else {
-            Err(Refusal(signin::csrf_refused()))
+            Err(Refusal::new(signin::csrf_refused()))
         }
     }
 }
@@ -196,29 +196,36 @@ impl FromRequestParts<Arc<AppState>> for Signed {
 }
 
 /// A page or action that could not be answered as asked; the response says why.
-pub struct Refusal(pub Response);
+pub struct Refusal(Box<Response>);
+
+impl Refusal {
+    /// A refusal that answers `response`.
+    pub fn new(response: Response) -> Self {
+        Refusal(Box::new(response))
+    }
+}
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
-        self.0
+        *self.0
     }
 }
 
 impl From<StoreError> for Refusal {
     fn from(error: StoreError) -> Self {
-        Refusal(signin::unavailable(&error))
+        Refusal::new(signin::unavailable(&error))
     }
 }
 
 impl From<RunError> for Refusal {
     fn from(error: RunError) -> Self {
         match error {
-            RunError::NotFound => Refusal(not_found()),
+            RunError::NotFound => Refusal::new(not_found()),
             RunError::Invalid(text) => {
-                Refusal(message(StatusCode::BAD_REQUEST, "Check the request", &text))
+                Refusal::new(message(StatusCode::BAD_REQUEST, "Check the request", &text))
             }
             RunError::Store(error) => error.into(),
-            other => Refusal(message(
+            other => Refusal::new(message(
                 StatusCode::CONFLICT,
                 "Try again",
                 &other.to_string(),
@@ -231,13 +238,13 @@ impl From<TaskError> for Refusal {
     fn from(error: TaskError) -> Self {
         match error {
             TaskError::LinkNotFound | TaskError::TaskNotFound | TaskError::ArtifactNotFound => {
-                Refusal(not_found())
+                Refusal::new(not_found())
             }
             TaskError::Invalid(text) => {
-                Refusal(message(StatusCode::BAD_REQUEST, "Check the form", &text))
+                Refusal::new(message(StatusCode::BAD_REQUEST, "Check the form", &text))
             }
             TaskError::Store(error) => error.into(),
-            other => Refusal(message(
+            other => Refusal::new(message(
                 StatusCode::CONFLICT,
                 "Not done",
                 &other.to_string(),

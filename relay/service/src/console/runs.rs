@@ -63,7 +63,7 @@ async fn project(
 ) -> Result<ProjectRecord, super::Refusal> {
     match app.store.project(id).await? {
         Some(project) if project.owner_id == signed.owner.id => Ok(project),
-        _ => Err(super::Refusal(super::not_found())),
+        _ => Err(super::Refusal::new(super::not_found())),
     }
 }
 

@@ -149,8 +149,11 @@ where
     task_lists_are_ordered_and_bounded(make().as_ref()).await;
     sweep_moves_exactly_what_the_state_machine_says(make().as_ref()).await;
     artifacts_are_fenced_unique_and_bounded(make().as_ref()).await;
-    project_commands_are_newest_first_filtered_and_paged(make().as_ref()).await;
-    console_lists_keep_to_their_owner(make().as_ref()).await;
+    project_commands_are_newest_first_and_paged(make().as_ref()).await;
+    project_commands_are_filtered(make().as_ref()).await;
+    chat_links_are_listed_per_project(make().as_ref()).await;
+    browser_sessions_are_listed_and_ended_per_owner(make().as_ref()).await;
+    token_uses_are_per_owner_and_never_move_back(make().as_ref()).await;
 }
 
 /// The queue quota counts queued commands only, per agent and per project, in the same step
@@ -1231,34 +1234,35 @@ fn query(seed: &Seed, limit: usize) -> CommandQuery {
     }
 }
 
-/// A project's commands list newest first (ties by id), filtered by status and agent, paged by
-/// the (created, id) cursor without gaps or repeats, and bounded by the limit.
-pub async fn project_commands_are_newest_first_filtered_and_paged(store: &dyn Store) {
-    let seed = seed(store).await;
+fn ids(list: &[CommandRecord]) -> Vec<CommandId> {
+    list.iter().map(|c| c.id).collect()
+}
+
+/// Five commands, two per second, alternating between the seed's two agents.
+async fn five_commands(store: &dyn Store, seed: &Seed) -> Vec<CommandRecord> {
     let mut made = Vec::new();
     for n in 0..5 {
-        // Two commands share each second, so ties are ordered by id.
         let agent = if n % 2 == 0 {
             &seed.agent_id
         } else {
             &seed.other_agent_id
         };
-        made.push(
-            insert_new(
-                store,
-                command(&seed, agent, &format!("key-{n}-xxxx"), at(n / 2)),
-            )
-            .await,
-        );
+        let key = format!("key-{n}-xxxx");
+        made.push(insert_new(store, command(seed, agent, &key, at(n / 2))).await);
     }
-    let mut expected = made.clone();
-    expected
-        .sort_by(|a, b| (b.created_at, b.id.to_string()).cmp(&(a.created_at, a.id.to_string())));
+    made
+}
+
+/// A project's commands list newest first (ties by id descending), paged by the (created, id)
+/// cursor without gaps or repeats, each page bounded by the limit.
+pub async fn project_commands_are_newest_first_and_paged(store: &dyn Store) {
+    let seed = seed(store).await;
+    let mut expected = five_commands(store, &seed).await;
+    expected.sort_by_key(|c| std::cmp::Reverse((c.created_at, c.id.to_string())));
     let all = store
         .project_commands(query(&seed, 10))
         .await
         .expect("list");
-    let ids = |list: &[CommandRecord]| list.iter().map(|c| c.id).collect::<Vec<_>>();
     assert_eq!(
         ids(&all),
         ids(&expected),
@@ -1284,6 +1288,12 @@ pub async fn project_commands_are_newest_first_filtered_and_paged(store: &dyn St
         ids(&expected),
         "pages follow each other without gaps or repeats"
     );
+}
+
+/// A project's commands filter by agent and by status, and another project lists none.
+pub async fn project_commands_are_filtered(store: &dyn Store) {
+    let seed = seed(store).await;
+    let made = five_commands(store, &seed).await;
     let of_agent = store
         .project_commands(CommandQuery {
             agent_id: Some(seed.other_agent_id.clone()),
@@ -1323,6 +1333,29 @@ pub async fn project_commands_are_newest_first_filtered_and_paged(store: &dyn St
     assert!(other.is_empty(), "another project's list is empty");
 }
 
+/// Chat links list per project.
+pub async fn chat_links_are_listed_per_project(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let link = store
+        .chat_link(&seed.link)
+        .await
+        .expect("link")
+        .expect("exists");
+    let links = store.chat_links(&link.project_id).await.expect("links");
+    let mut expected = vec![seed.link.clone(), seed.other_link.clone()];
+    expected.sort();
+    let mut listed: Vec<String> = links.into_iter().map(|l| l.id).collect();
+    listed.sort();
+    assert_eq!(listed, expected, "both links of the project");
+    assert!(
+        store
+            .chat_links("no-such-project")
+            .await
+            .expect("none")
+            .is_empty()
+    );
+}
+
 fn browser_session(owner_id: &str, id_hash: &str, created: Timestamp) -> BrowserSessionRecord {
     BrowserSessionRecord {
         id_hash: id_hash.to_owned(),
@@ -1334,55 +1367,38 @@ fn browser_session(owner_id: &str, id_hash: &str, created: Timestamp) -> Browser
     }
 }
 
-/// Chat links list per project, browser sessions per owner (live ones, newest first, one
-/// ended alone), and token uses per owner, never moving back.
-pub async fn console_lists_keep_to_their_owner(store: &dyn Store) {
-    let seed = chat_seed(store).await;
-    let project = store
-        .chat_link(&seed.link)
+async fn session_hashes(store: &dyn Store, owner_id: &str, idle_before: Timestamp) -> Vec<String> {
+    store
+        .browser_sessions(owner_id, idle_before)
         .await
-        .expect("link")
-        .expect("exists")
-        .project_id;
-    let links = store.chat_links(&project).await.expect("links");
-    assert_eq!(links.len(), 2, "both links of the project");
-    assert!(
-        store
-            .chat_links("no-such-project")
-            .await
-            .expect("none")
-            .is_empty()
-    );
+        .expect("sessions")
+        .into_iter()
+        .map(|s| s.id_hash)
+        .collect()
+}
+
+/// Browser sessions list per owner (live ones only, newest first), and one ends alone, once.
+pub async fn browser_sessions_are_listed_and_ended_per_owner(store: &dyn Store) {
     let owner = store.ensure_owner("owner", T0).await.expect("owner");
     let other = store.ensure_owner("other", T0).await.expect("other");
-    for (hash, created) in [("s1", at(1)), ("s2", at(2))] {
+    for (id, hash, created) in [
+        (&owner.id, "s1", at(1)),
+        (&owner.id, "s2", at(2)),
+        (&other.id, "s3", at(3)),
+    ] {
         store
-            .insert_browser_session(browser_session(&owner.id, hash, created))
+            .insert_browser_session(browser_session(id, hash, created))
             .await
             .expect("insert");
     }
-    store
-        .insert_browser_session(browser_session(&other.id, "s3", at(3)))
-        .await
-        .expect("insert");
-    let hashes =
-        |list: Vec<BrowserSessionRecord>| list.into_iter().map(|s| s.id_hash).collect::<Vec<_>>();
-    let live = store
-        .browser_sessions(&owner.id, T0)
-        .await
-        .expect("sessions");
     assert_eq!(
-        hashes(live),
+        session_hashes(store, &owner.id, T0).await,
         vec!["s2", "s1"],
-        "the owner's live sessions, newest first"
+        "newest first"
     );
     assert!(
-        store
-            .browser_sessions(&owner.id, at(5))
-            .await
-            .expect("idle")
-            .is_empty(),
-        "idle ones are not live"
+        session_hashes(store, &owner.id, at(5)).await.is_empty(),
+        "idle sessions are not live"
     );
     assert!(
         store.end_browser_session("s2", at(4)).await.expect("end"),
@@ -1392,16 +1408,19 @@ pub async fn console_lists_keep_to_their_owner(store: &dyn Store) {
         !store.end_browser_session("s2", at(5)).await.expect("again"),
         "once"
     );
+    assert_eq!(session_hashes(store, &owner.id, T0).await, vec!["s1"]);
     assert_eq!(
-        hashes(store.browser_sessions(&owner.id, T0).await.expect("left")),
-        vec!["s1"]
+        session_hashes(store, &other.id, T0).await,
+        vec!["s3"],
+        "others' are apart"
     );
-    assert_eq!(
-        hashes(store.browser_sessions(&other.id, T0).await.expect("other")),
-        vec!["s3"]
-    );
-    let tokens = store.tokens_of_owner(&owner.id).await.expect("tokens");
-    let token = &tokens[0].id;
+}
+
+/// Token uses list per owner, and a use never moves the time back.
+pub async fn token_uses_are_per_owner_and_never_move_back(store: &dyn Store) {
+    let seed = seed(store).await;
+    let owner = store.ensure_owner("owner", T0).await.expect("owner");
+    let other = store.ensure_owner("other", T0).await.expect("other");
     assert!(
         store
             .token_uses(&owner.id)
@@ -1409,14 +1428,17 @@ pub async fn console_lists_keep_to_their_owner(store: &dyn Store) {
             .expect("none yet")
             .is_empty()
     );
-    store.record_token_use(token, at(10)).await.expect("use");
     store
-        .record_token_use(token, at(5))
+        .record_token_use(&seed.agent_id, at(10))
+        .await
+        .expect("use");
+    store
+        .record_token_use(&seed.agent_id, at(5))
         .await
         .expect("older use");
     assert_eq!(
         store.token_uses(&owner.id).await.expect("uses"),
-        vec![(token.clone(), at(10))],
+        vec![(seed.agent_id.clone(), at(10))],
         "never moves back"
     );
     assert!(
