@@ -382,6 +382,7 @@ async fn tasks_cancel_and_finished_ones_show_results_and_artifact_downloads() {
         .get(service, &format!("/console/chats/{}/tasks", chat.link))
         .await;
     assert!(fragment.body.contains("report.md") && !fragment.body.contains("<html"));
+    assert_eq!(fragment.headers["x-console-fragment"], "1");
 }
 
 #[tokio::test]

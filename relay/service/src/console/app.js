@@ -19,7 +19,9 @@ function refreshLists() {
       busy = true;
       fetch(list.getAttribute("data-src"), { credentials: "same-origin", cache: "no-store" })
         .then(function (response) {
-          if (!response.ok || response.redirected) {
+          // Only a list fragment replaces the list: a lapsed session answers with the
+          // sign-in page, which must not land inside it.
+          if (!response.ok || response.headers.get("X-Console-Fragment") !== "1") {
             throw new Error("refresh answered " + response.status);
           }
           return response.text();

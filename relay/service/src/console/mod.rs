@@ -342,9 +342,17 @@ pub fn with_headers(mut response: Response) -> Response {
     response
 }
 
+/// The header that marks a list fragment, so the script never swaps in a whole page (such as
+/// the sign-in page a lapsed session gets).
+pub const FRAGMENT_HEADER: &str = "x-console-fragment";
+
 /// A fragment of a page (a list the script swaps in), with the same headers.
 pub fn fragment(markup: Markup) -> Response {
-    with_headers(markup.into_string().into_response())
+    let mut response = with_headers(markup.into_string().into_response());
+    response
+        .headers_mut()
+        .insert(FRAGMENT_HEADER, HeaderValue::from_static("1"));
+    response
 }
 
 /// The hidden field that carries the session's CSRF token.
