@@ -81,8 +81,10 @@ pub struct ServiceConfig {
     pub connections: listener::ConnectionLimits,
     /// How many 2025-era MCP sessions may be open, and how long an unused one lives.
     pub mcp_sessions: mcp::legacy_sessions::SessionLimits,
-    /// How often the console's runs and task lists refresh themselves; shorter in tests.
-    pub console_refresh: console::ConsoleRefresh,
+    /// How often the console's task list refreshes itself (15 s); shorter in tests.
+    pub console_refresh: Duration,
+    /// How often the console's runs list refreshes itself (5 s); shorter in tests.
+    pub console_runs_refresh: Duration,
     /// Claim chat tasks by read-then-write instead of one conditional write, so the race test
     /// can show it catches the double claims that causes. Exists only with the `naive-claim`
     /// feature, which only the service's own tests enable.
@@ -110,7 +112,8 @@ impl Default for ServiceConfig {
             rate_limit: Some(rate::RateLimit::default()),
             connections: listener::ConnectionLimits::default(),
             mcp_sessions: mcp::legacy_sessions::SessionLimits::default(),
-            console_refresh: console::ConsoleRefresh::default(),
+            console_refresh: console::TASKS_REFRESH,
+            console_runs_refresh: console::RUNS_REFRESH,
             #[cfg(feature = "naive-claim")]
             naive_claim: false,
         }

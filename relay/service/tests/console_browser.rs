@@ -15,7 +15,6 @@ use crate::chat_support::ChatService;
 use crate::common::oauth::{self, Browser};
 use crate::common::{Desktop, Era, McpClient, TestService, mcp_client, queue};
 use relay_protocol::clock::Stopwatch;
-use relay_service::console::ConsoleRefresh;
 use relay_service::{ServiceConfig, admin};
 use relay_testkit::webdriver::{self, Chromium};
 use serde_json::json;
@@ -69,10 +68,8 @@ async fn shoot(browser: &Chromium, name: &str) {
 
 async fn service() -> TestService {
     TestService::start_with_config(ServiceConfig {
-        console_refresh: ConsoleRefresh {
-            runs: REFRESH,
-            tasks: REFRESH,
-        },
+        console_refresh: REFRESH,
+        console_runs_refresh: REFRESH,
         ..ServiceConfig::default()
     })
     .await
@@ -228,11 +225,32 @@ async fn keeps_a_half_typed_goal(browser: &Chromium, service: &TestService, link
         s.contains("Assigned from the CLI")
     })
     .await;
+    let key = idempotency_key(browser).await;
     tokio::time::sleep(REFRESH * 2).await;
     let goal = browser.field("Goal").await.expect("goal field");
     let typed = browser.value(&goal).await.expect("value");
     assert_eq!(typed, "Half-typed go", "the typed goal is kept");
+    assert_eq!(idempotency_key(browser).await, key, "and its key");
+    browser.type_into("Goal", "al").await.expect("more goal");
+    assert_ne!(
+        idempotency_key(browser).await,
+        key,
+        "a changed goal gets a new key"
+    );
     assert_eq!(task_count(service, link).await, 3);
+}
+
+/// The assign form's idempotency key as it is now (a hidden input's value is its attribute,
+/// so the server's and the script's keys cannot be told apart; a changed goal shows the script).
+async fn idempotency_key(browser: &Chromium) -> String {
+    let key = browser
+        .execute(
+            "return document.querySelector('#assign input[name=idempotency_key]').value;",
+            json!([]),
+        )
+        .await
+        .expect("key");
+    key.as_str().expect("a key").to_owned()
 }
 
 /// The first "Cancel" (the newest open task's) cancels it.

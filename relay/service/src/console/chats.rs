@@ -58,7 +58,7 @@ pub async fn create(
 async fn page_of_link(app: &AppState, signed: &Signed, id: &str) -> ConsoleResult {
     let identity = signed.identity();
     let list = owner::list_tasks(app, Acting::Owner(&identity), id).await?;
-    let refresh = app.config.console_refresh.tasks;
+    let refresh = app.config.console_refresh;
     let key = uuid::Uuid::new_v4().to_string();
     let body = html! {
         p { "A " strong { (list.host.as_str()) } " chat. " a href="/console" { "All projects" } }

@@ -57,24 +57,6 @@ section{margin:1.2rem 0}.card{border:1px solid #ddd;border-radius:.3rem;padding:
 @media (max-width:40rem){table,thead,tbody,tr,th,td{display:block}thead{display:none}tr{border:1px solid #ddd;margin:.5rem 0;padding:.3rem}\
 td{border:none;padding:.15rem .3rem}td[data-label]::before{content:attr(data-label) \": \";font-weight:600}}";
 
-/// How often the console's lists refresh themselves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConsoleRefresh {
-    /// The runs list ([`RUNS_REFRESH`] by default).
-    pub runs: Duration,
-    /// A chat link's task list ([`TASKS_REFRESH`] by default).
-    pub tasks: Duration,
-}
-
-impl Default for ConsoleRefresh {
-    fn default() -> Self {
-        ConsoleRefresh {
-            runs: RUNS_REFRESH,
-            tasks: TASKS_REFRESH,
-        }
-    }
-}
-
 /// The console's routes.
 pub fn routes(app: Arc<AppState>) -> Router {
     let c = CONSOLE_PATH;

@@ -99,10 +99,10 @@ pub async fn page(
         project.id,
         query.query_string(query.before.as_deref())
     );
-    let refresh = app.config.console_refresh.runs.as_millis();
+    let refresh = app.config.console_runs_refresh.as_millis();
     let body = html! {
         p { "Project " strong { (project.name) } ". The list refreshes itself every "
-            (app.config.console_refresh.runs.as_secs_f64()) " s." }
+            (app.config.console_runs_refresh.as_secs_f64()) " s." }
         (filters(&project, &query, &agents))
         div id="runs" data-src=(src) data-refresh-ms=(refresh) aria-live="polite" {
             (list(&signed, &project, &query, &runs))
