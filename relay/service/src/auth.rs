@@ -414,4 +414,31 @@ mod tests {
         assert_eq!(bearer_token(Some(&header("Bearer "))), None);
         assert_eq!(bearer_token(None), None);
     }
+
+    #[test]
+    fn a_tokens_use_is_written_at_most_once_per_interval() {
+        let uses = TokenUses::default();
+        let t0 = crate::store::Timestamp::from_unix_millis(1_000_000);
+        let just_before =
+            t0.saturating_add(TOKEN_USE_WRITE_INTERVAL - std::time::Duration::from_millis(1));
+        assert!(uses.due("a", t0), "the first use is written");
+        assert!(!uses.due("a", t0), "a second use at once is not");
+        assert!(
+            !uses.due("a", just_before),
+            "nor one just inside the interval"
+        );
+        assert!(uses.due("b", t0), "other tokens are apart");
+        assert!(
+            uses.due("a", t0.saturating_add(TOKEN_USE_WRITE_INTERVAL)),
+            "at the interval it is"
+        );
+        for n in 0..MAX_TOKEN_USES_REMEMBERED {
+            uses.due(&format!("t{n}"), t0);
+        }
+        let remembered = uses.written.lock().map(|w| w.len()).unwrap_or(usize::MAX);
+        assert!(
+            remembered <= MAX_TOKEN_USES_REMEMBERED,
+            "bounded: {remembered}"
+        );
+    }
 }

@@ -604,7 +604,9 @@ async fn the_owner_api_pages_runs_newest_first() {
     let (_, last) = list(format!("limit=2&before={next}")).await;
     assert_eq!(last["runs"].as_array().expect("runs").len(), 1);
     assert!(last["next"].is_null());
-    assert_eq!(list("limit=201".into()).await.0, 400);
+    assert_eq!(list("limit=200".into()).await.0, 200, "the largest page");
+    assert_eq!(list("limit=201".into()).await.0, 400, "one past it");
+    assert_eq!(list("limit=0".into()).await.0, 400);
     assert_eq!(list("status=sleeping".into()).await.0, 400);
     assert_eq!(list("before=nonsense".into()).await.0, 400);
 }

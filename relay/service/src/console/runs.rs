@@ -8,7 +8,6 @@ use axum::extract::{Path, Query, State};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::projects::CsrfForm;
 use super::{
     ConsoleResult, Signed, csrf_field, fragment as html_fragment, page as console_page, see_other,
     when,
@@ -169,7 +168,7 @@ fn row(signed: &Signed, run: &OwnerRunSummary) -> Markup {
             td data-label="Tokens" { (run.total_tokens.map_or("—".to_owned(), |t| t.to_string())) }
             td data-label="Cost" { (run.reported_cost.map_or("—".to_owned(), |c| format!("{c:.4}"))) }
             td data-label="Result" { (outcome(run)) }
-            td { (cancel_button(signed, run)) }
+            td { (cancel_button(signed, run, "list")) }
         }
     }
 }
@@ -184,11 +183,14 @@ fn outcome(run: &OwnerRunSummary) -> Markup {
     }
 }
 
-fn cancel_button(signed: &Signed, run: &OwnerRunSummary) -> Markup {
+/// "Cancel" on a queued or running run; `back` says where the answer returns to (`list`: the
+/// project's runs, else the run's page).
+fn cancel_button(signed: &Signed, run: &OwnerRunSummary, back: &str) -> Markup {
     html! {
         @if matches!(run.status, RunStatus::Queued | RunStatus::Running) && !run.cancel_requested {
             form.inline method="post" action={ "/console/runs/" (run.command_id) "/cancel" } {
                 (csrf_field(signed))
+                input type="hidden" name="back" value=(back);
                 button type="submit" { "Cancel" }
             }
         }
@@ -232,7 +234,7 @@ pub async fn detail(
             dt { "Tokens" } dd { (s.total_tokens.map_or("—".to_owned(), |t| t.to_string())) }
             dt { "Cost" } dd { (s.reported_cost.map_or("—".to_owned(), |c| format!("{c:.4}"))) }
         }
-        (cancel_button(&signed, s))
+        (cancel_button(&signed, s, "run"))
         h2 { "Arguments" } pre { (arguments) }
         @if let Some(error) = &s.error { h2 { "Error" } p.error { (error) } }
         @if let Some(result) = result { h2 { "Result" } pre { (result) } }
@@ -246,9 +248,23 @@ pub async fn cancel(
     State(app): State<Arc<AppState>>,
     Path(id): Path<String>,
     signed: Signed,
-    Form(form): Form<CsrfForm>,
+    Form(form): Form<CancelForm>,
 ) -> ConsoleResult {
     signed.check_csrf(form.csrf.as_deref())?;
     let outcome = owner::cancel_run(&app, &signed.owner.id, &id).await?;
+    if form.back.as_deref() == Some("list") {
+        let run = owner::run_detail(&app, &signed.owner.id, &id).await?;
+        return Ok(see_other(&format!(
+            "/console/projects/{}/runs",
+            run.summary.project_id
+        )));
+    }
     Ok(see_other(&format!("/console/runs/{}", outcome.command_id)))
+}
+
+/// The "Cancel" form of a run.
+#[derive(Debug, Deserialize)]
+pub struct CancelForm {
+    csrf: Option<String>,
+    back: Option<String>,
 }
