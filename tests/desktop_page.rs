@@ -348,7 +348,7 @@ async fn save_screenshots(browser: &relay_testkit::webdriver::Chromium, name: &s
             .set_window_size(width, SCREENSHOT_HEIGHT)
             .await
             .expect("resize");
-        let png = browser.screenshot().await;
+        let png = browser.screenshot().await.expect("take a screenshot");
         let taken = png_width(&png);
         assert!(
             taken >= width * 9 / 10 && taken <= width * 2,

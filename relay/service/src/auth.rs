@@ -214,7 +214,44 @@ pub async fn authenticate(app: &AppState, token: Option<&str>) -> Result<Identit
     if record.revoked_at.is_some() {
         return Err(AuthError::Invalid);
     }
+    let now = app.clock.now();
+    if app.token_uses.due(&record.id, now) {
+        // "Last used" is a convenience for the owner: a failed write must not refuse the call.
+        if let Err(error) = app.store.record_token_use(&record.id, now).await {
+            tracing::warn!(%error, token = %record.id, "recording a token's use failed");
+        }
+    }
     identity_of(record)
+}
+
+/// A token's last use is written at most this often (per replica), so a busy token costs one
+/// write a minute, not one per request.
+pub const TOKEN_USE_WRITE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+/// Tokens whose last write [`TokenUses`] remembers at most (past it, it starts over).
+const MAX_TOKEN_USES_REMEMBERED: usize = 10_000;
+
+/// When each token's use was last written, so [`authenticate`] writes at most once per
+/// [`TOKEN_USE_WRITE_INTERVAL`].
+#[derive(Debug, Default)]
+pub struct TokenUses {
+    written: std::sync::Mutex<std::collections::HashMap<String, crate::store::Timestamp>>,
+}
+
+impl TokenUses {
+    /// Whether the use of `token_id` at `now` should be written; if so it counts as written.
+    pub fn due(&self, token_id: &str, now: crate::store::Timestamp) -> bool {
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(last) = written.get(token_id)
+            && now.saturating_duration_since(*last) < TOKEN_USE_WRITE_INTERVAL
+        {
+            return false;
+        }
+        if written.len() >= MAX_TOKEN_USES_REMEMBERED {
+            written.clear();
+        }
+        written.insert(token_id.to_owned(), now);
+        true
+    }
 }
 
 /// The grant behind an OAuth access token, if the token is current: unexpired and unrevoked.
@@ -376,5 +413,32 @@ mod tests {
         assert_eq!(bearer_token(Some(&header("Basic abc"))), None);
         assert_eq!(bearer_token(Some(&header("Bearer "))), None);
         assert_eq!(bearer_token(None), None);
+    }
+
+    #[test]
+    fn a_tokens_use_is_written_at_most_once_per_interval() {
+        let uses = TokenUses::default();
+        let t0 = crate::store::Timestamp::from_unix_millis(1_000_000);
+        let just_before =
+            t0.saturating_add(TOKEN_USE_WRITE_INTERVAL - std::time::Duration::from_millis(1));
+        assert!(uses.due("a", t0), "the first use is written");
+        assert!(!uses.due("a", t0), "a second use at once is not");
+        assert!(
+            !uses.due("a", just_before),
+            "nor one just inside the interval"
+        );
+        assert!(uses.due("b", t0), "other tokens are apart");
+        assert!(
+            uses.due("a", t0.saturating_add(TOKEN_USE_WRITE_INTERVAL)),
+            "at the interval it is"
+        );
+        for n in 0..MAX_TOKEN_USES_REMEMBERED {
+            uses.due(&format!("t{n}"), t0);
+        }
+        let remembered = uses.written.lock().map(|w| w.len()).unwrap_or(usize::MAX);
+        assert!(
+            remembered <= MAX_TOKEN_USES_REMEMBERED,
+            "bounded: {remembered}"
+        );
     }
 }

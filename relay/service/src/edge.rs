@@ -59,6 +59,17 @@ impl From<DesktopError> for ApiError {
     }
 }
 
+impl From<RunError> for ApiError {
+    fn from(error: RunError) -> Self {
+        match error {
+            RunError::NotFound => ApiError::NotFound(RunError::NotFound.to_string()),
+            RunError::Invalid(message) => ApiError::BadRequest(message),
+            RunError::Store(error) => ApiError::Store(error),
+            other => ApiError::Desktop(DesktopError::Run(other)),
+        }
+    }
+}
+
 impl From<TaskError> for ApiError {
     fn from(error: TaskError) -> Self {
         ApiError::Task(error)

@@ -8,7 +8,9 @@
 pub mod admin;
 pub mod auth;
 pub mod chat_tasks;
+pub mod console;
 pub mod desktop_api;
+pub mod desktops;
 pub mod edge;
 pub mod listener;
 pub mod mcp;
@@ -80,6 +82,10 @@ pub struct ServiceConfig {
     pub connections: listener::ConnectionLimits,
     /// How many 2025-era MCP sessions may be open, and how long an unused one lives.
     pub mcp_sessions: mcp::legacy_sessions::SessionLimits,
+    /// How often the console's task list refreshes itself (15 s); shorter in tests.
+    pub console_refresh: Duration,
+    /// How often the console's runs list refreshes itself (5 s); shorter in tests.
+    pub console_runs_refresh: Duration,
     /// Claim chat tasks by read-then-write instead of one conditional write, so the race test
     /// can show it catches the double claims that causes. Exists only with the `naive-claim`
     /// feature, which only the service's own tests enable.
@@ -107,6 +113,8 @@ impl Default for ServiceConfig {
             rate_limit: Some(rate::RateLimit::default()),
             connections: listener::ConnectionLimits::default(),
             mcp_sessions: mcp::legacy_sessions::SessionLimits::default(),
+            console_refresh: console::TASKS_REFRESH,
+            console_runs_refresh: console::RUNS_REFRESH,
             #[cfg(feature = "naive-claim")]
             naive_claim: false,
         }
@@ -136,6 +144,8 @@ pub struct AppState {
     pub rate: rate::RateLimiter,
     /// The authorization server's in-memory state (sign-in throttle, document cache).
     pub oauth: oauth::OAuthState,
+    /// When each token's last use was written (at most once a minute).
+    pub token_uses: auth::TokenUses,
 }
 
 impl AppState {
@@ -166,6 +176,7 @@ impl AppState {
             mcp_sessions: mcp::legacy_sessions::McpSessions::new(config.mcp_sessions),
             rate: rate::RateLimiter::new(config.rate_limit),
             oauth: oauth::OAuthState::default(),
+            token_uses: auth::TokenUses::default(),
             config,
         })
     }
@@ -178,7 +189,8 @@ pub fn router(app: Arc<AppState>) -> Router {
         .merge(mcp::routes(app.clone()))
         .merge(desktop_api::routes(app.clone()))
         .merge(owner_api::routes(app.clone()))
-        .merge(oauth::routes(app.clone()));
+        .merge(oauth::routes(app.clone()))
+        .merge(console::routes(app.clone()));
     // Last, so that it covers every route merged above, including any added later; the
     // probes stay outside it (they come with the orchestrator's Host).
     origin::layer(routes, &app.config).merge(ops::routes(app))

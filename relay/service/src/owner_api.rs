@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
@@ -13,8 +13,11 @@ use crate::chat_tasks::owner::{self, Acting, AssignRequest};
 use crate::chat_tasks::view::{
     ArtifactContent, AssignedTask, CancelledTask, ChatLinkView, OwnerTaskDetail, OwnerTaskList,
 };
+use crate::desktops::{self, DesktopView};
 use crate::edge::{ApiError, ApiResult, JsonBody, Owner};
 use crate::oauth::connections;
+use crate::runs::CancelOutcome;
+use crate::runs::owner::{self as runs_owner, OwnerRunDetail, RunFilter, RunPage};
 
 /// Path prefix of the owner API.
 pub const OWNER_API_PREFIX: &str = "/owner";
@@ -76,6 +79,10 @@ pub fn routes(app: Arc<AppState>) -> Router {
             &format!("{p}/v1/connections/{{id}}/revoke"),
             post(revoke_connection),
         )
+        .route(&format!("{p}/v1/projects/{{id}}/runs"), get(list_runs))
+        .route(&format!("{p}/v1/runs/{{id}}"), get(run_detail))
+        .route(&format!("{p}/v1/runs/{{id}}/cancel"), post(cancel_run))
+        .route(&format!("{p}/v1/desktops"), get(list_desktops))
         .layer(DefaultBodyLimit::max(MAX_OWNER_BODY_BYTES))
         .with_state(app)
 }
@@ -207,4 +214,71 @@ async fn revoke_connection(
         revoked: true,
         already_revoked,
     }))
+}
+
+/// `GET /owner/v1/projects/{id}/runs` query: `status`, `connection` (a connection's or agent
+/// token's id), `before` (the `next` of the page before), `limit` (1–200, default 50).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunsQuery {
+    /// Only runs in this status.
+    pub status: Option<String>,
+    /// Only runs of this connection.
+    pub connection: Option<String>,
+    /// The page cursor.
+    pub before: Option<String>,
+    /// Page size.
+    pub limit: Option<usize>,
+}
+
+async fn list_runs(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Owner(owner): Owner,
+    Query(query): Query<RunsQuery>,
+) -> ApiResult<RunPage> {
+    let filter = RunFilter {
+        status: query.status,
+        connection: query.connection,
+        before: query.before,
+        limit: query.limit,
+    };
+    Ok(Json(
+        runs_owner::list_runs(&app, &owner.owner_id, &id, filter).await?,
+    ))
+}
+
+async fn run_detail(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Owner(owner): Owner,
+) -> ApiResult<OwnerRunDetail> {
+    Ok(Json(
+        runs_owner::run_detail(&app, &owner.owner_id, &id).await?,
+    ))
+}
+
+async fn cancel_run(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Owner(owner): Owner,
+) -> ApiResult<CancelOutcome> {
+    Ok(Json(
+        runs_owner::cancel_run(&app, &owner.owner_id, &id).await?,
+    ))
+}
+
+/// `GET /owner/v1/desktops` answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct DesktopList {
+    /// The owner's desktop tokens, revoked ones too, oldest first.
+    pub desktops: Vec<DesktopView>,
+}
+
+async fn list_desktops(
+    State(app): State<Arc<AppState>>,
+    Owner(owner): Owner,
+) -> ApiResult<DesktopList> {
+    let desktops = desktops::list(&app, &owner.owner_id).await?;
+    Ok(Json(DesktopList { desktops }))
 }

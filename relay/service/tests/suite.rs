@@ -12,6 +12,8 @@ mod cancellation;
 mod claim_race;
 mod compact_results;
 mod connections;
+mod console;
+mod console_browser;
 mod desktop_api;
 mod fences;
 mod idempotency;

@@ -282,18 +282,7 @@ impl Chromium {
         Ok(value.as_str().unwrap_or_default().to_owned())
     }
 
-    /// A PNG of the browser's viewport (WebDriver "Take Screenshot"); panics when the browser
-    /// cannot take one, as a test has nothing else to do then.
-    pub async fn screenshot(&self) -> Vec<u8> {
-        use base64::Engine as _;
-        let value = self.get("/screenshot").await.expect("take a screenshot");
-        let text = value.as_str().expect("a screenshot is base64 text");
-        base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .expect("a screenshot is base64")
-    }
-
-    /// Sets the browser window's outer size in CSS pixels (WebDriver "Set Window Rect").
+    /// Sets the window's outer size in CSS pixels (the page's layout width follows).
     pub async fn set_window_size(&self, width: u32, height: u32) -> Result<()> {
         self.command(
             "POST",
@@ -302,6 +291,52 @@ impl Chromium {
         )
         .await
         .map(drop)
+    }
+
+    /// A PNG screenshot of the viewport (WebDriver's base64 answer, decoded).
+    pub async fn screenshot(&self) -> Result<Vec<u8>> {
+        use base64::Engine;
+        let value = self.get("/screenshot").await?;
+        let text = value
+            .as_str()
+            .ok_or_else(|| fail("the screenshot is not a string"))?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| fail(format!("the screenshot is not base64: {e}")))
+    }
+
+    /// Saves a screenshot as `path` (its folder made if missing).
+    pub async fn save_screenshot(&self, path: &Path) -> Result<()> {
+        let png = self.screenshot().await?;
+        if let Some(folder) = path.parent() {
+            std::fs::create_dir_all(folder)
+                .map_err(|e| fail(format!("{}: {e}", folder.display())))?;
+        }
+        std::fs::write(path, png).map_err(|e| fail(format!("{}: {e}", path.display())))
+    }
+
+    /// Runs `script` (a function body; `arguments` holds `args`) in the page; its return value.
+    pub async fn execute(&self, script: &str, args: Value) -> Result<Value> {
+        self.command(
+            "POST",
+            "/execute/sync",
+            json!({"script": script, "args": args}),
+        )
+        .await
+    }
+
+    /// Double-clicks `element` with the pointer, as a person does: two clicks in a row.
+    pub async fn double_click(&self, element: &Element) -> Result<()> {
+        let origin = json!({ELEMENT_KEY: element.0});
+        let actions = json!({"actions": [{
+            "type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+            "actions": [
+                {"type": "pointerMove", "origin": origin, "x": 0, "y": 0},
+                {"type": "pointerDown", "button": 0}, {"type": "pointerUp", "button": 0},
+                {"type": "pointerDown", "button": 0}, {"type": "pointerUp", "button": 0},
+            ],
+        }]});
+        self.command("POST", "/actions", actions).await.map(drop)
     }
 
     /// Ends the session (the browser closes); chromedriver ends when this is dropped.

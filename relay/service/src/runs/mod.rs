@@ -7,6 +7,7 @@
 
 mod desktop;
 mod machine;
+pub mod owner;
 
 pub use desktop::{
     DesktopError, command_completed, command_control, command_started, parse_command_id,
@@ -375,6 +376,11 @@ pub async fn cancel_run(
     command_id: &str,
 ) -> Result<CancelOutcome, RunError> {
     let command = own_command(app, agent, command_id).await?;
+    cancel_command(app, command).await
+}
+
+/// Cancels `command` for whoever may: its agent (`cancel_graph_run`) or its project's owner.
+async fn cancel_command(app: &AppState, command: CommandRecord) -> Result<CancelOutcome, RunError> {
     let command = fail_if_silent(app, command).await?;
     let (command, decision) = apply(app, command, RunEvent::CancelRequested).await?;
     let (already_finished, message) = match (decision, command.status) {

@@ -16,7 +16,7 @@ use std::pin::Pin;
 use serde_json::{Map, Value};
 
 use crate::chat_tasks::model::{HostKind, TaskId, TaskStatus};
-use relay_protocol::clock::Timestamp;
+pub use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
 
 pub use auth::{
@@ -405,6 +405,21 @@ pub enum ArtifactInsertOutcome {
     Refused,
 }
 
+/// Which runs of a project a listing asks for, newest first (by creation time, then id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandQuery {
+    /// The project.
+    pub project_id: String,
+    /// Only runs in this status.
+    pub status: Option<RunStatus>,
+    /// Only runs this agent token (connection) queued.
+    pub agent_id: Option<String>,
+    /// Only runs after this one in the newest-first order (`created_at`, id): the page cursor.
+    pub before: Option<(Timestamp, CommandId)>,
+    /// At most this many.
+    pub limit: usize,
+}
+
 /// The durable state of the service.
 ///
 /// Every method is one atomic step. Implementations must pass the conformance suite
@@ -622,4 +637,23 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreFuture<'_, ArtifactInsertOutcome>;
     /// The task's artifacts, oldest first.
     fn artifacts(&self, task_id: TaskId) -> StoreFuture<'_, Vec<ArtifactRecord>>;
+
+    /// Up to `query.limit` commands of a project matching `query`, newest first.
+    fn project_commands(&self, query: CommandQuery) -> StoreFuture<'_, Vec<CommandRecord>>;
+    /// Every chat link of the project, oldest first (ties by id).
+    fn chat_links<'a>(&'a self, project_id: &'a str) -> StoreFuture<'a, Vec<ChatLinkRecord>>;
+    /// The owner's live browser sessions (not ended, seen at or after `idle_before`), newest
+    /// first.
+    fn browser_sessions<'a>(
+        &'a self,
+        owner_id: &'a str,
+        idle_before: Timestamp,
+    ) -> StoreFuture<'a, Vec<BrowserSessionRecord>>;
+    /// Ends one browser session; true if it was live.
+    fn end_browser_session<'a>(&'a self, id_hash: &'a str, now: Timestamp)
+    -> StoreFuture<'a, bool>;
+    /// Records that the token was used at `now` (never moving the time back).
+    fn record_token_use<'a>(&'a self, token_id: &'a str, now: Timestamp) -> StoreFuture<'a, ()>;
+    /// When each token of the owner was last used, as recorded: (token id, time).
+    fn token_uses<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<(String, Timestamp)>>;
 }

@@ -12,10 +12,10 @@ use serde_json::{Map, Value};
 use tokio::sync::Semaphore;
 
 use super::{
-    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, CommandRecord,
-    InsertOutcome, OwnerRecord, ProjectRecord, QueueLimit, QueueQuota, SessionRecord,
-    SessionSnapshot, Store, StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord,
-    TokenKind, TokenRecord,
+    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, CommandQuery,
+    CommandRecord, InsertOutcome, OwnerRecord, ProjectRecord, QueueLimit, QueueQuota,
+    SessionRecord, SessionSnapshot, Store, StoreError, StoreFuture, SweepCounts, TaskInsertOutcome,
+    TaskRecord, TokenKind, TokenRecord,
 };
 use super::{
     AuthCodeRecord, AuthSweep, AuthSweepCounts, BrowserSessionRecord, IssuedTokens,
@@ -28,6 +28,7 @@ use relay_sqlite::MigrateError;
 
 mod auth;
 mod chat;
+mod console;
 
 /// Connections one file-backed store keeps open; WAL lets readers run beside the one writer.
 const MAX_CONNECTIONS: usize = 4;
@@ -112,6 +113,15 @@ CREATE INDEX commands_running ON commands(status, last_seen_at);
 CREATE INDEX commands_queued_by_agent ON commands(agent_id) WHERE status = 'queued';
 "#,
     auth::MIGRATION,
+    // The console's lists: a project's runs newest first, and when each token was last used
+    // (written at most once a minute per token, see `auth::TokenUses`).
+    r#"
+CREATE INDEX commands_by_project_age ON commands(project_id, created_at, id);
+CREATE TABLE token_uses (
+    token_id TEXT PRIMARY KEY REFERENCES tokens(id),
+    last_used_at INTEGER NOT NULL
+);
+"#,
 ];
 
 /// Which quota `command` would exceed, if any: counted inside the insert's transaction.
@@ -348,7 +358,7 @@ fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRecord> {
     })
 }
 
-fn command_from_row(row: &Row<'_>) -> rusqlite::Result<CommandRecord> {
+pub(super) fn command_from_row(row: &Row<'_>) -> rusqlite::Result<CommandRecord> {
     let id: String = row.get(0)?;
     let graph_session_id: String = row.get(3)?;
     let arguments: String = row.get(5)?;
@@ -1054,6 +1064,38 @@ impl Store for SqliteStore {
 
     fn artifacts(&self, task_id: TaskId) -> StoreFuture<'_, Vec<ArtifactRecord>> {
         self.artifacts_impl(task_id)
+    }
+
+    fn project_commands(&self, query: CommandQuery) -> StoreFuture<'_, Vec<CommandRecord>> {
+        self.project_commands_impl(query)
+    }
+
+    fn chat_links<'a>(&'a self, project_id: &'a str) -> StoreFuture<'a, Vec<ChatLinkRecord>> {
+        self.chat_links_impl(project_id.to_owned())
+    }
+
+    fn browser_sessions<'a>(
+        &'a self,
+        owner_id: &'a str,
+        idle_before: Timestamp,
+    ) -> StoreFuture<'a, Vec<BrowserSessionRecord>> {
+        self.browser_sessions_impl(owner_id.to_owned(), idle_before)
+    }
+
+    fn end_browser_session<'a>(
+        &'a self,
+        id_hash: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool> {
+        self.end_browser_session_impl(id_hash.to_owned(), now)
+    }
+
+    fn record_token_use<'a>(&'a self, token_id: &'a str, now: Timestamp) -> StoreFuture<'a, ()> {
+        self.record_token_use_impl(token_id.to_owned(), now)
+    }
+
+    fn token_uses<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<(String, Timestamp)>> {
+        self.token_uses_impl(owner_id.to_owned())
     }
 }
 

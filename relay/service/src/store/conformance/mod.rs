@@ -10,9 +10,9 @@ use std::sync::Arc;
 use serde_json::{Map, json};
 
 use super::{
-    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, CommandRecord,
-    InsertOutcome, ProjectRecord, QueueLimit, QueueQuota, Store, SweepCounts, TaskInsertOutcome,
-    TaskRecord, TokenKind, TokenRecord,
+    ArtifactInsertOutcome, ArtifactRecord, BrowserSessionRecord, ChatLinkRecord, ClaimAttempt,
+    CommandQuery, CommandRecord, InsertOutcome, ProjectRecord, QueueLimit, QueueQuota, Store,
+    SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use crate::chat_tasks::machine::{TaskDecision, TaskEvent, transition};
 use crate::chat_tasks::model::{HostKind, TaskId, TaskStatus};
@@ -151,6 +151,11 @@ where
     task_lists_are_ordered_and_bounded(make().as_ref()).await;
     sweep_moves_exactly_what_the_state_machine_says(make().as_ref()).await;
     artifacts_are_fenced_unique_and_bounded(make().as_ref()).await;
+    project_commands_are_newest_first_and_paged(make().as_ref()).await;
+    project_commands_are_filtered(make().as_ref()).await;
+    chat_links_are_listed_per_project(make().as_ref()).await;
+    browser_sessions_are_listed_and_ended_per_owner(make().as_ref()).await;
+    token_uses_are_per_owner_and_never_move_back(make().as_ref()).await;
     auth::run_all(&make).await;
 }
 
@@ -1220,4 +1225,231 @@ pub async fn artifacts_are_fenced_unique_and_bounded(store: &dyn Store) {
 
 async fn insert(store: &dyn Store, record: ArtifactRecord, max: usize) -> ArtifactInsertOutcome {
     store.insert_artifact(record, max).await.expect("insert")
+}
+
+fn query(seed: &Seed, limit: usize) -> CommandQuery {
+    CommandQuery {
+        project_id: seed.project_id.clone(),
+        status: None,
+        agent_id: None,
+        before: None,
+        limit,
+    }
+}
+
+fn ids(list: &[CommandRecord]) -> Vec<CommandId> {
+    list.iter().map(|c| c.id).collect()
+}
+
+/// Five commands, two per second, alternating between the seed's two agents.
+async fn five_commands(store: &dyn Store, seed: &Seed) -> Vec<CommandRecord> {
+    let mut made = Vec::new();
+    for n in 0..5 {
+        let agent = if n % 2 == 0 {
+            &seed.agent_id
+        } else {
+            &seed.other_agent_id
+        };
+        let key = format!("key-{n}-xxxx");
+        made.push(insert_new(store, command(seed, agent, &key, at(n / 2))).await);
+    }
+    made
+}
+
+/// A project's commands list newest first (ties by id descending), paged by the (created, id)
+/// cursor without gaps or repeats, each page bounded by the limit.
+pub async fn project_commands_are_newest_first_and_paged(store: &dyn Store) {
+    let seed = seed(store).await;
+    let mut expected = five_commands(store, &seed).await;
+    expected.sort_by_key(|c| std::cmp::Reverse((c.created_at, c.id.to_string())));
+    let all = store
+        .project_commands(query(&seed, 10))
+        .await
+        .expect("list");
+    assert_eq!(
+        ids(&all),
+        ids(&expected),
+        "newest first, ties by id descending"
+    );
+    let mut paged = Vec::new();
+    let mut before = None;
+    loop {
+        let page = store
+            .project_commands(CommandQuery {
+                before,
+                ..query(&seed, 2)
+            })
+            .await
+            .expect("page");
+        assert!(page.len() <= 2, "a page holds at most its limit");
+        let Some(last) = page.last() else { break };
+        before = Some((last.created_at, last.id));
+        paged.extend(page);
+    }
+    assert_eq!(
+        ids(&paged),
+        ids(&expected),
+        "pages follow each other without gaps or repeats"
+    );
+}
+
+/// A project's commands filter by agent and by status, and another project lists none.
+pub async fn project_commands_are_filtered(store: &dyn Store) {
+    let seed = seed(store).await;
+    let made = five_commands(store, &seed).await;
+    let of_agent = store
+        .project_commands(CommandQuery {
+            agent_id: Some(seed.other_agent_id.clone()),
+            ..query(&seed, 10)
+        })
+        .await
+        .expect("by agent");
+    assert_eq!(of_agent.len(), 2, "only the agent's commands");
+    assert!(of_agent.iter().all(|c| c.agent_id == seed.other_agent_id));
+    let mut running = made[0].clone();
+    running.status = RunStatus::Running;
+    assert!(
+        store
+            .update_command(&made[0], &running)
+            .await
+            .expect("update")
+    );
+    let by_status = store
+        .project_commands(CommandQuery {
+            status: Some(RunStatus::Running),
+            ..query(&seed, 10)
+        })
+        .await
+        .expect("by status");
+    assert_eq!(
+        ids(&by_status),
+        vec![made[0].id],
+        "only commands in the status"
+    );
+    let other = store
+        .project_commands(CommandQuery {
+            project_id: "no-such-project".into(),
+            ..query(&seed, 10)
+        })
+        .await
+        .expect("other project");
+    assert!(other.is_empty(), "another project's list is empty");
+}
+
+/// Chat links list per project.
+pub async fn chat_links_are_listed_per_project(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let link = store
+        .chat_link(&seed.link)
+        .await
+        .expect("link")
+        .expect("exists");
+    let links = store.chat_links(&link.project_id).await.expect("links");
+    let mut expected = vec![seed.link.clone(), seed.other_link.clone()];
+    expected.sort();
+    let mut listed: Vec<String> = links.into_iter().map(|l| l.id).collect();
+    listed.sort();
+    assert_eq!(listed, expected, "both links of the project");
+    assert!(
+        store
+            .chat_links("no-such-project")
+            .await
+            .expect("none")
+            .is_empty()
+    );
+}
+
+fn browser_session(owner_id: &str, id_hash: &str, created: Timestamp) -> BrowserSessionRecord {
+    BrowserSessionRecord {
+        id_hash: id_hash.to_owned(),
+        owner_id: owner_id.to_owned(),
+        csrf: format!("csrf-{id_hash}"),
+        created_at: created,
+        last_seen_at: created,
+        ended_at: None,
+    }
+}
+
+async fn session_hashes(store: &dyn Store, owner_id: &str, idle_before: Timestamp) -> Vec<String> {
+    store
+        .browser_sessions(owner_id, idle_before)
+        .await
+        .expect("sessions")
+        .into_iter()
+        .map(|s| s.id_hash)
+        .collect()
+}
+
+/// Browser sessions list per owner (live ones only, newest first), and one ends alone, once.
+pub async fn browser_sessions_are_listed_and_ended_per_owner(store: &dyn Store) {
+    let owner = store.ensure_owner("owner", T0).await.expect("owner");
+    let other = store.ensure_owner("other", T0).await.expect("other");
+    for (id, hash, created) in [
+        (&owner.id, "s1", at(1)),
+        (&owner.id, "s2", at(2)),
+        (&other.id, "s3", at(3)),
+    ] {
+        store
+            .insert_browser_session(browser_session(id, hash, created))
+            .await
+            .expect("insert");
+    }
+    assert_eq!(
+        session_hashes(store, &owner.id, T0).await,
+        vec!["s2", "s1"],
+        "newest first"
+    );
+    assert!(
+        session_hashes(store, &owner.id, at(5)).await.is_empty(),
+        "idle sessions are not live"
+    );
+    assert!(
+        store.end_browser_session("s2", at(4)).await.expect("end"),
+        "a live session ends"
+    );
+    assert!(
+        !store.end_browser_session("s2", at(5)).await.expect("again"),
+        "once"
+    );
+    assert_eq!(session_hashes(store, &owner.id, T0).await, vec!["s1"]);
+    assert_eq!(
+        session_hashes(store, &other.id, T0).await,
+        vec!["s3"],
+        "others' are apart"
+    );
+}
+
+/// Token uses list per owner, and a use never moves the time back.
+pub async fn token_uses_are_per_owner_and_never_move_back(store: &dyn Store) {
+    let seed = seed(store).await;
+    let owner = store.ensure_owner("owner", T0).await.expect("owner");
+    let other = store.ensure_owner("other", T0).await.expect("other");
+    assert!(
+        store
+            .token_uses(&owner.id)
+            .await
+            .expect("none yet")
+            .is_empty()
+    );
+    store
+        .record_token_use(&seed.agent_id, at(10))
+        .await
+        .expect("use");
+    store
+        .record_token_use(&seed.agent_id, at(5))
+        .await
+        .expect("older use");
+    assert_eq!(
+        store.token_uses(&owner.id).await.expect("uses"),
+        vec![(seed.agent_id.clone(), at(10))],
+        "never moves back"
+    );
+    assert!(
+        store
+            .token_uses(&other.id)
+            .await
+            .expect("other's")
+            .is_empty(),
+        "another owner's uses are apart"
+    );
 }

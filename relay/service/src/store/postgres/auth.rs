@@ -69,7 +69,8 @@ CREATE TABLE oauth_tokens (
 CREATE INDEX oauth_tokens_by_grant ON oauth_tokens(grant_id);
 "#;
 
-const SESSION_COLUMNS: &str = "id_hash, owner_id, csrf, created_at, last_seen_at, ended_at";
+pub(super) const SESSION_COLUMNS: &str =
+    "id_hash, owner_id, csrf, created_at, last_seen_at, ended_at";
 const LINK_COLUMNS: &str = "token_hash, owner_id, created_at, expires_at, used_at";
 const CLIENT_COLUMNS: &str = "id, secret_hash, metadata, created_at, used_at";
 const CODE_COLUMNS: &str = "code_hash, client_id, client_name, redirect_uri, code_challenge, \
@@ -79,7 +80,7 @@ const OAUTH_TOKEN_COLUMNS: &str =
 const INSERT_OAUTH_TOKEN: &str = "INSERT INTO oauth_tokens (token_hash, kind, grant_id, \
     created_at, expires_at, used_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
-fn session_from_row(row: &Row) -> Result<BrowserSessionRecord, StoreError> {
+pub(super) fn session_from_row(row: &Row) -> Result<BrowserSessionRecord, StoreError> {
     Ok(BrowserSessionRecord {
         id_hash: get(row, 0)?,
         owner_id: get(row, 1)?,

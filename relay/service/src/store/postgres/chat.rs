@@ -93,7 +93,7 @@ fn task_from_row(row: &Row) -> Result<TaskRecord, StoreError> {
     })
 }
 
-fn link_from_row(row: &Row) -> Result<ChatLinkRecord, StoreError> {
+pub(super) fn link_from_row(row: &Row) -> Result<ChatLinkRecord, StoreError> {
     let host: String = get(row, 2)?;
     Ok(ChatLinkRecord {
         id: get(row, 0)?,

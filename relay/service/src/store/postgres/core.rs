@@ -9,10 +9,11 @@ use super::{PostgresStore, backend};
 use crate::chat_tasks::model::TaskId;
 use crate::store::{
     ArtifactInsertOutcome, ArtifactRecord, AuthCodeRecord, AuthSweep, AuthSweepCounts,
-    BrowserSessionRecord, ChatLinkRecord, ClaimAttempt, CommandRecord, InsertOutcome, IssuedTokens,
-    OAuthClientRecord, OAuthTokenRecord, OwnerRecord, ProjectRecord, QueueLimit, QueueQuota,
-    RedeemOutcome, RotateOutcome, SessionRecord, SessionSnapshot, SignInLinkRecord, Store,
-    StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    BrowserSessionRecord, ChatLinkRecord, ClaimAttempt, CommandQuery, CommandRecord, InsertOutcome,
+    IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OwnerRecord, ProjectRecord, QueueLimit,
+    QueueQuota, RedeemOutcome, RotateOutcome, SessionRecord, SessionSnapshot, SignInLinkRecord,
+    Store, StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind,
+    TokenRecord,
 };
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
@@ -203,7 +204,7 @@ fn session_from_row(row: &Row) -> Result<SessionRecord, StoreError> {
     })
 }
 
-fn command_from_row(row: &Row) -> Result<CommandRecord, StoreError> {
+pub(super) fn command_from_row(row: &Row) -> Result<CommandRecord, StoreError> {
     let id: String = get(row, 0)?;
     let graph_session_id: String = get(row, 3)?;
     let arguments: String = get(row, 5)?;
@@ -1011,5 +1012,37 @@ impl Store for PostgresStore {
 
     fn artifacts(&self, task_id: TaskId) -> StoreFuture<'_, Vec<ArtifactRecord>> {
         Box::pin(self.artifacts_impl(task_id))
+    }
+
+    fn project_commands(&self, query: CommandQuery) -> StoreFuture<'_, Vec<CommandRecord>> {
+        Box::pin(self.project_commands_impl(query))
+    }
+
+    fn chat_links<'a>(&'a self, project_id: &'a str) -> StoreFuture<'a, Vec<ChatLinkRecord>> {
+        Box::pin(self.chat_links_impl(project_id))
+    }
+
+    fn browser_sessions<'a>(
+        &'a self,
+        owner_id: &'a str,
+        idle_before: Timestamp,
+    ) -> StoreFuture<'a, Vec<BrowserSessionRecord>> {
+        Box::pin(self.browser_sessions_impl(owner_id, idle_before))
+    }
+
+    fn end_browser_session<'a>(
+        &'a self,
+        id_hash: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(self.end_browser_session_impl(id_hash, now))
+    }
+
+    fn record_token_use<'a>(&'a self, token_id: &'a str, now: Timestamp) -> StoreFuture<'a, ()> {
+        Box::pin(self.record_token_use_impl(token_id, now))
+    }
+
+    fn token_uses<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<(String, Timestamp)>> {
+        Box::pin(self.token_uses_impl(owner_id))
     }
 }

@@ -12,6 +12,7 @@
 
 mod auth;
 mod chat;
+mod console;
 mod core;
 pub mod notify;
 
@@ -29,7 +30,12 @@ const MIGRATION_LOCK: i64 = 0x6772_6170_6872_656c;
 
 /// Schema migrations, applied in order in one transaction; `relay_schema` records the version.
 /// Never edit a released entry: append a new one.
-const MIGRATIONS: &[&str] = &[core::MIGRATION, chat::MIGRATION, auth::MIGRATION];
+const MIGRATIONS: &[&str] = &[
+    core::MIGRATION,
+    chat::MIGRATION,
+    auth::MIGRATION,
+    console::MIGRATION,
+];
 
 /// A [`Store`](super::Store) over one PostgreSQL database.
 #[derive(Clone)]

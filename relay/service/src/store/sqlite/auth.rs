@@ -73,7 +73,8 @@ CREATE TABLE oauth_tokens (
 CREATE INDEX oauth_tokens_by_grant ON oauth_tokens(grant_id);
 "#;
 
-const SESSION_COLUMNS: &str = "id_hash, owner_id, csrf, created_at, last_seen_at, ended_at";
+pub(super) const SESSION_COLUMNS: &str =
+    "id_hash, owner_id, csrf, created_at, last_seen_at, ended_at";
 const LINK_COLUMNS: &str = "token_hash, owner_id, created_at, expires_at, used_at";
 const CLIENT_COLUMNS: &str = "id, secret_hash, metadata, created_at, used_at";
 const CODE_COLUMNS: &str = "code_hash, client_id, client_name, redirect_uri, code_challenge, \
@@ -85,7 +86,7 @@ fn at(row: &Row<'_>, index: usize) -> rusqlite::Result<Timestamp> {
     Ok(Timestamp::from_unix_millis(row.get(index)?))
 }
 
-fn session_from_row(row: &Row<'_>) -> rusqlite::Result<BrowserSessionRecord> {
+pub(super) fn session_from_row(row: &Row<'_>) -> rusqlite::Result<BrowserSessionRecord> {
     Ok(BrowserSessionRecord {
         id_hash: row.get(0)?,
         owner_id: row.get(1)?,

@@ -110,7 +110,7 @@ fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
     })
 }
 
-fn link_from_row(row: &Row<'_>) -> rusqlite::Result<ChatLinkRecord> {
+pub(super) fn link_from_row(row: &Row<'_>) -> rusqlite::Result<ChatLinkRecord> {
     let host: String = row.get(2)?;
     Ok(ChatLinkRecord {
         id: row.get(0)?,
