@@ -307,6 +307,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn random_bytes_hands_out_at_most_its_limit_per_call() {
+        use crate::host::MAX_RANDOM_BYTES;
+        let mut invocation = quiet_invocation(RunClock::new(ClockSetting::Real), 3);
+        let mut at_limit = vec![0u8; MAX_RANDOM_BYTES];
+        invocation.random_bytes(&mut at_limit);
+        assert!(at_limit[MAX_RANDOM_BYTES - 8..].iter().any(|&b| b != 0));
+        let mut past = vec![0u8; MAX_RANDOM_BYTES + 8];
+        invocation.random_bytes(&mut past);
+        assert!(past[..MAX_RANDOM_BYTES].iter().any(|&b| b != 0));
+        assert_eq!(
+            past[MAX_RANDOM_BYTES..],
+            [0; 8],
+            "past the limit stays unfilled"
+        );
+    }
+
+    #[tokio::test]
     async fn the_guests_wasi_clocks_and_random_answer_from_the_run() {
         let start = ClockSetting::parse("fixed:2026-01-01T00:00:00Z").expect("clock");
         let a = wasi_readings(start, 5);
