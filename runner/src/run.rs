@@ -16,6 +16,7 @@ use crate::host::approvals::{
 use crate::host::engine::Engine;
 use crate::host::events::{EventKind, EventSink, Events, NullSink};
 use crate::host::graphs::{Catalog, EmptyCatalog};
+use crate::host::time::{ClockSetting, RunClock, fresh_seed};
 use crate::host::tools::ToolRegistry;
 use crate::host::{Invocation, RunParts, RunShared};
 
@@ -109,6 +110,10 @@ pub struct RunOptions {
     pub events: Arc<dyn EventSink>,
     /// Interpreter limits.
     pub limits: Limits,
+    /// The seed of the run's random source; a fresh one from the OS when `None`.
+    pub seed: Option<u64>,
+    /// The run clock: real, or virtual from a fixed start.
+    pub clock: ClockSetting,
 }
 
 impl RunOptions {
@@ -127,6 +132,8 @@ impl RunOptions {
             timeout: DEFAULT_TIMEOUT,
             events: Arc::new(NullSink),
             limits: Limits::default(),
+            seed: None,
+            clock: ClockSetting::Real,
         }
     }
 }
@@ -149,6 +156,8 @@ pub async fn run_graph(
             run_id: run_id.clone(),
             graph: request.graph.clone(),
             engine: options.engine.name().to_owned(),
+            seed: run.seed,
+            clock: run.clock.setting().to_string(),
         },
     );
     let (status, result, error) = if request.args.is_object() {
@@ -194,6 +203,7 @@ pub async fn run_graph(
 
 /// A run's shared state, from `options`; `stop` ends the work it starts.
 fn new_run(run_id: &str, options: &RunOptions, stop: CancellationToken) -> Arc<RunShared> {
+    let clock = RunClock::new(options.clock);
     RunShared::new(RunParts {
         run_id: run_id.to_owned(),
         token_cap: options.token_cap,
@@ -205,11 +215,13 @@ fn new_run(run_id: &str, options: &RunOptions, stop: CancellationToken) -> Arc<R
         provider: options.provider.clone(),
         tools: options.tools.clone(),
         catalog: options.catalog.clone(),
-        events: Events::new(options.events.clone()),
+        events: Events::on_clock(options.events.clone(), clock.clone()),
         engine: options.engine.clone(),
         limits: options.limits,
         max_concurrency: options.max_concurrency.clamp(1, MAX_CONCURRENCY),
         cancel: stop,
+        clock,
+        seed: options.seed.unwrap_or_else(fresh_seed),
     })
 }
 

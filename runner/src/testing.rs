@@ -7,6 +7,7 @@
 //!  "replies": {"replies": [...], "default": {...}},   // or "replies_file": "replies.json"
 //!  "allow": ["fs.read"], "ask": ["fs.write"], "approve": ["fs.write"], "deny": [],
 //!  "max_tokens": 1000, "max_concurrency": 4, "timeout_secs": 30,
+//!  "seed": 7, "clock": "fixed:2026-01-01T00:00:00Z",
 //!  "files": {"notes/in.md": "seed content"},
 //!  "expect": {"status": "completed", "result": {...}, "result_contains": "...",
 //!             "error_contains": "...", "total_tokens": 240,
@@ -15,7 +16,9 @@
 //!
 //! The graph defaults to the test file's name without `.test.json`, plus `.js`. `ask` tools are
 //! answered by the test: approved when listed in `approve`, denied otherwise. Each case gets a
-//! fresh temporary folder for the fs tools.
+//! fresh temporary folder for the fs tools. `seed` fixes the run's random source and `clock`
+//! (`real` or `fixed:` a UTC time) its clock; a case without them takes the `runner test`
+//! flags (`--seed`, `--clock`), else a fresh seed and the real clock.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,6 +37,7 @@ use crate::host::engine::Engine;
 use crate::host::events::EventSink;
 use crate::host::graphs::{Catalog, DESCRIBE_TIMEOUT, FolderCatalog};
 use crate::host::mock::{MockError, MockProvider};
+use crate::host::time::ClockSetting;
 use crate::host::tools::{Folder, ToolRegistry};
 use crate::input::{InputError, MAX_DATA_FILE_BYTES, read_script, read_text_at_most};
 use crate::run::{RunOptions, RunOutcome, RunRequest, RunStatus, run_graph};
@@ -143,6 +147,27 @@ enum CaseError {
     /// The fs tools could not be set up.
     #[error("{0}")]
     Tools(Failure),
+    /// The case's `clock` is not a clock.
+    #[error("clock: {0}")]
+    Clock(String),
+}
+
+/// What a case without its own `seed` or `clock` runs with (the `runner test` flags).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CaseDefaults {
+    /// The seed of the random source; a fresh one per run when `None`.
+    pub seed: Option<u64>,
+    /// The run clock.
+    pub clock: ClockSetting,
+}
+
+/// What every case of a folder shares.
+struct Suite<'a> {
+    engine: &'a Arc<dyn Engine>,
+    catalog: &'a Arc<dyn Catalog>,
+    events: &'a Arc<dyn EventSink>,
+    provider: Option<&'a Arc<dyn AgentProvider>>,
+    defaults: CaseDefaults,
 }
 
 /// One test case.
@@ -185,6 +210,12 @@ pub struct TestCase {
     /// Deadline in seconds.
     #[serde(default)]
     pub timeout_secs: Option<u64>,
+    /// Seed of the run's random source.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// The run clock: `real`, or `fixed:2026-01-01T00:00:00Z` for a virtual one.
+    #[serde(default)]
+    pub clock: Option<String>,
     /// Files placed in the folder before the run.
     #[serde(default)]
     pub files: BTreeMap<String, String>,
@@ -233,6 +264,10 @@ pub struct CaseReport {
     pub problems: Vec<String>,
     /// The run's outcome, if it ran.
     pub outcome: Option<RunOutcome>,
+    /// The case's own `seed`, if it has one.
+    pub seed: Option<u64>,
+    /// The case's own `clock`, if it has a valid one.
+    pub clock: Option<ClockSetting>,
 }
 
 impl CaseReport {
@@ -296,6 +331,26 @@ pub async fn run_dir(
     engine: Arc<dyn Engine>,
     events: Arc<dyn EventSink>,
     provider: Option<Arc<dyn AgentProvider>>,
+    on_case: impl FnMut(&CaseReport),
+) -> Result<Vec<CaseReport>, TestError> {
+    run_dir_with(
+        dir,
+        engine,
+        events,
+        provider,
+        CaseDefaults::default(),
+        on_case,
+    )
+    .await
+}
+
+/// [`run_dir`], with `defaults` for the cases that set no `seed` or `clock`.
+pub async fn run_dir_with(
+    dir: &Path,
+    engine: Arc<dyn Engine>,
+    events: Arc<dyn EventSink>,
+    provider: Option<Arc<dyn AgentProvider>>,
+    defaults: CaseDefaults,
     mut on_case: impl FnMut(&CaseReport),
 ) -> Result<Vec<CaseReport>, TestError> {
     let catalog: Arc<dyn Catalog> = Arc::new(
@@ -306,9 +361,16 @@ pub async fn run_dir(
                 reason,
             })?,
     );
+    let suite = Suite {
+        engine: &engine,
+        catalog: &catalog,
+        events: &events,
+        provider: provider.as_ref(),
+        defaults,
+    };
     let mut reports = Vec::new();
     for file in find_tests(dir)? {
-        for report in run_file(&file, &engine, &catalog, &events, provider.as_ref()).await {
+        for report in run_file(&file, &suite).await {
             on_case(&report);
             reports.push(report);
         }
@@ -321,13 +383,7 @@ fn file_stem(file: &Path) -> String {
     name.strip_suffix(TEST_SUFFIX).unwrap_or(name).to_owned()
 }
 
-async fn run_file(
-    file: &Path,
-    engine: &Arc<dyn Engine>,
-    catalog: &Arc<dyn Catalog>,
-    events: &Arc<dyn EventSink>,
-    provider: Option<&Arc<dyn AgentProvider>>,
-) -> Vec<CaseReport> {
+async fn run_file(file: &Path, suite: &Suite<'_>) -> Vec<CaseReport> {
     let stem = file_stem(file);
     let broken = |problem: String| {
         vec![CaseReport {
@@ -335,6 +391,8 @@ async fn run_file(
             name: stem.clone(),
             problems: vec![problem],
             outcome: None,
+            seed: None,
+            clock: None,
         }]
     };
     let text = match read_text_at_most(file, MAX_DATA_FILE_BYTES) {
@@ -357,17 +415,7 @@ async fn run_file(
             .clone()
             .or_else(|| default_graph.clone())
             .unwrap_or_else(|| format!("{stem}.js"));
-        let (problems, outcome) = match run_case(
-            &case,
-            &base.join(&graph),
-            base,
-            engine,
-            catalog,
-            events,
-            provider,
-        )
-        .await
-        {
+        let (problems, outcome) = match run_case(&case, &base.join(&graph), base, suite).await {
             Ok((outcome, folder)) => (
                 check(&case.expect, &outcome, &folder.confined),
                 Some(outcome),
@@ -379,6 +427,11 @@ async fn run_file(
             name,
             problems,
             outcome,
+            seed: case.seed,
+            clock: case
+                .clock
+                .as_deref()
+                .and_then(|c| ClockSetting::parse(c).ok()),
         });
     }
     reports
@@ -395,10 +448,7 @@ async fn run_case(
     case: &TestCase,
     graph: &Path,
     base: &Path,
-    engine: &Arc<dyn Engine>,
-    catalog: &Arc<dyn Catalog>,
-    events: &Arc<dyn EventSink>,
-    run_provider: Option<&Arc<dyn AgentProvider>>,
+    suite: &Suite<'_>,
 ) -> Result<(RunOutcome, CaseFolder), CaseError> {
     let script = read_script(graph).map_err(|reason| CaseError::Graph {
         path: graph.display().to_string(),
@@ -422,9 +472,14 @@ async fn run_case(
         (None, Some(file)) => Some(Arc::new(
             MockProvider::from_file(&base.join(file)).map_err(CaseError::Replies)?,
         )),
-        (None, None) => run_provider.cloned(),
+        (None, None) => suite.provider.cloned(),
     };
-    let mut options = RunOptions::new(engine.clone());
+    let mut options = RunOptions::new(suite.engine.clone());
+    options.seed = case.seed.or(suite.defaults.seed);
+    options.clock = match &case.clock {
+        Some(text) => ClockSetting::parse(text).map_err(CaseError::Clock)?,
+        None => suite.defaults.clock,
+    };
     if let Some(provider) = provider {
         options.provider = provider;
     }
@@ -432,7 +487,7 @@ async fn run_case(
         ToolRegistry::standard(Some(folder.path().to_path_buf())).map_err(CaseError::Tools)?;
     options.policy = case_policy(case);
     options.approver = Arc::new(CaseApprover(case.approve.clone()));
-    options.catalog = catalog.clone();
+    options.catalog = suite.catalog.clone();
     options.token_cap = case.max_tokens;
     if let Some(n) = case.max_concurrency {
         options.max_concurrency = n;
@@ -440,7 +495,7 @@ async fn run_case(
     if let Some(secs) = case.timeout_secs {
         options.timeout = Duration::from_secs(secs);
     }
-    options.events = events.clone();
+    options.events = suite.events.clone();
     let graph_name = graph
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

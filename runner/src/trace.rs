@@ -71,7 +71,9 @@ pub fn describe(kind: &EventKind) -> Option<String> {
             run_id,
             graph,
             engine,
-        } => format!("run {run_id} started: {graph} (engine {engine})"),
+            seed,
+            clock,
+        } => format!("run {run_id} started: {graph} (engine {engine}, seed {seed}, clock {clock})"),
         EventKind::GraphStarted { handle, slug } => format!("graph #{handle} {slug} started"),
         EventKind::GraphFinished {
             handle,

@@ -833,3 +833,108 @@ fn runner_test_names_a_missing_folder_and_says_why_once() {
         "{stderr}"
     );
 }
+
+/// Reads the time and random source; waits `args.wait` ms (a minute by default).
+const TIME_AND_RANDOM: &str = r#"
+export const meta = {name: "Time", slug: "time", version: "1"};
+export default async function (args) {
+  const t0 = Date.now();
+  await new Promise((resolve) => setTimeout(resolve, args.wait ?? 60000));
+  return [t0, Date.now() - t0, Math.random(), crypto.randomUUID()];
+}"#;
+
+#[test]
+fn seed_and_clock_replay_a_run_and_the_trace_names_the_seed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = graph_file(dir.path(), "time.js", TIME_AND_RANDOM);
+    let run = |engine: &str, extra: &[&str]| {
+        let output = runner()
+            .args(["run", "--engine", engine])
+            .arg(&graph)
+            .args(extra)
+            .output()
+            .expect("runs");
+        assert!(output.status.success(), "{output:?}");
+        (
+            stdout_json(&output)["result"].clone(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let fixed = ["--seed", "12", "--clock", "fixed:2026-01-01T00:00:00Z"];
+    let (boa, trace) = run("boa", &fixed);
+    assert!(
+        trace.contains("(engine boa, seed 12, clock fixed:2026-01-01T00:00:00Z)"),
+        "{trace}"
+    );
+    assert_eq!(boa[0], json!(1_767_225_600_000_i64));
+    assert_eq!(boa[1], json!(60000));
+    assert_eq!(run("wasm", &fixed).0, boa, "the engines disagree");
+    // A real run names its fresh seed; --seed with it replays the randomness.
+    let (real, trace) = run("wasm", &["--clock", "real", "--args", r#"{"wait": 1}"#]);
+    let seed = trace
+        .split("seed ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .expect("the trace names the seed")
+        .to_owned();
+    let (replayed, _) = run(
+        "wasm",
+        &["--seed", &seed, "--clock", "fixed:2026-01-01T00:00:00Z"],
+    );
+    assert_eq!(
+        replayed[2], real[2],
+        "seed {seed} did not replay Math.random"
+    );
+    assert_eq!(replayed[3], real[3], "seed {seed} did not replay the UUID");
+}
+
+#[test]
+fn runner_test_repeats_a_time_and_random_graph_50_times_green() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for name in ["backoff.js", "backoff.test.json"] {
+        std::fs::copy(workspace().join("graphs").join(name), dir.path().join(name)).expect("copy");
+    }
+    let output = runner()
+        .arg("test")
+        .arg(dir.path())
+        .args(["--repeat", "50"])
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.ends_with("150 passed, 0 failed over 50 rounds\n"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_clock_that_is_not_one_is_a_usage_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let graph = graph_file(dir.path(), "one.js", ONE);
+    for clock in ["tomorrow", "fixed:2026-02-30T00:00:00Z", "fixed:2026-01-01"] {
+        let output = runner()
+            .arg("run")
+            .arg(&graph)
+            .args(["--clock", clock])
+            .output()
+            .expect("runs");
+        assert_eq!(output.status.code(), Some(2), "{clock}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("UTC time"), "{clock}: {stderr}");
+    }
+    // `--repeat` runs 1 to 10,000 rounds.
+    for (repeat, code) in [("0", 2), ("10001", 2), ("10000", 2)] {
+        let mut command = runner();
+        command
+            .arg("test")
+            .arg(dir.path())
+            .args(["--repeat", repeat]);
+        // 10,000 is accepted; the empty folder then stops it as a usage error of its own.
+        let output = command.output().expect("runs");
+        assert_eq!(output.status.code(), Some(code), "--repeat {repeat}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let accepted = stderr.contains("no *.test.json files");
+        assert_eq!(accepted, repeat == "10000", "--repeat {repeat}: {stderr}");
+    }
+}

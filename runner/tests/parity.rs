@@ -1,5 +1,7 @@
 //! Both engines are implementations of one contract: every example graph's test cases end the
-//! same way in the sandbox and in-process, case by case (status, result, error, tokens).
+//! same way in the sandbox and in-process, case by case (status, result, error, tokens). The
+//! cases run with one seed and a fixed clock (those that set neither), so even a graph that reads
+//! the time or draws random numbers must give the same result in both.
 
 use crate::common;
 
@@ -10,12 +12,17 @@ use runner::RunStatus;
 use runner::engine::EngineKind;
 use runner::host::approvals::Policy;
 use runner::host::events::NullSink;
+use runner::host::time::ClockSetting;
 use runner::host::tools::ToolRegistry;
-use runner::testing::{CaseReport, run_dir};
+use runner::testing::{CaseDefaults, CaseReport, run_dir_with};
 
 async fn reports(kind: EngineKind, dir: &Path) -> Vec<CaseReport> {
     let engine = kind.build().expect("the engine starts");
-    run_dir(dir, engine, Arc::new(NullSink), None, |_| {})
+    let defaults = CaseDefaults {
+        seed: Some(1),
+        clock: ClockSetting::parse("fixed:2026-01-01T00:00:00Z").expect("a clock"),
+    };
+    run_dir_with(dir, engine, Arc::new(NullSink), None, defaults, |_| {})
         .await
         .expect("the graphs folder is readable")
 }

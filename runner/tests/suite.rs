@@ -31,6 +31,7 @@ mod sandbox_recursion;
 mod sandbox_snapshot;
 mod sandbox_table;
 mod sandbox_tampering;
+mod sandbox_time;
 mod tamper;
 mod timers;
 mod web_platform;

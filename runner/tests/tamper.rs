@@ -151,6 +151,8 @@ fn forged_run(dir: &tempfile::TempDir) -> Arc<RunShared> {
         limits: Default::default(),
         max_concurrency: 4,
         cancel: CancellationToken::new(),
+        clock: runner::host::time::RunClock::new(Default::default()),
+        seed: 0,
     })
 }
 

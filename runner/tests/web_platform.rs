@@ -116,9 +116,9 @@ async fn an_uncaught_clone_error_fails_the_run_by_name() {
     }
 }
 
-/// Random values and the clock come from the system at run time, not from the snapshot: every
-/// run of the sandbox, and of a compiled graph, gets a different UUID, and its `performance`
-/// clock starts at its own first reading.
+/// Random values and the clock come from the run, not from the snapshot: every run of the
+/// sandbox, and of a compiled graph, gets a different UUID (a fresh seed), and its `performance`
+/// clock counts whole milliseconds from its own run's start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uuids_and_the_performance_clock_are_not_frozen_into_a_snapshot() {
     const UUID: &str = r#"
@@ -139,7 +139,11 @@ export default function () {
             let outcome = common::run(script, json!({}), &options).await;
             assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
             let result = outcome.result.expect("a result");
-            assert_eq!(result["clock"], json!(0), "{result}");
+            // Generous: the machine is shared; a frozen clock would be off by far more.
+            assert!(
+                result["clock"].as_u64().is_some_and(|ms| ms < 60_000),
+                "{result}"
+            );
             assert_eq!(result["origin"], json!(true), "{result}");
             seen.push(result["id"].clone());
         }

@@ -49,9 +49,10 @@ impl Guest for Component {
                 .ok_or_else(no_built_in)?;
             return prepared.run(&args, host).map_err(|e| e.to_string());
         }
+        // Top-level code already reads the run's clock and random source.
         interpreter()
-            .and_then(|blank| blank.prepare(&script))
-            .and_then(|prepared| prepared.run(&args, host))
+            .and_then(|blank| blank.prepare_hosted(&script, host))
+            .and_then(|prepared| prepared.run_hosted(&args))
             .map_err(|e| e.to_string())
     }
 
@@ -141,5 +142,20 @@ impl graph_js::Host for WitHost {
 
     fn log(&mut self, message: &str) {
         host::log(message);
+    }
+
+    fn clock_now(&mut self) -> graph_js::ClockReading {
+        let reading = host::clock_now();
+        graph_js::ClockReading {
+            wall_ms: reading.wall_ms,
+            monotonic_ms: reading.monotonic_ms,
+        }
+    }
+
+    fn random_bytes(&mut self, out: &mut [u8]) {
+        // The host answers at most what was asked for; the rest stays zero.
+        let bytes = host::random_bytes(u32::try_from(out.len()).unwrap_or(u32::MAX));
+        let n = bytes.len().min(out.len());
+        out[..n].copy_from_slice(&bytes[..n]);
     }
 }

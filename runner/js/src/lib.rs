@@ -100,12 +100,26 @@ pub trait Host {
     fn token_cap(&mut self) -> Option<u64>;
     /// `log`.
     fn log(&mut self, message: &str);
+    /// `clock-now`: the run clock, the only time a graph sees (`Date`, `performance.now`).
+    fn clock_now(&mut self) -> ClockReading;
+    /// `random-bytes`: fills `out` from the run's random source (`Math.random`, `crypto`).
+    fn random_bytes(&mut self, out: &mut [u8]);
     /// Checked between promise jobs: `Some(reason)` stops the script at once (uncatchable).
     /// The in-process engine uses it for cancellation and the wall-clock deadline; the wasm
     /// engine stops the guest from outside instead and keeps the default.
     fn interrupted(&mut self) -> Option<String> {
         None
     }
+}
+
+/// One reading of the run clock, in whole milliseconds: the wall clock (since the Unix epoch)
+/// and the monotonic clock (since the run started, never decreasing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClockReading {
+    /// Milliseconds since 1970-01-01T00:00:00Z.
+    pub wall_ms: i64,
+    /// Milliseconds since the run started.
+    pub monotonic_ms: u64,
 }
 
 /// Interpreter limits. Each one ends a run with an error that names it.
@@ -137,6 +151,9 @@ struct Shared {
     host: RefCell<Box<dyn Host + 'static>>,
     /// Handles started and not yet settled, in start order.
     pending: RefCell<Vec<u32>>,
+    /// Whether module top-level code is running: the host answers the clock and random
+    /// source, but refuses to start work.
+    top_level: std::cell::Cell<bool>,
 }
 
 #[derive(Clone)]
@@ -160,7 +177,9 @@ pub fn run(
     host: Box<dyn Host + 'static>,
     limits: &Limits,
 ) -> Result<String, ScriptError> {
-    Prepared::new(script, limits)?.run(args, host)
+    Interpreter::new(limits)?
+        .prepare_hosted(script, host)?
+        .run_hosted(args)
 }
 
 /// Evaluates `script` without calling its default export and returns its validated `meta`.
@@ -183,8 +202,9 @@ impl Interpreter {
     /// A fresh interpreter with `limits`.
     pub fn new(limits: &Limits) -> Result<Self, ScriptError> {
         let shared = Rc::new(Shared {
-            host: RefCell::new(Box::new(TopLevelHost)),
+            host: RefCell::new(Box::new(TopLevelHost::default())),
             pending: RefCell::new(Vec::new()),
+            top_level: std::cell::Cell::new(false),
         });
         let (context, prelude) =
             new_context(&shared, limits).map_err(|e| ScriptError::Setup(e.to_string()))?;
@@ -209,6 +229,31 @@ impl Interpreter {
     /// no host: it may compute and log (logs are dropped), but host work cannot start before
     /// the default export is called.
     pub fn prepare(self, script: &str) -> Result<Prepared, ScriptError> {
+        self.prepare_top_level(script)
+    }
+
+    /// [`Interpreter::prepare`] with `host` already in place, so that top-level code reads the
+    /// run's clock and random source (it still cannot start host work). Run it with
+    /// [`Prepared::run_hosted`].
+    pub fn prepare_hosted(
+        self,
+        script: &str,
+        host: Box<dyn Host + 'static>,
+    ) -> Result<Prepared, ScriptError> {
+        *self.shared.host.borrow_mut() = host;
+        self.prepare_top_level(script)
+    }
+
+    fn prepare_top_level(self, script: &str) -> Result<Prepared, ScriptError> {
+        self.shared.top_level.set(true);
+        let prepared = self.evaluate(script);
+        if let Ok(prepared) = &prepared {
+            prepared.shared.top_level.set(false);
+        }
+        prepared
+    }
+
+    fn evaluate(self, script: &str) -> Result<Prepared, ScriptError> {
         let Self {
             mut context,
             prelude,
@@ -262,6 +307,12 @@ impl Prepared {
     /// Calls the default export with `args` (JSON text of an object) against `host`.
     pub fn run(mut self, args: &str, host: Box<dyn Host + 'static>) -> Result<String, ScriptError> {
         *self.shared.host.borrow_mut() = host;
+        self.run_default(args).map_err(ScriptError::bounded)
+    }
+
+    /// Calls the default export with `args` against the host given to
+    /// [`Interpreter::prepare_hosted`].
+    pub fn run_hosted(mut self, args: &str) -> Result<String, ScriptError> {
         self.run_default(args).map_err(ScriptError::bounded)
     }
 
@@ -467,6 +518,11 @@ fn natives(context: &mut Context) -> JsObject {
             1,
         )
         .function(
+            NativeFunction::from_fn_ptr(native_monotonic_now),
+            js_string!("monotonicNow"),
+            0,
+        )
+        .function(
             NativeFunction::from_fn_ptr(native_domain_to_ascii),
             js_string!("domainToAscii"),
             1,
@@ -479,7 +535,10 @@ fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelu
     let mut context = Context::builder()
         .job_executor(executor)
         .module_loader(Rc::new(IdleModuleLoader))
+        .clock(Rc::new(HostClock(shared.clone())))
+        .host_hooks(Rc::new(UtcHooks))
         .build()?;
+    install_math_random(&mut context)?;
     let runtime = context.runtime_limits_mut();
     runtime.set_loop_iteration_limit(limits.loop_iterations);
     runtime.set_recursion_limit(limits.recursion);
@@ -728,11 +787,19 @@ fn started(result: Result<u32, Failure>, shared: &Shared, context: &mut Context)
     }
 }
 
+/// The host, when work may start: never while module top-level code runs.
+fn working_host(shared: &Shared) -> Result<std::cell::RefMut<'_, Box<dyn Host>>, Failure> {
+    if shared.top_level.get() {
+        return Err(not_at_top_level());
+    }
+    Ok(shared.host.borrow_mut())
+}
+
 fn native_start_agent(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
     let shared = shared_of(context)?;
     let text = json_arg(args, 0, context)?;
     let result = match serde_json::from_str::<AgentRequest>(&text) {
-        Ok(request) => shared.host.borrow_mut().start_agent(request),
+        Ok(request) => working_host(&shared).and_then(|mut h| h.start_agent(request)),
         Err(e) => Err(Failure::invalid(format!("malformed agent request: {e}"))),
     };
     Ok(started(result, &shared, context))
@@ -742,7 +809,7 @@ fn native_start_tool(_: &JsValue, args: &[JsValue], context: &mut Context) -> Js
     let shared = shared_of(context)?;
     let name = string_arg(args, 0, context)?;
     let json = json_arg(args, 1, context)?;
-    let result = shared.host.borrow_mut().start_tool(&name, &json);
+    let result = working_host(&shared).and_then(|mut h| h.start_tool(&name, &json));
     Ok(started(result, &shared, context))
 }
 
@@ -750,7 +817,7 @@ fn native_start_graph(_: &JsValue, args: &[JsValue], context: &mut Context) -> J
     let shared = shared_of(context)?;
     let slug = string_arg(args, 0, context)?;
     let json = json_arg(args, 1, context)?;
-    let result = shared.host.borrow_mut().start_graph(&slug, &json);
+    let result = working_host(&shared).and_then(|mut h| h.start_graph(&slug, &json));
     Ok(started(result, &shared, context))
 }
 
@@ -763,7 +830,7 @@ fn native_start_sleep(_: &JsValue, args: &[JsValue], context: &mut Context) -> J
         .to_number(context)?;
     let result = if ms.is_finite() && ms >= 0.0 && ms <= f64::from(u32::MAX) {
         // Truncation is intended: the prelude only passes integers.
-        shared.host.borrow_mut().start_sleep(ms as u32)
+        working_host(&shared).and_then(|mut h| h.start_sleep(ms as u32))
     } else {
         Err(Failure::invalid("sleep: ms must be a non-negative integer"))
     };
@@ -819,8 +886,8 @@ fn native_load_web(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsRe
 /// The most `randomBytes` hands out at once (as `crypto.getRandomValues` allows).
 const MAX_RANDOM_BYTES: u64 = 65536;
 
-/// A Uint8Array of `args[0]` bytes from the system's secure random source (wasi:random in the
-/// sandbox, the OS natively): what `crypto.getRandomValues` and `crypto.randomUUID` use.
+/// A Uint8Array of `args[0]` bytes from the run's random source (the host's `random-bytes`):
+/// what `crypto.getRandomValues` and `crypto.randomUUID` use.
 fn native_random_bytes(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
     let count = args
         .first()
@@ -834,10 +901,77 @@ fn native_random_bytes(_: &JsValue, args: &[JsValue], context: &mut Context) -> 
     }
     // Cannot truncate: at most MAX_RANDOM_BYTES.
     let mut bytes = vec![0u8; count as usize];
-    getrandom::fill(&mut bytes).map_err(|e| {
-        JsNativeError::error().with_message(format!("the system gave no random bytes: {e}"))
-    })?;
+    shared_of(context)?
+        .host
+        .borrow_mut()
+        .random_bytes(&mut bytes);
     Ok(JsUint8Array::from_iter(bytes, context)?.into())
+}
+
+/// `Math.random`: 53 bits of the run's random source, in [0, 1).
+fn native_math_random(_: &JsValue, _: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let mut bytes = [0u8; 8];
+    shared_of(context)?
+        .host
+        .borrow_mut()
+        .random_bytes(&mut bytes);
+    let bits = u64::from_le_bytes(bytes) >> 11;
+    // Exact: 53 bits fit an f64's mantissa.
+    Ok(JsValue::from(bits as f64 / (1u64 << 53) as f64))
+}
+
+/// `performance.now()`'s source: the run's monotonic clock, in whole milliseconds.
+fn native_monotonic_now(_: &JsValue, _: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let reading = shared_of(context)?.host.borrow_mut().clock_now();
+    // Exact: milliseconds of a run stay far below 2^53.
+    Ok(JsValue::from(reading.monotonic_ms as f64))
+}
+
+/// boa's clock (`Date.now()`, `new Date()`), answered by the run clock through the host.
+struct HostClock(Rc<Shared>);
+
+impl boa_engine::context::Clock for HostClock {
+    fn now(&self) -> boa_engine::context::time::JsInstant {
+        let ms = self.0.host.borrow_mut().clock_now().monotonic_ms;
+        // Cannot truncate: the remainder is below 1,000,000,000.
+        boa_engine::context::time::JsInstant::new(ms / 1000, ((ms % 1000) * 1_000_000) as u32)
+    }
+
+    fn system_time_millis(&self) -> i64 {
+        self.0.host.borrow_mut().clock_now().wall_ms
+    }
+}
+
+/// boa's host hooks with local time fixed to UTC: the machine's time zone is not the graph's
+/// to read, and both engines then agree on `getHours()`.
+struct UtcHooks;
+
+impl boa_engine::context::HostHooks for UtcHooks {
+    fn local_timezone_offset_seconds(&self, _: i64) -> i32 {
+        0
+    }
+}
+
+/// Replaces boa's `Math.random` (the thread's own generator) with [`native_math_random`].
+fn install_math_random(context: &mut Context) -> JsResult<()> {
+    let random = boa_engine::object::FunctionObjectBuilder::new(
+        context.realm(),
+        NativeFunction::from_fn_ptr(native_math_random),
+    )
+    .name(js_string!("random"))
+    .length(0)
+    .build();
+    let math = context.intrinsics().objects().math();
+    math.define_property_or_throw(
+        js_string!("random"),
+        boa_engine::property::PropertyDescriptor::builder()
+            .value(random)
+            .writable(true)
+            .enumerable(false)
+            .configurable(true),
+        context,
+    )?;
+    Ok(())
 }
 
 /// The URL standard's "domain to ASCII" (UTS #46 with its mapping, Punycode, bidi and joiner
@@ -863,10 +997,24 @@ fn native_domain_to_ascii(
     )
 }
 
-/// The host while module top-level code runs: it may compute, nothing reaches the outside.
-struct TopLevelHost;
+/// The host of an interpreter without a run (`describe`, a snapshot, `runner build`): it may
+/// compute, nothing reaches the outside. Its clock stands at the Unix epoch and its random
+/// bytes are a fixed sequence, so a graph's `meta` cannot depend on the machine.
+#[derive(Default)]
+struct TopLevelHost {
+    random_state: u64,
+}
 
 impl Host for TopLevelHost {
+    fn clock_now(&mut self) -> ClockReading {
+        ClockReading::default()
+    }
+    fn random_bytes(&mut self, out: &mut [u8]) {
+        for chunk in out.chunks_mut(8) {
+            self.random_state = splitmix64(self.random_state);
+            chunk.copy_from_slice(&self.random_state.to_le_bytes()[..chunk.len()]);
+        }
+    }
     fn start_agent(&mut self, _: AgentRequest) -> Result<u32, Failure> {
         Err(not_at_top_level())
     }
@@ -892,6 +1040,14 @@ impl Host for TopLevelHost {
         None
     }
     fn log(&mut self, _: &str) {}
+}
+
+/// One step of splitmix64: a fixed, well-mixed sequence (not a source of secrets).
+pub fn splitmix64(state: u64) -> u64 {
+    let mut z = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 fn not_at_top_level() -> Failure {

@@ -325,6 +325,7 @@
       host.loadWeb({
         log: host.log,
         randomBytes: host.randomBytes,
+        monotonicNow: host.monotonicNow,
         domainToAscii: host.domainToAscii,
         runCallback,
         install: installWeb,

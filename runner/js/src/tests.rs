@@ -16,7 +16,14 @@ struct ScriptedHost {
     started: Vec<String>,
     logs: Rc<RefCell<Vec<String>>>,
     interrupt_after_jobs: Option<String>,
+    /// The scripted run clock: milliseconds since the run started (each sleep adds its delay).
+    clock_ms: u64,
+    /// The scripted random source's state (its seed to begin with).
+    random_state: u64,
 }
+
+/// The scripted host's wall clock at the start of a run: 2026-01-01T00:00:00Z.
+const SCRIPTED_START_MS: i64 = 1_767_225_600_000;
 
 impl ScriptedHost {
     fn start(&mut self, what: String, outcome: Result<String, Failure>) -> Result<u32, Failure> {
@@ -45,7 +52,20 @@ impl Host for ScriptedHost {
         self.start(format!("graph:{slug}"), Ok(args.to_owned()))
     }
     fn start_sleep(&mut self, ms: u32) -> Result<u32, Failure> {
+        self.clock_ms += u64::from(ms);
         self.start(format!("sleep:{ms}"), Ok("null".to_owned()))
+    }
+    fn clock_now(&mut self) -> ClockReading {
+        ClockReading {
+            wall_ms: SCRIPTED_START_MS + self.clock_ms as i64,
+            monotonic_ms: self.clock_ms,
+        }
+    }
+    fn random_bytes(&mut self, out: &mut [u8]) {
+        for chunk in out.chunks_mut(8) {
+            self.random_state = splitmix64(self.random_state);
+            chunk.copy_from_slice(&self.random_state.to_le_bytes()[..chunk.len()]);
+        }
     }
     fn wait_any(&mut self, handles: &[u32]) -> (u32, Result<String, Failure>) {
         let position = self.done.iter().position(|(h, _)| handles.contains(h));
@@ -539,4 +559,62 @@ fn array_from_async_collects_async_and_sync_iterables_and_array_likes() {
             "shape": [1, "fromAsync", false],
         })
     );
+}
+
+#[test]
+fn math_random_and_crypto_draw_from_the_hosts_random_source() {
+    let script = r#"export default function () {
+        const r = [Math.random(), Math.random()];
+        return {
+            r,
+            inRange: r.every((x) => x >= 0 && x < 1),
+            uuid: crypto.randomUUID(),
+            bytes: Array.from(crypto.getRandomValues(new Uint8Array(4))),
+            shape: [typeof Math.random, Math.random.name, Math.random.length, Object.keys(Math).includes("random")],
+        };
+    }"#;
+    let seeded = |seed| {
+        run_with(
+            script,
+            ScriptedHost {
+                random_state: seed,
+                ..Default::default()
+            },
+        )
+        .expect("graph completes")
+    };
+    let (a, again, other) = (seeded(7), seeded(7), seeded(8));
+    assert_eq!(a, again);
+    assert_ne!(a["r"], other["r"]);
+    assert_ne!(a["uuid"], other["uuid"]);
+    assert_eq!(a["inRange"], true);
+    assert_eq!(
+        a["shape"],
+        serde_json::json!(["function", "random", 0, false])
+    );
+}
+
+#[test]
+fn top_level_code_reads_the_run_clock_but_starts_no_work() {
+    let out = run_ok(
+        r#"const at = Date.now();
+        let refused;
+        try { setTimeout(() => {}, 1); } catch (e) { refused = e.code; }
+        export default function () { return { at, refused }; }"#,
+    );
+    assert_eq!(
+        out,
+        serde_json::json!({"at": SCRIPTED_START_MS, "refused": "invalid"})
+    );
+}
+
+#[test]
+fn describe_sees_a_clock_at_the_epoch() {
+    let meta = describe(
+        r#"export const meta = { name: "T" + new Date().toISOString().slice(0, 4), slug: "t", version: "1.0.0", description: "d" + (Math.random() < 1) };
+        export default function () {}"#,
+        &Limits::default(),
+    )
+    .expect("meta");
+    assert_eq!(meta.name, "T1970");
 }

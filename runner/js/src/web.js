@@ -3,10 +3,10 @@
 // crypto.randomUUID, performance.now, DOMException, URL and URLSearchParams. Plain JavaScript
 // over boa's built-ins, shared unchanged by both engines, so they behave the same in each. None
 // of them reaches the host, except that queueMicrotask logs a failing callback (through the
-// prelude's runCallback); crypto takes its bytes from the system's secure random source
-// (wasi:random in the sandbox), as Math.random does; and URL's host parser has the host map
+// prelude's runCallback); crypto takes its bytes from the run's random source
+// (the host's random-bytes), as Math.random does; and URL's host parser has the host map
 // international domain names (pure computation over Unicode's tables). `host` is {log,
-// randomBytes, domainToAscii, runCallback, install}, from the prelude.
+// randomBytes, monotonicNow, domainToAscii, runCallback, install}, from the prelude.
 //
 // Compiled when a graph first touches one of these globals (see the prelude), so the built-ins
 // captured below are the ones the graph left by then; the functions are not a security
@@ -708,28 +708,24 @@
 
   // ---- performance.now ---------------------------------------------------------------------
 
-  // Milliseconds since the run first asked, never decreasing (Date.now() is the wall clock and
-  // may step back). The origin is taken at that first call, not when this file is compiled:
-  // the sandbox compiles it into a snapshot long before any run.
+  // The run's monotonic clock in whole milliseconds since the run started (the host's
+  // clock-now: virtual under --clock fixed:..., never finer than 1 ms in real runs). The time
+  // origin is the wall time at which it read 0, taken at the first use.
   const dateNow = Date.now;
+  const monotonicNow = host.monotonicNow;
   let origin;
-  let latest = 0;
-  function originNow() {
-    const t = dateNow();
+  function originOnce() {
     if (origin === undefined) {
-      origin = t;
+      origin = dateNow() - monotonicNow();
     }
-    return t;
+    return origin;
   }
   const performance = Object.freeze({
     now() {
-      const t = originNow() - origin;
-      latest = t > latest ? t : latest;
-      return latest;
+      return monotonicNow();
     },
     get timeOrigin() {
-      originNow();
-      return origin;
+      return originOnce();
     },
   });
 

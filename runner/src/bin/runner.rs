@@ -17,11 +17,13 @@ use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
 use runner::host::events::{EventSink, NullSink};
 use runner::host::graphs::{Catalog, DESCRIBE_TIMEOUT, LazyFolderCatalog};
 use runner::host::mock::MockProvider;
+use runner::host::time::ClockSetting;
 use runner::host::tools::ToolRegistry;
 use runner::input::{
     MAX_DATA_FILE_BYTES, MAX_SCRIPT_FILE_BYTES, read_at_most_by, read_text_at_most,
 };
 use runner::run::{MAX_CONCURRENCY, RunOptions, RunRequest, RunStatus, run_graph};
+use runner::testing::CaseDefaults;
 use runner::trace::{TracePrinter, for_terminal};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -65,6 +67,12 @@ enum Command {
         /// Agents of cases without `replies` use this provider (see `runner run --help`).
         #[command(flatten)]
         providers: ProviderArgs,
+        #[command(flatten)]
+        replay: ReplayArgs,
+        /// Run the whole folder this many times; a case whose seed and clock are both fixed
+        /// must give the same outcome every time.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=MAX_REPEAT as i64))]
+        repeat: u32,
     },
     /// Compile a graph into a self-contained, pre-initialized wasm component.
     Build {
@@ -203,6 +211,25 @@ fn read_graph(path: &Path) -> anyhow::Result<GraphFile> {
         })
 }
 
+/// Most rounds of `runner test --repeat`.
+const MAX_REPEAT: u32 = 10_000;
+
+/// The run's random source and clock, fixed for tests and replays.
+#[derive(clap::Args, Clone, Copy)]
+struct ReplayArgs {
+    /// Seed of the run's random source (`Math.random`, `crypto`); the trace names the seed of
+    /// every run, so `--seed` with it replays that run's randomness. A test case's own `seed`
+    /// wins.
+    #[arg(long, value_name = "N")]
+    seed: Option<u64>,
+    /// The run clock: `real` (the machine's, to 1 ms) or `fixed:2026-01-01T00:00:00Z`, a
+    /// virtual clock that starts there and moves only when the graph waits for a timer or an
+    /// agent (a mock reply's `latency_ms`), so timers take no real time. A test case's own
+    /// `clock` wins.
+    #[arg(long, value_name = "real|fixed:TIME", default_value = "real")]
+    clock: ClockSetting,
+}
+
 #[derive(clap::Args)]
 struct RunArgs {
     /// The graph file.
@@ -239,9 +266,11 @@ struct RunArgs {
     #[arg(long = "max-concurrency", default_value_t = 4,
           value_parser = clap::value_parser!(u16).range(1..=MAX_CONCURRENCY as i64))]
     max_concurrency: u16,
-    /// Wall-clock deadline in seconds.
+    /// Wall-clock deadline in seconds (real time, whatever the run clock).
     #[arg(long, default_value_t = 300.0)]
     timeout: f64,
+    #[command(flatten)]
+    replay: ReplayArgs,
 }
 
 fn main() -> ExitCode {
@@ -275,7 +304,9 @@ fn main() -> ExitCode {
                 engine,
                 verbose,
                 providers,
-            } => match test(&dir, &engine, verbose, &providers).await {
+                replay,
+                repeat,
+            } => match test(&dir, &engine, verbose, &providers, replay, repeat).await {
                 Ok(code) => code,
                 Err(e) => usage_error(&e),
             },
@@ -365,6 +396,8 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     options.max_concurrency = usize::from(args.max_concurrency);
     options.timeout = Duration::from_secs_f64(args.timeout);
     options.events = Arc::new(TracePrinter::stderr());
+    options.seed = args.replay.seed;
+    options.clock = args.replay.clock;
 
     let cancel = CancellationToken::new();
     let interrupted = interrupt_listener()?;
@@ -536,6 +569,8 @@ async fn test(
     engine: &EngineArgs,
     verbose: bool,
     providers: &ProviderArgs,
+    replay: ReplayArgs,
+    repeat: u32,
 ) -> anyhow::Result<ExitCode> {
     let provider: Option<Arc<dyn AgentProvider>> = providers.build()?;
     let tests = runner::testing::find_tests(dir)?;
@@ -549,29 +584,103 @@ async fn test(
     };
     let engine = engine.build(None)?;
     eprintln!(
-        "running {} test file{} in {} on engine {}",
+        "running {} test file{} in {} on engine {}{}",
         tests.len(),
         if tests.len() == 1 { "" } else { "s" },
         dir.display(),
-        engine.name()
-    );
-    let reports = runner::testing::run_dir(dir, engine, events, provider, |report| {
-        if report.passed() {
-            println!("PASS {}", for_terminal(&report.name));
+        engine.name(),
+        if repeat > 1 {
+            format!(", {repeat} times")
         } else {
-            println!("FAIL {}", for_terminal(&report.name));
-            for problem in &report.problems {
-                println!("     {}", for_terminal(problem));
-            }
+            String::new()
         }
-    })
-    .await?;
-    let passed = reports.iter().filter(|r| r.passed()).count();
-    let failed = reports.len() - passed;
-    println!("{passed} passed, {failed} failed");
+    );
+    let defaults = CaseDefaults {
+        seed: replay.seed,
+        clock: replay.clock,
+    };
+    let mut rounds = Rounds::default();
+    for round in 1..=repeat {
+        let reports = runner::testing::run_dir_with(
+            dir,
+            engine.clone(),
+            events.clone(),
+            provider.clone(),
+            defaults,
+            |report| rounds.report(round, report),
+        )
+        .await?;
+        rounds.compare(round, &reports, replay);
+    }
+    let (passed, failed) = (rounds.passed, rounds.failed);
+    if repeat > 1 {
+        println!("{passed} passed, {failed} failed over {repeat} rounds");
+    } else {
+        println!("{passed} passed, {failed} failed");
+    }
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_FAILED)
     })
+}
+
+/// The cases of `runner test` over its rounds: each case's first outcome, to compare the later
+/// ones with, and the counts.
+#[derive(Default)]
+struct Rounds {
+    first: Vec<(String, Option<runner::run::RunOutcome>)>,
+    passed: usize,
+    failed: usize,
+}
+
+impl Rounds {
+    /// Prints a case: every failure, and the passes of the first round only.
+    fn report(&mut self, round: u32, report: &runner::testing::CaseReport) {
+        let name = for_terminal(&report.name);
+        if report.passed() {
+            self.passed += 1;
+            if round == 1 {
+                println!("PASS {name}");
+            }
+            return;
+        }
+        self.failed += 1;
+        if round == 1 {
+            println!("FAIL {name}");
+        } else {
+            println!("FAIL {name} (round {round})");
+        }
+        for problem in &report.problems {
+            println!("     {}", for_terminal(problem));
+        }
+    }
+
+    /// After a round: a case with a fixed seed and clock whose outcome differs from its first
+    /// round's fails (the run ids differ by design).
+    fn compare(&mut self, round: u32, reports: &[runner::testing::CaseReport], replay: ReplayArgs) {
+        let key = |r: &runner::testing::CaseReport| {
+            let outcome = r.outcome.clone().map(|mut o| {
+                o.run_id.clear();
+                o
+            });
+            (format!("{}: {}", r.file.display(), r.name), outcome)
+        };
+        if round == 1 {
+            self.first = reports.iter().map(key).collect();
+            return;
+        }
+        for (report, first) in reports.iter().zip(&self.first) {
+            let fixed = report.seed.or(replay.seed).is_some()
+                && report.clock.unwrap_or(replay.clock) != ClockSetting::Real;
+            if fixed && report.passed() && key(report) != *first {
+                self.passed -= 1;
+                self.failed += 1;
+                println!(
+                    "FAIL {} (round {round})\n     the outcome differs from round 1 under a fixed seed and clock",
+                    for_terminal(&report.name)
+                );
+            }
+        }
+    }
 }

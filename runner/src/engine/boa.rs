@@ -127,6 +127,14 @@ impl graph_js::Host for BoaHost {
         self.invocation.log(message);
     }
 
+    fn clock_now(&mut self) -> graph_js::ClockReading {
+        self.invocation.clock_now()
+    }
+
+    fn random_bytes(&mut self, out: &mut [u8]) {
+        self.invocation.random_bytes(out);
+    }
+
     fn interrupted(&mut self) -> Option<String> {
         self.invocation.run().stopped().map(|f| f.to_string())
     }

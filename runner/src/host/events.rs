@@ -20,6 +20,10 @@ pub enum EventKind {
         graph: String,
         /// The engine running it.
         engine: String,
+        /// The seed of the run's random source: `--seed` with it replays the run's randomness.
+        seed: u64,
+        /// The run clock: `real`, or the virtual clock's start (`fixed:2026-01-01T00:00:00Z`).
+        clock: String,
     },
     /// A nested graph began.
     GraphStarted {
@@ -224,23 +228,32 @@ impl EventSink for FanOut {
 /// The per-run emitter: stamps events and enforces the log line limit.
 pub struct Events {
     sink: std::sync::Arc<dyn EventSink>,
-    started: crate::clock::Stopwatch,
+    clock: std::sync::Arc<super::time::RunClock>,
     log_lines: AtomicUsize,
 }
 
 impl Events {
-    /// An emitter starting its clock now.
+    /// An emitter on a real clock starting now.
     pub fn new(sink: std::sync::Arc<dyn EventSink>) -> Self {
+        Self::on_clock(sink, super::time::RunClock::new(Default::default()))
+    }
+
+    /// An emitter stamping events with `clock`'s time (a run's: the graph's timers and the
+    /// trace then agree).
+    pub fn on_clock(
+        sink: std::sync::Arc<dyn EventSink>,
+        clock: std::sync::Arc<super::time::RunClock>,
+    ) -> Self {
         Self {
             sink,
-            started: crate::clock::Stopwatch::start(),
+            clock,
             log_lines: AtomicUsize::new(0),
         }
     }
 
     /// Emits `kind` at `depth`.
     pub fn emit(&self, depth: usize, kind: EventKind) {
-        let elapsed_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let elapsed_ms = self.clock.now().monotonic_ms;
         self.sink.emit(&Event {
             elapsed_ms,
             depth,

@@ -282,12 +282,13 @@ impl AgentProvider for MockProvider {
                 ));
             };
             let latency = entry.latency_ms.map_or(self.latency, Duration::from_millis);
-            if !latency.is_zero() {
-                tokio::select! {
-                    () = tokio::time::sleep(latency) => {}
-                    () = cancel.cancelled() => {
-                        return Err(ProviderError::new(FailureCode::Cancelled, "the run was cancelled during a generation"));
-                    }
+            // On the run clock: a virtual one moves by the latency instead of waiting, and
+            // orders replies due at the same time by the agents' handles (so even a latency of
+            // 0 goes through it); a real one skips a zero wait.
+            tokio::select! {
+                () = crate::host::time::sleep(latency) => {}
+                () = cancel.cancelled() => {
+                    return Err(ProviderError::new(FailureCode::Cancelled, "the run was cancelled during a generation"));
                 }
             }
             if let Some(error) = &entry.error {

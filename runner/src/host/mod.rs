@@ -15,6 +15,7 @@ pub mod openai;
 pub mod provider_config;
 pub mod providers;
 pub mod sse;
+pub mod time;
 pub mod tools;
 pub mod wire;
 
@@ -24,8 +25,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use graph_js::{AgentRequest, Failure, FailureCode, Limits};
+use rand::Rng as _;
+use rand::rngs::StdRng;
 use serde_json::Value;
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -35,6 +37,7 @@ use budget::Budget;
 use engine::Engine;
 use events::{EventKind, Events};
 use graphs::Catalog;
+use time::{Activity, Busy, RunClock, SlotTicket, Slots};
 use tools::ToolRegistry;
 
 /// Longest `g.sleep` / retry delay.
@@ -126,9 +129,13 @@ pub struct RunShared {
     pub engine: Arc<dyn Engine>,
     /// Interpreter limits.
     pub limits: Limits,
+    /// The run clock: all time a graph sees, its timers and the trace's timestamps.
+    pub clock: Arc<RunClock>,
+    /// The seed of the run's random source (named in the trace).
+    pub seed: u64,
     cancel: CancellationToken,
     stop_reason: OnceLock<(FailureCode, String)>,
-    agent_slots: Arc<Semaphore>,
+    agent_slots: Arc<Slots>,
     live_graphs: AtomicUsize,
     /// Linear memory held by this run's sandboxed graph instances together (the top graph and
     /// every nested one); the wasm engine keeps the sum under its run-wide cap.
@@ -164,6 +171,10 @@ pub struct RunParts {
     pub max_concurrency: usize,
     /// Fires to stop the run.
     pub cancel: CancellationToken,
+    /// The run clock (the trace's too: give `events` the same one).
+    pub clock: Arc<RunClock>,
+    /// The seed of the run's random source.
+    pub seed: u64,
 }
 
 /// One of the run's nested graphs counted in `live_graphs`, from `start-graph` until its work
@@ -189,9 +200,11 @@ impl RunShared {
             events: parts.events,
             engine: parts.engine,
             limits: parts.limits,
+            agent_slots: Slots::new(&parts.clock, parts.max_concurrency),
+            clock: parts.clock,
+            seed: parts.seed,
             cancel: parts.cancel,
             stop_reason: OnceLock::new(),
-            agent_slots: Arc::new(Semaphore::new(parts.max_concurrency.max(1))),
             live_graphs: AtomicUsize::new(0),
             sandbox_memory: std::sync::atomic::AtomicU64::new(0),
             sandbox_fuel_spent: std::sync::atomic::AtomicU64::new(0),
@@ -290,14 +303,22 @@ impl RunShared {
 
 type Outcome = Result<String, Failure>;
 
+/// Most bytes one `random-bytes` call hands out (as `crypto.getRandomValues` allows).
+pub const MAX_RANDOM_BYTES: usize = 65_536;
+
 /// One graph's view of its run: the handles it started and the outcomes not yet collected.
 /// Engines drive it through the `host` interface; dropping it aborts work still running.
 pub struct Invocation {
     run: Arc<RunShared>,
     chain: Vec<String>,
     runtime: tokio::runtime::Handle,
+    /// The graph's code as an activity of the run clock: busy except while it waits.
+    activity: Activity,
+    /// The key of this graph's random stream (the run's seed for the top graph).
+    random_key: u64,
+    random: StdRng,
     next_handle: u32,
-    tasks: JoinSet<(u32, Outcome)>,
+    tasks: JoinSet<(u32, Outcome, Busy)>,
     task_handles: HashMap<tokio::task::Id, u32>,
     live: HashSet<u32>,
     finished: HashMap<u32, Outcome>,
@@ -306,10 +327,26 @@ pub struct Invocation {
 impl Invocation {
     /// The top graph of `run`, or a nested one: `chain` is the slugs from the top down to it.
     pub fn new(run: Arc<RunShared>, chain: Vec<String>, runtime: tokio::runtime::Handle) -> Self {
+        let activity = Activity::new(&run.clock, time::Path::from([]));
+        let key = run.seed;
+        Self::with_activity(run, chain, runtime, activity, key)
+    }
+
+    /// A graph whose code runs as `activity`, drawing on the random stream `random_key`.
+    fn with_activity(
+        run: Arc<RunShared>,
+        chain: Vec<String>,
+        runtime: tokio::runtime::Handle,
+        activity: Activity,
+        random_key: u64,
+    ) -> Self {
         Self {
             run,
             chain,
             runtime,
+            activity,
+            random_key,
+            random: time::stream(random_key),
             next_handle: 0,
             tasks: JoinSet::new(),
             task_handles: HashMap::new(),
@@ -341,14 +378,42 @@ impl Invocation {
         Ok(self.next_handle)
     }
 
+    /// A random stream for one of this graph's WASI interfaces (`tag` names it), derived from
+    /// its own: the guest's standard library draws there, never on the machine.
+    pub fn wasi_random(&self, tag: u64) -> StdRng {
+        time::stream(time::derive_key(self.random_key, tag))
+    }
+
+    /// The path of the operation `handle` of this graph.
+    fn child_path(&self, handle: u32) -> time::Path {
+        time::child_path(self.activity.path(), handle)
+    }
+
+    /// Runs `work` for `handle` as an activity of its own.
     fn spawn(
         &mut self,
         handle: u32,
         work: impl std::future::Future<Output = Outcome> + Send + 'static,
     ) -> u32 {
-        let task = self
-            .tasks
-            .spawn_on(async move { (handle, work.await) }, &self.runtime);
+        let activity = Activity::new(&self.run.clock, self.child_path(handle));
+        self.spawn_as(handle, activity, work)
+    }
+
+    /// Runs `work` for `handle` as `activity`; its outcome reaches the graph with the activity's
+    /// busy token, so the clock cannot move in between.
+    fn spawn_as(
+        &mut self,
+        handle: u32,
+        activity: Activity,
+        work: impl std::future::Future<Output = Outcome> + Send + 'static,
+    ) -> u32 {
+        let task = self.tasks.spawn_on(
+            time::scoped(activity.clone(), async move {
+                let outcome = work.await;
+                (handle, outcome, activity.take())
+            }),
+            &self.runtime,
+        );
         self.task_handles.insert(task.id(), handle);
         self.live.insert(handle);
         handle
@@ -375,7 +440,10 @@ impl Invocation {
         let handle = self.admit_new_handle()?;
         let run = self.run.clone();
         let depth = self.depth();
-        Ok(self.spawn(handle, run_agent_task(run, depth, handle, request, specs)))
+        // The agent's place among the slots is taken now, in the order the graph starts agents.
+        let ticket = self.run.agent_slots.reserve(&self.child_path(handle));
+        let agent = run_agent_task(run, depth, handle, ticket, request, specs);
+        Ok(self.spawn(handle, agent))
     }
 
     fn emit_exhausted(&self) {
@@ -422,12 +490,20 @@ impl Invocation {
         }
         let mut chain = self.chain.clone();
         chain.push(slug.to_owned());
-        let child = Invocation::new(self.run.clone(), chain, self.runtime.clone());
+        // The nested graph's code is the operation's activity, and draws on a stream of its own.
+        let activity = Activity::new(&self.run.clock, self.child_path(handle));
+        let child = Invocation::with_activity(
+            self.run.clone(),
+            chain,
+            self.runtime.clone(),
+            activity.clone(),
+            time::derive_key(self.random_key, u64::from(handle)),
+        );
         let run = self.run.clone();
         let depth = self.depth();
         let slug = slug.to_owned();
         let args = args.to_owned();
-        Ok(self.spawn(handle, async move {
+        Ok(self.spawn_as(handle, activity, async move {
             // The catalog may read its folder now, on the run's first nested call.
             let source = run.catalog.lookup(&slug).await?;
             run.events.emit(
@@ -466,7 +542,7 @@ impl Invocation {
         let run = self.run.clone();
         Ok(self.spawn(handle, async move {
             tokio::select! {
-                () = tokio::time::sleep(Duration::from_millis(u64::from(ms))) => Ok("null".to_owned()),
+                () = time::sleep(Duration::from_millis(u64::from(ms))) => Ok("null".to_owned()),
                 () = run.cancel.cancelled() => Err(stopped_failure(&run)),
             }
         }))
@@ -500,17 +576,24 @@ impl Invocation {
             if let Some(stopped) = self.run.stopped() {
                 return (first, Err(stopped));
             }
+            // The graph waits: the clock may move until an outcome hands it a busy token.
+            drop(self.activity.take());
             let joined = tokio::select! {
                 joined = self.tasks.join_next_with_id() => joined,
-                () = self.run.cancel.cancelled() => continue,
+                () = self.run.cancel.cancelled() => {
+                    self.activity.resume_fresh();
+                    continue;
+                }
             };
             match joined {
-                Some(Ok((id, (handle, outcome)))) => {
+                Some(Ok((id, (handle, outcome, busy)))) => {
+                    self.activity.resume(busy);
                     self.task_handles.remove(&id);
                     self.live.remove(&handle);
                     self.finished.insert(handle, outcome);
                 }
                 Some(Err(error)) => {
+                    self.activity.resume_fresh();
                     let Some(handle) = self.task_handles.remove(&error.id()) else {
                         continue;
                     };
@@ -523,6 +606,7 @@ impl Invocation {
                     self.finished.insert(handle, Err(Failure::failed(reason)));
                 }
                 None => {
+                    self.activity.resume_fresh();
                     return (
                         first,
                         Err(Failure::invalid("nothing is running for these handles")),
@@ -542,6 +626,18 @@ impl Invocation {
         self.run.budget.cap()
     }
 
+    /// `clock-now`.
+    pub fn clock_now(&self) -> graph_js::ClockReading {
+        self.run.clock.now()
+    }
+
+    /// `random-bytes`: fills `out` (at most [`MAX_RANDOM_BYTES`] of it) from this graph's
+    /// stream of the run's random source.
+    pub fn random_bytes(&mut self, out: &mut [u8]) {
+        let n = out.len().min(MAX_RANDOM_BYTES);
+        self.random.fill_bytes(&mut out[..n]);
+    }
+
     /// `log`.
     pub fn log(&self, message: &str) {
         let cut: String = message.chars().take(graph_js::MAX_LOG_LINE_CHARS).collect();
@@ -555,15 +651,14 @@ async fn run_agent_task(
     run: Arc<RunShared>,
     depth: usize,
     handle: u32,
+    ticket: SlotTicket,
     request: AgentRequest,
     specs: Vec<agents::ToolSpec>,
 ) -> Result<String, Failure> {
-    let permit = tokio::select! {
-        permit = run.agent_slots.clone().acquire_owned() => permit,
+    let activity = time::current();
+    let _permit = tokio::select! {
+        permit = ticket.wait(&activity) => permit,
         () = run.cancel.cancelled() => return Err(stopped_failure(&run)),
-    };
-    let Ok(_permit) = permit else {
-        return Err(Failure::failed("the agent slots were closed"));
     };
     // Checked again: the cap may have been reached while this agent waited for a slot.
     let max_tokens = match run.budget.admit(request.max_tokens) {

@@ -25,7 +25,9 @@ pub const GUEST_WASM: &[u8] = include_bytes!(env!("GRAPH_GUEST_WASM"));
 pub const GUEST_SHA256: &str = env!("GRAPH_GUEST_SHA256");
 
 /// Adds the WASI interfaces the guest may use: io, clocks, random and cli. Filesystem and
-/// sockets are deliberately absent.
+/// sockets are deliberately absent; the clocks and random interfaces answer from the run clock
+/// and the graph's random stream (`instance.rs` `wasi_ctx`), stdin is closed, stdout and stderr
+/// are captured, and the environment and arguments are empty.
 pub(super) fn link_wasi(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     use wasmtime_wasi::cli::{WasiCli, WasiCliView};
     use wasmtime_wasi::p2::bindings::{cli, random};
@@ -141,5 +143,22 @@ impl wit::Host for HostState {
 
     async fn log(&mut self, message: String) {
         self.invocation.log(&message);
+    }
+
+    async fn clock_now(&mut self) -> wit::ClockReading {
+        let reading = self.invocation.clock_now();
+        wit::ClockReading {
+            wall_ms: reading.wall_ms,
+            monotonic_ms: reading.monotonic_ms,
+        }
+    }
+
+    async fn random_bytes(&mut self, len: u32) -> Vec<u8> {
+        let len = usize::try_from(len).map_or(crate::host::MAX_RANDOM_BYTES, |n| {
+            n.min(crate::host::MAX_RANDOM_BYTES)
+        });
+        let mut bytes = vec![0; len];
+        self.invocation.random_bytes(&mut bytes);
+        bytes
     }
 }

@@ -22,11 +22,7 @@ pub(super) fn new_store(
 ) -> Result<Store<HostState>, EngineError> {
     let stdout = MemoryOutputPipe::new(MAX_CAPTURED_OUTPUT_BYTES);
     let stderr = MemoryOutputPipe::new(MAX_CAPTURED_OUTPUT_BYTES);
-    let wasi = WasiCtx::builder()
-        .stdin(ClosedInputStream)
-        .stdout(stdout.clone())
-        .stderr(stderr.clone())
-        .build();
+    let wasi = wasi_ctx(&invocation, stdout.clone(), stderr.clone());
     let run = invocation.run().clone();
     let state = HostState {
         invocation,
@@ -61,6 +57,59 @@ pub(super) fn new_store(
     });
     store.set_epoch_deadline(1);
     Ok(store)
+}
+
+/// Tags of the WASI random streams derived from a graph's own.
+const WASI_SECURE_RANDOM: u64 = 0x7761_7369_7365_6375;
+const WASI_INSECURE_RANDOM: u64 = 0x7761_7369_696e_7365;
+
+/// The guest's WASI: closed stdin, captured output, and the clocks and random interfaces
+/// answered by the run clock and the graph's random stream, never by the machine.
+fn wasi_ctx(
+    invocation: &Invocation,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+) -> WasiCtx {
+    use rand::Rng as _;
+    let clock = invocation.run().clock.clone();
+    let mut insecure = invocation.wasi_random(WASI_INSECURE_RANDOM);
+    let seed = (u128::from(insecure.next_u64()) << 64) | u128::from(insecure.next_u64());
+    WasiCtx::builder()
+        .stdin(ClosedInputStream)
+        .stdout(stdout)
+        .stderr(stderr)
+        .wall_clock(RunWallClock(clock.clone()))
+        .monotonic_clock(RunMonotonicClock(clock))
+        .secure_random(invocation.wasi_random(WASI_SECURE_RANDOM))
+        .insecure_random(insecure)
+        .insecure_random_seed(seed)
+        .build()
+}
+
+/// `wasi:clocks/wall-clock` on the run clock.
+pub(super) struct RunWallClock(pub(super) Arc<crate::host::time::RunClock>);
+
+impl wasmtime_wasi::HostWallClock for RunWallClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_millis(1)
+    }
+
+    fn now(&self) -> Duration {
+        Duration::from_millis(u64::try_from(self.0.now().wall_ms).unwrap_or(0))
+    }
+}
+
+/// `wasi:clocks/monotonic-clock` on the run clock.
+pub(super) struct RunMonotonicClock(pub(super) Arc<crate::host::time::RunClock>);
+
+impl wasmtime_wasi::HostMonotonicClock for RunMonotonicClock {
+    fn resolution(&self) -> u64 {
+        1_000_000
+    }
+
+    fn now(&self) -> u64 {
+        self.0.now().monotonic_ms.saturating_mul(1_000_000)
+    }
 }
 
 /// Moves the fuel an instance burned since it last counted into its run's count and returns
@@ -177,8 +226,17 @@ fn allocation_refused(stderr: &str) -> bool {
     stderr.contains("capacity overflow") || stderr.contains("memory allocation of")
 }
 
-/// An invocation with nothing behind it: `describe` never starts host work.
+/// An invocation with nothing behind it: `describe` never starts host work, and reads a
+/// virtual clock at the epoch.
 pub(super) fn describe_invocation() -> Invocation {
+    quiet_invocation(
+        crate::host::time::RunClock::new(crate::host::time::ClockSetting::Fixed(0)),
+        0,
+    )
+}
+
+/// An invocation of a run with no budget, tools or provider, on `clock` with `seed`.
+fn quiet_invocation(clock: Arc<crate::host::time::RunClock>, seed: u64) -> Invocation {
     use crate::host::approvals::{ApprovalPolicy, Approvals, NobodyToAsk};
     use crate::host::events::{Events, NullSink};
     use crate::host::{RunParts, RunShared};
@@ -193,15 +251,93 @@ pub(super) fn describe_invocation() -> Invocation {
         provider: Arc::new(crate::host::agents::NoProvider),
         tools: Default::default(),
         catalog: Arc::new(crate::host::graphs::EmptyCatalog),
-        events: Events::new(Arc::new(NullSink)),
+        events: Events::on_clock(Arc::new(NullSink), clock.clone()),
         engine: Arc::new(crate::engine::boa::BoaEngine::default()),
         limits: Default::default(),
         max_concurrency: 1,
         cancel: Default::default(),
+        clock,
+        seed,
     });
     Invocation::new(
         run,
         vec!["describe".into()],
         tokio::runtime::Handle::current(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::time::{ClockSetting, RunClock};
+    use wasmtime_wasi::clocks::WasiClocksCtxView;
+    use wasmtime_wasi::p2::bindings::clocks::{monotonic_clock, wall_clock};
+    use wasmtime_wasi::p2::bindings::random::{insecure, insecure_seed, random};
+
+    /// What the guest's WASI clocks and random interfaces answer in a run on `clock` with
+    /// `seed`: wall seconds, monotonic nanoseconds, secure and insecure bytes, insecure seed.
+    fn wasi_readings(clock: ClockSetting, seed: u64) -> (u64, u64, Vec<u8>, Vec<u8>, (u64, u64)) {
+        let invocation = quiet_invocation(RunClock::new(clock), seed);
+        let mut ctx = wasi_ctx(
+            &invocation,
+            MemoryOutputPipe::new(1),
+            MemoryOutputPipe::new(1),
+        );
+        let mut table = ResourceTable::new();
+        let mut view = WasiClocksCtxView {
+            ctx: ctx.clocks(),
+            table: &mut table,
+        };
+        let wall = wall_clock::Host::now(&mut view).expect("wall clock");
+        assert_eq!(
+            wall_clock::Host::resolution(&mut view)
+                .expect("resolution")
+                .nanoseconds,
+            1_000_000
+        );
+        let mono = monotonic_clock::Host::now(&mut view).expect("monotonic clock");
+        assert_eq!(
+            monotonic_clock::Host::resolution(&mut view).expect("resolution"),
+            1_000_000
+        );
+        let secure = random::Host::get_random_bytes(ctx.random(), 16).expect("random");
+        let weak = insecure::Host::get_insecure_random_bytes(ctx.random(), 16).expect("insecure");
+        let pair = insecure_seed::Host::insecure_seed(ctx.random()).expect("seed");
+        (wall.seconds, mono, secure, weak, pair)
+    }
+
+    #[tokio::test]
+    async fn random_bytes_hands_out_at_most_its_limit_per_call() {
+        use crate::host::MAX_RANDOM_BYTES;
+        let mut invocation = quiet_invocation(RunClock::new(ClockSetting::Real), 3);
+        let mut at_limit = vec![0u8; MAX_RANDOM_BYTES];
+        invocation.random_bytes(&mut at_limit);
+        assert!(at_limit[MAX_RANDOM_BYTES - 8..].iter().any(|&b| b != 0));
+        let mut past = vec![0u8; MAX_RANDOM_BYTES + 8];
+        invocation.random_bytes(&mut past);
+        assert!(past[..MAX_RANDOM_BYTES].iter().any(|&b| b != 0));
+        assert_eq!(
+            past[MAX_RANDOM_BYTES..],
+            [0; 8],
+            "past the limit stays unfilled"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_guests_wasi_clocks_and_random_answer_from_the_run() {
+        let start = ClockSetting::parse("fixed:2026-01-01T00:00:00Z").expect("clock");
+        let a = wasi_readings(start, 5);
+        assert_eq!(
+            (a.0, a.1),
+            (1_767_225_600, 0),
+            "the virtual clock, not the machine's"
+        );
+        assert_eq!(a, wasi_readings(start, 5), "the seed fixes every stream");
+        let b = wasi_readings(start, 6);
+        assert!(
+            a.2 != b.2 && a.3 != b.3 && a.4 != b.4,
+            "another seed, the same bytes"
+        );
+        assert_ne!(a.2, a.3, "secure and insecure streams are distinct");
+    }
 }
