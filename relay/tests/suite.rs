@@ -9,5 +9,6 @@ mod desktop_page;
 mod desktop_providers;
 mod long_poll_load;
 mod oauth_clients;
+mod operations;
 mod owner_cli;
 mod postgres_cli;
