@@ -420,6 +420,31 @@ pub(crate) fn serve(db: &Path, args: &[&str]) -> std::process::Child {
         .expect("start relay serve")
 }
 
+/// The base URL a started `relay serve` logs (its MCP URL without `/mcp`).
+pub(crate) async fn logged_base(child: &mut Child) -> String {
+    let stderr = child.0.stderr.take().expect("stderr");
+    tokio::task::spawn_blocking(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|line| {
+                let start = line.find("http://")?;
+                let end = line[start..].find("/mcp")? + start;
+                Some(line[start..end].to_owned())
+            })
+    })
+    .await
+    .expect("read log")
+    .expect("relay serve logs its MCP URL")
+}
+
+/// `relay serve` on `db` with `args`, and its base URL.
+pub(crate) async fn serve_with_base(db: &Path, args: &[&str]) -> (Child, String) {
+    let mut child = Child(serve(db, args));
+    let base = logged_base(&mut child).await;
+    (child, base)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_refuses_a_bad_allowed_origin_and_serves_its_bound_address_by_default() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -439,20 +464,7 @@ async fn serve_refuses_a_bad_allowed_origin_and_serves_its_bound_address_by_defa
         &db,
         &["--allowed-origin", "https://console.example.com"],
     ));
-    let stderr = child.0.stderr.take().expect("stderr");
-    let base = tokio::task::spawn_blocking(move || {
-        BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|line| {
-                let start = line.find("http://")?;
-                let end = line[start..].find("/mcp")? + start;
-                Some(line[start..end].to_owned())
-            })
-    })
-    .await
-    .expect("read log")
-    .expect("relay serve logs its MCP URL");
+    let base = logged_base(&mut child).await;
     assert!(base.starts_with("http://127.0.0.1:"), "{base}");
     let port = base
         .rsplit_once(':')

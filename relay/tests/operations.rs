@@ -1,35 +1,14 @@
 //! What an operator relies on: `relay serve` stops on SIGTERM, answering its held long polls
 //! before it goes, and its probes answer whatever Host the orchestrator sends.
 
-use std::io::{BufRead, BufReader};
 use std::process::Command;
 use std::time::Duration;
 
 use relay_protocol::clock::Stopwatch;
 use serde_json::json;
 
-use crate::cli::{Child, plain, relay, serve};
+use crate::cli::{plain, relay, serve_with_base};
 use crate::common;
-
-/// `relay serve` on `db`, and its base URL from its log.
-async fn started(db: &std::path::Path) -> (Child, String) {
-    let mut child = Child(serve(db, &[]));
-    let stderr = child.0.stderr.take().expect("stderr");
-    let base = tokio::task::spawn_blocking(move || {
-        BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|line| {
-                let start = line.find("http://")?;
-                let end = line[start..].find("/mcp")? + start;
-                Some(line[start..end].to_owned())
-            })
-    })
-    .await
-    .expect("read log")
-    .expect("relay serve logs its MCP URL");
-    (child, base)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_answers_held_long_polls_and_exits_within_ten_seconds() {
@@ -40,7 +19,7 @@ async fn sigterm_answers_held_long_polls_and_exits_within_ten_seconds() {
         &db,
         &["token", "create", "--desktop", "--project", &project],
     ));
-    let (mut child, base) = started(&db).await;
+    let (mut child, base) = serve_with_base(&db, &[]).await;
     let desktop = common::Desktop {
         http: common::http_client(),
         base,
@@ -97,7 +76,7 @@ async fn probes_answer_whatever_host_the_orchestrator_sends() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("relay.db");
     plain(&relay(&db, &["project", "create", "Demo"]));
-    let (_child, base) = started(&db).await;
+    let (_child, base) = serve_with_base(&db, &[]).await;
     for (path, status) in [("/healthz", "ok"), ("/readyz", "ready")] {
         let response = common::http_client()
             .get(format!("{base}{path}"))

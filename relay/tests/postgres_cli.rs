@@ -3,27 +3,10 @@
 //! tokens. Needs the throwaway server of `scripts/pg.sh` (`GRAPHRELAY_PG_URL`); without it the
 //! tests say so and pass, unless `GRAPHRELAY_REQUIRE_PG=1`.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
-use crate::cli::{Child, plain, relay, serve};
+use crate::cli::{plain, relay, serve_with_base};
 use crate::common;
-
-fn postgres_url() -> Option<String> {
-    let url = std::env::var("GRAPHRELAY_PG_URL")
-        .ok()
-        .filter(|u| !u.is_empty());
-    if url.is_none() {
-        assert!(
-            std::env::var("GRAPHRELAY_REQUIRE_PG").as_deref() != Ok("1"),
-            "GRAPHRELAY_PG_URL is unset and GRAPHRELAY_REQUIRE_PG=1 says PostgreSQL must be there (.ci/run starts it with scripts/pg.sh)"
-        );
-        eprintln!(
-            "skipped: no PostgreSQL (GRAPHRELAY_PG_URL=$(scripts/pg.sh start) runs these tests)"
-        );
-    }
-    url
-}
 
 /// A fresh database on the server at `url`: its URL, and a guard that drops it.
 async fn fresh_database(url: &str) -> (String, Dropper) {
@@ -54,29 +37,9 @@ impl Dropper {
     }
 }
 
-/// Starts `relay serve` on `db` and returns it with its base URL.
-async fn replica(db: &str) -> (Child, String) {
-    let mut child = Child(serve(Path::new(db), &[]));
-    let stderr = child.0.stderr.take().expect("stderr");
-    let base = tokio::task::spawn_blocking(move || {
-        BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .find_map(|line| {
-                let start = line.find("http://")?;
-                let end = line[start..].find("/mcp")? + start;
-                Some(line[start..end].to_owned())
-            })
-    })
-    .await
-    .expect("read log")
-    .expect("relay serve logs its MCP URL");
-    (child, base)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_and_two_replicas_share_one_postgres_database() {
-    let Some(url) = postgres_url() else {
+    let Some(url) = common::postgres_url() else {
         return;
     };
     let (db, dropper) = fresh_database(&url).await;
@@ -103,8 +66,8 @@ async fn admin_and_two_replicas_share_one_postgres_database() {
             "osfoundry:read",
         ],
     ));
-    let (first, a) = replica(&db).await;
-    let (second, b) = replica(&db).await;
+    let (first, a) = serve_with_base(Path::new(&db), &[]).await;
+    let (second, b) = serve_with_base(Path::new(&db), &[]).await;
     assert_ne!(a, b);
     for base in [&a, &b] {
         assert_eq!(

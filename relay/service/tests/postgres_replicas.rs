@@ -12,8 +12,8 @@ use relay_service::store::postgres::notify::PgNotifier;
 use relay_service::{AppState, ServiceConfig};
 use serde_json::json;
 
+use crate::common::postgres_url;
 use crate::common::{self, Desktop, Era, call, ok, try_mcp_client};
-use crate::store_conformance::postgres_url;
 
 /// One replica: a service on its own loopback port over the shared schema.
 struct Replica {

@@ -157,6 +157,25 @@ impl TestService {
     }
 }
 
+/// The throwaway PostgreSQL server's URL (`scripts/pg.sh start`, which `.ci/run` runs), or
+/// `None` after saying why the PostgreSQL tests are skipped; `GRAPHRELAY_REQUIRE_PG=1` makes a
+/// missing server a failure.
+pub fn postgres_url() -> Option<String> {
+    let url = std::env::var("GRAPHRELAY_PG_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    if url.is_none() {
+        assert!(
+            std::env::var("GRAPHRELAY_REQUIRE_PG").as_deref() != Ok("1"),
+            "GRAPHRELAY_PG_URL is unset and GRAPHRELAY_REQUIRE_PG=1 says PostgreSQL must be there (.ci/run starts it with scripts/pg.sh)"
+        );
+        eprintln!(
+            "skipped: no PostgreSQL (GRAPHRELAY_PG_URL=$(scripts/pg.sh start) runs these tests)"
+        );
+    }
+    url
+}
+
 /// A plain HTTP client, as the desktop and owner helpers use.
 pub fn http_client() -> reqwest::Client {
     graphrelay_net::client().expect("HTTP client")

@@ -294,35 +294,13 @@ fn shell(status: StatusCode, title: &str, signed: Option<&Signed>, body: Markup)
             }
         }
     };
-    with_headers((status, markup.into_string()).into_response())
+    crate::oauth::pages::html_response(status, markup, CONSOLE_POLICY)
 }
 
-/// The console's security headers: a CSP that allows only the console's own script.
-pub fn with_headers(mut response: Response) -> Response {
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; script-src 'self'; connect-src 'self'; img-src 'self'; \
-             style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-        ),
-    );
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("same-origin"),
-    );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    response
-}
+/// The console's content security policy: only its own script, only its own origin.
+const CONSOLE_POLICY: &str = "default-src 'none'; script-src 'self'; connect-src 'self'; \
+    img-src 'self'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; \
+    base-uri 'none'";
 
 /// The header that marks a list fragment, so the script never swaps in a whole page (such as
 /// the sign-in page a lapsed session gets).
@@ -330,7 +308,7 @@ pub const FRAGMENT_HEADER: &str = "x-console-fragment";
 
 /// A fragment of a page (a list the script swaps in), with the same headers.
 pub fn fragment(markup: Markup) -> Response {
-    let mut response = with_headers(markup.into_string().into_response());
+    let mut response = crate::oauth::pages::html_response(StatusCode::OK, markup, CONSOLE_POLICY);
     response
         .headers_mut()
         .insert(FRAGMENT_HEADER, HeaderValue::from_static("1"));

@@ -12,9 +12,7 @@ use relay_protocol::clock::Timestamp;
 use serde_json::Value;
 use url::Url;
 
-use super::clients::{
-    Client, ClientError, MAX_CLIENT_NAME_CHARS, UNNAMED_CLIENT, check_redirect_uri,
-};
+use super::clients::{Client, ClientError, check_redirect_uri, client_name};
 use crate::AppState;
 
 /// How long a fetch may take, connection included.
@@ -219,17 +217,7 @@ fn document_client(url: &str, body: &[u8]) -> Result<Client, String> {
             ));
         }
     }
-    let name = document
-        .get("client_name")
-        .and_then(Value::as_str)
-        .map(|n| {
-            n.trim()
-                .chars()
-                .take(MAX_CLIENT_NAME_CHARS)
-                .collect::<String>()
-        })
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| UNNAMED_CLIENT.to_owned());
+    let name = client_name(document.get("client_name"));
     Ok(Client {
         id: url.to_owned(),
         name,

@@ -37,6 +37,20 @@ pub const MAX_CLIENT_NAME_CHARS: usize = 200;
 /// The name of a client that gave none.
 pub const UNNAMED_CLIENT: &str = "MCP client";
 
+/// The name a client gave (trimmed, at most [`MAX_CLIENT_NAME_CHARS`]), or [`UNNAMED_CLIENT`].
+pub fn client_name(value: Option<&Value>) -> String {
+    value
+        .and_then(Value::as_str)
+        .map(|name| {
+            name.trim()
+                .chars()
+                .take(MAX_CLIENT_NAME_CHARS)
+                .collect::<String>()
+        })
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| UNNAMED_CLIENT.to_owned())
+}
+
 /// How a client proves who it is at the token endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthMethod {
@@ -339,17 +353,7 @@ fn parse_registration(body: &[u8]) -> Result<Registration, Invalid> {
             "scope `{bad}` is not offered: osfoundry:read and osfoundry:run are"
         )));
     }
-    let name = metadata
-        .get("client_name")
-        .and_then(Value::as_str)
-        .map(|name| {
-            name.trim()
-                .chars()
-                .take(MAX_CLIENT_NAME_CHARS)
-                .collect::<String>()
-        })
-        .filter(|name| !name.is_empty())
-        .unwrap_or_else(|| UNNAMED_CLIENT.to_owned());
+    let name = client_name(metadata.get("client_name"));
     let extra = ["client_uri", "logo_uri", "software_id", "software_version"]
         .into_iter()
         .filter_map(|key| {

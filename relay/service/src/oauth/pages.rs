@@ -34,6 +34,16 @@ pub fn page(status: StatusCode, title: &str, body: Markup) -> Response {
             }
         }
     };
+    html_response(status, markup, PAGE_POLICY)
+}
+
+/// The content security policy of the sign-in and consent pages: no script at all.
+const PAGE_POLICY: &str =
+    "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'";
+
+/// `markup` as an HTML answer with the headers every page of the service carries: `policy` as
+/// its content security policy, no framing, no caching, no cross-origin referrer, no sniffing.
+pub fn html_response(status: StatusCode, markup: Markup, policy: &'static str) -> Response {
     let mut response = (status, markup.into_string()).into_response();
     let headers = response.headers_mut();
     headers.insert(
@@ -42,9 +52,7 @@ pub fn page(status: StatusCode, title: &str, body: Markup) -> Response {
     );
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'",
-        ),
+        HeaderValue::from_static(policy),
     );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
