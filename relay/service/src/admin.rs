@@ -278,12 +278,7 @@ pub async fn create_owner_desktop_token(
     app: &AppState,
     owner: &str,
 ) -> Result<CreatedToken, AdminError> {
-    let owners = app.store.owners().await?;
-    let owner = owners.into_iter().find(|o| o.name == owner).ok_or_else(|| {
-        AdminError::Invalid(format!(
-            "no owner named `{owner}`: `relay admin project list` shows each project's owner, `relay admin project create NAME --owner OWNER` makes one"
-        ))
-    })?;
+    let owner = owner_named(app, owner).await?;
     let minted = mint_token(TokenKind::Desktop)
         .map_err(|e| AdminError::Invalid(format!("the system has no randomness: {e}")))?;
     let record = TokenRecord {

@@ -107,11 +107,8 @@ pub async fn signed_in(
     else {
         return Ok(None);
     };
-    let owners = app.store.owners().await?;
-    Ok(owners
-        .into_iter()
-        .find(|owner| owner.id == session.owner_id)
-        .map(|owner| (session, owner)))
+    let owner = app.store.owner(&session.owner_id).await?;
+    Ok(owner.map(|owner| (session, owner)))
 }
 
 /// Starts a browser session for `owner_id`: the `Set-Cookie` that carries it.
@@ -432,8 +429,8 @@ pub async fn use_link(
             "This link was used already or has expired. Ask the operator for a new one: relay admin owner sign-in-link NAME.",
         );
     };
-    let owner = match app.store.owners().await {
-        Ok(owners) => owners.into_iter().find(|owner| owner.id == used.owner_id),
+    let owner = match app.store.owner(&used.owner_id).await {
+        Ok(owner) => owner,
         Err(error) => return unavailable(&error),
     };
     let Some(owner) = owner else {

@@ -449,6 +449,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// The owner named `name`.
     fn owner_by_name<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<OwnerRecord>>;
+    /// The owner with this id.
+    fn owner<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OwnerRecord>>;
     /// Sets (or with `None` clears) the owner's password hash; true if the owner exists.
     fn set_owner_password<'a>(
         &'a self,

@@ -582,7 +582,11 @@ impl Store for SqliteStore {
     }
 
     fn owner_by_name<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<OwnerRecord>> {
-        self.owner_by_name_impl(name.to_owned())
+        self.owner_by_impl("name", name.to_owned())
+    }
+
+    fn owner<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OwnerRecord>> {
+        self.owner_by_impl("id", id.to_owned())
     }
 
     fn set_owner_password<'a>(

@@ -61,6 +61,9 @@ pub async fn owner_passwords_are_set_replaced_and_cleared(store: &dyn Store) {
     let found = store.owner_by_name("ann").await.expect("owner by name");
     assert_eq!(found.map(|o| o.id), Some(ann.id.clone()));
     assert!(store.owner_by_name("nobody").await.expect("read").is_none());
+    let by_id = store.owner(&ann.id).await.expect("owner by id");
+    assert_eq!(by_id.map(|o| o.name), Some("ann".to_owned()));
+    assert!(store.owner("no-such-owner").await.expect("read").is_none());
     assert!(
         !store
             .set_owner_password("no-such-owner", Some("h".into()))

@@ -673,6 +673,17 @@ impl Store for PostgresStore {
         })
     }
 
+    fn owner<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<OwnerRecord>> {
+        Box::pin(async move {
+            self.query_row(
+                "SELECT id, name, created_at FROM owners WHERE id = $1",
+                &[&id],
+                owner_from_row,
+            )
+            .await
+        })
+    }
+
     fn set_owner_password<'a>(
         &'a self,
         owner_id: &'a str,

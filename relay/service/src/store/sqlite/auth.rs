@@ -312,15 +312,17 @@ fn sweep(connection: &mut Connection, sweep: AuthSweep) -> rusqlite::Result<Auth
 }
 
 impl SqliteStore {
-    pub(super) fn owner_by_name_impl(
+    /// The owner whose `column` (`id` or `name`, both unique) is `value`.
+    pub(super) fn owner_by_impl(
         &self,
-        name: String,
+        column: &'static str,
+        value: String,
     ) -> StoreFuture<'static, Option<OwnerRecord>> {
         self.call(move |connection| {
             connection
                 .query_row(
-                    "SELECT id, name, created_at FROM owners WHERE name = ?1",
-                    [name],
+                    &format!("SELECT id, name, created_at FROM owners WHERE {column} = ?1"),
+                    [value],
                     super::owner_from_row,
                 )
                 .optional()
