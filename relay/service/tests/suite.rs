@@ -23,6 +23,7 @@ mod link_isolation;
 mod long_poll;
 mod mcp_errors;
 mod mcp_sessions;
+mod mcp_tasks;
 mod mcp_tools;
 mod oauth_attacks;
 mod oauth_flow;

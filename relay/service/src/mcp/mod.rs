@@ -4,14 +4,16 @@
 mod chat;
 mod http;
 pub mod legacy_sessions;
+mod tasks;
 pub mod tools;
 
 use std::sync::Arc;
 
 use axum::Router;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, ListToolsResult, MetaObject,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -25,7 +27,7 @@ use self::tools::{
     RUN_GRAPH_SESSION, ToolSpec,
 };
 use super::AppState;
-use super::auth::AgentIdentity;
+use super::auth::{self, AgentIdentity};
 use super::oauth;
 use super::runs::{self, RunError, RunRequest};
 use super::sessions;
@@ -92,9 +94,14 @@ pub struct GraphTools {
 
 impl ServerHandler for GraphTools {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("graphrelay", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(Implementation::new("graphrelay", env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS)
     }
 
     async fn list_tools(
@@ -125,13 +132,7 @@ impl ServerHandler for GraphTools {
             ));
         };
         let parts = context.extensions.get::<axum::http::request::Parts>();
-        let Some(agent) = parts.and_then(|p| p.extensions.get::<AgentIdentity>()) else {
-            // The gate puts an identity on every request; without one nothing may run.
-            return Err(ErrorData::internal_error(
-                "request reached the tools without an authenticated agent",
-                None,
-            ));
-        };
+        let agent = agent_of(&context)?;
         if !agent.has_scope(spec.scope) {
             let base = parts
                 .map(|p| oauth::base_url(&self.app, &p.headers))
@@ -140,11 +141,127 @@ impl ServerHandler for GraphTools {
         }
         let empty = Map::new();
         let arguments = request.arguments.as_ref().unwrap_or(&empty);
+        let declared_tasks = context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
+        if spec.name == RUN_GRAPH_SESSION && declared_tasks {
+            return Ok(self.run_as_task(spec, agent, arguments).await);
+        }
         Ok(self.dispatch(spec, agent, arguments).await.into())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let agent = agent_of(&context)?;
+        if let Some(refusal) = tasks::missing_scope(agent, auth::Scope::Read, "tasks/get") {
+            return Err(refusal);
+        }
+        let view = runs::get_run(&self.app, agent, &request.task_id)
+            .await
+            .map_err(tasks::run_error)?;
+        let result = run_result(&view);
+        Ok(GetTaskResult::new(tasks::detailed(
+            &self.app, &view, result,
+        )))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let agent = agent_of(&context)?;
+        if let Some(refusal) = tasks::missing_scope(agent, auth::Scope::Run, "tasks/cancel") {
+            return Err(refusal);
+        }
+        // A finished run is left as it is and the answer is the same ack.
+        runs::cancel_run(&self.app, agent, &request.task_id)
+            .await
+            .map(|_| ())
+            .map_err(tasks::run_error)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let agent = agent_of(&context)?;
+        // An unknown or foreign id is -32602 like for the other methods; a run never asks
+        // for input, so there is nothing to update on a known one either.
+        runs::get_run(&self.app, agent, &request.task_id)
+            .await
+            .map_err(tasks::run_error)?;
+        Err(ErrorData::invalid_params(
+            "this task never asks for input (a graph run takes its arguments when it is queued): there is nothing to update",
+            None,
+        ))
+    }
+}
+
+/// The authenticated agent the gate put on the request.
+fn agent_of(context: &RequestContext<RoleServer>) -> Result<&AgentIdentity, ErrorData> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.extensions.get::<AgentIdentity>())
+        // The gate puts an identity on every request; without one nothing may run.
+        .ok_or_else(|| {
+            ErrorData::internal_error(
+                "request reached the tools without an authenticated agent",
+                None,
+            )
+        })
+}
+
+/// `get_graph_run`'s answer for `view`: a failed run is an error result (the tool ran and
+/// reported an error), anything else a success.
+fn run_result(view: &runs::RunView) -> CallToolResult {
+    let text = run_text(view);
+    if view.status == relay_protocol::RunStatus::Failed {
+        let mut result = CallToolResult::structured_error(to_value(view));
+        result.content = vec![ContentBlock::text(text)];
+        result
+    } else {
+        success_result(to_value(view), text)
     }
 }
 
 impl GraphTools {
+    /// `run_graph_session` for a client that declared the tasks extension: the run as a task
+    /// (a flat `CreateTaskResult`), or the same tool error as without tasks when nothing was
+    /// queued.
+    async fn run_as_task(
+        &self,
+        spec: &'static ToolSpec,
+        agent: &AgentIdentity,
+        arguments: &Map<String, Value>,
+    ) -> CallToolResponse {
+        let request = Arguments::new(spec, arguments).and_then(|arguments| {
+            Ok(RunRequest {
+                graph_session_id: arguments.string("graph_session_id")?.to_owned(),
+                idempotency_key: arguments.string("idempotency_key")?.to_owned(),
+                arguments: arguments.object("arguments")?,
+            })
+        });
+        let request = match request {
+            Ok(request) => request,
+            Err(message) => return error_result(&message.0).into(),
+        };
+        match tasks::create(&self.app, agent, request).await {
+            Ok(task) => CallToolResponse::Task(CreateTaskResult::new(task)),
+            Err(RunError::Store(error)) => {
+                tracing::error!(%error, tool = spec.name, "store failed");
+                error_result("The relay service could not reach its database; try again shortly.")
+                    .into()
+            }
+            Err(error) => error_result(&error.to_string()).into(),
+        }
+    }
+
     async fn dispatch(
         &self,
         spec: &'static ToolSpec,
