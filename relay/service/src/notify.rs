@@ -21,6 +21,8 @@ pub enum Topic {
     Project(String),
     /// The run changed.
     Run(CommandId),
+    /// The chat link's inbox changed: a task was assigned, claimed, submitted or cancelled.
+    ChatLink(String),
 }
 
 impl Topic {
@@ -29,6 +31,7 @@ impl Topic {
         match self {
             Topic::Project(id) => format!("project:{id}"),
             Topic::Run(id) => format!("run:{id}"),
+            Topic::ChatLink(id) => format!("chat-link:{id}"),
         }
     }
 }

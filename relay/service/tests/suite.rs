@@ -22,6 +22,7 @@ mod lease_fencing;
 mod link_isolation;
 mod long_poll;
 mod mcp_errors;
+mod mcp_resources;
 mod mcp_sessions;
 mod mcp_tasks;
 mod mcp_tools;

@@ -109,3 +109,57 @@ pub fn sse_messages(text: &str) -> Vec<Value> {
         .filter_map(|data| serde_json::from_str(data.trim()).ok())
         .collect()
 }
+
+/// An open `subscriptions/listen` stream: its SSE messages, one at a time.
+pub struct Listen {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl RawClient {
+    /// Opens a `subscriptions/listen` stream for `uris` and waits for its acknowledgment.
+    pub async fn listen(&self, uris: &[&str]) -> Listen {
+        let params = json!({"notifications": {"resourceSubscriptions": uris}});
+        let response = self
+            .post("subscriptions/listen", params)
+            .send()
+            .await
+            .expect("listen answer");
+        assert_eq!(response.status().as_u16(), 200, "listen refused");
+        let mut listen = Listen {
+            response,
+            buffer: String::new(),
+        };
+        let ack = listen
+            .next(std::time::Duration::from_secs(10))
+            .await
+            .expect("listen acknowledged");
+        assert_eq!(
+            ack["method"], "notifications/subscriptions/acknowledged",
+            "{ack}"
+        );
+        listen
+    }
+}
+
+impl Listen {
+    /// The next message on the stream, or `None` when `within` passes first or it ends.
+    pub async fn next(&mut self, within: std::time::Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let event: String = self.buffer.drain(..end + 2).collect();
+                if let Some(message) = sse_messages(&event).into_iter().next() {
+                    return Some(message);
+                }
+                continue;
+            }
+            match tokio::time::timeout_at(deadline, self.response.chunk()).await {
+                Ok(Ok(Some(chunk))) => self
+                    .buffer
+                    .push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n")),
+                _ => return None,
+            }
+        }
+    }
+}

@@ -160,6 +160,7 @@ pub async fn claim_task(
     }
     if let Some(claimed) = app.store.claim_task(attempt.clone()).await? {
         tracing::info!(task_id = %task_id, chat_link_id = %link.id, "task claimed");
+        super::inbox_changed(app, &link.id);
         return claim_view(&claimed, false);
     }
     // The one conditional write did not match: decide on what is stored. Usually a replay to
@@ -254,6 +255,7 @@ pub async fn submit_result(
             TaskDecision::Write(next) => {
                 if app.store.update_task(&current, &next).await? {
                     tracing::info!(task_id = %task_id, status = %next.status, "task finished");
+                    super::inbox_changed(app, &link.id);
                     return Ok(SubmitAck {
                         ok: true,
                         replayed: false,

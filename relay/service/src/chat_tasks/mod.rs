@@ -142,6 +142,12 @@ impl From<Refusal> for TaskError {
     }
 }
 
+/// Wakes whoever watches the link's inbox (`relay://chat-links/{id}/tasks` subscribers).
+pub(crate) fn inbox_changed(app: &crate::AppState, chat_link_id: &str) {
+    app.notifier
+        .notify(&crate::notify::Topic::ChatLink(chat_link_id.to_owned()));
+}
+
 /// `sha256(status + result)`: what makes a repeated submit recognisable. Plain concatenation
 /// is unambiguous because neither status word is a prefix of the other.
 pub fn result_hash(status: TaskStatus, result: &str) -> String {

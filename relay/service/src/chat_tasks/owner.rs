@@ -160,6 +160,7 @@ pub async fn assign_task(
     let (task, replayed) = match app.store.insert_task(task).await? {
         TaskInsertOutcome::Created(task) => {
             tracing::info!(task_id = %task.id, chat_link_id = %link.id, "task assigned");
+            super::inbox_changed(app, &link.id);
             (task, false)
         }
         // The same key must mean the same goal, or one key could stand for two tasks.
@@ -243,6 +244,7 @@ pub async fn cancel_task(
                         continue;
                     }
                     tracing::info!(task_id = %next.id, "task cancelled");
+                    super::inbox_changed(app, &link.id);
                     (*next, false)
                 }
                 TaskDecision::Replay | TaskDecision::Unchanged | TaskDecision::Refuse(_) => {

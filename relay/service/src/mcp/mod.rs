@@ -4,6 +4,7 @@
 mod chat;
 mod http;
 pub mod legacy_sessions;
+mod resources;
 mod tasks;
 pub mod tools;
 
@@ -12,10 +13,13 @@ use std::sync::Arc;
 use axum::Router;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
-    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, ListToolsResult, MetaObject,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
+    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, MetaObject, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
+use rmcp::service::SubscriptionContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -97,6 +101,8 @@ impl ServerHandler for GraphTools {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
+                .enable_resources()
+                .enable_resources_subscribe()
                 .enable_tasks()
                 .build(),
         )
@@ -148,6 +154,78 @@ impl ServerHandler for GraphTools {
             return Ok(self.run_as_task(spec, agent, arguments).await);
         }
         Ok(self.dispatch(spec, agent, arguments).await.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        resources::list(&self.app, agent_of(&context)?).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        agent_of(&context)?;
+        Ok(resources::templates())
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let agent = agent_of(&context)?;
+        if let Some(refusal) = tasks::missing_scope(agent, auth::Scope::Read, "resources/read") {
+            return Err(refusal);
+        }
+        resources::read(&self.app, agent, &request.uri)
+            .await
+            .map(ReadResourceResponse::Complete)
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        resources::accepted(requested)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let request = context.request_context();
+        let agent = agent_of(request)?;
+        if let Some(refusal) =
+            tasks::missing_scope(agent, auth::Scope::Read, "subscriptions/listen")
+        {
+            return Err(refusal);
+        }
+        let tasks = request
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
+        resources::listen(&self.app, agent, &context, tasks).await
+    }
+
+    /// 2025-era `resources/subscribe`: acknowledged with `{}`. This service keeps no 2025
+    /// session stream, so updates reach `subscriptions/listen` streams only.
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        _request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        agent_of(&context).map(|_| ())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        _request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        agent_of(&context).map(|_| ())
     }
 
     async fn get_task(
