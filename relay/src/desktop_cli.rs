@@ -194,9 +194,10 @@ struct RunArgs {
     /// Seconds a remote run may take.
     #[arg(long = "graph-timeout", default_value_t = 1800.0)]
     graph_timeout: f64,
-    /// Token cap for each remote run.
-    #[arg(long = "max-tokens")]
-    max_tokens: Option<u64>,
+    /// Token cap for each remote run (every agent call of the run counts against it); a run
+    /// that reaches it stops with `budget_exhausted`.
+    #[arg(long = "default-max-tokens", alias = "max-tokens", default_value_t = relay_desktop::DEFAULT_REMOTE_TOKEN_CAP, value_parser = clap::value_parser!(u64).range(1..))]
+    default_max_tokens: u64,
 }
 
 fn seconds(name: &str, value: f64) -> Result<Duration> {
@@ -513,7 +514,7 @@ async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
         control_interval: seconds("--control-interval", args.control_interval)?,
         approval_timeout: seconds("--approval-timeout", args.approval_timeout)?,
         graph_timeout: seconds("--graph-timeout", args.graph_timeout)?,
-        token_cap: args.max_tokens,
+        token_cap: Some(args.default_max_tokens),
         folder: args.folder,
         ..DesktopConfig::default()
     };

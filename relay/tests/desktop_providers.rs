@@ -79,6 +79,11 @@ type Received = Arc<Mutex<Vec<(Value, String)>>>;
 /// A stand-in for an OpenAI-compatible server: every chat completion streams "hi from the
 /// provider" with 11 prompt and 4 completion tokens.
 async fn scripted_provider() -> (String, Received) {
+    scripted_provider_using(11, 4).await
+}
+
+/// [`scripted_provider`] reporting `prompt` and `completion` tokens for every completion.
+async fn scripted_provider_using(prompt: u64, completion: u64) -> (String, Received) {
     let received: Received = Arc::default();
     let app = axum::Router::new().route(
         "/v1/chat/completions",
@@ -94,7 +99,7 @@ async fn scripted_provider() -> (String, Received) {
                 let chunks = [
                     json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi from the provider"}, "finish_reason": null}]}),
                     json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
-                    json!({"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15}}),
+                    json!({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}}),
                 ];
                 let mut body: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
                 body.push_str("data: [DONE]\n\n");
@@ -202,16 +207,25 @@ fn share_a_graph_that_asks_a_model(
     project: &str,
     provider_url: &str,
 ) -> String {
-    let graph = dir.join("ask.js");
-    std::fs::write(
-        &graph,
-        r#"export const meta = {name: "Ask", slug: "ask", version: "1.0.0", description: "asks a model"};
+    const ASK: &str = r#"export const meta = {name: "Ask", slug: "ask", version: "1.0.0", description: "asks a model"};
 export default async function (args, g) {
   const r = await g.agent({prompt: args.question, model: "local:m"});
   return {text: r.text, tokens: r.tokens, model: r.model};
-}"#,
-    )
-    .expect("graph");
+}"#;
+    share_graph(dir, state, providers, project, provider_url, ASK)
+}
+
+/// [`share_a_graph_that_asks_a_model`] with the graph `script`.
+fn share_graph(
+    dir: &Path,
+    state: &Path,
+    providers: &Path,
+    project: &str,
+    provider_url: &str,
+    script: &str,
+) -> String {
+    let graph = dir.join("ask.js");
+    std::fs::write(&graph, script).expect("graph");
     std::fs::write(
         providers,
         format!(
@@ -292,4 +306,61 @@ async fn wait_until_finished(agent: &common::McpClient, command: &str) -> Value 
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_run_that_loops_on_agents_stops_at_the_default_token_cap() {
+    const LOOP: &str = r#"export const meta = {name: "Loop", slug: "loop", version: "1.0.0", description: "asks forever"};
+export default async function (args, g) {
+  for (;;) { await g.agent({prompt: "once more", model: "local:m"}); }
+}"#;
+    let service = common::TestService::start().await;
+    let project = service.project("Acme", "alice").await;
+    let desktop_token = service.desktop(&project).await.token;
+    let agent = common::mcp_client(
+        &service.mcp_url(),
+        &service.full_agent(&project).await,
+        common::Era::Current,
+    )
+    .await;
+    // 60,000 tokens an answer: the default cap of 200,000 is reached on the fourth.
+    let (provider_url, received) = scripted_provider_using(50_000, 10_000).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("desktop.db");
+    let providers = dir.path().join("providers.toml");
+    let session = share_graph(
+        dir.path(),
+        &state,
+        &providers,
+        &project,
+        &provider_url,
+        LOOP,
+    );
+    // No --default-max-tokens: the default applies.
+    let log_path = dir.path().join("relay.log");
+    let relay = start_desktop_relay(&state, &providers, &service.base, &desktop_token, &log_path);
+    wait_until_synced(&agent, &project, &session).await;
+    let queued = common::call(
+        &agent,
+        "run_graph_session",
+        json!({"graph_session_id": session, "idempotency_key": "loop-until-cap"}),
+    )
+    .await;
+    let command = common::ok(&queued)["command_id"]
+        .as_str()
+        .expect("command id")
+        .to_owned();
+    let run = wait_until_finished(&agent, &command).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    let error = run["error"].as_str().unwrap_or_default();
+    assert!(error.contains("budget_exhausted"), "{run}");
+    let calls = received.lock().expect("lock").len();
+    assert_eq!(
+        calls, 4,
+        "the loop stopped once 200,000 tokens were used: {run}"
+    );
+    assert_eq!(run["total_tokens"], 240_000, "{run}");
+    drop(relay);
+    agent.cancel().await.expect("close");
+    service.stop().await;
 }

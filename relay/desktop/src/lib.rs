@@ -61,6 +61,11 @@ pub const LONG_POLL_RETRY_CAP: Duration = DEFAULT_POLL_INTERVAL;
 /// many times, so work queued meanwhile starts at once.
 pub const MAX_SYNCS_PER_PROJECT_PASS: usize = 100;
 
+/// The token cap of a run arriving through the relay unless `relay desktop run
+/// --default-max-tokens` sets another: a graph that loops on agents stops there with
+/// `budget_exhausted` instead of spending without end.
+pub const DEFAULT_REMOTE_TOKEN_CAP: u64 = 200_000;
+
 /// Tunables of the relay loop.
 #[derive(Debug, Clone)]
 pub struct DesktopConfig {
@@ -74,7 +79,7 @@ pub struct DesktopConfig {
     pub approval_timeout: Duration,
     /// A run's deadline.
     pub graph_timeout: Duration,
-    /// Token cap for each remote run.
+    /// Token cap for each remote run ([`DEFAULT_REMOTE_TOKEN_CAP`] unless set).
     pub token_cap: Option<u64>,
     /// Agents of one run at once.
     pub max_concurrency: usize,
@@ -100,7 +105,7 @@ impl Default for DesktopConfig {
             sharing_watch_interval: SHARING_WATCH_INTERVAL,
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             graph_timeout: DEFAULT_GRAPH_TIMEOUT,
-            token_cap: None,
+            token_cap: Some(DEFAULT_REMOTE_TOKEN_CAP),
             max_concurrency: runner::run::DEFAULT_MAX_CONCURRENCY,
             folder: None,
             outbox: true,
