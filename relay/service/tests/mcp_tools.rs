@@ -208,6 +208,10 @@ async fn check_listing(era: Era) {
         .zip(expected.as_array().unwrap())
     {
         assert_eq!(tool["name"], want["name"]);
+        let name = want["name"].as_str().unwrap();
+        let title = tool["title"].as_str().unwrap_or_default();
+        assert_eq!(title, relay_service::mcp::tools::title(name));
+        assert!(title.len() > 10, "{name} has a title");
         assert_eq!(tool["inputSchema"], want["inputSchema"], "{}", want["name"]);
         assert_eq!(tool["annotations"], want["annotations"], "{}", want["name"]);
         // rmcp's client keeps `_meta`; the top-level copy is checked on the raw wire below.

@@ -140,6 +140,22 @@ pub fn spec(name: &str) -> Option<&'static ToolSpec> {
     TOOLS.iter().find(|tool| tool.name == name)
 }
 
+/// The tool's human-readable name, for hosts that label tool calls.
+pub fn title(name: &str) -> &'static str {
+    match name {
+        LIST_GRAPH_SESSIONS => "List shared graph sessions",
+        RUN_GRAPH_SESSION => "Run a graph session on the owner's desktop",
+        GET_GRAPH_RUN => "Get a graph run's status and result",
+        CANCEL_GRAPH_RUN => "Cancel a graph run",
+        LIST_LINKED_CHAT_TASKS => "List this chat's assigned tasks",
+        GET_LINKED_CHAT_TASK => "Get an assigned task",
+        CLAIM_LINKED_CHAT_TASK => "Claim an assigned task",
+        SUBMIT_LINKED_CHAT_RESULT => "Submit an assigned task's result",
+        UPLOAD_LINKED_CHAT_ARTIFACT => "Attach a file to an assigned task",
+        _ => "",
+    }
+}
+
 fn description(name: &str) -> String {
     match name {
         LIST_GRAPH_SESSIONS => format!(
@@ -333,6 +349,7 @@ pub fn definition(spec: &ToolSpec) -> Tool {
     let mut meta = Map::new();
     meta.insert("securitySchemes".into(), security_schemes(spec.scope));
     Tool::new(spec.name, description(spec.name), Arc::new(schema))
+        .with_title(title(spec.name))
         .with_annotations(annotations)
         .with_meta(MetaObject(meta))
 }
