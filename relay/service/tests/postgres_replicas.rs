@@ -164,3 +164,45 @@ async fn tokens(a: &AppState, b: &AppState) -> (String, String, String) {
         .token;
     (project, desktop_token, agent_token)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_inbox_watched_on_one_replica_hears_a_task_assigned_through_another() {
+    use relay_service::chat_tasks::owner::{self, Acting, AssignRequest};
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let (schema, channel) = (format!("replicas_{tag}"), format!("wake_{tag}"));
+    let a = replica(&url, &schema, &channel).await;
+    let b = replica(&url, &schema, &channel).await;
+    let (project, _, agent_token) = tokens(&a.app, &b.app).await;
+    let link = owner::create_link(&a.app, Acting::Operator, &project, "claude", false)
+        .await
+        .expect("link")
+        .chat_link_id;
+    let uri = format!("relay://chat-links/{link}/tasks");
+    let client = common::raw::RawClient::new(&format!("{}/mcp", a.base), &agent_token, false);
+    let mut stream = client.listen(&[&uri]).await;
+
+    let request = AssignRequest {
+        chat_link_id: &link,
+        goal: "Reply to the landlord",
+        idempotency_key: "assign-across-replicas",
+    };
+    let assigned = Stopwatch::start();
+    owner::assign_task(&b.app, Acting::Operator, request)
+        .await
+        .expect("assign");
+    let update = stream
+        .next(Duration::from_secs(1))
+        .await
+        .expect("an update within 1 s, through PostgreSQL's NOTIFY");
+    assert!(assigned.elapsed() < Duration::from_secs(1));
+    assert_eq!(
+        update["method"], "notifications/resources/updated",
+        "{update}"
+    );
+    assert_eq!(update["params"]["uri"], json!(uri));
+    drop(stream);
+    drop_schema(&url, &schema).await;
+}
