@@ -20,11 +20,12 @@ pub const LIST_LIMIT: RangeInclusive<i64> = 1..=50;
 pub const DEFAULT_LIST_LIMIT: i64 = 20;
 
 /// What an agent sees of its project's shared sessions.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct SessionList {
     /// The project.
     pub project_id: String,
     /// Sessions the desktop's last sync uploaded.
+    #[schemars(with = "Vec<serde_json::Map<String, serde_json::Value>>")]
     pub sessions: Vec<SessionMeta>,
     /// When the desktop last synced this project; `None` if it never did. Kept out of the
     /// tool's structured answer, whose shape is the seed's `{project_id, sessions}`.

@@ -192,6 +192,28 @@ const REJECTIONS: [(&str, &[&str]); 5] = [
     ),
 ];
 
+/// The tool's title, and for the graph tools the `outputSchema` derived from the answer types
+/// (`common::call` checks every answer against it).
+fn check_title_and_output_schema(tool: &Value) {
+    let name = tool["name"].as_str().unwrap();
+    let title = tool["title"].as_str().unwrap_or_default();
+    assert_eq!(title, relay_service::mcp::tools::title(name));
+    assert!(title.len() > 10, "{name} has a title");
+    if name.ends_with("graph_sessions")
+        || name.ends_with("graph_session")
+        || name.ends_with("graph_run")
+    {
+        // Derived from the answer types; `common::call` checks every answer against it.
+        assert_eq!(tool["outputSchema"]["type"], "object", "{name}");
+        let schema = &tool["outputSchema"];
+        let wrong = json!({"command_id": 7});
+        assert!(
+            common::schema::check(schema, &wrong).is_err(),
+            "{name}: {schema}"
+        );
+    }
+}
+
 async fn check_listing(era: Era) {
     let service = TestService::start().await;
     let project = service.project("p", "alice").await;
@@ -208,10 +230,7 @@ async fn check_listing(era: Era) {
         .zip(expected.as_array().unwrap())
     {
         assert_eq!(tool["name"], want["name"]);
-        let name = want["name"].as_str().unwrap();
-        let title = tool["title"].as_str().unwrap_or_default();
-        assert_eq!(title, relay_service::mcp::tools::title(name));
-        assert!(title.len() > 10, "{name} has a title");
+        check_title_and_output_schema(tool);
         assert_eq!(tool["inputSchema"], want["inputSchema"], "{}", want["name"]);
         assert_eq!(tool["annotations"], want["annotations"], "{}", want["name"]);
         // rmcp's client keeps `_meta`; the top-level copy is checked on the raw wire below.

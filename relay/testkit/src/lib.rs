@@ -5,6 +5,7 @@ pub mod chat;
 pub mod desktop_page;
 pub mod oauth;
 pub mod raw;
+pub mod schema;
 pub mod webdriver;
 
 use std::path::{Path, PathBuf};
@@ -312,10 +313,31 @@ pub async fn call(client: &McpClient, tool: &str, arguments: Value) -> CallToolR
     let Value::Object(arguments) = arguments else {
         panic!("tool arguments must be an object");
     };
-    client
+    let result = client
         .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments))
         .await
-        .expect("tool call answered")
+        .expect("tool call answered");
+    check_output(tool, &result);
+    result
+}
+
+/// A successful answer's `structuredContent` fits the tool's `outputSchema`.
+pub fn check_output(tool: &str, result: &CallToolResult) {
+    let schema = relay_service::mcp::tools::spec(tool)
+        .map(relay_service::mcp::tools::definition)
+        .and_then(|definition| definition.output_schema);
+    let (Some(schema), Some(structured)) = (schema, &result.structured_content) else {
+        return;
+    };
+    if result.is_error == Some(true) {
+        return;
+    }
+    let schema = Value::Object(schema.as_ref().clone());
+    if let Err(why) = schema::check(&schema, structured) {
+        panic!(
+            "{tool}'s answer does not fit its outputSchema: {why}\nanswer: {structured}\nschema: {schema}"
+        );
+    }
 }
 
 /// The structured content of a successful result.

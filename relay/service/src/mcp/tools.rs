@@ -348,10 +348,22 @@ pub fn definition(spec: &ToolSpec) -> Tool {
     };
     let mut meta = Map::new();
     meta.insert("securitySchemes".into(), security_schemes(spec.scope));
-    Tool::new(spec.name, description(spec.name), Arc::new(schema))
+    let tool = Tool::new(spec.name, description(spec.name), Arc::new(schema))
         .with_title(title(spec.name))
         .with_annotations(annotations)
-        .with_meta(MetaObject(meta))
+        .with_meta(MetaObject(meta));
+    with_output_schema(tool)
+}
+
+/// The tool with the `outputSchema` derived from the type its successful answer serializes.
+fn with_output_schema(tool: Tool) -> Tool {
+    match tool.name.as_ref() {
+        LIST_GRAPH_SESSIONS => tool.with_output_schema::<crate::sessions::SessionList>(),
+        RUN_GRAPH_SESSION => tool.with_output_schema::<crate::runs::Ticket>(),
+        GET_GRAPH_RUN => tool.with_output_schema::<crate::runs::RunView>(),
+        CANCEL_GRAPH_RUN => tool.with_output_schema::<crate::runs::CancelOutcome>(),
+        _ => tool,
+    }
 }
 
 /// All definitions, in listing order.

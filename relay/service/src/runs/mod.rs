@@ -122,11 +122,13 @@ pub struct RunRequest {
 }
 
 /// The answer to queueing a run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Ticket {
     /// The run's id; pass it to `get_graph_run` and `cancel_graph_run`.
+    #[schemars(with = "String")]
     pub command_id: CommandId,
     /// The run's status (`queued` unless this is a replay of an older request).
+    #[schemars(with = "String")]
     pub status: RunStatus,
     /// True when the idempotency key returned an existing run.
     pub replayed: bool,
@@ -135,23 +137,30 @@ pub struct Ticket {
 }
 
 /// What an agent sees of a run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct RunView {
     /// The run's id.
+    #[schemars(with = "String")]
     pub command_id: CommandId,
     /// The session it runs.
+    #[schemars(with = "String")]
     pub graph_session_id: GraphSessionId,
     /// Its status.
+    #[schemars(with = "String")]
     pub status: RunStatus,
     /// Whether a cancel was requested.
     pub cancel_requested: bool,
     /// When it was queued.
+    #[schemars(with = "String")]
     pub created_at: Timestamp,
     /// When the desktop started it.
+    #[schemars(with = "Option<String>")]
     pub started_at: Option<Timestamp>,
     /// When it ended.
+    #[schemars(with = "Option<String>")]
     pub finished_at: Option<Timestamp>,
     /// Last change.
+    #[schemars(with = "String")]
     pub updated_at: Timestamp,
     /// The graph's result, when completed and small enough to post.
     pub result: Option<Value>,
@@ -189,11 +198,13 @@ impl RunView {
 }
 
 /// The answer to a cancel.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct CancelOutcome {
     /// The run's id.
+    #[schemars(with = "String")]
     pub command_id: CommandId,
     /// Its status after the cancel.
+    #[schemars(with = "String")]
     pub status: RunStatus,
     /// Whether a cancel is now requested.
     pub cancel_requested: bool,
