@@ -146,6 +146,8 @@ pub struct AppState {
     pub oauth: oauth::OAuthState,
     /// When each token's last use was written (at most once a minute).
     pub token_uses: auth::TokenUses,
+    /// The tokens of held requests, checked together for revocation.
+    pub revocations: auth::Revocations,
 }
 
 impl AppState {
@@ -177,6 +179,7 @@ impl AppState {
             rate: rate::RateLimiter::new(config.rate_limit),
             oauth: oauth::OAuthState::default(),
             token_uses: auth::TokenUses::default(),
+            revocations: auth::Revocations::default(),
             config,
         })
     }

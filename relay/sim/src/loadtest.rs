@@ -47,6 +47,32 @@ pub struct LongPollReport {
     pub pickup: crate::stats::Summary,
 }
 
+impl LongPollReport {
+    /// The service's resident memory per waiting desktop, in KiB.
+    pub fn kib_per_waiting_desktop(&self) -> f64 {
+        self.rss_held_kib.saturating_sub(self.rss_idle_kib) as f64 / self.desktops.max(1) as f64
+    }
+
+    /// The report as one JSON object (`relay bench long-polls --json`); latencies in ms.
+    pub fn to_json(&self) -> Value {
+        let ms = |seconds: f64| (seconds * 1_000_000.0).round() / 1000.0;
+        json!({
+            "desktops": self.desktops,
+            "held": self.held,
+            "rss_idle_kib": self.rss_idle_kib,
+            "rss_held_kib": self.rss_held_kib,
+            "kib_per_waiting_desktop": (self.kib_per_waiting_desktop() * 10.0).round() / 10.0,
+            "pickup_ms": {
+                "n": self.pickup.n,
+                "mean": ms(self.pickup.mean),
+                "p50": ms(self.pickup.p50),
+                "p95": ms(self.pickup.p95),
+                "max": ms(self.pickup.max),
+            },
+        })
+    }
+}
+
 impl fmt::Display for LongPollReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -59,8 +85,7 @@ impl fmt::Display for LongPollReport {
             "service memory: {:.1} MiB idle, {:.1} MiB with every sync held ({:.1} KiB per waiting desktop)",
             self.rss_idle_kib as f64 / 1024.0,
             self.rss_held_kib as f64 / 1024.0,
-            (self.rss_held_kib.saturating_sub(self.rss_idle_kib)) as f64
-                / self.desktops.max(1) as f64
+            self.kib_per_waiting_desktop()
         )?;
         writeln!(
             f,
