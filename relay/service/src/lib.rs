@@ -14,6 +14,7 @@ pub mod desktops;
 pub mod edge;
 pub mod listener;
 pub mod mcp;
+pub mod metrics;
 pub mod notify;
 pub mod oauth;
 pub mod ops;
@@ -148,6 +149,8 @@ pub struct AppState {
     pub token_uses: auth::TokenUses,
     /// The tokens of held requests, checked together for revocation.
     pub revocations: auth::Revocations,
+    /// Requests held open now (`/metrics`).
+    pub held: metrics::Held,
 }
 
 impl AppState {
@@ -180,6 +183,7 @@ impl AppState {
             oauth: oauth::OAuthState::default(),
             token_uses: auth::TokenUses::default(),
             revocations: auth::Revocations::default(),
+            held: metrics::Held::default(),
             config,
         })
     }

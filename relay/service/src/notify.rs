@@ -80,6 +80,8 @@ pub trait Notifier: Send + Sync {
     fn notify(&self, topic: &Topic);
     /// Subscribes to `topic`'s next notification.
     fn subscribe(&self, topic: &Topic) -> Subscription;
+    /// Topics that have subscribers in this process now (`/metrics`).
+    fn topics(&self) -> usize;
 }
 
 /// One topic that has subscribers: a notification count and the waiters' wake-up, shared by
@@ -163,6 +165,10 @@ impl Notifier for LocalNotifier {
             entry,
             seen,
         }
+    }
+
+    fn topics(&self) -> usize {
+        self.live_topics()
     }
 }
 

@@ -154,6 +154,7 @@ async fn hold(
     desktop: &DesktopIdentity,
     mut held: Box<Held>,
 ) -> Result<SyncResponse, DesktopError> {
+    let _held = app.held.hold(crate::metrics::HeldKind::Sync);
     let watch = app.revocations.watch(&app.store, &desktop.token_id);
     let revoked = watch.revoked();
     let deadline = tokio::time::sleep_until(held.deadline);
