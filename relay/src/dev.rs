@@ -55,6 +55,9 @@ pub(crate) struct LongPollArgs {
     /// Runs queued while they wait.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     runs: u64,
+    /// Print the report as one JSON object (memory in KiB, pickup latencies in ms).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -130,7 +133,11 @@ pub(crate) async fn bench(command: BenchCommand) -> Result<()> {
                 server: std::env::current_exe().context("cannot find the relay binary")?,
             })
             .await?;
-            print!("{report}");
+            if args.json {
+                println!("{}", report.to_json());
+            } else {
+                print!("{report}");
+            }
             Ok(())
         }
         BenchCommand::EmptyPolls(args) => {

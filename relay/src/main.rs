@@ -11,6 +11,12 @@ mod serve;
 
 use std::process::ExitCode;
 
+/// jemalloc rather than the system allocator: a held long poll's connection has reserved
+/// 16 KiB of HTTP buffers it has mostly not written, and jemalloc's slabs leave such memory
+/// unresident where glibc's heap interleaves it with live data (ARCHITECTURE.md, limits).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 

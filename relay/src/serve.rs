@@ -79,6 +79,11 @@ pub(crate) struct ServeArgs {
     /// Seconds a chat task's claim holds before the task returns to the queue (0: no lease).
     #[arg(long, alias = "lease-seconds", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(0..=MAX_TASK_LEASE_SECS))]
     pub(crate) task_lease_seconds: u64,
+    /// Serve GET /metrics (Prometheus text: held long polls, wake-up topics, watched tokens) on
+    /// this separate address, like 127.0.0.1:9187; off unless given. Keep it off the public
+    /// network: it is not behind the Host and Origin checks.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
 }
@@ -253,6 +258,10 @@ pub(crate) async fn run(args: ServeArgs) -> Result<()> {
     }
     let public_url = config.public_url.clone().unwrap_or_default();
     let app = open_state(&args.db, config).await?;
+    // Before the line that tells callers the service is up, so /metrics is up by then too.
+    if let Some(metrics_address) = args.metrics_listen {
+        serve_metrics(metrics_address, &app).await?;
+    }
     tracing::info!(db = %redact(&args.db.target()), %public_url, "serving MCP at http://{address}/mcp");
     let stopping = Arc::new(tokio::sync::Notify::new());
     let signal = stopping.clone();
@@ -276,6 +285,28 @@ pub(crate) async fn run(args: ServeArgs) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Serves `/metrics` on its own listener until the service stops.
+async fn serve_metrics(address: SocketAddr, app: &Arc<relay_service::AppState>) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| {
+            format!("cannot listen for metrics on {address}: is another service using it?")
+        })?;
+    tracing::info!(
+        "metrics at http://{}{}",
+        listener.local_addr()?,
+        relay_service::metrics::METRICS_PATH
+    );
+    let stop = app.shutdown.clone();
+    tokio::spawn(relay_service::listener::serve(
+        listener,
+        relay_service::metrics::routes(app.clone()),
+        ConnectionLimits::default(),
+        async move { stop.cancelled().await },
+    ));
+    Ok(())
 }
 
 /// How long in-flight requests may take to finish once a stop is asked for.

@@ -17,6 +17,50 @@ async fn every_run_reaches_its_waiting_desktop() {
     assert!(report.rss_held_kib > 0);
 }
 
+/// `relay bench long-polls --json` prints one object with the memory per waiting desktop and
+/// the pickup latencies, every run picked up.
+#[test]
+fn the_long_poll_bench_reports_json() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args([
+            "bench",
+            "long-polls",
+            "--desktops",
+            "20",
+            "--runs",
+            "5",
+            "--json",
+        ])
+        .output()
+        .expect("run relay bench");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("one JSON object on stdout");
+    assert_eq!(report["desktops"], 20);
+    assert_eq!(
+        report["held"], 20,
+        "every desktop's sync was held: {report}"
+    );
+    assert_eq!(
+        report["pickup_ms"]["n"], 5,
+        "every run was picked up: {report}"
+    );
+    assert!(
+        report["kib_per_waiting_desktop"].as_f64().is_some(),
+        "{report}"
+    );
+    assert!(
+        report["pickup_ms"]["p95"]
+            .as_f64()
+            .is_some_and(|p95| p95 >= 0.0)
+    );
+    assert!(report["rss_held_kib"].as_u64().is_some_and(|kib| kib > 0));
+}
+
 /// A small run of `relay bench sessions`: every `initialize` opens a session, the caps keep 16
 /// per token, and the service's memory is read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -99,3 +99,75 @@ async fn probes_answer_whatever_host_the_orchestrator_sends() {
         .expect("answered");
     assert_eq!(refused.status(), 421, "other routes still check the Host");
 }
+
+/// `relay serve --metrics-listen` serves `/metrics` on that address only: a held long poll is
+/// counted while it is held and not after; the public listener has no `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_held_long_polls_on_their_own_listener() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    let project = plain(&relay(&db, &["project", "create", "Demo"]));
+    let token = plain(&relay(
+        &db,
+        &["token", "create", "--desktop", "--project", &project],
+    ));
+    let metrics_port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("probe");
+        probe.local_addr().expect("address").port()
+    };
+    let metrics_address = format!("127.0.0.1:{metrics_port}");
+    let (_child, base) = serve_with_base(&db, &["--metrics-listen", &metrics_address]).await;
+    let http = common::http_client();
+    let metrics = format!("http://{metrics_address}/metrics");
+    let held_syncs = |text: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix("relay_held_requests{kind=\"sync\"} "))
+            .and_then(|count| count.trim().parse::<u64>().ok())
+    };
+    let read = || async {
+        let answer = http.get(&metrics).send().await.expect("metrics answer");
+        assert_eq!(answer.status(), 200);
+        answer.text().await.expect("metrics text")
+    };
+    assert_eq!(held_syncs(&read().await), Some(0));
+    let desktop = common::Desktop {
+        http: http.clone(),
+        base: base.clone(),
+        token,
+    };
+    desktop.sync(&project, &[1]).await;
+    let held = tokio::spawn(async move {
+        desktop
+            .sync_raw(
+                &json!({"project_id": project, "sessions": [common::session(1)], "wait_ms": 3_000}),
+            )
+            .await
+    });
+    let watch = Stopwatch::start();
+    loop {
+        if held_syncs(&read().await) == Some(1) {
+            break;
+        }
+        assert!(
+            watch.elapsed() < Duration::from_secs(10),
+            "the held sync is never counted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let text = read().await;
+    for line in text.lines().filter(|line| !line.starts_with('#')) {
+        let (name, value) = line.rsplit_once(' ').expect("name and value");
+        assert!(name.starts_with("relay_"), "{line}");
+        assert!(value.parse::<f64>().is_ok(), "{line}");
+    }
+    assert!(text.contains("# TYPE relay_held_requests gauge"), "{text}");
+    let (status, _) = held.await.expect("held sync");
+    assert_eq!(status, 200);
+    assert_eq!(held_syncs(&read().await), Some(0), "no longer held");
+    let public = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(public.status(), 404, "no /metrics on the public listener");
+}

@@ -3,12 +3,15 @@
 //! Tokens are 256 random bits shown once; the store keeps only their SHA-256. Every request
 //! looks its token up again, so a revocation takes effect on the very next request.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
 use super::AppState;
-use super::store::{OAuthTokenKind, StoreError, TokenKind, TokenRecord};
+use super::store::{OAuthTokenKind, Store, StoreError, TokenKind, TokenRecord};
 
 /// Random bytes in a token's secret.
 const TOKEN_SECRET_BYTES: usize = 32;
@@ -325,15 +328,125 @@ pub async fn still_valid(app: &AppState, token_id: &str) -> Result<bool, StoreEr
         .is_some_and(|record| record.revoked_at.is_none()))
 }
 
-/// Resolves once the token `token_id` is revoked (checked every [`REVOCATION_CHECK`]); a store
-/// that cannot be read is not taken for a revocation.
-pub async fn revoked(app: &AppState, token_id: &str) {
-    let mut tick = tokio::time::interval(REVOCATION_CHECK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+/// The tokens of held requests, checked together: one background task reads every watched
+/// token's state once per [`REVOCATION_CHECK`] (one store read for all of them, not one per
+/// request), and wakes the requests of a token once it is revoked or gone. A held request
+/// costs one map entry per token (shared by that token's other held requests) and a handle.
+#[derive(Default)]
+pub struct Revocations {
+    inner: Arc<RevocationsInner>,
+}
+
+#[derive(Default)]
+struct RevocationsInner {
+    state: Mutex<Watched>,
+}
+
+#[derive(Default)]
+struct Watched {
+    tokens: HashMap<String, Arc<TokenWatch>>,
+    /// Whether the checking task runs; it ends when no token is watched.
+    checking: bool,
+}
+
+#[derive(Default)]
+struct TokenWatch {
+    revoked: AtomicBool,
+    holders: AtomicUsize,
+    wake: tokio::sync::Notify,
+}
+
+/// A held request's watch on its token; unwatched when dropped.
+pub struct RevocationWatch {
+    inner: Arc<RevocationsInner>,
+    token: Arc<TokenWatch>,
+    token_id: String,
+}
+
+impl RevocationsInner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Watched> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Revocations {
+    /// Watches `token_id` for the caller until the handle is dropped; the checks start with
+    /// the first watched token and stop with the last.
+    pub fn watch(&self, store: &Arc<dyn Store>, token_id: &str) -> RevocationWatch {
+        let mut state = self.inner.lock();
+        let token = state.tokens.entry(token_id.to_owned()).or_default().clone();
+        token.holders.fetch_add(1, Ordering::SeqCst);
+        if !state.checking {
+            state.checking = true;
+            tokio::spawn(check_tokens(self.inner.clone(), store.clone()));
+        }
+        RevocationWatch {
+            inner: self.inner.clone(),
+            token,
+            token_id: token_id.to_owned(),
+        }
+    }
+
+    /// How many tokens are watched now (for tests and metrics).
+    pub fn watched(&self) -> usize {
+        self.inner.lock().tokens.len()
+    }
+}
+
+impl RevocationWatch {
+    /// Resolves once the token is found revoked (or gone); a store that cannot be read is not
+    /// taken for a revocation.
+    pub async fn revoked(&self) {
+        loop {
+            let woken = self.token.wake.notified();
+            tokio::pin!(woken);
+            // Registered before the flag is read, so a revocation in between is not missed.
+            woken.as_mut().enable();
+            if self.token.revoked.load(Ordering::SeqCst) {
+                return;
+            }
+            woken.await;
+        }
+    }
+}
+
+impl Drop for RevocationWatch {
+    fn drop(&mut self) {
+        let mut state = self.inner.lock();
+        if self.token.holders.fetch_sub(1, Ordering::SeqCst) == 1 {
+            state.tokens.remove(&self.token_id);
+        }
+    }
+}
+
+/// Every [`REVOCATION_CHECK`], reads which watched tokens still work and wakes the holders of
+/// the others; ends when nothing is watched.
+async fn check_tokens(inner: Arc<RevocationsInner>, store: Arc<dyn Store>) {
     loop {
-        tick.tick().await;
-        if matches!(still_valid(app, token_id).await, Ok(false)) {
-            return;
+        tokio::time::sleep(REVOCATION_CHECK).await;
+        let ids: Vec<String> = {
+            let mut state = inner.lock();
+            if state.tokens.is_empty() {
+                state.checking = false;
+                return;
+            }
+            state.tokens.keys().cloned().collect()
+        };
+        let valid: HashSet<String> = match store.unrevoked_tokens(&ids).await {
+            Ok(valid) => valid.into_iter().collect(),
+            Err(error) => {
+                tracing::debug!(%error, "the held requests' tokens could not be checked");
+                continue;
+            }
+        };
+        let state = inner.lock();
+        for id in ids.iter().filter(|id| !valid.contains(*id)) {
+            if let Some(token) = state.tokens.get(id) {
+                token.revoked.store(true, Ordering::SeqCst);
+                token.wake.notify_waiters();
+            }
         }
     }
 }

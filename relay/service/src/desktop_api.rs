@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -13,6 +13,7 @@ use relay_protocol::{
 };
 
 use crate::AppState;
+use crate::auth::DesktopIdentity;
 use crate::edge::{ApiError, ApiResult, Desktop, JsonBody};
 use crate::{runs, sessions};
 
@@ -22,8 +23,10 @@ pub const MAX_DESKTOP_BODY_BYTES: usize = 1024 * 1024;
 
 /// The desktop API routes.
 pub fn routes(app: Arc<AppState>) -> Router {
+    // The long poll limits its own body: a route layer would box its future once more for as
+    // long as it is held.
+    let sync_route = Router::new().route(&format!("{DESKTOP_API_PREFIX}/sync"), post(sync));
     Router::new()
-        .route(&format!("{DESKTOP_API_PREFIX}/sync"), post(sync))
         .route(
             &format!("{DESKTOP_API_PREFIX}/commands/{{id}}/started"),
             post(started),
@@ -37,15 +40,27 @@ pub fn routes(app: Arc<AppState>) -> Router {
             post(complete),
         )
         .layer(DefaultBodyLimit::max(MAX_DESKTOP_BODY_BYTES))
+        .merge(sync_route)
         .with_state(app)
 }
 
-async fn sync(
-    State(app): State<Arc<AppState>>,
-    Desktop(desktop): Desktop,
-    JsonBody(request): JsonBody<SyncRequest>,
-) -> ApiResult<SyncResponse> {
+/// A long poll: the extractors run boxed, so what is held while it waits is the sync's own
+/// small state, not theirs (issue 28's budget per waiting desktop).
+async fn sync(State(app): State<Arc<AppState>>, request: Request) -> ApiResult<SyncResponse> {
+    let (desktop, request) = Box::pin(sync_request(&app, request)).await?;
     Ok(Json(sessions::sync_project(&app, &desktop, request).await?))
+}
+
+/// The desktop behind the token (checked first), then the body.
+async fn sync_request(
+    app: &Arc<AppState>,
+    request: Request,
+) -> Result<(DesktopIdentity, SyncRequest), ApiError> {
+    let (mut parts, body) = request.into_parts();
+    let Desktop(desktop) = Desktop::from_request_parts(&mut parts, app).await?;
+    let body = axum::body::Body::new(http_body_util::Limited::new(body, MAX_DESKTOP_BODY_BYTES));
+    let JsonBody(sync) = JsonBody::from_request(Request::from_parts(parts, body), app).await?;
+    Ok((desktop, sync))
 }
 
 async fn started(

@@ -14,6 +14,7 @@ pub mod desktops;
 pub mod edge;
 pub mod listener;
 pub mod mcp;
+pub mod metrics;
 pub mod notify;
 pub mod oauth;
 pub mod ops;
@@ -146,6 +147,10 @@ pub struct AppState {
     pub oauth: oauth::OAuthState,
     /// When each token's last use was written (at most once a minute).
     pub token_uses: auth::TokenUses,
+    /// The tokens of held requests, checked together for revocation.
+    pub revocations: auth::Revocations,
+    /// Requests held open now (`/metrics`).
+    pub held: metrics::Held,
 }
 
 impl AppState {
@@ -177,6 +182,8 @@ impl AppState {
             rate: rate::RateLimiter::new(config.rate_limit),
             oauth: oauth::OAuthState::default(),
             token_uses: auth::TokenUses::default(),
+            revocations: auth::Revocations::default(),
+            held: metrics::Held::default(),
             config,
         })
     }

@@ -22,9 +22,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Request};
-use axum::middleware::Next;
-use axum::response::Response;
+use axum::extract::ConnectInfo;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio_util::sync::CancellationToken;
@@ -118,10 +116,6 @@ pub async fn serve(
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let router = router.layer(axum::middleware::from_fn_with_state(
-        limits.body_read_timeout,
-        body_deadline,
-    ));
     let open = Arc::new(Mutex::new(Open::default()));
     let stopping = CancellationToken::new();
     let connections = tokio_util::task::TaskTracker::new();
@@ -175,7 +169,9 @@ async fn serve_connection(
             if let Some(local) = local {
                 request.extensions_mut().insert(local);
             }
-            request.map(Body::new)
+            // Here rather than as a router layer, which would box every request's future once
+            // more for as long as it is held.
+            request.map(|body| Body::new(DeadlineBody::new(body, limits.body_read_timeout)))
         },
     ));
     let connection = hyper::server::conn::http1::Builder::new()
@@ -201,25 +197,15 @@ fn log_end(result: Result<(), hyper::Error>) {
     }
 }
 
-/// Gives a request's body [`ConnectionLimits::body_read_timeout`] from now to arrive.
-async fn body_deadline(
-    axum::extract::State(timeout): axum::extract::State<Duration>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let request = request.map(|body| Body::new(DeadlineBody::new(body, timeout)));
-    next.run(request).await
-}
-
 /// A body that fails once its deadline passes before it has ended.
 struct DeadlineBody {
-    inner: Body,
+    inner: hyper::body::Incoming,
     deadline: Pin<Box<tokio::time::Sleep>>,
     timeout: Duration,
 }
 
 impl DeadlineBody {
-    fn new(inner: Body, timeout: Duration) -> Self {
+    fn new(inner: hyper::body::Incoming, timeout: Duration) -> Self {
         DeadlineBody {
             inner,
             deadline: Box::pin(tokio::time::sleep(timeout)),

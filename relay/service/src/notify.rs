@@ -8,9 +8,10 @@
 //! `LISTEN`s on behalf of local waiters.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use relay_protocol::CommandId;
 
@@ -36,15 +37,42 @@ impl Topic {
     }
 }
 
-/// A subscription: resolves on the first notification after it was taken.
-pub struct Subscription(watch::Receiver<()>);
+/// A subscription: [`Subscription::changed`] resolves on the first notification after the
+/// subscription was taken, then on each one after the previous `changed` returned.
+pub struct Subscription {
+    topics: Arc<Topics>,
+    entry: Arc<TopicEntry>,
+    /// The topic's notification count this subscriber has seen.
+    seen: u64,
+}
 
 impl Subscription {
     /// Waits for the next notification of the topic.
     pub async fn changed(&mut self) {
-        if self.0.changed().await.is_err() {
-            // The notifier dropped the topic: nothing will ever come.
-            std::future::pending::<()>().await;
+        loop {
+            let woken = self.entry.wake.notified();
+            tokio::pin!(woken);
+            // Registered before the count is read, so a notification in between is not lost.
+            woken.as_mut().enable();
+            let count = self.entry.count.load(Ordering::SeqCst);
+            if count != self.seen {
+                self.seen = count;
+                return;
+            }
+            woken.await;
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut topics = self.topics.lock();
+        if self.entry.subscribers.fetch_sub(1, Ordering::SeqCst) == 1
+            && topics
+                .get(&self.entry.name)
+                .is_some_and(|live| Arc::ptr_eq(live, &self.entry))
+        {
+            topics.remove(&self.entry.name);
         }
     }
 }
@@ -55,49 +83,63 @@ pub trait Notifier: Send + Sync {
     fn notify(&self, topic: &Topic);
     /// Subscribes to `topic`'s next notification.
     fn subscribe(&self, topic: &Topic) -> Subscription;
+    /// Topics that have subscribers in this process now (`/metrics`).
+    fn topics(&self) -> usize;
 }
 
-/// Topics within one process: one watch channel per topic that has waiters, so thousands of
-/// waiting desktops cost one small entry and one receiver each.
+/// One topic that has subscribers: a notification count and the waiters' wake-up, shared by
+/// all its subscribers. Ten thousand waiting desktops cost ten thousand of these (about a
+/// hundred bytes each) and a map entry, nothing per wake-up.
+struct TopicEntry {
+    name: String,
+    count: AtomicU64,
+    subscribers: AtomicUsize,
+    wake: Notify,
+}
+
+/// The topics that have subscribers, by name; a topic leaves with its last subscriber.
 #[derive(Default)]
-pub struct LocalNotifier {
-    topics: Mutex<HashMap<String, watch::Sender<()>>>,
-}
+struct Topics(Mutex<HashMap<String, Arc<TopicEntry>>>);
 
-impl LocalNotifier {
-    /// Topics that currently have a channel (for tests and metrics).
-    pub fn live_topics(&self) -> usize {
-        self.lock().len()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<()>>> {
-        self.topics
+impl Topics {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<TopicEntry>>> {
+        self.0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
+/// Topics within one process.
+#[derive(Default)]
+pub struct LocalNotifier {
+    topics: Arc<Topics>,
+}
+
 impl LocalNotifier {
+    /// Topics that currently have subscribers (for tests and metrics).
+    pub fn live_topics(&self) -> usize {
+        self.topics.lock().len()
+    }
+
     /// Wakes the waiters of the topic named `name` (as [`Topic::name`] spells it), as a
     /// notification from another replica names it.
     pub fn notify_name(&self, name: &str) {
-        let mut topics = self.lock();
-        if let Some(sender) = topics.get(name) {
-            sender.send_replace(());
-            if sender.receiver_count() == 0 {
-                topics.remove(name);
-            }
+        if let Some(entry) = self.topics.lock().get(name) {
+            wake(entry);
         }
     }
 
     /// Wakes every waiter (after notifications may have been lost).
     pub fn notify_all(&self) {
-        let mut topics = self.lock();
-        for sender in topics.values() {
-            sender.send_replace(());
+        for entry in self.topics.lock().values() {
+            wake(entry);
         }
-        topics.retain(|_, sender| sender.receiver_count() > 0);
     }
+}
+
+fn wake(entry: &TopicEntry) {
+    entry.count.fetch_add(1, Ordering::SeqCst);
+    entry.wake.notify_waiters();
 }
 
 impl Notifier for LocalNotifier {
@@ -106,16 +148,30 @@ impl Notifier for LocalNotifier {
     }
 
     fn subscribe(&self, topic: &Topic) -> Subscription {
-        let mut topics = self.lock();
-        // Drop channels whose waiters all went away, so the map stays as small as the set of
-        // topics someone is waiting on.
-        if topics.len() > 1024 {
-            topics.retain(|_, sender| sender.receiver_count() > 0);
+        let name = topic.name();
+        let mut topics = self.topics.lock();
+        let entry = topics
+            .entry(name)
+            .or_insert_with_key(|name| {
+                Arc::new(TopicEntry {
+                    name: name.clone(),
+                    count: AtomicU64::new(0),
+                    subscribers: AtomicUsize::new(0),
+                    wake: Notify::new(),
+                })
+            })
+            .clone();
+        entry.subscribers.fetch_add(1, Ordering::SeqCst);
+        let seen = entry.count.load(Ordering::SeqCst);
+        Subscription {
+            topics: self.topics.clone(),
+            entry,
+            seen,
         }
-        let sender = topics
-            .entry(topic.name())
-            .or_insert_with(|| watch::channel(()).0);
-        Subscription(sender.subscribe())
+    }
+
+    fn topics(&self) -> usize {
+        self.live_topics()
     }
 }
 
@@ -153,8 +209,42 @@ mod tests {
     async fn topics_without_waiters_are_dropped() {
         let notifier = LocalNotifier::default();
         let topic = Topic::Project("p".into());
-        drop(notifier.subscribe(&topic));
+        let first = notifier.subscribe(&topic);
+        let second = notifier.subscribe(&topic);
+        drop(first);
+        assert_eq!(notifier.live_topics(), 1, "one subscriber is left");
+        drop(second);
+        assert_eq!(notifier.live_topics(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_notification_between_two_waits_is_seen_by_the_second() {
+        let notifier = LocalNotifier::default();
+        let topic = Topic::Project("p".into());
+        let mut waiting = notifier.subscribe(&topic);
         notifier.notify(&topic);
+        waiting.changed().await;
+        // Not waiting at this moment: the next wait must still see it.
+        notifier.notify(&topic);
+        tokio::time::timeout(Duration::from_secs(5), waiting.changed())
+            .await
+            .expect("the notification between the waits is seen");
+    }
+
+    #[tokio::test]
+    async fn every_subscriber_of_a_topic_is_woken() {
+        let notifier = Arc::new(LocalNotifier::default());
+        let topic = Topic::Project("p".into());
+        let mut waiters = tokio::task::JoinSet::new();
+        for _ in 0..50 {
+            let mut subscription = notifier.subscribe(&topic);
+            waiters.spawn(async move { subscription.changed().await });
+        }
+        notifier.notify(&topic);
+        let all = async { while waiters.join_next().await.is_some() {} };
+        tokio::time::timeout(Duration::from_secs(5), all)
+            .await
+            .expect("all woken");
         assert_eq!(notifier.live_topics(), 0);
     }
 }

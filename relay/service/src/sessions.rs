@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::AppState;
 use super::auth::{AgentIdentity, DesktopIdentity};
-use super::notify::Topic;
+use super::notify::{Subscription, Topic};
 use super::runs::{DesktopError, RunError};
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{
@@ -63,67 +63,138 @@ pub async fn list_sessions(
     })
 }
 
-/// Replaces the project's snapshot with the desktop's and returns its queued commands.
+/// Replaces the project's snapshot with the desktop's and returns its queued commands; with a
+/// wait, holds the answer until there is news for the desktop or the wait ends.
 pub async fn sync_project(
     app: &AppState,
     desktop: &DesktopIdentity,
     request: SyncRequest,
 ) -> Result<SyncResponse, DesktopError> {
+    // Boxed: the request and the reads before the wait are not part of what a held sync keeps.
+    match Box::pin(first_answer(app, desktop, request)).await? {
+        FirstAnswer::Now(answer) => Ok(answer),
+        FirstAnswer::Hold(held) => hold(app, desktop, held).await,
+    }
+}
+
+/// What the first read gave: the answer, or nothing new yet and a wait to hold.
+enum FirstAnswer {
+    Now(SyncResponse),
+    Hold(Box<Held>),
+}
+
+/// Everything a held sync keeps while it waits: its project, what the desktop already knows,
+/// the deadline, its wake-up subscription and the answer to give at the deadline.
+struct Held {
+    project_id: String,
+    running: Vec<CommandId>,
+    known: Vec<CommandId>,
+    deadline: tokio::time::Instant,
+    changes: Subscription,
+    answer: SyncResponse,
+}
+
+/// Checks the request and the project, stores the snapshot and reads the answer once.
+async fn first_answer(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    request: SyncRequest,
+) -> Result<FirstAnswer, DesktopError> {
     request
         .validate()
         .map_err(|e| DesktopError::BadRequest(e.0))?;
-    let project = app.store.project(&request.project_id).await?;
+    check_project(app, desktop, &request.project_id).await?;
+    let SyncRequest {
+        project_id,
+        sessions,
+        wait_ms,
+        running,
+        known,
+        sessions_unchanged,
+    } = request;
+    if !sessions_unchanged {
+        app.store
+            .replace_sessions(&project_id, sessions, app.clock.now())
+            .await?;
+    }
+    let wait = std::time::Duration::from_millis(wait_ms.unwrap_or(0));
+    if wait.is_zero() {
+        return Ok(FirstAnswer::Now(
+            sync_answer(app, desktop, &project_id, &running).await?,
+        ));
+    }
+    // Subscribe before reading, so work queued between the read and the wait wakes it.
+    let changes = app.notifier.subscribe(&Topic::Project(project_id.clone()));
+    let deadline = tokio::time::Instant::now() + wait;
+    let answer = sync_answer(app, desktop, &project_id, &running).await?;
+    if is_news(&answer, &known) {
+        return Ok(FirstAnswer::Now(answer));
+    }
+    Ok(FirstAnswer::Hold(Box::new(Held {
+        project_id,
+        running,
+        known,
+        deadline,
+        changes,
+        answer,
+    })))
+}
+
+/// A command the desktop does not know yet, or a cancel request for one it runs.
+fn is_news(answer: &SyncResponse, known: &[CommandId]) -> bool {
+    answer
+        .commands
+        .iter()
+        .any(|c| !known.contains(&c.command_id))
+        || !answer.cancel_requested.is_empty()
+}
+
+/// Waits for news for a held sync, re-reading on every wake-up of its project.
+async fn hold(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    mut held: Box<Held>,
+) -> Result<SyncResponse, DesktopError> {
+    let _held = app.held.hold(crate::metrics::HeldKind::Sync);
+    let watch = app.revocations.watch(&app.store, &desktop.token_id);
+    let revoked = watch.revoked();
+    let deadline = tokio::time::sleep_until(held.deadline);
+    tokio::pin!(revoked, deadline);
+    loop {
+        tokio::select! {
+            () = held.changes.changed() => {}
+            () = &mut deadline => return Ok(held.answer),
+            () = app.shutdown.cancelled() => return Ok(held.answer),
+            () = &mut revoked => return Err(DesktopError::Revoked),
+        }
+        let answer = Box::pin(sync_answer(app, desktop, &held.project_id, &held.running)).await?;
+        if is_news(&answer, &held.known) {
+            return Ok(answer);
+        }
+        held.answer = answer;
+    }
+}
+
+/// The project must be one this desktop token may serve.
+async fn check_project(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    project_id: &str,
+) -> Result<(), DesktopError> {
+    let project = app.store.project(project_id).await?;
     match (&project, &desktop.project_id) {
         (Some(project), Some(only))
             if project.owner_id == desktop.owner_id && *only != project.id =>
         {
-            return Err(DesktopError::Forbidden(format!(
+            Err(DesktopError::Forbidden(format!(
                 "this desktop token was minted for project `{only}` only, not `{}`: mint one for it (`relay admin token create --desktop --project {}`) or one for all of the owner's projects (`--desktop --owner NAME`)",
                 project.id, project.id
-            )));
+            )))
         }
-        (Some(project), _) if desktop.reaches(project) => {}
-        _ => {
-            return Err(DesktopError::Forbidden(format!(
-                "project `{}` is not one of this desktop's owner's projects: check the project id, or use the desktop token of the project's owner",
-                request.project_id
-            )));
-        }
-    }
-    let now = app.clock.now();
-    let project_id = request.project_id.clone();
-    let running = request.running.clone();
-    let known = request.known.clone();
-    let wait = std::time::Duration::from_millis(request.wait_ms.unwrap_or(0));
-    if !request.sessions_unchanged {
-        app.store
-            .replace_sessions(&request.project_id, request.sessions, now)
-            .await?;
-    }
-    // Subscribe before reading, so work queued between the read and the wait wakes it.
-    let mut changes =
-        (!wait.is_zero()).then(|| app.notifier.subscribe(&Topic::Project(project_id.clone())));
-    let deadline = tokio::time::Instant::now() + wait;
-    let revoked = crate::auth::revoked(app, &desktop.token_id);
-    tokio::pin!(revoked);
-    loop {
-        let answer = sync_answer(app, desktop, &project_id, &running).await?;
-        let Some(changes) = changes.as_mut() else {
-            return Ok(answer);
-        };
-        let news = answer
-            .commands
-            .iter()
-            .any(|c| !known.contains(&c.command_id));
-        if news || !answer.cancel_requested.is_empty() {
-            return Ok(answer);
-        }
-        tokio::select! {
-            () = changes.changed() => {}
-            () = tokio::time::sleep_until(deadline) => return Ok(answer),
-            () = app.shutdown.cancelled() => return Ok(answer),
-            () = &mut revoked => return Err(DesktopError::Revoked),
-        }
+        (Some(project), _) if desktop.reaches(project) => Ok(()),
+        _ => Err(DesktopError::Forbidden(format!(
+            "project `{project_id}` is not one of this desktop's owner's projects: check the project id, or use the desktop token of the project's owner"
+        ))),
     }
 }
 

@@ -37,7 +37,7 @@ pub struct LongPollOptions {
 pub struct LongPollReport {
     /// Desktops.
     pub desktops: usize,
-    /// Long polls in flight when the runs were queued.
+    /// Syncs the service held (by its own `/metrics` count) when the runs were queued.
     pub held: usize,
     /// The service's resident memory before any desktop connected, in KiB.
     pub rss_idle_kib: u64,
@@ -45,6 +45,32 @@ pub struct LongPollReport {
     pub rss_held_kib: u64,
     /// Pickup latencies (queued → the desktop's long poll answered with it), in seconds.
     pub pickup: crate::stats::Summary,
+}
+
+impl LongPollReport {
+    /// The service's resident memory per waiting desktop, in KiB.
+    pub fn kib_per_waiting_desktop(&self) -> f64 {
+        self.rss_held_kib.saturating_sub(self.rss_idle_kib) as f64 / self.desktops.max(1) as f64
+    }
+
+    /// The report as one JSON object (`relay bench long-polls --json`); latencies in ms.
+    pub fn to_json(&self) -> Value {
+        let ms = |seconds: f64| (seconds * 1_000_000.0).round() / 1000.0;
+        json!({
+            "desktops": self.desktops,
+            "held": self.held,
+            "rss_idle_kib": self.rss_idle_kib,
+            "rss_held_kib": self.rss_held_kib,
+            "kib_per_waiting_desktop": (self.kib_per_waiting_desktop() * 10.0).round() / 10.0,
+            "pickup_ms": {
+                "n": self.pickup.n,
+                "mean": ms(self.pickup.mean),
+                "p50": ms(self.pickup.p50),
+                "p95": ms(self.pickup.p95),
+                "max": ms(self.pickup.max),
+            },
+        })
+    }
 }
 
 impl fmt::Display for LongPollReport {
@@ -59,8 +85,7 @@ impl fmt::Display for LongPollReport {
             "service memory: {:.1} MiB idle, {:.1} MiB with every sync held ({:.1} KiB per waiting desktop)",
             self.rss_idle_kib as f64 / 1024.0,
             self.rss_held_kib as f64 / 1024.0,
-            (self.rss_held_kib.saturating_sub(self.rss_idle_kib)) as f64
-                / self.desktops.max(1) as f64
+            self.kib_per_waiting_desktop()
         )?;
         writeln!(
             f,
@@ -108,6 +133,7 @@ pub async fn long_polls(options: LongPollOptions) -> Result<LongPollReport, Load
         mut server,
         pid,
         base,
+        metrics,
         http,
     } = start_service(&options.server, &db).await?;
     let rss_idle_kib = rss_kib(pid)?;
@@ -133,10 +159,10 @@ pub async fn long_polls(options: LongPollOptions) -> Result<LongPollReport, Load
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Let the service finish accepting and parking them.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let held = in_flight.load(Ordering::SeqCst);
-    let rss_held_kib = rss_kib(pid)?;
+    // Sent is not yet held: wait until the service holds them all (its own count), then until
+    // its memory stops moving (the allocator returning what accepting and checking them took).
+    let held = held_syncs(&http, &metrics, desktops.len()).await?;
+    let rss_held_kib = steady_rss_kib(pid).await?;
 
     queue_runs(&http, &base, &desktops, options.runs).await?;
     let waiting = Stopwatch::start();
@@ -157,11 +183,69 @@ pub async fn long_polls(options: LongPollOptions) -> Result<LongPollReport, Load
     })
 }
 
+/// Readings of the service's memory this far apart must agree to count as steady.
+const STEADY_INTERVAL: Duration = Duration::from_millis(500);
+/// Two readings that differ by less than this share of the first agree.
+const STEADY_TOLERANCE: f64 = 0.005;
+/// How long the memory may take to settle: well within one held sync ([`LOAD_WAIT_MS`]), so
+/// that no desktop has re-issued its sync yet when it is read.
+const STEADY_WITHIN: Duration = Duration::from_secs(15);
+
+/// How long the service may take to hold every desktop's sync once all were sent.
+const HOLD_WITHIN: Duration = Duration::from_secs(20);
+
+/// The syncs the service holds, read from its `/metrics` until it holds `expected` of them
+/// (or the last count after [`HOLD_WITHIN`]).
+async fn held_syncs(
+    http: &reqwest::Client,
+    metrics: &str,
+    expected: usize,
+) -> Result<usize, LoadError> {
+    let started = Stopwatch::start();
+    loop {
+        let text = http
+            .get(metrics)
+            .send()
+            .await
+            .map_err(fail)?
+            .text()
+            .await
+            .map_err(fail)?;
+        let held = text
+            .lines()
+            .find_map(|line| line.strip_prefix("relay_held_requests{kind=\"sync\"} "))
+            .and_then(|count| count.trim().parse::<usize>().ok())
+            .ok_or_else(|| LoadError(format!("no held sync count in {metrics}")))?;
+        if held >= expected || started.elapsed() >= HOLD_WITHIN {
+            return Ok(held);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The service's resident memory once two readings in a row agree (or the last reading after
+/// [`STEADY_WITHIN`]).
+async fn steady_rss_kib(pid: u32) -> Result<u64, LoadError> {
+    let started = Stopwatch::start();
+    let mut last = rss_kib(pid)?;
+    loop {
+        tokio::time::sleep(STEADY_INTERVAL).await;
+        let now = rss_kib(pid)?;
+        let moved = now.abs_diff(last) as f64 / last.max(1) as f64;
+        if moved < STEADY_TOLERANCE || started.elapsed() >= STEADY_WITHIN {
+            return Ok(now);
+        }
+        last = now;
+    }
+}
+
 /// A `relay serve` child process and an HTTP client for it.
 pub(crate) struct Service {
     pub(crate) server: tokio::process::Child,
     pub(crate) pid: u32,
     pub(crate) base: String,
+    /// Its `/metrics` URL (on a listener of its own).
+    pub(crate) metrics: String,
     pub(crate) http: reqwest::Client,
 }
 
@@ -170,14 +254,18 @@ pub(crate) async fn start_service(
     server: &std::path::Path,
     db: &std::path::Path,
 ) -> Result<Service, LoadError> {
-    let port = {
+    let free_port = || -> Result<u16, LoadError> {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").map_err(fail)?;
-        probe.local_addr().map_err(fail)?.port()
+        Ok(probe.local_addr().map_err(fail)?.port())
     };
+    let port = free_port()?;
+    let metrics_port = free_port()?;
     let base = format!("http://127.0.0.1:{port}");
+    let metrics = format!("http://127.0.0.1:{metrics_port}/metrics");
     let server = tokio::process::Command::new(server)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--db"])
         .arg(db)
+        .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
         // Every simulated desktop connects from 127.0.0.1, and a benchmark is no abuse.
         .args([
             "--max-connections-per-address",
@@ -216,6 +304,7 @@ pub(crate) async fn start_service(
         server,
         pid,
         base,
+        metrics,
         http,
     })
 }

@@ -351,7 +351,9 @@ pub async fn get_run_waiting(
     let mut changes = app.notifier.subscribe(&Topic::Run(view.command_id));
     // Read again after subscribing: a change in between is then seen, not waited for.
     let mut view = get_run(app, agent, command_id).await?;
-    let revoked = crate::auth::revoked(app, &agent.token_id);
+    let _held = app.held.hold(crate::metrics::HeldKind::RunWait);
+    let watch = app.revocations.watch(&app.store, &agent.token_id);
+    let revoked = watch.revoked();
     tokio::pin!(revoked);
     while !view.status.is_terminal() {
         tokio::select! {

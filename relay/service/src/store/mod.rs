@@ -441,6 +441,9 @@ pub trait Store: Send + Sync + 'static {
     fn token_by_hash<'a>(&'a self, token_hash: &'a str) -> StoreFuture<'a, Option<TokenRecord>>;
     /// The token with this id (revoked or not).
     fn token<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TokenRecord>>;
+    /// Of `ids`, those of tokens that exist and are not revoked (in any order): one read for
+    /// every held request's token at once.
+    fn unrevoked_tokens<'a>(&'a self, ids: &'a [String]) -> StoreFuture<'a, Vec<String>>;
     /// Every token acting for this owner (revoked or not), oldest first (ties by id).
     fn tokens_of_owner<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<TokenRecord>>;
     /// Revokes a token unless already revoked, and with a grant every access and refresh token

@@ -34,6 +34,8 @@ mod console;
 const MAX_CONNECTIONS: usize = 4;
 /// How long a writer waits for another connection's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Token ids per statement of `unrevoked_tokens`.
+const UNREVOKED_CHUNK: usize = 500;
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts those applied.
 /// Never edit a released entry: append a new one.
@@ -555,6 +557,28 @@ impl Store for SqliteStore {
                 )
                 .optional()
                 .map_err(backend)
+        })
+    }
+
+    fn unrevoked_tokens<'a>(&'a self, ids: &'a [String]) -> StoreFuture<'a, Vec<String>> {
+        let ids = ids.to_vec();
+        self.call(move |connection| {
+            let mut valid = Vec::with_capacity(ids.len());
+            // SQLite binds at most 32,766 parameters; chunks keep each statement small.
+            for chunk in ids.chunks(UNREVOKED_CHUNK) {
+                let marks = vec!["?"; chunk.len()].join(",");
+                let mut statement = connection
+                    .prepare_cached(&format!(
+                        "SELECT id FROM tokens WHERE revoked_at IS NULL AND id IN ({marks})"
+                    ))
+                    .map_err(backend)?;
+                let rows = statement
+                    .query_map(rusqlite::params_from_iter(chunk), |row| row.get(0))
+                    .and_then(|rows| rows.collect::<rusqlite::Result<Vec<String>>>())
+                    .map_err(backend)?;
+                valid.extend(rows);
+            }
+            Ok(valid)
         })
     }
 

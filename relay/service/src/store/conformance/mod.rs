@@ -133,6 +133,7 @@ where
     owners_are_unique_by_name(make().as_ref()).await;
     projects_round_trip(make().as_ref()).await;
     tokens_round_trip_and_revoke_once(make().as_ref()).await;
+    unrevoked_tokens_are_read_at_once(make().as_ref()).await;
     projects_owners_and_tokens_are_listed_in_order(make().as_ref()).await;
     session_snapshot_is_replaced_whole(make().as_ref()).await;
     idempotency_key_is_unique_per_agent(make().as_ref()).await;
@@ -289,6 +290,27 @@ pub async fn tokens_round_trip_and_revoke_once(store: &dyn Store) {
             .expect("read")
             .is_none()
     );
+}
+
+/// Of many token ids, one read names those that exist unrevoked: not a revoked one, not an
+/// unknown one, and every one of a list longer than a statement's parameter chunk.
+pub async fn unrevoked_tokens_are_read_at_once(store: &dyn Store) {
+    let seed = seed(store).await;
+    let mut ids: Vec<String> = (0..1_200).map(|i| format!("tok_unknown_{i}")).collect();
+    ids.push(seed.agent_id.clone());
+    ids.push(seed.other_agent_id.clone());
+    let mut valid = store.unrevoked_tokens(&ids).await.expect("read tokens");
+    valid.sort();
+    let mut expected = vec![seed.agent_id.clone(), seed.other_agent_id.clone()];
+    expected.sort();
+    assert_eq!(valid, expected);
+    store
+        .revoke_token(&seed.agent_id, at(1))
+        .await
+        .expect("revoke");
+    let valid = store.unrevoked_tokens(&ids).await.expect("read tokens");
+    assert_eq!(valid, std::slice::from_ref(&seed.other_agent_id));
+    assert!(store.unrevoked_tokens(&[]).await.expect("read").is_empty());
 }
 
 /// Projects list oldest first, owners by name, and an owner's tokens (revoked too) oldest first

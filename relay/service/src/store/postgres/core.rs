@@ -645,6 +645,17 @@ impl Store for PostgresStore {
         })
     }
 
+    fn unrevoked_tokens<'a>(&'a self, ids: &'a [String]) -> StoreFuture<'a, Vec<String>> {
+        Box::pin(async move {
+            self.query_rows(
+                "SELECT id FROM tokens WHERE revoked_at IS NULL AND id = ANY($1)",
+                &[&ids],
+                |row| get(row, 0),
+            )
+            .await
+        })
+    }
+
     fn tokens_of_owner<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<TokenRecord>> {
         Box::pin(async move {
             self.query_rows(

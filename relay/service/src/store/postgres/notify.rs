@@ -69,6 +69,10 @@ impl Notifier for PgNotifier {
     fn subscribe(&self, topic: &Topic) -> Subscription {
         self.local.subscribe(topic)
     }
+
+    fn topics(&self) -> usize {
+        self.local.live_topics()
+    }
 }
 
 /// A listening connection: the task that reads its notifications (it ends when the connection

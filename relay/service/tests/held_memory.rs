@@ -1,0 +1,326 @@
+//! What a waiting desktop costs the service, counted exactly: a counting allocator tallies the
+//! heap bytes and blocks the service's own threads hold while `HELD` desktops each keep one
+//! long-poll `sync` waiting over a real loopback connection. The clients run on the test's
+//! thread, whose allocations are not counted, so the figure is the service's alone.
+//!
+//! `relay bench long-polls` measures the same thing from outside, as resident memory; this
+//! test names the parts (`--nocapture` prints them) and fails when the held state outgrows its
+//! budget.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use relay_protocol::clock::SystemClock;
+use relay_service::admin::{self, TokenSpec};
+use relay_service::store::SqliteStore;
+use relay_service::{AppState, ServiceConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Desktops holding a sync at once.
+const HELD: usize = 400;
+/// The heap an open, idle connection may hold: 16 KiB of it are hyper's read and write buffers
+/// (8 KiB each, reserved when the connection opens and not configurable), mostly unwritten and
+/// so mostly not resident; the rest is the connection's task and socket registration.
+const CONNECTION_HEAP_BUDGET: i64 = 20 * 1024;
+/// The heap a held sync may add to its connection: the request's boxed futures down the
+/// router, its held state, its wake-up subscription and its token watch (6.7 KiB before
+/// issue 28, in a debug build).
+const HELD_SYNC_HEAP_BUDGET: i64 = 5 * 1024;
+/// The size of the sync's own future while it is held (debug build).
+const HELD_FUTURE_BUDGET: usize = 1024;
+
+struct Counting;
+
+static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+static LIVE_BLOCKS: AtomicI64 = AtomicI64::new(0);
+/// Live blocks by size class (bucket k holds sizes in [2^k, 2^(k+1))).
+static BY_CLASS: [AtomicI64; 32] = [const { AtomicI64::new(0) }; 32];
+
+fn class(size: usize) -> usize {
+    (usize::BITS - size.max(1).leading_zeros() - 1).min(31) as usize
+}
+
+thread_local! {
+    static COUNTED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn counted() -> bool {
+    COUNTED.try_with(Cell::get).unwrap_or(false)
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the counters only observe.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded with the caller's layout.
+        let block = unsafe { System.alloc(layout) };
+        if !block.is_null() && counted() {
+            LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
+            LIVE_BLOCKS.fetch_add(1, Ordering::Relaxed);
+            BY_CLASS[class(layout.size())].fetch_add(1, Ordering::Relaxed);
+        }
+        block
+    }
+
+    unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
+        if counted() {
+            LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+            LIVE_BLOCKS.fetch_sub(1, Ordering::Relaxed);
+            BY_CLASS[class(layout.size())].fetch_sub(1, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded with the caller's block and layout.
+        unsafe { System.dealloc(block, layout) }
+    }
+
+    unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded with the caller's block, layout and size.
+        let moved = unsafe { System.realloc(block, layout, new_size) };
+        if !moved.is_null() && counted() {
+            LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+            BY_CLASS[class(layout.size())].fetch_sub(1, Ordering::Relaxed);
+            BY_CLASS[class(new_size)].fetch_add(1, Ordering::Relaxed);
+        }
+        moved
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn classes() -> Vec<i64> {
+    BY_CLASS.iter().map(|c| c.load(Ordering::SeqCst)).collect()
+}
+
+fn print_classes(what: &str, before: &[i64], after: &[i64]) {
+    let mut parts = Vec::new();
+    for (k, (b, a)) in before.iter().zip(after).enumerate() {
+        let per = (a - b) as f64 / HELD as f64;
+        if per.abs() >= 0.05 {
+            parts.push(format!(
+                "{}-{} B: {per:.1}",
+                1usize << k,
+                (1usize << (k + 1)) - 1
+            ));
+        }
+    }
+    eprintln!("{what}, blocks per desktop by size: {}", parts.join(", "));
+}
+
+fn snapshot() -> (i64, i64) {
+    (
+        LIVE_BYTES.load(Ordering::SeqCst),
+        LIVE_BLOCKS.load(Ordering::SeqCst),
+    )
+}
+
+/// The service on its own runtime, every thread of which is counted.
+fn service_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(|| COUNTED.with(|c| c.set(true)))
+        .build()
+        .expect("service runtime")
+}
+
+struct Fleet {
+    app: Arc<AppState>,
+    address: std::net::SocketAddr,
+    desktops: Vec<(String, String)>,
+    _dir: tempfile::TempDir,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+async fn fleet(count: usize) -> Fleet {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteStore::open(&dir.path().join("relay.db")).expect("store");
+    let app = AppState::new(
+        Arc::new(store),
+        Arc::new(SystemClock),
+        ServiceConfig {
+            listen_loopback: true,
+            // Every test desktop connects from 127.0.0.1.
+            connections: relay_service::listener::ConnectionLimits {
+                max_per_address: usize::MAX,
+                ..Default::default()
+            },
+            ..ServiceConfig::default()
+        },
+    );
+    let mut desktops = Vec::with_capacity(count);
+    for i in 0..count {
+        let project = admin::create_project(&app, &format!("p{i}"), Some(&format!("o{i}")))
+            .await
+            .expect("project")
+            .project_id;
+        let token = admin::create_token(&app, &project, TokenSpec::Desktop)
+            .await
+            .expect("token")
+            .token;
+        desktops.push((project, token));
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(relay_service::serve(listener, app.clone(), async move {
+        let _ = stopped.await;
+    }));
+    Fleet {
+        app,
+        address,
+        desktops,
+        _dir: dir,
+        _stop: stop,
+    }
+}
+
+fn sync_request(
+    address: std::net::SocketAddr,
+    project: &str,
+    token: &str,
+    wait_ms: u64,
+) -> Vec<u8> {
+    let body = serde_json::json!({
+        "project_id": project, "sessions": [], "sessions_unchanged": true, "wait_ms": wait_ms
+    })
+    .to_string();
+    format!(
+        "POST {}/sync HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        relay_protocol::DESKTOP_API_PREFIX,
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Sends one sync and reads its whole answer (the connection then closes).
+async fn sync_once(address: std::net::SocketAddr, project: &str, token: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    let mut request = sync_request(address, project, token, 0);
+    // Ask the service to close afterwards, so the answer ends with the stream.
+    let at = request
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("head");
+    request.splice(at..at, b"\r\nconnection: close".iter().copied());
+    stream.write_all(&request).await.expect("write");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.expect("read");
+    answer
+}
+
+/// Waits until the counters stop moving for a while (held requests parked, buffers settled).
+fn settle() -> (i64, i64) {
+    let mut last = snapshot();
+    let mut still = 0;
+    for _ in 0..200 {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = snapshot();
+        if (now.0 - last.0).abs() < 4096 {
+            still += 1;
+            if still >= 10 {
+                return now;
+            }
+        } else {
+            still = 0;
+        }
+        last = now;
+    }
+    last
+}
+
+#[test]
+fn a_waiting_desktop_costs_the_service_a_few_kib_of_heap() {
+    let service = service_runtime();
+    let fleet = service.block_on(fleet(HELD));
+    let clients = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("client runtime");
+    // Every desktop shares nothing and syncs once, so every cache the first sync fills is
+    // filled before the baseline is taken.
+    clients.block_on(async {
+        for (project, token) in &fleet.desktops {
+            let answer = sync_once(fleet.address, project, token).await;
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        }
+    });
+    let (bytes_before, blocks_before) = settle();
+    let classes_before = classes();
+    let mut streams = clients.block_on(async {
+        let mut streams = Vec::with_capacity(HELD);
+        for _ in 0..HELD {
+            let stream = tokio::net::TcpStream::connect(fleet.address)
+                .await
+                .expect("connect");
+            streams.push(stream);
+        }
+        streams
+    });
+    let (bytes_open, _) = settle();
+    let classes_open = classes();
+    clients.block_on(async {
+        for (stream, (project, token)) in streams.iter_mut().zip(&fleet.desktops) {
+            stream
+                .write_all(&sync_request(fleet.address, project, token, 25_000))
+                .await
+                .expect("write");
+        }
+    });
+    let (bytes_held, blocks_held) = settle();
+    let classes_held = classes();
+    print_classes("an open connection", &classes_before, &classes_open);
+    print_classes("its held sync", &classes_open, &classes_held);
+    let per_connection = (bytes_open - bytes_before) / HELD as i64;
+    let per_sync = (bytes_held - bytes_open) / HELD as i64;
+    let per_waiter = (bytes_held - bytes_before) / HELD as i64;
+    let blocks = (blocks_held - blocks_before) as f64 / HELD as f64;
+    eprintln!("an open connection before its request: {per_connection} B");
+    eprintln!(
+        "held syncs: {HELD}; service heap {bytes_before} B before, {bytes_held} B held: {per_waiter} B and {blocks:.1} blocks per waiting desktop"
+    );
+    drop(streams);
+    drop(fleet);
+    assert!(
+        per_connection <= CONNECTION_HEAP_BUDGET,
+        "an open connection holds {per_connection} B of the service's heap, over the budget of {CONNECTION_HEAP_BUDGET} B"
+    );
+    assert!(
+        per_sync <= HELD_SYNC_HEAP_BUDGET,
+        "a held sync adds {per_sync} B of heap to its connection, over the budget of {HELD_SYNC_HEAP_BUDGET} B"
+    );
+}
+
+#[test]
+fn a_held_sync_future_is_small() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let fleet = fleet(1).await;
+        let (project, token) = &fleet.desktops[0];
+        let desktop = relay_service::auth::authenticate(&fleet.app, Some(token))
+            .await
+            .expect("authenticate")
+            .into_desktop()
+            .expect("a desktop token");
+        let request: relay_protocol::SyncRequest = serde_json::from_value(serde_json::json!({
+            "project_id": project, "sessions": [], "sessions_unchanged": true, "wait_ms": 1
+        }))
+        .expect("request");
+        let held = relay_service::sessions::sync_project(&fleet.app, &desktop, request);
+        let size = std::mem::size_of_val(&held);
+        eprintln!("the sync future: {size} B");
+        assert!(
+            size <= HELD_FUTURE_BUDGET,
+            "the sync future is {size} B, over the budget of {HELD_FUTURE_BUDGET} B"
+        );
+        held.await.expect("the sync answers");
+    });
+}
