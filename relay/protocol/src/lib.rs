@@ -526,6 +526,10 @@ pub struct ErrorBody {
     /// The command's status, when the refusal is about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<RunStatus>,
+    /// When the service's storage failed: which way (`disk_full`, `read_only`, `missing`,
+    /// `corrupt`, `busy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
 }
 
 /// Checks an `execution_id`: non-empty, at most [`MAX_EXECUTION_ID_CHARS`] characters.

@@ -86,6 +86,11 @@ pub struct ServiceConfig {
     pub console_refresh: Duration,
     /// How often the console's runs list refreshes itself (5 s); shorter in tests.
     pub console_runs_refresh: Duration,
+    /// How often `relay serve` runs the database's structure check (`quick_check`) while it
+    /// serves; a failure marks it not ready (`/readyz`). `None`: never.
+    pub db_check_interval: Option<Duration>,
+    /// How long one structure check may run.
+    pub db_check_limit: Duration,
     /// Claim chat tasks by read-then-write instead of one conditional write, so the race test
     /// can show it catches the double claims that causes. Exists only with the `naive-claim`
     /// feature, which only the service's own tests enable.
@@ -115,6 +120,8 @@ impl Default for ServiceConfig {
             mcp_sessions: mcp::legacy_sessions::SessionLimits::default(),
             console_refresh: console::TASKS_REFRESH,
             console_runs_refresh: console::RUNS_REFRESH,
+            db_check_interval: Some(ops::DEFAULT_DB_CHECK_INTERVAL),
+            db_check_limit: relay_sqlite::DEFAULT_CHECK_LIMIT,
             #[cfg(feature = "naive-claim")]
             naive_claim: false,
         }
@@ -146,6 +153,8 @@ pub struct AppState {
     pub oauth: oauth::OAuthState,
     /// When each token's last use was written (at most once a minute).
     pub token_uses: auth::TokenUses,
+    /// What the last periodic structure check found wrong with the database, if anything.
+    pub db_damage: ops::DbDamage,
 }
 
 impl AppState {
@@ -177,6 +186,7 @@ impl AppState {
             rate: rate::RateLimiter::new(config.rate_limit),
             oauth: oauth::OAuthState::default(),
             token_uses: auth::TokenUses::default(),
+            db_damage: ops::DbDamage::default(),
             config,
         })
     }
@@ -203,6 +213,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let sweeper = tokio::spawn(sweep_silent_runs(app.clone()));
+    let checker = tokio::spawn(ops::check_database_periodically(app.clone()));
     let stop = app.shutdown.clone();
     let result = listener::serve(
         listener,
@@ -217,6 +228,7 @@ pub async fn serve(
     .await;
     app.shutdown.cancel();
     sweeper.abort();
+    checker.abort();
     result
 }
 
