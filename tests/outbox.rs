@@ -233,3 +233,49 @@ async fn a_completion_the_service_refuses_for_good_is_kept_in_the_history_not_re
         "{stdout}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_after_a_silence_failure_takes_the_services_outcome_into_the_history() {
+    let world = World::new(json!({"default": {"text": "late result"}})).await;
+    let session = world.share(ECHO).await;
+    let command = world.queue(&session, "key-outbox-late", json!({})).await;
+    world
+        .faults
+        .drop_complete_requests
+        .store(1, Ordering::SeqCst);
+    let relay = world.relay();
+    relay.pass(&Default::default()).await;
+    assert_eq!(world.state.outbox().expect("outbox").len(), 1);
+    // The desktop stays away past the silence timeout: the service fails the run.
+    world
+        .service
+        .clock
+        .advance(relay_service::runs::DEFAULT_SILENCE_TIMEOUT + std::time::Duration::from_secs(1));
+    let failed = world.get(&command).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    // Back, the desktop delivers: 200 already_finished, not a 409 dropped at ERROR.
+    relay.pass(&Default::default()).await;
+    assert!(world.state.outbox().expect("outbox").is_empty());
+    let history = world.state.history().expect("history");
+    let row = history
+        .iter()
+        .find(|row| row.command_id == command)
+        .expect("the history row");
+    assert_eq!(row.status, "failed", "{row:?}");
+    let note = row.refused_by_service.as_deref().unwrap_or_default();
+    assert!(
+        note.contains("already ended this run as failed") && note.contains("stopped reporting"),
+        "{note}"
+    );
+    assert_eq!(
+        row.result.as_ref().map(|r| r["text"].clone()),
+        Some(json!("late result")),
+        "the desktop keeps its result"
+    );
+    let run = world.get(&command).await;
+    assert_eq!(
+        run["status"], "failed",
+        "the service's outcome stands: {run}"
+    );
+    assert_eq!(run["error"], failed["error"]);
+}

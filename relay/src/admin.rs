@@ -10,6 +10,13 @@ use relay_service::{AppState, ServiceConfig};
 use runner::trace::for_terminal;
 use serde::Serialize;
 
+use std::path::PathBuf;
+
+use anyhow::bail;
+use relay_service::store::SqliteStore;
+use relay_service::store::postgres::is_postgres_url;
+
+use crate::db_cli::{self, DbCommand};
 use crate::serve::{DbArg, open_state};
 
 /// Bytes of goal a line of `task list` shows.
@@ -46,6 +53,9 @@ pub(crate) enum AdminCommand {
     /// Connections: chat apps an owner connected through OAuth.
     #[command(subcommand)]
     Connection(ConnectionCommand),
+    /// The SQLite database file itself: backup, check, restore.
+    #[command(subcommand)]
+    Db(DbCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -249,14 +259,62 @@ fn token_target(create: TokenCreateArgs) -> Result<TokenTarget> {
 
 /// Runs one `relay admin` command against the service's database.
 pub(crate) async fn run(args: AdminArgs) -> Result<()> {
-    let app = open_state(&args.db, ServiceConfig::default()).await?;
     match args.command {
+        AdminCommand::Db(command) => db(&args.db, command).await,
+        command => on_state(&args.db, args.json, command).await,
+    }
+}
+
+async fn on_state(db_arg: &DbArg, json: bool, command: AdminCommand) -> Result<()> {
+    let app = open_state(db_arg, ServiceConfig::default()).await?;
+    let args = Json { json };
+    match command {
         AdminCommand::Project(command) => project(&app, args.json, command).await,
         AdminCommand::Token(command) => token(&app, args.json, command).await,
         AdminCommand::ChatLink(command) => chat_link(&app, args.json, command).await,
         AdminCommand::Task(command) => task(&app, args.json, command).await,
         AdminCommand::Owner(command) => owner_command(&app, args.json, command).await,
         AdminCommand::Connection(command) => connection(&app, args.json, command).await,
+        AdminCommand::Db(command) => db(db_arg, command).await,
+    }
+}
+
+/// `--json`, as the state commands read it.
+struct Json {
+    json: bool,
+}
+
+/// `relay admin db …` on the service's SQLite file (never opened as the service's state: a
+/// restore needs it closed, and a check must not touch it).
+async fn db(db: &DbArg, command: DbCommand) -> Result<()> {
+    let target = db.target();
+    if is_postgres_url(&target) {
+        bail!(
+            "`relay admin db` works on the SQLite file; for PostgreSQL use its own tools (pg_dump, pg_restore, amcheck)"
+        );
+    }
+    let path = PathBuf::from(&target);
+    match command {
+        DbCommand::Backup { file } => {
+            if !path.is_file() {
+                bail!(
+                    "there is no database at {target}: give the service's file with --db or RELAY_DB"
+                );
+            }
+            let opened = path.clone();
+            let store = tokio::task::spawn_blocking(move || SqliteStore::open(&opened))
+                .await
+                .context("opening the database was interrupted")?
+                .with_context(|| format!("cannot back up the database {target}"))?;
+            store
+                .backup_into(file.clone())
+                .await
+                .with_context(|| format!("cannot back up the database {target}"))?;
+            println!("{}", file.display());
+            Ok(())
+        }
+        DbCommand::Check { file } => db_cli::check(&file),
+        DbCommand::Restore { file } => db_cli::restore(&file, &path),
     }
 }
 

@@ -72,6 +72,9 @@ enum DesktopCommand {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: String,
     },
+    /// The state file itself: a consistent copy while the relay runs, its check, restoring one.
+    #[command(subcommand)]
+    Db(crate::db_cli::DbCommand),
     /// Run the relay: pick up queued commands and run them.
     // Boxed: the provider flags make it much larger than the other commands.
     Run(Box<RunArgs>),
@@ -225,10 +228,18 @@ fn hint(text: &str) {
 }
 
 pub async fn run(args: DesktopArgs) -> Result<()> {
-    let state = DesktopState::open(&args.state)
-        .with_context(|| format!("cannot use the desktop state {}", args.state.display()))?;
-    let now = SystemClock.now();
     match args.command {
+        // A check or a restore must not open (or create) the state file.
+        DesktopCommand::Db(command) => db(&args.state, &command),
+        command => on_state(&args.state, command).await,
+    }
+}
+
+async fn on_state(path: &Path, command: DesktopCommand) -> Result<()> {
+    let state = DesktopState::open(path)
+        .with_context(|| format!("cannot use the desktop state {}", path.display()))?;
+    let now = SystemClock.now();
+    match command {
         DesktopCommand::Session(command) => session(&state, command).await?,
         DesktopCommand::Project(command) => project(&state, command)?,
         DesktopCommand::Share(share) => {
@@ -252,9 +263,35 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
         DesktopCommand::Policy(command) => policy(&state, command)?,
         DesktopCommand::History { json } => history(&state, json)?,
         DesktopCommand::Ui { listen } => serve_page(state, &listen).await?,
+        DesktopCommand::Db(command) => {
+            drop(state);
+            db(path, &command)?;
+        }
         DesktopCommand::Run(run) => run_relay(state, *run).await?,
     }
     Ok(())
+}
+
+/// `relay desktop db …` on the state file at `path`.
+fn db(path: &Path, command: &crate::db_cli::DbCommand) -> Result<()> {
+    use crate::db_cli::DbCommand;
+    match command {
+        DbCommand::Backup { file } => {
+            if !path.is_file() {
+                bail!(
+                    "there is no desktop state at {}: give it with --state or RELAY_DESKTOP_STATE",
+                    path.display()
+                );
+            }
+            let state = DesktopState::open(path)
+                .with_context(|| format!("cannot back up the desktop state {}", path.display()))?;
+            state.backup_into(file)?;
+            println!("{}", file.display());
+            Ok(())
+        }
+        DbCommand::Check { file } => crate::db_cli::check(file),
+        DbCommand::Restore { file } => crate::db_cli::restore(file, path),
+    }
 }
 
 async fn session(state: &DesktopState, command: SessionCommand) -> Result<()> {

@@ -4,6 +4,7 @@
 #![allow(rustdoc::bare_urls)]
 
 mod admin;
+mod db_cli;
 mod demo;
 mod desktop_cli;
 mod dev;

@@ -84,8 +84,30 @@ pub(crate) struct ServeArgs {
     /// network: it is not behind the Host and Origin checks.
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics_listen: Option<SocketAddr>,
+    /// How often the SQLite database's structure is checked (quick_check) while serving, like
+    /// 1h or 30m; a failure makes /readyz answer not ready (0: never).
+    #[arg(long, default_value = "1h", value_parser = parse_db_check_interval)]
+    pub(crate) db_check_interval: Duration,
+    /// How long one quick_check (at start and periodically) may run before it is left
+    /// unfinished with a warning, like 60s.
+    #[arg(long, default_value = "60s", value_parser = parse_db_check_limit)]
+    pub(crate) db_check_limit: Duration,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
+}
+
+/// `--db-check-interval`: 0 (never) or 10 s to 7 days.
+fn parse_db_check_interval(text: &str) -> Result<Duration, String> {
+    let duration = parse_duration(text, Duration::ZERO, Duration::from_secs(7 * 86_400))?;
+    if !duration.is_zero() && duration < Duration::from_secs(10) {
+        return Err(format!("`{text}` is too often: 0 (never) or at least 10s"));
+    }
+    Ok(duration)
+}
+
+/// `--db-check-limit`: 1 s to 1 hour.
+fn parse_db_check_limit(text: &str) -> Result<Duration, String> {
+    parse_duration(text, Duration::from_secs(1), Duration::from_secs(3600))
 }
 
 /// What the service holds under load: sessions, connections, quotas (ARCHITECTURE.md, "Limits").
@@ -205,7 +227,8 @@ pub(crate) async fn open_state(db: &DbArg, config: ServiceConfig) -> Result<Arc<
         ));
     }
     let path = PathBuf::from(&target);
-    let store = tokio::task::spawn_blocking(move || SqliteStore::open(&path))
+    let limit = config.db_check_limit;
+    let store = tokio::task::spawn_blocking(move || SqliteStore::open_checked(&path, limit))
         .await
         .context("opening the database was interrupted")?
         .with_context(|| format!("cannot use the database {target}"))?;
@@ -244,6 +267,8 @@ pub(crate) async fn run(args: ServeArgs) -> Result<()> {
         access_token_ttl: args.access_token_ttl,
         dev: args.dev,
         task_lease: Duration::from_secs(args.task_lease_seconds),
+        db_check_interval: Some(args.db_check_interval).filter(|every| !every.is_zero()),
+        db_check_limit: args.db_check_limit,
         ..ServiceConfig::default()
     };
     args.limits.apply(&mut config);

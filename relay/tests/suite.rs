@@ -12,3 +12,4 @@ mod oauth_clients;
 mod operations;
 mod owner_cli;
 mod postgres_cli;
+mod storage_faults;

@@ -577,6 +577,13 @@ impl Relay {
         match self.api.complete(&entry.command_id, &entry.body).await {
             Ok(answer) => {
                 self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                if let Some(outcome) = &answer.already_finished {
+                    let reason = outcome.error.as_deref().unwrap_or("no reason given");
+                    tracing::warn!(command = %entry.command_id, status = %outcome.status, "the service had already ended this run, so its outcome stands and the history takes it: {reason}");
+                    if let Err(e) = self.state.note_service_outcome(&entry.command_id, outcome) {
+                        tracing::error!(command = %entry.command_id, "cannot note the service's outcome in the history: {e}");
+                    }
+                }
                 tracing::info!(command = %entry.command_id, replayed = answer.replayed, "completion delivered");
                 self.forget(&entry.command_id);
                 true

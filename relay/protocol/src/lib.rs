@@ -516,6 +516,20 @@ pub struct CompleteResponse {
     pub ok: bool,
     /// True when this repeated an identical, already recorded completion.
     pub replayed: bool,
+    /// Set when the service had already ended the run itself (failed it for the desktop's
+    /// silence): this completion is not recorded, and this is the outcome that stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub already_finished: Option<ServiceOutcome>,
+}
+
+/// How the service ended a run on its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceOutcome {
+    /// The status it recorded.
+    pub status: RunStatus,
+    /// Why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The body of every non-2xx desktop API answer.
@@ -526,6 +540,10 @@ pub struct ErrorBody {
     /// The command's status, when the refusal is about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<RunStatus>,
+    /// When the service's storage failed: which way (`disk_full`, `read_only`, `missing`,
+    /// `corrupt`, `busy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<String>,
 }
 
 /// Checks an `execution_id`: non-empty, at most [`MAX_EXECUTION_ID_CHARS`] characters.

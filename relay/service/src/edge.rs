@@ -76,63 +76,128 @@ impl From<TaskError> for ApiError {
     }
 }
 
-impl ApiError {
-    /// The status, the message and (for a refusal about a command) the command's status.
-    fn parts(self) -> (StatusCode, String, Option<RunStatus>) {
-        match self {
-            ApiError::Auth(AuthError::Store(error)) => {
-                tracing::error!(%error, "token check failed");
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the service cannot check tokens right now; retry later".to_owned(),
-                    None,
-                )
-            }
-            ApiError::Auth(error) => (StatusCode::UNAUTHORIZED, error.to_string(), None),
-            ApiError::BadRequest(message) => (StatusCode::BAD_REQUEST, message, None),
-            ApiError::TooLarge(message) => (StatusCode::PAYLOAD_TOO_LARGE, message, None),
-            ApiError::RateLimited(error) => {
-                (StatusCode::TOO_MANY_REQUESTS, error.to_string(), None)
-            }
-            ApiError::NotFound(message) => (StatusCode::NOT_FOUND, message, None),
-            ApiError::Store(error) => {
-                tracing::error!(%error, "owner request failed");
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the service cannot answer this right now; retry later".to_owned(),
-                    None,
-                )
-            }
-            ApiError::Desktop(error) => desktop_parts(error),
-            ApiError::Task(error) => {
-                let (status, message) = task_parts(error);
-                (status, message, None)
-            }
+/// How a refusal is answered.
+struct Answer {
+    status: StatusCode,
+    message: String,
+    run_status: Option<RunStatus>,
+    retry_after: Option<u64>,
+    cause: Option<&'static str>,
+}
+
+impl Answer {
+    fn new(status: StatusCode, message: String, run_status: Option<RunStatus>) -> Self {
+        Answer {
+            status,
+            message,
+            run_status,
+            retry_after: None,
+            cause: None,
         }
     }
 }
 
-fn desktop_parts(error: DesktopError) -> (StatusCode, String, Option<RunStatus>) {
+/// Seconds a client is told to wait after a busy database.
+const BUSY_RETRY_AFTER_SECS: u64 = 5;
+/// Seconds a client is told to wait after a full disk (freeing space takes an operator).
+const DISK_FULL_RETRY_AFTER_SECS: u64 = 30;
+
+/// A store failure as an answer, logged for the operator with its cause and remedy: 503 with
+/// `Retry-After` for a cause that passes (a busy lock, a full disk), 500 naming the cause for
+/// one that needs the operator's hand (read-only, missing, damaged), and 503 with `fallback`
+/// for one without a name (a database that does not answer).
+fn store_answer(error: &crate::store::StoreError, context: &str, fallback: &str) -> Answer {
+    error.log(context);
+    let Some(fault) = error.fault() else {
+        return Answer::new(StatusCode::SERVICE_UNAVAILABLE, fallback.to_owned(), None);
+    };
+    let mut answer = if fault.transient() {
+        let mut answer = Answer::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{}: the service cannot record this now; retry after Retry-After seconds",
+                fault.describe()
+            ),
+            None,
+        );
+        answer.retry_after = Some(match fault {
+            crate::store::Fault::DiskFull => DISK_FULL_RETRY_AFTER_SECS,
+            _ => BUSY_RETRY_AFTER_SECS,
+        });
+        answer
+    } else {
+        Answer::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "{}: retrying does not help until the service's operator repairs it",
+                fault.describe()
+            ),
+            None,
+        )
+    };
+    answer.cause = Some(fault.as_str());
+    answer
+}
+
+impl ApiError {
+    /// How this refusal is answered.
+    fn parts(self) -> Answer {
+        match self {
+            ApiError::Auth(AuthError::Store(error)) => store_answer(
+                &error,
+                "token check failed",
+                "the service cannot check tokens right now; retry later",
+            ),
+            ApiError::Auth(error) => Answer::new(StatusCode::UNAUTHORIZED, error.to_string(), None),
+            ApiError::BadRequest(message) => Answer::new(StatusCode::BAD_REQUEST, message, None),
+            ApiError::TooLarge(message) => {
+                Answer::new(StatusCode::PAYLOAD_TOO_LARGE, message, None)
+            }
+            ApiError::RateLimited(error) => {
+                let mut answer =
+                    Answer::new(StatusCode::TOO_MANY_REQUESTS, error.to_string(), None);
+                answer.retry_after = Some(error.retry_after_secs());
+                answer
+            }
+            ApiError::NotFound(message) => Answer::new(StatusCode::NOT_FOUND, message, None),
+            ApiError::Store(error) => store_answer(
+                &error,
+                "owner request failed",
+                "the service cannot answer this right now; retry later",
+            ),
+            ApiError::Desktop(error) => desktop_parts(error),
+            ApiError::Task(error) => task_parts(error),
+        }
+    }
+}
+
+fn desktop_parts(error: DesktopError) -> Answer {
     match error {
-        DesktopError::BadRequest(message) => (StatusCode::BAD_REQUEST, message, None),
-        DesktopError::Forbidden(message) => (StatusCode::FORBIDDEN, message, None),
-        DesktopError::NotFound(message) => (StatusCode::NOT_FOUND, message, None),
-        DesktopError::Revoked => (
+        DesktopError::BadRequest(message) => Answer::new(StatusCode::BAD_REQUEST, message, None),
+        DesktopError::Forbidden(message) => Answer::new(StatusCode::FORBIDDEN, message, None),
+        DesktopError::NotFound(message) => Answer::new(StatusCode::NOT_FOUND, message, None),
+        DesktopError::Revoked => Answer::new(
             StatusCode::UNAUTHORIZED,
             DesktopError::Revoked.to_string(),
             None,
         ),
-        DesktopError::Conflict { message, status } => (StatusCode::CONFLICT, message, Some(status)),
-        DesktopError::Run(RunError::Contended) => (
+        DesktopError::Conflict { message, status } => {
+            Answer::new(StatusCode::CONFLICT, message, Some(status))
+        }
+        DesktopError::Run(RunError::Contended) => Answer::new(
             StatusCode::SERVICE_UNAVAILABLE,
             RunError::Contended.to_string(),
             None,
         ),
-        // The store failed (a database that is down, say): nothing the caller did, and
-        // worth a retry, so 503 rather than 500.
+        DesktopError::Run(RunError::Store(error)) => store_answer(
+            &error,
+            "desktop request failed",
+            "the service cannot record this right now; retry later",
+        ),
+        // Nothing the caller did, and worth a retry, so 503 rather than 500.
         DesktopError::Run(error) => {
             tracing::error!(%error, "desktop request failed");
-            (
+            Answer::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the service cannot record this right now; retry later".to_owned(),
                 None,
@@ -141,37 +206,35 @@ fn desktop_parts(error: DesktopError) -> (StatusCode, String, Option<RunStatus>)
     }
 }
 
-fn task_parts(error: TaskError) -> (StatusCode, String) {
+fn task_parts(error: TaskError) -> Answer {
+    let answer = |status, message| Answer::new(status, message, None);
     match error {
-        TaskError::Invalid(message) => (StatusCode::BAD_REQUEST, message),
+        TaskError::Invalid(message) => answer(StatusCode::BAD_REQUEST, message),
         TaskError::LinkNotFound | TaskError::TaskNotFound | TaskError::ArtifactNotFound => {
-            (StatusCode::NOT_FOUND, error.to_string())
+            answer(StatusCode::NOT_FOUND, error.to_string())
         }
-        TaskError::Conflict(_) | TaskError::Refused(_) => (StatusCode::CONFLICT, error.to_string()),
-        TaskError::Contended => (StatusCode::SERVICE_UNAVAILABLE, error.to_string()),
-        TaskError::Store(error) => {
-            tracing::error!(%error, "owner request failed");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the service cannot record this right now; retry later".to_owned(),
-            )
+        TaskError::Conflict(_) | TaskError::Refused(_) => {
+            answer(StatusCode::CONFLICT, error.to_string())
         }
+        TaskError::Contended => answer(StatusCode::SERVICE_UNAVAILABLE, error.to_string()),
+        TaskError::Store(error) => store_answer(
+            &error,
+            "owner request failed",
+            "the service cannot record this right now; retry later",
+        ),
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let retry_after = match &self {
-            ApiError::RateLimited(error) => Some(error.retry_after_secs()),
-            _ => None,
-        };
-        let (status, error, run_status) = self.parts();
+        let answer = self.parts();
         let body = ErrorBody {
-            error,
-            status: run_status,
+            error: answer.message,
+            status: answer.run_status,
+            cause: answer.cause.map(str::to_owned),
         };
-        let mut response = (status, axum::Json(body)).into_response();
-        if let Some(seconds) = retry_after
+        let mut response = (answer.status, axum::Json(body)).into_response();
+        if let Some(seconds) = answer.retry_after
             && let Ok(value) = axum::http::HeaderValue::from_str(&seconds.to_string())
         {
             response.headers_mut().insert(header::RETRY_AFTER, value);
@@ -264,7 +327,7 @@ impl FromRequestParts<Arc<AppState>> for Agent {
         {
             Ok(agent) => Ok(Agent(agent)),
             Err(AuthError::Store(error)) => {
-                tracing::error!(%error, "token check failed");
+                error.log("token check failed");
                 Err(AgentRejection::Unavailable)
             }
             Err(error) => Err(AgentRejection::Unauthorized {

@@ -87,6 +87,11 @@ pub struct ServiceConfig {
     pub console_refresh: Duration,
     /// How often the console's runs list refreshes itself (5 s); shorter in tests.
     pub console_runs_refresh: Duration,
+    /// How often `relay serve` runs the database's structure check (`quick_check`) while it
+    /// serves; a failure marks it not ready (`/readyz`). `None`: never.
+    pub db_check_interval: Option<Duration>,
+    /// How long one structure check may run.
+    pub db_check_limit: Duration,
     /// Claim chat tasks by read-then-write instead of one conditional write, so the race test
     /// can show it catches the double claims that causes. Exists only with the `naive-claim`
     /// feature, which only the service's own tests enable.
@@ -116,6 +121,8 @@ impl Default for ServiceConfig {
             mcp_sessions: mcp::legacy_sessions::SessionLimits::default(),
             console_refresh: console::TASKS_REFRESH,
             console_runs_refresh: console::RUNS_REFRESH,
+            db_check_interval: Some(ops::DEFAULT_DB_CHECK_INTERVAL),
+            db_check_limit: relay_sqlite::DEFAULT_CHECK_LIMIT,
             #[cfg(feature = "naive-claim")]
             naive_claim: false,
         }
@@ -151,6 +158,8 @@ pub struct AppState {
     pub revocations: auth::Revocations,
     /// Requests held open now (`/metrics`).
     pub held: metrics::Held,
+    /// What the last periodic structure check found wrong with the database, if anything.
+    pub db_damage: ops::DbDamage,
 }
 
 impl AppState {
@@ -184,6 +193,7 @@ impl AppState {
             token_uses: auth::TokenUses::default(),
             revocations: auth::Revocations::default(),
             held: metrics::Held::default(),
+            db_damage: ops::DbDamage::default(),
             config,
         })
     }
@@ -210,6 +220,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let sweeper = tokio::spawn(sweep_silent_runs(app.clone()));
+    let checker = tokio::spawn(ops::check_database_periodically(app.clone()));
     let stop = app.shutdown.clone();
     let result = listener::serve(
         listener,
@@ -224,6 +235,7 @@ pub async fn serve(
     .await;
     app.shutdown.cancel();
     sweeper.abort();
+    checker.abort();
     result
 }
 

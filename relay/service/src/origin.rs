@@ -451,6 +451,7 @@ impl Refusal {
             let body = ErrorBody {
                 error: message,
                 status: None,
+                cause: None,
             };
             (status, axum::Json(body)).into_response()
         }

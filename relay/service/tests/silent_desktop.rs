@@ -45,13 +45,23 @@ async fn a_silent_desktop_fails_its_run_after_the_timeout_and_not_before() {
     assert!(error.contains("30 minutes"), "{error}");
     assert_eq!(run["poll_after_seconds"], serde_json::Value::Null);
 
-    // The desktop, back late, is told to stop and cannot overwrite the outcome.
+    // The desktop, back late, is told to stop and cannot overwrite the outcome: its completion
+    // is answered 200 `already_finished` with the service's reason (one final word), each time.
     assert_eq!(
         desktop.control(&id).await.1,
         json!({"cancel_requested": true})
     );
     let late = json!({"execution_id": "exec-1", "status": "completed", "result": 1});
-    assert_eq!(desktop.complete(&id, &late).await.0, 409);
+    for _ in 0..2 {
+        let (status, body) = desktop.complete(&id, &late).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["already_finished"]["status"], "failed", "{body}");
+        assert_eq!(body["already_finished"]["error"], run["error"], "{body}");
+        assert_eq!(body["replayed"], false, "{body}");
+    }
+    let after = ok(&call(&client, "get_graph_run", json!({"command_id": id})).await);
+    assert_eq!(after["status"], "failed");
+    assert_eq!(after["result"], serde_json::Value::Null, "{after}");
     service.stop().await;
 }
 

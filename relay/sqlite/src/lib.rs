@@ -1,6 +1,7 @@
-//! What the service's store and the desktop's state do alike with their SQLite files: switch
-//! them to WAL and apply their schema migrations, also when several processes open a new file at
-//! once.
+//! What the service's store and the desktop's state do alike with their SQLite files: open them
+//! with their checks (a new file only where none exists, an empty or damaged one refused), switch
+//! them to WAL, apply their schema migrations (also when several processes open a new file at
+//! once), name what went wrong when storage fails ([`Fault`]) and copy them while in use.
 
 use std::path::Path;
 use std::time::Duration;
@@ -14,6 +15,13 @@ use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 pub const PRIVATE_FILE_MODE: u32 = 0o600;
 /// Permissions of a folder this crate creates for a database.
 pub const PRIVATE_DIR_MODE: u32 = 0o700;
+
+mod checked;
+
+pub use checked::{
+    Check, CopyError, DEFAULT_CHECK_LIMIT, Fault, OpenError, OpenOptions, Opened, backup_into,
+    check_file, integrity_check, open_checked, quick_check, restore,
+};
 
 /// Opens (creating if needed) the database at `path`. A missing file is created first with
 /// [`PRIVATE_FILE_MODE`], and missing folders above it with [`PRIVATE_DIR_MODE`], so that

@@ -98,6 +98,29 @@ impl DesktopState {
         })
     }
 
+    /// The service had ended the run on its own before this completion arrived: the history
+    /// row takes the service's status, and its reason in the service column (the desktop's
+    /// result stays).
+    pub fn note_service_outcome(
+        &self,
+        command_id: &CommandId,
+        outcome: &relay_protocol::ServiceOutcome,
+    ) -> Result<(), StateError> {
+        let reason = format!(
+            "the service had already ended this run as {}: {}",
+            outcome.status,
+            outcome.error.as_deref().unwrap_or("no reason given")
+        );
+        self.with_sync(|conn| {
+            conn.execute(
+                "UPDATE history SET status = ?2, service_refusal = ?3
+                 WHERE execution_id = (SELECT execution_id FROM outbox WHERE command_id = ?1)",
+                params![command_id.to_string(), outcome.status.as_str(), reason],
+            )?;
+            Ok(())
+        })
+    }
+
     /// Executions that began and never finished (the relay stopped while they ran).
     pub fn unfinished_executions(&self) -> Result<Vec<(String, CommandId)>, StateError> {
         self.with_sync(|conn| {

@@ -107,6 +107,10 @@ pub enum StateError {
     /// A request that can never succeed, with what to do instead.
     #[error("{0}")]
     Invalid(String),
+    /// The file was refused when opened (empty, damaged, not a state file) or could not be
+    /// copied: the message names the file and what to do.
+    #[error("{0}")]
+    Unusable(String),
     /// A blocking task did not finish.
     #[error("desktop state: the database task stopped: {0}")]
     Task(String),
@@ -277,12 +281,39 @@ const SHARING_VERSION: &str = "sharing_version";
 const FOLDER: &str = "folder";
 
 impl DesktopState {
-    /// Opens (creating and migrating) the state file at `path`.
+    /// Opens the state file at `path` with its checks ([`relay_sqlite::open_checked`]: created
+    /// only where no file exists; an empty, damaged or foreign file is refused, see
+    /// [`StateError::Unusable`]) and migrates it.
     pub fn open(path: &Path) -> Result<Self, StateError> {
-        let conn = relay_sqlite::open_private(path)?;
-        conn.busy_timeout(BUSY_TIMEOUT)?;
-        relay_sqlite::use_wal(&conn, BUSY_TIMEOUT)?;
-        Self::init(conn, Some(path.to_path_buf()))
+        let options = relay_sqlite::OpenOptions {
+            busy_timeout: BUSY_TIMEOUT,
+            check_limit: relay_sqlite::DEFAULT_CHECK_LIMIT,
+            restore: "stop the relay, then `relay desktop db restore BACKUP`",
+        };
+        let opened = relay_sqlite::open_checked(path, MIGRATIONS, &options).map_err(|e| match e {
+            relay_sqlite::OpenError::Sqlite { error, .. } => StateError::Sqlite(error),
+            relay_sqlite::OpenError::Newer { found, known, .. } => StateError::Invalid(format!(
+                "the desktop state has schema version {found}, newer than this relay knows ({known}): \
+                 upgrade relay, or give another file with --state"
+            )),
+            other => StateError::Unusable(other.to_string()),
+        })?;
+        if let relay_sqlite::Check::Unfinished(limit) = opened.check {
+            tracing::warn!(
+                state = %path.display(),
+                limit_secs = limit.as_secs(),
+                "the open check (quick_check) of the desktop state did not finish in time; it is used unchecked"
+            );
+        }
+        Self::init(opened.connection, Some(path.to_path_buf()))
+    }
+
+    /// Writes a consistent copy of the state file to the new file `target` while it is in
+    /// use (`VACUUM INTO`).
+    pub fn backup_into(&self, target: &Path) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            relay_sqlite::backup_into(conn, target).map_err(|e| StateError::Unusable(e.to_string()))
+        })
     }
 
     /// An in-memory state (tests).

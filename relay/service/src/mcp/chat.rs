@@ -38,8 +38,8 @@ pub(super) async fn dispatch(
     match call(app, spec, agent, arguments).await {
         Ok(value) => CallToolResult::structured(value),
         Err(TaskError::Store(error)) => {
-            tracing::error!(%error, tool = spec.name, "store failed");
-            error_result("The relay service could not reach its database; try again shortly.")
+            error.log(&format!("tool {} failed", spec.name));
+            error_result(&error.agent_message())
         }
         Err(error) => error_result(&error.to_string()),
     }

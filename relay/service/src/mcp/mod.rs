@@ -379,8 +379,8 @@ impl GraphTools {
         match outcome {
             Ok((structured, text)) => success_result(structured, text),
             Err(RunError::Store(error)) => {
-                tracing::error!(%error, tool = spec.name, "store failed");
-                error_result("The relay service could not reach its database; try again shortly.")
+                error.log(&format!("tool {} failed", spec.name));
+                error_result(&error.agent_message())
             }
             Err(error) => error_result(&error.to_string()),
         }

@@ -2,8 +2,8 @@
 //! [`transition`](super::transition) on the desktop's own command only.
 
 use relay_protocol::{
-    CommandId, CompleteRequest, CompleteResponse, ControlResponse, RunStatus, StartedRequest,
-    StartedResponse, check_execution_id,
+    CommandId, CompleteRequest, CompleteResponse, ControlResponse, RunStatus, ServiceOutcome,
+    StartedRequest, StartedResponse, check_execution_id,
 };
 
 use super::{Decision, RunError, RunEvent, apply, canonical_json, sha256_hex};
@@ -156,12 +156,29 @@ pub async fn command_completed(
             Ok(CompleteResponse {
                 ok: true,
                 replayed: false,
+                already_finished: None,
             })
         }
         Decision::Replay => Ok(CompleteResponse {
             ok: true,
             replayed: true,
+            already_finished: None,
         }),
+        // The service failed it for silence (no desktop completion is recorded): one final
+        // word, the service's, which the desktop's history takes over.
+        Decision::Conflict(_)
+            if command.status == RunStatus::Failed && command.completion_hash.is_none() =>
+        {
+            tracing::warn!(command_id = %id, "a completion arrived after the run was failed for silence; the failure stands");
+            Ok(CompleteResponse {
+                ok: true,
+                replayed: false,
+                already_finished: Some(ServiceOutcome {
+                    status: command.status,
+                    error: command.error.clone(),
+                }),
+            })
+        }
         Decision::Conflict(message) => Err(DesktopError::Conflict {
             message,
             status: command.status,

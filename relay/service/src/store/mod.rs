@@ -15,6 +15,8 @@ use std::pin::Pin;
 
 use serde_json::{Map, Value};
 
+pub use relay_sqlite::Fault;
+
 use crate::chat_tasks::model::{HostKind, TaskId, TaskStatus};
 pub use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
@@ -42,6 +44,75 @@ pub enum StoreError {
     /// The stored data contradicts the request (e.g. a name already taken).
     #[error("{0}")]
     Conflict(String),
+    /// Storage failed for a named cause: a full disk, a read-only or missing file, a damaged
+    /// database, a lock held too long.
+    #[error("{fault}: {detail}")]
+    Fault {
+        /// Which.
+        fault: Fault,
+        /// The database's own words.
+        detail: String,
+    },
+    /// The database was refused when opened (empty, damaged, foreign, newer): the message says
+    /// what to do.
+    #[error("{0}")]
+    Unusable(String),
+}
+
+impl StoreError {
+    /// The named cause of the failure, if it has one ([`StoreError::Corrupt`] is damage too).
+    pub fn fault(&self) -> Option<Fault> {
+        match self {
+            StoreError::Fault { fault, .. } => Some(*fault),
+            StoreError::Corrupt(_) => Some(Fault::Corrupt),
+            _ => None,
+        }
+    }
+
+    /// What a connected agent is told: which cause, and whether retrying can help.
+    pub fn agent_message(&self) -> String {
+        let (what, retry) = match self.fault() {
+            None => {
+                return "The relay service could not reach its database; try again shortly."
+                    .to_owned();
+            }
+            Some(Fault::DiskFull) => (
+                "The relay service's disk is full, so it cannot record this",
+                "Retrying helps once its operator frees space (wait a minute or more); nothing recorded before is lost.",
+            ),
+            Some(Fault::Busy) => (
+                "The relay service's database is busy",
+                "Retrying in a few seconds should help.",
+            ),
+            Some(Fault::ReadOnly) => (
+                "The relay service cannot write its database (it is read-only)",
+                "Retrying does not help until its operator fixes this.",
+            ),
+            Some(Fault::Missing) => (
+                "The relay service's database file is missing",
+                "Retrying does not help until its operator restores it.",
+            ),
+            Some(Fault::Corrupt) => (
+                "The relay service's database is damaged",
+                "Retrying does not help until its operator restores it from a backup.",
+            ),
+        };
+        let cause = self.fault().map(Fault::as_str).unwrap_or_default();
+        format!("{what} (cause: {cause}). {retry}")
+    }
+
+    /// Logs the failure for the operator, at ERROR, with the cause and what to do about it.
+    pub fn log(&self, context: &str) {
+        match self.fault() {
+            Some(fault) => tracing::error!(
+                error = %self,
+                cause = fault.as_str(),
+                remedy = fault.remedy(),
+                "{context}: {}", fault.describe()
+            ),
+            None => tracing::error!(error = %self, "{context}"),
+        }
+    }
 }
 
 /// The kind of a bearer token.
@@ -661,4 +732,11 @@ pub trait Store: Send + Sync + 'static {
     fn record_token_use<'a>(&'a self, token_id: &'a str, now: Timestamp) -> StoreFuture<'a, ()>;
     /// When each token of the owner was last used, as recorded: (token id, time).
     fn token_uses<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<(String, Timestamp)>>;
+    /// Checks the database's own structure (SQLite: `PRAGMA quick_check`, stopped after
+    /// `limit`): `Some(what is wrong)` when it is damaged, `None` when it passed or the store
+    /// has no such check (PostgreSQL's damage shows as [`Fault::Corrupt`] errors instead).
+    fn check_structure(&self, limit: std::time::Duration) -> StoreFuture<'_, Option<String>> {
+        let _ = limit;
+        Box::pin(async { Ok(None) })
+    }
 }

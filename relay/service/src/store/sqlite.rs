@@ -179,10 +179,39 @@ struct Pool {
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path`, switches it to WAL and migrates it.
-    /// Blocking: call it before serving, or from a blocking task.
+    /// Opens the database at `path` with its checks ([`relay_sqlite::open_checked`]: created
+    /// and migrated only where no file exists; an empty, damaged or foreign file is refused) and
+    /// the default limit on the open check. Blocking: call it before serving, or from a
+    /// blocking task.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let connection = open_connection(Some(path))?;
+        Self::open_checked(path, relay_sqlite::DEFAULT_CHECK_LIMIT)
+    }
+
+    /// [`SqliteStore::open`] with `check_limit` on the open `quick_check`; a check that runs
+    /// past it is logged at WARN and the file is used (the periodic check goes on looking).
+    pub fn open_checked(path: &Path, check_limit: Duration) -> Result<Self, StoreError> {
+        let options = relay_sqlite::OpenOptions {
+            busy_timeout: BUSY_TIMEOUT,
+            check_limit,
+            restore: RESTORE_HINT,
+        };
+        let opened =
+            relay_sqlite::open_checked(path, MIGRATIONS, &options).map_err(|e| match e {
+                relay_sqlite::OpenError::Sqlite { error, .. } => {
+                    let context = format!("cannot open the database {}", path.display());
+                    with_context(backend(error), &context)
+                }
+                other => StoreError::Unusable(other.to_string()),
+            })?;
+        if let relay_sqlite::Check::Unfinished(limit) = opened.check {
+            tracing::warn!(
+                db = %path.display(),
+                limit_secs = limit.as_secs(),
+                "the open check (quick_check) did not finish in time; the database is used unchecked"
+            );
+        }
+        let connection = opened.connection;
+        prepare(&connection).map_err(backend)?;
         Ok(SqliteStore {
             pool: Arc::new(Pool {
                 path: Some(path.to_owned()),
@@ -190,6 +219,17 @@ impl SqliteStore {
                 permits: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
             }),
         })
+    }
+
+    /// Writes a consistent copy of the database to the new file `target` while the service
+    /// runs ([`relay_sqlite::backup_into`]): every commit made before it began, and nothing
+    /// half-written.
+    pub async fn backup_into(&self, target: PathBuf) -> Result<(), StoreError> {
+        self.call(move |connection| {
+            relay_sqlite::backup_into(connection, &target)
+                .map_err(|e| StoreError::Unusable(e.to_string()))
+        })
+        .await
     }
 
     /// A fresh private in-memory database (one connection, so calls are serialised).
@@ -258,10 +298,23 @@ impl SqliteStore {
     }
 }
 
+/// What `relay serve` and `relay admin` refusals say to restore with.
+const RESTORE_HINT: &str = "stop relay serve, then `relay admin db restore BACKUP`";
+
+/// Another connection to the database: a file that already passed its open check (never
+/// created here, so a file deleted under the service is reported missing, not made anew), or a
+/// fresh in-memory database.
 fn open_connection(path: Option<&Path>) -> Result<Connection, StoreError> {
     let mut connection = match path {
-        Some(path) => relay_sqlite::open_private(path).map_err(|e| {
-            StoreError::Backend(format!("cannot open database {}: {e}", path.display()))
+        Some(path) => Connection::open_with_flags(
+            path,
+            rusqlite::OpenFlags::default().difference(rusqlite::OpenFlags::SQLITE_OPEN_CREATE),
+        )
+        .map_err(|e| {
+            with_context(
+                backend(e),
+                &format!("cannot open database {}", path.display()),
+            )
         })?,
         None => Connection::open_in_memory().map_err(backend)?,
     };
@@ -274,12 +327,28 @@ fn open_connection(path: Option<&Path>) -> Result<Connection, StoreError> {
             )));
         }
     }
-    // FULL: a queued run or a recorded completion must survive a crash right after the answer.
-    connection
-        .execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
-        .map_err(backend)?;
-    migrate(&mut connection)?;
+    prepare(&connection).map_err(backend)?;
+    if path.is_none() {
+        migrate(&mut connection)?;
+    }
     Ok(connection)
+}
+
+/// Per-connection settings. FULL: a queued run or a recorded completion must survive a crash
+/// right after the answer.
+fn prepare(connection: &Connection) -> rusqlite::Result<()> {
+    connection.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
+}
+
+fn with_context(error: StoreError, context: &str) -> StoreError {
+    match error {
+        StoreError::Fault { fault, detail } => StoreError::Fault {
+            fault,
+            detail: format!("{context}: {detail}"),
+        },
+        StoreError::Backend(detail) => StoreError::Backend(format!("{context}: {detail}")),
+        other => other,
+    }
 }
 
 fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
@@ -292,7 +361,13 @@ fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
 }
 
 fn backend(error: rusqlite::Error) -> StoreError {
-    StoreError::Backend(error.to_string())
+    match relay_sqlite::Fault::of(&error) {
+        Some(fault) => StoreError::Fault {
+            fault,
+            detail: error.to_string(),
+        },
+        None => StoreError::Backend(error.to_string()),
+    }
 }
 
 fn corrupt(what: &str, detail: impl std::fmt::Display) -> rusqlite::Error {
@@ -423,6 +498,22 @@ fn select_command(
 }
 
 impl Store for SqliteStore {
+    fn check_structure(&self, limit: Duration) -> StoreFuture<'_, Option<String>> {
+        self.call(move |connection| {
+            match relay_sqlite::quick_check(connection, limit).map_err(backend)? {
+                relay_sqlite::Check::Damaged(problems) => Ok(Some(problems)),
+                relay_sqlite::Check::Passed => Ok(None),
+                relay_sqlite::Check::Unfinished(limit) => {
+                    tracing::warn!(
+                        limit_secs = limit.as_secs(),
+                        "the periodic quick_check did not finish in time; raise the limit or check less often"
+                    );
+                    Ok(None)
+                }
+            }
+        })
+    }
+
     fn ensure_owner<'a>(&'a self, name: &'a str, now: Timestamp) -> StoreFuture<'a, OwnerRecord> {
         let name = name.to_owned();
         self.call(move |connection| {

@@ -53,9 +53,29 @@ impl std::fmt::Debug for PostgresStore {
 fn backend(error: tokio_postgres::Error) -> StoreError {
     match error.as_db_error() {
         Some(db) => {
-            StoreError::Backend(format!("PostgreSQL {}: {}", db.code().code(), db.message()))
+            let detail = format!("PostgreSQL {}: {}", db.code().code(), db.message());
+            match fault_of_sqlstate(db.code().code()) {
+                Some(fault) => StoreError::Fault { fault, detail },
+                None => StoreError::Backend(detail),
+            }
         }
         None => StoreError::Backend(format!("PostgreSQL: {error}")),
+    }
+}
+
+/// The named cause behind a PostgreSQL error code, where there is one.
+fn fault_of_sqlstate(code: &str) -> Option<super::Fault> {
+    use super::Fault;
+    match code {
+        // disk_full, and insufficient_resources in general (out of disk for temp files too).
+        "53100" | "53000" => Some(Fault::DiskFull),
+        // read_only_sql_transaction: a hot standby, or default_transaction_read_only.
+        "25006" => Some(Fault::ReadOnly),
+        // data_corrupted, index_corrupted.
+        "XX001" | "XX002" => Some(Fault::Corrupt),
+        // lock_not_available, too_many_connections.
+        "55P03" | "53300" => Some(Fault::Busy),
+        _ => None,
     }
 }
 
