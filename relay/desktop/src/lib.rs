@@ -9,6 +9,7 @@
 pub mod api;
 pub mod approver;
 pub mod bounding;
+pub mod catalog;
 pub mod jitter;
 pub mod state;
 pub mod ui;
@@ -23,7 +24,6 @@ use graph_js::Failure;
 use runner::engine::Engine;
 use runner::host::agents::AgentProvider;
 use runner::host::events::{Event, EventSink};
-use runner::host::graphs::{FolderCatalog, GraphSource};
 use runner::host::tools::ToolRegistry;
 use runner::run::{RunOptions, RunRequest, RunStatus, run_graph};
 use serde_json::Value;
@@ -152,6 +152,9 @@ pub struct Relay {
     running: Mutex<Option<RunningCommand>>,
     /// Bumped whenever the running command changes: long polls re-issue naming the new one.
     running_changed: tokio::sync::watch::Sender<u64>,
+    /// Held while sessions are read and uploaded (and withdrawals sent), so a consent pass and
+    /// a pass's sync never cross: the service always ends with the newer snapshot.
+    consent: tokio::sync::Mutex<()>,
 }
 
 /// The command being executed.
@@ -180,6 +183,8 @@ struct Execution {
     channel: String,
     /// The command's cancel state.
     running: RunningCommand,
+    /// The project that started it: its nested graphs are the sessions shared with it.
+    project: String,
 }
 
 /// The completion an execution reports: once a cancel was seen the outcome is `cancelled`,
@@ -250,6 +255,7 @@ impl Relay {
             wake: tokio::sync::Notify::new(),
             running: Mutex::new(None),
             running_changed: tokio::sync::watch::channel(0).0,
+            consent: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -276,6 +282,7 @@ impl Relay {
         let mut long_polls: std::collections::HashMap<String, tokio::task::AbortHandle> =
             Default::default();
         let mut polls = tokio::task::JoinSet::new();
+        let mut consents = tokio::task::JoinSet::new();
         self.reconcile_long_polls(&mut long_polls, &mut polls, &shutdown)?;
         loop {
             tokio::select! {
@@ -286,16 +293,20 @@ impl Relay {
                     let now = self.state.sharing_version()?;
                     if now != sharing {
                         sharing = now;
-                        tracing::info!("sharing changed: running a pass now");
+                        tracing::info!("sharing changed: telling the service and running a pass now");
+                        // Beside a busy pass too: a withdrawal never waits for a running graph.
+                        consents.spawn(self.clone().consent_pass_owned());
                         self.reconcile_long_polls(&mut long_polls, &mut polls, &shutdown)?;
                         self.clone().trigger(&mut passes, &shutdown);
                     }
                 }
                 Some(_) = passes.join_next(), if !passes.is_empty() => {}
                 Some(_) = polls.join_next(), if !polls.is_empty() => {}
+                Some(_) = consents.join_next(), if !consents.is_empty() => {}
             }
         }
         polls.abort_all();
+        while consents.join_next().await.is_some() {}
         while passes.join_next().await.is_some() {}
         while polls.join_next().await.is_some() {}
         Ok(())
@@ -486,6 +497,10 @@ impl Relay {
     pub async fn pass(&self, shutdown: &CancellationToken) {
         self.stats.passes.fetch_add(1, Ordering::Relaxed);
         self.deliver_outbox().await;
+        {
+            let _consent = self.consent.lock().await;
+            self.deliver_withdrawals().await;
+        }
         let projects = match self.state.enabled_projects() {
             Ok(p) => p,
             Err(e) => {
@@ -527,7 +542,9 @@ impl Relay {
         }
     }
 
-    async fn sync(&self, project: &str) -> Result<Vec<QueuedCommand>, String> {
+    /// A plain `sync` of `project` carrying its shared sessions (none once it is disabled).
+    async fn upload(&self, project: &str) -> Result<api::SyncAnswer, String> {
+        let _consent = self.consent.lock().await;
         let sessions = self
             .state
             .shared_sessions(project)
@@ -540,7 +557,89 @@ impl Relay {
             known: Vec::new(),
             sessions_unchanged: false,
         };
-        let raw = self.api.sync(&request).await.map_err(|e| e.to_string())?;
+        self.api.sync(&request).await.map_err(|e| e.to_string())
+    }
+
+    /// Tells the service at once what is shared now (SPEC.md §2, withdrawal): the withdrawals
+    /// of disabled projects first, then the snapshot of each enabled one. The service drops
+    /// what is gone from `list_graph_sessions` and cancels its queued runs. Runs beside a busy
+    /// pass; the commands the syncs return are left to the passes.
+    pub async fn consent_pass(&self) {
+        {
+            let _consent = self.consent.lock().await;
+            self.deliver_withdrawals().await;
+        }
+        let projects = match self.state.enabled_projects() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!("cannot read the enabled projects: {e}");
+                return;
+            }
+        };
+        for project in projects {
+            if let Err(e) = self.upload(&project).await {
+                tracing::warn!(
+                    project,
+                    "cannot tell the service the new sharing yet (the next pass tries again): {e}"
+                );
+            }
+        }
+    }
+
+    async fn consent_pass_owned(self: Arc<Self>) {
+        self.consent_pass().await;
+    }
+
+    /// Sends each owed withdrawal (an empty snapshot of a disabled project); the caller holds
+    /// the consent lock. A withdrawal the service refuses for good is dropped with a warning.
+    async fn deliver_withdrawals(&self) {
+        let owed = match self.state.pending_withdrawals() {
+            Ok(owed) => owed,
+            Err(e) => {
+                tracing::error!("cannot read the owed withdrawals: {e}");
+                return;
+            }
+        };
+        for (project, version) in owed {
+            let request = SyncRequest {
+                project_id: project.clone(),
+                sessions: Vec::new(),
+                wait_ms: None,
+                running: Vec::new(),
+                known: Vec::new(),
+                sessions_unchanged: false,
+            };
+            let delivered = match self.api.sync(&request).await {
+                Ok(_) => {
+                    tracing::info!(
+                        project,
+                        "the service knows the project is disabled: its sessions are withdrawn"
+                    );
+                    true
+                }
+                Err(e) if !e.is_retryable() => {
+                    tracing::warn!(
+                        project,
+                        "the service refused the withdrawal for good, not sending it again: {e}"
+                    );
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        project,
+                        "cannot tell the service the project is disabled yet, retrying at the next pass: {e}"
+                    );
+                    false
+                }
+            };
+            if delivered && let Err(e) = self.state.withdrawal_delivered(&project, version) {
+                tracing::error!(project, "cannot note the withdrawal as delivered: {e}");
+            }
+        }
+    }
+
+    async fn sync(&self, project: &str) -> Result<Vec<QueuedCommand>, String> {
+        let raw = self.upload(project).await?;
         let mut commands = Vec::with_capacity(raw.commands.len());
         for command in raw.commands {
             match command.validate() {
@@ -704,6 +803,7 @@ impl Relay {
             id: execution_id,
             channel,
             running,
+            project: project.to_owned(),
         };
         let (outcome, trace, reported_early) = self.execute(&execution, request, shutdown).await?;
         let completion = final_completion(&execution, &outcome, shutdown);
@@ -803,7 +903,7 @@ impl Relay {
             })
         };
         let trace = Arc::new(TraceKeeper::default());
-        let options = self.run_options(trace.clone())?;
+        let options = self.run_options(trace.clone(), &execution.project)?;
         self.stats.executed.fetch_add(1, Ordering::Relaxed);
         let run = run_graph(request, &options, running.cancel.clone());
         tokio::pin!(run);
@@ -849,7 +949,11 @@ impl Relay {
         self.deliver(&entry).await;
     }
 
-    fn run_options(&self, trace: Arc<TraceKeeper>) -> Result<RunOptions, RelayError> {
+    fn run_options(
+        &self,
+        trace: Arc<TraceKeeper>,
+        project: &str,
+    ) -> Result<RunOptions, RelayError> {
         let mut options = RunOptions::new(self.runtime.engine.clone());
         options.provider = self.runtime.provider.clone();
         let folder = match &self.config.folder {
@@ -874,19 +978,7 @@ impl Relay {
             self.clock.clone(),
         ));
         options.approval_timeout = self.config.approval_timeout;
-        let mut catalog = FolderCatalog::default();
-        for session in self.state.sessions()? {
-            catalog.insert(GraphSource {
-                meta: graph_js::Meta {
-                    name: session.name.clone(),
-                    slug: session.slug.clone(),
-                    version: session.version.clone(),
-                    description: session.description.clone(),
-                },
-                script: session.script.clone().into(),
-            });
-        }
-        options.catalog = Arc::new(catalog);
+        options.catalog = Arc::new(catalog::SharedCatalog::new(self.state.clone(), project));
         options.token_cap = self.config.token_cap;
         options.max_concurrency = self.config.max_concurrency;
         options.timeout = self.config.graph_timeout;

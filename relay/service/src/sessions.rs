@@ -95,9 +95,17 @@ pub async fn sync_project(
     let known = request.known.clone();
     let wait = std::time::Duration::from_millis(request.wait_ms.unwrap_or(0));
     if !request.sessions_unchanged {
+        let shared: Vec<_> = request
+            .sessions
+            .iter()
+            .map(|s| s.graph_session_id.clone())
+            .collect();
         app.store
             .replace_sessions(&request.project_id, request.sessions, now)
             .await?;
+        // Consent withdrawn takes effect at once: queued runs of sessions no longer shared end
+        // now (the snapshot above already keeps new ones from being queued).
+        crate::runs::withdraw_unshared(app, &project_id, &shared).await?;
     }
     // Subscribe before reading, so work queued between the read and the wait wakes it.
     let mut changes =
