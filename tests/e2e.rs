@@ -7,6 +7,7 @@ use relay_testkit as common;
 
 mod harness;
 
+mod clean_stops;
 mod consent;
 mod demo;
 mod dependency_direction;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use relay_desktop::api::{DesktopApi, HttpTransport};
+use relay_desktop::lock::RelayLock;
 use relay_desktop::state::{ApprovalStatus, DesktopState};
 use relay_desktop::{DesktopConfig, Relay, Runtime};
 use relay_protocol::GraphSessionId;
@@ -21,6 +22,27 @@ use runner::host::mock::MockProvider;
 use runner::input::read_script;
 use runner::trace::for_terminal;
 use tokio_util::sync::CancellationToken;
+
+/// Prints a line on stdout; a closed pipe (`relay desktop history | head -1`) ends the command
+/// quietly and successfully, as the reader has all it wanted.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = writeln!(stdout, $($arg)*) {
+            stdout_failed(&e);
+        }
+    }};
+}
+
+/// Ends the process after a failed write to stdout: 0 for a closed pipe, 1 otherwise.
+fn stdout_failed(error: &std::io::Error) -> ! {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    hint(&format!("error: cannot write to stdout: {error}"));
+    std::process::exit(1);
+}
 
 #[derive(Debug, Args)]
 pub struct DesktopArgs {
@@ -48,6 +70,12 @@ enum DesktopCommand {
     Share(ShareArgs),
     /// Stop sharing a session with a project.
     Unshare(ShareArgs),
+    /// List what is shared: each project, session, slug, version and since when.
+    Shares {
+        /// Print JSON (one array).
+        #[arg(long)]
+        json: bool,
+    },
     /// Tool calls waiting for your approval in remotely started runs.
     #[command(subcommand)]
     Approvals(ApprovalsCommand),
@@ -219,8 +247,10 @@ fn known_tools() -> Vec<String> {
 }
 
 /// A note for the person at the terminal, beside a list (on stderr: stdout keeps only the list).
+/// A closed stderr is no reason to fail.
 fn hint(text: &str) {
-    eprintln!("{text}");
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 pub async fn run(args: DesktopArgs) -> Result<()> {
@@ -231,19 +261,22 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
         DesktopCommand::Session(command) => session(&state, command).await?,
         DesktopCommand::Project(command) => project(&state, command)?,
         DesktopCommand::Share(share) => {
-            state.share(&share.project, &session_id(&share.session)?, now)?;
-            println!("{}", share.session);
+            let session = session_id(&share.session)?;
+            check_served(&state, &share.project)?;
+            state.share(&share.project, &session, now)?;
+            out!("{}", share.session);
         }
+        DesktopCommand::Shares { json } => shares(&state, json)?,
         DesktopCommand::Unshare(share) => {
             state.unshare(&share.project, &session_id(&share.session)?)?;
-            println!("{}", share.session);
+            out!("{}", share.session);
         }
         DesktopCommand::Folder { dir } => {
             if let Some(dir) = dir {
                 state.set_folder(&dir)?;
             }
             match state.folder()? {
-                Some(folder) => println!("{}", folder.display()),
+                Some(folder) => out!("{}", folder.display()),
                 None => bail!("no folder is set: `relay desktop folder DIR` sets one"),
             }
         }
@@ -260,19 +293,30 @@ async fn session(state: &DesktopState, command: SessionCommand) -> Result<()> {
     match command {
         SessionCommand::Add { file, name } => {
             let id = add_session(state, &file, name.as_deref(), SystemClock.now()).await?;
-            println!("{id}");
+            out!("{id}");
         }
         SessionCommand::List { json } => {
             let sessions = state.sessions()?;
             if json {
-                println!("{}", serde_json::to_string(&sessions)?);
+                out!("{}", serde_json::to_string(&sessions)?);
             } else {
                 if sessions.is_empty() {
                     hint("no sessions yet; `relay desktop session add FILE` adds a graph");
                 }
+                let shares = state.shares()?;
                 for s in sessions {
-                    println!(
-                        "{}  {}  {}  {}",
+                    let projects: Vec<&str> = shares
+                        .iter()
+                        .filter(|share| share.session_id == s.id.as_str())
+                        .map(|share| share.project_id.as_str())
+                        .collect();
+                    let shared = if projects.is_empty() {
+                        "not shared".to_owned()
+                    } else {
+                        format!("shared with {}", projects.join(", "))
+                    };
+                    out!(
+                        "{}  {}  {}  {shared}  {}",
                         s.id,
                         s.slug,
                         for_terminal(&s.version),
@@ -283,7 +327,7 @@ async fn session(state: &DesktopState, command: SessionCommand) -> Result<()> {
         }
         SessionCommand::Remove { id } => {
             state.remove_session(&session_id(&id)?)?;
-            println!("{id}");
+            out!("{id}");
         }
     }
     Ok(())
@@ -293,11 +337,11 @@ fn project(state: &DesktopState, command: ProjectCommand) -> Result<()> {
     match command {
         ProjectCommand::Enable { id } => {
             state.set_project_enabled(&id, true, SystemClock.now())?;
-            println!("{id}");
+            out!("{id}");
         }
         ProjectCommand::Disable { id } => {
             state.set_project_enabled(&id, false, SystemClock.now())?;
-            println!("{id}");
+            out!("{id}");
         }
         ProjectCommand::List => {
             let projects = state.projects()?;
@@ -305,7 +349,7 @@ fn project(state: &DesktopState, command: ProjectCommand) -> Result<()> {
                 hint("no projects yet; `relay desktop project enable ID` serves one");
             }
             for (id, enabled) in projects {
-                println!("{id}  {}", if enabled { "enabled" } else { "disabled" });
+                out!("{id}  {}", if enabled { "enabled" } else { "disabled" });
             }
         }
     }
@@ -317,7 +361,7 @@ fn approvals(state: &DesktopState, command: ApprovalsCommand) -> Result<()> {
         ApprovalsCommand::List { all, json } => {
             let approvals = state.approvals(all)?;
             if json {
-                println!("{}", serde_json::to_string(&approvals)?);
+                out!("{}", serde_json::to_string(&approvals)?);
             } else {
                 if approvals.is_empty() {
                     hint(if all {
@@ -327,7 +371,7 @@ fn approvals(state: &DesktopState, command: ApprovalsCommand) -> Result<()> {
                     });
                 }
                 for a in approvals {
-                    println!(
+                    out!(
                         "{}  {}  {}  {}  {}",
                         a.id,
                         a.status,
@@ -361,12 +405,12 @@ fn policy(state: &DesktopState, command: PolicyCommand) -> Result<()> {
                 );
             }
             state.set_policy(&tool, policy)?;
-            println!("{tool} {}", policy.as_str());
+            out!("{tool} {}", policy.as_str());
         }
         PolicyCommand::List => {
             let policy = state.policy()?;
             for (tool, policy) in policy.iter() {
-                println!("{tool} {}", policy.as_str());
+                out!("{tool} {}", policy.as_str());
             }
             let unset: Vec<String> = known_tools()
                 .into_iter()
@@ -386,7 +430,7 @@ fn policy(state: &DesktopState, command: PolicyCommand) -> Result<()> {
 fn history(state: &DesktopState, json: bool) -> Result<()> {
     let history = state.history()?;
     if json {
-        println!("{}", serde_json::to_string(&history)?);
+        out!("{}", serde_json::to_string(&history)?);
     } else {
         if history.is_empty() {
             hint("no executions yet");
@@ -406,7 +450,7 @@ fn history(state: &DesktopState, json: bool) -> Result<()> {
                 .map_or_else(String::new, |m| {
                     format!("  refused by the service: {}", for_terminal(m))
                 });
-            println!(
+            out!(
                 "{}  {}  {}  {}  {} tokens{}  {}{refused}",
                 h.execution_id,
                 h.command_id,
@@ -431,8 +475,9 @@ fn decide(
     decision: ApprovalStatus,
     now: relay_protocol::clock::Timestamp,
 ) -> Result<()> {
+    check_live(state, id)?;
     if state.decide(id, decision, now)? {
-        println!("{id}");
+        out!("{id}");
         Ok(())
     } else {
         bail!("no pending approval {id}: see `relay desktop approvals list` (it may have expired)")
@@ -443,7 +488,7 @@ fn decide(
 async fn serve_page(state: DesktopState, listen: &str) -> Result<()> {
     let listen = relay_desktop::ui::loopback_listen(listen)?;
     let bound = relay_desktop::ui::bind(listen, state, Arc::new(SystemClock)).await?;
-    println!("{}", bound.url);
+    out!("{}", bound.url);
     hint(
         "Open the link above in your browser: it works once, in one browser. Ctrl-C stops the page.",
     );
@@ -503,6 +548,11 @@ fn check_desktop_token(token: &str) -> Result<()> {
 
 async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
     check_desktop_token(&args.token)?;
+    // Held until the relay returns: one relay per state file.
+    let _lock = match state.path() {
+        Some(path) => Some(RelayLock::acquire(path)?),
+        None => None,
+    };
     if state.enabled_projects()?.is_empty() {
         tracing::warn!(
             "no project is enabled on this desktop, so nothing will be picked up; `relay desktop project enable ID` enables one (the relay sees it at its next pass)"
@@ -535,12 +585,92 @@ async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            tracing::info!("stopping the relay");
-            on_signal.cancel();
-        }
+        let signal = stop_signal().await;
+        tracing::info!(
+            "{signal}: stopping the relay; a running graph ends failed and is reported, its pending approvals expire"
+        );
+        on_signal.cancel();
     });
-    tracing::info!(service = %args.service, "desktop relay running; Ctrl-C stops it");
+    tracing::info!(service = %args.service, "desktop relay running; Ctrl-C (or SIGTERM, SIGHUP) stops it");
     relay.run(shutdown).await?;
+    Ok(())
+}
+
+/// Waits for Ctrl-C, SIGTERM or SIGHUP (all stop the relay the same clean way); names it.
+async fn stop_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let (Ok(mut term), Ok(mut hup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
+            return tokio::select! {
+                _ = tokio::signal::ctrl_c() => "Ctrl-C",
+                _ = term.recv() => "SIGTERM",
+                _ = hup.recv() => "SIGHUP",
+            };
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    "Ctrl-C"
+}
+
+/// Refuses to share with a project this desktop does not serve: the share would reach nobody.
+fn check_served(state: &DesktopState, project: &str) -> Result<()> {
+    match state.projects()?.into_iter().find(|(id, _)| id == project) {
+        Some((_, true)) => Ok(()),
+        Some((_, false)) => bail!(
+            "project {project} is disabled on this desktop, so a share would reach no agent: enable it first with `relay desktop project enable {project}`"
+        ),
+        None => bail!(
+            "this desktop does not serve a project {project}: check the id (`relay desktop project list` shows the served ones), or serve it first with `relay desktop project enable {project}`"
+        ),
+    }
+}
+
+/// `relay desktop shares`: what each project's agents can start.
+fn shares(state: &DesktopState, json: bool) -> Result<()> {
+    let shares = state.shares()?;
+    if json {
+        out!("{}", serde_json::to_string(&shares)?);
+        return Ok(());
+    }
+    if shares.is_empty() {
+        hint(
+            "nothing is shared; `relay desktop share --project ID --session gs_...` shares a session",
+        );
+    }
+    for s in shares {
+        out!(
+            "{}{}  {}  {}  {}  since {}",
+            s.project_id,
+            if s.project_enabled { "" } else { " (disabled)" },
+            s.session_id,
+            s.slug,
+            for_terminal(&s.version),
+            relay_protocol::clock::Timestamp::from_unix_millis(s.since).to_rfc3339()
+        );
+    }
+    Ok(())
+}
+
+/// Refuses a decision nothing would act on: the run that asked has ended, or no relay runs.
+fn check_live(state: &DesktopState, id: &str) -> Result<()> {
+    match state.approval_run_live(id)? {
+        None => bail!("no approval {id}: see `relay desktop approvals list`"),
+        Some(false) => bail!(
+            "approval {id} belongs to a run that is no longer running, so nothing would act on the decision: `relay desktop history` shows how it ended; the agent can start it again"
+        ),
+        Some(true) => {}
+    }
+    if let Some(path) = state.path()
+        && RelayLock::holder(path)?.is_none()
+    {
+        bail!(
+            "no `relay desktop run` is running on {}, so the run that asked approval {id} is not live and nothing would act on the decision; the relay's next start reports that run failed and expires its approvals",
+            path.display()
+        );
+    }
     Ok(())
 }

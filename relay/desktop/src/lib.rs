@@ -11,6 +11,7 @@ pub mod approver;
 pub mod bounding;
 pub mod catalog;
 pub mod jitter;
+pub mod lock;
 pub mod state;
 pub mod ui;
 
@@ -741,12 +742,17 @@ impl Relay {
     /// reported failed, through the outbox.
     async fn recover_unfinished(&self) -> Result<(), RelayError> {
         for (execution_id, command_id) in self.state.unfinished_executions()? {
-            tracing::warn!(command = %command_id, "reporting a run the relay stopped during as failed");
+            // Written as they grew: what the run spent before the relay stopped.
+            let tokens = self.state.execution_tokens(&execution_id)?;
+            let expired = self
+                .state
+                .expire_approvals_of(&execution_id, self.clock.now())?;
+            tracing::warn!(command = %command_id, tokens, expired_approvals = expired, "reporting a run the relay stopped during as failed");
             let completion = bounding::completion(
                 &execution_id,
                 CompletionStatus::Failed,
                 None,
-                0,
+                tokens,
                 0.0,
                 Some("the desktop relay stopped while this graph was running"),
             );
@@ -902,7 +908,7 @@ impl Relay {
                 cancel.cancel();
             })
         };
-        let trace = Arc::new(TraceKeeper::default());
+        let trace = Arc::new(TraceKeeper::recording(self.state.clone(), &execution.id));
         let options = self.run_options(trace.clone(), &execution.project)?;
         self.stats.executed.fetch_add(1, Ordering::Relaxed);
         let run = run_graph(request, &options, running.cancel.clone());
@@ -1009,26 +1015,29 @@ async fn control_poll(api: DesktopApi, running: RunningCommand, interval: Durati
     }
 }
 
-/// Keeps a run's first [`MAX_TRACE_EVENTS`] events for the history.
+/// Keeps a run's first [`MAX_TRACE_EVENTS`] events for the history, and (when recording)
+/// writes the tokens spent to the history as they grow, so a relay killed mid-run still
+/// reports them at its next start.
 #[derive(Default)]
 struct TraceKeeper {
     events: Mutex<Vec<Event>>,
+    /// Metered tokens so far (every event, even past the kept ones).
+    tokens: AtomicU64,
+    recording: Option<(DesktopState, String)>,
 }
 
 impl TraceKeeper {
+    /// A keeper that records the tokens of `execution_id` in `state` as they grow.
+    fn recording(state: DesktopState, execution_id: &str) -> Self {
+        Self {
+            recording: Some((state, execution_id.to_owned())),
+            ..Self::default()
+        }
+    }
+
     /// Tokens metered so far (the sum of finished turns).
     fn tokens(&self) -> u64 {
-        let events = self
-            .events
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        events
-            .iter()
-            .map(|e| match e.kind {
-                runner::host::events::EventKind::AgentTurn { tokens, .. } => tokens,
-                _ => 0,
-            })
-            .sum()
+        self.tokens.load(Ordering::SeqCst)
     }
 
     fn to_json(&self) -> Value {
@@ -1049,6 +1058,14 @@ impl EventSink for TraceKeeper {
             runner::host::events::EventKind::AgentProgress { .. }
         ) {
             return;
+        }
+        if let runner::host::events::EventKind::AgentTurn { tokens, .. } = event.kind {
+            let total = self.tokens.fetch_add(tokens, Ordering::SeqCst) + tokens;
+            if let Some((state, execution_id)) = &self.recording
+                && let Err(e) = state.record_tokens(execution_id, total)
+            {
+                tracing::warn!(execution = %execution_id, "cannot record the tokens spent so far: {e}");
+            }
         }
         let mut events = self
             .events

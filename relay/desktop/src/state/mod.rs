@@ -354,10 +354,13 @@ impl DesktopState {
 
 mod approvals;
 mod executions;
+mod listing;
+mod liveness;
 mod sessions;
 mod settings;
 mod sharing;
 
+pub use listing::ShareRow;
 pub use sessions::new_session_id;
 
 #[cfg(test)]
