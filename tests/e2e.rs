@@ -22,4 +22,5 @@ mod outbox;
 mod pass_skipping;
 mod private_files;
 mod result_bounding;
+mod session_identity;
 mod withdrawal;

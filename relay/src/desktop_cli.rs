@@ -114,6 +114,10 @@ enum SessionCommand {
         /// Display name (default: the graph's meta.name).
         #[arg(long)]
         name: Option<String>,
+        /// Put this file's code into the session whose slug it has, though that session came
+        /// from another file (it stays shared with the same projects).
+        #[arg(long)]
+        replace: bool,
     },
     /// List the sessions.
     List {
@@ -291,8 +295,12 @@ pub async fn run(args: DesktopArgs) -> Result<()> {
 
 async fn session(state: &DesktopState, command: SessionCommand) -> Result<()> {
     match command {
-        SessionCommand::Add { file, name } => {
-            let id = add_session(state, &file, name.as_deref(), SystemClock.now()).await?;
+        SessionCommand::Add {
+            file,
+            name,
+            replace,
+        } => {
+            let id = add_session(state, &file, name.as_deref(), replace, SystemClock.now()).await?;
             out!("{id}");
         }
         SessionCommand::List { json } => {
@@ -506,10 +514,13 @@ async fn serve_page(state: DesktopState, listen: &str) -> Result<()> {
 }
 
 /// Reads a graph, checks its `meta` in the sandbox and stores it.
+/// A session is one graph file: another file with a taken slug is refused unless `replace`;
+/// a change of a shared session's code says which projects it stays shared with.
 pub async fn add_session(
     state: &DesktopState,
     file: &Path,
     name: Option<&str>,
+    replace: bool,
     now: relay_protocol::clock::Timestamp,
 ) -> Result<GraphSessionId> {
     let script =
@@ -519,7 +530,49 @@ pub async fn add_session(
         .describe(script.clone().into())
         .await
         .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    Ok(state.upsert_session(&meta, &script, name, now)?)
+    let path = file
+        .canonicalize()
+        .unwrap_or_else(|_| file.to_path_buf())
+        .display()
+        .to_string();
+    let hash = relay_service::runs::sha256_hex(&script);
+    let before = state.session_source(&meta.slug)?;
+    if let Some(before) = &before
+        && let Some(other) = before.path.as_deref()
+        && other != path
+        && !replace
+    {
+        bail!(
+            "slug `{}` is already session {} from {other}; {path} is another file: give it its own slug in its meta, or pass --replace to put its code into that session (it stays shared with the same projects)",
+            meta.slug,
+            before.id
+        );
+    }
+    let id = state.upsert_session(&meta, &script, name, now)?;
+    state.set_session_source(&id, &path, &hash)?;
+    let changed = before
+        .as_ref()
+        .is_some_and(|b| b.content_hash.as_deref() != Some(hash.as_str()));
+    if changed {
+        let projects: Vec<String> = state
+            .shares()?
+            .into_iter()
+            .filter(|s| s.session_id == id.as_str())
+            .map(|s| s.project_id)
+            .collect();
+        if projects.is_empty() {
+            hint(&format!(
+                "session {id} now runs the code of {path}; it is not shared"
+            ));
+        } else {
+            hint(&format!(
+                "session {id} now runs the code of {path} (version {}); it stays shared with {}, whose agents see it after the relay's next sync",
+                for_terminal(&meta.version),
+                projects.join(", ")
+            ));
+        }
+    }
+    Ok(id)
 }
 
 /// Refuses a desktop token that could only fail at every request: an empty one (an unset

@@ -79,3 +79,57 @@ mod tests {
         assert_eq!(shares[0].version, "2.0.0");
     }
 }
+
+/// Where a session's code came from: the file and the hash of its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSource {
+    /// The session.
+    pub id: GraphSessionId,
+    /// The graph file it was added from (`None` for sessions added before files were noted).
+    pub path: Option<String>,
+    /// The SHA-256 of its code, hex.
+    pub content_hash: Option<String>,
+}
+
+/// Sessions by file: one graph file is one session.
+impl DesktopState {
+    /// The session holding `slug`, with the file and code hash it came from.
+    pub fn session_source(&self, slug: &str) -> Result<Option<SessionSource>, StateError> {
+        self.with_sync(|conn| {
+            let found: Option<(String, Option<String>, Option<String>)> = conn
+                .query_row(
+                    "SELECT id, source_path, content_hash FROM graph_sessions WHERE slug = ?1",
+                    params![slug],
+                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+                )
+                .optional()?;
+            found
+                .map(|(id, path, content_hash)| {
+                    Ok(SessionSource {
+                        id: id.parse().map_err(|e: relay_protocol::InvalidInput| {
+                            StateError::Invalid(e.to_string())
+                        })?,
+                        path,
+                        content_hash,
+                    })
+                })
+                .transpose()
+        })
+    }
+
+    /// Notes the file and code hash a session now comes from.
+    pub fn set_session_source(
+        &self,
+        id: &GraphSessionId,
+        path: &str,
+        content_hash: &str,
+    ) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            conn.execute(
+                "UPDATE graph_sessions SET source_path = ?2, content_hash = ?3 WHERE id = ?1",
+                params![id.as_str(), path, content_hash],
+            )?;
+            Ok(())
+        })
+    }
+}

@@ -96,10 +96,9 @@ CREATE INDEX history_by_command ON history(command_id);
     r#"
 ALTER TABLE history ADD COLUMN service_refusal TEXT;
 "#,
-    // Consent you can see and that holds exactly: projects disabled whose withdrawal the service
-    // has not heard yet (the next contact sends it before anything runs), the file each session
-    // came from and the hash of its code (a share records the hash it was given for), and what
-    // the history shows of each run beside its outcome.
+    // Consent that holds exactly: projects disabled whose withdrawal the service has not heard
+    // yet (the next contact sends it before anything runs), and the file each session came from
+    // with the hash of its code (one file is one session).
     r#"
 CREATE TABLE withdrawals (
     project_id TEXT PRIMARY KEY,
@@ -107,10 +106,6 @@ CREATE TABLE withdrawals (
 );
 ALTER TABLE graph_sessions ADD COLUMN source_path TEXT;
 ALTER TABLE graph_sessions ADD COLUMN content_hash TEXT;
-ALTER TABLE shares ADD COLUMN content_hash TEXT;
-ALTER TABLE history ADD COLUMN queued_at INTEGER;
-ALTER TABLE history ADD COLUMN arguments TEXT;
-ALTER TABLE history ADD COLUMN agent TEXT;
 "#,
 ];
 
@@ -360,7 +355,7 @@ mod sessions;
 mod settings;
 mod sharing;
 
-pub use listing::ShareRow;
+pub use listing::{SessionSource, ShareRow};
 pub use sessions::new_session_id;
 
 #[cfg(test)]
