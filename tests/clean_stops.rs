@@ -374,3 +374,39 @@ async fn shares_list_exactly_what_is_shared_and_unknown_or_disabled_projects_are
     // Nothing was added by the refusals.
     assert_eq!(world.state.shares().expect("shares").len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_desktop_token_refused_twice_stops_the_relay_saying_what_to_do() {
+    use relay_desktop::api::{DesktopApi, HttpTransport};
+    use relay_desktop::{Relay, Runtime};
+    use std::sync::Arc;
+
+    let world = World::new(json!({})).await;
+    world.share(ECHO).await;
+    let transport = Arc::new(HttpTransport::new(&world.service.base).expect("transport"));
+    let state = relay_desktop::state::DesktopState::open(&state_path(&world)).expect("state");
+    let relay = Relay::new(
+        state,
+        DesktopApi::new(transport, "not-a-real-desktop-token"),
+        Arc::new(relay_protocol::clock::SystemClock),
+        Runtime {
+            engine: runner::engine::EngineKind::Boa.build().expect("boa"),
+            provider: world.mock.clone(),
+            events: world.events.clone(),
+        },
+        harness::fast_config(),
+    );
+    let stopped = tokio::time::timeout(
+        Duration::from_secs(30),
+        relay.run(tokio_util::sync::CancellationToken::new()),
+    )
+    .await
+    .expect("the relay stops by itself");
+    let error = stopped.expect_err("with an error").to_string();
+    assert!(
+        error.contains("desktop token")
+            && error.contains("401")
+            && error.contains("relay admin token create --desktop"),
+        "{error}"
+    );
+}

@@ -156,7 +156,17 @@ pub struct Relay {
     /// Held while sessions are read and uploaded (and withdrawals sent), so a consent pass and
     /// a pass's sync never cross: the service always ends with the newer snapshot.
     consent: tokio::sync::Mutex<()>,
+    /// Syncs answered 401 in a row; at [`MAX_UNAUTHORIZED`] the relay stops.
+    unauthorized: AtomicU64,
+    /// Why the relay stopped by itself (the token was refused), once it did.
+    halted: Mutex<Option<String>>,
+    /// Fires when the relay stops by itself.
+    halt: CancellationToken,
 }
+
+/// A desktop token answered 401 this many times in a row stops the relay: it cannot work
+/// until its owner gives it a valid token.
+pub const MAX_UNAUTHORIZED: u64 = 2;
 
 /// The command being executed.
 #[derive(Clone)]
@@ -233,6 +243,9 @@ pub enum RelayError {
     /// The state file failed.
     #[error(transparent)]
     State(#[from] StateError),
+    /// The service refused the desktop token again and again.
+    #[error("{0}")]
+    Unauthorized(String),
 }
 
 impl Relay {
@@ -257,6 +270,9 @@ impl Relay {
             running: Mutex::new(None),
             running_changed: tokio::sync::watch::channel(0).0,
             consent: tokio::sync::Mutex::new(()),
+            unauthorized: AtomicU64::new(0),
+            halted: Mutex::new(None),
+            halt: CancellationToken::new(),
         })
     }
 
@@ -273,6 +289,8 @@ impl Relay {
     /// Runs passes until `shutdown` fires: one at once, then every poll interval and right
     /// after each sharing change. A running graph is stopped on shutdown and reported failed.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), RelayError> {
+        // Stopped from outside, or by the relay itself when its token is refused.
+        let shutdown = shutdown.child_token();
         self.recover_unfinished().await?;
         let mut ticker = tokio::time::interval(self.config.poll_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -288,6 +306,10 @@ impl Relay {
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
+                () = self.halt.cancelled() => {
+                    shutdown.cancel();
+                    break;
+                }
                 _ = ticker.tick() => self.clone().trigger(&mut passes, &shutdown),
                 () = self.wake.notified() => self.clone().trigger(&mut passes, &shutdown),
                 _ = watch.tick() => {
@@ -310,7 +332,42 @@ impl Relay {
         while consents.join_next().await.is_some() {}
         while passes.join_next().await.is_some() {}
         while polls.join_next().await.is_some() {}
-        Ok(())
+        let halted = self
+            .halted
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        match halted {
+            Some(message) => Err(RelayError::Unauthorized(message)),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts syncs answered 401 in a row; the second stops the relay with a message saying
+    /// what to do (any other answer resets the count).
+    fn watch_auth<T>(&self, answer: &Result<T, ApiError>) {
+        let refused = matches!(
+            answer,
+            Err(ApiError::Status { status, .. }) if *status == http::StatusCode::UNAUTHORIZED
+        );
+        if !refused {
+            if answer.is_ok() {
+                self.unauthorized.store(0, Ordering::SeqCst);
+            }
+            return;
+        }
+        if self.unauthorized.fetch_add(1, Ordering::SeqCst) + 1 < MAX_UNAUTHORIZED {
+            return;
+        }
+        let message = format!(
+            "the service refused this relay's desktop token {MAX_UNAUTHORIZED} times in a row (401): it is revoked, expired or not a desktop token of this service; mint a new one with `relay admin token create --desktop` (or on the console) and start `relay desktop run --token ...` with it"
+        );
+        tracing::error!("{message}");
+        *self
+            .halted
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(message);
+        self.halt.cancel();
     }
 
     /// Long-poll mode: one long poll per enabled project, started and stopped as projects are
@@ -366,7 +423,10 @@ impl Relay {
             let unchanged = uploaded.is_some() && uploaded == version;
             let request = self.long_poll_request(&project, wait, unchanged, &known);
             let answer = tokio::select! {
-                answer = self.api.sync(&request) => answer,
+                answer = self.api.sync(&request) => {
+                    self.watch_auth(&answer);
+                    answer
+                }
                 // A command started or ended: ask again, naming what runs now.
                 _ = running_changed.changed() => continue,
                 () = shutdown.cancelled() => return,
@@ -558,7 +618,9 @@ impl Relay {
             known: Vec::new(),
             sessions_unchanged: false,
         };
-        self.api.sync(&request).await.map_err(|e| e.to_string())
+        let answer = self.api.sync(&request).await;
+        self.watch_auth(&answer);
+        answer.map_err(|e| e.to_string())
     }
 
     /// Tells the service at once what is shared now (SPEC.md §2, withdrawal): the withdrawals
