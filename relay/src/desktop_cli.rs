@@ -601,11 +601,15 @@ fn check_desktop_token(token: &str) -> Result<()> {
 
 async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
     check_desktop_token(&args.token)?;
-    // Held until the relay returns: one relay per state file.
-    let _lock = match state.path() {
-        Some(path) => Some(RelayLock::acquire(path)?),
-        None => None,
-    };
+    // One relay per state file: refused before anything else is said or done.
+    if let Some(path) = state.path()
+        && let Some(holder) = RelayLock::holder(path)?
+    {
+        bail!(
+            "another relay ({holder}) already runs on the state file {}: stop it first, or give this one its own state file with --state",
+            path.display()
+        );
+    }
     if state.enabled_projects()?.is_empty() {
         tracing::warn!(
             "no project is enabled on this desktop, so nothing will be picked up; `relay desktop project enable ID` enables one (the relay sees it at its next pass)"

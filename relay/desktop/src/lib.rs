@@ -246,6 +246,9 @@ pub enum RelayError {
     /// The service refused the desktop token again and again.
     #[error("{0}")]
     Unauthorized(String),
+    /// Another relay runs on the same state file.
+    #[error(transparent)]
+    Locked(#[from] lock::LockError),
 }
 
 impl Relay {
@@ -289,6 +292,11 @@ impl Relay {
     /// Runs passes until `shutdown` fires: one at once, then every poll interval and right
     /// after each sharing change. A running graph is stopped on shutdown and reported failed.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), RelayError> {
+        // One relay per state file, held until this returns (an in-memory state has no file).
+        let _lock = match self.state.path() {
+            Some(path) => Some(lock::RelayLock::acquire(path)?),
+            None => None,
+        };
         // Stopped from outside, or by the relay itself when its token is refused.
         let shutdown = shutdown.child_token();
         self.recover_unfinished().await?;
