@@ -78,7 +78,9 @@ async fn a_changed_slug_between_queueing_and_pickup_cancels() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_disabled_project_is_not_synced_and_its_work_stays_queued() {
+async fn a_disabled_project_is_withdrawn_and_its_queued_work_cancelled() {
+    // A disabled project is not synced for work; its one owed sync is empty, which ends its
+    // queued runs with the consent error (before, they stayed queued and ran on re-enable).
     let world = World::new(json!({"default": {"text": "x"}})).await;
     let session = world.share(ECHO).await;
     let command = world.queue(&session, "key-disabled", json!({})).await;
@@ -87,6 +89,8 @@ async fn a_disabled_project_is_not_synced_and_its_work_stays_queued() {
         .set_project_enabled(&world.project, false, Timestamp::from_unix_millis(2))
         .expect("disable");
     world.relay().pass(&Default::default()).await;
-    assert_eq!(world.get(&command).await["status"], "queued");
+    let run = world.get(&command).await;
+    assert_eq!(run["status"], "cancelled", "{run}");
+    assert_eq!(run["error"], NOT_SHARED);
     assert!(world.mock.calls().is_empty());
 }

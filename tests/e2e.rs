@@ -7,6 +7,7 @@ use relay_testkit as common;
 
 mod harness;
 
+mod clean_stops;
 mod consent;
 mod demo;
 mod dependency_direction;
@@ -16,7 +17,10 @@ mod desktop_folder;
 mod desktop_page;
 mod desktop_pickup;
 mod malformed_commands;
+mod nested_consent;
 mod outbox;
 mod pass_skipping;
 mod private_files;
 mod result_bounding;
+mod session_identity;
+mod withdrawal;

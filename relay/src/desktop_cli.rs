@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use relay_desktop::api::{DesktopApi, HttpTransport};
+use relay_desktop::lock::RelayLock;
 use relay_desktop::state::{ApprovalStatus, DesktopState};
 use relay_desktop::{DesktopConfig, Relay, Runtime};
 use relay_protocol::GraphSessionId;
@@ -21,6 +22,27 @@ use runner::host::mock::MockProvider;
 use runner::input::read_script;
 use runner::trace::for_terminal;
 use tokio_util::sync::CancellationToken;
+
+/// Prints a line on stdout; a closed pipe (`relay desktop history | head -1`) ends the command
+/// quietly and successfully, as the reader has all it wanted.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = writeln!(stdout, $($arg)*) {
+            stdout_failed(&e);
+        }
+    }};
+}
+
+/// Ends the process after a failed write to stdout: 0 for a closed pipe, 1 otherwise.
+fn stdout_failed(error: &std::io::Error) -> ! {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    hint(&format!("error: cannot write to stdout: {error}"));
+    std::process::exit(1);
+}
 
 #[derive(Debug, Args)]
 pub struct DesktopArgs {
@@ -48,6 +70,12 @@ enum DesktopCommand {
     Share(ShareArgs),
     /// Stop sharing a session with a project.
     Unshare(ShareArgs),
+    /// List what is shared: each project, session, slug, version and since when.
+    Shares {
+        /// Print JSON (one array).
+        #[arg(long)]
+        json: bool,
+    },
     /// Tool calls waiting for your approval in remotely started runs.
     #[command(subcommand)]
     Approvals(ApprovalsCommand),
@@ -89,6 +117,10 @@ enum SessionCommand {
         /// Display name (default: the graph's meta.name).
         #[arg(long)]
         name: Option<String>,
+        /// Put this file's code into the session whose slug it has, though that session came
+        /// from another file (it stays shared with the same projects).
+        #[arg(long)]
+        replace: bool,
     },
     /// List the sessions.
     List {
@@ -223,8 +255,10 @@ fn known_tools() -> Vec<String> {
 }
 
 /// A note for the person at the terminal, beside a list (on stderr: stdout keeps only the list).
+/// A closed stderr is no reason to fail.
 fn hint(text: &str) {
-    eprintln!("{text}");
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 pub async fn run(args: DesktopArgs) -> Result<()> {
@@ -243,19 +277,22 @@ async fn on_state(path: &Path, command: DesktopCommand) -> Result<()> {
         DesktopCommand::Session(command) => session(&state, command).await?,
         DesktopCommand::Project(command) => project(&state, command)?,
         DesktopCommand::Share(share) => {
-            state.share(&share.project, &session_id(&share.session)?, now)?;
-            println!("{}", share.session);
+            let session = session_id(&share.session)?;
+            check_served(&state, &share.project)?;
+            state.share(&share.project, &session, now)?;
+            out!("{}", share.session);
         }
+        DesktopCommand::Shares { json } => shares(&state, json)?,
         DesktopCommand::Unshare(share) => {
             state.unshare(&share.project, &session_id(&share.session)?)?;
-            println!("{}", share.session);
+            out!("{}", share.session);
         }
         DesktopCommand::Folder { dir } => {
             if let Some(dir) = dir {
                 state.set_folder(&dir)?;
             }
             match state.folder()? {
-                Some(folder) => println!("{}", folder.display()),
+                Some(folder) => out!("{}", folder.display()),
                 None => bail!("no folder is set: `relay desktop folder DIR` sets one"),
             }
         }
@@ -296,21 +333,36 @@ fn db(path: &Path, command: &crate::db_cli::DbCommand) -> Result<()> {
 
 async fn session(state: &DesktopState, command: SessionCommand) -> Result<()> {
     match command {
-        SessionCommand::Add { file, name } => {
-            let id = add_session(state, &file, name.as_deref(), SystemClock.now()).await?;
-            println!("{id}");
+        SessionCommand::Add {
+            file,
+            name,
+            replace,
+        } => {
+            let id = add_session(state, &file, name.as_deref(), replace, SystemClock.now()).await?;
+            out!("{id}");
         }
         SessionCommand::List { json } => {
             let sessions = state.sessions()?;
             if json {
-                println!("{}", serde_json::to_string(&sessions)?);
+                out!("{}", serde_json::to_string(&sessions)?);
             } else {
                 if sessions.is_empty() {
                     hint("no sessions yet; `relay desktop session add FILE` adds a graph");
                 }
+                let shares = state.shares()?;
                 for s in sessions {
-                    println!(
-                        "{}  {}  {}  {}",
+                    let projects: Vec<&str> = shares
+                        .iter()
+                        .filter(|share| share.session_id == s.id.as_str())
+                        .map(|share| share.project_id.as_str())
+                        .collect();
+                    let shared = if projects.is_empty() {
+                        "not shared".to_owned()
+                    } else {
+                        format!("shared with {}", projects.join(", "))
+                    };
+                    out!(
+                        "{}  {}  {}  {shared}  {}",
                         s.id,
                         s.slug,
                         for_terminal(&s.version),
@@ -321,7 +373,7 @@ async fn session(state: &DesktopState, command: SessionCommand) -> Result<()> {
         }
         SessionCommand::Remove { id } => {
             state.remove_session(&session_id(&id)?)?;
-            println!("{id}");
+            out!("{id}");
         }
     }
     Ok(())
@@ -331,11 +383,11 @@ fn project(state: &DesktopState, command: ProjectCommand) -> Result<()> {
     match command {
         ProjectCommand::Enable { id } => {
             state.set_project_enabled(&id, true, SystemClock.now())?;
-            println!("{id}");
+            out!("{id}");
         }
         ProjectCommand::Disable { id } => {
             state.set_project_enabled(&id, false, SystemClock.now())?;
-            println!("{id}");
+            out!("{id}");
         }
         ProjectCommand::List => {
             let projects = state.projects()?;
@@ -343,7 +395,7 @@ fn project(state: &DesktopState, command: ProjectCommand) -> Result<()> {
                 hint("no projects yet; `relay desktop project enable ID` serves one");
             }
             for (id, enabled) in projects {
-                println!("{id}  {}", if enabled { "enabled" } else { "disabled" });
+                out!("{id}  {}", if enabled { "enabled" } else { "disabled" });
             }
         }
     }
@@ -355,7 +407,7 @@ fn approvals(state: &DesktopState, command: ApprovalsCommand) -> Result<()> {
         ApprovalsCommand::List { all, json } => {
             let approvals = state.approvals(all)?;
             if json {
-                println!("{}", serde_json::to_string(&approvals)?);
+                out!("{}", serde_json::to_string(&approvals)?);
             } else {
                 if approvals.is_empty() {
                     hint(if all {
@@ -365,7 +417,7 @@ fn approvals(state: &DesktopState, command: ApprovalsCommand) -> Result<()> {
                     });
                 }
                 for a in approvals {
-                    println!(
+                    out!(
                         "{}  {}  {}  {}  {}",
                         a.id,
                         a.status,
@@ -399,12 +451,12 @@ fn policy(state: &DesktopState, command: PolicyCommand) -> Result<()> {
                 );
             }
             state.set_policy(&tool, policy)?;
-            println!("{tool} {}", policy.as_str());
+            out!("{tool} {}", policy.as_str());
         }
         PolicyCommand::List => {
             let policy = state.policy()?;
             for (tool, policy) in policy.iter() {
-                println!("{tool} {}", policy.as_str());
+                out!("{tool} {}", policy.as_str());
             }
             let unset: Vec<String> = known_tools()
                 .into_iter()
@@ -424,7 +476,7 @@ fn policy(state: &DesktopState, command: PolicyCommand) -> Result<()> {
 fn history(state: &DesktopState, json: bool) -> Result<()> {
     let history = state.history()?;
     if json {
-        println!("{}", serde_json::to_string(&history)?);
+        out!("{}", serde_json::to_string(&history)?);
     } else {
         if history.is_empty() {
             hint("no executions yet");
@@ -444,7 +496,7 @@ fn history(state: &DesktopState, json: bool) -> Result<()> {
                 .map_or_else(String::new, |m| {
                     format!("  refused by the service: {}", for_terminal(m))
                 });
-            println!(
+            out!(
                 "{}  {}  {}  {}  {} tokens{}  {}{refused}",
                 h.execution_id,
                 h.command_id,
@@ -469,8 +521,9 @@ fn decide(
     decision: ApprovalStatus,
     now: relay_protocol::clock::Timestamp,
 ) -> Result<()> {
+    check_live(state, id)?;
     if state.decide(id, decision, now)? {
-        println!("{id}");
+        out!("{id}");
         Ok(())
     } else {
         bail!("no pending approval {id}: see `relay desktop approvals list` (it may have expired)")
@@ -481,7 +534,7 @@ fn decide(
 async fn serve_page(state: DesktopState, listen: &str) -> Result<()> {
     let listen = relay_desktop::ui::loopback_listen(listen)?;
     let bound = relay_desktop::ui::bind(listen, state, Arc::new(SystemClock)).await?;
-    println!("{}", bound.url);
+    out!("{}", bound.url);
     hint(
         "Open the link above in your browser: it works once, in one browser. Ctrl-C stops the page.",
     );
@@ -499,10 +552,13 @@ async fn serve_page(state: DesktopState, listen: &str) -> Result<()> {
 }
 
 /// Reads a graph, checks its `meta` in the sandbox and stores it.
+/// A session is one graph file: another file with a taken slug is refused unless `replace`;
+/// a change of a shared session's code says which projects it stays shared with.
 pub async fn add_session(
     state: &DesktopState,
     file: &Path,
     name: Option<&str>,
+    replace: bool,
     now: relay_protocol::clock::Timestamp,
 ) -> Result<GraphSessionId> {
     let script =
@@ -512,7 +568,49 @@ pub async fn add_session(
         .describe(script.clone().into())
         .await
         .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    Ok(state.upsert_session(&meta, &script, name, now)?)
+    let path = file
+        .canonicalize()
+        .unwrap_or_else(|_| file.to_path_buf())
+        .display()
+        .to_string();
+    let hash = relay_service::runs::sha256_hex(&script);
+    let before = state.session_source(&meta.slug)?;
+    if let Some(before) = &before
+        && let Some(other) = before.path.as_deref()
+        && other != path
+        && !replace
+    {
+        bail!(
+            "slug `{}` is already session {} from {other}; {path} is another file: give it its own slug in its meta, or pass --replace to put its code into that session (it stays shared with the same projects)",
+            meta.slug,
+            before.id
+        );
+    }
+    let id = state.upsert_session(&meta, &script, name, now)?;
+    state.set_session_source(&id, &path, &hash)?;
+    let changed = before
+        .as_ref()
+        .is_some_and(|b| b.content_hash.as_deref() != Some(hash.as_str()));
+    if changed {
+        let projects: Vec<String> = state
+            .shares()?
+            .into_iter()
+            .filter(|s| s.session_id == id.as_str())
+            .map(|s| s.project_id)
+            .collect();
+        if projects.is_empty() {
+            hint(&format!(
+                "session {id} now runs the code of {path}; it is not shared"
+            ));
+        } else {
+            hint(&format!(
+                "session {id} now runs the code of {path} (version {}); it stays shared with {}, whose agents see it after the relay's next sync",
+                for_terminal(&meta.version),
+                projects.join(", ")
+            ));
+        }
+    }
+    Ok(id)
 }
 
 /// Refuses a desktop token that could only fail at every request: an empty one (an unset
@@ -541,6 +639,15 @@ fn check_desktop_token(token: &str) -> Result<()> {
 
 async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
     check_desktop_token(&args.token)?;
+    // One relay per state file: refused before anything else is said or done.
+    if let Some(path) = state.path()
+        && let Some(holder) = RelayLock::holder(path)?
+    {
+        bail!(
+            "another relay ({holder}) already runs on the state file {}: stop it first, or give this one its own state file with --state",
+            path.display()
+        );
+    }
     if state.enabled_projects()?.is_empty() {
         tracing::warn!(
             "no project is enabled on this desktop, so nothing will be picked up; `relay desktop project enable ID` enables one (the relay sees it at its next pass)"
@@ -573,12 +680,92 @@ async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            tracing::info!("stopping the relay");
-            on_signal.cancel();
-        }
+        let signal = stop_signal().await;
+        tracing::info!(
+            "{signal}: stopping the relay; a running graph ends failed and is reported, its pending approvals expire"
+        );
+        on_signal.cancel();
     });
-    tracing::info!(service = %args.service, "desktop relay running; Ctrl-C stops it");
+    tracing::info!(service = %args.service, "desktop relay running; Ctrl-C (or SIGTERM, SIGHUP) stops it");
     relay.run(shutdown).await?;
+    Ok(())
+}
+
+/// Waits for Ctrl-C, SIGTERM or SIGHUP (all stop the relay the same clean way); names it.
+async fn stop_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let (Ok(mut term), Ok(mut hup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
+            return tokio::select! {
+                _ = tokio::signal::ctrl_c() => "Ctrl-C",
+                _ = term.recv() => "SIGTERM",
+                _ = hup.recv() => "SIGHUP",
+            };
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+    "Ctrl-C"
+}
+
+/// Refuses to share with a project this desktop does not serve: the share would reach nobody.
+fn check_served(state: &DesktopState, project: &str) -> Result<()> {
+    match state.projects()?.into_iter().find(|(id, _)| id == project) {
+        Some((_, true)) => Ok(()),
+        Some((_, false)) => bail!(
+            "project {project} is disabled on this desktop, so a share would reach no agent: enable it first with `relay desktop project enable {project}`"
+        ),
+        None => bail!(
+            "this desktop does not serve a project {project}: check the id (`relay desktop project list` shows the served ones), or serve it first with `relay desktop project enable {project}`"
+        ),
+    }
+}
+
+/// `relay desktop shares`: what each project's agents can start.
+fn shares(state: &DesktopState, json: bool) -> Result<()> {
+    let shares = state.shares()?;
+    if json {
+        out!("{}", serde_json::to_string(&shares)?);
+        return Ok(());
+    }
+    if shares.is_empty() {
+        hint(
+            "nothing is shared; `relay desktop share --project ID --session gs_...` shares a session",
+        );
+    }
+    for s in shares {
+        out!(
+            "{}{}  {}  {}  {}  since {}",
+            s.project_id,
+            if s.project_enabled { "" } else { " (disabled)" },
+            s.session_id,
+            s.slug,
+            for_terminal(&s.version),
+            relay_protocol::clock::Timestamp::from_unix_millis(s.since).to_rfc3339()
+        );
+    }
+    Ok(())
+}
+
+/// Refuses a decision nothing would act on: the run that asked has ended, or no relay runs.
+fn check_live(state: &DesktopState, id: &str) -> Result<()> {
+    match state.approval_run_live(id)? {
+        None => bail!("no approval {id}: see `relay desktop approvals list`"),
+        Some(false) => bail!(
+            "approval {id} belongs to a run that is no longer running, so nothing would act on the decision: `relay desktop history` shows how it ended; the agent can start it again"
+        ),
+        Some(true) => {}
+    }
+    if let Some(path) = state.path()
+        && RelayLock::holder(path)?.is_none()
+    {
+        bail!(
+            "no `relay desktop run` is running on {}, so the run that asked approval {id} is not live and nothing would act on the decision; the relay's next start reports that run failed and expires its approvals",
+            path.display()
+        );
+    }
     Ok(())
 }

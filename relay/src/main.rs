@@ -70,6 +70,9 @@ async fn run(cli: Cli) -> Result<()> {
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour only on a terminal, and never with NO_COLOR set (https://no-color.org): a
+        // redirected log gets plain text.
+        .with_ansi(colour_on_stderr())
         // Reporting a failed log write goes to stderr too and panics when stderr is gone (a
         // closed pipe); the service must keep serving without its log.
         .log_internal_errors(false)
@@ -86,4 +89,11 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Sim(args) => dev::sim(args),
         Command::Bench(command) => dev::bench(command).await,
     }
+}
+
+/// Whether log lines on stderr may carry colour codes.
+fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal as _;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
+    !no_color && std::io::stderr().is_terminal()
 }

@@ -48,6 +48,12 @@ impl Drop for Unanswered<'_> {
 }
 
 impl Approver for OwnerApprover {
+    fn permit_hint(&self, tool: &str) -> String {
+        format!(
+            "the desktop's owner permits it with `relay desktop policy set {tool} allow` (or `ask`, to approve each call)"
+        )
+    }
+
     fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
         Box::pin(async move {
             let id = uuid::Uuid::new_v4().to_string();

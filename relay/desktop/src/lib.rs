@@ -9,7 +9,9 @@
 pub mod api;
 pub mod approver;
 pub mod bounding;
+pub mod catalog;
 pub mod jitter;
+pub mod lock;
 pub mod state;
 pub mod ui;
 
@@ -23,7 +25,6 @@ use graph_js::Failure;
 use runner::engine::Engine;
 use runner::host::agents::AgentProvider;
 use runner::host::events::{Event, EventSink};
-use runner::host::graphs::{FolderCatalog, GraphSource};
 use runner::host::tools::ToolRegistry;
 use runner::run::{RunOptions, RunRequest, RunStatus, run_graph};
 use serde_json::Value;
@@ -157,7 +158,20 @@ pub struct Relay {
     running: Mutex<Option<RunningCommand>>,
     /// Bumped whenever the running command changes: long polls re-issue naming the new one.
     running_changed: tokio::sync::watch::Sender<u64>,
+    /// Held while sessions are read and uploaded (and withdrawals sent), so a consent pass and
+    /// a pass's sync never cross: the service always ends with the newer snapshot.
+    consent: tokio::sync::Mutex<()>,
+    /// Syncs answered 401 in a row; at [`MAX_UNAUTHORIZED`] the relay stops.
+    unauthorized: AtomicU64,
+    /// Why the relay stopped by itself (the token was refused), once it did.
+    halted: Mutex<Option<String>>,
+    /// Fires when the relay stops by itself.
+    halt: CancellationToken,
 }
+
+/// A desktop token answered 401 this many times in a row stops the relay: it cannot work
+/// until its owner gives it a valid token.
+pub const MAX_UNAUTHORIZED: u64 = 2;
 
 /// The command being executed.
 #[derive(Clone)]
@@ -185,6 +199,8 @@ struct Execution {
     channel: String,
     /// The command's cancel state.
     running: RunningCommand,
+    /// The project that started it: its nested graphs are the sessions shared with it.
+    project: String,
 }
 
 /// The completion an execution reports: once a cancel was seen the outcome is `cancelled`,
@@ -232,6 +248,12 @@ pub enum RelayError {
     /// The state file failed.
     #[error(transparent)]
     State(#[from] StateError),
+    /// The service refused the desktop token again and again.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// Another relay runs on the same state file.
+    #[error(transparent)]
+    Locked(#[from] lock::LockError),
 }
 
 impl Relay {
@@ -255,6 +277,10 @@ impl Relay {
             wake: tokio::sync::Notify::new(),
             running: Mutex::new(None),
             running_changed: tokio::sync::watch::channel(0).0,
+            consent: tokio::sync::Mutex::new(()),
+            unauthorized: AtomicU64::new(0),
+            halted: Mutex::new(None),
+            halt: CancellationToken::new(),
         })
     }
 
@@ -271,6 +297,13 @@ impl Relay {
     /// Runs passes until `shutdown` fires: one at once, then every poll interval and right
     /// after each sharing change. A running graph is stopped on shutdown and reported failed.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), RelayError> {
+        // One relay per state file, held until this returns (an in-memory state has no file).
+        let _lock = match self.state.path() {
+            Some(path) => Some(lock::RelayLock::acquire(path)?),
+            None => None,
+        };
+        // Stopped from outside, or by the relay itself when its token is refused.
+        let shutdown = shutdown.child_token();
         self.recover_unfinished().await?;
         let mut ticker = tokio::time::interval(self.config.poll_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -281,29 +314,73 @@ impl Relay {
         let mut long_polls: std::collections::HashMap<String, tokio::task::AbortHandle> =
             Default::default();
         let mut polls = tokio::task::JoinSet::new();
+        let mut consents = tokio::task::JoinSet::new();
         self.reconcile_long_polls(&mut long_polls, &mut polls, &shutdown)?;
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
+                () = self.halt.cancelled() => {
+                    shutdown.cancel();
+                    break;
+                }
                 _ = ticker.tick() => self.clone().trigger(&mut passes, &shutdown),
                 () = self.wake.notified() => self.clone().trigger(&mut passes, &shutdown),
                 _ = watch.tick() => {
                     let now = self.state.sharing_version()?;
                     if now != sharing {
                         sharing = now;
-                        tracing::info!("sharing changed: running a pass now");
+                        tracing::info!("sharing changed: telling the service and running a pass now");
+                        // Beside a busy pass too: a withdrawal never waits for a running graph.
+                        consents.spawn(self.clone().consent_pass_owned());
                         self.reconcile_long_polls(&mut long_polls, &mut polls, &shutdown)?;
                         self.clone().trigger(&mut passes, &shutdown);
                     }
                 }
                 Some(_) = passes.join_next(), if !passes.is_empty() => {}
                 Some(_) = polls.join_next(), if !polls.is_empty() => {}
+                Some(_) = consents.join_next(), if !consents.is_empty() => {}
             }
         }
         polls.abort_all();
+        while consents.join_next().await.is_some() {}
         while passes.join_next().await.is_some() {}
         while polls.join_next().await.is_some() {}
-        Ok(())
+        let halted = self
+            .halted
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        match halted {
+            Some(message) => Err(RelayError::Unauthorized(message)),
+            None => Ok(()),
+        }
+    }
+
+    /// Counts syncs answered 401 in a row; the second stops the relay with a message saying
+    /// what to do (any other answer resets the count).
+    fn watch_auth<T>(&self, answer: &Result<T, ApiError>) {
+        let refused = matches!(
+            answer,
+            Err(ApiError::Status { status, .. }) if *status == http::StatusCode::UNAUTHORIZED
+        );
+        if !refused {
+            if answer.is_ok() {
+                self.unauthorized.store(0, Ordering::SeqCst);
+            }
+            return;
+        }
+        if self.unauthorized.fetch_add(1, Ordering::SeqCst) + 1 < MAX_UNAUTHORIZED {
+            return;
+        }
+        let message = format!(
+            "the service refused this relay's desktop token {MAX_UNAUTHORIZED} times in a row (401): it is revoked, expired or not a desktop token of this service; mint a new one with `relay admin token create --desktop` (or on the console) and start `relay desktop run --token ...` with it"
+        );
+        tracing::error!("{message}");
+        *self
+            .halted
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(message);
+        self.halt.cancel();
     }
 
     /// Long-poll mode: one long poll per enabled project, started and stopped as projects are
@@ -359,7 +436,10 @@ impl Relay {
             let unchanged = uploaded.is_some() && uploaded == version;
             let request = self.long_poll_request(&project, wait, unchanged, &known);
             let answer = tokio::select! {
-                answer = self.api.sync(&request) => answer,
+                answer = self.api.sync(&request) => {
+                    self.watch_auth(&answer);
+                    answer
+                }
                 // A command started or ended: ask again, naming what runs now.
                 _ = running_changed.changed() => continue,
                 () = shutdown.cancelled() => return,
@@ -491,6 +571,10 @@ impl Relay {
     pub async fn pass(&self, shutdown: &CancellationToken) {
         self.stats.passes.fetch_add(1, Ordering::Relaxed);
         self.deliver_outbox().await;
+        {
+            let _consent = self.consent.lock().await;
+            self.deliver_withdrawals().await;
+        }
         let projects = match self.state.enabled_projects() {
             Ok(p) => p,
             Err(e) => {
@@ -532,7 +616,9 @@ impl Relay {
         }
     }
 
-    async fn sync(&self, project: &str) -> Result<Vec<QueuedCommand>, String> {
+    /// A plain `sync` of `project` carrying its shared sessions (none once it is disabled).
+    async fn upload(&self, project: &str) -> Result<api::SyncAnswer, String> {
+        let _consent = self.consent.lock().await;
         let sessions = self
             .state
             .shared_sessions(project)
@@ -545,7 +631,91 @@ impl Relay {
             known: Vec::new(),
             sessions_unchanged: false,
         };
-        let raw = self.api.sync(&request).await.map_err(|e| e.to_string())?;
+        let answer = self.api.sync(&request).await;
+        self.watch_auth(&answer);
+        answer.map_err(|e| e.to_string())
+    }
+
+    /// Tells the service at once what is shared now (SPEC.md §2, withdrawal): the withdrawals
+    /// of disabled projects first, then the snapshot of each enabled one. The service drops
+    /// what is gone from `list_graph_sessions` and cancels its queued runs. Runs beside a busy
+    /// pass; the commands the syncs return are left to the passes.
+    pub async fn consent_pass(&self) {
+        {
+            let _consent = self.consent.lock().await;
+            self.deliver_withdrawals().await;
+        }
+        let projects = match self.state.enabled_projects() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!("cannot read the enabled projects: {e}");
+                return;
+            }
+        };
+        for project in projects {
+            if let Err(e) = self.upload(&project).await {
+                tracing::warn!(
+                    project,
+                    "cannot tell the service the new sharing yet (the next pass tries again): {e}"
+                );
+            }
+        }
+    }
+
+    async fn consent_pass_owned(self: Arc<Self>) {
+        self.consent_pass().await;
+    }
+
+    /// Sends each owed withdrawal (an empty snapshot of a disabled project); the caller holds
+    /// the consent lock. A withdrawal the service refuses for good is dropped with a warning.
+    async fn deliver_withdrawals(&self) {
+        let owed = match self.state.pending_withdrawals() {
+            Ok(owed) => owed,
+            Err(e) => {
+                tracing::error!("cannot read the owed withdrawals: {e}");
+                return;
+            }
+        };
+        for (project, version) in owed {
+            let request = SyncRequest {
+                project_id: project.clone(),
+                sessions: Vec::new(),
+                wait_ms: None,
+                running: Vec::new(),
+                known: Vec::new(),
+                sessions_unchanged: false,
+            };
+            let delivered = match self.api.sync(&request).await {
+                Ok(_) => {
+                    tracing::info!(
+                        project,
+                        "the service knows the project is disabled: its sessions are withdrawn"
+                    );
+                    true
+                }
+                Err(e) if !e.is_retryable() => {
+                    tracing::warn!(
+                        project,
+                        "the service refused the withdrawal for good, not sending it again: {e}"
+                    );
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        project,
+                        "cannot tell the service the project is disabled yet, retrying at the next pass: {e}"
+                    );
+                    false
+                }
+            };
+            if delivered && let Err(e) = self.state.withdrawal_delivered(&project, version) {
+                tracing::error!(project, "cannot note the withdrawal as delivered: {e}");
+            }
+        }
+    }
+
+    async fn sync(&self, project: &str) -> Result<Vec<QueuedCommand>, String> {
+        let raw = self.upload(project).await?;
         let mut commands = Vec::with_capacity(raw.commands.len());
         for command in raw.commands {
             match command.validate() {
@@ -654,12 +824,17 @@ impl Relay {
     /// reported failed, through the outbox.
     async fn recover_unfinished(&self) -> Result<(), RelayError> {
         for (execution_id, command_id) in self.state.unfinished_executions()? {
-            tracing::warn!(command = %command_id, "reporting a run the relay stopped during as failed");
+            // Written as they grew: what the run spent before the relay stopped.
+            let tokens = self.state.execution_tokens(&execution_id)?;
+            let expired = self
+                .state
+                .expire_approvals_of(&execution_id, self.clock.now())?;
+            tracing::warn!(command = %command_id, tokens, expired_approvals = expired, "reporting a run the relay stopped during as failed");
             let completion = bounding::completion(
                 &execution_id,
                 CompletionStatus::Failed,
                 None,
-                0,
+                tokens,
                 0.0,
                 Some("the desktop relay stopped while this graph was running"),
             );
@@ -716,6 +891,7 @@ impl Relay {
             id: execution_id,
             channel,
             running,
+            project: project.to_owned(),
         };
         let (outcome, trace, reported_early) = self.execute(&execution, request, shutdown).await?;
         let completion = final_completion(&execution, &outcome, shutdown);
@@ -814,8 +990,8 @@ impl Relay {
                 cancel.cancel();
             })
         };
-        let trace = Arc::new(TraceKeeper::default());
-        let options = self.run_options(trace.clone())?;
+        let trace = Arc::new(TraceKeeper::recording(self.state.clone(), &execution.id));
+        let options = self.run_options(trace.clone(), &execution.project)?;
         self.stats.executed.fetch_add(1, Ordering::Relaxed);
         let run = run_graph(request, &options, running.cancel.clone());
         tokio::pin!(run);
@@ -861,7 +1037,11 @@ impl Relay {
         self.deliver(&entry).await;
     }
 
-    fn run_options(&self, trace: Arc<TraceKeeper>) -> Result<RunOptions, RelayError> {
+    fn run_options(
+        &self,
+        trace: Arc<TraceKeeper>,
+        project: &str,
+    ) -> Result<RunOptions, RelayError> {
         let mut options = RunOptions::new(self.runtime.engine.clone());
         options.provider = self.runtime.provider.clone();
         let folder = match &self.config.folder {
@@ -886,19 +1066,7 @@ impl Relay {
             self.clock.clone(),
         ));
         options.approval_timeout = self.config.approval_timeout;
-        let mut catalog = FolderCatalog::default();
-        for session in self.state.sessions()? {
-            catalog.insert(GraphSource {
-                meta: graph_js::Meta {
-                    name: session.name.clone(),
-                    slug: session.slug.clone(),
-                    version: session.version.clone(),
-                    description: session.description.clone(),
-                },
-                script: session.script.clone().into(),
-            });
-        }
-        options.catalog = Arc::new(catalog);
+        options.catalog = Arc::new(catalog::SharedCatalog::new(self.state.clone(), project));
         options.token_cap = self.config.token_cap;
         options.max_concurrency = self.config.max_concurrency;
         options.timeout = self.config.graph_timeout;
@@ -929,26 +1097,29 @@ async fn control_poll(api: DesktopApi, running: RunningCommand, interval: Durati
     }
 }
 
-/// Keeps a run's first [`MAX_TRACE_EVENTS`] events for the history.
+/// Keeps a run's first [`MAX_TRACE_EVENTS`] events for the history, and (when recording)
+/// writes the tokens spent to the history as they grow, so a relay killed mid-run still
+/// reports them at its next start.
 #[derive(Default)]
 struct TraceKeeper {
     events: Mutex<Vec<Event>>,
+    /// Metered tokens so far (every event, even past the kept ones).
+    tokens: AtomicU64,
+    recording: Option<(DesktopState, String)>,
 }
 
 impl TraceKeeper {
+    /// A keeper that records the tokens of `execution_id` in `state` as they grow.
+    fn recording(state: DesktopState, execution_id: &str) -> Self {
+        Self {
+            recording: Some((state, execution_id.to_owned())),
+            ..Self::default()
+        }
+    }
+
     /// Tokens metered so far (the sum of finished turns).
     fn tokens(&self) -> u64 {
-        let events = self
-            .events
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        events
-            .iter()
-            .map(|e| match e.kind {
-                runner::host::events::EventKind::AgentTurn { tokens, .. } => tokens,
-                _ => 0,
-            })
-            .sum()
+        self.tokens.load(Ordering::SeqCst)
     }
 
     fn to_json(&self) -> Value {
@@ -969,6 +1140,14 @@ impl EventSink for TraceKeeper {
             runner::host::events::EventKind::AgentProgress { .. }
         ) {
             return;
+        }
+        if let runner::host::events::EventKind::AgentTurn { tokens, .. } = event.kind {
+            let total = self.tokens.fetch_add(tokens, Ordering::SeqCst) + tokens;
+            if let Some((state, execution_id)) = &self.recording
+                && let Err(e) = state.record_tokens(execution_id, total)
+            {
+                tracing::warn!(execution = %execution_id, "cannot record the tokens spent so far: {e}");
+            }
         }
         let mut events = self
             .events

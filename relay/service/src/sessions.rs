@@ -113,9 +113,16 @@ async fn first_answer(
         sessions_unchanged,
     } = request;
     if !sessions_unchanged {
+        let shared: Vec<_> = sessions
+            .iter()
+            .map(|s| s.graph_session_id.clone())
+            .collect();
         app.store
             .replace_sessions(&project_id, sessions, app.clock.now())
             .await?;
+        // Consent withdrawn takes effect at once: queued runs of sessions no longer shared end
+        // now (the snapshot above already keeps new ones from being queued).
+        crate::runs::withdraw_unshared(app, &project_id, &shared).await?;
     }
     let wait = std::time::Duration::from_millis(wait_ms.unwrap_or(0));
     if wait.is_zero() {

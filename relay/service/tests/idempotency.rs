@@ -116,10 +116,12 @@ async fn a_retry_after_a_lost_response_gets_the_same_command() {
     )
     .await);
     assert_eq!(later["command_id"], queued[0]["command_id"]);
+    // The unshare withdrew it (issue 32): the retry finds it ended, and no second one exists.
+    assert_eq!(later["status"], "cancelled", "{later}");
     assert_eq!(
         desktop.sync(&project, &[1, 2]).await.len(),
-        1,
-        "still one command"
+        0,
+        "no new command"
     );
     service.stop().await;
 }
@@ -153,15 +155,6 @@ async fn the_same_key_with_different_content_is_rejected() {
     )
     .await;
     assert_eq!(err(&changed_session), IDEMPOTENCY_CONFLICT);
-    desktop.sync(&project, &[2]).await;
-    let unshared_and_changed = call(
-        &client,
-        "run_graph_session",
-        run_args(1, "changing-key", json!({"a": 3})),
-    )
-    .await;
-    assert_eq!(err(&unshared_and_changed), IDEMPOTENCY_CONFLICT);
-
     let commands = desktop.sync(&project, &[1, 2]).await;
     assert_eq!(commands.len(), 1);
     assert_eq!(commands[0]["command_id"], first["command_id"]);
@@ -170,6 +163,16 @@ async fn the_same_key_with_different_content_is_rejected() {
         json!({"a": 1}),
         "the first request stands"
     );
+    desktop.sync(&project, &[2]).await;
+    let unshared_and_changed = call(
+        &client,
+        "run_graph_session",
+        run_args(1, "changing-key", json!({"a": 3})),
+    )
+    .await;
+    assert_eq!(err(&unshared_and_changed), IDEMPOTENCY_CONFLICT);
+    // The unshare withdrew the first run (issue 32); the conflict queued nothing new.
+    assert!(desktop.sync(&project, &[1, 2]).await.is_empty());
 
     // Keys belong to one agent: another agent's same key is its own run.
     let other = mcp_client(

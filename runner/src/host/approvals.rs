@@ -103,6 +103,12 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait Approver: Send + Sync {
     /// Asks the owner about one tool call. May wait; the caller applies the timeout.
     fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Decision>;
+
+    /// How the person in charge permits `tool` when the policy denies it: the `runner` flags
+    /// by default; the desktop relay names its owner's command instead.
+    fn permit_hint(&self, tool: &str) -> String {
+        format!("pass --allow {tool} (or --ask {tool}) to permit it")
+    }
 }
 
 /// Denies every `ask`: used where nobody can answer (no terminal, CI, tests).
@@ -245,8 +251,9 @@ impl Approvals {
         match self.policy.get(&request.tool) {
             Policy::Allow => Ok(Checked::Allowed),
             Policy::Deny => Err(Failure::denied(format!(
-                "tool {} is not allowed by the approval policy; pass --allow {} (or --ask {}) to permit it",
-                request.tool, request.tool, request.tool
+                "tool {} is not allowed by the approval policy; {}",
+                request.tool,
+                self.approver.permit_hint(&request.tool)
             ))),
             Policy::Ask => {
                 on_ask();

@@ -96,6 +96,17 @@ CREATE INDEX history_by_command ON history(command_id);
     r#"
 ALTER TABLE history ADD COLUMN service_refusal TEXT;
 "#,
+    // Consent that holds exactly: projects disabled whose withdrawal the service has not heard
+    // yet (the next contact sends it before anything runs), and the file each session came from
+    // with the hash of its code (one file is one session).
+    r#"
+CREATE TABLE withdrawals (
+    project_id TEXT PRIMARY KEY,
+    version INTEGER NOT NULL
+);
+ALTER TABLE graph_sessions ADD COLUMN source_path TEXT;
+ALTER TABLE graph_sessions ADD COLUMN content_hash TEXT;
+"#,
 ];
 
 /// Why the desktop state could not be read or written.
@@ -369,10 +380,13 @@ impl DesktopState {
 
 mod approvals;
 mod executions;
+mod listing;
+mod liveness;
 mod sessions;
 mod settings;
 mod sharing;
 
+pub use listing::{SessionSource, ShareRow};
 pub use sessions::new_session_id;
 
 #[cfg(test)]

@@ -14,12 +14,48 @@ impl DesktopState {
     ) -> Result<(), StateError> {
         check_project_id(project_id)?;
         self.with_sync(|conn| {
-            conn.execute(
+            let tx = conn.transaction()?;
+            tx.execute(
                 "INSERT INTO projects (project_id, enabled, updated_at) VALUES (?1, ?2, ?3)
                  ON CONFLICT(project_id) DO UPDATE SET enabled = ?2, updated_at = ?3",
                 params![project_id, enabled, now.unix_millis()],
             )?;
-            bump_sharing(conn)
+            bump_sharing(&tx)?;
+            if !enabled {
+                // The service is told at the next contact, before anything of it can run; it
+                // stays owed even if the project is enabled again in between.
+                tx.execute(
+                    "INSERT INTO withdrawals (project_id, version)
+                     SELECT ?1, CAST(value AS INTEGER) FROM settings WHERE key = ?2
+                     ON CONFLICT(project_id) DO UPDATE SET version = excluded.version",
+                    params![project_id, SHARING_VERSION],
+                )?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    /// Projects disabled whose withdrawal the service has not acknowledged yet, each with the
+    /// sharing version it was recorded at.
+    pub fn pending_withdrawals(&self) -> Result<Vec<(String, i64)>, StateError> {
+        self.with_sync(|conn| {
+            let mut stmt =
+                conn.prepare("SELECT project_id, version FROM withdrawals ORDER BY project_id")?;
+            let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    /// The service acknowledged the withdrawal recorded at `version` (a later disable of the
+    /// same project stays owed).
+    pub fn withdrawal_delivered(&self, project_id: &str, version: i64) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            conn.execute(
+                "DELETE FROM withdrawals WHERE project_id = ?1 AND version = ?2",
+                params![project_id, version],
+            )?;
+            Ok(())
         })
     }
 

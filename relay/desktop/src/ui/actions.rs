@@ -199,6 +199,27 @@ pub(crate) async fn decide(
                 )));
             }
         };
+        // As the CLI: a decision nothing would act on is refused, not recorded.
+        if page.state.approval_run_live(id)? == Some(false) {
+            return Err(Refused(
+                StatusCode::CONFLICT,
+                format!(
+                    "Approval {id} belongs to a run that is no longer running, so nothing would act on the decision; the run history shows how it ended."
+                ),
+            ));
+        }
+        if let Some(path) = page.state.path()
+            && crate::lock::RelayLock::holder(path)
+                .map_err(|e| Refused(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+                .is_none()
+        {
+            return Err(Refused(
+                StatusCode::CONFLICT,
+                format!(
+                    "No `relay desktop run` is running on this state file, so the run that asked approval {id} is not live and nothing would act on the decision."
+                ),
+            ));
+        }
         if !page.state.decide(id, decision, page.clock.now())? {
             return Err(Refused(
                 StatusCode::CONFLICT,

@@ -383,10 +383,48 @@ async fn tool_policies_are_set_from_one_select_per_tool() {
     );
 }
 
+/// Runs the history holds as running: their approvals may be answered.
+fn live_runs(fixture: &Fixture, executions: &[&str], now: Timestamp) {
+    let session = crate::state::new_session_id();
+    for execution in executions {
+        let command = relay_protocol::CommandId::new_random();
+        fixture
+            .state
+            .begin_execution(execution, &command, "p", &session, "slug", now)
+            .expect("a live run");
+    }
+}
+
+#[tokio::test]
+async fn a_decision_for_a_run_that_ended_is_refused_and_not_recorded() {
+    let fixture = Fixture::new();
+    let now = Timestamp::from_unix_millis(5);
+    fixture
+        .state
+        .ask("a3", "exec-ended", "fs.write", "{}", now)
+        .expect("ask");
+    let cookie = fixture.sign_in().await;
+    let csrf = fixture.csrf(&cookie).await;
+    let ended = format!("csrf={csrf}&id=a3&decision=approve");
+    let refused = fixture.post("/approvals/decide", &cookie, &ended).await;
+    assert_eq!(refused.status, StatusCode::CONFLICT);
+    assert!(
+        refused.body.contains("no longer running"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(
+        fixture.state.approval_status("a3").expect("status"),
+        Some(ApprovalStatus::Pending),
+        "nothing recorded for a run that is not live"
+    );
+}
+
 #[tokio::test]
 async fn approve_and_deny_answer_pending_approvals_once() {
     let fixture = Fixture::new();
     let now = Timestamp::from_unix_millis(5);
+    live_runs(&fixture, &["exec-1", "exec-2"], now);
     fixture
         .state
         .ask("a1", "exec-1", "fs.write", r#"{"path":"out/note.md"}"#, now)

@@ -27,6 +27,9 @@ pub enum RunEvent<'a> {
         /// The error to record.
         error: &'a str,
     },
+    /// The desktop's sync no longer shares the run's session with its project (unshared,
+    /// removed, or the project disabled): a queued run ends `cancelled` with the consent error.
+    ConsentWithdrawn,
 }
 
 /// What [`transition`] decided.
@@ -62,6 +65,17 @@ pub fn transition(current: &CommandRecord, event: RunEvent<'_>, now: Timestamp) 
                 Decision::Write(Box::new(next))
             }
             RunStatus::Queued => Decision::Replay,
+            status => Decision::AlreadyFinished(status),
+        },
+        RunEvent::ConsentWithdrawn => match current.status {
+            RunStatus::Queued => {
+                next.status = RunStatus::Cancelled;
+                next.finished_at = Some(now);
+                next.error = Some(NOT_SHARED.to_owned());
+                Decision::Write(Box::new(next))
+            }
+            // A running run is the desktop's to stop: its consent re-check already let it start.
+            RunStatus::Running => Decision::Replay,
             status => Decision::AlreadyFinished(status),
         },
     }
@@ -159,6 +173,13 @@ fn completed(
         }
         status if current.completion_hash.as_deref() == Some(completion_hash) => {
             debug_assert!(status.is_terminal());
+            Decision::Replay
+        }
+        // The service already cancelled it for the same reason, when the desktop's sync
+        // withdrew the session: the desktop's own refusal agrees and changes nothing.
+        RunStatus::Cancelled
+            if current.error.as_deref() == Some(NOT_SHARED) && is_consent_refusal(completion) =>
+        {
             Decision::Replay
         }
         status => Decision::Conflict(format!(
@@ -393,6 +414,57 @@ mod tests {
             transition(&finished, other, NOW),
             Decision::Conflict(_)
         ));
+    }
+
+    #[test]
+    fn withdrawn_consent_cancels_only_queued_runs_with_the_consent_error() {
+        let next = written(transition(
+            &command(RunStatus::Queued, false),
+            RunEvent::ConsentWithdrawn,
+            Timestamp::EPOCH,
+        ));
+        assert_eq!(next.status, RunStatus::Cancelled);
+        assert_eq!(next.error.as_deref(), Some(NOT_SHARED));
+        assert!(next.finished_at.is_some());
+        assert_eq!(
+            transition(
+                &command(RunStatus::Running, false),
+                RunEvent::ConsentWithdrawn,
+                Timestamp::EPOCH
+            ),
+            Decision::Replay
+        );
+        assert_eq!(
+            transition(
+                &command(RunStatus::Completed, false),
+                RunEvent::ConsentWithdrawn,
+                Timestamp::EPOCH
+            ),
+            Decision::AlreadyFinished(RunStatus::Completed)
+        );
+        let mut withdrawn = command(RunStatus::Cancelled, false);
+        withdrawn.error = Some(NOT_SHARED.into());
+        let refusal = CompleteRequest {
+            execution_id: "another".into(),
+            status: CompletionStatus::Cancelled,
+            result: None,
+            result_truncated: false,
+            total_tokens: Some(0),
+            reported_cost: Some(0.0),
+            error: Some(NOT_SHARED.into()),
+        };
+        assert_eq!(
+            transition(
+                &withdrawn,
+                RunEvent::Completed {
+                    completion: &refusal,
+                    completion_hash: "other"
+                },
+                Timestamp::EPOCH
+            ),
+            Decision::Replay,
+            "the desktop's own refusal of a withdrawn run is no conflict"
+        );
     }
 
     #[test]

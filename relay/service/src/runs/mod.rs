@@ -468,6 +468,42 @@ pub async fn fail_silent_runs(app: &AppState) -> Result<Vec<CommandId>, RunError
     Ok(failed)
 }
 
+/// Most queued runs one withdrawal looks at: above any project's queue quota.
+const MAX_WITHDRAWN_PER_SYNC: u64 = 100_000;
+
+/// Cancels, with the consent error, every queued run of `project_id` whose session is not in
+/// `shared` (the desktop's latest snapshot): unshared, removed, or the project disabled. The
+/// desktop would refuse them anyway; this ends them at once, so the agent is not left waiting
+/// and a later re-share or re-enable never starts them. Returns the runs cancelled.
+pub async fn withdraw_unshared(
+    app: &AppState,
+    project_id: &str,
+    shared: &[GraphSessionId],
+) -> Result<Vec<CommandId>, RunError> {
+    let limit = app
+        .config
+        .queue_quota
+        .per_project
+        .clamp(1, MAX_WITHDRAWN_PER_SYNC);
+    let queued = app
+        .store
+        .queued_commands(project_id, usize::try_from(limit).unwrap_or(usize::MAX))
+        .await?;
+    let mut withdrawn = Vec::new();
+    for command in queued {
+        if shared.contains(&command.graph_session_id) {
+            continue;
+        }
+        let id = command.id;
+        let (after, _) = apply(app, command, RunEvent::ConsentWithdrawn).await?;
+        if after.status == RunStatus::Cancelled {
+            tracing::info!(command_id = %id, project_id, "queued run cancelled: its session is no longer shared");
+            withdrawn.push(id);
+        }
+    }
+    Ok(withdrawn)
+}
+
 /// Applies `event` to `command`, re-deciding on fresh state when a concurrent write won.
 /// Returns the command as stored afterwards and the decision that held.
 async fn apply(
