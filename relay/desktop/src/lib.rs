@@ -884,6 +884,7 @@ impl Relay {
                     description: session.description.clone(),
                 },
                 script: session.script.clone().into(),
+                file: None,
             });
         }
         options.catalog = Arc::new(catalog);
