@@ -147,18 +147,27 @@ async fn relay_demo_serves_any_mcp_client_with_what_it_prints() {
         panic!("relay demo printed {printed:?}");
     };
     let client = crate::common::mcp_client(url, token, crate::common::Era::Current).await;
-    let listed = crate::common::call(
-        &client,
-        "list_graph_sessions",
-        serde_json::json!({"project_id": project, "limit": 50}),
-    )
-    .await;
-    let listed = crate::common::ok(&listed);
-    let sessions = listed["sessions"].as_array().expect("sessions");
-    assert!(
-        sessions.iter().any(|s| s["slug"] == "triage"),
-        "the demo shares the example graphs: {listed}"
-    );
+    // The URL is printed at once; the desktop publishes its sessions on its first pass, so a
+    // client may list none for a moment.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let listed = crate::common::call(
+            &client,
+            "list_graph_sessions",
+            serde_json::json!({"project_id": project, "limit": 50}),
+        )
+        .await;
+        let listed = crate::common::ok(&listed);
+        let sessions = listed["sessions"].as_array().expect("sessions");
+        if sessions.iter().any(|s| s["slug"] == "triage") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the demo shares the example graphs: {listed}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     drop(client);
     let interrupted = Command::new("kill")
         .args(["-INT", &child.id().to_string()])

@@ -601,8 +601,22 @@ pub(crate) async fn run(args: DemoArgs) -> Result<()> {
         engine: args.engine,
     };
     if !once {
-        let demo = start_and_check(&options).await?.0;
-        return serve(demo).await;
+        // Ctrl-C is heard from the start, also while preparing and during the self-check.
+        let interrupted = CancellationToken::new();
+        let on_ctrl_c = interrupted.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                on_ctrl_c.cancel();
+            }
+        });
+        let demo = tokio::select! {
+            started = start_and_check(&options) => started?.0,
+            () = interrupted.cancelled() => {
+                eprintln!("demo: stopping");
+                return Ok(());
+            }
+        };
+        return serve(demo, &interrupted).await;
     }
     match tokio::time::timeout(ONCE_TIMEOUT, start_and_check(&options)).await {
         Ok(Ok((demo, checked))) => {
@@ -641,14 +655,12 @@ async fn start_and_check(options: &DemoOptions) -> Result<(Demo, Result<(), Demo
     Ok((demo, checked))
 }
 
-/// Serves until Ctrl-C.
-async fn serve(demo: Demo) -> Result<()> {
+/// Serves until Ctrl-C (`interrupted`).
+async fn serve(demo: Demo, interrupted: &CancellationToken) -> Result<()> {
     eprintln!(
         "demo: connect any MCP client (e.g. the MCP Inspector) with that URL and bearer token (Authorization: Bearer <token>); list_graph_sessions takes that project_id; Ctrl-C stops everything"
     );
-    if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
-    }
+    interrupted.cancelled().await;
     eprintln!("demo: stopping");
     demo.stop().await;
     Ok(())

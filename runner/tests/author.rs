@@ -368,3 +368,68 @@ fn the_readme_documents_every_field_of_the_formats_an_author_writes() {
     assert!(help.contains(CAP_RULE), "{help}");
     assert!(!help.to_lowercase().contains("hard token cap"), "{help}");
 }
+
+/// `runner check` refuses a graph without a default export (which `runner run` refuses with the
+/// same sentence) and a folder where two graphs share a slug, naming both files; `runner test`
+/// refuses that folder too.
+#[test]
+fn runner_check_refuses_a_missing_default_export_and_a_duplicate_slug() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let no_default = dir.path().join("lonely.js");
+    std::fs::write(
+        &no_default,
+        "export const meta = {name: 'Lonely', slug: 'lonely', version: '1'};\nexport async function main() { return 1; }\n",
+    )
+    .expect("graph");
+    const SENTENCE: &str = "the graph has no default export function";
+    let checked = runner()
+        .args(["check", "--engine", "boa"])
+        .arg(&no_default)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert_eq!(checked.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(SENTENCE), "{stderr}");
+    let ran = runner()
+        .args(["run", "--engine", "boa"])
+        .arg(&no_default)
+        .output()
+        .expect("runs");
+    assert_eq!(ran.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&ran.stdout).contains(SENTENCE),
+        "{}",
+        String::from_utf8_lossy(&ran.stdout)
+    );
+
+    let folder = tempfile::tempdir().expect("tempdir");
+    let graph = "export const meta = {name: 'Twin', slug: 'twin', version: '1'};\nexport default async function () { return 1; }\n";
+    std::fs::write(folder.path().join("a.js"), graph).expect("a");
+    std::fs::write(folder.path().join("b.js"), graph).expect("b");
+    let checked = runner()
+        .args(["check", "--engine", "boa"])
+        .arg(folder.path().join("a.js"))
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert_eq!(checked.status.code(), Some(1), "{stderr}");
+    let both = format!(
+        "{} and {} both have the slug twin",
+        folder.path().join("a.js").display(),
+        folder.path().join("b.js").display()
+    );
+    assert!(stderr.contains(&both), "{stderr}");
+    std::fs::write(
+        folder.path().join("a.test.json"),
+        r#"{"expect": {"status": "completed"}}"#,
+    )
+    .expect("test");
+    let tested = runner()
+        .args(["test", "--engine", "boa"])
+        .arg(folder.path())
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&tested.stderr);
+    assert_eq!(tested.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&both), "{stderr}");
+}
