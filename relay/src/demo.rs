@@ -1,6 +1,8 @@
 //! `relay demo`: the whole product on one machine. An embedded service (temporary SQLite, a
-//! free loopback port), a desktop relay with the example graphs registered and shared, an agent
-//! token, and a self-check that runs one example end to end through MCP, as a chat agent would.
+//! free loopback port), a desktop relay with a folder's graphs registered and shared, an agent
+//! token, and a self-check that runs one graph end to end through MCP, as a chat agent would:
+//! `--check SLUG`, else the first shared graph with a `.test.json` (its first case that expects
+//! to complete: its args and replies); with none, the self-check is skipped.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,17 +31,35 @@ pub const DEMO_POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// How often the self-check asks for the run's status.
 pub const SELF_CHECK_POLL: Duration = Duration::from_secs(1);
 /// The self-check gives up after this long.
-pub const SELF_CHECK_TIMEOUT: Duration = Duration::from_secs(120);
+pub const SELF_CHECK_TIMEOUT: Duration = Duration::from_secs(50);
+/// `relay demo --once` ends within this long, whatever happens.
+pub const ONCE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What the demo needs.
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
-    /// The folder of example graphs.
+    /// The folder of graphs.
     pub graphs: PathBuf,
-    /// The mock replies file.
-    pub replies: PathBuf,
+    /// The mock replies file; default: the self-check case's replies, else
+    /// `GRAPHS/replies/demo.json` when there is one, else no replies.
+    pub replies: Option<PathBuf>,
+    /// The slug the self-check runs (default: the first shared graph with a test file).
+    pub check: Option<String>,
     /// Which engine runs the graphs.
     pub engine: runner::engine::EngineKind,
+}
+
+/// What the self-check runs: a shared graph, with its arguments and what its run must end as.
+#[derive(Debug, Clone)]
+pub struct CheckPlan {
+    /// The graph's slug.
+    pub slug: String,
+    /// The arguments.
+    pub args: Value,
+    /// The status the run must end with.
+    pub status: String,
+    /// Where the plan came from, for the progress line.
+    pub from: String,
 }
 
 /// A running demo.
@@ -50,6 +70,8 @@ pub struct Demo {
     pub agent_token: String,
     /// The project.
     pub project_id: String,
+    /// What the self-check runs; `None`: nothing to check.
+    pub check: Option<CheckPlan>,
     shutdown: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     _dir: tempfile::TempDir,
@@ -109,15 +131,15 @@ async fn credentials(app: &AppState) -> Result<Credentials, DemoError> {
     })
 }
 
-/// The demo desktop's state: a folder for the fs tools, both allowed, the example graphs
-/// shared with `project`, which is enabled. Returns the state and how many graphs it shares.
+/// The demo desktop's state: a folder for the fs tools, both allowed, the folder's graphs
+/// shared with `project`, which is enabled. Returns the state and the graphs it shares.
 async fn desktop_state(
     dir: &Path,
     options: &DemoOptions,
     engine: &Arc<dyn runner::engine::Engine>,
     project: &str,
     clock: &dyn Clock,
-) -> Result<(DesktopState, usize), DemoError> {
+) -> Result<(DesktopState, Vec<Shared>), DemoError> {
     let state = DesktopState::open(&dir.join("desktop.db")).map_err(setup)?;
     let folder = dir.join("folder");
     std::fs::create_dir_all(&folder).map_err(setup)?;
@@ -134,8 +156,32 @@ async fn desktop_state(
     Ok((state, shared))
 }
 
+/// Says what the demo serves and shares.
+fn say_shared(base: &str, graphs: &Path, shared: &[Shared]) {
+    let slugs: Vec<&str> = shared.iter().map(|g| g.slug.as_str()).collect();
+    say(&format!(
+        "service at {base}, desktop relay sharing {} graphs from {}: {}",
+        shared.len(),
+        graphs.display(),
+        slugs.join(", ")
+    ));
+}
+
+/// The engine, saying first what may take a while.
+fn prepare_engine(
+    kind: runner::engine::EngineKind,
+) -> Result<Arc<dyn runner::engine::Engine>, DemoError> {
+    say(match kind {
+        runner::engine::EngineKind::Wasm => {
+            "preparing the sandbox (about 10 s the first time on this machine, cached afterwards)"
+        }
+        runner::engine::EngineKind::Boa => "preparing the in-process engine",
+    });
+    kind.build().map_err(setup)
+}
+
 impl Demo {
-    /// Starts the service and the desktop relay with the example graphs shared.
+    /// Starts the service and the desktop relay with the folder's graphs shared.
     pub async fn start(options: &DemoOptions) -> Result<Demo, DemoError> {
         let dir = tempfile::tempdir().map_err(setup)?;
         let store = SqliteStore::open(&dir.path().join("relay.db")).map_err(setup)?;
@@ -146,7 +192,11 @@ impl Demo {
             .map_err(setup)?;
         let base = format!("http://{}", listener.local_addr().map_err(setup)?);
         let credentials = credentials(&app).await?;
-        let engine = options.engine.build().map_err(setup)?;
+        let engine = prepare_engine(options.engine)?;
+        say(&format!(
+            "reading the graphs in {}",
+            options.graphs.display()
+        ));
         let (state, shared) = desktop_state(
             dir.path(),
             options,
@@ -155,10 +205,8 @@ impl Demo {
             clock.as_ref(),
         )
         .await?;
-        say(&format!(
-            "service at {base}, desktop relay sharing {shared} example graphs from {}",
-            options.graphs.display()
-        ));
+        say_shared(&base, &options.graphs, &shared);
+        let (check, provider) = plan(options, &shared)?;
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
         let service = tokio::spawn(async move {
@@ -168,8 +216,6 @@ impl Demo {
                 tracing::error!("the demo service stopped: {e}");
             }
         });
-        let provider =
-            runner::host::mock::MockProvider::from_file(&options.replies).map_err(setup)?;
         let relay = Relay::new(
             state,
             DesktopApi::new(
@@ -197,14 +243,19 @@ impl Demo {
             mcp_url: format!("{base}/mcp"),
             agent_token: credentials.agent_token,
             project_id: credentials.project,
+            check,
             shutdown,
             tasks: vec![service, desktop],
             _dir: dir,
         })
     }
 
-    /// Runs the triage example through MCP as a chat agent would; returns the finished run.
-    pub async fn self_check(&self) -> Result<Value, DemoError> {
+    /// Runs the planned graph through MCP as a chat agent would; returns the finished run
+    /// (`None` when there is nothing to check).
+    pub async fn self_check(&self) -> Result<Option<Value>, DemoError> {
+        let Some(plan) = &self.check else {
+            return Ok(None);
+        };
         let http = graphrelay_net::mcp_client().map_err(|e| DemoError::SelfCheck(e.to_string()))?;
         let transport = StreamableHttpClientTransport::with_client(
             http,
@@ -224,12 +275,14 @@ impl Demo {
         // The desktop's first sync publishes the sessions; until then the list is empty.
         let deadline = tokio::time::Instant::now() + SELF_CHECK_TIMEOUT;
         let outcome = async {
-            let triage = agent.find_triage(&self.project_id, deadline).await?;
-            agent.run_triage(triage, deadline).await
+            let session = agent
+                .find_session(&self.project_id, &plan.slug, deadline)
+                .await?;
+            agent.run_session(session, plan, deadline).await
         }
         .await;
         let _ = agent.client.cancel().await;
-        outcome
+        outcome.map(Some)
     }
 
     /// Stops the service and the relay and waits for both.
@@ -272,10 +325,11 @@ impl DemoAgent {
             .ok_or_else(|| DemoError::SelfCheck(format!("{tool}: no structured content")))
     }
 
-    /// Lists the sessions until the triage graph is shared; returns its session id.
-    async fn find_triage(
+    /// Lists the sessions until the graph `slug` is shared; returns its session id.
+    async fn find_session(
         &self,
         project_id: &str,
+        slug: &str,
         deadline: tokio::time::Instant,
     ) -> Result<Value, DemoError> {
         loop {
@@ -286,39 +340,40 @@ impl DemoAgent {
                 )
                 .await?;
             let sessions = listed["sessions"].as_array().cloned().unwrap_or_default();
-            if let Some(triage) = sessions.iter().find(|s| s["slug"] == "triage") {
+            if let Some(found) = sessions.iter().find(|s| s["slug"] == slug) {
                 say(&format!(
                     "agent: list_graph_sessions → {} shared sessions",
                     sessions.len()
                 ));
-                return Ok(triage["graph_session_id"].clone());
+                return Ok(found["graph_session_id"].clone());
             }
             if tokio::time::Instant::now() > deadline {
-                return Err(DemoError::SelfCheck(
-                    "the desktop never shared the triage graph".into(),
-                ));
+                return Err(DemoError::SelfCheck(format!(
+                    "the desktop never shared the graph {slug}"
+                )));
             }
             tokio::time::sleep(SELF_CHECK_POLL).await;
         }
     }
 
-    /// Queues the triage graph and follows it to its end; a run that does not complete fails.
-    async fn run_triage(
+    /// Queues the planned graph and follows it to its end; a run that does not end as the plan
+    /// expects fails.
+    async fn run_session(
         &self,
-        triage: Value,
+        session: Value,
+        plan: &CheckPlan,
         deadline: tokio::time::Instant,
     ) -> Result<Value, DemoError> {
-        let args =
-            json!({"ticket": "Checkout is down for every customer since 09:12", "id": "DEMO-1"});
         let ticket = self
             .call(
                 "run_graph_session",
-                json!({"graph_session_id": triage, "arguments": args, "idempotency_key": uuid::Uuid::new_v4().to_string()}),
+                json!({"graph_session_id": session, "arguments": plan.args, "idempotency_key": uuid::Uuid::new_v4().to_string()}),
             )
             .await?;
         let command = ticket["command_id"].clone();
         say(&format!(
-            "agent: run_graph_session triage → command {} ({})",
+            "agent: run_graph_session {} → command {} ({})",
+            plan.slug,
             command.as_str().unwrap_or("?"),
             ticket["status"].as_str().unwrap_or("?")
         ));
@@ -332,15 +387,14 @@ impl DemoAgent {
                 say(&format!("agent: get_graph_run → {status}"));
                 last = status.clone();
             }
-            match status.as_str() {
-                "completed" => return Ok(run),
-                "failed" | "cancelled" => {
-                    return Err(DemoError::SelfCheck(format!(
-                        "the run ended {status}: {}",
-                        run["error"]
-                    )));
+            if matches!(status.as_str(), "completed" | "failed" | "cancelled") {
+                if status == plan.status {
+                    return Ok(run);
                 }
-                _ => {}
+                return Err(DemoError::SelfCheck(format!(
+                    "the run ended {status}, {} expects {}: {}",
+                    plan.from, plan.status, run["error"]
+                )));
             }
             if tokio::time::Instant::now() > deadline {
                 return Err(DemoError::SelfCheck(
@@ -352,6 +406,126 @@ impl DemoAgent {
     }
 }
 
+/// A graph the demo shares.
+#[derive(Debug, Clone)]
+struct Shared {
+    slug: String,
+    file: PathBuf,
+}
+
+/// What the self-check runs (`--check SLUG`, else the first shared graph with a test case that
+/// expects to complete) and the mock provider the desktop answers agents with.
+fn plan(
+    options: &DemoOptions,
+    shared: &[Shared],
+) -> Result<(Option<CheckPlan>, runner::host::mock::MockProvider), DemoError> {
+    let cases = test_cases(&options.graphs)?;
+    let case_of = |graph: &Shared| {
+        let same = |c: &&runner::testing::FileCase| {
+            c.graph.canonicalize().ok() == graph.file.canonicalize().ok()
+        };
+        cases
+            .iter()
+            .filter(same)
+            .find(|c| c.case.expect.status == runner::RunStatus::Completed)
+            .or_else(|| cases.iter().find(same))
+            .cloned()
+    };
+    let (graph, case) = match &options.check {
+        Some(slug) => {
+            let Some(graph) = shared.iter().find(|g| &g.slug == slug) else {
+                let known: Vec<&str> = shared.iter().map(|g| g.slug.as_str()).collect();
+                return Err(DemoError::Setup(format!(
+                    "--check {slug}: no shared graph has that slug (they are {})",
+                    known.join(", ")
+                )));
+            };
+            (graph, case_of(graph))
+        }
+        None => match shared.iter().find_map(|g| case_of(g).map(|c| (g, Some(c)))) {
+            Some(found) => found,
+            None => {
+                say(&format!(
+                    "no graph in {} has a .test.json, so there is no self-check (pass --check SLUG to run one with no arguments)",
+                    options.graphs.display()
+                ));
+                return Ok((None, replies_or_none(replies_file(options, None)?)?));
+            }
+        },
+    };
+    let from = match &case {
+        Some(c) => format!(
+            "{} ({})",
+            c.graph.with_extension("test.json").display(),
+            c.case.name.as_deref().unwrap_or("its first case")
+        ),
+        None => "--check".to_owned(),
+    };
+    let provider = replies_or_none(replies_file(options, case.as_ref())?)?;
+    let plan = CheckPlan {
+        slug: graph.slug.clone(),
+        args: case
+            .as_ref()
+            .map_or_else(|| json!({}), |c| c.case.args.clone()),
+        status: case
+            .as_ref()
+            .map_or("completed", |c| c.case.expect.status.as_str())
+            .to_owned(),
+        from,
+    };
+    say(&format!(
+        "self-check: {} with the args of {}",
+        plan.slug, plan.from
+    ));
+    Ok((Some(plan), provider))
+}
+
+/// `found`, or a mock provider with no replies (an agent then fails, saying nothing matched).
+fn replies_or_none(
+    found: Option<runner::host::mock::MockProvider>,
+) -> Result<runner::host::mock::MockProvider, DemoError> {
+    match found {
+        Some(mock) => Ok(mock),
+        None => runner::host::mock::MockProvider::from_json(json!({})).map_err(setup),
+    }
+}
+
+/// Every case of the folder's test files (a test file that cannot be read is said and skipped).
+fn test_cases(dir: &Path) -> Result<Vec<runner::testing::FileCase>, DemoError> {
+    let files = runner::testing::find_tests(dir).map_err(setup)?;
+    let mut cases = Vec::new();
+    for file in files {
+        match runner::testing::read_test_file(&file) {
+            Ok(found) => cases.extend(found),
+            Err(e) => say(&format!("not used for the self-check: {e}")),
+        }
+    }
+    Ok(cases)
+}
+
+/// The replies the desktop answers with: `--replies`, else the self-check case's own, else
+/// `GRAPHS/replies/demo.json` when it exists.
+fn replies_file(
+    options: &DemoOptions,
+    case: Option<&runner::testing::FileCase>,
+) -> Result<Option<runner::host::mock::MockProvider>, DemoError> {
+    use runner::host::mock::MockProvider;
+    if let Some(file) = &options.replies {
+        return MockProvider::from_file(file).map(Some).map_err(setup);
+    }
+    if let Some(case) = case {
+        let base = case.graph.parent().unwrap_or(Path::new("."));
+        if let Some(mock) = runner::testing::case_replies(&case.case, base).map_err(setup)? {
+            return Ok(Some(mock));
+        }
+    }
+    let default = options.graphs.join("replies").join("demo.json");
+    if default.is_file() {
+        return MockProvider::from_file(&default).map(Some).map_err(setup);
+    }
+    Ok(None)
+}
+
 /// Registers every graph in `dir` and shares it with `project`; returns how many.
 async fn register_graphs(
     state: &DesktopState,
@@ -359,7 +533,7 @@ async fn register_graphs(
     dir: &Path,
     project: &str,
     now: relay_protocol::clock::Timestamp,
-) -> Result<usize, DemoError> {
+) -> Result<Vec<Shared>, DemoError> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
         DemoError::Setup(format!(
             "cannot read the example graphs in {}: {e} (run from the repository root or pass --graphs DIR)",
@@ -371,7 +545,7 @@ async fn register_graphs(
         .filter(|p| p.extension().is_some_and(|x| x == "js"))
         .collect();
     files.sort();
-    let mut shared = 0;
+    let mut shared = Vec::new();
     for file in files {
         let script = std::fs::read_to_string(&file).map_err(setup)?;
         let meta = engine
@@ -382,9 +556,12 @@ async fn register_graphs(
             .upsert_session(&meta, &script, None, now)
             .map_err(setup)?;
         state.share(project, &id, now).map_err(setup)?;
-        shared += 1;
+        shared.push(Shared {
+            slug: meta.slug.clone(),
+            file,
+        });
     }
-    if shared == 0 {
+    if shared.is_empty() {
         return Err(DemoError::Setup(format!(
             "no *.js graphs in {}",
             dir.display()
@@ -395,54 +572,95 @@ async fn register_graphs(
 
 #[derive(Debug, Args)]
 pub(crate) struct DemoArgs {
-    /// Run the self-check and exit with its status.
+    /// Run the self-check and exit with its status (within 60 s).
     #[arg(long)]
     once: bool,
-    /// The folder of example graphs.
+    /// The folder of graphs to share.
     #[arg(long, default_value = "graphs")]
     graphs: PathBuf,
-    /// The mock agent replies (default: GRAPHS/replies/demo.json).
+    /// The mock agent replies (default: the self-check case's replies, else
+    /// GRAPHS/replies/demo.json when there is one).
     #[arg(long)]
     replies: Option<PathBuf>,
+    /// The graph the self-check runs (default: the first shared graph with a .test.json).
+    #[arg(long, value_name = "SLUG")]
+    check: Option<String>,
     /// The engine that runs the graphs.
     #[arg(long, value_enum, default_value_t = runner::engine::EngineKind::Wasm)]
     engine: runner::engine::EngineKind,
 }
 
-/// `relay demo`: starts both sides, runs the self-check, then serves until Ctrl-C (or stops at
-/// once with `--once`).
+/// `relay demo`: starts both sides, prints what an MCP client needs, runs the self-check, then
+/// serves until Ctrl-C (or stops at once with `--once`, within [`ONCE_TIMEOUT`]).
 pub(crate) async fn run(args: DemoArgs) -> Result<()> {
+    let once = args.once;
     let options = DemoOptions {
-        replies: args
-            .replies
-            .clone()
-            .unwrap_or_else(|| args.graphs.join("replies").join("demo.json")),
+        replies: args.replies,
+        check: args.check,
         graphs: args.graphs,
         engine: args.engine,
     };
-    let demo = Demo::start(&options).await?;
-    let checked = demo.self_check().await;
-    match &checked {
-        Ok(run) => eprintln!(
-            "demo: self-check passed: {}",
-            serde_json::to_string(&run["result"])?
+    if !once {
+        // Ctrl-C is heard from the start, also while preparing and during the self-check.
+        let interrupted = CancellationToken::new();
+        let on_ctrl_c = interrupted.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                on_ctrl_c.cancel();
+            }
+        });
+        let demo = tokio::select! {
+            started = start_and_check(&options) => started?.0,
+            () = interrupted.cancelled() => {
+                eprintln!("demo: stopping");
+                return Ok(());
+            }
+        };
+        return serve(demo, &interrupted).await;
+    }
+    match tokio::time::timeout(ONCE_TIMEOUT, start_and_check(&options)).await {
+        Ok(Ok((demo, checked))) => {
+            demo.stop().await;
+            checked?;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => anyhow::bail!(
+            "relay demo --once did not finish within {} s; run it without --once to watch it",
+            ONCE_TIMEOUT.as_secs()
         ),
-        Err(e) => eprintln!("demo: {e}"),
     }
-    if args.once {
-        demo.stop().await;
-        checked?;
-        return Ok(());
-    }
+}
+
+/// Starts the demo, prints the MCP URL, token and project, and runs the self-check.
+async fn start_and_check(options: &DemoOptions) -> Result<(Demo, Result<(), DemoError>)> {
+    let demo = Demo::start(options).await?;
     println!("MCP URL: {}", demo.mcp_url);
     println!("Token:   {}", demo.agent_token);
     println!("Project: {}", demo.project_id);
+    let checked = match demo.self_check().await {
+        Ok(Some(run)) => {
+            eprintln!(
+                "demo: self-check passed: {}",
+                serde_json::to_string(&run["result"])?
+            );
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(e) => {
+            eprintln!("demo: {e}");
+            Err(e)
+        }
+    };
+    Ok((demo, checked))
+}
+
+/// Serves until Ctrl-C (`interrupted`).
+async fn serve(demo: Demo, interrupted: &CancellationToken) -> Result<()> {
     eprintln!(
         "demo: connect any MCP client (e.g. the MCP Inspector) with that URL and bearer token (Authorization: Bearer <token>); list_graph_sessions takes that project_id; Ctrl-C stops everything"
     );
-    if tokio::signal::ctrl_c().await.is_err() {
-        std::future::pending::<()>().await;
-    }
+    interrupted.cancelled().await;
     eprintln!("demo: stopping");
     demo.stop().await;
     Ok(())

@@ -14,6 +14,7 @@ pub mod clock;
 pub mod engine;
 pub mod host;
 pub mod input;
+pub mod location;
 pub mod output;
 pub mod run;
 pub mod testing;

@@ -68,6 +68,8 @@ pub struct RunOutcome {
     pub total_tokens: u64,
     /// Cost reported by providers.
     pub reported_cost: f64,
+    /// Where the graph's own code failed (the error text starts with it), when it did.
+    pub location: Option<crate::location::Location>,
 }
 
 /// What to run.
@@ -181,6 +183,10 @@ pub async fn run_graph(
     };
     // Stops work the graph started and never awaited.
     run.stop(FailureCode::Cancelled, "the run has ended");
+    let location = match status {
+        RunStatus::Failed => error.as_deref().and_then(crate::location::of),
+        _ => None,
+    };
     let outcome = RunOutcome {
         run_id,
         status,
@@ -188,6 +194,7 @@ pub async fn run_graph(
         error,
         total_tokens: run.budget.used(),
         reported_cost: run.budget.cost(),
+        location,
     };
     run.events.emit(
         0,
@@ -260,7 +267,14 @@ async fn run_top_graph(
             Ok(value) => (RunStatus::Completed, Some(value), None),
             Err(e) => (RunStatus::Failed, None, Some(e.to_string())),
         },
-        Some(Err(error)) => (RunStatus::Failed, None, Some(error.to_string())),
+        Some(Err(error)) => {
+            let named = crate::location::name_file(&error.to_string(), &request.graph);
+            (
+                RunStatus::Failed,
+                None,
+                Some(crate::location::location_first(&named)),
+            )
+        }
         None => {
             // Give the engine a moment to stop, so the tokens and the trace are final when
             // the outcome is reported. An interpreter that cannot be interrupted (boa inside

@@ -1,4 +1,6 @@
-//! `runner test`: runs every `*.test.json` beside the graphs and compares outcomes.
+//! `runner test`: runs every `*.test.json` beside the graphs and compares outcomes. The format
+//! is documented for authors in the README's "Testing graphs" section (a test checks that every
+//! field of these structs is there).
 //!
 //! A test file holds one case, or `{"graph": "x.js", "cases": [...]}`. A case:
 //!
@@ -147,9 +149,25 @@ enum CaseError {
     /// The fs tools could not be set up.
     #[error("{0}")]
     Tools(Failure),
+    /// The graph's meta or default export is missing or invalid.
+    #[error("{path}: {reason}")]
+    Meta {
+        /// The graph file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The case's `clock` is not a clock.
     #[error("clock: {0}")]
     Clock(String),
+    /// `allow`, `ask`, `approve` or `deny` names a tool that does not exist.
+    #[error("{list}: {reason}")]
+    Policy {
+        /// The list that names it.
+        list: &'static str,
+        /// Which tool, and the known ones.
+        reason: String,
+    },
 }
 
 /// What a case without its own `seed` or `clock` runs with (the `runner test` flags).
@@ -288,6 +306,9 @@ pub enum TestError {
         /// The I/O error (in the message; not a separate cause, so it is said once).
         reason: std::io::Error,
     },
+    /// The folder's graphs could not be read, or two of them share a slug.
+    #[error("{0}")]
+    Catalog(crate::host::graphs::CatalogError),
 }
 
 /// Answers `ask` from the case's `approve` list.
@@ -356,10 +377,7 @@ pub async fn run_dir_with(
     let catalog: Arc<dyn Catalog> = Arc::new(
         FolderCatalog::load(dir, engine.as_ref(), DESCRIBE_TIMEOUT)
             .await
-            .map_err(|reason| TestError::Folder {
-                path: dir.display().to_string(),
-                reason,
-            })?,
+            .map_err(TestError::Catalog)?,
     );
     let suite = Suite {
         engine: &engine,
@@ -376,6 +394,48 @@ pub async fn run_dir_with(
         }
     }
     Ok(reports)
+}
+
+/// One case of a test file, with the graph file it runs.
+#[derive(Debug, Clone)]
+pub struct FileCase {
+    /// The graph file (the test file's folder joined with the case's graph).
+    pub graph: PathBuf,
+    /// The case.
+    pub case: TestCase,
+}
+
+/// The cases of the test file `file`, each with its graph, or why the file cannot be read.
+pub fn read_test_file(file: &Path) -> Result<Vec<FileCase>, String> {
+    let text = read_text_at_most(file, MAX_DATA_FILE_BYTES)
+        .map_err(|e| format!("cannot read the test file {}: {e}", file.display()))?;
+    let (default_graph, cases) = parse_test_file(&text)
+        .map_err(|e| format!("the test file {} is not valid: {e}", file.display()))?;
+    let base = file.parent().unwrap_or(Path::new("."));
+    let stem = file_stem(file);
+    Ok(cases
+        .into_iter()
+        .map(|case| {
+            let graph = case
+                .graph
+                .clone()
+                .or_else(|| default_graph.clone())
+                .unwrap_or_else(|| format!("{stem}.js"));
+            FileCase {
+                graph: base.join(graph),
+                case,
+            }
+        })
+        .collect())
+}
+
+/// A case's own mock replies (inline, or its `replies_file` relative to `base`), if it has any.
+pub fn case_replies(case: &TestCase, base: &Path) -> Result<Option<MockProvider>, MockError> {
+    match (&case.replies, &case.replies_file) {
+        (Some(replies), _) => MockProvider::from_json(replies.clone()).map(Some),
+        (None, Some(file)) => MockProvider::from_file(&base.join(file)).map(Some),
+        (None, None) => Ok(None),
+    }
 }
 
 fn file_stem(file: &Path) -> String {
@@ -454,26 +514,22 @@ async fn run_case(
         path: graph.display().to_string(),
         reason,
     })?;
-    let folder = tempfile::tempdir().map_err(CaseError::TempDir)?;
-    // Seeded files stay inside the case's folder, by the same rules as the graph's fs tools.
-    let confined = Folder::open(folder.path()).map_err(CaseError::Folder)?;
-    for (path, content) in &case.files {
-        let seed = |reason: String| CaseError::Seed {
-            path: path.clone(),
-            reason,
+    // The graph is checked as `runner check` and `runner run` check it (meta, default export).
+    let script: Arc<str> = script.into();
+    suite
+        .engine
+        .describe(script.clone())
+        .await
+        .map_err(|reason| CaseError::Meta {
+            path: graph.display().to_string(),
+            reason: reason.to_string(),
+        })?;
+    let (folder, confined) = seeded_folder(case)?;
+    let provider: Option<Arc<dyn AgentProvider>> =
+        match case_replies(case, base).map_err(CaseError::Replies)? {
+            Some(mock) => Some(Arc::new(mock)),
+            None => suite.provider.cloned(),
         };
-        let target = confined.for_writing(path).map_err(|e| seed(e.message))?;
-        std::fs::write(&target, content).map_err(|e| seed(e.to_string()))?;
-    }
-    let provider: Option<Arc<dyn AgentProvider>> = match (&case.replies, &case.replies_file) {
-        (Some(replies), _) => Some(Arc::new(
-            MockProvider::from_json(replies.clone()).map_err(CaseError::Replies)?,
-        )),
-        (None, Some(file)) => Some(Arc::new(
-            MockProvider::from_file(&base.join(file)).map_err(CaseError::Replies)?,
-        )),
-        (None, None) => suite.provider.cloned(),
-    };
     let mut options = RunOptions::new(suite.engine.clone());
     options.seed = case.seed.or(suite.defaults.seed);
     options.clock = match &case.clock {
@@ -485,7 +541,7 @@ async fn run_case(
     }
     options.tools =
         ToolRegistry::standard(Some(folder.path().to_path_buf())).map_err(CaseError::Tools)?;
-    options.policy = case_policy(case);
+    options.policy = case_policy(case, &options.tools)?;
     options.approver = Arc::new(CaseApprover(case.approve.clone()));
     options.catalog = suite.catalog.clone();
     options.token_cap = case.max_tokens;
@@ -496,13 +552,11 @@ async fn run_case(
         options.timeout = Duration::from_secs(secs);
     }
     options.events = suite.events.clone();
-    let graph_name = graph
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    // The graph's path, as its errors name it.
+    let graph_name = graph.display().to_string();
     let outcome = run_graph(
         RunRequest {
-            script: script.into(),
+            script,
             args: case.args.clone(),
             graph: graph_name,
             run_id: None,
@@ -520,8 +574,35 @@ async fn run_case(
     ))
 }
 
-/// The approval policy of a case: its `allow`, `ask` and `deny` lists.
-fn case_policy(case: &TestCase) -> ApprovalPolicy {
+/// A fresh temporary folder for a case, with its `files` seeded inside it (by the same rules
+/// as the graph's fs tools), and the same folder under those rules.
+fn seeded_folder(case: &TestCase) -> Result<(tempfile::TempDir, Folder), CaseError> {
+    let folder = tempfile::tempdir().map_err(CaseError::TempDir)?;
+    let confined = Folder::open(folder.path()).map_err(CaseError::Folder)?;
+    for (path, content) in &case.files {
+        let seed = |reason: String| CaseError::Seed {
+            path: path.clone(),
+            reason,
+        };
+        let target = confined.for_writing(path).map_err(|e| seed(e.message))?;
+        std::fs::write(&target, content).map_err(|e| seed(e.to_string()))?;
+    }
+    Ok((folder, confined))
+}
+
+/// The approval policy of a case: its `allow`, `ask` and `deny` lists, each name (and those of
+/// `approve`) a tool of `tools`.
+fn case_policy(case: &TestCase, tools: &ToolRegistry) -> Result<ApprovalPolicy, CaseError> {
+    for (list, names) in [
+        ("allow", &case.allow),
+        ("ask", &case.ask),
+        ("approve", &case.approve),
+        ("deny", &case.deny),
+    ] {
+        tools
+            .check_known(names.iter().map(String::as_str))
+            .map_err(|reason| CaseError::Policy { list, reason })?;
+    }
     let mut policy = ApprovalPolicy::default();
     for (tools, p) in [
         (&case.allow, Policy::Allow),
@@ -532,7 +613,7 @@ fn case_policy(case: &TestCase) -> ApprovalPolicy {
             policy.set(tool.clone(), p);
         }
     }
-    policy
+    Ok(policy)
 }
 
 /// Where `outcome` and the case's folder differ from what the case expects, one line each.

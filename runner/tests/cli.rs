@@ -230,8 +230,9 @@ fn run_prints_one_json_object_and_exits_by_status() {
     assert_eq!(json["result"], json!({"twice": 42}));
     assert_eq!(json["error"], Value::Null);
     assert_eq!(json["total_tokens"], 0);
+    assert_eq!(json["location"], Value::Null);
     let keys: Vec<&String> = json.as_object().expect("object").keys().collect();
-    assert_eq!(keys.len(), 5);
+    assert_eq!(keys.len(), 6);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("run completed"),
@@ -248,7 +249,15 @@ fn run_prints_one_json_object_and_exits_by_status() {
     assert_eq!(output.status.code(), Some(1));
     let json = stdout_json(&output);
     assert_eq!(json["status"], "failed");
-    assert_eq!(json["error"], "Error: nope");
+    let error = json["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with(&format!("{}:1:42: Error: nope\n", bad.display())),
+        "{error}"
+    );
+    assert_eq!(
+        json["location"],
+        json!({"file": bad.display().to_string(), "line": 1, "column": 42})
+    );
 }
 
 #[test]
@@ -738,7 +747,15 @@ export default async function (args, g) {
         "{trace}"
     );
     // stdout is JSON, which escapes the characters itself.
-    assert_eq!(stdout_json(&output)["error"], "Error: gone\u{1b}[2J");
+    // The error starts with where the graph threw (the file as the command named it).
+    let error = stdout_json(&output)["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(
+        error.lines().next(),
+        Some(format!("{}:4:9: Error: gone\u{1b}[2J", graph.display()).as_str())
+    );
 }
 
 /// Naming the wrong file (an endless device, a huge file) is an error after reading at most the

@@ -16,6 +16,7 @@ fn graph(slug: &str, script: &str) -> GraphSource {
     GraphSource {
         meta: Meta { ..meta },
         script: script.into(),
+        file: None,
     }
 }
 

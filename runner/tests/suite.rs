@@ -6,6 +6,7 @@
 mod common;
 mod hostile;
 
+mod author;
 mod budget;
 mod cancel;
 mod catalog;

@@ -46,6 +46,7 @@ impl SharedCatalog {
                     description: session.description,
                 },
                 script: session.script.into(),
+                file: None,
             });
         }
         let project = &self.project;

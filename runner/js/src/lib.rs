@@ -10,6 +10,7 @@
 mod error;
 mod executor;
 mod failure;
+mod location;
 mod meta;
 
 use std::cell::RefCell;
@@ -30,6 +31,7 @@ use boa_engine::{
 
 pub use error::ScriptError;
 pub use failure::{Failure, FailureCode};
+pub use location::{Leading, Position, leading_location};
 pub use meta::{Meta, MetaError, is_valid_slug};
 
 /// The JS prelude that builds the `g` object; shared by both engines.
@@ -143,8 +145,9 @@ impl Default for Limits {
     }
 }
 
-/// The path boa reports in errors; scripts have no real path inside the sandbox.
-const SCRIPT_NAME: &str = "graph.js";
+/// The path boa reports in errors; scripts have no real path inside the sandbox. An error the
+/// graph's own code raised starts with `graph.js:LINE:COL: `; the host names the real file.
+pub const SCRIPT_NAME: &str = "graph.js";
 
 /// Host and driver state reachable from the native functions through the context.
 struct Shared {
@@ -154,6 +157,8 @@ struct Shared {
     /// Whether module top-level code is running: the host answers the clock and random
     /// source, but refuses to start work.
     top_level: std::cell::Cell<bool>,
+    /// The graph's module text, for the code frame of its errors.
+    source: RefCell<Rc<str>>,
 }
 
 #[derive(Clone)]
@@ -163,7 +168,8 @@ struct SharedSlot(Rc<Shared>);
 struct Prelude {
     g: JsValue,
     settle: JsObject,
-    stringify: JsObject,
+    result_text: JsObject,
+    stack_of: JsObject,
     describe: JsObject,
     load_web: JsObject,
 }
@@ -205,6 +211,7 @@ impl Interpreter {
             host: RefCell::new(Box::new(TopLevelHost::default())),
             pending: RefCell::new(Vec::new()),
             top_level: std::cell::Cell::new(false),
+            source: RefCell::new(Rc::from("")),
         });
         let (context, prelude) =
             new_context(&shared, limits).map_err(|e| ScriptError::Setup(e.to_string()))?;
@@ -260,6 +267,7 @@ impl Interpreter {
             shared,
         } = self;
         let module = parse_module(script, &mut context)?;
+        *shared.source.borrow_mut() = Rc::from(script);
         let evaluated = module.load_link_evaluate(&mut context);
         drive(&evaluated, &shared, &mut context, &prelude).map_err(ScriptError::bounded)?;
         Ok(Prepared {
@@ -301,7 +309,18 @@ impl Prepared {
         let json = value
             .to_json(context)
             .map_err(|e| MetaError::Invalid(format!("meta is not plain data: {e}")))?;
-        Meta::from_json(json.unwrap_or(serde_json::Value::Null))
+        let meta = Meta::from_json(json.unwrap_or(serde_json::Value::Null))?;
+        // A graph is its meta and its default export: `runner check`, a folder of graphs and
+        // the desktop all refuse one without the function a run would call.
+        let entry = self
+            .module
+            .namespace(context)
+            .get(js_string!("default"), context)
+            .map_err(|e| MetaError::Script(e.to_string()))?;
+        if !entry.is_callable() {
+            return Err(MetaError::NoDefaultExport);
+        }
+        Ok(meta)
     }
 
     /// Calls the default export with `args` (JSON text of an object) against `host`.
@@ -348,11 +367,9 @@ impl Prepared {
             None => returned,
         };
         let text = prelude
-            .stringify
+            .result_text
             .call(&JsValue::undefined(), &[value], context)
-            .map_err(|e| {
-                ScriptError::ResultNotJson(describe_error(e, prelude, context).to_string())
-            })?;
+            .map_err(|e| result_not_json(e, prelude, context))?;
         if text.is_undefined() {
             return Ok("null".to_owned());
         }
@@ -563,7 +580,8 @@ fn prelude_of(made: &JsObject, context: &mut Context) -> JsResult<Prelude> {
     let mut field = |name: JsString| -> JsResult<JsValue> { made.get(name, context) };
     let g = field(js_string!("g"))?;
     let settle = field(js_string!("settle"))?;
-    let stringify = field(js_string!("stringify"))?;
+    let result_text = field(js_string!("resultText"))?;
+    let stack_of = field(js_string!("stackOf"))?;
     let describe = field(js_string!("describe"))?;
     let load_web = field(js_string!("loadWeb"))?;
     let function = |value: JsValue, what: &'static str| {
@@ -574,7 +592,8 @@ fn prelude_of(made: &JsObject, context: &mut Context) -> JsResult<Prelude> {
     let prelude = Prelude {
         g,
         settle: function(settle, "settle is not a function")?,
-        stringify: function(stringify, "stringify is not a function")?,
+        result_text: function(result_text, "resultText is not a function")?,
+        stack_of: function(stack_of, "stackOf is not a function")?,
         describe: function(describe, "describe is not a function")?,
         load_web: function(load_web, "loadWeb is not a function")?,
     };
@@ -643,10 +662,40 @@ fn describe_error(error: JsError, prelude: &Prelude, context: &mut Context) -> S
     }
 }
 
+/// What the conversion of the result to JSON threw: the path of the value (a plain message
+/// from the prelude), or what JSON.stringify or a `toJSON` threw.
+fn result_not_json(error: JsError, prelude: &Prelude, context: &mut Context) -> ScriptError {
+    match describe_error(error, prelude, context) {
+        ScriptError::Thrown(text) => ScriptError::ResultNotJson(text),
+        other => other,
+    }
+}
+
+/// What the graph threw, as the prelude describes it; an error raised in the graph's own code
+/// starts with its location and has a code frame.
 fn describe_value(value: JsValue, prelude: &Prelude, context: &mut Context) -> String {
+    let text = describe_plain(&value, prelude, context);
+    let stack = prelude
+        .stack_of
+        .call(&JsValue::undefined(), std::slice::from_ref(&value), context)
+        .ok()
+        .and_then(|v| v.as_string().map(|s| s.to_std_string_escaped()));
+    let Some(position) = stack.as_deref().and_then(location::innermost) else {
+        return text;
+    };
+    let source = shared_of(context)
+        .map(|shared| shared.source.borrow().clone())
+        .unwrap_or_else(|_| Rc::from(""));
+    cut_chars(
+        &location::located(position, &text, &source),
+        MAX_ERROR_CHARS,
+    )
+}
+
+fn describe_plain(value: &JsValue, prelude: &Prelude, context: &mut Context) -> String {
     let text = prelude
         .describe
-        .call(&JsValue::undefined(), std::slice::from_ref(&value), context)
+        .call(&JsValue::undefined(), std::slice::from_ref(value), context)
         .ok()
         .and_then(|v| v.as_string().map(|s| s.to_std_string_escaped()));
     match text {

@@ -33,6 +33,9 @@ pub enum MetaError {
     Missing,
     /// `meta` exists but is not valid.
     Invalid(String),
+    /// The module has no callable default export (the message of
+    /// [`crate::ScriptError::NoDefaultExport`]).
+    NoDefaultExport,
 }
 
 impl fmt::Display for MetaError {
@@ -44,6 +47,9 @@ impl fmt::Display for MetaError {
                 "the graph has no meta export: add `export const meta = {{ name, slug, version, description }}`"
             ),
             MetaError::Invalid(e) => write!(f, "invalid meta: {e}"),
+            MetaError::NoDefaultExport => {
+                write!(f, "{}", crate::ScriptError::NoDefaultExport)
+            }
         }
     }
 }

@@ -14,6 +14,7 @@
   const defineProperty = Object.defineProperty;
   const isInteger = Number.isInteger;
   const floor = Math.floor;
+  const apply = Reflect.apply;
   const MAX_RETRY_ATTEMPTS = 10;
   const MAX_SLEEP_MS = 600000;
 
@@ -423,7 +424,6 @@
 
   // Array.fromAsync (ES2024), which boa 0.22 lacks: an array from an async iterable, a sync
   // iterable (each value awaited) or an array-like, each value passed through mapfn and awaited.
-  const apply = Reflect.apply;
   const construct = Reflect.construct;
   function isConstructor(f) {
     if (typeof f !== "function") return false;
@@ -469,11 +469,120 @@
     defineProperty(Array, "fromAsync", { value: fromAsync, writable: true, enumerable: false, configurable: true });
   }
 
-  const g = freeze({ agent, tool, graph, sleep, retry, log, budget });
+  // The text of `value`.stack, through Error.prototype's own getter (a graph that replaced
+  // its errors' `stack` only hides its own location), or undefined.
+  const stackDescriptor = Object.getOwnPropertyDescriptor(ErrorCtor.prototype, "stack");
+  const stackGetter = stackDescriptor === undefined ? undefined : stackDescriptor.get;
+  function stackOf(value) {
+    if (typeof stackGetter !== "function" || value === null || typeof value !== "object") {
+      return undefined;
+    }
+    try {
+      const text = apply(stackGetter, value, []);
+      return typeof text === "string" ? text : undefined;
+    } catch (_) {
+      return undefined;
+    }
+  }
+
+  // The result as JSON text. JSON.stringify alone turns a Map, a Set, a Promise, a WeakMap or
+  // a WeakSet into {} whatever it holds, and fails on a BigInt or a cycle without saying
+  // where; so when the text holds a "{}" (all of those give one) or stringify throws, the
+  // result is walked again to name the path of the first such value, and that is thrown.
+  // Most results hold no "{}": they cost one search of the text.
+  const EMPTY_LOOKING = [
+    [Map, "a Map"], [Set, "a Set"], [Promise, "a Promise (await it before returning)"],
+    [WeakMap, "a WeakMap"], [WeakSet, "a WeakSet"],
+  ];
+  const includes = String.prototype.includes;
+  const isArray = Array.isArray;
+  function pathOf(parent, key) {
+    if (isArray(parent.holder)) {
+      return parent.path + "[" + key + "]";
+    }
+    return /^[A-Za-z_$][\w$]*$/.test(key) ? parent.path + "." + key : parent.path + "[" + stringify(key) + "]";
+  }
+  function unjsonable(value) {
+    // object -> {holder, path, up}: where each object being written sits, and its parent's.
+    const places = new Map();
+    let found;
+    function check(key, v) {
+      if (found !== undefined) {
+        return undefined;
+      }
+      const parent = places.get(this);
+      if (parent === undefined && key !== "") {
+        return v;
+      }
+      const path = parent === undefined ? "result" : pathOf(parent, key);
+      if (typeof v === "bigint") {
+        found = path + ": a BigInt cannot be turned into JSON; return it as a string or a number";
+        return undefined;
+      }
+      if (v === null || typeof v !== "object") {
+        return v;
+      }
+      for (let i = 0; i < EMPTY_LOOKING.length; i++) {
+        if (v instanceof EMPTY_LOOKING[i][0]) {
+          found = path + ": " + EMPTY_LOOKING[i][1] + " cannot be turned into JSON (it would become {}); return an object or an array";
+          return undefined;
+        }
+      }
+      for (let at = parent; at !== undefined; at = at.up) {
+        if (at.holder === v) {
+          found = path + ": a cycle: this is " + at.path + " again; return a copy without the back reference";
+          return undefined;
+        }
+      }
+      places.set(v, { holder: v, path, up: parent });
+      return v;
+    }
+    try {
+      stringify(value, check);
+    } catch (_) {
+      // The walk stops at the first problem; what stringify made of the rest does not matter.
+    }
+    return found;
+  }
+  function resultText(value) {
+    let text;
+    try {
+      text = stringify(value);
+    } catch (e) {
+      const named = unjsonable(value);
+      throw named === undefined ? e : named;
+    }
+    if (typeof text === "string" && apply(includes, text, ["{}"])) {
+      const named = unjsonable(value);
+      if (named !== undefined) {
+        throw named;
+      }
+    }
+    return text;
+  }
+
+  // Calling a member of `g` that does not exist (`g.agnet(...)`) names the ones that do. The
+  // guard is g's prototype, so reading a real member never reaches it. A missing member reads
+  // as a function that throws when called: thrown from the call, the error's innermost frame in
+  // the graph is the call's line (boa gives a property read no position of its own).
+  const G_MEMBERS = "agent, tool, graph, retry, sleep, log, budget";
+  const PASSED_THROUGH = ["then", "toJSON", "constructor", "asymmetricMatch", "nodeType", "$$typeof"];
+  const TypeErrorCtor = TypeError;
+  const guard = new Proxy(Object.prototype, {
+    get(target, key, receiver) {
+      if (typeof key !== "string" || key in target || PASSED_THROUGH.includes(key)) {
+        return Reflect.get(target, key, receiver);
+      }
+      return function missing() {
+        throw new TypeErrorCtor("g." + key + " is not a function; g has " + G_MEMBERS);
+      };
+    },
+  });
+  const g = freeze(Object.assign(Object.create(guard), { agent, tool, graph, sleep, retry, log, budget }));
   globalThis.console = console;
   globalThis.setTimeout = setTimeout;
   globalThis.clearTimeout = clearTimeout;
   globalThis.setInterval = setInterval;
   globalThis.clearInterval = clearInterval;
-  return freeze({ g, settle, stringify, describe, loadWeb });
+  return freeze({ g, settle, stringify, resultText, stackOf, describe, loadWeb });
 })

@@ -15,7 +15,7 @@ use runner::engine::{Engine, EngineKind};
 use runner::host::agents::AgentProvider;
 use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
 use runner::host::events::{EventSink, NullSink};
-use runner::host::graphs::{Catalog, DESCRIBE_TIMEOUT, LazyFolderCatalog};
+use runner::host::graphs::{Catalog, DESCRIBE_TIMEOUT, FolderCatalog, LazyFolderCatalog};
 use runner::host::mock::MockProvider;
 use runner::host::time::ClockSetting;
 use runner::host::tools::ToolRegistry;
@@ -51,6 +51,10 @@ enum Command {
     Check {
         /// The graph file.
         file: PathBuf,
+        /// Folder of graphs for nested calls, checked too: two graphs with one slug are an
+        /// error (default: the graph file's folder).
+        #[arg(long)]
+        graphs: Option<PathBuf>,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -176,6 +180,17 @@ enum GraphFile {
     Component(Vec<u8>),
 }
 
+impl GraphFile {
+    /// The script to run (empty for a component, which holds its own) and the engine for it.
+    fn with_engine(self, engine: &EngineArgs) -> anyhow::Result<(Arc<str>, Arc<dyn Engine>)> {
+        Ok(match self {
+            GraphFile::Script(script) => (script.into(), engine.build(None)?),
+            // The graph is built into the component: its script argument stays empty.
+            GraphFile::Component(bytes) => ("".into(), engine.build(Some(&bytes))?),
+        })
+    }
+}
+
 fn read_graph(path: &Path) -> anyhow::Result<GraphFile> {
     // A component may be as large as MAX_COMPONENT_BYTES, a script only MAX_SCRIPT_FILE_BYTES.
     let limit = |head: &[u8]| {
@@ -244,7 +259,8 @@ struct RunArgs {
     replies: Option<PathBuf>,
     #[command(flatten)]
     providers: ProviderArgs,
-    /// Hard token cap for the whole run.
+    /// Token cap for the whole run, nested graphs included: once the cap is reached no agent
+    /// starts; agents already running finish, so a run can end above the cap.
     #[arg(long = "max-tokens")]
     max_tokens: Option<u64>,
     /// Tools that run without asking.
@@ -298,7 +314,11 @@ fn main() -> ExitCode {
                 Ok(code) => code,
                 Err(e) => usage_error(&e),
             },
-            Command::Check { file, engine } => check(&file, &engine).await,
+            Command::Check {
+                file,
+                graphs,
+                engine,
+            } => check(&file, graphs.as_deref(), &engine).await,
             Command::Test {
                 dir,
                 engine,
@@ -372,11 +392,19 @@ fn graphs_catalog(args: &RunArgs, engine: &Arc<dyn Engine>) -> anyhow::Result<Ar
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let (script, engine) = match read_graph(&args.file)? {
-        GraphFile::Script(script) => (script, args.engine.build(None)?),
-        // The graph is built into the component: its script argument stays empty.
-        GraphFile::Component(bytes) => (String::new(), args.engine.build(Some(&bytes))?),
-    };
+    // The flags are checked before the sandbox is prepared: a typo fails in no time.
+    let tools = ToolRegistry::standard(args.folder.clone())
+        .map_err(|e| anyhow::anyhow!("--folder: {}", e.message))?;
+    for (flag, names) in [
+        ("--allow", &args.allow),
+        ("--ask", &args.ask),
+        ("--deny", &args.deny),
+    ] {
+        tools
+            .check_known(names.iter().map(String::as_str))
+            .map_err(|reason| anyhow::anyhow!("{flag}: {reason}"))?;
+    }
+    let (script, engine) = read_graph(&args.file)?.with_engine(&args.engine)?;
     let graph_args = parse_args(&args.args)?;
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
         bail!("--timeout must be a positive number of seconds");
@@ -387,8 +415,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     } else if let Some(provider) = args.providers.build()? {
         options.provider = provider;
     }
-    options.tools = ToolRegistry::standard(args.folder.clone())
-        .map_err(|e| anyhow::anyhow!("--folder: {}", e.message))?;
+    options.tools = tools;
     options.policy = policy_of(&args.allow, &args.ask, &args.deny);
     options.approver = TerminalApprover::for_stdin();
     options.catalog = graphs_catalog(&args, &options.engine)?;
@@ -407,14 +434,11 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         eprintln!("interrupted: cancelling the run");
         on_interrupt.cancel();
     });
-    let graph = args
-        .file
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    // The path as the author typed it: errors of the graph's own code name it.
+    let graph = args.file.display().to_string();
     let outcome = run_graph(
         RunRequest {
-            script: script.into(),
+            script,
             args: graph_args,
             graph,
             run_id: None,
@@ -427,6 +451,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         status: outcome.status,
         result: &outcome.result,
         error: &outcome.error,
+        location: &outcome.location,
         total_tokens: outcome.total_tokens,
         reported_cost: outcome.reported_cost,
     };
@@ -465,31 +490,34 @@ struct Printed<'a> {
     status: RunStatus,
     result: &'a Option<Value>,
     error: &'a Option<String>,
+    /// Where the graph's own code failed: `{file, line, column}`, or null.
+    location: &'a Option<runner::location::Location>,
     total_tokens: u64,
     reported_cost: f64,
 }
 
-async fn check(file: &Path, engine: &EngineArgs) -> ExitCode {
-    let described = match read_graph(file).and_then(|graph| match graph {
-        GraphFile::Script(script) => Ok((script, engine.build(None)?)),
-        GraphFile::Component(bytes) => Ok((String::new(), engine.build(Some(&bytes))?)),
-    }) {
-        Ok((script, engine)) => engine.describe(script.into()).await,
+async fn check(file: &Path, graphs: Option<&Path>, engine: &EngineArgs) -> ExitCode {
+    let (script, engine) = match read_graph(file).and_then(|graph| graph.with_engine(engine)) {
+        Ok(loaded) => loaded,
         Err(e) => return usage_error(&e),
     };
-    match described {
-        Ok(meta) => {
-            match serde_json::to_string(&meta) {
-                Ok(json) => println!("{json}"),
-                Err(e) => eprintln!("error: {e}"),
-            }
-            ExitCode::SUCCESS
-        }
+    let meta = match engine.describe(script).await {
+        Ok(meta) => meta,
         Err(e) => {
             eprintln!("{}: {}", file.display(), for_terminal(&e.to_string()));
-            ExitCode::from(EXIT_FAILED)
+            return ExitCode::from(EXIT_FAILED);
         }
+    };
+    let folder = graphs.unwrap_or_else(|| folder_of(file));
+    if let Err(e) = FolderCatalog::load(folder, engine.as_ref(), DESCRIBE_TIMEOUT).await {
+        eprintln!("error: {}", for_terminal(&e.to_string()));
+        return ExitCode::from(EXIT_FAILED);
     }
+    match serde_json::to_string(&meta) {
+        Ok(json) => println!("{json}"),
+        Err(e) => eprintln!("error: {e}"),
+    }
+    ExitCode::SUCCESS
 }
 
 async fn build(file: &Path, output: &Path) -> ExitCode {

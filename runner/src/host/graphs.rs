@@ -26,6 +26,8 @@ pub struct GraphSource {
     pub meta: Meta,
     /// The module text.
     pub script: Arc<str>,
+    /// The file errors of its own code name (`graphs/research.js`); `SLUG.js` when `None`.
+    pub file: Option<Arc<str>>,
 }
 
 /// Where nested graphs come from: a folder for the CLI, the shared sessions on the desktop.
@@ -72,9 +74,20 @@ impl FolderCatalog {
     /// that is the wasm engine), each file for at most `timeout`: a top-level memory bomb or
     /// endless loop only gets that file skipped. Evaluating it in-process, whatever engine the
     /// run uses, would let one hostile file in the folder abort or hang `runner run`.
-    pub async fn load(dir: &Path, engine: &dyn Engine, timeout: Duration) -> std::io::Result<Self> {
+    ///
+    /// Two files with one slug are an error naming both: which one a nested call would get
+    /// must not depend on the order of a folder listing.
+    pub async fn load(
+        dir: &Path,
+        engine: &dyn Engine,
+        timeout: Duration,
+    ) -> Result<Self, CatalogError> {
         let mut catalog = Self::default();
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        let listing = std::fs::read_dir(dir).map_err(|reason| CatalogError::Folder {
+            dir: dir.display().to_string(),
+            reason,
+        })?;
+        let mut files: Vec<PathBuf> = listing
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "js") && p.is_file())
             .collect();
@@ -98,11 +111,15 @@ impl FolderCatalog {
             match described {
                 Ok(meta) => match catalog.graphs.entry(meta.slug.clone()) {
                     std::collections::btree_map::Entry::Occupied(taken) => {
-                        let reason = format!("slug {} is used by another file", taken.key());
-                        catalog.skipped.push((path, reason));
+                        return Err(CatalogError::DuplicateSlug {
+                            slug: taken.key().clone(),
+                            first: taken.get().file.as_deref().unwrap_or_default().to_owned(),
+                            second: path.display().to_string(),
+                        });
                     }
                     std::collections::btree_map::Entry::Vacant(slot) => {
-                        slot.insert(GraphSource { meta, script });
+                        let file = Some(path.display().to_string().into());
+                        slot.insert(GraphSource { meta, script, file });
                     }
                 },
                 Err(e) => catalog.skipped.push((path, e)),
@@ -162,6 +179,16 @@ pub enum CatalogError {
         /// Why not.
         reason: std::io::Error,
     },
+    /// Two graphs of the folder have the same slug.
+    #[error("{first} and {second} both have the slug {slug}; give one of them another `meta.slug`")]
+    DuplicateSlug {
+        /// The slug.
+        slug: String,
+        /// The file read first.
+        first: String,
+        /// The other file.
+        second: String,
+    },
 }
 
 impl LazyFolderCatalog {
@@ -176,12 +203,7 @@ impl LazyFolderCatalog {
     }
 
     async fn load(&self) -> Result<FolderCatalog, CatalogError> {
-        let catalog = FolderCatalog::load(&self.dir, self.engine.as_ref(), self.timeout)
-            .await
-            .map_err(|reason| CatalogError::Folder {
-                dir: self.dir.display().to_string(),
-                reason,
-            })?;
+        let catalog = FolderCatalog::load(&self.dir, self.engine.as_ref(), self.timeout).await?;
         for (path, reason) in catalog.skipped() {
             tracing::debug!("not in the catalog: {}: {reason}", path.display());
         }

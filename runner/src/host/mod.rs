@@ -235,8 +235,8 @@ impl RunShared {
         &self.cancel
     }
 
-    /// Calls a tool: approvals first (a tool without a policy is denied), then the tool, all
-    /// abandoned if the run stops. Used by `g.tool` and by agents' tool loops alike.
+    /// Calls a tool: an unknown name is `not_found`; then approvals (a tool without a policy is
+    /// denied), then the tool, all abandoned if the run stops. Used by `g.tool` and by agents' tool loops alike.
     pub async fn call_tool(&self, depth: usize, name: &str, args: Value) -> Result<Value, Failure> {
         if let Some(stopped) = self.stopped() {
             return Err(stopped);
@@ -246,6 +246,19 @@ impl RunShared {
                 "{name}: arguments must be a JSON object"
             )));
         }
+        // Existence before policy: the policy is consulted only for tools that exist, so no
+        // message advises allowing a tool that does not.
+        let Some(tool) = self.tools.get(name) else {
+            let failure = self.tools.unknown(name);
+            self.events.emit(
+                depth,
+                EventKind::ToolCalled {
+                    tool: name.to_owned(),
+                    error: Some(failure.message.clone()),
+                },
+            );
+            return Err(failure);
+        };
         let request = ApprovalRequest {
             run_id: self.run_id.clone(),
             tool: name.to_owned(),
@@ -275,17 +288,6 @@ impl RunShared {
             return Err(failure);
         }
         debug_assert!(matches!(checked, Ok(Checked::Allowed | Checked::Approved)));
-        let Some(tool) = self.tools.get(name) else {
-            let failure = Failure::not_found(format!("there is no tool called {name}"));
-            self.events.emit(
-                depth,
-                EventKind::ToolCalled {
-                    tool: name.to_owned(),
-                    error: Some(failure.message.clone()),
-                },
-            );
-            return Err(failure);
-        };
         let outcome = tokio::select! {
             outcome = tool.call(request.args) => outcome,
             () = self.cancel.cancelled() => Err(self.stopped().unwrap_or_else(|| Failure::cancelled("the run was cancelled"))),
@@ -429,7 +431,10 @@ impl Invocation {
         let mut specs = Vec::with_capacity(request.tools.len());
         for name in &request.tools {
             let tool = self.run.tools.get(name).ok_or_else(|| {
-                Failure::not_found(format!("agent tools: there is no tool called {name}"))
+                Failure::not_found(format!(
+                    "agent tools: {}",
+                    self.run.tools.unknown_message(name)
+                ))
             })?;
             specs.push(tool.spec());
         }
@@ -514,19 +519,24 @@ impl Invocation {
                 },
             );
             let outcome = run.engine.run(source.script.clone(), args, child).await;
+            let file = source
+                .file
+                .as_deref()
+                .map_or_else(|| format!("{slug}.js"), str::to_owned);
+            let outcome = outcome.map_err(|e| crate::location::name_file(&e.to_string(), &file));
             drop(live);
             run.events.emit(
                 depth,
                 EventKind::GraphFinished {
                     handle,
                     slug: slug.clone(),
-                    error: outcome.as_ref().err().map(ToString::to_string),
+                    error: outcome.as_ref().err().cloned(),
                 },
             );
             match outcome {
                 Ok(json) => Ok(json),
                 Err(_) if run.cancel.is_cancelled() => Err(stopped_failure(&run)),
-                Err(e) => Err(Failure::failed(format!("graph {slug} failed: {e}"))),
+                Err(e) => Err(Failure::failed(nested_failure(&slug, &e))),
             }
         }))
     }
@@ -829,5 +839,18 @@ impl AgentContext for AgentCtx {
             },
         };
         self.run.events.emit(self.depth, kind);
+    }
+}
+
+/// The failure of a nested graph `slug` that failed with `error`: its location, when its own
+/// code failed, comes first, so that it survives any cut.
+fn nested_failure(slug: &str, error: &str) -> String {
+    match graph_js::leading_location(error) {
+        Some(leading) => format!(
+            "{}: graph {slug} failed: {}",
+            &error[..leading.rest - 2],
+            &error[leading.rest..]
+        ),
+        None => format!("graph {slug} failed: {error}"),
     }
 }

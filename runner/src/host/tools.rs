@@ -75,6 +75,66 @@ impl ToolRegistry {
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools.values().map(|t| t.spec()).collect()
     }
+
+    /// Every tool's name, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
+    /// The `not_found` failure for `name`, which no tool has: it names the nearest known tool
+    /// (by edit distance) and lists the known ones, and never advises allowing `name`.
+    pub fn unknown(&self, name: &str) -> Failure {
+        Failure::not_found(self.unknown_message(name))
+    }
+
+    /// `there is no tool called NAME; did you mean NEAREST? The known tools are ...`.
+    pub fn unknown_message(&self, name: &str) -> String {
+        let known: Vec<&str> = self.names().collect();
+        match nearest(name, &known) {
+            Some(near) => format!(
+                "there is no tool called {name}; did you mean {near}? The known tools are {}",
+                known.join(", ")
+            ),
+            None => format!("there is no tool called {name}; this run has no tools"),
+        }
+    }
+
+    /// Refuses a tool name in a policy (`--allow`, `--ask`, `--deny`, a test case's lists) that
+    /// no tool has, naming the nearest known one: a typo would otherwise allow nothing.
+    pub fn check_known<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Result<(), String> {
+        match names.into_iter().find(|n| !self.tools.contains_key(*n)) {
+            Some(unknown) => Err(self.unknown_message(unknown)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The candidate nearest to `name` by edit distance (the first of equals, in the given order).
+pub fn nearest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    candidates
+        .iter()
+        .min_by_key(|c| edit_distance(name, c))
+        .copied()
+}
+
+/// Levenshtein distance over chars: insertions, deletions and substitutions cost 1.
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// The folder the fs tools may use, canonicalized once.
@@ -418,6 +478,25 @@ mod tests {
 
     async fn call(registry: &ToolRegistry, name: &str, args: Value) -> Result<Value, Failure> {
         registry.get(name).expect("tool exists").call(args).await
+    }
+
+    #[test]
+    fn the_nearest_name_is_the_one_fewest_edits_away() {
+        assert_eq!(edit_distance("fs.wirte", "fs.write"), 2);
+        assert_eq!(edit_distance("fs.wrte", "fs.write"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("ü", "u"), 1);
+        let known = ["fs.list", "fs.read", "fs.write"];
+        assert_eq!(nearest("fs.wirte", &known), Some("fs.write"));
+        assert_eq!(nearest("fs.raed", &known), Some("fs.read"));
+        assert_eq!(nearest("list", &known), Some("fs.list"));
+        assert_eq!(nearest("x", &[]), None);
+        let (_dir, tools) = setup();
+        assert!(tools.check_known(["fs.read", "fs.write"]).is_ok());
+        let refused = tools
+            .check_known(["fs.read", "fs.lst"])
+            .expect_err("a typo");
+        assert!(refused.contains("did you mean fs.list?"), "{refused}");
     }
 
     #[tokio::test]

@@ -623,8 +623,8 @@ export default function () {
         Output,
         "a cyclic result",
         "export default function () { const a = {}; a.a = a; return a; }",
-        Wasm::Fails("cyclic object value"),
-        Boa::Fails("cyclic object value"),
+        Wasm::Fails("result.a: a cycle: this is result again"),
+        Boa::Fails("result.a: a cycle: this is result again"),
     ),
     Case::new(
         "handle-flood",
@@ -680,6 +680,9 @@ pub async fn run_in(
     let sink = Arc::new(CollectingSink::default());
     let mut options = RunOptions::new(engine);
     options.provider = Arc::new(MockProvider::from_json(replies()).expect("replies"));
+    // The standard tools (with no folder), as `runner run` has them: a tool that exists is
+    // what the approval policy is asked about.
+    options.tools = runner::host::tools::ToolRegistry::standard(None).expect("tools");
     options.events = sink.clone();
     options.timeout = Duration::from_secs_f64(timeout_secs);
     options.token_cap = max_tokens;

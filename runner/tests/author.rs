@@ -1,0 +1,435 @@
+//! A new graph author's mistakes (issue 31): what each one is told, in both engines and on the
+//! command line.
+
+use std::path::Path;
+use std::process::Command;
+
+use runner::RunStatus;
+use runner::host::tools::ToolRegistry;
+use serde_json::json;
+
+use crate::common::{engines, options, run};
+
+fn runner() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_runner"))
+}
+
+fn workspace() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+}
+
+/// A misspelt tool under the default policy (which denies every tool) is `not_found`, names the
+/// nearest real tool and lists them, and does not advise allowing the misspelling.
+#[tokio::test]
+async fn an_unknown_tool_is_not_found_before_the_policy_is_consulted() {
+    let script = r#"
+export const meta = {name: "Typo", slug: "typo", version: "1"};
+export default async function (args, g) {
+  try { await g.tool("fs.wirte", {path: "x", text: "y"}); return "no error"; }
+  catch (e) { return {code: e.code, message: e.message}; }
+}"#;
+    for engine in engines() {
+        let name = engine.name();
+        let (mut options, _, _) = options(engine, json!({}));
+        options.tools = ToolRegistry::standard(None).expect("the standard tools");
+        let outcome = run(script, json!({}), &options).await;
+        assert_eq!(outcome.status, RunStatus::Completed, "{name}: {outcome:?}");
+        let result = outcome.result.expect("a result");
+        assert_eq!(result["code"], "not_found", "{name}: {result}");
+        let message = result["message"].as_str().unwrap_or_default();
+        for words in [
+            "there is no tool called fs.wirte",
+            "did you mean fs.write?",
+            "fs.list, fs.read, fs.write",
+        ] {
+            assert!(message.contains(words), "{name}: {words}: {message}");
+        }
+        assert!(!message.contains("--allow"), "{name}: {message}");
+    }
+}
+
+/// An agent offered a misspelt tool is refused the same way.
+#[tokio::test]
+async fn an_agent_offered_an_unknown_tool_hears_the_nearest_one() {
+    let script = r#"
+export const meta = {name: "Typo", slug: "typo", version: "1"};
+export default async function (args, g) {
+  try { await g.agent({prompt: "hi", tools: ["fs.raed"]}); return "no error"; }
+  catch (e) { return e.code + ": " + e.message; }
+}"#;
+    for engine in engines() {
+        let name = engine.name();
+        let (mut options, _, _) = options(engine, json!({}));
+        options.tools = ToolRegistry::standard(None).expect("the standard tools");
+        let outcome = run(script, json!({}), &options).await;
+        let text = outcome.result.expect("a result").to_string();
+        assert!(text.contains("not_found"), "{name}: {text}");
+        assert!(text.contains("did you mean fs.read?"), "{name}: {text}");
+    }
+}
+
+/// `--allow`, `--ask` and `--deny` naming a tool that does not exist are refused before the run
+/// (and before the sandbox is prepared) with exit 2, naming the nearest known tool.
+#[test]
+fn a_policy_flag_naming_an_unknown_tool_is_refused_before_the_run() {
+    let graph = workspace().join("graphs").join("publish.js");
+    for flag in ["--allow", "--ask", "--deny"] {
+        let output = runner()
+            .arg("run")
+            .arg(&graph)
+            .args([flag, "fs.wrte"])
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{flag}: there is no tool called fs.wrte")),
+            "{flag}: {stderr}"
+        );
+        assert!(
+            stderr.contains("did you mean fs.write?"),
+            "{flag}: {stderr}"
+        );
+        assert!(
+            stderr.contains("fs.list, fs.read, fs.write"),
+            "{flag}: {stderr}"
+        );
+        assert!(
+            output.stdout.is_empty(),
+            "no outcome: the run never started"
+        );
+        assert!(!stderr.contains("preparing the sandbox"), "{stderr}");
+    }
+}
+
+/// A test case whose `allow` list misspells a tool fails, saying which list and which tool.
+#[test]
+fn a_test_case_allowing_an_unknown_tool_fails_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("one.js"),
+        "export const meta = {name: 'One', slug: 'one', version: '1'};\nexport default async function () { return 1; }",
+    )
+    .expect("graph");
+    let case = json!({"name": "typo", "allow": ["fs.wirte"], "expect": {"status": "completed"}});
+    std::fs::write(dir.path().join("one.test.json"), case.to_string()).expect("test");
+    let output = runner()
+        .args(["test", "--engine", "boa"])
+        .arg(dir.path())
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("FAIL typo"), "{stdout}");
+    assert!(
+        stdout.contains("allow: there is no tool called fs.wirte; did you mean fs.write?"),
+        "{stdout}"
+    );
+}
+
+/// A graph whose own code makes a mistake, and what its error must say.
+struct Mistake {
+    what: &'static str,
+    script: &'static str,
+    /// `FILE:LINE:COL` the error starts with (FILE `test.js`, or the nested graph's).
+    at: (&'static str, u32, u32),
+    /// The source line shown under it (None for a result, which has a path instead).
+    frame: Option<&'static str>,
+    /// Words the message holds.
+    says: &'static [&'static str],
+}
+
+const HEAD: &str = "export const meta = {name: 'M', slug: 'm', version: '1'};\n";
+
+fn mistakes() -> Vec<Mistake> {
+    vec![
+        Mistake {
+            what: "a TypeError in a helper",
+            script: "function pick(x) { return Object.keys(x)[0]; }\nexport default async function (args) {\n  return pick(args.missing);\n}\n",
+            at: ("test.js", 2, 38),
+            frame: Some("function pick(x) { return Object.keys(x)[0]; }"),
+            says: &[
+                "TypeError",
+                "cannot convert 'null' or 'undefined' to object",
+            ],
+        },
+        Mistake {
+            what: "a missing member of g",
+            script: "export default async function (args, g) {\n  return g.agnet({prompt: \"hi\"});\n}\n",
+            at: ("test.js", 3, 17),
+            frame: Some("  return g.agnet({prompt: \"hi\"});"),
+            says: &[
+                "g.agnet is not a function; g has agent, tool, graph, retry, sleep, log, budget",
+            ],
+        },
+        Mistake {
+            what: "a property of null three frames deep",
+            script: "function c(o) { return o.name.length; }\nfunction b(o) { return c(o); }\nfunction a(o) { return b(o); }\nexport default async function () {\n  return a({name: null});\n}\n",
+            at: ("test.js", 2, 31),
+            frame: Some("function c(o) { return o.name.length; }"),
+            says: &["TypeError"],
+        },
+        Mistake {
+            what: "a throw in a nested graph",
+            script: "export default async function (args, g) {\n  return await g.graph(\"inner\", {});\n}\n",
+            at: ("graphs/inner.js", 3, 9),
+            frame: Some("  throw new Error(\"the inner graph broke\");"),
+            says: &["graph inner failed", "Error: the inner graph broke"],
+        },
+        Mistake {
+            what: "a BigInt in the result",
+            script: "export default async function () {\n  return {items: [{n: 1}, {n: 2}, {n: 3n}]};\n}\n",
+            at: ("", 0, 0),
+            frame: None,
+            says: &["result.items[2].n: a BigInt cannot be turned into JSON"],
+        },
+        Mistake {
+            what: "a Map in the result",
+            script: "export default async function () {\n  return {seen: new Map([[\"a\", 1]])};\n}\n",
+            at: ("", 0, 0),
+            frame: None,
+            says: &["result.seen: a Map cannot be turned into JSON"],
+        },
+        Mistake {
+            what: "a cycle in the result",
+            script: "export default async function () {\n  const node = {name: \"a\", children: []};\n  node.children.push({name: \"b\", parent: node});\n  return {root: node};\n}\n",
+            at: ("", 0, 0),
+            frame: None,
+            says: &["result.root.children[0].parent: a cycle: this is result.root again"],
+        },
+    ]
+}
+
+const INNER: &str = "export const meta = {name: 'Inner', slug: 'inner', version: '1'};\nexport default async function () {\n  throw new Error(\"the inner graph broke\");\n}\n";
+
+/// Every mistake of the table, in both engines: the error starts with `FILE:LINE:COL: `, shows
+/// the source line with a caret under the column, and the outcome's `location` says the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_mistake_says_where_in_both_engines() {
+    use runner::host::graphs::{FolderCatalog, GraphSource};
+    let mut problems = Vec::new();
+    for engine in engines() {
+        let name = engine.name();
+        for mistake in mistakes() {
+            let (mut options, _, _) = options(engine.clone(), json!({}));
+            let mut catalog = FolderCatalog::default();
+            catalog.insert(GraphSource {
+                meta: graph_js::describe(INNER, &graph_js::Limits::default()).expect("meta"),
+                script: INNER.into(),
+                file: Some("graphs/inner.js".into()),
+            });
+            options.catalog = std::sync::Arc::new(catalog);
+            let script = format!("{HEAD}{}", mistake.script);
+            let outcome = run(&script, json!({}), &options).await;
+            if let Err(problem) = check_mistake(&mistake, &outcome) {
+                problems.push(format!("{name}: {}: {problem}", mistake.what));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+}
+
+/// What is wrong with the outcome of `mistake`, if anything.
+fn check_mistake(mistake: &Mistake, outcome: &runner::RunOutcome) -> Result<(), String> {
+    let fail = |why: String| Err(format!("{why}\n{outcome:?}"));
+    if outcome.status != RunStatus::Failed {
+        return fail("not failed".into());
+    }
+    let error = outcome.error.clone().unwrap_or_default();
+    for words in mistake.says {
+        if !error.contains(words) {
+            return fail(format!("does not say {words:?}"));
+        }
+    }
+    let Some(frame) = mistake.frame else {
+        // A result's mistake is named by its path; it has no line.
+        return if outcome.location.is_none() {
+            Ok(())
+        } else {
+            fail("a location for a result".into())
+        };
+    };
+    let (file, line, column) = mistake.at;
+    let head = format!("{file}:{line}:{column}: ");
+    if !error.starts_with(&head) {
+        return fail(format!("does not start with {head:?}"));
+    }
+    let location = outcome.location.clone().ok_or("no location")?;
+    if (location.file.as_str(), location.line, location.column) != mistake.at {
+        return fail(format!("location {location:?}"));
+    }
+    let lines: Vec<&str> = error.lines().collect();
+    let Some(source) = lines
+        .iter()
+        .position(|l| l.ends_with(frame) && l.contains(&format!("{line} | ")))
+    else {
+        return fail("no code frame".into());
+    };
+    let caret = lines.get(source + 1).copied().unwrap_or_default();
+    let bar = caret.find("| ").ok_or("no caret line")? + 2;
+    let want = bar + usize::try_from(column).map_err(|e| e.to_string())? - 1;
+    if caret.find('^') != Some(want) {
+        return fail(format!("the caret is not under column {column}"));
+    }
+    Ok(())
+}
+
+/// The serde field names of `struct NAME` in a Rust source (a `rename` counts, not the ident).
+fn struct_fields(source: &str, name: &str) -> Vec<String> {
+    let start = source
+        .find(&format!("struct {name} {{"))
+        .unwrap_or_else(|| panic!("struct {name} is in the source"));
+    let body = &source[start..];
+    let body = &body[..body.find("\n}").expect("the struct ends")];
+    let mut fields = Vec::new();
+    let mut rename = None;
+    for line in body.lines().skip(1).map(str::trim) {
+        if let Some(at) = line.find("rename = \"") {
+            let rest = &line[at + "rename = \"".len()..];
+            rename = rest.split('"').next().map(str::to_owned);
+            continue;
+        }
+        if line.starts_with("//") || line.starts_with("#[") {
+            continue;
+        }
+        let line = line.strip_prefix("pub ").unwrap_or(line);
+        if let Some((ident, _)) = line.split_once(':') {
+            fields.push(rename.take().unwrap_or_else(|| ident.trim().to_owned()));
+        }
+    }
+    fields
+}
+
+/// The README's "Testing graphs" section.
+fn testing_section(readme: &str) -> &str {
+    let start = readme
+        .find("### Testing graphs")
+        .expect("the README has a Testing graphs section");
+    let rest = &readme[start + 3..];
+    &rest[..rest.find("\n## ").unwrap_or(rest.len())]
+}
+
+/// Every field of the test-file and replies formats whose name `section` does not mention as
+/// `` `field` `` (fields of `expect` as `` `expect.field` ``).
+fn undocumented(section: &str) -> Vec<String> {
+    let testing = std::fs::read_to_string(workspace().join("runner/src/testing.rs")).expect("src");
+    let mock = std::fs::read_to_string(workspace().join("runner/src/host/mock.rs")).expect("src");
+    let mut wanted: Vec<String> = Vec::new();
+    for (source, name, prefix) in [
+        (&testing, "ManyCases", ""),
+        (&testing, "TestCase", ""),
+        (&testing, "Expect", "expect."),
+        (&mock, "RepliesFile", ""),
+        (&mock, "ReplyEntry", ""),
+        (&mock, "MockToolCall", ""),
+    ] {
+        let fields = struct_fields(source, name);
+        assert!(!fields.is_empty(), "{name} has fields");
+        wanted.extend(fields.into_iter().map(|f| format!("{prefix}{f}")));
+    }
+    wanted
+        .into_iter()
+        .filter(|field| {
+            // `{name, arguments}` documents a tool call's fields.
+            !section.contains(&format!("`{field}`"))
+                && !section.contains(&format!("{{{field},"))
+                && !section.contains(&format!(", {field}}}"))
+        })
+        .collect()
+}
+
+/// The README documents every field of a test file and of a replies file, `g.retry`'s callback
+/// argument, the loop limit and the cap's rule, in the words `--help` uses.
+#[test]
+fn the_readme_documents_every_field_of_the_formats_an_author_writes() {
+    let readme = std::fs::read_to_string(workspace().join("README.md")).expect("README");
+    let section = testing_section(&readme);
+    assert_eq!(undocumented(section), Vec::<String>::new());
+    // The test fails when a field goes missing from the README.
+    for field in ["`latency_ms`", "`expect.absent`", "`replies_file`"] {
+        let without = section.replace(field, "");
+        assert!(
+            !undocumented(&without).is_empty(),
+            "removing {field} is noticed"
+        );
+    }
+    const CAP_RULE: &str = "once the cap is reached no agent starts; agents already running finish, so a run can end above the cap";
+    let flowing = section.split_whitespace().collect::<Vec<_>>().join(" ");
+    for words in ["fn(attempt)", "10,000,000 loop iterations", CAP_RULE] {
+        assert!(flowing.contains(words), "{words}");
+    }
+    let help = runner().args(["run", "--help"]).output().expect("runs");
+    let help = String::from_utf8_lossy(&help.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(help.contains(CAP_RULE), "{help}");
+    assert!(!help.to_lowercase().contains("hard token cap"), "{help}");
+}
+
+/// `runner check` refuses a graph without a default export (which `runner run` refuses with the
+/// same sentence) and a folder where two graphs share a slug, naming both files; `runner test`
+/// refuses that folder too.
+#[test]
+fn runner_check_refuses_a_missing_default_export_and_a_duplicate_slug() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let no_default = dir.path().join("lonely.js");
+    std::fs::write(
+        &no_default,
+        "export const meta = {name: 'Lonely', slug: 'lonely', version: '1'};\nexport async function main() { return 1; }\n",
+    )
+    .expect("graph");
+    const SENTENCE: &str = "the graph has no default export function";
+    let checked = runner()
+        .args(["check", "--engine", "boa"])
+        .arg(&no_default)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert_eq!(checked.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(SENTENCE), "{stderr}");
+    let ran = runner()
+        .args(["run", "--engine", "boa"])
+        .arg(&no_default)
+        .output()
+        .expect("runs");
+    assert_eq!(ran.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&ran.stdout).contains(SENTENCE),
+        "{}",
+        String::from_utf8_lossy(&ran.stdout)
+    );
+
+    let folder = tempfile::tempdir().expect("tempdir");
+    let graph = "export const meta = {name: 'Twin', slug: 'twin', version: '1'};\nexport default async function () { return 1; }\n";
+    std::fs::write(folder.path().join("a.js"), graph).expect("a");
+    std::fs::write(folder.path().join("b.js"), graph).expect("b");
+    let checked = runner()
+        .args(["check", "--engine", "boa"])
+        .arg(folder.path().join("a.js"))
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert_eq!(checked.status.code(), Some(1), "{stderr}");
+    let both = format!(
+        "{} and {} both have the slug twin",
+        folder.path().join("a.js").display(),
+        folder.path().join("b.js").display()
+    );
+    assert!(stderr.contains(&both), "{stderr}");
+    std::fs::write(
+        folder.path().join("a.test.json"),
+        r#"{"expect": {"status": "completed"}}"#,
+    )
+    .expect("test");
+    let tested = runner()
+        .args(["test", "--engine", "boa"])
+        .arg(folder.path())
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&tested.stderr);
+    assert_eq!(tested.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&both), "{stderr}");
+}
