@@ -3,14 +3,14 @@
 //! Tokens are 256 random bits shown once; the store keeps only their SHA-256. Every request
 //! looks its token up again, so a revocation takes effect on the very next request.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
 use super::AppState;
+use super::notify::{LocalNotifier, Subscription};
 use super::store::{OAuthTokenKind, Store, StoreError, TokenKind, TokenRecord};
 
 /// Random bytes in a token's secret.
@@ -330,8 +330,9 @@ pub async fn still_valid(app: &AppState, token_id: &str) -> Result<bool, StoreEr
 
 /// The tokens of held requests, checked together: one background task reads every watched
 /// token's state once per [`REVOCATION_CHECK`] (one store read for all of them, not one per
-/// request), and wakes the requests of a token once it is revoked or gone. A held request
-/// costs one map entry per token (shared by that token's other held requests) and a handle.
+/// request), and wakes the requests of a token that is revoked or gone. The watches are the
+/// notifier's topics, named by token id (one per token, shared by that token's held
+/// requests, gone with the last of them).
 #[derive(Default)]
 pub struct Revocations {
     inner: Arc<RevocationsInner>,
@@ -339,85 +340,37 @@ pub struct Revocations {
 
 #[derive(Default)]
 struct RevocationsInner {
-    state: Mutex<Watched>,
-}
-
-#[derive(Default)]
-struct Watched {
-    tokens: HashMap<String, Arc<TokenWatch>>,
-    /// Whether the checking task runs; it ends when no token is watched.
-    checking: bool,
-}
-
-#[derive(Default)]
-struct TokenWatch {
-    revoked: AtomicBool,
-    holders: AtomicUsize,
-    wake: tokio::sync::Notify,
-}
-
-/// A held request's watch on its token; unwatched when dropped.
-pub struct RevocationWatch {
-    inner: Arc<RevocationsInner>,
-    token: Arc<TokenWatch>,
-    token_id: String,
+    tokens: LocalNotifier,
+    /// Whether the checking task runs (it ends when no token is watched). Watching and the
+    /// task's "nothing is watched" both happen under this lock, so no watch goes unchecked.
+    checking: Mutex<bool>,
 }
 
 impl RevocationsInner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Watched> {
-        self.state
+    fn checking(&self) -> std::sync::MutexGuard<'_, bool> {
+        self.checking
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 impl Revocations {
-    /// Watches `token_id` for the caller until the handle is dropped; the checks start with
-    /// the first watched token and stop with the last.
-    pub fn watch(&self, store: &Arc<dyn Store>, token_id: &str) -> RevocationWatch {
-        let mut state = self.inner.lock();
-        let token = state.tokens.entry(token_id.to_owned()).or_default().clone();
-        token.holders.fetch_add(1, Ordering::SeqCst);
-        if !state.checking {
-            state.checking = true;
+    /// Watches `token_id` until the subscription is dropped: its `changed()` resolves once the
+    /// token is found revoked or gone (a store that cannot be read is not taken for a
+    /// revocation). The checks start with the first watched token and stop with the last.
+    pub fn watch(&self, store: &Arc<dyn Store>, token_id: &str) -> Subscription {
+        let mut checking = self.inner.checking();
+        let watch = self.inner.tokens.subscribe_name(token_id.to_owned());
+        if !*checking {
+            *checking = true;
             tokio::spawn(check_tokens(self.inner.clone(), store.clone()));
         }
-        RevocationWatch {
-            inner: self.inner.clone(),
-            token,
-            token_id: token_id.to_owned(),
-        }
+        watch
     }
 
     /// How many tokens are watched now (for tests and metrics).
     pub fn watched(&self) -> usize {
-        self.inner.lock().tokens.len()
-    }
-}
-
-impl RevocationWatch {
-    /// Resolves once the token is found revoked (or gone); a store that cannot be read is not
-    /// taken for a revocation.
-    pub async fn revoked(&self) {
-        loop {
-            let woken = self.token.wake.notified();
-            tokio::pin!(woken);
-            // Registered before the flag is read, so a revocation in between is not missed.
-            woken.as_mut().enable();
-            if self.token.revoked.load(Ordering::SeqCst) {
-                return;
-            }
-            woken.await;
-        }
-    }
-}
-
-impl Drop for RevocationWatch {
-    fn drop(&mut self) {
-        let mut state = self.inner.lock();
-        if self.token.holders.fetch_sub(1, Ordering::SeqCst) == 1 {
-            state.tokens.remove(&self.token_id);
-        }
+        self.inner.tokens.live_topics()
     }
 }
 
@@ -426,13 +379,14 @@ impl Drop for RevocationWatch {
 async fn check_tokens(inner: Arc<RevocationsInner>, store: Arc<dyn Store>) {
     loop {
         tokio::time::sleep(REVOCATION_CHECK).await;
-        let ids: Vec<String> = {
-            let mut state = inner.lock();
-            if state.tokens.is_empty() {
-                state.checking = false;
+        let ids = {
+            let mut checking = inner.checking();
+            let ids = inner.tokens.live_topic_names();
+            if ids.is_empty() {
+                *checking = false;
                 return;
             }
-            state.tokens.keys().cloned().collect()
+            ids
         };
         let valid: HashSet<String> = match store.unrevoked_tokens(&ids).await {
             Ok(valid) => valid.into_iter().collect(),
@@ -441,12 +395,8 @@ async fn check_tokens(inner: Arc<RevocationsInner>, store: Arc<dyn Store>) {
                 continue;
             }
         };
-        let state = inner.lock();
         for id in ids.iter().filter(|id| !valid.contains(*id)) {
-            if let Some(token) = state.tokens.get(id) {
-                token.revoked.store(true, Ordering::SeqCst);
-                token.wake.notify_waiters();
-            }
+            inner.tokens.notify_name(id);
         }
     }
 }

@@ -129,26 +129,14 @@ impl LocalNotifier {
         }
     }
 
-    /// Wakes every waiter (after notifications may have been lost).
-    pub fn notify_all(&self) {
-        for entry in self.topics.lock().values() {
-            wake(entry);
-        }
-    }
-}
-
-fn wake(entry: &TopicEntry) {
-    entry.count.fetch_add(1, Ordering::SeqCst);
-    entry.wake.notify_waiters();
-}
-
-impl Notifier for LocalNotifier {
-    fn notify(&self, topic: &Topic) {
-        self.notify_name(&topic.name());
+    /// The names of the topics that have subscribers now.
+    pub fn live_topic_names(&self) -> Vec<String> {
+        self.topics.lock().keys().cloned().collect()
     }
 
-    fn subscribe(&self, topic: &Topic) -> Subscription {
-        let name = topic.name();
+    /// Subscribes to the topic named `name` (as [`Topic::name`] spells it, or a private name
+    /// space of the caller's own, like the token ids of [`crate::auth::Revocations`]).
+    pub fn subscribe_name(&self, name: String) -> Subscription {
         let mut topics = self.topics.lock();
         let entry = topics
             .entry(name)
@@ -168,6 +156,28 @@ impl Notifier for LocalNotifier {
             entry,
             seen,
         }
+    }
+
+    /// Wakes every waiter (after notifications may have been lost).
+    pub fn notify_all(&self) {
+        for entry in self.topics.lock().values() {
+            wake(entry);
+        }
+    }
+}
+
+fn wake(entry: &TopicEntry) {
+    entry.count.fetch_add(1, Ordering::SeqCst);
+    entry.wake.notify_waiters();
+}
+
+impl Notifier for LocalNotifier {
+    fn notify(&self, topic: &Topic) {
+        self.notify_name(&topic.name());
+    }
+
+    fn subscribe(&self, topic: &Topic) -> Subscription {
+        self.subscribe_name(topic.name())
     }
 
     fn topics(&self) -> usize {

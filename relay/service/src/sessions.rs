@@ -163,8 +163,8 @@ async fn hold(
     mut held: Box<Held>,
 ) -> Result<SyncResponse, DesktopError> {
     let _held = app.held.hold(crate::metrics::HeldKind::Sync);
-    let watch = app.revocations.watch(&app.store, &desktop.token_id);
-    let revoked = watch.revoked();
+    let mut watch = app.revocations.watch(&app.store, &desktop.token_id);
+    let revoked = watch.changed();
     let deadline = tokio::time::sleep_until(held.deadline);
     tokio::pin!(revoked, deadline);
     loop {

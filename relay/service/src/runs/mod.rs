@@ -352,8 +352,8 @@ pub async fn get_run_waiting(
     // Read again after subscribing: a change in between is then seen, not waited for.
     let mut view = get_run(app, agent, command_id).await?;
     let _held = app.held.hold(crate::metrics::HeldKind::RunWait);
-    let watch = app.revocations.watch(&app.store, &agent.token_id);
-    let revoked = watch.revoked();
+    let mut watch = app.revocations.watch(&app.store, &agent.token_id);
+    let revoked = watch.changed();
     tokio::pin!(revoked);
     while !view.status.is_terminal() {
         tokio::select! {
