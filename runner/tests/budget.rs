@@ -5,6 +5,7 @@ use crate::common;
 
 use runner::RunStatus;
 use runner::host::events::EventKind;
+use runner::host::time::ClockSetting;
 use serde_json::json;
 
 const WAVES: &str = r#"
@@ -94,25 +95,116 @@ async fn a_later_wave_is_refused_while_running_agents_finish_and_count() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn agents_waiting_for_a_slot_are_checked_again_when_they_get_one() {
+async fn agents_started_together_are_all_admitted_even_when_they_wait_for_a_slot() {
     for engine in common::engines() {
         let replies = json!({"default": {"text": "x", "tokens": 100, "latency_ms": 20}});
         let (mut options, _sink, mock) = common::options(engine, replies);
         options.token_cap = Some(100);
         options.max_concurrency = 2;
-        // Three agents started together under the cap; the third waits for a slot, and by the
-        // time it gets one the cap is reached, so it is refused instead of overrunning further.
+        // Three agents started in one JS turn under the cap are all admitted against the budget
+        // as it stood then; the third waits for a slot and still runs, whenever the others
+        // finish. The next turn's agent is refused.
         let script = r#"export default async function (args, g) {
-            try { await Promise.all(["a", "b", "c"].map((label) => g.agent({label, prompt: label}))); }
-            catch (e) { await g.sleep(200); return {refused: e.code, used: g.budget().used}; }
+            const texts = await Promise.all(["a", "b", "c"].map((label) => g.agent({label, prompt: label})));
+            const seen = g.budget().used;
+            try { await g.agent("d"); } catch (e) { return {texts: texts.map((r) => r.text), seen, refused: e.code}; }
         }"#;
         let outcome = common::run(script, json!({}), &options).await;
         assert_eq!(
             outcome.result,
-            Some(json!({"refused": "budget_exhausted", "used": 200}))
+            Some(json!({"texts": ["x", "x", "x"], "seen": 300, "refused": "budget_exhausted"}))
         );
-        assert_eq!(outcome.total_tokens, 200);
-        assert_eq!(mock.calls().len(), 2);
+        assert_eq!(outcome.total_tokens, 300);
+        assert_eq!(mock.calls().len(), 3);
+    }
+}
+
+/// Whether a finished agent counts for admission does not depend on when it finished: a graph
+/// that starts a second agent after an instant one finished but before it awaited it still
+/// admits it, in every run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_agent_counts_once_the_graph_awaits_it() {
+    for engine in common::engines() {
+        let replies = json!({"replies": [{"label": "instant", "text": "x", "tokens": 100}],
+                             "default": {"text": "y", "tokens": 10}});
+        let (mut options, _sink, _mock) = common::options(engine, replies);
+        options.token_cap = Some(100);
+        let script = r#"export default async function (args, g) {
+            const instant = g.agent({label: "instant", prompt: "i"});
+            // Real time passes: the instant agent has long finished, but it is not awaited.
+            await new Promise((resolve) => { let n = 0; while (n < 200000) n++; resolve(); });
+            const before = g.budget().used;
+            const second = g.agent({label: "second", prompt: "s"});
+            const [a, b] = await Promise.all([instant, second]);
+            let after;
+            try { await g.agent("third"); } catch (e) { after = e.code; }
+            return {before, texts: [a.text, b.text], used: g.budget().used, after};
+        }"#;
+        for _ in 0..5 {
+            let outcome = common::run(script, json!({}), &options).await;
+            assert_eq!(
+                outcome.result,
+                Some(
+                    json!({"before": 0, "texts": ["x", "y"], "used": 110, "after": "budget_exhausted"})
+                ),
+                "{outcome:?}"
+            );
+            assert_eq!(outcome.total_tokens, 110);
+        }
+    }
+}
+
+/// The waves example (graphs/waves.js) with a cap that falls inside a wave: zero-latency replies,
+/// and uneven delays with some zero. Every run, in both engines, gives the same result, the same
+/// total and the same trace, event by event with its virtual time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cap_inside_a_wave_gives_the_same_trace_on_every_run_in_both_engines() {
+    let script = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../graphs/waves.js"),
+    )
+    .expect("the example graph");
+    let zero = json!({"default": {"text": "fact", "tokens": 50}});
+    let uneven = json!({"replies": [
+        {"match": "Wave 1, angle 1:", "text": "slow", "tokens": 40, "latency_ms": 37},
+        {"match": "Wave 1, angle 2:", "text": "instant", "tokens": 40},
+        {"match": "Wave 2, angle 1:", "text": "instant", "tokens": 40},
+        {"match": "Wave 2, angle 2:", "text": "slowest", "tokens": 40, "latency_ms": 120}
+    ], "default": {"text": "late", "tokens": 40, "latency_ms": 11}});
+    for (replies, width, cap, total) in [(zero, 2, 150, 200), (uneven, 3, 200, 240)] {
+        let mut first: Option<(serde_json::Value, Vec<String>)> = None;
+        for engine in common::engines() {
+            for _ in 0..20 {
+                let (mut options, sink, _) = common::options(engine.clone(), replies.clone());
+                options.token_cap = Some(cap);
+                options.seed = Some(26);
+                options.clock = ClockSetting::parse("fixed:2026-01-01T00:00:00Z").expect("clock");
+                let args = json!({"topic": "tides", "waves": 5, "width": width});
+                let outcome = common::run(&script, args, &options).await;
+                assert_eq!(outcome.total_tokens, total, "{outcome:?}");
+                assert_eq!(
+                    outcome
+                        .result
+                        .as_ref()
+                        .map(|r| r["waves_completed"].clone()),
+                    Some(json!(2))
+                );
+                // The run's id and engine name differ by design.
+                let trace: Vec<String> = sink
+                    .events()
+                    .iter()
+                    .filter(|e| !matches!(e.kind, EventKind::RunStarted { .. }))
+                    .map(|e| serde_json::to_string(e).expect("an event"))
+                    .collect();
+                let result = outcome.result.clone().expect("completed");
+                match &first {
+                    None => first = Some((result, trace)),
+                    Some((result_1, trace_1)) => {
+                        assert_eq!(&result, result_1);
+                        assert_eq!(&trace, trace_1, "the trace differs from the first run's");
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -12,6 +12,7 @@ mod executor;
 mod failure;
 mod location;
 mod meta;
+mod web;
 
 use std::cell::RefCell;
 
@@ -486,7 +487,7 @@ fn syntax_error(raw: &str, script: &str) -> String {
 }
 
 /// The natives the prelude builds `g` and the web platform on: the host interface's functions,
-/// bounded logging, random bytes and the URL parser's domain mapping.
+/// bounded logging and random bytes (web.js's own natives are [`web::natives`]).
 fn natives(context: &mut Context) -> JsObject {
     ObjectInitializer::new(context)
         .function(
@@ -538,11 +539,6 @@ fn natives(context: &mut Context) -> JsObject {
             NativeFunction::from_fn_ptr(native_monotonic_now),
             js_string!("monotonicNow"),
             0,
-        )
-        .function(
-            NativeFunction::from_fn_ptr(native_domain_to_ascii),
-            js_string!("domainToAscii"),
-            1,
         )
         .build()
 }
@@ -919,15 +915,17 @@ fn native_log(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<
     Ok(JsValue::undefined())
 }
 
-/// Compiles [`WEB`] and runs it with the natives object (`args[0]`); the prelude calls it once.
+/// Compiles [`WEB`] and runs it with the prelude's object (`args[0]`) and [`web::natives`];
+/// the prelude calls it once.
 fn native_load_web(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
     let install = context.eval(Source::from_bytes(WEB))?;
     let install = install
         .as_callable()
         .ok_or_else(|| JsError::from_rust(PreludeBroken("web.js is not a function")))?;
+    let natives = web::natives(context);
     install.call(
         &JsValue::undefined(),
-        &[args.first().cloned().unwrap_or_default()],
+        &[args.first().cloned().unwrap_or_default(), natives.into()],
         context,
     )
 }
@@ -1021,29 +1019,6 @@ fn install_math_random(context: &mut Context) -> JsResult<()> {
         context,
     )?;
     Ok(())
-}
-
-/// The URL standard's "domain to ASCII" (UTS #46 with its mapping, Punycode, bidi and joiner
-/// rules, and the forbidden domain code points) of `args[0]`: the ASCII domain, or `null` when
-/// the domain is not valid. URL's host parser in web.js calls it for domains that are not plain
-/// ASCII, or that hold a Punycode label.
-fn native_domain_to_ascii(
-    _: &JsValue,
-    args: &[JsValue],
-    context: &mut Context,
-) -> JsResult<JsValue> {
-    let domain = args
-        .first()
-        .cloned()
-        .unwrap_or_default()
-        .to_string(context)?
-        .to_std_string_lossy();
-    Ok(
-        match idna::domain_to_ascii_cow(domain.as_bytes(), idna::AsciiDenyList::URL) {
-            Ok(ascii) => JsValue::from(js_string!(ascii.as_ref())),
-            Err(_) => JsValue::null(),
-        },
-    )
 }
 
 /// The host of an interpreter without a run (`describe`, a snapshot, `runner build`): it may

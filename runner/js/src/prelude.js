@@ -327,7 +327,6 @@
         log: host.log,
         randomBytes: host.randomBytes,
         monotonicNow: host.monotonicNow,
-        domainToAscii: host.domainToAscii,
         runCallback,
         install: installWeb,
       });

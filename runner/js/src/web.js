@@ -1,17 +1,19 @@
 // The functions that scripts written for browsers or Node take for granted and ECMAScript lacks:
 // structuredClone, queueMicrotask, TextEncoder, TextDecoder, atob, btoa, crypto.getRandomValues,
-// crypto.randomUUID, performance.now, DOMException, URL and URLSearchParams. Plain JavaScript
-// over boa's built-ins, shared unchanged by both engines, so they behave the same in each. None
-// of them reaches the host, except that queueMicrotask logs a failing callback (through the
-// prelude's runCallback); crypto takes its bytes from the run's random source
-// (the host's random-bytes), as Math.random does; and URL's host parser has the host map
-// international domain names (pure computation over Unicode's tables). `host` is {log,
-// randomBytes, monotonicNow, domainToAscii, runCallback, install}, from the prelude.
+// crypto.randomUUID, performance.now, DOMException, URL and URLSearchParams, shared unchanged by
+// both engines, so they behave the same in each. The classes and their argument handling are
+// here; URL parsing and its setters, form encoding, UTF-8 and base64 are pure natives in Rust
+// (src/web.rs: the url crate, std and base64). None of them reaches the host, except that
+// queueMicrotask logs a failing callback (through the prelude's runCallback); crypto takes its
+// bytes from the run's random source (the host's random-bytes), as Math.random does. `host` is
+// {log, randomBytes, monotonicNow, runCallback, install}, from the prelude; `native` is
+// web.rs's {utf8Encode, utf8EncodeInto, utf8Decode, base64Encode, base64Decode, urlParse,
+// urlPart, urlSet, formParse, formSerialize}.
 //
 // Compiled when a graph first touches one of these globals (see the prelude), so the built-ins
 // captured below are the ones the graph left by then; the functions are not a security
 // boundary (nothing here is).
-(function (host) {
+(function (host, native) {
   "use strict";
   const ObjectPrototype = Object.prototype;
   const getPrototypeOf = Object.getPrototypeOf;
@@ -19,7 +21,6 @@
   const defineProperty = Object.defineProperty;
   const ownKeys = Object.keys;
   const isArray = Array.isArray;
-  const fromCharCode = String.fromCharCode;
   const apply = Reflect.apply;
   const MapCtor = Map;
   const SetCtor = Set;
@@ -338,7 +339,7 @@
 
   // ---- TextEncoder and TextDecoder (UTF-8, as in the WHATWG Encoding standard) -------------
 
-  // The bytes of any buffer source, without copying them.
+  // The bytes of any buffer source as a Uint8Array over them (not a copy), for the natives.
   function bytesOf(input, what) {
     if (input === undefined) {
       return new Uint8ArrayCtor(0);
@@ -356,108 +357,24 @@
     throw new TypeErrorCtor(what + ": the input must be an ArrayBuffer, a typed array or a DataView");
   }
 
-  // The UTF-8 length of `s` in bytes: 4 for a surrogate pair, 3 for a lone surrogate (written as
-  // U+FFFD).
-  function utf8Length(s) {
-    let n = 0;
-    for (let i = 0; i < s.length; i++) {
-      const c = s.charCodeAt(i);
-      if (c < 0x80) {
-        n += 1;
-      } else if (c < 0x800) {
-        n += 2;
-      } else if ((c & 0xfc00) === 0xd800 && i + 1 < s.length && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
-        n += 4;
-        i++;
-      } else {
-        n += 3;
-      }
-    }
-    return n;
-  }
-
-  // Writes `s` into `out` while whole characters fit; answers [code units read, bytes written].
-  function writeUtf8(s, out) {
-    let at = 0;
-    let i = 0;
-    for (; i < s.length; i++) {
-      let c = s.charCodeAt(i);
-      let size;
-      let pair = false;
-      if (c < 0x80) {
-        size = 1;
-      } else if (c < 0x800) {
-        size = 2;
-      } else if ((c & 0xfc00) === 0xd800 && i + 1 < s.length && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
-        c = 0x10000 + ((c - 0xd800) << 10) + (s.charCodeAt(i + 1) - 0xdc00);
-        size = 4;
-        pair = true;
-      } else {
-        if ((c & 0xf800) === 0xd800) {
-          c = 0xfffd;
-        }
-        size = 3;
-      }
-      if (at + size > out.length) {
-        break;
-      }
-      if (size === 1) {
-        out[at++] = c;
-      } else if (size === 2) {
-        out[at++] = 0xc0 | (c >> 6);
-        out[at++] = 0x80 | (c & 0x3f);
-      } else if (size === 3) {
-        out[at++] = 0xe0 | (c >> 12);
-        out[at++] = 0x80 | ((c >> 6) & 0x3f);
-        out[at++] = 0x80 | (c & 0x3f);
-      } else {
-        out[at++] = 0xf0 | (c >> 18);
-        out[at++] = 0x80 | ((c >> 12) & 0x3f);
-        out[at++] = 0x80 | ((c >> 6) & 0x3f);
-        out[at++] = 0x80 | (c & 0x3f);
-      }
-      if (pair) {
-        i++;
-      }
-    }
-    return [i, at];
-  }
-
-  // The UTF-8 bytes of `s`, allocated once.
-  function encodeUtf8(s) {
-    const out = new Uint8ArrayCtor(utf8Length(s));
-    writeUtf8(s, out);
-    return out;
-  }
-
   class TextEncoder {
     get encoding() {
       return "utf-8";
     }
     encode(input) {
-      return encodeUtf8(input === undefined ? "" : String(input));
+      return native.utf8Encode(input === undefined ? "" : String(input));
     }
     encodeInto(source, destination) {
       if (call(typedArrayName, destination) !== "Uint8Array") {
         throw new TypeErrorCtor("TextEncoder.encodeInto: the destination must be a Uint8Array");
       }
-      const [read, written] = writeUtf8(String(source), destination);
+      const [read, written] = native.utf8EncodeInto(String(source), destination);
       return { read, written };
     }
   }
 
   const UTF8_LABELS = ["unicode-1-1-utf-8", "unicode11utf8", "unicode20utf8", "utf-8", "utf8", "x-unicode20utf8"];
   const decoders = new WeakMap();
-
-  // Turns a list of code units into a string a chunk at a time (a call takes only so many
-  // arguments).
-  function unitsToString(units) {
-    let text = "";
-    for (let i = 0; i < units.length; i += 8192) {
-      text += apply(fromCharCode, null, units.slice(i, i + 8192));
-    }
-    return text;
-  }
 
   class TextDecoder {
     constructor(label, options) {
@@ -468,9 +385,9 @@
         );
       }
       const opts = options === undefined || options === null ? {} : options;
-      // The options, and the decoder's state between calls with {stream: true}.
-      const d = { fatal: !!opts.fatal, ignoreBOM: !!opts.ignoreBOM, bomSeen: false, flushed: true };
-      startCharacter(d);
+      // The options, and between calls with {stream: true} the bytes of an unfinished
+      // character and whether the BOM's place has been passed.
+      const d = { fatal: !!opts.fatal, ignoreBOM: !!opts.ignoreBOM, held: null, bomSeen: false };
       call(weakMapSet, decoders, this, d);
     }
     get encoding() {
@@ -486,96 +403,24 @@
       const d = state(this);
       const bytes = bytesOf(input, "TextDecoder.decode");
       const stream = options !== undefined && options !== null && !!options.stream;
-      if (d.flushed) {
-        startCharacter(d);
+      const decoded = native.utf8Decode(d.held, bytes, stream, d.fatal);
+      if (decoded === null) {
+        d.held = null;
         d.bomSeen = false;
+        throw new TypeErrorCtor("TextDecoder.decode: the data is not valid UTF-8");
       }
-      d.flushed = !stream;
-      const units = [];
-      const emit = (point) => {
-        if (!d.bomSeen) {
-          d.bomSeen = true;
-          if (point === 0xfeff && !d.ignoreBOM) {
-            return;
-          }
-        }
-        if (point > 0xffff) {
-          point -= 0x10000;
-          units.push(0xd800 + (point >> 10), 0xdc00 + (point & 0x3ff));
-        } else {
-          units.push(point);
-        }
-      };
-      const invalid = () => {
-        if (d.fatal) {
-          d.flushed = true;
-          throw new TypeErrorCtor("TextDecoder.decode: the data is not valid UTF-8");
-        }
-        emit(0xfffd);
-      };
-      for (let i = 0; i < bytes.length; i++) {
-        const b = bytes[i];
-        if (d.needed === 0) {
-          if (b < 0x80) {
-            emit(b);
-          } else if (b >= 0xc2 && b <= 0xdf) {
-            d.needed = 1;
-            d.point = b & 0x1f;
-          } else if (b >= 0xe0 && b <= 0xef) {
-            if (b === 0xe0) {
-              d.lower = 0xa0;
-            } else if (b === 0xed) {
-              d.upper = 0x9f;
-            }
-            d.needed = 2;
-            d.point = b & 0xf;
-          } else if (b >= 0xf0 && b <= 0xf4) {
-            if (b === 0xf0) {
-              d.lower = 0x90;
-            } else if (b === 0xf4) {
-              d.upper = 0x8f;
-            }
-            d.needed = 3;
-            d.point = b & 0x7;
-          } else {
-            invalid();
-          }
-          continue;
-        }
-        if (b < d.lower || b > d.upper) {
-          startCharacter(d);
-          invalid();
-          // The byte starts over, as the first of the next character.
-          i--;
-          continue;
-        }
-        d.lower = 0x80;
-        d.upper = 0xbf;
-        d.point = (d.point << 6) | (b & 0x3f);
-        d.seen++;
-        if (d.seen === d.needed) {
-          const point = d.point;
-          d.needed = 0;
-          d.seen = 0;
-          d.point = 0;
-          emit(point);
+      let [text, held] = decoded;
+      if (!d.bomSeen && text !== "") {
+        d.bomSeen = true;
+        if (!d.ignoreBOM && text.charCodeAt(0) === 0xfeff) {
+          text = text.slice(1);
         }
       }
-      if (!stream && d.needed !== 0) {
-        startCharacter(d);
-        invalid();
-      }
-      return unitsToString(units);
+      // A call without {stream: true} ends the stream: the next starts afresh.
+      d.held = stream ? held : null;
+      d.bomSeen = stream && d.bomSeen;
+      return text;
     }
-  }
-
-  // The decoder state between characters.
-  function startCharacter(d) {
-    d.needed = 0;
-    d.seen = 0;
-    d.point = 0;
-    d.lower = 0x80;
-    d.upper = 0xbf;
   }
 
   function state(decoder) {
@@ -588,81 +433,30 @@
 
   // ---- atob and btoa (forgiving base64, as in the HTML standard) --------------------------
 
-  const BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
   function btoa(data) {
     if (arguments.length === 0) {
       throw new TypeErrorCtor("btoa: 1 argument required, but only 0 present");
     }
-    const s = String(data);
-    const out = [];
-    for (let i = 0; i < s.length; i += 3) {
-      const a = s.charCodeAt(i);
-      const b = i + 1 < s.length ? s.charCodeAt(i + 1) : 0;
-      const c = i + 2 < s.length ? s.charCodeAt(i + 2) : 0;
-      if (a > 0xff || b > 0xff || c > 0xff) {
-        throw new DOMException(
-          "btoa: the string has a character outside Latin-1; encode it first, e.g. with TextEncoder",
-          "InvalidCharacterError",
-        );
-      }
-      const bits = (a << 16) | (b << 8) | c;
-      out.push(
-        BASE64[bits >> 18],
-        BASE64[(bits >> 12) & 63],
-        i + 1 < s.length ? BASE64[(bits >> 6) & 63] : "=",
-        i + 2 < s.length ? BASE64[bits & 63] : "=",
+    const encoded = native.base64Encode(String(data));
+    if (encoded === null) {
+      throw new DOMException(
+        "btoa: the string has a character outside Latin-1; encode it first, e.g. with TextEncoder",
+        "InvalidCharacterError",
       );
     }
-    return out.join("");
-  }
-
-  // Each ASCII code's value in base64, or -1.
-  const BASE64_VALUES = [];
-  for (let c = 0; c < 128; c++) {
-    BASE64_VALUES.push(BASE64.indexOf(fromCharCode(c)));
+    return encoded;
   }
 
   function atob(data) {
     if (arguments.length === 0) {
       throw new TypeErrorCtor("atob: 1 argument required, but only 0 present");
     }
-    const s = String(data);
-    const units = [];
-    let bits = 0;
-    let count = 0;
-    // Characters other than whitespace, and how many of them are the `=` that may end it.
-    let length = 0;
-    let padding = 0;
-    let valid = true;
-    for (let i = 0; i < s.length && valid; i++) {
-      const c = s.charCodeAt(i);
-      if (c === 0x09 || c === 0x0a || c === 0x0c || c === 0x0d || c === 0x20) {
-        continue;
-      }
-      length++;
-      if (c === 0x3d) {
-        padding++;
-        continue;
-      }
-      const value = c < 128 ? BASE64_VALUES[c] : -1;
-      // Padding only ends the text.
-      valid = value >= 0 && padding === 0;
-      bits = ((bits << 6) | value) & 0xffffff;
-      count += 6;
-      if (count >= 8) {
-        count -= 8;
-        units.push((bits >> count) & 0xff);
-      }
-    }
-    // As the HTML standard reads it: up to two `=` end a text whose length is a multiple of
-    // four; what is left may not be one more than a multiple of four.
-    if (!valid || (padding > 0 && (length % 4 !== 0 || padding > 2)) || (length - padding) % 4 === 1) {
+    const decoded = native.base64Decode(String(data));
+    if (decoded === null) {
       throw new DOMException("atob: the string is not valid base64", "InvalidCharacterError");
     }
-    return unitsToString(units);
+    return decoded;
   }
-
   // ---- crypto.getRandomValues and crypto.randomUUID ----------------------------------------
 
   const INTEGER_ARRAYS = [
@@ -731,954 +525,23 @@
 
   // ---- URL and URLSearchParams (the WHATWG URL standard) ------------------------------------
 
-  // A parsed URL: {scheme, username, password, host, port, path, query, fragment}. host is
-  // null, a string (a domain, an opaque host or ""), a number (IPv4) or an array of eight
-  // numbers (IPv6); port is null or a number; path is a string when opaque, else a list of
-  // segments; query and fragment are null or a string.
-  const SPECIAL_PORTS = { "ftp:": 21, "file:": null, "http:": 80, "https:": 443, "ws:": 80, "wss:": 443 };
-  function isSpecialScheme(scheme) {
-    return SPECIAL_PORTS[scheme + ":"] !== undefined;
-  }
-  function defaultPort(scheme) {
-    const port = SPECIAL_PORTS[scheme + ":"];
-    return port === undefined ? null : port;
-  }
-
-  function isAlpha(c) {
-    return c !== undefined && ((c >= "a" && c <= "z") || (c >= "A" && c <= "Z"));
-  }
-  function isDigit(c) {
-    return c !== undefined && c >= "0" && c <= "9";
-  }
-  function isHexDigit(c) {
-    return isDigit(c) || (c !== undefined && ((c >= "a" && c <= "f") || (c >= "A" && c <= "F")));
-  }
-
-  // Percent-encode sets, as a table of the ASCII code points each holds (1: encode); every set
-  // holds the C0 controls and everything above U+007E.
-  function percentSet(extra) {
-    const table = new Uint8ArrayCtor(128);
-    for (let cp = 0; cp < 128; cp++) {
-      table[cp] = cp < 0x20 || cp > 0x7e || extra.includes(fromCharCode(cp)) ? 1 : 0;
-    }
-    return table;
-  }
-  const C0_CONTROL_SET = percentSet("");
-  const FRAGMENT_SET = percentSet(' "<>`');
-  const QUERY_SET = percentSet(' "#<>');
-  const SPECIAL_QUERY_SET = percentSet(' "#<>\'');
-  const PATH_SET = percentSet(' "#<>?^`{}');
-  const USERINFO_SET = percentSet(' "#<>?^`{}/:;=@[\\]|');
-  const FORM_SET = percentSet(' "#<>?^`{}/:;=@[\\]|$%&+,!\'()~');
-
-  // Compiled once, with web.js (a regular expression literal is compiled again each time it is
-  // evaluated, which would cost more than the rest of a parse).
-  const NON_ASCII = /[^\x00-\x7f]/;
-  const SURROGATE = /[\ud800-\udfff]/;
-  const DIGITS = /^[0-9]+$/;
-  const PUNYCODE_LABEL = /(^|\.)xn--/i;
-  const OUTER_C0_AND_SPACES = /^[\x00-\x20]+|[\x00-\x20]+$/g;
-  const TABS_AND_NEWLINES = /[\t\n\r]/g;
-  const PLUSES = /\+/g;
-
-  const HEX = "0123456789ABCDEF";
-  function percentByte(b) {
-    return "%" + HEX[b >> 4] + HEX[b & 15];
-  }
-  // One code point (a string of one or two code units, never a lone surrogate here), UTF-8
-  // percent-encoded when `set` holds it.
-  const scratch = new Uint8ArrayCtor(4);
-  function encodeCodePoint(c, set) {
-    const unit = c.charCodeAt(0);
-    if (unit < 0x80) {
-      return set[unit] === 1 ? percentByte(unit) : c;
-    }
-    const written = writeUtf8(c, scratch)[1];
-    let out = "";
-    for (let i = 0; i < written; i++) {
-      out += percentByte(scratch[i]);
-    }
-    return out;
-  }
-  // A well-formed string, each code point in `set` percent-encoded (and each space a "+" when
-  // `spaceAsPlus`); the string itself when nothing needs encoding.
-  function encodeString(s, set, spaceAsPlus) {
-    let out = "";
-    let from = 0;
-    for (let i = 0; i < s.length; i++) {
-      const unit = s.charCodeAt(i);
-      if (unit < 0x80 && set[unit] === 0) {
-        continue;
-      }
-      const pair = unit >= 0xd800 && unit <= 0xdbff && i + 1 < s.length;
-      const c = pair ? s.slice(i, i + 2) : s[i];
-      out += s.slice(from, i) + (spaceAsPlus && unit === 0x20 ? "+" : encodeCodePoint(c, set));
-      i += pair ? 1 : 0;
-      from = i + 1;
-    }
-    return from === 0 ? s : out + s.slice(from);
-  }
-
-  // `value` as a USVString argument: converted to a string, each lone surrogate replaced by
-  // U+FFFD.
+  // A URL's record is the natives' (the url crate's parser, host parser and setters); here are
+  // only the classes. The natives number the attributes as ATTRIBUTES does; 10 is the origin,
+  // 11 the query itself (URLSearchParams reads and replaces it).
+  const ATTRIBUTES = ["href", "protocol", "username", "password", "host", "hostname", "port", "pathname", "search", "hash"];
+  const ORIGIN = 10;
+  const QUERY = 11;
   const toWellFormed = String.prototype.toWellFormed;
   function toUSVString(value) {
     return call(toWellFormed, String(value));
   }
 
-  // "UTF-8 decode without BOM": a U+FEFF at the start stays. One decoder serves every call (a
-  // call without {stream: true} starts from a clean state).
-  const decode = TextDecoder.prototype.decode;
-  const keepingBOM = new TextDecoder("utf-8", { ignoreBOM: true });
-
-  // The bytes of `s` with each %XX turned into its byte, decoded as UTF-8 (broken sequences
-  // become U+FFFD).
-  function percentDecode(s) {
-    if (!s.includes("%") && !NON_ASCII.test(s)) {
-      return s;
-    }
-    const bytes = encodeUtf8(s);
-    const out = new Uint8ArrayCtor(bytes.length);
-    let n = 0;
-    for (let i = 0; i < bytes.length; i++) {
-      const b = bytes[i];
-      if (b === 0x25 && i + 2 < bytes.length && isHexDigit(fromCharCode(bytes[i + 1])) && isHexDigit(fromCharCode(bytes[i + 2]))) {
-        out[n++] = parseInt(fromCharCode(bytes[i + 1], bytes[i + 2]), 16);
-        i += 2;
-      } else {
-        out[n++] = b;
-      }
-    }
-    return call(decode, keepingBOM, out.subarray(0, n));
-  }
-
-  // ---- hosts ----
-
-  function parseIPv4Number(s) {
-    if (s === "") {
-      return NaN;
-    }
-    let radix = 10;
-    if (s.length >= 2 && (s.startsWith("0x") || s.startsWith("0X"))) {
-      radix = 16;
-      s = s.slice(2);
-    } else if (s.length >= 2 && s[0] === "0") {
-      radix = 8;
-      s = s.slice(1);
-    }
-    if (s === "") {
-      return 0;
-    }
-    for (const c of s) {
-      if (radix === 10 ? !isDigit(c) : radix === 16 ? !isHexDigit(c) : !(c >= "0" && c <= "7")) {
-        return NaN;
-      }
-    }
-    return parseInt(s, radix);
-  }
-
-  function endsInANumber(s) {
-    const parts = s.split(".");
-    if (parts[parts.length - 1] === "") {
-      if (parts.length === 1) {
-        return false;
-      }
-      parts.pop();
-    }
-    const last = parts[parts.length - 1];
-    if (last !== "" && DIGITS.test(last)) {
-      return true;
-    }
-    return !Number.isNaN(parseIPv4Number(last));
-  }
-
-  function parseIPv4(s) {
-    const parts = s.split(".");
-    if (parts[parts.length - 1] === "" && parts.length > 1) {
-      parts.pop();
-    }
-    if (parts.length > 4) {
-      return null;
-    }
-    const numbers = [];
-    for (const part of parts) {
-      const n = parseIPv4Number(part);
-      if (Number.isNaN(n)) {
-        return null;
-      }
-      numbers.push(n);
-    }
-    for (let i = 0; i < numbers.length - 1; i++) {
-      if (numbers[i] > 255) {
-        return null;
-      }
-    }
-    const last = numbers[numbers.length - 1];
-    if (last >= 256 ** (5 - numbers.length)) {
-      return null;
-    }
-    let address = last;
-    for (let i = 0; i < numbers.length - 1; i++) {
-      address += numbers[i] * 256 ** (3 - i);
-    }
-    return address;
-  }
-
-  function parseIPv6(s) {
-    const address = [0, 0, 0, 0, 0, 0, 0, 0];
-    let piece = 0;
-    let compress = null;
-    let p = 0;
-    if (s[p] === ":") {
-      if (s[p + 1] !== ":") {
-        return null;
-      }
-      p += 2;
-      piece++;
-      compress = piece;
-    }
-    while (p < s.length) {
-      if (piece === 8) {
-        return null;
-      }
-      if (s[p] === ":") {
-        if (compress !== null) {
-          return null;
-        }
-        p++;
-        piece++;
-        compress = piece;
-        continue;
-      }
-      let value = 0;
-      let length = 0;
-      while (length < 4 && isHexDigit(s[p])) {
-        value = value * 16 + parseInt(s[p], 16);
-        p++;
-        length++;
-      }
-      if (s[p] === ".") {
-        if (length === 0) {
-          return null;
-        }
-        p -= length;
-        if (piece > 6) {
-          return null;
-        }
-        let seen = 0;
-        while (p < s.length) {
-          let part = null;
-          if (seen > 0) {
-            if (s[p] === "." && seen < 4) {
-              p++;
-            } else {
-              return null;
-            }
-          }
-          if (!isDigit(s[p])) {
-            return null;
-          }
-          while (isDigit(s[p])) {
-            const n = s.charCodeAt(p) - 48;
-            if (part === null) {
-              part = n;
-            } else if (part === 0) {
-              return null;
-            } else {
-              part = part * 10 + n;
-            }
-            if (part > 255) {
-              return null;
-            }
-            p++;
-          }
-          address[piece] = address[piece] * 0x100 + part;
-          seen++;
-          if (seen === 2 || seen === 4) {
-            piece++;
-          }
-        }
-        if (seen !== 4) {
-          return null;
-        }
-        break;
-      } else if (s[p] === ":") {
-        p++;
-        if (p >= s.length) {
-          return null;
-        }
-      } else if (p < s.length) {
-        return null;
-      }
-      address[piece] = value;
-      piece++;
-    }
-    if (compress !== null) {
-      let swaps = piece - compress;
-      piece = 7;
-      while (piece !== 0 && swaps > 0) {
-        const t = address[piece];
-        address[piece] = address[compress + swaps - 1];
-        address[compress + swaps - 1] = t;
-        piece--;
-        swaps--;
-      }
-    } else if (piece !== 8) {
-      return null;
-    }
-    return address;
-  }
-
-  function serializeHost(host) {
-    if (typeof host === "number") {
-      return [host >>> 24, (host >>> 16) & 255, (host >>> 8) & 255, host & 255].join(".");
-    }
-    if (typeof host !== "object") {
-      return host;
-    }
-    // The first longest run of two or more zero pieces becomes "::".
-    let best = -1;
-    let bestLength = 1;
-    for (let i = 0; i < 8; ) {
-      let j = i;
-      while (j < 8 && host[j] === 0) {
-        j++;
-      }
-      if (j - i > bestLength) {
-        best = i;
-        bestLength = j - i;
-      }
-      i = j === i ? i + 1 : j;
-    }
-    let out = "[";
-    for (let i = 0; i < 8; i++) {
-      if (i === best) {
-        out += i === 0 ? "::" : ":";
-        i += bestLength - 1;
-        continue;
-      }
-      out += host[i].toString(16) + (i < 7 ? ":" : "");
-    }
-    return out + "]";
-  }
-
-  const FORBIDDEN_HOST = "\0\t\n\r #/:<>?@[\\]^|";
-  function forbiddenHost(c) {
-    return FORBIDDEN_HOST.includes(c);
-  }
-  function forbiddenDomain(c) {
-    const cp = c.charCodeAt(0);
-    return forbiddenHost(c) || cp <= 0x1f || c === "%" || cp === 0x7f;
-  }
-
-  // Domain to ASCII. A domain of plain ASCII with no Punycode label is lowercased, as the
-  // standard says; any other goes to the host (UTS #46, which needs Unicode's tables).
-  function domainToASCII(domain) {
-    if (!NON_ASCII.test(domain) && !PUNYCODE_LABEL.test(domain)) {
-      return domain.toLowerCase();
-    }
-    return host.domainToAscii(domain);
-  }
-
-  // A host, or null when it is not valid.
-  function parseHost(input, special) {
-    if (input.startsWith("[")) {
-      return input.endsWith("]") ? parseIPv6(input.slice(1, -1)) : null;
-    }
-    if (!special) {
-      for (const c of input) {
-        if (forbiddenHost(c)) {
-          return null;
-        }
-      }
-      return encodeString(input, C0_CONTROL_SET, false);
-    }
-    const ascii = domainToASCII(percentDecode(input));
-    if (ascii === null || ascii === "") {
-      return null;
-    }
-    for (const c of ascii) {
-      if (forbiddenDomain(c)) {
-        return null;
-      }
-    }
-    if (endsInANumber(ascii)) {
-      return parseIPv4(ascii);
-    }
-    return ascii;
-  }
-
-  // ---- the basic URL parser ----
-
-  function isWindowsDriveLetter(s, normalizedOnly) {
-    return s.length === 2 && isAlpha(s[0]) && (s[1] === ":" || (!normalizedOnly && s[1] === "|"));
-  }
-  // Whether the code points from `at` start with a Windows drive letter.
-  function startsWithDriveLetter(cps, at) {
-    if (cps.length - at < 2 || !isAlpha(cps[at]) || (cps[at + 1] !== ":" && cps[at + 1] !== "|")) {
-      return false;
-    }
-    const third = cps[at + 2];
-    return cps.length - at === 2 || third === "/" || third === "\\" || third === "?" || third === "#";
-  }
-  function isSingleDot(s) {
-    return s === "." || s.toLowerCase() === "%2e";
-  }
-  function isDoubleDot(s) {
-    const l = s.toLowerCase();
-    return l === ".." || l === ".%2e" || l === "%2e." || l === "%2e%2e";
-  }
-  function shortenPath(url) {
-    const path = url.path;
-    if (url.scheme === "file" && path.length === 1 && isWindowsDriveLetter(path[0], true)) {
-      return;
-    }
-    path.pop();
-  }
-  function hasCredentials(url) {
-    return url.username !== "" || url.password !== "";
-  }
-  // Whether `c` ends an authority, a host or a port (a file host: `special` true).
-  function endsAuthority(c, special) {
-    return c === undefined || c === "/" || c === "?" || c === "#" || (special && c === "\\");
-  }
-  function copyAuthority(url, base) {
-    url.username = base.username;
-    url.password = base.password;
-    url.host = base.host;
-    url.port = base.port;
-  }
-  function cannotHaveCredentialsOrPort(url) {
-    return url.host === null || url.host === "" || url.scheme === "file";
-  }
-
-  // The parser's states.
-  const S_SCHEME_START = 1;
-  const S_SCHEME = 2;
-  const S_NO_SCHEME = 3;
-  const S_SPECIAL_RELATIVE_OR_AUTHORITY = 4;
-  const S_PATH_OR_AUTHORITY = 5;
-  const S_RELATIVE = 6;
-  const S_RELATIVE_SLASH = 7;
-  const S_SPECIAL_AUTHORITY_SLASHES = 8;
-  const S_SPECIAL_AUTHORITY_IGNORE_SLASHES = 9;
-  const S_AUTHORITY = 10;
-  const S_HOST = 11;
-  const S_HOSTNAME = 12;
-  const S_PORT = 13;
-  const S_FILE = 14;
-  const S_FILE_SLASH = 15;
-  const S_FILE_HOST = 16;
-  const S_PATH_START = 17;
-  const S_PATH = 18;
-  const S_OPAQUE_PATH = 19;
-  const S_QUERY = 20;
-  const S_FRAGMENT = 21;
-
-  const FAILURE = {};
-
-  // Parses `input` into a new URL record (against `base`, a record or null), or, given a state,
-  // into `url` from that state on (the setters). Answers the record, FAILURE, or undefined
-  // when a setter's input is ignored.
-  function parseURL(input, base, url, stateOverride) {
-    if (url === undefined) {
-      url = { scheme: "", username: "", password: "", host: null, port: null, path: [], query: null, fragment: null };
-      input = input.replace(OUTER_C0_AND_SPACES, "");
-    }
-    input = input.replace(TABS_AND_NEWLINES, "");
-    // The input's code points: the string itself when it has no surrogate pair (indexing it
-    // then gives the same one-character strings, without building an array).
-    const cps = SURROGATE.test(input) ? Array.from(input) : input;
-    let state = stateOverride || S_SCHEME_START;
-    let buffer = "";
-    let atSignSeen = false;
-    let insideBrackets = false;
-    let passwordTokenSeen = false;
-    // Whether url's scheme is special, worked out again only when the scheme changes.
-    let scheme = null;
-    let special = false;
-    for (let p = 0; ; p++) {
-      const c = cps[p];
-      if (url.scheme !== scheme) {
-        scheme = url.scheme;
-        special = isSpecialScheme(scheme);
-      }
-      switch (state) {
-        // The states a character most often meets come first (a switch tries its cases in order).
-        case S_PATH:
-          if (c === undefined || c === "/" || (special && c === "\\") || (!stateOverride && (c === "?" || c === "#"))) {
-            const slash = c === "/" || (special && c === "\\");
-            if (isDoubleDot(buffer)) {
-              shortenPath(url);
-              if (!slash) {
-                url.path.push("");
-              }
-            } else if (isSingleDot(buffer) && !slash) {
-              url.path.push("");
-            } else if (!isSingleDot(buffer)) {
-              if (url.scheme === "file" && url.path.length === 0 && isWindowsDriveLetter(buffer, false)) {
-                buffer = buffer[0] + ":";
-              }
-              url.path.push(buffer);
-            }
-            buffer = "";
-            if (c === "?") {
-              url.query = "";
-              state = S_QUERY;
-            } else if (c === "#") {
-              url.fragment = "";
-              state = S_FRAGMENT;
-            }
-          } else {
-            buffer += encodeCodePoint(c, PATH_SET);
-          }
-          break;
-        case S_QUERY:
-          if ((!stateOverride && c === "#") || c === undefined) {
-            url.query += encodeString(buffer, special ? SPECIAL_QUERY_SET : QUERY_SET, false);
-            buffer = "";
-            if (c === "#") {
-              url.fragment = "";
-              state = S_FRAGMENT;
-            }
-          } else {
-            buffer += c;
-          }
-          break;
-        case S_FRAGMENT:
-          if (c !== undefined) {
-            url.fragment += encodeCodePoint(c, FRAGMENT_SET);
-          }
-          break;
-        case S_OPAQUE_PATH:
-          if (c === "?") {
-            url.query = "";
-            state = S_QUERY;
-          } else if (c === "#") {
-            url.fragment = "";
-            state = S_FRAGMENT;
-          } else if (c === " ") {
-            // A space right before the query or fragment is encoded, so that removing those
-            // later cannot leave a trailing space.
-            url.path += cps[p + 1] === "?" || cps[p + 1] === "#" ? "%20" : " ";
-          } else if (c !== undefined) {
-            url.path += encodeCodePoint(c, C0_CONTROL_SET);
-          }
-          break;
-        case S_AUTHORITY:
-          if (c === "@") {
-            if (atSignSeen) {
-              buffer = "%40" + buffer;
-            }
-            atSignSeen = true;
-            for (const b of buffer) {
-              if (b === ":" && !passwordTokenSeen) {
-                passwordTokenSeen = true;
-                continue;
-              }
-              if (passwordTokenSeen) {
-                url.password += encodeCodePoint(b, USERINFO_SET);
-              } else {
-                url.username += encodeCodePoint(b, USERINFO_SET);
-              }
-            }
-            buffer = "";
-          } else if (endsAuthority(c, special)) {
-            if (atSignSeen && buffer === "") {
-              return FAILURE;
-            }
-            p -= Array.from(buffer).length + 1;
-            buffer = "";
-            state = S_HOST;
-          } else {
-            buffer += c;
-          }
-          break;
-        case S_HOST:
-        case S_HOSTNAME:
-          if (stateOverride && url.scheme === "file") {
-            p--;
-            state = S_FILE_HOST;
-          } else if (c === ":" && !insideBrackets) {
-            if (buffer === "") {
-              return FAILURE;
-            }
-            if (stateOverride === S_HOSTNAME) {
-              return undefined;
-            }
-            const host = parseHost(buffer, special);
-            if (host === null) {
-              return FAILURE;
-            }
-            url.host = host;
-            buffer = "";
-            state = S_PORT;
-          } else if (endsAuthority(c, special)) {
-            p--;
-            if (special && buffer === "") {
-              return FAILURE;
-            }
-            if (stateOverride && buffer === "" && (hasCredentials(url) || url.port !== null)) {
-              return undefined;
-            }
-            const host = parseHost(buffer, special);
-            if (host === null) {
-              return FAILURE;
-            }
-            url.host = host;
-            buffer = "";
-            state = S_PATH_START;
-            if (stateOverride) {
-              return url;
-            }
-          } else {
-            if (c === "[") {
-              insideBrackets = true;
-            } else if (c === "]") {
-              insideBrackets = false;
-            }
-            buffer += c;
-          }
-          break;
-        case S_PORT:
-          if (isDigit(c)) {
-            buffer += c;
-          } else if (endsAuthority(c, special) || stateOverride) {
-            if (buffer !== "") {
-              const port = parseInt(buffer, 10);
-              if (port > 65535) {
-                return FAILURE;
-              }
-              url.port = port === defaultPort(url.scheme) ? null : port;
-              buffer = "";
-              if (stateOverride) {
-                return url;
-              }
-            }
-            if (stateOverride) {
-              return FAILURE;
-            }
-            state = S_PATH_START;
-            p--;
-          } else {
-            return FAILURE;
-          }
-          break;
-        case S_SCHEME:
-          if (c !== undefined && (isAlpha(c) || isDigit(c) || c === "+" || c === "-" || c === ".")) {
-            buffer += c.toLowerCase();
-          } else if (c === ":") {
-            if (stateOverride) {
-              if (isSpecialScheme(url.scheme) !== isSpecialScheme(buffer)) {
-                return undefined;
-              }
-              if ((hasCredentials(url) || url.port !== null) && buffer === "file") {
-                return undefined;
-              }
-              if (url.scheme === "file" && url.host === "") {
-                return undefined;
-              }
-            }
-            url.scheme = buffer;
-            if (stateOverride) {
-              if (url.port === defaultPort(url.scheme)) {
-                url.port = null;
-              }
-              return url;
-            }
-            buffer = "";
-            if (url.scheme === "file") {
-              state = S_FILE;
-            } else if (isSpecialScheme(url.scheme) && base !== null && base.scheme === url.scheme) {
-              state = S_SPECIAL_RELATIVE_OR_AUTHORITY;
-            } else if (isSpecialScheme(url.scheme)) {
-              state = S_SPECIAL_AUTHORITY_SLASHES;
-            } else if (cps[p + 1] === "/") {
-              state = S_PATH_OR_AUTHORITY;
-              p++;
-            } else {
-              url.path = "";
-              state = S_OPAQUE_PATH;
-            }
-          } else if (!stateOverride) {
-            buffer = "";
-            state = S_NO_SCHEME;
-            p = -1;
-          } else {
-            return FAILURE;
-          }
-          break;
-        case S_SCHEME_START:
-          if (isAlpha(c)) {
-            buffer += c.toLowerCase();
-            state = S_SCHEME;
-          } else if (!stateOverride) {
-            state = S_NO_SCHEME;
-            p--;
-          } else {
-            return FAILURE;
-          }
-          break;
-        case S_NO_SCHEME:
-          if (base === null || (typeof base.path === "string" && c !== "#")) {
-            return FAILURE;
-          } else if (typeof base.path === "string" && c === "#") {
-            url.scheme = base.scheme;
-            url.path = base.path;
-            url.query = base.query;
-            url.fragment = "";
-            state = S_FRAGMENT;
-          } else if (base.scheme !== "file") {
-            state = S_RELATIVE;
-            p--;
-          } else {
-            state = S_FILE;
-            p--;
-          }
-          break;
-        case S_SPECIAL_RELATIVE_OR_AUTHORITY:
-          if (c === "/" && cps[p + 1] === "/") {
-            state = S_SPECIAL_AUTHORITY_IGNORE_SLASHES;
-            p++;
-          } else {
-            state = S_RELATIVE;
-            p--;
-          }
-          break;
-        case S_PATH_OR_AUTHORITY:
-          if (c === "/") {
-            state = S_AUTHORITY;
-          } else {
-            state = S_PATH;
-            p--;
-          }
-          break;
-        case S_RELATIVE:
-          url.scheme = base.scheme;
-          scheme = url.scheme;
-          special = isSpecialScheme(scheme);
-          if (c === "/" || (special && c === "\\")) {
-            state = S_RELATIVE_SLASH;
-          } else {
-            copyAuthority(url, base);
-            url.path = base.path.slice();
-            url.query = base.query;
-            if (c === "?") {
-              url.query = "";
-              state = S_QUERY;
-            } else if (c === "#") {
-              url.fragment = "";
-              state = S_FRAGMENT;
-            } else if (c !== undefined) {
-              url.query = null;
-              shortenPath(url);
-              state = S_PATH;
-              p--;
-            }
-          }
-          break;
-        case S_RELATIVE_SLASH:
-          if (special && (c === "/" || c === "\\")) {
-            state = S_SPECIAL_AUTHORITY_IGNORE_SLASHES;
-          } else if (c === "/") {
-            state = S_AUTHORITY;
-          } else {
-            copyAuthority(url, base);
-            state = S_PATH;
-            p--;
-          }
-          break;
-        case S_SPECIAL_AUTHORITY_SLASHES:
-          if (c === "/" && cps[p + 1] === "/") {
-            state = S_SPECIAL_AUTHORITY_IGNORE_SLASHES;
-            p++;
-          } else {
-            state = S_SPECIAL_AUTHORITY_IGNORE_SLASHES;
-            p--;
-          }
-          break;
-        case S_SPECIAL_AUTHORITY_IGNORE_SLASHES:
-          if (c !== "/" && c !== "\\") {
-            state = S_AUTHORITY;
-            p--;
-          }
-          break;
-        case S_FILE:
-          url.scheme = "file";
-          url.host = "";
-          if (c === "/" || c === "\\") {
-            state = S_FILE_SLASH;
-          } else if (base !== null && base.scheme === "file") {
-            url.host = base.host;
-            url.path = base.path.slice();
-            url.query = base.query;
-            if (c === "?") {
-              url.query = "";
-              state = S_QUERY;
-            } else if (c === "#") {
-              url.fragment = "";
-              state = S_FRAGMENT;
-            } else if (c !== undefined) {
-              url.query = null;
-              if (!startsWithDriveLetter(cps, p)) {
-                shortenPath(url);
-              } else {
-                url.path = [];
-              }
-              state = S_PATH;
-              p--;
-            }
-          } else {
-            state = S_PATH;
-            p--;
-          }
-          break;
-        case S_FILE_SLASH:
-          if (c === "/" || c === "\\") {
-            state = S_FILE_HOST;
-          } else {
-            if (base !== null && base.scheme === "file") {
-              url.host = base.host;
-              if (!startsWithDriveLetter(cps, p) && typeof base.path !== "string" && base.path.length > 0 && isWindowsDriveLetter(base.path[0], true)) {
-                url.path.push(base.path[0]);
-              }
-            }
-            state = S_PATH;
-            p--;
-          }
-          break;
-        case S_FILE_HOST:
-          if (endsAuthority(c, true)) {
-            p--;
-            if (!stateOverride && isWindowsDriveLetter(buffer, false)) {
-              state = S_PATH;
-            } else if (buffer === "") {
-              url.host = "";
-              if (stateOverride) {
-                return url;
-              }
-              state = S_PATH_START;
-            } else {
-              let host = parseHost(buffer, special);
-              if (host === null) {
-                return FAILURE;
-              }
-              if (host === "localhost") {
-                host = "";
-              }
-              url.host = host;
-              if (stateOverride) {
-                return url;
-              }
-              buffer = "";
-              state = S_PATH_START;
-            }
-          } else {
-            buffer += c;
-          }
-          break;
-        case S_PATH_START:
-          if (special) {
-            state = S_PATH;
-            if (c !== "/" && c !== "\\") {
-              p--;
-            }
-          } else if (!stateOverride && c === "?") {
-            url.query = "";
-            state = S_QUERY;
-          } else if (!stateOverride && c === "#") {
-            url.fragment = "";
-            state = S_FRAGMENT;
-          } else if (c !== undefined) {
-            state = S_PATH;
-            if (c !== "/") {
-              p--;
-            }
-          } else if (stateOverride && url.host === null) {
-            url.path.push("");
-          }
-          break;
-      }
-      if (p >= cps.length) {
-        return url;
-      }
-    }
-  }
-
-  function serializePath(url) {
-    if (typeof url.path === "string") {
-      return url.path;
-    }
-    let out = "";
-    for (const segment of url.path) {
-      out += "/" + segment;
-    }
-    return out;
-  }
-
-  function serializeURL(url, excludeFragment) {
-    let out = url.scheme + ":";
-    if (url.host !== null) {
-      out += "//";
-      if (hasCredentials(url)) {
-        out += url.username + (url.password !== "" ? ":" + url.password : "") + "@";
-      }
-      out += serializeHost(url.host);
-      if (url.port !== null) {
-        out += ":" + url.port;
-      }
-    } else if (typeof url.path !== "string" && url.path.length > 1 && url.path[0] === "") {
-      out += "/.";
-    }
-    out += serializePath(url);
-    if (url.query !== null) {
-      out += "?" + url.query;
-    }
-    if (!excludeFragment && url.fragment !== null) {
-      out += "#" + url.fragment;
-    }
-    return out;
-  }
-
-  function serializeOrigin(url) {
-    if (url.scheme === "blob") {
-      const inner = parseURL(serializePath(url), null);
-      return inner !== FAILURE && (inner.scheme === "http" || inner.scheme === "https") ? serializeOrigin(inner) : "null";
-    }
-    if (url.scheme === "file" || !isSpecialScheme(url.scheme)) {
-      return "null";
-    }
-    return url.scheme + "://" + serializeHost(url.host) + (url.port === null ? "" : ":" + url.port);
-  }
-
-  // ---- application/x-www-form-urlencoded ----
-
-  function parseForm(input) {
-    const list = [];
-    for (const sequence of input.split("&")) {
-      if (sequence === "") {
-        continue;
-      }
-      const at = sequence.indexOf("=");
-      const name = at === -1 ? sequence : sequence.slice(0, at);
-      const value = at === -1 ? "" : sequence.slice(at + 1);
-      list.push([percentDecode(name.replace(PLUSES, " ")), percentDecode(value.replace(PLUSES, " "))]);
-    }
-    return list;
-  }
-  function serializeForm(list) {
-    let out = "";
-    for (let i = 0; i < list.length; i++) {
-      out += (i > 0 ? "&" : "") + encodeString(list[i][0], FORM_SET, true) + "=" + encodeString(list[i][1], FORM_SET, true);
-    }
-    return out;
-  }
-
-  // The links between a URL and its URLSearchParams, set by the classes' static blocks: a
-  // URLSearchParams's list (replaced), the URL it updates, and that update.
+  // The links between a URL and its URLSearchParams, set by the classes' static blocks: a URL's
+  // record (which throws unless `this` is a URL), a URLSearchParams's list (replaced), and the
+  // URL record it updates.
+  let recordOf;
   let setParamsList;
   let attachParams;
-  let updateQuery;
 
   function invalidURL(input) {
     const error = new TypeErrorCtor("Invalid URL: " + input);
@@ -1686,12 +549,9 @@
     return error;
   }
 
-  // The record of `base` (a URL, a string or undefined): null, or FAILURE.
-  function baseRecord(base) {
-    if (base === undefined) {
-      return null;
-    }
-    return parseURL(toUSVString(base), null);
+  function parseURL(url, base) {
+    const input = toUSVString(url);
+    return [input, native.urlParse(input, base === undefined ? undefined : toUSVString(base))];
   }
 
   class URL {
@@ -1699,21 +559,18 @@
     #query;
 
     constructor(url, base) {
-      const input = toUSVString(url);
-      const baseURL = baseRecord(base);
-      const parsed = baseURL === FAILURE ? FAILURE : parseURL(input, baseURL);
-      if (parsed === FAILURE) {
+      const [input, record] = parseURL(url, base);
+      if (record === null) {
         throw invalidURL(input);
       }
-      this.#url = parsed;
+      this.#url = record;
       this.#query = new URLSearchParams();
-      setParamsList(this.#query, parseForm(parsed.query || ""));
-      attachParams(this.#query, this);
+      attachParams(this.#query, record);
+      this.#readQuery();
     }
 
     static canParse(url, base) {
-      const baseURL = baseRecord(base);
-      return baseURL !== FAILURE && parseURL(toUSVString(url), baseURL) !== FAILURE;
+      return parseURL(url, base)[1] !== null;
     }
 
     static parse(url, base) {
@@ -1725,24 +582,26 @@
     }
 
     static {
-      // The search params' update steps.
-      updateQuery = (self, list) => {
-        const serialized = serializeForm(list);
-        self.#url.query = serialized === "" ? null : serialized;
-      };
+      recordOf = (self) => self.#url;
     }
 
-    get href() {
-      return serializeURL(this.#url, false);
+    #readQuery() {
+      setParamsList(this.#query, native.formParse(native.urlPart(this.#url, QUERY)));
     }
+
     set href(value) {
       const input = toUSVString(value);
-      const parsed = parseURL(input, null);
-      if (parsed === FAILURE) {
+      if (!native.urlSet(this.#url, 0, input)) {
         throw invalidURL(input);
       }
-      this.#url = parsed;
-      setParamsList(this.#query, parseForm(parsed.query || ""));
+      this.#readQuery();
+    }
+    set search(value) {
+      // The list is parsed from the value as given (the URL's query has tabs and newlines
+      // removed), as the standard says.
+      const input = toUSVString(value);
+      native.urlSet(this.#url, ATTRIBUTES.indexOf("search"), input);
+      setParamsList(this.#query, input === "" ? [] : native.formParse(input[0] === "?" ? input.slice(1) : input));
     }
     toString() {
       return this.href;
@@ -1750,123 +609,28 @@
     toJSON() {
       return this.href;
     }
-
     get origin() {
-      return serializeOrigin(this.#url);
+      return native.urlPart(this.#url, ORIGIN);
     }
-
-    get protocol() {
-      return this.#url.scheme + ":";
-    }
-    set protocol(value) {
-      this.#set(String(value) + ":", S_SCHEME_START);
-    }
-
-    get username() {
-      return this.#url.username;
-    }
-    set username(value) {
-      if (!cannotHaveCredentialsOrPort(this.#url)) {
-        this.#url.username = encodeString(toUSVString(value), USERINFO_SET, false);
-      }
-    }
-
-    get password() {
-      return this.#url.password;
-    }
-    set password(value) {
-      if (!cannotHaveCredentialsOrPort(this.#url)) {
-        this.#url.password = encodeString(toUSVString(value), USERINFO_SET, false);
-      }
-    }
-
-    get host() {
-      const url = this.#url;
-      if (url.host === null) {
-        return "";
-      }
-      return serializeHost(url.host) + (url.port === null ? "" : ":" + url.port);
-    }
-    set host(value) {
-      if (typeof this.#url.path !== "string") {
-        this.#set(String(value), S_HOST);
-      }
-    }
-
-    get hostname() {
-      return this.#url.host === null ? "" : serializeHost(this.#url.host);
-    }
-    set hostname(value) {
-      if (typeof this.#url.path !== "string") {
-        this.#set(String(value), S_HOSTNAME);
-      }
-    }
-
-    get port() {
-      return this.#url.port === null ? "" : String(this.#url.port);
-    }
-    set port(value) {
-      if (cannotHaveCredentialsOrPort(this.#url)) {
-        return;
-      }
-      const input = String(value);
-      if (input === "") {
-        this.#url.port = null;
-      } else {
-        this.#set(input, S_PORT);
-      }
-    }
-
-    get pathname() {
-      return serializePath(this.#url);
-    }
-    set pathname(value) {
-      if (typeof this.#url.path !== "string") {
-        this.#url.path = [];
-        this.#set(String(value), S_PATH_START);
-      }
-    }
-
-    get search() {
-      const query = this.#url.query;
-      return query === null || query === "" ? "" : "?" + query;
-    }
-    set search(value) {
-      const input = toUSVString(value);
-      if (input === "") {
-        this.#url.query = null;
-        setParamsList(this.#query, []);
-        return;
-      }
-      const query = input[0] === "?" ? input.slice(1) : input;
-      this.#url.query = "";
-      this.#set(query, S_QUERY);
-      setParamsList(this.#query, parseForm(query));
-    }
-
     get searchParams() {
       return this.#query;
     }
-
-    get hash() {
-      const fragment = this.#url.fragment;
-      return fragment === null || fragment === "" ? "" : "#" + fragment;
-    }
-    set hash(value) {
-      const input = toUSVString(value);
-      if (input === "") {
-        this.#url.fragment = null;
-        return;
-      }
-      this.#url.fragment = "";
-      this.#set(input[0] === "#" ? input.slice(1) : input, S_FRAGMENT);
-    }
-
-    // Runs the parser on this URL's record from `state`, as the setters do: what it parsed
-    // before it met something invalid stays set.
-    #set(input, state) {
-      parseURL(toUSVString(input), null, this.#url, state);
-    }
+  }
+  // Every other attribute is the record's, read and set by the natives as the standard says.
+  for (let i = 0; i < ATTRIBUTES.length; i++) {
+    const name = ATTRIBUTES[i];
+    const own = Object.getOwnPropertyDescriptor(URL.prototype, name);
+    defineProperty(URL.prototype, name, {
+      get() {
+        return native.urlPart(recordOf(this), i);
+      },
+      // The href and search setters replace the query, and the search params follow.
+      set: own !== undefined ? own.set : function (value) {
+        native.urlSet(recordOf(this), i, value);
+      },
+      enumerable: false,
+      configurable: true,
+    });
   }
   defineProperty(URL.prototype, Symbol.toStringTag, { value: "URL", configurable: true });
 
@@ -1886,8 +650,8 @@
       setParamsList = (params, list) => {
         params.#list = list;
       };
-      attachParams = (params, url) => {
-        params.#url = url;
+      attachParams = (params, record) => {
+        params.#url = record;
       };
     }
 
@@ -1926,12 +690,12 @@
         return;
       }
       const text = toUSVString(init);
-      this.#list = parseForm(text[0] === "?" ? text.slice(1) : text);
+      this.#list = native.formParse(text[0] === "?" ? text.slice(1) : text);
     }
 
     #update() {
       if (this.#url !== null) {
-        updateQuery(this.#url, this.#list);
+        native.urlSet(this.#url, QUERY, native.formSerialize(this.#list));
       }
     }
 
@@ -2008,7 +772,7 @@
       return this.entries();
     }
     toString() {
-      return serializeForm(this.#list);
+      return native.formSerialize(this.#list);
     }
   }
   defineProperty(URLSearchParams.prototype, Symbol.toStringTag, { value: "URLSearchParams", configurable: true });

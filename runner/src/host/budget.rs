@@ -1,6 +1,11 @@
-//! The run's hard token cap. Admission is checked when an agent starts (and again when it gets a
-//! concurrency slot); an agent admitted before the cap was reached runs to its end and its
-//! tokens count, even past the cap. Every turn's usage is recorded as it arrives.
+//! The run's hard token cap, with one admission rule that does not depend on timing: an agent is
+//! admitted when the graph starts it, against the tokens of the work the graph has already
+//! awaited (*applied* tokens), never against work still running or finished unseen. So agents
+//! started in the same synchronous JS turn are all admitted against the budget as it stood when
+//! that turn began, and completions count for admission once the graph awaits them. An admitted
+//! agent runs to its end and its tokens count, even past the cap; its later turns (a tool loop)
+//! are admitted against what stood at its start plus its own turns. Every turn's usage is also
+//! recorded as it arrives, for the run's `total_tokens`.
 
 use std::sync::Mutex;
 
@@ -15,7 +20,10 @@ pub struct Budget {
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Meter {
+    /// Every turn's tokens, as they arrive.
     used: u64,
+    /// The tokens of work its graph has awaited: what admission counts.
+    applied: u64,
     cost: f64,
 }
 
@@ -38,38 +46,56 @@ impl Budget {
         self.meter().used
     }
 
+    /// Tokens of the work graphs have awaited so far: what admission counts, and what a graph
+    /// sees as used.
+    pub fn applied(&self) -> u64 {
+        self.meter().applied
+    }
+
     /// Cost reported so far by providers.
     pub fn cost(&self) -> f64 {
         self.meter().cost
     }
 
-    /// Tokens left under the cap (`None`: unlimited).
+    /// Tokens left under the cap for admission (`None`: unlimited).
     pub fn remaining(&self) -> Option<u64> {
-        self.cap.map(|cap| cap.saturating_sub(self.used()))
+        self.cap.map(|cap| cap.saturating_sub(self.applied()))
     }
 
-    /// Admits one more agent turn: refused once the cap is reached; otherwise returns its
+    /// Admits one more agent against the applied tokens: refused once they reach the cap;
+    /// otherwise returns its `max_tokens` clipped to what remains. Also answers the applied
+    /// tokens it counted, for the agent's later turns ([`Budget::admit_from`]).
+    pub fn admit(&self, max_tokens: Option<u32>) -> Result<(Option<u32>, u64), Failure> {
+        let standing = self.applied();
+        self.admit_from(standing, max_tokens)
+            .map(|max_tokens| (max_tokens, standing))
+    }
+
+    /// Admits one more turn as if `standing` tokens were used: refused at the cap, otherwise
     /// `max_tokens` clipped to what remains.
-    pub fn admit(&self, max_tokens: Option<u32>) -> Result<Option<u32>, Failure> {
+    pub fn admit_from(
+        &self,
+        standing: u64,
+        max_tokens: Option<u32>,
+    ) -> Result<Option<u32>, Failure> {
         let Some(cap) = self.cap else {
             return Ok(max_tokens);
         };
-        let used = self.used();
-        if used >= cap {
-            return Err(self.exhausted(used, cap));
+        if standing >= cap {
+            return Err(self.exhausted(standing, cap));
         }
-        let remaining = u32::try_from(cap - used).unwrap_or(u32::MAX);
+        let remaining = u32::try_from(cap - standing).unwrap_or(u32::MAX);
         Ok(Some(max_tokens.map_or(remaining, |m| m.min(remaining))))
     }
 
-    /// Whether no further agent turn may start.
-    pub fn is_exhausted(&self) -> bool {
-        self.cap.is_some_and(|cap| self.used() >= cap)
+    /// Whether `standing` tokens reach the cap.
+    pub fn reached(&self, standing: u64) -> bool {
+        self.cap.is_some_and(|cap| standing >= cap)
     }
 
-    /// The refusal given once the cap is reached.
-    pub fn exhausted_failure(&self) -> Failure {
-        self.exhausted(self.used(), self.cap.unwrap_or(0))
+    /// The refusal given once `standing` tokens reached the cap.
+    pub fn exhausted_failure(&self, standing: u64) -> Failure {
+        self.exhausted(standing, self.cap.unwrap_or(0))
     }
 
     fn exhausted(&self, used: u64, cap: u64) -> Failure {
@@ -78,7 +104,16 @@ impl Budget {
         ))
     }
 
-    /// Records the usage and cost of one finished turn.
+    /// Counts `tokens` of work a graph has just awaited for admission (see the module's rule).
+    pub fn apply(&self, tokens: u64) {
+        let mut meter = self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        meter.applied = meter.applied.saturating_add(tokens);
+    }
+
+    /// Records the usage and cost of one finished turn (not yet applied: see [`Budget::apply`]).
     pub fn record(&self, tokens: u64, cost: f64) {
         let mut meter = self
             .state
@@ -103,33 +138,40 @@ mod tests {
     use super::*;
     use graph_js::FailureCode;
 
+    /// Records and applies `tokens`, as a turn the graph then awaited.
+    fn spend(budget: &Budget, tokens: u64, cost: f64) {
+        budget.record(tokens, cost);
+        budget.apply(tokens);
+    }
+
     #[test]
     fn unlimited_admits_everything_unclipped() {
         let budget = Budget::new(None);
-        budget.record(1_000_000, 0.5);
-        assert_eq!(budget.admit(Some(50)), Ok(Some(50)));
-        assert_eq!(budget.admit(None), Ok(None));
+        spend(&budget, 1_000_000, 0.5);
+        assert_eq!(budget.admit(Some(50)), Ok((Some(50), 1_000_000)));
+        assert_eq!(budget.admit(None), Ok((None, 1_000_000)));
         assert_eq!(budget.remaining(), None);
     }
 
     #[test]
     fn max_tokens_is_clipped_to_what_remains() {
         let budget = Budget::new(Some(100));
-        budget.record(70, 0.0);
-        assert_eq!(budget.admit(Some(500)), Ok(Some(30)));
-        assert_eq!(budget.admit(Some(10)), Ok(Some(10)));
-        assert_eq!(budget.admit(None), Ok(Some(30)));
+        spend(&budget, 70, 0.0);
+        assert_eq!(budget.admit(Some(500)), Ok((Some(30), 70)));
+        assert_eq!(budget.admit(Some(10)), Ok((Some(10), 70)));
+        assert_eq!(budget.admit(None), Ok((Some(30), 70)));
+        assert_eq!(budget.admit_from(90, Some(500)), Ok(Some(10)));
     }
 
     #[test]
     fn refused_at_the_cap_and_past_it() {
         let budget = Budget::new(Some(100));
-        budget.record(99, 0.0);
+        spend(&budget, 99, 0.0);
         assert!(
             budget.admit(None).is_ok(),
             "one token below the cap still admits"
         );
-        budget.record(1, 0.0);
+        spend(&budget, 1, 0.0);
         let refused = budget.admit(None).unwrap_err();
         assert_eq!(refused.code, FailureCode::BudgetExhausted);
         assert!(
@@ -138,10 +180,27 @@ mod tests {
             refused.message
         );
         // Agents admitted earlier still count when they finish.
-        budget.record(40, 0.25);
+        spend(&budget, 40, 0.25);
         assert_eq!(budget.used(), 140);
-        assert!(budget.is_exhausted());
+        assert!(budget.reached(budget.applied()));
         assert!((budget.cost() - 0.25).abs() < 1e-12);
+    }
+
+    #[test]
+    fn tokens_count_for_admission_only_once_applied() {
+        let budget = Budget::new(Some(100));
+        // A turn finished but its graph has not awaited it: the next agent is still admitted,
+        // against the same standing as its sibling started in the same JS turn.
+        budget.record(150, 0.0);
+        assert_eq!(budget.used(), 150);
+        assert_eq!(budget.admit(Some(500)), Ok((Some(100), 0)));
+        assert_eq!(budget.remaining(), Some(100));
+        budget.apply(150);
+        assert_eq!(
+            budget.admit(None).unwrap_err().code,
+            FailureCode::BudgetExhausted
+        );
+        assert_eq!(budget.used(), 150, "applying does not count twice");
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub mod tools;
 pub mod wire;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -324,6 +324,8 @@ pub struct Invocation {
     task_handles: HashMap<tokio::task::Id, u32>,
     live: HashSet<u32>,
     finished: HashMap<u32, Outcome>,
+    /// The tokens of each started agent, applied to the budget when the graph awaits it.
+    tallies: HashMap<u32, Arc<AtomicU64>>,
 }
 
 impl Invocation {
@@ -354,6 +356,7 @@ impl Invocation {
             task_handles: HashMap::new(),
             live: HashSet::new(),
             finished: HashMap::new(),
+            tallies: HashMap::new(),
         }
     }
 
@@ -438,21 +441,41 @@ impl Invocation {
             })?;
             specs.push(tool.spec());
         }
-        if let Err(refused) = self.run.budget.admit(request.max_tokens) {
-            self.emit_exhausted();
-            return Err(refused);
-        }
+        // Admitted now, against the work this graph has awaited (see budget.rs's rule).
+        let (max_tokens, standing) = match self.run.budget.admit(request.max_tokens) {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                emit_exhausted(&self.run, self.depth(), self.run.budget.applied());
+                return Err(refused);
+            }
+        };
         let handle = self.admit_new_handle()?;
+        let tally = Arc::new(AtomicU64::new(0));
+        self.tallies.insert(handle, tally.clone());
         let run = self.run.clone();
         let depth = self.depth();
-        // The agent's place among the slots is taken now, in the order the graph starts agents.
+        // The agent's place among the slots is taken now, in the order the graph starts agents;
+        // one that has a slot at once is said to start now, in that order too.
         let ticket = self.run.agent_slots.reserve(&self.child_path(handle));
-        let agent = run_agent_task(run, depth, handle, ticket, request, specs);
+        let announced = matches!(ticket, SlotTicket::Granted(_));
+        if announced {
+            emit_agent_started(&run, depth, handle, &request, max_tokens);
+        }
+        let admission = Admission {
+            max_tokens,
+            standing,
+            tally,
+            announced,
+        };
+        let agent = run_agent_task(run, depth, handle, ticket, request, specs, admission);
         Ok(self.spawn(handle, agent))
     }
 
-    fn emit_exhausted(&self) {
-        emit_exhausted(&self.run, self.depth());
+    /// Applies the tokens of `handle`'s agent to the budget: the graph now has its outcome.
+    fn apply_tokens(&mut self, handle: u32) {
+        if let Some(tally) = self.tallies.remove(&handle) {
+            self.run.budget.apply(tally.swap(0, Ordering::SeqCst));
+        }
     }
 
     /// `start-tool`.
@@ -580,6 +603,7 @@ impl Invocation {
         loop {
             for &handle in handles {
                 if let Some(outcome) = self.finished.remove(&handle) {
+                    self.apply_tokens(handle);
                     return (handle, outcome);
                 }
             }
@@ -626,9 +650,9 @@ impl Invocation {
         }
     }
 
-    /// `tokens-used`.
+    /// `tokens-used`: the tokens of the work graphs have awaited (what admission counts).
     pub fn tokens_used(&self) -> u64 {
-        self.run.budget.used()
+        self.run.budget.applied()
     }
 
     /// `token-cap`.
@@ -655,29 +679,25 @@ impl Invocation {
     }
 }
 
-/// An agent started by `start-agent`, once it has one of the run's agent slots: admitted by the
-/// budget again, run through the agent loop, reported in the trace.
-async fn run_agent_task(
-    run: Arc<RunShared>,
+/// How the budget admitted an agent when the graph started it.
+struct Admission {
+    /// Its first turn's `max_tokens`, clipped to what remained.
+    max_tokens: Option<u32>,
+    /// The applied tokens it was admitted against.
+    standing: u64,
+    /// Its own tokens so far, applied when the graph awaits it.
+    tally: Arc<AtomicU64>,
+    /// Whether the trace already says it started (it had a slot at once).
+    announced: bool,
+}
+
+fn emit_agent_started(
+    run: &RunShared,
     depth: usize,
     handle: u32,
-    ticket: SlotTicket,
-    request: AgentRequest,
-    specs: Vec<agents::ToolSpec>,
-) -> Result<String, Failure> {
-    let activity = time::current();
-    let _permit = tokio::select! {
-        permit = ticket.wait(&activity) => permit,
-        () = run.cancel.cancelled() => return Err(stopped_failure(&run)),
-    };
-    // Checked again: the cap may have been reached while this agent waited for a slot.
-    let max_tokens = match run.budget.admit(request.max_tokens) {
-        Ok(m) => m,
-        Err(refused) => {
-            emit_exhausted(&run, depth);
-            return Err(refused);
-        }
-    };
+    request: &AgentRequest,
+    max_tokens: Option<u32>,
+) {
     run.events.emit(
         depth,
         EventKind::AgentStarted {
@@ -686,10 +706,35 @@ async fn run_agent_task(
             max_tokens,
         },
     );
+}
+
+/// An agent started (and admitted) by `start-agent`, once it has one of the run's agent slots:
+/// run through the agent loop, reported in the trace. It is not checked again when it gets its
+/// slot: when other agents finish must not decide whether it runs.
+async fn run_agent_task(
+    run: Arc<RunShared>,
+    depth: usize,
+    handle: u32,
+    ticket: SlotTicket,
+    request: AgentRequest,
+    specs: Vec<agents::ToolSpec>,
+    admission: Admission,
+) -> Result<String, Failure> {
+    let activity = time::current();
+    let _permit = tokio::select! {
+        permit = ticket.wait(&activity) => permit,
+        () = run.cancel.cancelled() => return Err(stopped_failure(&run)),
+    };
+    let max_tokens = admission.max_tokens;
+    if !admission.announced {
+        emit_agent_started(&run, depth, handle, &request, max_tokens);
+    }
     let context = AgentCtx {
         run: run.clone(),
         depth,
         handle,
+        standing: admission.standing,
+        tally: admission.tally,
     };
     let outcome = agents::run_agent(
         &run.provider,
@@ -749,8 +794,9 @@ fn stopped_failure(run: &RunShared) -> Failure {
         .unwrap_or_else(|| Failure::cancelled("the run was cancelled"))
 }
 
-/// Says in the trace, the first time only, that the budget is exhausted.
-fn emit_exhausted(run: &RunShared, depth: usize) {
+/// Says in the trace, the first time only, that the budget is exhausted: `used` tokens (as
+/// admission counted them) reached the cap.
+fn emit_exhausted(run: &RunShared, depth: usize, used: u64) {
     if run
         .exhausted_reported
         .swap(true, std::sync::atomic::Ordering::SeqCst)
@@ -760,36 +806,49 @@ fn emit_exhausted(run: &RunShared, depth: usize) {
     run.events.emit(
         depth,
         EventKind::BudgetExhausted {
-            used: run.budget.used(),
+            used,
             cap: run.budget.cap().unwrap_or(0),
         },
     );
 }
 
-/// The agent loop's view of the run.
+/// The agent loop's view of the run. Its later turns are admitted against the tokens that stood
+/// when it was admitted plus its own, never against other work's timing.
 struct AgentCtx {
     run: Arc<RunShared>,
     depth: usize,
     handle: u32,
+    standing: u64,
+    tally: Arc<AtomicU64>,
+}
+
+impl AgentCtx {
+    fn standing(&self) -> u64 {
+        self.standing
+            .saturating_add(self.tally.load(Ordering::SeqCst))
+    }
 }
 
 impl AgentContext for AgentCtx {
     fn admit(&self, max_tokens: Option<u32>) -> Result<Option<u32>, Failure> {
-        let admitted = self.run.budget.admit(max_tokens);
+        let standing = self.standing();
+        let admitted = self.run.budget.admit_from(standing, max_tokens);
         if admitted.is_err() {
-            emit_exhausted(&self.run, self.depth);
+            emit_exhausted(&self.run, self.depth, standing);
         }
         admitted
     }
 
     fn record(&self, usage: Usage, cost: f64) {
         self.run.budget.record(usage.total(), cost);
+        self.tally.fetch_add(usage.total(), Ordering::SeqCst);
     }
 
     fn exhausted(&self) -> Option<Failure> {
-        if self.run.budget.is_exhausted() {
-            emit_exhausted(&self.run, self.depth);
-            Some(self.run.budget.exhausted_failure())
+        let standing = self.standing();
+        if self.run.budget.reached(standing) {
+            emit_exhausted(&self.run, self.depth, standing);
+            Some(self.run.budget.exhausted_failure(standing))
         } else {
             None
         }
