@@ -1,3 +1,4 @@
+/** @type {GraphMeta} */
 export const meta = {
   name: "Backoff",
   slug: "backoff",
@@ -8,6 +9,7 @@ export const meta = {
 // Time and randomness come from the run: under `--seed` and `--clock fixed:...` (as in
 // backoff.test.json) every run gives the same waits, timestamps and id, and the waits take no
 // real time.
+/** @param {GraphArgs} args @param {G} g */
 export default async function (args, g) {
   const attempts = args.attempts ?? 5;
   const baseMs = args.base_ms ?? 1000;

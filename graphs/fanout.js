@@ -1,3 +1,4 @@
+/** @type {GraphMeta} */
 export const meta = {
   name: "Research fan-out",
   slug: "fanout",
@@ -7,6 +8,7 @@ export const meta = {
 
 const MAX_QUESTIONS = 16;
 
+/** @param {GraphArgs} args @param {G} g */
 export default async function (args, g) {
   const questions = args.questions;
   if (!Array.isArray(questions) || questions.length === 0 || questions.length > MAX_QUESTIONS) {

@@ -1,3 +1,4 @@
+/** @type {GraphMeta} */
 export const meta = {
   name: "Publish release notes",
   slug: "publish-notes",
@@ -6,6 +7,7 @@ export const meta = {
     "Drafts release notes, checks that the draft starts with a heading, retries up to three times, and writes the accepted draft to the folder.",
 };
 
+/** @param {GraphArgs} args @param {G} g */
 export default async function (args, g) {
   if (typeof args.changes !== "string") {
     throw new Error("args.changes must describe the changes");

@@ -1,3 +1,4 @@
+/** @type {GraphMeta} */
 export const meta = {
   name: "Weekly report",
   slug: "weekly-report",
@@ -5,6 +6,7 @@ export const meta = {
   description: "Runs the research fan-out graph on the week's questions, titles the brief, and files it under reports/.",
 };
 
+/** @param {GraphArgs} args @param {G} g */
 export default async function (args, g) {
   if (typeof args.week !== "string" || !/^[0-9]{4}-W[0-9]{2}$/.test(args.week)) {
     throw new Error("args.week must look like 2026-W48");

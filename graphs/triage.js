@@ -1,3 +1,4 @@
+/** @type {GraphMeta} */
 export const meta = {
   name: "Ticket triage",
   slug: "triage",
@@ -6,6 +7,7 @@ export const meta = {
     "Classifies a support ticket. Urgent tickets get a drafted reply and an escalation note written to notes/; routine ones a short answer.",
 };
 
+/** @param {GraphArgs} args @param {G} g */
 export default async function (args, g) {
   if (typeof args.ticket !== "string" || args.ticket.length === 0) {
     throw new Error("args.ticket must be a non-empty string");

@@ -1,3 +1,4 @@
+/** @type {GraphMeta} */
 export const meta = {
   name: "Research in waves",
   slug: "waves",
@@ -6,6 +7,7 @@ export const meta = {
     "Runs waves of parallel agents on a topic until the token cap refuses the next wave, and returns what the finished waves found.",
 };
 
+/** @param {GraphArgs} args @param {G} g */
 export default async function (args, g) {
   const waves = args.waves ?? 5;
   const width = args.width ?? 2;

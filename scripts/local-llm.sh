@@ -34,6 +34,8 @@ CONTEXT_TOKENS=4096
 # GRAPHRELAY_LLM_THREADS overrides it on an idle machine with cores to spare.
 THREADS="${GRAPHRELAY_LLM_THREADS:-1}"
 BUILD_JOBS="${GRAPHRELAY_LLM_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+# How often the build says how far it is.
+PROGRESS_SECS="${GRAPHRELAY_LLM_PROGRESS_SECS:-20}"
 
 CACHE_ROOT="${GRAPHRELAY_LLM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/graphrelay}"
 # The build's flavour is part of its cache path, so a binary built with other flags is never
@@ -65,6 +67,20 @@ verify_sha256() { # file expected
         rm -f "$1"
         die "$1 has sha256 $actual, expected $2 (the file was removed; run again)"
     fi
+}
+
+# Says how far a ninja build is, from the last `[N/M]` line of its log, every PROGRESS_SECS
+# seconds while the process `pid` runs (plain lines: the log may not be a terminal).
+report_progress() { # log pid started
+    local log="$1" pid="$2" started="$3" step last=""
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep "$PROGRESS_SECS"
+        step="$(grep -o '^\[[0-9]*/[0-9]*\]' "$log" 2>/dev/null | tail -1 | tr -d '[]')" || true
+        if [[ -n "$step" && "$step" != "$last" ]]; then
+            say "compiling: step ${step%/*} of ${step#*/} ($((${step%/*} * 100 / ${step#*/})) %), $((SECONDS - started)) s so far"
+            last="$step"
+        fi
+    done
 }
 
 cmd_build() {
@@ -115,8 +131,17 @@ cmd_build() {
         -DLLAMA_BUILD_UI=OFF -DCMAKE_C_FLAGS="$cpu_flags" -DCMAKE_CXX_FLAGS="$cpu_flags" \
         >"$LLAMA_DIR/cmake-configure.log" 2>&1 ||
         { tail -30 "$LLAMA_DIR/cmake-configure.log" >&2; die "cmake configure failed"; }
+    say "configured; compiling (a line of progress every ${PROGRESS_SECS} s)"
     PATH="$venv/bin:$PATH" cmake --build "$LLAMA_DIR/build" --target llama-server \
-        -j "$BUILD_JOBS" >"$LLAMA_DIR/cmake-build.log" 2>&1 ||
+        -j "$BUILD_JOBS" >"$LLAMA_DIR/cmake-build.log" 2>&1 &
+    local build=$!
+    report_progress "$LLAMA_DIR/cmake-build.log" "$build" "$started" &
+    local reporter=$!
+    local status=0
+    wait "$build" || status=$?
+    kill "$reporter" 2>/dev/null || true
+    wait "$reporter" 2>/dev/null || true
+    [[ $status -eq 0 ]] ||
         { tail -30 "$LLAMA_DIR/cmake-build.log" >&2; die "the build failed"; }
     mkdir -p "$LLAMA_DIR/bin" "$LLAMA_DIR/templates"
     cp "$tree/models/templates/$TEMPLATE_NAME" "$TEMPLATE"

@@ -171,13 +171,22 @@ fn say_shared(base: &str, graphs: &Path, shared: &[Shared]) {
 fn prepare_engine(
     kind: runner::engine::EngineKind,
 ) -> Result<Arc<dyn runner::engine::Engine>, DemoError> {
-    say(match kind {
+    match kind {
         runner::engine::EngineKind::Wasm => {
-            "preparing the sandbox (about 10 s the first time on this machine, cached afterwards)"
+            // Every few seconds a line says how long it has taken so far.
+            let notice = runner::progress::Notice::new(
+                "demo: ",
+                "preparing the sandbox",
+                "about 10 s the first time on this machine, cached afterwards",
+                std::time::Duration::ZERO,
+            );
+            runner::progress::with_progress(&notice, || kind.build()).map_err(setup)
         }
-        runner::engine::EngineKind::Boa => "preparing the in-process engine",
-    });
-    kind.build().map_err(setup)
+        runner::engine::EngineKind::Boa => {
+            say("preparing the in-process engine");
+            kind.build().map_err(setup)
+        }
+    }
 }
 
 impl Demo {

@@ -46,14 +46,18 @@ fn stdout_failed(error: &std::io::Error) -> ! {
 
 #[derive(Debug, Args)]
 pub struct DesktopArgs {
-    /// The desktop's state file (sessions, sharing, outbox, history).
+    /// The desktop's state file (sessions, sharing, outbox, history). Default: desktop.db in
+    /// the per-user data directory (Linux: $XDG_DATA_HOME/graphrelay, else
+    /// ~/.local/share/graphrelay; macOS: ~/Library/Application Support/graphrelay); the
+    /// environment variable RELAY_DESKTOP_DB is read too.
     #[arg(
         long,
+        visible_alias = "db",
+        value_name = "FILE",
         env = "RELAY_DESKTOP_STATE",
-        default_value = "desktop.db",
         global = true
     )]
-    state: PathBuf,
+    state: Option<PathBuf>,
     #[command(subcommand)]
     command: DesktopCommand,
 }
@@ -262,11 +266,60 @@ fn hint(text: &str) {
 }
 
 pub async fn run(args: DesktopArgs) -> Result<()> {
+    let db_alias = std::env::var_os("RELAY_DESKTOP_DB").map(PathBuf::from);
+    let state = state_path(args.state, db_alias, default_data_dir())?;
     match args.command {
         // A check or a restore must not open (or create) the state file.
-        DesktopCommand::Db(command) => db(&args.state, &command),
-        command => on_state(&args.state, command).await,
+        DesktopCommand::Db(command) => db(&state, &command),
+        command => {
+            if let Some(folder) = state.parent().filter(|p| !p.as_os_str().is_empty()) {
+                // Only the owner reads the desktop's state (its tokens, results, history).
+                create_private_dir(folder).with_context(|| {
+                    format!(
+                        "cannot create the folder of the desktop state {}",
+                        state.display()
+                    )
+                })?;
+            }
+            on_state(&state, command).await
+        }
     }
+}
+
+/// The state file: `--state`/`--db` (or RELAY_DESKTOP_STATE), else RELAY_DESKTOP_DB, else
+/// desktop.db in the per-user data directory `data_dir`.
+fn state_path(
+    flag: Option<PathBuf>,
+    db_alias: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+) -> Result<PathBuf> {
+    let given = |p: &PathBuf| !p.as_os_str().is_empty();
+    if let Some(path) = flag.filter(given).or(db_alias.filter(given)) {
+        return Ok(path);
+    }
+    match data_dir {
+        Some(dir) => Ok(dir.join("desktop.db")),
+        None => bail!(
+            "there is no per-user data directory here (no home directory) for the desktop state: give a file with --state FILE or RELAY_DESKTOP_STATE"
+        ),
+    }
+}
+
+/// The per-user data directory of graphrelay, if the platform has one.
+fn default_data_dir() -> Option<PathBuf> {
+    directories::ProjectDirs::from("", "", "graphrelay").map(|dirs| dirs.data_dir().to_path_buf())
+}
+
+/// Creates `dir` and its parents; a folder made here is readable by its owner only.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
 }
 
 async fn on_state(path: &Path, command: DesktopCommand) -> Result<()> {
@@ -443,13 +496,11 @@ fn policy(state: &DesktopState, command: PolicyCommand) -> Result<()> {
         PolicyCommand::Set { tool, policy } => {
             // A policy for a tool the relay does not have would change nothing: a typo would
             // leave the real tool at its default (deny) while the owner believes otherwise.
-            let known = known_tools();
-            if !known.contains(&tool) {
-                bail!(
-                    "the relay has no tool called `{tool}`; its tools are {}",
-                    known.join(", ")
-                );
-            }
+            // The runner's check, so `--allow` and a policy name a typo's nearest tool alike.
+            runner::host::tools::ToolRegistry::standard(None)
+                .map_err(|e| anyhow::anyhow!("{}", e.message))?
+                .check_known([tool.as_str()])
+                .map_err(|reason| anyhow::anyhow!("the relay has no such tool: {reason}"))?;
             state.set_policy(&tool, policy)?;
             out!("{tool} {}", policy.as_str());
         }
@@ -676,6 +727,7 @@ async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
         provider,
         events: Arc::new(runner::trace::TracePrinter::stderr()),
     };
+    let state_file = state.path().map(Path::to_path_buf).unwrap_or_default();
     let relay = Relay::new(state, api, Arc::new(SystemClock), runtime, config);
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
@@ -686,7 +738,7 @@ async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
         );
         on_signal.cancel();
     });
-    tracing::info!(service = %args.service, "desktop relay running; Ctrl-C (or SIGTERM, SIGHUP) stops it");
+    tracing::info!(service = %args.service, state = %state_file.display(), "desktop relay running; Ctrl-C (or SIGTERM, SIGHUP) stops it");
     relay.run(shutdown).await?;
     Ok(())
 }

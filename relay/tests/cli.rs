@@ -531,8 +531,9 @@ fn serve_takes_a_task_lease_of_at_most_a_day() {
     }
 }
 
-/// `relay desktop policy set` takes only the relay's own tools: a typo would leave the real
-/// tool at its default (deny) while the owner believes it set something.
+/// `relay desktop policy set` takes only the relay's own tools, naming a typo's nearest one as
+/// `runner run --allow` does: a typo would leave the real tool at its default (deny) while the
+/// owner believes it set something.
 #[test]
 fn desktop_policy_refuses_a_tool_the_relay_does_not_have() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -540,9 +541,13 @@ fn desktop_policy_refuses_a_tool_the_relay_does_not_have() {
     let desktop = |args: &[&str]| desktop(&state, args);
     let typo = failure(&desktop(&["policy", "set", "fs.wrte", "allow"]));
     assert!(
-        typo.contains("no tool called `fs.wrte`") && typo.contains("fs.list, fs.read, fs.write"),
+        typo.contains("there is no tool called fs.wrte; did you mean fs.write?")
+            && typo.contains("The known tools are fs.list, fs.read, fs.write"),
         "{typo}"
     );
+    // Nothing was set.
+    let listed = desktop(&["policy", "list"]);
+    assert!(listed.stdout.is_empty(), "{listed:?}");
     assert_eq!(
         plain(&desktop(&["policy", "set", "fs.write", "ask"])),
         "fs.write ask"
@@ -793,4 +798,118 @@ fn desktop_tokens_reach_a_project_or_an_owners_projects() {
     let help = relay(&db, &["token", "create", "--help"]);
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(help.contains("--desktop --owner NAME"), "{help}");
+}
+
+/// `relay desktop ARGS…` with HOME set to `home` and the state named only by `vars`.
+fn desktop_at_home(home: &Path, vars: &[(&str, &Path)], args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_relay"));
+    command
+        .arg("desktop")
+        .args(args)
+        .env("HOME", home)
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("RELAY_DESKTOP_STATE")
+        .env_remove("RELAY_DESKTOP_DB")
+        .env("RUST_BACKTRACE", "0");
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    command.output().expect("run relay")
+}
+
+/// Without `--state`, the desktop keeps its state in the per-user data directory (made for the
+/// owner only), and says where when it runs; `--db`, `RELAY_DESKTOP_STATE` and
+/// `RELAY_DESKTOP_DB` name another file. No test here touches the real home.
+#[cfg(target_os = "linux")]
+#[test]
+fn desktop_state_defaults_to_the_per_user_data_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().expect("temp dir");
+    let set = desktop_at_home(home.path(), &[], &["policy", "set", "fs.read", "allow"]);
+    assert!(set.status.success(), "{set:?}");
+    let data = home.path().join(".local/share/graphrelay");
+    assert!(data.join("desktop.db").is_file(), "{set:?}");
+    let mode = std::fs::metadata(&data)
+        .expect("folder")
+        .permissions()
+        .mode();
+    assert_eq!(
+        mode & 0o777,
+        0o700,
+        "only the owner reads the desktop's state"
+    );
+    let listed = desktop_at_home(home.path(), &[], &["policy", "list"]);
+    assert_eq!(String::from_utf8_lossy(&listed.stdout), "fs.read allow\n");
+    // XDG_DATA_HOME moves it, as the XDG base directory spec says.
+    let xdg = home.path().join("xdg");
+    let moved = desktop_at_home(
+        home.path(),
+        &[("XDG_DATA_HOME", &xdg)],
+        &["policy", "set", "fs.list", "allow"],
+    );
+    assert!(moved.status.success(), "{moved:?}");
+    assert!(xdg.join("graphrelay/desktop.db").is_file());
+    // Each override names a file of its own.
+    let by_env = home.path().join("env.db");
+    let by_alias = home.path().join("alias.db");
+    let by_flag = home.path().join("flag.db");
+    for (vars, args, file) in [
+        (
+            vec![("RELAY_DESKTOP_STATE", by_env.as_path())],
+            vec![],
+            &by_env,
+        ),
+        (
+            vec![("RELAY_DESKTOP_DB", by_alias.as_path())],
+            vec![],
+            &by_alias,
+        ),
+        (
+            vec![("RELAY_DESKTOP_DB", by_alias.as_path())],
+            vec!["--db", by_flag.to_str().expect("utf-8")],
+            &by_flag,
+        ),
+    ] {
+        let mut all = args.clone();
+        all.extend(["policy", "set", "fs.write", "deny"]);
+        let out = desktop_at_home(home.path(), &vars, &all);
+        assert!(out.status.success(), "{out:?}");
+        let listed = desktop_at_home(
+            home.path(),
+            &[],
+            &["--state", file.to_str().expect("utf-8"), "policy", "list"],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&listed.stdout),
+            "fs.write deny\n",
+            "{file:?}"
+        );
+    }
+    // The default file is untouched by the overrides.
+    let listed = desktop_at_home(home.path(), &[], &["policy", "list"]);
+    assert_eq!(String::from_utf8_lossy(&listed.stdout), "fs.read allow\n");
+    // `run` names the state file in its first log line.
+    let mut relay = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["desktop", "run", "--service", "http://127.0.0.1:9"])
+        .args(["--token", "grd_0123456789abcdef0123456789abcdef"])
+        .env("HOME", home.path())
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("RELAY_DESKTOP_STATE")
+        .env_remove("RELAY_DESKTOP_DB")
+        .env_remove("RELAY_DESKTOP_TOKEN")
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run relay");
+    let stderr = relay.stderr.take().expect("stderr");
+    let running = BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .find(|line| line.contains("desktop relay running"));
+    let _ = relay.kill();
+    let _ = relay.wait();
+    let line = running.expect("the relay says it runs");
+    let state = data.join("desktop.db");
+    assert!(line.contains(&state.display().to_string()), "{line}");
 }

@@ -13,6 +13,18 @@ use crate::host::agents::AgentProvider;
 use crate::host::provider_config::{ProviderConfigError, ProviderKind};
 use crate::host::providers::ProviderOptions;
 
+/// The log filter of the runner's binaries, in `tracing`'s `EnvFilter` syntax: `RUST_LOG`, as
+/// everywhere else; `RUNNER_LOG` (its old name) when `RUST_LOG` is unset or empty; else `warn`.
+pub fn log_filter(rust_log: Option<&str>, runner_log: Option<&str>) -> String {
+    [rust_log, runner_log]
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .find(|filter| !filter.is_empty())
+        .unwrap_or("warn")
+        .to_owned()
+}
+
 /// The agent-provider flags shared by `runner run`, `runner test` and `relay desktop run`.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ProviderArgs {
@@ -123,5 +135,13 @@ mod tests {
             let name = kind.to_possible_value().map(|v| v.get_name().to_owned());
             assert_eq!(name.as_deref(), Some(kind.as_str()));
         }
+    }
+
+    #[test]
+    fn rust_log_wins_and_runner_log_is_its_alias() {
+        assert_eq!(log_filter(Some("debug"), Some("trace")), "debug");
+        assert_eq!(log_filter(None, Some("trace")), "trace");
+        assert_eq!(log_filter(Some(" "), Some("trace")), "trace");
+        assert_eq!(log_filter(None, None), "warn");
     }
 }

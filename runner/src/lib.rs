@@ -4,7 +4,8 @@
 //! - [`run::run_graph`] is the one entry point (the CLI and the desktop relay both use it).
 //! - [`host`] holds the capabilities, one module each; [`engine`] wires them to an interpreter.
 //! - [`testing`] runs `*.test.json` cases; [`trace`] prints events for people; [`input`] reads
-//!   the files a person names, with a size bound.
+//!   the files a person names, with a size bound; [`scaffold`] writes `runner init`'s graph;
+//!   [`report`] writes `runner test --json` and `--junit`; [`progress`] says how far slow work is.
 //! - `cli` (feature `cli`, on by default) holds the clap side: the provider flags and the clap
 //!   value names of the engine and provider kinds; without it the library pulls in no clap.
 
@@ -16,7 +17,10 @@ pub mod host;
 pub mod input;
 pub mod location;
 pub mod output;
+pub mod progress;
+pub mod report;
 pub mod run;
+pub mod scaffold;
 pub mod testing;
 pub mod trace;
 

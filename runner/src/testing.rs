@@ -286,6 +286,38 @@ pub struct CaseReport {
     pub seed: Option<u64>,
     /// The case's own `clock`, if it has a valid one.
     pub clock: Option<ClockSetting>,
+    /// How long the case took (reading, running and checking it).
+    pub duration: Duration,
+    /// The last lines of its run's trace (at most [`TRACE_TAIL_LINES`]), as `--verbose` prints
+    /// them: what `runner test --junit` shows under a failure.
+    pub trace: Vec<String>,
+}
+
+/// Most trace lines a [`CaseReport`] keeps: the end of the run, where a failure shows.
+pub const TRACE_TAIL_LINES: usize = 40;
+
+/// Keeps the last [`TRACE_TAIL_LINES`] lines of a run's trace.
+#[derive(Default)]
+struct TraceTail(std::sync::Mutex<std::collections::VecDeque<String>>);
+
+impl EventSink for TraceTail {
+    fn emit(&self, event: &crate::host::events::Event) {
+        let Some(line) = crate::trace::line(event) else {
+            return;
+        };
+        let mut lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if lines.len() == TRACE_TAIL_LINES {
+            lines.pop_front();
+        }
+        lines.push_back(line);
+    }
+}
+
+impl TraceTail {
+    fn lines(&self) -> Vec<String> {
+        let lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        lines.iter().cloned().collect()
+    }
 }
 
 impl CaseReport {
@@ -453,6 +485,8 @@ async fn run_file(file: &Path, suite: &Suite<'_>) -> Vec<CaseReport> {
             outcome: None,
             seed: None,
             clock: None,
+            duration: Duration::ZERO,
+            trace: Vec::new(),
         }]
     };
     let text = match read_text_at_most(file, MAX_DATA_FILE_BYTES) {
@@ -475,7 +509,10 @@ async fn run_file(file: &Path, suite: &Suite<'_>) -> Vec<CaseReport> {
             .clone()
             .or_else(|| default_graph.clone())
             .unwrap_or_else(|| format!("{stem}.js"));
-        let (problems, outcome) = match run_case(&case, &base.join(&graph), base, suite).await {
+        let stopwatch = crate::clock::Stopwatch::start();
+        let tail = Arc::new(TraceTail::default());
+        let graph = base.join(&graph);
+        let (problems, outcome) = match run_case(&case, &graph, base, suite, tail.clone()).await {
             Ok((outcome, folder)) => (
                 check(&case.expect, &outcome, &folder.confined),
                 Some(outcome),
@@ -492,6 +529,8 @@ async fn run_file(file: &Path, suite: &Suite<'_>) -> Vec<CaseReport> {
                 .clock
                 .as_deref()
                 .and_then(|c| ClockSetting::parse(c).ok()),
+            duration: stopwatch.elapsed(),
+            trace: tail.lines(),
         });
     }
     reports
@@ -509,6 +548,7 @@ async fn run_case(
     graph: &Path,
     base: &Path,
     suite: &Suite<'_>,
+    tail: Arc<TraceTail>,
 ) -> Result<(RunOutcome, CaseFolder), CaseError> {
     let script = read_script(graph).map_err(|reason| CaseError::Graph {
         path: graph.display().to_string(),
@@ -551,7 +591,10 @@ async fn run_case(
     if let Some(secs) = case.timeout_secs {
         options.timeout = Duration::from_secs(secs);
     }
-    options.events = suite.events.clone();
+    options.events = Arc::new(crate::host::events::FanOut(vec![
+        suite.events.clone(),
+        tail,
+    ]));
     // The graph's path, as its errors name it.
     let graph_name = graph.display().to_string();
     let outcome = run_graph(

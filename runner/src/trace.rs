@@ -173,18 +173,25 @@ fn describe_agent(kind: &EventKind) -> Option<String> {
     })
 }
 
+/// One event as the trace prints it (time stamp, indent by depth, control characters escaped),
+/// or `None` for events not worth a line.
+pub fn line(event: &Event) -> Option<String> {
+    let text = describe(&event.kind)?;
+    let indent = "  ".repeat(event.depth);
+    let seconds = event.elapsed_ms as f64 / 1000.0;
+    Some(format!("[{seconds:8.3}s] {indent}{}", for_terminal(&text)))
+}
+
 impl EventSink for TracePrinter {
     fn emit(&self, event: &Event) {
-        let Some(line) = describe(&event.kind) else {
+        let Some(line) = line(event) else {
             return;
         };
-        let indent = "  ".repeat(event.depth);
-        let seconds = event.elapsed_ms as f64 / 1000.0;
         let mut out = self
             .out
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let _ = writeln!(out, "[{seconds:8.3}s] {indent}{}", for_terminal(&line));
+        let _ = writeln!(out, "{line}");
     }
 }
 

@@ -219,6 +219,7 @@ async fn each_mistake_says_where_in_both_engines() {
                 meta: graph_js::describe(INNER, &graph_js::Limits::default()).expect("meta"),
                 script: INNER.into(),
                 file: Some("graphs/inner.js".into()),
+                engine: None,
             });
             options.catalog = std::sync::Arc::new(catalog);
             let script = format!("{HEAD}{}", mistake.script);
@@ -369,67 +370,192 @@ fn the_readme_documents_every_field_of_the_formats_an_author_writes() {
     assert!(!help.to_lowercase().contains("hard token cap"), "{help}");
 }
 
-/// `runner check` refuses a graph without a default export (which `runner run` refuses with the
-/// same sentence) and a folder where two graphs share a slug, naming both files; `runner test`
-/// refuses that folder too.
-#[test]
-fn runner_check_refuses_a_missing_default_export_and_a_duplicate_slug() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let no_default = dir.path().join("lonely.js");
-    std::fs::write(
-        &no_default,
-        "export const meta = {name: 'Lonely', slug: 'lonely', version: '1'};\nexport async function main() { return 1; }\n",
-    )
-    .expect("graph");
-    const SENTENCE: &str = "the graph has no default export function";
+/// `runner check`'s verdict and words on a graph, and `runner run`'s, on `engine`: the exit
+/// codes and the text each printed (check on stderr, run's outcome on stdout and its refusals
+/// on stderr).
+fn check_and_run(graph: &Path, engine: &str) -> ((Option<i32>, String), (Option<i32>, String)) {
     let checked = runner()
-        .args(["check", "--engine", "boa"])
-        .arg(&no_default)
+        .args(["check", "--engine", engine])
+        .arg(graph)
         .output()
         .expect("runs");
-    let stderr = String::from_utf8_lossy(&checked.stderr);
-    assert_eq!(checked.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains(SENTENCE), "{stderr}");
     let ran = runner()
-        .args(["run", "--engine", "boa"])
-        .arg(&no_default)
+        .args(["run", "--engine", engine])
+        .arg(graph)
         .output()
         .expect("runs");
-    assert_eq!(ran.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&ran.stdout).contains(SENTENCE),
-        "{}",
-        String::from_utf8_lossy(&ran.stdout)
-    );
-
-    let folder = tempfile::tempdir().expect("tempdir");
-    let graph = "export const meta = {name: 'Twin', slug: 'twin', version: '1'};\nexport default async function () { return 1; }\n";
-    std::fs::write(folder.path().join("a.js"), graph).expect("a");
-    std::fs::write(folder.path().join("b.js"), graph).expect("b");
-    let checked = runner()
-        .args(["check", "--engine", "boa"])
-        .arg(folder.path().join("a.js"))
-        .output()
-        .expect("runs");
-    let stderr = String::from_utf8_lossy(&checked.stderr);
-    assert_eq!(checked.status.code(), Some(1), "{stderr}");
-    let both = format!(
-        "{} and {} both have the slug twin",
-        folder.path().join("a.js").display(),
-        folder.path().join("b.js").display()
-    );
-    assert!(stderr.contains(&both), "{stderr}");
-    std::fs::write(
-        folder.path().join("a.test.json"),
-        r#"{"expect": {"status": "completed"}}"#,
+    let text = |out: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    (
+        (checked.status.code(), text(&checked)),
+        (ran.status.code(), text(&ran)),
     )
-    .expect("test");
-    let tested = runner()
-        .args(["test", "--engine", "boa"])
-        .arg(folder.path())
+}
+
+/// One graph loader: `runner run` refuses every graph `runner check` refuses (no meta, an
+/// invalid meta, no default export, a folder with two graphs of one slug), with the same
+/// sentence, in both engines; `runner test` refuses the duplicate too.
+#[test]
+fn runner_run_refuses_what_runner_check_refuses_with_the_same_words() {
+    let meta = "export const meta = {name: 'Lonely', slug: 'lonely', version: '1'};\n";
+    let cases = [
+        (
+            "no default export",
+            format!("{meta}export async function main() {{ return 1; }}\n"),
+            "the graph has no default export function: write `export default async function (args, g) { ... }`",
+        ),
+        (
+            "no meta",
+            "export default async function () { return 1; }\n".to_owned(),
+            "the graph has no meta export: add `export const meta = { name, slug, version, description }`",
+        ),
+        (
+            "an invalid slug",
+            "export const meta = {name: 'Bad', slug: 'Bad Slug', version: '1'};\nexport default async function () { return 1; }\n".to_owned(),
+            "invalid meta: meta.slug `Bad Slug` must start with a lowercase letter",
+        ),
+    ];
+    for engine in ["boa", "wasm"] {
+        for (what, source, sentence) in &cases {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let graph = dir.path().join("lonely.js");
+            std::fs::write(&graph, source).expect("graph");
+            let ((check_code, checked), (run_code, ran)) = check_and_run(&graph, engine);
+            assert_eq!(check_code, Some(1), "{engine}, {what}: {checked}");
+            assert!(checked.contains(sentence), "{engine}, {what}: {checked}");
+            assert_eq!(run_code, Some(1), "{engine}, {what}: {ran}");
+            assert!(ran.contains(sentence), "{engine}, {what}: {ran}");
+            assert!(
+                ran.contains(r#""status":"failed""#),
+                "{engine}, {what}: {ran}"
+            );
+        }
+
+        let folder = tempfile::tempdir().expect("tempdir");
+        let graph = "export const meta = {name: 'Twin', slug: 'twin', version: '1'};\nexport default async function () { return 1; }\n";
+        std::fs::write(folder.path().join("a.js"), graph).expect("a");
+        std::fs::write(folder.path().join("b.js"), graph).expect("b");
+        let both = format!(
+            "{} and {} both have the slug twin; give one of them another `meta.slug`",
+            folder.path().join("a.js").display(),
+            folder.path().join("b.js").display()
+        );
+        let ((check_code, checked), (run_code, ran)) =
+            check_and_run(&folder.path().join("a.js"), engine);
+        assert_eq!(check_code, Some(1), "{engine}: {checked}");
+        assert!(checked.contains(&both), "{engine}: {checked}");
+        assert_eq!(run_code, Some(1), "{engine}: {ran}");
+        assert!(ran.contains(&both), "{engine}: {ran}");
+        assert!(!ran.contains("status"), "refused before the run: {ran}");
+        std::fs::write(
+            folder.path().join("a.test.json"),
+            r#"{"expect": {"status": "completed"}}"#,
+        )
+        .expect("test");
+        let tested = runner()
+            .args(["test", "--engine", engine])
+            .arg(folder.path())
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&tested.stderr);
+        assert_eq!(tested.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(&both), "{stderr}");
+    }
+}
+
+/// `runner run GRAPH ARGS...`'s exit code and printed outcome.
+fn run_outcome(graph: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    let out = runner()
+        .args(["run", "--args", r#"{"n": 21}"#])
+        .arg(graph)
+        .args(extra)
         .output()
         .expect("runs");
-    let stderr = String::from_utf8_lossy(&tested.stderr);
-    assert_eq!(tested.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains(&both), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let outcome = serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null);
+    (out.status.code(), outcome, format!("{stdout}{stderr}"))
+}
+
+/// A graph built with `runner build` runs its nested graph from a `--graphs` folder that holds
+/// only built components, with the same outcome as from the sources. A source and its build
+/// side by side are one graph; a second build of the same slug is a duplicate.
+#[test]
+fn a_built_graph_runs_a_nested_graph_from_a_folder_of_built_ones() {
+    const OUTER: &str = "export const meta = {name: 'Outer', slug: 'outer', version: '1'};\nexport default async function (args, g) {\n  const inner = await g.graph('inner', {n: args.n});\n  return {outer: true, inner};\n}\n";
+    const INNER: &str = "export const meta = {name: 'Inner', slug: 'inner', version: '2'};\nexport default async function (args) { return {twice: args.n * 2}; }\n";
+    let sources = tempfile::tempdir().expect("tempdir");
+    let built = tempfile::tempdir().expect("tempdir");
+    for (name, source) in [("outer", OUTER), ("inner", INNER)] {
+        let script = sources.path().join(format!("{name}.js"));
+        std::fs::write(&script, source).expect("source");
+        let out = runner()
+            .arg("build")
+            .arg(&script)
+            .arg("-o")
+            .arg(built.path().join(format!("{name}.wasm")))
+            .output()
+            .expect("runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let expected = json!({"outer": true, "inner": {"twice": 42}});
+    let (code, from_sources, text) = run_outcome(&sources.path().join("outer.js"), &[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(from_sources["result"], expected, "{text}");
+    // The built graph's folder holds only components: its own and the nested one.
+    let (code, from_built, text) = run_outcome(&built.path().join("outer.wasm"), &[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(from_built, from_sources, "{text}");
+    // A source graph finds built ones too, through --graphs.
+    let graphs = built.path().display().to_string();
+    let (code, mixed, text) = run_outcome(&sources.path().join("outer.js"), &["--graphs", &graphs]);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(mixed, from_sources, "{text}");
+    // `runner check` reads the folder of components.
+    let checked = runner()
+        .arg("check")
+        .arg(built.path().join("outer.wasm"))
+        .output()
+        .expect("runs");
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    assert!(String::from_utf8_lossy(&checked.stdout).contains(r#""slug":"outer""#));
+
+    // The source beside its build is the same graph, and the source runs.
+    std::fs::write(
+        built.path().join("inner.js"),
+        INNER.replace("args.n * 2", "args.n * 3"),
+    )
+    .expect("source");
+    let (code, beside, text) = run_outcome(&built.path().join("outer.wasm"), &[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(beside["result"]["inner"], json!({"twice": 63}), "{text}");
+    // Another build of the slug is a second graph of it.
+    std::fs::copy(
+        built.path().join("inner.wasm"),
+        built.path().join("copy.wasm"),
+    )
+    .expect("copy");
+    let (code, _, text) = run_outcome(&built.path().join("outer.wasm"), &[]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains(&format!(
+            "{} and {} both have the slug inner",
+            built.path().join("copy.wasm").display(),
+            built.path().join("inner.js").display()
+        )),
+        "{text}"
+    );
 }

@@ -17,6 +17,7 @@ fn graph(slug: &str, script: &str) -> GraphSource {
         meta: Meta { ..meta },
         script: script.into(),
         file: None,
+        engine: None,
     }
 }
 

@@ -71,6 +71,7 @@ async fn nested_memory_bombs_share_one_run_wide_cap() {
         .expect("meta"),
         script: HOARD.into(),
         file: None,
+        engine: None,
     });
     let mut options = RunOptions::new(engine.clone());
     options.catalog = Arc::new(catalog);

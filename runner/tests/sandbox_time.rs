@@ -209,6 +209,7 @@ async fn nested_graphs_side_by_side_draw_their_own_streams() {
             meta: graph_js::describe(child, &graph_js::Limits::default()).expect("meta"),
             script: child.into(),
             file: None,
+            engine: None,
         });
         options.catalog = std::sync::Arc::new(catalog);
         let first = common::run(parent, json!({}), &options).await;

@@ -7,6 +7,7 @@ mod common;
 mod hostile;
 
 mod author;
+mod author_tools;
 mod budget;
 mod cancel;
 mod catalog;

@@ -47,6 +47,7 @@ impl SharedCatalog {
                 },
                 script: session.script.into(),
                 file: None,
+                engine: None,
             });
         }
         let project = &self.project;

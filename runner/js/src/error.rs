@@ -37,6 +37,9 @@ pub enum ScriptError {
         "the graph has no default export function: write `export default async function (args, g) {{ ... }}`"
     )]
     NoDefaultExport,
+    /// The graph's `meta` export is missing or invalid (the sentence `runner check` prints).
+    #[error("{0}")]
+    Meta(crate::MetaError),
     /// The arguments are not JSON text (serde_json's reason).
     #[error("{ARGS_NOT_JSON}{0}")]
     ArgsNotJson(String),

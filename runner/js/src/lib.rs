@@ -298,30 +298,7 @@ impl Prepared {
 
     /// The module's validated `meta` export.
     pub fn meta(&mut self) -> Result<Meta, MetaError> {
-        let context = &mut self.context;
-        let value = self
-            .module
-            .namespace(context)
-            .get(js_string!("meta"), context)
-            .map_err(|e| MetaError::Script(e.to_string()))?;
-        if value.is_undefined() {
-            return Err(MetaError::Missing);
-        }
-        let json = value
-            .to_json(context)
-            .map_err(|e| MetaError::Invalid(format!("meta is not plain data: {e}")))?;
-        let meta = Meta::from_json(json.unwrap_or(serde_json::Value::Null))?;
-        // A graph is its meta and its default export: `runner check`, a folder of graphs and
-        // the desktop all refuse one without the function a run would call.
-        let entry = self
-            .module
-            .namespace(context)
-            .get(js_string!("default"), context)
-            .map_err(|e| MetaError::Script(e.to_string()))?;
-        if !entry.is_callable() {
-            return Err(MetaError::NoDefaultExport);
-        }
-        Ok(meta)
+        module_meta(&self.module, &mut self.context)
     }
 
     /// Calls the default export with `args` (JSON text of an object) against `host`.
@@ -343,6 +320,12 @@ impl Prepared {
             prelude,
             shared,
         } = self;
+        // Every run checks the graph as `runner check` does (meta, default export): the module
+        // is evaluated already, so this costs a property read or two.
+        module_meta(module, context).map_err(|e| match e {
+            MetaError::NoDefaultExport => ScriptError::NoDefaultExport,
+            other => ScriptError::Meta(other),
+        })?;
         let entry = module
             .namespace(context)
             .get(js_string!("default"), context)
@@ -387,6 +370,31 @@ impl Prepared {
         }
         Ok(text)
     }
+}
+
+/// The validated `meta` export of an evaluated module, once it is known to have a callable
+/// default export: a graph is its meta and its default export, and `runner check`, a folder of
+/// graphs, the desktop and every run refuse one without either.
+fn module_meta(module: &Module, context: &mut Context) -> Result<Meta, MetaError> {
+    let value = module
+        .namespace(context)
+        .get(js_string!("meta"), context)
+        .map_err(|e| MetaError::Script(e.to_string()))?;
+    if value.is_undefined() {
+        return Err(MetaError::Missing);
+    }
+    let json = value
+        .to_json(context)
+        .map_err(|e| MetaError::Invalid(format!("meta is not plain data: {e}")))?;
+    let meta = Meta::from_json(json.unwrap_or(serde_json::Value::Null))?;
+    let entry = module
+        .namespace(context)
+        .get(js_string!("default"), context)
+        .map_err(|e| MetaError::Script(e.to_string()))?;
+    if !entry.is_callable() {
+        return Err(MetaError::NoDefaultExport);
+    }
+    Ok(meta)
 }
 
 fn parse_module(script: &str, context: &mut Context) -> Result<Module, ScriptError> {

@@ -88,8 +88,29 @@ impl Host for ScriptedHost {
     }
 }
 
+/// `script` with a `meta` export added at its end when it has none (so no line or column of it
+/// moves): every run checks the graph's meta, and most tests are about something else.
+pub(crate) fn with_meta(script: &str) -> String {
+    let has_meta = [
+        "export const meta",
+        "export let meta",
+        "export var meta",
+        "export { meta",
+    ]
+    .iter()
+    .any(|form| script.contains(form));
+    // An empty script is a compiled graph's: it holds its own meta.
+    if has_meta || script.is_empty() {
+        script.to_owned()
+    } else {
+        format!(
+            "{script}\nexport const meta = {{name: \"Test\", slug: \"test\", version: \"1\"}};\n"
+        )
+    }
+}
+
 fn run_with(script: &str, host: ScriptedHost) -> Result<serde_json::Value, String> {
-    run(script, "{}", Box::new(host), &Limits::default())
+    run(&with_meta(script), "{}", Box::new(host), &Limits::default())
         .map_err(|e| e.to_string())
         .map(|text| serde_json::from_str(&text).expect("result is JSON"))
 }
@@ -116,7 +137,7 @@ fn undefined_result_is_null_and_sync_functions_work() {
 #[test]
 fn arguments_reach_the_graph() {
     let text = run(
-        "export default async function (args) { return args.x * 2; }",
+        &with_meta("export default async function (args) { return args.x * 2; }"),
         r#"{"x": 21}"#,
         Box::new(ScriptedHost::default()),
         &Limits::default(),
@@ -293,9 +314,42 @@ fn a_timer_set_at_module_top_level_fails_there() {
     );
 }
 
+/// A run checks the graph as `describe` does, with the same sentences, before its default
+/// export is called.
+#[test]
+fn a_run_refuses_a_graph_whose_meta_describe_refuses() {
+    let refused = |script: &str| {
+        let ran = run(
+            script,
+            "{}",
+            Box::new(ScriptedHost::default()),
+            &Limits::default(),
+        )
+        .expect_err("refused");
+        let described = describe(script, &Limits::default()).expect_err("refused");
+        assert_eq!(ran.to_string(), described.to_string(), "{script}");
+        ran.to_string()
+    };
+    let missing = refused("globalThis.ran = 0; export default () => { throw new Error('ran'); };");
+    assert!(
+        missing.starts_with("the graph has no meta export"),
+        "{missing}"
+    );
+    let invalid = refused(
+        "export const meta = {name: 'x', slug: 'Bad Slug', version: '1'};\nexport default () => { throw new Error('ran'); };",
+    );
+    assert!(invalid.contains("meta.slug `Bad Slug`"), "{invalid}");
+    let no_default = refused("export const meta = {name: 'x', slug: 'x', version: '1'};");
+    assert!(no_default.contains("no default export"), "{no_default}");
+}
+
 #[test]
 fn a_missing_default_export_is_explained() {
-    let err = run_with("export const meta = {};", ScriptedHost::default()).unwrap_err();
+    let err = run_with(
+        "export const meta = {name: 'N', slug: 'n', version: '1'};",
+        ScriptedHost::default(),
+    )
+    .unwrap_err();
     assert!(err.contains("no default export"), "{err}");
 }
 

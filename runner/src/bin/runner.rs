@@ -15,13 +15,14 @@ use runner::engine::{Engine, EngineKind};
 use runner::host::agents::AgentProvider;
 use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
 use runner::host::events::{EventSink, NullSink};
-use runner::host::graphs::{Catalog, DESCRIBE_TIMEOUT, FolderCatalog, LazyFolderCatalog};
+use runner::host::graphs::{Catalog, CatalogError, DESCRIBE_TIMEOUT, FolderCatalog, WASM_MAGIC};
 use runner::host::mock::MockProvider;
 use runner::host::time::ClockSetting;
 use runner::host::tools::ToolRegistry;
 use runner::input::{
     MAX_DATA_FILE_BYTES, MAX_SCRIPT_FILE_BYTES, read_at_most_by, read_text_at_most,
 };
+use runner::report::Listed;
 use runner::run::{MAX_CONCURRENCY, RunOptions, RunRequest, RunStatus, run_graph};
 use runner::testing::CaseDefaults;
 use runner::trace::{TracePrinter, for_terminal};
@@ -77,6 +78,15 @@ enum Command {
         /// must give the same outcome every time.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=MAX_REPEAT as i64))]
         repeat: u32,
+        #[command(flatten)]
+        reports: ReportArgs,
+    },
+    /// Create a folder NAME with a first graph (NAME.js, slug NAME), its test, the TypeScript
+    /// declarations of `g` (graph.d.ts) and a jsconfig.json, so an editor completes `g.`;
+    /// `runner test NAME` passes at once.
+    Init {
+        /// The folder to create; its last part is the graph's slug.
+        name: PathBuf,
     },
     /// Compile a graph into a self-contained, pre-initialized wasm component.
     Build {
@@ -86,6 +96,19 @@ enum Command {
         #[arg(short = 'o', long = "output", value_name = "OUT.wasm")]
         output: PathBuf,
     },
+}
+
+/// `runner test`'s machine-readable reports.
+#[derive(clap::Args)]
+struct ReportArgs {
+    /// Write a JUnit XML report to FILE: one testcase per test, a failure with the test's
+    /// problems and the end of its run's trace.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Print one JSON object per test on stdout, one per line (file, name, round, passed,
+    /// problems, duration_ms, outcome) instead of PASS/FAIL lines; the summary goes to stderr.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Which engine, and the wasm sandbox's limits.
@@ -128,7 +151,8 @@ impl EngineArgs {
             }
             let limits = self.limits();
             return Ok(Arc::new(slow_notice(
-                "compiling the component (seconds, cached afterwards)",
+                "compiling the component",
+                "seconds, cached afterwards",
                 || WasmEngine::for_component(bytes, limits),
             )?));
         }
@@ -136,7 +160,8 @@ impl EngineArgs {
             EngineKind::Wasm => {
                 let limits = self.limits();
                 Arc::new(slow_notice(
-                    "preparing the sandbox (about 10 s on the first run on this machine, cached afterwards)",
+                    "preparing the sandbox",
+                    "about 10 s on the first run on this machine, cached afterwards",
                     || WasmEngine::new(limits),
                 )?)
             }
@@ -154,25 +179,12 @@ fn parse_fuel(text: &str) -> Result<u64, String> {
     }
 }
 
-/// Runs `work`, saying `message` on stderr if it takes longer than a second.
-fn slow_notice<T>(message: &str, work: impl FnOnce() -> T) -> T {
-    let (done, finished) = std::sync::mpsc::channel::<()>();
-    let message = message.to_owned();
-    let notice = std::thread::spawn(move || {
-        if finished.recv_timeout(std::time::Duration::from_secs(1))
-            == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
-        {
-            eprintln!("{message}");
-        }
-    });
-    let result = work();
-    drop(done);
-    let _ = notice.join();
-    result
+/// Runs `work`; if it takes longer than a second, says `what (usually)` on stderr, then every
+/// few seconds how long it has taken so far.
+fn slow_notice<T>(what: &str, usually: &str, work: impl FnOnce() -> T) -> T {
+    let notice = runner::progress::Notice::new("", what, usually, Duration::from_secs(1));
+    runner::progress::with_progress(&notice, work)
 }
-
-/// The first bytes of every WebAssembly binary.
-const WASM_MAGIC: &[u8] = b"\0asm";
 
 /// A graph file: module text, or a compiled component.
 enum GraphFile {
@@ -290,9 +302,14 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    // RUST_LOG, or its old name RUNNER_LOG (kept as an alias).
+    let filter = runner::cli::log_filter(
+        std::env::var("RUST_LOG").ok().as_deref(),
+        std::env::var("RUNNER_LOG").ok().as_deref(),
+    );
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RUNNER_LOG")
+            tracing_subscriber::EnvFilter::try_new(&filter)
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
@@ -326,11 +343,21 @@ fn main() -> ExitCode {
                 providers,
                 replay,
                 repeat,
-            } => match test(&dir, &engine, verbose, &providers, replay, repeat).await {
-                Ok(code) => code,
-                Err(e) => usage_error(&e),
-            },
+                reports,
+            } => {
+                let how = TestRun {
+                    verbose,
+                    replay,
+                    repeat,
+                    reports,
+                };
+                match test(&dir, &engine, &providers, how).await {
+                    Ok(code) => code,
+                    Err(e) => usage_error(&e),
+                }
+            }
             Command::Build { file, output } => build(&file, &output).await,
+            Command::Init { name } => init(&name),
         }
     });
     // The outcome is printed: a tool still stuck in a blocking thread (a file on a hung network
@@ -373,22 +400,23 @@ fn policy_of(allow: &[String], ask: &[String], deny: &[String]) -> ApprovalPolic
     policy
 }
 
-/// The catalog of nested graphs: `--graphs`, else the graph's own folder.
-fn graphs_catalog(args: &RunArgs, engine: &Arc<dyn Engine>) -> anyhow::Result<Arc<dyn Catalog>> {
+/// The catalog of nested graphs: `--graphs`, else the graph's own folder, read before the run
+/// as `runner check` reads it (every graph described by the run's own engine, each within the
+/// run's deadline), so a folder with two graphs of one slug is refused with `check`'s message.
+async fn graphs_catalog(
+    args: &RunArgs,
+    engine: &Arc<dyn Engine>,
+) -> Result<Arc<dyn Catalog>, CatalogError> {
     let graphs_dir = match &args.graphs {
         Some(dir) => dir.clone(),
         None => folder_of(&args.file).to_path_buf(),
     };
-    // The folder's graphs are described by the run's own engine, each within the run's deadline,
-    // on the first nested call: a run that calls no other graph does not evaluate them at all.
-    std::fs::read_dir(&graphs_dir)
-        .with_context(|| format!("cannot read the graphs folder {}", graphs_dir.display()))?;
     let describe_timeout = Duration::from_secs_f64(args.timeout).min(DESCRIBE_TIMEOUT);
-    Ok(Arc::new(LazyFolderCatalog::new(
-        graphs_dir,
-        engine.clone(),
-        describe_timeout,
-    )))
+    let catalog = FolderCatalog::load(&graphs_dir, engine.as_ref(), describe_timeout).await?;
+    for (path, reason) in catalog.skipped() {
+        tracing::debug!("not in the catalog: {}: {reason}", path.display());
+    }
+    Ok(Arc::new(catalog))
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -418,7 +446,14 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     options.tools = tools;
     options.policy = policy_of(&args.allow, &args.ask, &args.deny);
     options.approver = TerminalApprover::for_stdin();
-    options.catalog = graphs_catalog(&args, &options.engine)?;
+    options.catalog = match graphs_catalog(&args, &options.engine).await {
+        Ok(catalog) => catalog,
+        Err(e) => {
+            // The words and the exit code of `runner check` for the same folder.
+            eprintln!("error: {}", for_terminal(&e.to_string()));
+            return Ok(ExitCode::from(EXIT_FAILED));
+        }
+    };
     options.token_cap = args.max_tokens;
     options.max_concurrency = usize::from(args.max_concurrency);
     options.timeout = Duration::from_secs_f64(args.timeout);
@@ -592,18 +627,39 @@ fn check_build_output(file: &Path, output: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How `runner test` runs and reports.
+struct TestRun {
+    verbose: bool,
+    replay: ReplayArgs,
+    repeat: u32,
+    reports: ReportArgs,
+}
+
 async fn test(
     dir: &Path,
     engine: &EngineArgs,
-    verbose: bool,
     providers: &ProviderArgs,
-    replay: ReplayArgs,
-    repeat: u32,
+    how: TestRun,
 ) -> anyhow::Result<ExitCode> {
+    let TestRun {
+        verbose,
+        replay,
+        repeat,
+        reports,
+    } = how;
     let provider: Option<Arc<dyn AgentProvider>> = providers.build()?;
     let tests = runner::testing::find_tests(dir)?;
     if tests.is_empty() {
         bail!("no *.test.json files in {}", dir.display());
+    }
+    if let Some(junit) = &reports.junit {
+        // Refused before any test runs, as `runner build` refuses its output.
+        if junit.is_dir() || !folder_of(junit).is_dir() {
+            bail!(
+                "--junit {}: give a file in a folder that exists",
+                junit.display()
+            );
+        }
     }
     let events: Arc<dyn EventSink> = if verbose {
         Arc::new(TracePrinter::stderr())
@@ -627,7 +683,10 @@ async fn test(
         seed: replay.seed,
         clock: replay.clock,
     };
-    let mut rounds = Rounds::default();
+    let mut rounds = Rounds {
+        json: reports.json,
+        ..Rounds::default()
+    };
     for round in 1..=repeat {
         let reports = runner::testing::run_dir_with(
             dir,
@@ -640,48 +699,54 @@ async fn test(
         .await?;
         rounds.compare(round, &reports, replay);
     }
-    let (passed, failed) = (rounds.passed, rounds.failed);
-    if repeat > 1 {
-        println!("{passed} passed, {failed} failed over {repeat} rounds");
-    } else {
-        println!("{passed} passed, {failed} failed");
-    }
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_FAILED)
-    })
+    rounds.finish(repeat, reports.junit.as_deref())
 }
 
 /// The cases of `runner test` over its rounds: each case's first outcome, to compare the later
-/// ones with, and the counts.
+/// ones with, the counts, and the tests the reports list.
 #[derive(Default)]
 struct Rounds {
     first: Vec<(String, Option<runner::run::RunOutcome>)>,
     passed: usize,
     failed: usize,
+    /// `--json`: one object per test on stdout instead of PASS/FAIL lines.
+    json: bool,
+    /// Every case of the first round and every failure of the later ones.
+    listed: Vec<Listed>,
 }
 
 impl Rounds {
     /// Prints a case: every failure, and the passes of the first round only.
     fn report(&mut self, round: u32, report: &runner::testing::CaseReport) {
-        let name = for_terminal(&report.name);
         if report.passed() {
             self.passed += 1;
-            if round == 1 {
-                println!("PASS {name}");
-            }
-            return;
-        }
-        self.failed += 1;
-        if round == 1 {
-            println!("FAIL {name}");
         } else {
-            println!("FAIL {name} (round {round})");
+            self.failed += 1;
         }
-        for problem in &report.problems {
-            println!("     {}", for_terminal(problem));
+        if round == 1 || !report.passed() {
+            self.list(Listed {
+                report: report.clone(),
+                round,
+            });
         }
+    }
+
+    /// Lists a test and prints it.
+    fn list(&mut self, listed: Listed) {
+        if self.json {
+            println!("{}", runner::report::json_line(&listed));
+        } else {
+            let verdict = if listed.report.passed() {
+                "PASS"
+            } else {
+                "FAIL"
+            };
+            println!("{verdict} {}", for_terminal(&listed.name()));
+            for problem in &listed.report.problems {
+                println!("     {}", for_terminal(problem));
+            }
+        }
+        self.listed.push(listed);
     }
 
     /// After a round: a case with a fixed seed and clock whose outcome differs from its first
@@ -698,17 +763,68 @@ impl Rounds {
             self.first = reports.iter().map(key).collect();
             return;
         }
+        let mut differing = Vec::new();
         for (report, first) in reports.iter().zip(&self.first) {
             let fixed = report.seed.or(replay.seed).is_some()
                 && report.clock.unwrap_or(replay.clock) != ClockSetting::Real;
             if fixed && report.passed() && key(report) != *first {
-                self.passed -= 1;
-                self.failed += 1;
-                println!(
-                    "FAIL {} (round {round})\n     the outcome differs from round 1 under a fixed seed and clock",
-                    for_terminal(&report.name)
+                let mut report = report.clone();
+                report.problems.push(
+                    "the outcome differs from round 1 under a fixed seed and clock".to_owned(),
                 );
+                differing.push(Listed { report, round });
             }
+        }
+        for listed in differing {
+            self.passed -= 1;
+            self.failed += 1;
+            self.list(listed);
+        }
+    }
+
+    /// Prints the summary, writes the JUnit report if asked, and gives the exit code.
+    fn finish(&self, repeat: u32, junit: Option<&Path>) -> anyhow::Result<ExitCode> {
+        let (passed, failed) = (self.passed, self.failed);
+        let summary = if repeat > 1 {
+            format!("{passed} passed, {failed} failed over {repeat} rounds")
+        } else {
+            format!("{passed} passed, {failed} failed")
+        };
+        if self.json {
+            eprintln!("{summary}");
+        } else {
+            println!("{summary}");
+        }
+        if let Some(path) = junit {
+            runner::output::replace_file(path, runner::report::junit(&self.listed).as_bytes())
+                .with_context(|| format!("cannot write the JUnit report {}", path.display()))?;
+            eprintln!("wrote the JUnit report {}", path.display());
+        }
+        Ok(if failed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(EXIT_FAILED)
+        })
+    }
+}
+
+/// `runner init NAME`: the files written on stdout, one per line.
+fn init(name: &Path) -> ExitCode {
+    match runner::scaffold::init(name) {
+        Ok(files) => {
+            for file in &files {
+                println!("{}", file.display());
+            }
+            eprintln!(
+                "created {}: run `runner test {}`",
+                name.display(),
+                name.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_USAGE)
         }
     }
 }

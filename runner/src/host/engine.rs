@@ -25,6 +25,17 @@ pub trait Engine: Send + Sync {
 
     /// Reads and validates `script`'s `meta` without running the graph.
     fn describe(&self, script: Arc<str>) -> BoxFuture<'static, Result<Meta, MetaError>>;
+
+    /// An engine for the built component `bytes` (`runner build` output, which holds its own
+    /// graph: run and describe it with an empty script), with this engine's limits. An engine
+    /// that cannot run components says why.
+    fn for_component(&self, bytes: &[u8]) -> Result<Arc<dyn Engine>, String> {
+        let _ = bytes;
+        Err(format!(
+            "a built component runs in the wasm engine, not in {}; run with --engine wasm",
+            self.name()
+        ))
+    }
 }
 
 /// Why an engine's run of a graph failed. The text is the sentence the run's outcome reports.

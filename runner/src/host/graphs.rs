@@ -10,7 +10,13 @@ use graph_js::{Failure, Meta};
 
 use super::approvals::BoxFuture;
 use super::engine::Engine;
-use crate::input::read_script;
+use crate::input::{read_at_most, read_script};
+
+/// The first bytes of every WebAssembly binary.
+pub const WASM_MAGIC: &[u8] = b"\0asm";
+/// Largest built component (`runner build` output) `runner run` or a graphs folder reads: one
+/// is about 7 MB.
+pub const MAX_COMPONENT_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Graphs may nest this deep (the top graph is depth 0).
 pub const MAX_DEPTH: usize = 8;
@@ -20,14 +26,27 @@ pub const MAX_LIVE_GRAPHS: usize = 64;
 pub const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A graph the catalog can hand out.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct GraphSource {
     /// Its validated metadata.
     pub meta: Meta,
-    /// The module text.
+    /// The module text (empty for a built component, which holds its own graph).
     pub script: Arc<str>,
     /// The file errors of its own code name (`graphs/research.js`); `SLUG.js` when `None`.
     pub file: Option<Arc<str>>,
+    /// The engine it runs on: a built component's own; `None` runs it on the run's engine.
+    pub engine: Option<Arc<dyn Engine>>,
+}
+
+impl std::fmt::Debug for GraphSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphSource")
+            .field("meta", &self.meta)
+            .field("script_len", &self.script.len())
+            .field("file", &self.file)
+            .field("engine", &self.engine.as_ref().map(|e| e.name()))
+            .finish()
+    }
 }
 
 /// Where nested graphs come from: a folder for the CLI, the shared sessions on the desktop.
@@ -66,8 +85,10 @@ pub struct FolderCatalog {
 }
 
 impl FolderCatalog {
-    /// Reads every `*.js` file in `dir` (not recursively) and indexes it by its `meta.slug`.
-    /// Files that do not describe themselves are skipped and listed in [`Self::skipped`].
+    /// Reads every graph in `dir` (not recursively): the `*.js` files, and the `*.wasm` built
+    /// components (`runner build` output, run on an engine of their own made by `engine`),
+    /// each indexed by its `meta.slug`. Files that do not describe themselves are skipped and
+    /// listed in [`Self::skipped`].
     ///
     /// Describing a file evaluates its module top-level code, and the folder usually holds the
     /// very graph about to run, untrusted. So it is described by `engine` (in the sandbox when
@@ -76,56 +97,47 @@ impl FolderCatalog {
     /// run uses, would let one hostile file in the folder abort or hang `runner run`.
     ///
     /// Two files with one slug are an error naming both: which one a nested call would get
-    /// must not depend on the order of a folder listing.
+    /// must not depend on the order of a folder listing. The one exception is a graph and its
+    /// build beside it (`research.js` and `research.wasm`, one slug): they are one graph, and
+    /// the source runs, since a build left beside an edited source would run stale code.
     pub async fn load(
         dir: &Path,
         engine: &dyn Engine,
         timeout: Duration,
     ) -> Result<Self, CatalogError> {
         let mut catalog = Self::default();
-        let listing = std::fs::read_dir(dir).map_err(|reason| CatalogError::Folder {
-            dir: dir.display().to_string(),
-            reason,
-        })?;
-        let mut files: Vec<PathBuf> = listing
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "js") && p.is_file())
-            .collect();
-        files.sort();
-        for path in files {
-            let script: Arc<str> = match read_script(&path) {
-                Ok(s) => s.into(),
-                Err(e) => {
-                    catalog.skipped.push((path, e.to_string()));
-                    continue;
-                }
-            };
-            let described =
-                match tokio::time::timeout(timeout, engine.describe(script.clone())).await {
-                    Ok(described) => described.map_err(|e| e.to_string()),
-                    Err(_) => Err(format!(
-                        "reading its meta took longer than {} s",
-                        timeout.as_secs_f64()
-                    )),
-                };
-            match described {
-                Ok(meta) => match catalog.graphs.entry(meta.slug.clone()) {
-                    std::collections::btree_map::Entry::Occupied(taken) => {
-                        return Err(CatalogError::DuplicateSlug {
-                            slug: taken.key().clone(),
-                            first: taken.get().file.as_deref().unwrap_or_default().to_owned(),
-                            second: path.display().to_string(),
-                        });
-                    }
-                    std::collections::btree_map::Entry::Vacant(slot) => {
-                        let file = Some(path.display().to_string().into());
-                        slot.insert(GraphSource { meta, script, file });
-                    }
-                },
+        for path in graph_files(dir)? {
+            match read_graph_file(&path, engine, timeout).await {
+                Ok(source) => catalog.add_loaded(source, &path)?,
                 Err(e) => catalog.skipped.push((path, e)),
             }
         }
         Ok(catalog)
+    }
+
+    /// Adds a graph read from `path`, refusing a second graph of its slug (unless one of the
+    /// two is the other's build).
+    fn add_loaded(&mut self, source: GraphSource, path: &Path) -> Result<(), CatalogError> {
+        match self.graphs.entry(source.meta.slug.clone()) {
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert(source);
+                Ok(())
+            }
+            std::collections::btree_map::Entry::Occupied(mut taken) => {
+                let first = taken.get().file.as_deref().unwrap_or_default().to_owned();
+                let Some(source_wins) = build_pair(Path::new(&first), path) else {
+                    return Err(CatalogError::DuplicateSlug {
+                        slug: taken.key().clone(),
+                        first,
+                        second: path.display().to_string(),
+                    });
+                };
+                if source_wins {
+                    taken.insert(source);
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Adds one graph.
@@ -150,6 +162,75 @@ impl FolderCatalog {
             not_found(slug, place, &known)
         })
     }
+}
+
+/// The graph files of `dir` (`*.js` and `*.wasm`), sorted.
+fn graph_files(dir: &Path) -> Result<Vec<PathBuf>, CatalogError> {
+    let listing = std::fs::read_dir(dir).map_err(|reason| CatalogError::Folder {
+        dir: dir.display().to_string(),
+        reason,
+    })?;
+    let mut files: Vec<PathBuf> = listing
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "js" || x == "wasm") && p.is_file())
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Whether `first` and `second` are a graph's source and its build (one stem, `.js` and
+/// `.wasm`): `Some(true)` when `second` is the source (it replaces `first`), `Some(false)` when
+/// `first` is; `None` when they are two graphs.
+fn build_pair(first: &Path, second: &Path) -> Option<bool> {
+    let ext = |p: &Path| p.extension().and_then(|x| x.to_str()).map(str::to_owned);
+    if first.with_extension("") != second.with_extension("") {
+        return None;
+    }
+    match (ext(first)?.as_str(), ext(second)?.as_str()) {
+        ("wasm", "js") => Some(true),
+        ("js", "wasm") => Some(false),
+        _ => None,
+    }
+}
+
+/// One graph file read and described (a `.wasm` file on an engine of its own), or why not.
+async fn read_graph_file(
+    path: &Path,
+    engine: &dyn Engine,
+    timeout: Duration,
+) -> Result<GraphSource, String> {
+    let (script, own_engine): (Arc<str>, Option<Arc<dyn Engine>>) = if path
+        .extension()
+        .is_some_and(|x| x == "wasm")
+    {
+        let bytes = read_at_most(path, MAX_COMPONENT_BYTES).map_err(|e| e.to_string())?;
+        if !bytes.starts_with(WASM_MAGIC) {
+            return Err(format!(
+                "it is not a WebAssembly component (it does not start with \\0asm); build one with `runner build GRAPH.js -o {}`",
+                path.display()
+            ));
+        }
+        // The component holds its graph: it runs and describes with an empty script.
+        ("".into(), Some(engine.for_component(&bytes)?))
+    } else {
+        (read_script(path).map_err(|e| e.to_string())?.into(), None)
+    };
+    let describer = own_engine.as_deref().unwrap_or(engine);
+    let meta = match tokio::time::timeout(timeout, describer.describe(script.clone())).await {
+        Ok(described) => described.map_err(|e| e.to_string())?,
+        Err(_) => {
+            return Err(format!(
+                "reading its meta took longer than {} s",
+                timeout.as_secs_f64()
+            ));
+        }
+    };
+    Ok(GraphSource {
+        meta,
+        script,
+        file: Some(path.display().to_string().into()),
+        engine: own_engine,
+    })
 }
 
 impl Catalog for FolderCatalog {
@@ -251,6 +332,16 @@ pub fn check_depth(chain: &[String], slug: &str) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_source_and_its_build_are_one_graph_and_the_source_wins() {
+        let pair = |a: &str, b: &str| build_pair(Path::new(a), Path::new(b));
+        assert_eq!(pair("g/research.wasm", "g/research.js"), Some(true));
+        assert_eq!(pair("g/research.js", "g/research.wasm"), Some(false));
+        assert_eq!(pair("g/research.js", "g/other.wasm"), None, "two stems");
+        assert_eq!(pair("g/a.js", "g/a.js"), None);
+        assert_eq!(pair("g/a.wasm", "h/a.js"), None, "two folders");
+    }
 
     #[test]
     fn depth_is_checked_against_the_chain() {

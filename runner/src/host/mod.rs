@@ -541,7 +541,9 @@ impl Invocation {
                     slug: slug.clone(),
                 },
             );
-            let outcome = run.engine.run(source.script.clone(), args, child).await;
+            // A built component runs on its own engine, a source on the run's.
+            let engine = source.engine.as_ref().unwrap_or(&run.engine);
+            let outcome = engine.run(source.script.clone(), args, child).await;
             let file = source
                 .file
                 .as_deref()

@@ -340,7 +340,7 @@ fn a_replaced_or_deleted_web_global_stays_as_the_graph_left_it() {
     let mut interpreter = Interpreter::new(&Limits::default()).expect("interpreter");
     interpreter.load_web().expect("web.js loads");
     let text = interpreter
-        .prepare(script)
+        .prepare(&with_meta(script))
         .expect("script evaluates")
         .run("{}", Box::new(ScriptedHost::default()))
         .expect("graph completes");

@@ -49,8 +49,7 @@ pub use limits::{
 };
 pub use snapshot::{BUILD_DEADLINE, BuildError, build_component};
 
-/// Largest compiled graph (`runner build`) `runner run` reads: one is about 7 MB.
-pub const MAX_COMPONENT_BYTES: u64 = 64 * 1024 * 1024;
+pub use crate::host::graphs::MAX_COMPONENT_BYTES;
 /// `describe` of an untrusted script gets at most this long.
 pub const DESCRIBE_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -285,5 +284,11 @@ impl Engine for WasmEngine {
                 serde_json::from_str(&json).map_err(|e| MetaError::Invalid(e.to_string()))?;
             Meta::from_json(value)
         })
+    }
+
+    fn for_component(&self, bytes: &[u8]) -> Result<Arc<dyn Engine>, String> {
+        Self::for_component(bytes, self.limits)
+            .map(|engine| Arc::new(engine) as Arc<dyn Engine>)
+            .map_err(|e| e.to_string())
     }
 }
