@@ -197,20 +197,34 @@ async fn a_waiting_get_graph_run_with_a_progress_token_hears_the_run_move() {
         service,
         project,
         desktop,
-        client,
+        ..
     } = setup(Era::Current).await;
-    let id = queue(&client, "progress-run-key").await;
-    desktop.sync(&project, &[1]).await;
-    desktop.started(&id, "exec-1").await;
     let raw = common::raw::RawClient::new(
         &service.mcp_url(),
         &service.full_agent(&project).await,
         false,
     );
+    let ticket = raw
+        .result(
+            "tools/call",
+            json!({"name": "run_graph_session",
+                   "arguments": common::run_args(1, "progress-run-key", json!({}))}),
+        )
+        .await;
+    let id = ticket["structuredContent"]["command_id"]
+        .as_str()
+        .expect("command id")
+        .to_owned();
+    desktop.sync(&project, &[1]).await;
+    desktop.started(&id, "exec-1").await;
     let request = waiting_get_with_progress_token(&raw, &id, "watch-1");
     let waiting = tokio::spawn(async move { request.send().await.expect("answer").text().await });
     let held = relay_protocol::clock::Stopwatch::start();
     while service.app.held.count(HeldKind::RunWait) == 0 {
+        if waiting.is_finished() {
+            let text = waiting.await.expect("task").expect("body");
+            panic!("the get answered without waiting: {text}");
+        }
         assert!(
             held.elapsed() < Duration::from_secs(20),
             "the get never waited"
