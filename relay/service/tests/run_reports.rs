@@ -167,6 +167,20 @@ async fn a_result_delivered_after_an_outage_keeps_when_the_run_ended() {
     assert_eq!(run["finished_at"], run["delivered_at"], "{run}");
 }
 
+/// Queues a run of session 1 through `raw`; returns its id.
+async fn queue_raw(raw: &common::raw::RawClient, key: &str) -> String {
+    let ticket = raw
+        .result(
+            "tools/call",
+            json!({"name": "run_graph_session", "arguments": common::run_args(1, key, json!({}))}),
+        )
+        .await;
+    ticket["structuredContent"]["command_id"]
+        .as_str()
+        .expect("command id")
+        .to_owned()
+}
+
 /// A `get_graph_run` of `id` waiting up to 30 s, its `_meta` carrying `token` as the
 /// `progressToken`.
 fn waiting_get_with_progress_token(
@@ -204,17 +218,7 @@ async fn a_waiting_get_graph_run_with_a_progress_token_hears_the_run_move() {
         &service.full_agent(&project).await,
         false,
     );
-    let ticket = raw
-        .result(
-            "tools/call",
-            json!({"name": "run_graph_session",
-                   "arguments": common::run_args(1, "progress-run-key", json!({}))}),
-        )
-        .await;
-    let id = ticket["structuredContent"]["command_id"]
-        .as_str()
-        .expect("command id")
-        .to_owned();
+    let id = queue_raw(&raw, "progress-run-key").await;
     desktop.sync(&project, &[1]).await;
     desktop.started(&id, "exec-1").await;
     let request = waiting_get_with_progress_token(&raw, &id, "watch-1");
