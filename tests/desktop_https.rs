@@ -69,6 +69,7 @@ fn snapshot(project: &str) -> SyncRequest {
         running: Vec::new(),
         known: Vec::new(),
         sessions_unchanged: false,
+        problem: None,
     }
 }
 

@@ -16,6 +16,8 @@ mod desktop_cancel;
 mod desktop_folder;
 mod desktop_page;
 mod desktop_pickup;
+mod desktop_tells;
+mod disk_full;
 mod malformed_commands;
 mod nested_consent;
 mod outbox;

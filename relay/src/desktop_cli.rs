@@ -237,6 +237,10 @@ struct RunArgs {
     /// that reaches it stops with `budget_exhausted`.
     #[arg(long = "default-max-tokens", alias = "max-tokens", default_value_t = relay_desktop::DEFAULT_REMOTE_TOKEN_CAP, value_parser = clap::value_parser!(u64).range(1..))]
     default_max_tokens: u64,
+    /// No run starts while the disk holding the state file has less free than this (bytes, or
+    /// e.g. 64MiB, 1GiB); waiting agents are told `desktop: disk full`.
+    #[arg(long = "min-free-space", default_value = "64MiB", value_parser = relay_desktop::disk::parse_size)]
+    min_free_space: u64,
 }
 
 fn seconds(name: &str, value: f64) -> Result<Duration> {
@@ -711,6 +715,7 @@ async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
         graph_timeout: seconds("--graph-timeout", args.graph_timeout)?,
         token_cap: Some(args.default_max_tokens),
         folder: args.folder,
+        min_free_space: args.min_free_space,
         ..DesktopConfig::default()
     };
     let provider: Arc<dyn AgentProvider> = match &args.replies {

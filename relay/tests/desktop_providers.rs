@@ -364,3 +364,105 @@ export default async function (args, g) {
     agent.cancel().await.expect("close");
     service.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_graph_run_shows_a_real_model_runs_tokens_growing() {
+    let Some(llm) = crate::llm::local_llm().await else {
+        return;
+    };
+    let service = common::TestService::start().await;
+    let project = service.project("Acme", "alice").await;
+    let desktop_token = service.desktop(&project).await.token;
+    let agent = common::mcp_client(
+        &service.mcp_url(),
+        &service.full_agent(&project).await,
+        common::Era::Current,
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("desktop.db");
+    let providers = dir.path().join("providers.toml");
+    let session = share_with_local_model(dir.path(), &state, &providers, &project, &llm);
+    let log_path = dir.path().join("relay.log");
+    let relay = start_desktop_relay(&state, &providers, &service.base, &desktop_token, &log_path);
+    wait_until_synced(&agent, &project, &session).await;
+    let queued = common::call(
+        &agent,
+        "run_graph_session",
+        json!({"graph_session_id": session, "idempotency_key": "progress-real-model"}),
+    )
+    .await;
+    let command = common::ok(&queued)["command_id"]
+        .as_str()
+        .expect("command id")
+        .to_owned();
+    let seen = tokens_seen_growing(&agent, &command).await;
+    eprintln!("tokens_used seen growing while running: {seen:?}");
+    common::call(&agent, "cancel_graph_run", json!({"command_id": command})).await;
+    let run = wait_until_finished(&agent, &command).await;
+    assert_eq!(run["status"], "cancelled", "{run}");
+    drop(relay);
+    agent.cancel().await.expect("close");
+    service.stop().await;
+}
+
+/// Shares `AGENTS` with `project` through a providers file whose `local` provider is the
+/// local model server, by the model name it answers to. Returns the session's id.
+fn share_with_local_model(
+    dir: &Path,
+    state: &Path,
+    providers: &Path,
+    project: &str,
+    llm: &crate::llm::LocalLlm,
+) -> String {
+    const AGENTS: &str = r#"export const meta = {name: "Agents", slug: "agents", version: "1.0.0", description: "asks a model again and again"};
+export default async function (args, g) {
+  for (let i = 0; i < 60; i++) {
+    await g.agent({label: "turn-" + i, prompt: "Say hello in five words.", model: "local:smollm2", max_tokens: 24});
+  }
+  return "done";
+}"#;
+    let session = share_graph(dir, state, providers, project, &llm.base_url, AGENTS);
+    std::fs::write(
+        providers,
+        format!(
+            "default = \"local\"\n[providers.local]\nkind = \"openai\"\nbase_url = \"{}\"\n\
+             model = \"{}\"\napi_key_env = \"GRAPHRELAY_DESKTOP_TEST_KEY\"\n",
+            llm.base_url,
+            crate::llm::MODEL
+        ),
+    )
+    .expect("providers file");
+    session
+}
+
+/// Reads `command` as the agent does until its `progress.tokens_used` has been seen growing
+/// twice while it runs (at most 180 s); returns the values seen.
+async fn tokens_seen_growing(agent: &common::McpClient, command: &str) -> Vec<u64> {
+    let mut seen: Vec<u64> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    while seen.len() < 2 {
+        let run =
+            common::ok(&common::call(agent, "get_graph_run", json!({"command_id": command})).await);
+        assert_ne!(run["status"], "failed", "{run}");
+        if run["status"] == "running"
+            && let Some(tokens) = run["progress"]["tokens_used"].as_u64()
+            && tokens > seen.last().copied().unwrap_or(0)
+        {
+            assert_eq!(run["progress"]["token_cap"], 200_000, "{run}");
+            assert!(
+                run["progress"]["last_event"]
+                    .as_str()
+                    .is_some_and(|l| l.starts_with("turn-")),
+                "{run}"
+            );
+            seen.push(tokens);
+        }
+        assert!(
+            run["status"] != "completed" && tokio::time::Instant::now() < deadline,
+            "the run ended (or time ran out) before its tokens were seen growing: {seen:?} {run}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    seen
+}

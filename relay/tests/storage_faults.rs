@@ -9,12 +9,13 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::tmpfs::{Tmpfs, fill};
 use common::{Era, TestService, call, err, mcp_client, ok, run_args};
 use relay_protocol::clock::{ManualClock, Stopwatch};
 use relay_service::ServiceConfig;
@@ -383,72 +384,10 @@ impl Drop for ServeChild {
     }
 }
 
-/// A tmpfs of `size` mounted at a fresh folder, unmounted (lazily, so an open file cannot
-/// keep it) when dropped, also when the test panics.
-struct Tmpfs {
-    dir: PathBuf,
-    _parent: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    fn mount(size: &str) -> Option<Tmpfs> {
-        let parent = tempfile::tempdir().expect("tempdir");
-        let dir = parent.path().join("small");
-        std::fs::create_dir(&dir).expect("mount point");
-        let mounted = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(&dir)
-            .output();
-        match mounted {
-            Ok(output) if output.status.success() => Some(Tmpfs {
-                dir,
-                _parent: parent,
-            }),
-            other => {
-                eprintln!(
-                    "SKIPPED: cannot mount a tmpfs here (needs root): {other:?}; the full-disk checks did not run"
-                );
-                None
-            }
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-    }
-}
-
-/// Fills the filesystem holding `dir` with one file; returns it (remove it to free the space).
-fn fill(dir: &Path) -> PathBuf {
-    use std::io::Write;
-    let filler = dir.join("filler");
-    let mut file = std::fs::File::create(&filler).expect("filler");
-    let chunk = vec![7u8; 64 * 1024];
-    loop {
-        match file.write(&chunk) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
-    // The last bytes a partial write leaves.
-    while file.write(&[7u8; 512]).is_ok_and(|n| n > 0) {}
-    while file.write(&[7u8]).is_ok_and(|n| n > 0) {}
-    let _ = file.sync_all();
-    filler
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_under_the_service_is_named_retryable_and_loses_nothing() {
     let Some(small) = Tmpfs::mount("8m") else {
+        eprintln!("SKIPPED: the full-disk checks did not run");
         return;
     };
     let db = small.dir.join("relay.db");

@@ -7,6 +7,10 @@ mod bench_empty_polls;
 mod cli;
 mod desktop_page;
 mod desktop_providers;
+/// The real local model (`scripts/local-llm.sh`), as the runner's tests find it.
+#[allow(dead_code)]
+#[path = "../../runner/tests/common/llm.rs"]
+mod llm;
 mod long_poll_load;
 mod oauth_clients;
 mod operations;

@@ -205,17 +205,28 @@ impl World {
 
     /// A desktop relay over this world's state, with `engine` and `config`.
     pub fn relay_with(&self, engine: Arc<dyn Engine>, config: DesktopConfig) -> Arc<Relay> {
+        let state = DesktopState::open(&self.state_dir.path().join("desktop.db")).expect("state");
+        self.relay_over(state, Arc::new(SystemClock), engine, config)
+    }
+
+    /// A desktop relay over `state` (anywhere) on `clock`, with `engine` and `config`.
+    pub fn relay_over(
+        &self,
+        state: DesktopState,
+        clock: Arc<dyn relay_protocol::clock::Clock>,
+        engine: Arc<dyn Engine>,
+        config: DesktopConfig,
+    ) -> Arc<Relay> {
         let http: Arc<dyn Transport> =
             Arc::new(HttpTransport::new(&self.service.base).expect("transport"));
         let transport = Arc::new(FaultyTransport {
             inner: http,
             faults: self.faults.clone(),
         });
-        let state = DesktopState::open(&self.state_dir.path().join("desktop.db")).expect("state");
         Relay::new(
             state,
             DesktopApi::new(transport, &self.desktop_token),
-            Arc::new(SystemClock),
+            clock,
             Runtime {
                 engine,
                 provider: self.mock.clone(),

@@ -14,8 +14,8 @@ use serde_json::{Map, Value};
 
 use relay_protocol::{
     CommandId, CompleteRequest, CompleteResponse, ControlResponse, GraphSessionId, QueuedCommand,
-    StartedRequest, StartedResponse, SyncRequest, complete_path, control_path, started_path,
-    sync_path,
+    ReportResponse, RunReport, StartedRequest, StartedResponse, SyncRequest, complete_path,
+    control_path, report_path, started_path, sync_path,
 };
 
 /// A boxed future.
@@ -362,5 +362,15 @@ impl DesktopApi {
         let body =
             serde_json::to_vec(completion).map_err(|e| ApiError::Malformed(e.to_string()))?;
         self.call(Method::POST, complete_path(id), Some(body)).await
+    }
+
+    /// Tells the service what a running command waits for and how far it got.
+    pub async fn report(
+        &self,
+        id: &CommandId,
+        report: &RunReport,
+    ) -> Result<ReportResponse, ApiError> {
+        let body = serde_json::to_vec(report).map_err(|e| ApiError::Malformed(e.to_string()))?;
+        self.call(Method::POST, report_path(id), Some(body)).await
     }
 }

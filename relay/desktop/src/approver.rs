@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use runner::host::approvals::{ApprovalRequest, Approver, BoxFuture, Decision};
 
+use super::report::RunReporter;
 use super::state::{ApprovalStatus, DesktopState};
+use relay_protocol::Waiting;
 use relay_protocol::clock::Clock;
 
 /// How often a waiting run looks for the owner's answer.
@@ -20,25 +22,43 @@ pub const MAX_SHOWN_ARGS_CHARS: usize = 2000;
 pub struct OwnerApprover {
     state: DesktopState,
     clock: Arc<dyn Clock>,
+    /// Where the run's waits are reported to the service, with how long one may last.
+    reports: Option<(Arc<RunReporter>, Duration)>,
 }
 
 impl OwnerApprover {
     /// An approver over `state`.
     pub fn new(state: DesktopState, clock: Arc<dyn Clock>) -> Self {
-        Self { state, clock }
+        Self {
+            state,
+            clock,
+            reports: None,
+        }
+    }
+
+    /// Also reports each wait to `reporter` (`owner approval of TOOL`, until `timeout` from
+    /// the question), so the agent's `get_graph_run` shows what the run waits for.
+    pub fn reporting(mut self, reporter: Arc<RunReporter>, timeout: Duration) -> Self {
+        self.reports = Some((reporter, timeout));
+        self
     }
 }
 
-/// Marks a question `expired` if the run stops waiting before anyone answered.
+/// Marks a question `expired` if the run stops waiting before anyone answered, and ends its
+/// reported wait however the wait ends.
 struct Unanswered<'a> {
     state: &'a DesktopState,
     clock: &'a dyn Clock,
+    reporter: Option<&'a RunReporter>,
     id: String,
     answered: bool,
 }
 
 impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
+        if let Some(reporter) = self.reporter {
+            reporter.done_waiting(&self.id);
+        }
         if !self.answered {
             let _ = self
                 .state
@@ -76,9 +96,19 @@ impl Approver for OwnerApprover {
             let mut guard = Unanswered {
                 state: &self.state,
                 clock: self.clock.as_ref(),
+                reporter: self.reports.as_ref().map(|(reporter, _)| reporter.as_ref()),
                 id: id.clone(),
                 answered: false,
             };
+            if let Some((reporter, timeout)) = &self.reports {
+                reporter.waiting(
+                    &id,
+                    Waiting {
+                        what: format!("owner approval of {}", request.tool),
+                        until: Some(self.clock.now().saturating_add(*timeout)),
+                    },
+                );
+            }
             loop {
                 match self.state.approval_status(&id) {
                     Ok(Some(ApprovalStatus::Approved)) => {

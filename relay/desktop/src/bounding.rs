@@ -44,6 +44,7 @@ pub fn completion(
             0.0
         }),
         error: error.map(cut_error),
+        finished_at: None,
     };
     if completion.result.is_some() && json_utf16_len(&completion.bounded_view()) > MAX_RESULT_CHARS
     {

@@ -10,8 +10,10 @@ pub mod api;
 pub mod approver;
 pub mod bounding;
 pub mod catalog;
+pub mod disk;
 pub mod jitter;
 pub mod lock;
+pub mod report;
 pub mod state;
 pub mod ui;
 
@@ -32,10 +34,10 @@ use tokio_util::sync::CancellationToken;
 
 use self::api::{ApiError, DesktopApi, Started};
 use self::state::{DesktopState, OutboxEntry, StateError};
-use relay_protocol::clock::Clock;
+use relay_protocol::clock::{Clock, Timestamp};
 use relay_protocol::{
-    CommandId, CompleteRequest, CompletionStatus, DESKTOP_POLL_INTERVAL_SECS, MAX_SYNC_WAIT_MS,
-    QueuedCommand, SyncRequest,
+    CommandId, CompleteRequest, CompletionStatus, DESKTOP_POLL_INTERVAL_SECS, DesktopProblem,
+    MAX_SYNC_WAIT_MS, QueuedCommand, ServiceOutcome, SyncRequest,
 };
 
 /// The pass interval: the protocol's poll interval, which the service's hints assume.
@@ -96,6 +98,12 @@ pub struct DesktopConfig {
     /// Where the long poll's reconnect jitter comes from: the system's randomness by default,
     /// or a seed (the simulator's), so that runs on virtual time repeat exactly.
     pub jitter_seed: Option<u64>,
+    /// No run starts while the disk holding the state file has less than this many bytes
+    /// free ([`disk::DEFAULT_MIN_FREE_SPACE`] unless set).
+    pub min_free_space: u64,
+    /// Reports on a running command (what it waits for, how far it got) go out at most this
+    /// often.
+    pub report_interval: Duration,
 }
 
 impl Default for DesktopConfig {
@@ -112,6 +120,8 @@ impl Default for DesktopConfig {
             outbox: true,
             long_poll: None,
             jitter_seed: None,
+            min_free_space: disk::DEFAULT_MIN_FREE_SPACE,
+            report_interval: report::REPORT_INTERVAL,
         }
     }
 }
@@ -167,6 +177,45 @@ pub struct Relay {
     halted: Mutex<Option<String>>,
     /// Fires when the relay stops by itself.
     halt: CancellationToken,
+    /// Why no run starts now (the disk of the state is too full), as every sync tells the
+    /// service.
+    problem: Mutex<Option<DesktopProblem>>,
+    /// Finished executions whose end could not be written to the state: posted until
+    /// delivered, written once the state takes writes again.
+    unrecorded: Mutex<Vec<Unrecorded>>,
+}
+
+/// A finished execution whose end the state could not take (its disk was full). The result is
+/// never dropped: it is posted (completions are idempotent) until delivered, kept in memory,
+/// and written to the history (or the outbox, if still undelivered) once writes work again.
+struct Unrecorded {
+    command_id: CommandId,
+    full_result: Option<Value>,
+    trace: Option<Value>,
+    completion: CompleteRequest,
+    finished_at: Timestamp,
+    delivered: bool,
+    /// What the service's answer adds to the history row: its own outcome, or its refusal.
+    note: Option<ServiceNote>,
+}
+
+/// What the service said about a completion that the history keeps.
+#[derive(Clone)]
+enum ServiceNote {
+    /// It had ended the run itself; this outcome stands.
+    Outcome(ServiceOutcome),
+    /// It refused the completion for good, with this message.
+    Refused(String),
+}
+
+/// How one post of a completion went.
+enum Posted {
+    /// Acknowledged (2xx), maybe with the service's own outcome.
+    Delivered(Option<ServiceOutcome>),
+    /// Refused for good (4xx), with the service's message.
+    Refused(String),
+    /// Not delivered; try again later.
+    Failed(String),
 }
 
 /// A desktop token answered 401 this many times in a row stops the relay: it cannot work
@@ -281,6 +330,8 @@ impl Relay {
             unauthorized: AtomicU64::new(0),
             halted: Mutex::new(None),
             halt: CancellationToken::new(),
+            problem: Mutex::new(None),
+            unrecorded: Mutex::new(Vec::new()),
         })
     }
 
@@ -500,6 +551,7 @@ impl Relay {
             running,
             known: known.to_vec(),
             sessions_unchanged: unchanged,
+            problem: self.problem(),
         }
     }
 
@@ -570,6 +622,7 @@ impl Relay {
     /// One pass: outbox first, then each enabled project's sync and its commands, serially.
     pub async fn pass(&self, shutdown: &CancellationToken) {
         self.stats.passes.fetch_add(1, Ordering::Relaxed);
+        self.mend_unrecorded().await;
         self.deliver_outbox().await;
         {
             let _consent = self.consent.lock().await;
@@ -594,6 +647,8 @@ impl Relay {
                 if shutdown.is_cancelled() {
                     return;
                 }
+                // Checked before the sync, so the sync tells the service why nothing starts.
+                let blocked = self.check_disk().is_some();
                 let commands = match self.sync(&project).await {
                     Ok(commands) => commands,
                     Err(e) => {
@@ -601,7 +656,8 @@ impl Relay {
                         break;
                     }
                 };
-                if commands.is_empty() {
+                if commands.is_empty() || blocked {
+                    // Below the free-space floor the commands stay queued on the service.
                     break;
                 }
                 for command in commands {
@@ -630,6 +686,7 @@ impl Relay {
             running: Vec::new(),
             known: Vec::new(),
             sessions_unchanged: false,
+            problem: self.problem(),
         };
         let answer = self.api.sync(&request).await;
         self.watch_auth(&answer);
@@ -684,6 +741,7 @@ impl Relay {
                 running: Vec::new(),
                 known: Vec::new(),
                 sessions_unchanged: false,
+                problem: self.problem(),
             };
             let delivered = match self.api.sync(&request).await {
                 Ok(_) => {
@@ -744,40 +802,174 @@ impl Relay {
     /// Posts one completion; removes it from the outbox on a 2xx, or on an answer that can
     /// never change (a 409 for a conflicting completion is logged and dropped).
     async fn deliver(&self, entry: &OutboxEntry) -> bool {
-        match self.api.complete(&entry.command_id, &entry.body).await {
-            Ok(answer) => {
-                self.stats.delivered.fetch_add(1, Ordering::Relaxed);
-                if let Some(outcome) = &answer.already_finished {
-                    let reason = outcome.error.as_deref().unwrap_or("no reason given");
-                    tracing::warn!(command = %entry.command_id, status = %outcome.status, "the service had already ended this run, so its outcome stands and the history takes it: {reason}");
-                    if let Err(e) = self.state.note_service_outcome(&entry.command_id, outcome) {
-                        tracing::error!(command = %entry.command_id, "cannot note the service's outcome in the history: {e}");
-                    }
+        match self.post(&entry.command_id, &entry.body).await {
+            Posted::Delivered(outcome) => {
+                if let Some(outcome) = &outcome
+                    && let Err(e) = self.state.note_service_outcome(&entry.command_id, outcome)
+                {
+                    tracing::error!(command = %entry.command_id, "cannot note the service's outcome in the history: {e}");
                 }
-                tracing::info!(command = %entry.command_id, replayed = answer.replayed, "completion delivered");
                 self.forget(&entry.command_id);
                 true
             }
-            Err(e) if !e.is_retryable() => {
-                tracing::error!(command = %entry.command_id, "the service refused the completion for good, not sending it again: {e}");
-                let message = e.service_message().unwrap_or("no message");
-                if let Err(e2) = self.state.note_refused(&entry.command_id, message) {
+            Posted::Refused(message) => {
+                if let Err(e2) = self.state.note_refused(&entry.command_id, &message) {
                     tracing::error!(command = %entry.command_id, "cannot note the refusal in the history: {e2}");
                 }
                 self.forget(&entry.command_id);
                 false
             }
-            Err(e) => {
-                tracing::warn!(command = %entry.command_id, attempts = entry.attempts + 1, "completion not delivered, will retry next pass: {e}");
-                if let Err(e2) = self
-                    .state
-                    .note_outbox_failure(&entry.command_id, &e.to_string())
-                {
+            Posted::Failed(error) => {
+                tracing::warn!(command = %entry.command_id, attempts = entry.attempts + 1, "completion not delivered, will retry next pass: {error}");
+                if let Err(e2) = self.state.note_outbox_failure(&entry.command_id, &error) {
                     tracing::error!("cannot update the outbox: {e2}");
                 }
                 false
             }
         }
+    }
+
+    /// Posts one completion and says how it went (logging what the history cannot show).
+    async fn post(&self, command_id: &CommandId, body: &CompleteRequest) -> Posted {
+        match self.api.complete(command_id, body).await {
+            Ok(answer) => {
+                self.stats.delivered.fetch_add(1, Ordering::Relaxed);
+                if let Some(outcome) = &answer.already_finished {
+                    let reason = outcome.error.as_deref().unwrap_or("no reason given");
+                    tracing::warn!(command = %command_id, status = %outcome.status, "the service had already ended this run, so its outcome stands and the history takes it: {reason}");
+                }
+                tracing::info!(command = %command_id, replayed = answer.replayed, "completion delivered");
+                Posted::Delivered(answer.already_finished)
+            }
+            Err(e) if !e.is_retryable() => {
+                tracing::error!(command = %command_id, "the service refused the completion for good, not sending it again: {e}");
+                Posted::Refused(e.service_message().unwrap_or("no message").to_owned())
+            }
+            Err(e) => Posted::Failed(e.to_string()),
+        }
+    }
+
+    /// Posts a completion the state could not take, unless it was delivered already.
+    async fn post_unrecorded(&self, entry: &mut Unrecorded) {
+        if entry.delivered {
+            return;
+        }
+        match self.post(&entry.command_id, &entry.completion).await {
+            Posted::Delivered(outcome) => {
+                entry.delivered = true;
+                entry.note = outcome.map(ServiceNote::Outcome);
+            }
+            Posted::Refused(message) => {
+                entry.delivered = true;
+                entry.note = Some(ServiceNote::Refused(message));
+            }
+            Posted::Failed(error) => {
+                tracing::warn!(command = %entry.command_id, "completion (kept in memory) not delivered, will retry next pass: {error}");
+            }
+        }
+    }
+
+    /// Writes a kept completion's end to the state: the history row only once it was
+    /// delivered, or the history and the outbox (which then delivers it) if not yet.
+    fn record_unrecorded(&self, entry: &Unrecorded) -> Result<(), StateError> {
+        let (result, trace) = (entry.full_result.as_ref(), entry.trace.as_ref());
+        if !entry.delivered {
+            return self.state.finish_execution(
+                &entry.command_id,
+                result,
+                trace,
+                &entry.completion,
+                entry.finished_at,
+            );
+        }
+        self.state
+            .record_end(result, trace, &entry.completion, entry.finished_at)?;
+        let execution = &entry.completion.execution_id;
+        match &entry.note {
+            Some(ServiceNote::Outcome(outcome)) => {
+                self.state.note_service_outcome_of(execution, outcome)
+            }
+            Some(ServiceNote::Refused(message)) => self.state.note_refused_of(execution, message),
+            None => Ok(()),
+        }
+    }
+
+    /// Posts and writes the completions kept in memory (the state could not take them).
+    async fn mend_unrecorded(&self) {
+        let kept = std::mem::take(
+            &mut *self
+                .unrecorded
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        let mut still = Vec::new();
+        for mut entry in kept {
+            self.post_unrecorded(&mut entry).await;
+            match self.record_unrecorded(&entry) {
+                Ok(()) => {
+                    tracing::info!(command = %entry.command_id, delivered = entry.delivered, "the end of the run is recorded in the history now that the desktop state takes writes again")
+                }
+                Err(e) => {
+                    tracing::debug!(command = %entry.command_id, "the state still cannot record the end of the run: {e}");
+                    still.push(entry);
+                }
+            }
+        }
+        self.unrecorded
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .extend(still);
+    }
+
+    /// Keeps `entry` in memory after the state refused it: posted now, written later.
+    async fn keep_unrecorded(&self, mut entry: Unrecorded, error: &StateError) {
+        tracing::error!(command = %entry.command_id, "cannot record the end of the run in the desktop state ({error}); the result is posted anyway and kept in memory until it is delivered and recorded");
+        self.post_unrecorded(&mut entry).await;
+        self.unrecorded
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(entry);
+    }
+
+    /// Why no run starts now, as the next sync tells the service.
+    fn problem(&self) -> Option<DesktopProblem> {
+        self.problem
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Checks the free space where the state lives against the floor; returns the problem
+    /// while it is below (logging one line when that begins and one when it ends).
+    fn check_disk(&self) -> Option<DesktopProblem> {
+        let path = self.state.path()?;
+        let floor = self.config.min_free_space;
+        let low = match disk::free_bytes(path) {
+            Ok(free) => (free < floor).then(|| disk::disk_full(path, free, floor)),
+            Err(e) => {
+                tracing::debug!("cannot read the free space of {}: {e}", path.display());
+                None
+            }
+        };
+        let mut problem = self
+            .problem
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match (problem.is_some(), low) {
+            (false, Some(low)) => {
+                tracing::error!("disk full: {}", low.detail);
+                *problem = Some(low);
+            }
+            (true, None) => {
+                tracing::info!(
+                    "free space on the disk of the desktop's state is back above the floor: runs start again"
+                );
+                *problem = None;
+            }
+            // Still low: the first description stands, so syncs do not change it each time.
+            _ => {}
+        }
+        problem.clone()
     }
 
     fn forget(&self, command_id: &CommandId) {
@@ -793,15 +985,27 @@ impl Relay {
         command_id: &CommandId,
         full_result: Option<&Value>,
         trace: Option<&Value>,
-        completion: CompleteRequest,
+        mut completion: CompleteRequest,
     ) -> Result<(), RelayError> {
-        self.state.finish_execution(
-            command_id,
-            full_result,
-            trace,
-            &completion,
-            self.clock.now(),
-        )?;
+        let now = self.clock.now();
+        let finished_at = *completion.finished_at.get_or_insert(now);
+        if let Err(error) =
+            self.state
+                .finish_execution(command_id, full_result, trace, &completion, finished_at)
+            && self.config.outbox
+        {
+            let entry = Unrecorded {
+                command_id: *command_id,
+                full_result: full_result.cloned(),
+                trace: trace.cloned(),
+                completion,
+                finished_at,
+                delivered: false,
+                note: None,
+            };
+            self.keep_unrecorded(entry, &error).await;
+            return Ok(());
+        }
         let entry = OutboxEntry {
             command_id: *command_id,
             body: completion,
@@ -855,6 +1059,10 @@ impl Relay {
         let execution_id = uuid::Uuid::new_v4().to_string();
         let id = command.command_id;
         let channel = format!("graph:external:{id}");
+        if self.check_disk().is_some() {
+            // Checked before every start: it stays queued; the next sync tells the service why.
+            return Ok(());
+        }
         let Some(session) =
             self.state
                 .consented_session(project, &command.graph_session_id, &command.slug)?
@@ -899,18 +1107,27 @@ impl Relay {
         let trace = trace.to_json();
         if reported_early && completion.status == CompletionStatus::Cancelled {
             // Already delivered; keep the final figures in the history only.
-            self.state.finish_execution(
-                &id,
-                outcome.result.as_ref(),
-                Some(&trace),
-                &completion,
-                self.clock.now(),
-            )?;
-            self.state.remove_from_outbox(&id)?;
-            return Ok(());
+            let entry = Unrecorded {
+                command_id: id,
+                full_result: outcome.result,
+                trace: Some(trace),
+                completion,
+                finished_at: self.clock.now(),
+                delivered: true,
+                note: None,
+            };
+            return self.record_or_keep(entry).await;
         }
         self.complete(&id, outcome.result.as_ref(), Some(&trace), completion)
             .await
+    }
+
+    /// Writes `entry`'s end to the state, or keeps it in memory when the state cannot take it.
+    async fn record_or_keep(&self, entry: Unrecorded) -> Result<(), RelayError> {
+        if let Err(error) = self.record_unrecorded(&entry) {
+            self.keep_unrecorded(entry, &error).await;
+        }
+        Ok(())
     }
 
     /// The consent re-check failed: the command ends `cancelled` with the not-shared error,
@@ -990,8 +1207,20 @@ impl Relay {
                 cancel.cancel();
             })
         };
-        let trace = Arc::new(TraceKeeper::recording(self.state.clone(), &execution.id));
-        let options = self.run_options(trace.clone(), &execution.project)?;
+        // What the run waits for and how far it got, told to the service as it changes.
+        let reporter = Arc::new(report::RunReporter::new(
+            &execution.id,
+            self.config.token_cap,
+        ));
+        let reports = tokio::spawn(reporter.clone().send(
+            self.api.clone(),
+            running.id,
+            self.config.report_interval,
+        ));
+        let mut keeper = TraceKeeper::recording(self.state.clone(), &execution.id);
+        keeper.reporter = Some(reporter.clone());
+        let trace = Arc::new(keeper);
+        let options = self.run_options(trace.clone(), &execution.project, reporter)?;
         self.stats.executed.fetch_add(1, Ordering::Relaxed);
         let run = run_graph(request, &options, running.cancel.clone());
         tokio::pin!(run);
@@ -1015,6 +1244,7 @@ impl Relay {
         };
         control.abort();
         stop_on_shutdown.abort();
+        reports.abort();
         self.set_current(None);
         Ok((outcome, trace, reported_early))
     }
@@ -1028,6 +1258,10 @@ impl Relay {
             0.0,
             Some("Cancelled by the agent"),
         );
+        let completion = CompleteRequest {
+            finished_at: Some(self.clock.now()),
+            ..completion
+        };
         tracing::info!(channel = %execution.channel, "cancel seen: reporting the outcome while the engine stops");
         let entry = OutboxEntry {
             command_id: execution.running.id,
@@ -1041,6 +1275,7 @@ impl Relay {
         &self,
         trace: Arc<TraceKeeper>,
         project: &str,
+        reporter: Arc<report::RunReporter>,
     ) -> Result<RunOptions, RelayError> {
         let mut options = RunOptions::new(self.runtime.engine.clone());
         options.provider = self.runtime.provider.clone();
@@ -1061,10 +1296,10 @@ impl Relay {
             )),
         };
         options.policy = self.state.policy()?;
-        options.approver = Arc::new(approver::OwnerApprover::new(
-            self.state.clone(),
-            self.clock.clone(),
-        ));
+        options.approver = Arc::new(
+            approver::OwnerApprover::new(self.state.clone(), self.clock.clone())
+                .reporting(reporter, self.config.approval_timeout),
+        );
         options.approval_timeout = self.config.approval_timeout;
         options.catalog = Arc::new(catalog::SharedCatalog::new(self.state.clone(), project));
         options.token_cap = self.config.token_cap;
@@ -1106,6 +1341,8 @@ struct TraceKeeper {
     /// Metered tokens so far (every event, even past the kept ones).
     tokens: AtomicU64,
     recording: Option<(DesktopState, String)>,
+    /// Where the run's progress is counted for the service.
+    reporter: Option<Arc<report::RunReporter>>,
 }
 
 impl TraceKeeper {
@@ -1133,6 +1370,9 @@ impl TraceKeeper {
 
 impl EventSink for TraceKeeper {
     fn emit(&self, event: &Event) {
+        if let Some(reporter) = &self.reporter {
+            reporter.observe(event);
+        }
         // Streaming progress comes once per chunk of a reply: kept, it would crowd the agents'
         // and tools' ends (what the history's timeline draws) out of the first events.
         if matches!(

@@ -70,6 +70,11 @@ pub fn complete_path(command_id: &CommandId) -> String {
     format!("{DESKTOP_API_PREFIX}/commands/{command_id}/complete")
 }
 
+/// `POST`: what a running command waits for and how far it got ([`RunReport`]).
+pub fn report_path(command_id: &CommandId) -> String {
+    format!("{DESKTOP_API_PREFIX}/commands/{command_id}/report")
+}
+
 /// A malformed identifier or field, with a message saying what is expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -330,6 +335,121 @@ pub struct SyncRequest {
     /// make every waiting desktop a writer).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sessions_unchanged: bool,
+    /// Why this desktop starts no run now (e.g. its disk is full); `None` when nothing keeps
+    /// it from running work. Every sync restates it, so it clears itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<DesktopProblem>,
+}
+
+/// The cause of a [`DesktopProblem`] when the disk holding the desktop's state is too full to
+/// record a run safely.
+pub const DISK_FULL: &str = "disk_full";
+/// Longest [`DesktopProblem::detail`], in characters.
+pub const MAX_PROBLEM_DETAIL_CHARS: usize = 500;
+/// Longest [`Waiting::what`] and [`RunProgress::last_event`], in characters.
+pub const MAX_REPORT_TEXT_CHARS: usize = 200;
+
+/// Why a desktop starts no run now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DesktopProblem {
+    /// A word for the cause: [`DISK_FULL`], or another a newer desktop knows.
+    pub cause: String,
+    /// What is wrong and what the desktop's owner does about it.
+    pub detail: String,
+}
+
+impl DesktopProblem {
+    /// Checks the field lengths.
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        check_len("problem.cause", &self.cause, 64)?;
+        check_len("problem.detail", &self.detail, MAX_PROBLEM_DETAIL_CHARS)?;
+        if self.cause.trim().is_empty() {
+            return Err(InvalidInput("problem.cause must not be empty".into()));
+        }
+        Ok(())
+    }
+
+    /// How an agent is told why its run waits: `desktop: disk full`.
+    pub fn summary(&self) -> String {
+        format!("desktop: {}", self.cause.replace('_', " "))
+    }
+}
+
+/// `POST commands/{id}/report` body: what a running command waits for and how far it got.
+/// Each report replaces the one before; the desktop sends one when either changes, at most
+/// every [`REPORT_INTERVAL_MS`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The execution reporting (the one `started` named).
+    pub execution_id: String,
+    /// What the run waits for now, if anything (e.g. the owner's approval of a tool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<Waiting>,
+    /// How far the run got.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<RunProgress>,
+}
+
+/// Reports on one run go out at most this often (later changes are coalesced).
+pub const REPORT_INTERVAL_MS: u64 = 2_000;
+
+/// What a run waits for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waiting {
+    /// In words, e.g. `owner approval of fs.write`.
+    pub what: String,
+    /// When the wait ends by itself (an approval nobody answers is denied then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<Timestamp>,
+}
+
+/// How far a running graph got.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RunProgress {
+    /// Tokens metered so far.
+    pub tokens_used: u64,
+    /// The run's token cap, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_cap: Option<u64>,
+    /// Agent calls started.
+    pub agents_started: u64,
+    /// Agent calls finished.
+    pub agents_finished: u64,
+    /// Tool calls made.
+    pub tools_called: u64,
+    /// The label of the last trace event with one (an agent's or a tool's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_event: Option<String>,
+}
+
+impl RunReport {
+    /// Checks the execution id and the text lengths.
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        check_execution_id(&self.execution_id)?;
+        if let Some(waiting) = &self.waiting_for {
+            check_len("waiting_for.what", &waiting.what, MAX_REPORT_TEXT_CHARS)?;
+        }
+        if let Some(progress) = &self.progress {
+            if let Some(label) = &progress.last_event {
+                check_len("progress.last_event", label, MAX_REPORT_TEXT_CHARS)?;
+            }
+            if progress.tokens_used > MAX_TOTAL_TOKENS {
+                return Err(InvalidInput(format!(
+                    "progress.tokens_used may be at most {MAX_TOTAL_TOKENS}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `POST commands/{id}/report` answer (200).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportResponse {
+    /// True when the report was recorded (false: the run is no longer running).
+    pub recorded: bool,
+    /// Whether the agent asked to cancel.
+    pub cancel_requested: bool,
 }
 
 impl SyncRequest {
@@ -349,6 +469,9 @@ impl SyncRequest {
             return Err(InvalidInput(
                 "sessions_unchanged: true goes with an empty sessions list".into(),
             ));
+        }
+        if let Some(problem) = &self.problem {
+            problem.validate()?;
         }
         if self.known.len() > MAX_SYNC_COMMANDS {
             return Err(InvalidInput(format!(
@@ -449,6 +572,10 @@ pub struct CompleteRequest {
     /// Error text, at most [`MAX_ERROR_CHARS`] characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// When the run ended on the desktop (by the desktop's clock); the completion may reach
+    /// the service much later, after an outage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Timestamp>,
 }
 
 /// The most tokens a completion may report: far above any run's (a run at 10,000 tokens a
@@ -652,6 +779,7 @@ mod tests {
             total_tokens: Some(1),
             reported_cost: Some(0.0),
             error: None,
+            finished_at: None,
         }
     }
 
@@ -682,6 +810,7 @@ mod tests {
             running: Vec::new(),
             known: Vec::new(),
             sessions_unchanged: false,
+            problem: None,
         };
         assert!(sync.validate().is_ok());
         sync.sessions.push(session(MAX_SYNC_SESSIONS));

@@ -9,7 +9,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use relay_protocol::{
     CommandId, CompleteRequest, CompleteResponse, ControlResponse, DESKTOP_API_PREFIX,
-    StartedRequest, StartedResponse, SyncRequest, SyncResponse,
+    ReportResponse, RunReport, StartedRequest, StartedResponse, SyncRequest, SyncResponse,
 };
 
 use crate::AppState;
@@ -38,6 +38,10 @@ pub fn routes(app: Arc<AppState>) -> Router {
         .route(
             &format!("{DESKTOP_API_PREFIX}/commands/{{id}}/complete"),
             post(complete),
+        )
+        .route(
+            &format!("{DESKTOP_API_PREFIX}/commands/{{id}}/report"),
+            post(report),
         )
         .layer(DefaultBodyLimit::max(MAX_DESKTOP_BODY_BYTES))
         .merge(sync_route)
@@ -90,6 +94,17 @@ async fn complete(
 ) -> ApiResult<CompleteResponse> {
     Ok(Json(
         runs::command_completed(&app, &desktop, id, &request).await?,
+    ))
+}
+
+async fn report(
+    State(app): State<Arc<AppState>>,
+    Command(id): Command,
+    Desktop(desktop): Desktop,
+    JsonBody(request): JsonBody<RunReport>,
+) -> ApiResult<ReportResponse> {
+    Ok(Json(
+        crate::presence::record_report(&app, &desktop, id, &request).await?,
     ))
 }
 

@@ -20,6 +20,7 @@ pub mod oauth;
 pub mod ops;
 pub mod origin;
 pub mod owner_api;
+pub mod presence;
 pub mod rate;
 pub mod runs;
 pub mod sessions;
@@ -154,6 +155,8 @@ pub struct AppState {
     pub oauth: oauth::OAuthState,
     /// When each token's last use was written (at most once a minute).
     pub token_uses: auth::TokenUses,
+    /// When each project's desktop presence was last written by this replica.
+    pub presence: presence::PresenceWrites,
     /// The tokens of held requests, checked together for revocation.
     pub revocations: auth::Revocations,
     /// Requests held open now (`/metrics`).
@@ -191,6 +194,7 @@ impl AppState {
             rate: rate::RateLimiter::new(config.rate_limit),
             oauth: oauth::OAuthState::default(),
             token_uses: auth::TokenUses::default(),
+            presence: presence::PresenceWrites::default(),
             revocations: auth::Revocations::default(),
             held: metrics::Held::default(),
             db_damage: ops::DbDamage::default(),

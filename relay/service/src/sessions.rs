@@ -111,7 +111,9 @@ async fn first_answer(
         running,
         known,
         sessions_unchanged,
+        problem,
     } = request;
+    crate::presence::heard_from(app, &project_id, Some(problem.as_ref())).await;
     if !sessions_unchanged {
         let shared: Vec<_> = sessions
             .iter()

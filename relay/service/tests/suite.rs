@@ -34,6 +34,7 @@ mod quotas;
 mod request_origins;
 mod restart;
 mod revocation;
+mod run_reports;
 mod silent_desktop;
 mod store_conformance;
 mod submit_idempotency;

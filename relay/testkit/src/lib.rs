@@ -6,6 +6,7 @@ pub mod desktop_page;
 pub mod oauth;
 pub mod raw;
 pub mod schema;
+pub mod tmpfs;
 pub mod webdriver;
 
 use std::path::{Path, PathBuf};

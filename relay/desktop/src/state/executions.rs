@@ -55,32 +55,58 @@ impl DesktopState {
     ) -> Result<(), StateError> {
         let body = serde_json::to_string(completion)
             .map_err(|e| StateError::Invalid(format!("cannot encode the completion: {e}")))?;
-        let result = full_result.map(Value::to_string);
-        let trace = trace.map(Value::to_string);
         self.with_sync(|conn| {
             let tx = conn.transaction()?;
-            tx.execute(
-                "UPDATE history SET status = ?2, result = ?3, error = ?4, total_tokens = ?5,
-                 reported_cost = ?6, result_truncated = ?7, trace = ?8, finished_at = ?9
-                 WHERE execution_id = ?1",
-                params![
-                    completion.execution_id,
-                    relay_protocol::RunStatus::from(completion.status).as_str(),
-                    result,
-                    completion.error,
-                    completion.total_tokens.unwrap_or(0) as i64,
-                    completion.reported_cost.unwrap_or(0.0),
-                    completion.result_truncated,
-                    trace,
-                    now.unix_millis()
-                ],
-            )?;
+            write_end(&tx, full_result, trace, completion, now)?;
             tx.execute(
                 "INSERT INTO outbox (command_id, execution_id, body, created_at) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT(command_id) DO UPDATE SET execution_id = ?2, body = ?3, attempts = 0, last_error = NULL",
                 params![command_id.to_string(), completion.execution_id, body, now.unix_millis()],
             )?;
             tx.commit()?;
+            Ok(())
+        })
+    }
+
+    /// Records how an execution ended in the history only: its completion was delivered
+    /// already (the state could not take it when the run ended).
+    pub fn record_end(
+        &self,
+        full_result: Option<&Value>,
+        trace: Option<&Value>,
+        completion: &CompleteRequest,
+        finished_at: Timestamp,
+    ) -> Result<(), StateError> {
+        self.with_sync(|conn| write_end(conn, full_result, trace, completion, finished_at))
+    }
+
+    /// [`DesktopState::note_refused`] for an execution whose completion is not in the outbox.
+    pub fn note_refused_of(&self, execution_id: &str, message: &str) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            conn.execute(
+                "UPDATE history SET service_refusal = ?2 WHERE execution_id = ?1",
+                params![execution_id, message],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// [`DesktopState::note_service_outcome`] for an execution whose completion is not in the
+    /// outbox.
+    pub fn note_service_outcome_of(
+        &self,
+        execution_id: &str,
+        outcome: &relay_protocol::ServiceOutcome,
+    ) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            conn.execute(
+                "UPDATE history SET status = ?2, service_refusal = ?3 WHERE execution_id = ?1",
+                params![
+                    execution_id,
+                    outcome.status.as_str(),
+                    service_outcome_text(outcome)
+                ],
+            )?;
             Ok(())
         })
     }
@@ -106,11 +132,7 @@ impl DesktopState {
         command_id: &CommandId,
         outcome: &relay_protocol::ServiceOutcome,
     ) -> Result<(), StateError> {
-        let reason = format!(
-            "the service had already ended this run as {}: {}",
-            outcome.status,
-            outcome.error.as_deref().unwrap_or("no reason given")
-        );
+        let reason = service_outcome_text(outcome);
         self.with_sync(|conn| {
             conn.execute(
                 "UPDATE history SET status = ?2, service_refusal = ?3
@@ -228,6 +250,42 @@ impl DesktopState {
                 .optional()?)
         })
     }
+}
+
+/// What the history says of a run the service had ended itself.
+fn service_outcome_text(outcome: &relay_protocol::ServiceOutcome) -> String {
+    format!(
+        "the service had already ended this run as {}: {}",
+        outcome.status,
+        outcome.error.as_deref().unwrap_or("no reason given")
+    )
+}
+
+/// Writes the end of an execution into its history row.
+fn write_end(
+    conn: &Connection,
+    full_result: Option<&Value>,
+    trace: Option<&Value>,
+    completion: &CompleteRequest,
+    finished_at: Timestamp,
+) -> Result<(), StateError> {
+    conn.execute(
+        "UPDATE history SET status = ?2, result = ?3, error = ?4, total_tokens = ?5,
+         reported_cost = ?6, result_truncated = ?7, trace = ?8, finished_at = ?9
+         WHERE execution_id = ?1",
+        params![
+            completion.execution_id,
+            relay_protocol::RunStatus::from(completion.status).as_str(),
+            full_result.map(Value::to_string),
+            completion.error,
+            completion.total_tokens.unwrap_or(0) as i64,
+            completion.reported_cost.unwrap_or(0.0),
+            completion.result_truncated,
+            trace.map(Value::to_string),
+            finished_at.unix_millis()
+        ],
+    )?;
+    Ok(())
 }
 
 const HISTORY_COLUMNS: &str = "execution_id, command_id, channel, project_id, session_id, slug, \

@@ -4,6 +4,7 @@
 mod chat;
 mod http;
 pub mod legacy_sessions;
+mod progress;
 mod resources;
 mod tasks;
 pub mod tools;
@@ -153,7 +154,14 @@ impl ServerHandler for GraphTools {
         if spec.name == RUN_GRAPH_SESSION && declared_tasks {
             return Ok(self.run_as_task(spec, agent, arguments).await);
         }
-        Ok(self.dispatch(spec, agent, arguments).await.into())
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|token| progress::ProgressSender::new(token, context.peer.clone()));
+        Ok(self
+            .dispatch(spec, agent, arguments, progress.as_ref())
+            .await
+            .into())
     }
 
     async fn list_resources(
@@ -345,6 +353,7 @@ impl GraphTools {
         spec: &'static ToolSpec,
         agent: &AgentIdentity,
         arguments: &Map<String, Value>,
+        progress: Option<&progress::ProgressSender>,
     ) -> CallToolResult {
         let arguments = match Arguments::new(spec, arguments) {
             Ok(arguments) => arguments,
@@ -359,7 +368,14 @@ impl GraphTools {
             RUN_GRAPH_SESSION => self.run(agent, &arguments).await,
             GET_GRAPH_RUN => match (arguments.string("command_id"), wait_seconds(&arguments)) {
                 (Ok(id), Ok(wait)) => {
-                    runs::get_run_waiting(app, agent, id, wait)
+                    let on_change =
+                        |view: &runs::RunView| -> futures_util::future::BoxFuture<'static, ()> {
+                            match progress {
+                                Some(sender) => sender.send(view),
+                                None => Box::pin(async {}),
+                            }
+                        };
+                    runs::get_run_watching(app, agent, id, wait, Some(&on_change))
                         .await
                         .map(|view| {
                             let text = run_text(&view);
@@ -442,6 +458,16 @@ fn run_text(view: &runs::RunView) -> String {
     let mut text = format!("Run {} is {}.", view.command_id, view.status);
     if let Some(error) = &view.error {
         text.push_str(&format!(" Error: {error}"));
+    }
+    if let Some(waiting) = &view.waiting_for {
+        text.push_str(&format!(" It waits for {waiting}"));
+        if let Some(until) = view.waiting_until {
+            text.push_str(&format!(" (until {until})"));
+        }
+        text.push('.');
+    }
+    if !view.status.is_terminal() && !view.desktop.online {
+        text.push_str(" The desktop is offline: the run moves once it is back.");
     }
     if view.result_truncated {
         text.push_str(" The result was too large to post; it is on the owner's desktop.");

@@ -65,7 +65,8 @@ pub fn parse_command_id(text: &str) -> Result<CommandId, DesktopError> {
         .map_err(|e: relay_protocol::InvalidInput| DesktopError::BadRequest(e.0))
 }
 
-async fn desktop_command(
+/// Command `id` if it belongs to one of `desktop`'s projects.
+pub(crate) async fn desktop_command(
     app: &AppState,
     desktop: &DesktopIdentity,
     id: CommandId,
@@ -91,6 +92,7 @@ pub async fn command_started(
 ) -> Result<StartedResponse, DesktopError> {
     check_execution_id(&request.execution_id).map_err(|e| DesktopError::BadRequest(e.0))?;
     let command = desktop_command(app, desktop, id).await?;
+    crate::presence::heard_from(app, &command.project_id, None).await;
     let event = RunEvent::Started {
         execution_id: &request.execution_id,
     };
@@ -121,6 +123,7 @@ pub async fn command_control(
     id: CommandId,
 ) -> Result<ControlResponse, DesktopError> {
     let command = desktop_command(app, desktop, id).await?;
+    crate::presence::heard_from(app, &command.project_id, None).await;
     if command.status == RunStatus::Running {
         app.store.touch_running(id, app.clock.now()).await?;
     }
@@ -142,6 +145,7 @@ pub async fn command_completed(
         .validate()
         .map_err(|e| DesktopError::BadRequest(e.0))?;
     let command = desktop_command(app, desktop, id).await?;
+    crate::presence::heard_from(app, &command.project_id, None).await;
     let completion_value = serde_json::to_value(completion)
         .map_err(|e| DesktopError::BadRequest(format!("completion cannot be encoded: {e}")))?;
     let completion_hash = sha256_hex(&canonical_json(&completion_value));

@@ -158,7 +158,8 @@ fn completed(
             next.status = status;
             next.execution_id = Some(completion.execution_id.clone());
             next.completion_hash = Some(completion_hash.to_owned());
-            next.finished_at = Some(now);
+            next.finished_at = Some(desktop_end(current, completion, now));
+            next.delivered_at = Some(now);
             next.last_seen_at = Some(now);
             next.total_tokens = completion.total_tokens;
             next.reported_cost = completion.reported_cost;
@@ -186,6 +187,16 @@ fn completed(
             "command already finished as {status} with a different completion"
         )),
     }
+}
+
+/// When the run ended: the desktop's `finished_at`, kept between the run's start (its queueing,
+/// if it never started) and the completion's arrival, since the desktop's clock may be off; the
+/// arrival when the desktop sent none.
+fn desktop_end(current: &CommandRecord, completion: &CompleteRequest, now: Timestamp) -> Timestamp {
+    let earliest = current.started_at.unwrap_or(current.created_at).min(now);
+    completion
+        .finished_at
+        .map_or(now, |at| at.clamp(earliest, now))
 }
 
 /// The consent refusal: `cancelled` with exactly the not-shared error and no result, which the
@@ -232,6 +243,7 @@ mod tests {
             total_tokens: Some(3),
             reported_cost: Some(0.5),
             error: None,
+            finished_at: None,
         }
     }
 
@@ -243,6 +255,41 @@ mod tests {
     }
 
     const NOW: Timestamp = Timestamp::from_unix_millis(5_000);
+
+    #[test]
+    fn a_completion_ends_the_run_when_the_desktop_says_and_is_delivered_now() {
+        let mut running = command(RunStatus::Running, false);
+        running.completion_hash = None;
+        running.started_at = Some(Timestamp::from_unix_millis(1_000));
+        let at = |millis: i64| {
+            let mut done = completion(CompletionStatus::Completed);
+            done.finished_at = Some(Timestamp::from_unix_millis(millis));
+            done
+        };
+        let finish = |completion: &CompleteRequest| {
+            written(transition(
+                &running,
+                RunEvent::Completed {
+                    completion,
+                    completion_hash: "h",
+                },
+                NOW,
+            ))
+        };
+        // Ended during an outage, delivered later.
+        let late = finish(&at(2_000));
+        assert_eq!(late.finished_at, Some(Timestamp::from_unix_millis(2_000)));
+        assert_eq!(late.delivered_at, Some(NOW));
+        // A desktop clock that is off never puts the end before the start or after delivery.
+        assert_eq!(finish(&at(9_000)).finished_at, Some(NOW));
+        assert_eq!(
+            finish(&at(10)).finished_at,
+            Some(Timestamp::from_unix_millis(1_000))
+        );
+        // An older desktop sends no time: the arrival stands for it.
+        let untimed = finish(&completion(CompletionStatus::Completed));
+        assert_eq!(untimed.finished_at, Some(NOW));
+    }
 
     #[test]
     fn start_moves_queued_to_running_once() {
@@ -452,6 +499,7 @@ mod tests {
             total_tokens: Some(0),
             reported_cost: Some(0.0),
             error: Some(NOT_SHARED.into()),
+            finished_at: None,
         };
         assert_eq!(
             transition(

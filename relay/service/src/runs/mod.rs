@@ -9,6 +9,7 @@ mod desktop;
 mod machine;
 pub mod owner;
 
+pub(crate) use desktop::desktop_command;
 pub use desktop::{
     DesktopError, command_completed, command_control, command_started, parse_command_id,
 };
@@ -156,9 +157,23 @@ pub struct RunView {
     /// When the desktop started it.
     #[schemars(with = "Option<String>")]
     pub started_at: Option<Timestamp>,
-    /// When it ended.
+    /// When it ended: on the desktop, for a run the desktop finished.
     #[schemars(with = "Option<String>")]
     pub finished_at: Option<Timestamp>,
+    /// When the service received the desktop's result (later than `finished_at` after an
+    /// outage); `null` until then, and for runs the service ended itself.
+    #[schemars(with = "Option<String>")]
+    pub delivered_at: Option<Timestamp>,
+    /// Why the run waits, while it does: `owner approval of fs.write` while the desktop's owner
+    /// is asked, `desktop: disk full` while the desktop starts no run.
+    pub waiting_for: Option<String>,
+    /// When that wait ends by itself (an unanswered approval is denied then).
+    #[schemars(with = "Option<String>")]
+    pub waiting_until: Option<Timestamp>,
+    /// How far the running graph got, as its desktop last reported (at most every 2 s).
+    pub progress: Option<ProgressView>,
+    /// The project's desktop: online, last seen, and what keeps it from starting runs.
+    pub desktop: crate::presence::DesktopStatus,
     /// Last change.
     #[schemars(with = "String")]
     pub updated_at: Timestamp,
@@ -176,9 +191,60 @@ pub struct RunView {
     pub poll_after_seconds: Option<u64>,
 }
 
+/// How far a running graph got.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct ProgressView {
+    /// Tokens metered so far.
+    pub tokens_used: u64,
+    /// The run's token cap, if it has one.
+    pub token_cap: Option<u64>,
+    /// Agent calls started.
+    pub agents_started: u64,
+    /// Agent calls finished.
+    pub agents_finished: u64,
+    /// Tool calls made.
+    pub tools_called: u64,
+    /// The label of the last agent or tool the trace shows.
+    pub last_event: Option<String>,
+}
+
+impl From<relay_protocol::RunProgress> for ProgressView {
+    fn from(progress: relay_protocol::RunProgress) -> Self {
+        ProgressView {
+            tokens_used: progress.tokens_used,
+            token_cap: progress.token_cap,
+            agents_started: progress.agents_started,
+            agents_finished: progress.agents_finished,
+            tools_called: progress.tools_called,
+            last_event: progress.last_event,
+        }
+    }
+}
+
 impl RunView {
-    fn of(command: &CommandRecord, poll_hint: Duration) -> Self {
+    /// The view of `command`, with its desktop's presence when it was read.
+    fn of(
+        command: &CommandRecord,
+        poll_hint: Duration,
+        presence: Option<&crate::store::PresenceRecord>,
+        now: Timestamp,
+    ) -> Self {
+        let (waiting, progress) = crate::presence::reported(command);
+        // A queued run waits for its desktop when the desktop says it starts none.
+        let blocked = (command.status == RunStatus::Queued)
+            .then(|| presence.and_then(crate::presence::problem_of))
+            .flatten();
+        let (waiting_for, waiting_until) = match (waiting, blocked) {
+            (Some(waiting), _) => (Some(waiting.what), waiting.until),
+            (None, Some(problem)) => (Some(problem.summary()), None),
+            (None, None) => (None, None),
+        };
         RunView {
+            delivered_at: command.delivered_at,
+            waiting_for,
+            waiting_until,
+            progress: progress.map(ProgressView::from),
+            desktop: crate::presence::DesktopStatus::of(presence, now),
             command_id: command.id,
             graph_session_id: command.graph_session_id.clone(),
             status: command.status,
@@ -329,6 +395,12 @@ fn check_idempotency_key(key: &str) -> Result<(), RunError> {
 /// Longest wait `get_graph_run` accepts: well under the ~60 s chat hosts allow a tool call.
 pub const MAX_GET_WAIT: Duration = Duration::from_secs(45);
 
+/// Told each newer view of a run while a `get_graph_run` waits (the MCP progress
+/// notifications of a request that carried a `progressToken`); the wait goes on once the
+/// returned future is done.
+pub type OnChange<'a> =
+    &'a (dyn Fn(&RunView) -> futures_util::future::BoxFuture<'static, ()> + Send + Sync);
+
 /// [`get_run`], waiting up to `wait` (at most [`MAX_GET_WAIT`]) for the run to finish: it
 /// answers as soon as the run is terminal, or with its current state when the wait ends.
 pub async fn get_run_waiting(
@@ -336,6 +408,18 @@ pub async fn get_run_waiting(
     agent: &AgentIdentity,
     command_id: &str,
     wait: Duration,
+) -> Result<RunView, RunError> {
+    get_run_watching(app, agent, command_id, wait, None).await
+}
+
+/// [`get_run_waiting`], telling `on_change` of every newer view while it waits (each wake-up
+/// of the run's topic: a status change, a desktop report).
+pub async fn get_run_watching(
+    app: &AppState,
+    agent: &AgentIdentity,
+    command_id: &str,
+    wait: Duration,
+    on_change: Option<OnChange<'_>>,
 ) -> Result<RunView, RunError> {
     if wait > MAX_GET_WAIT {
         return Err(RunError::Invalid(format!(
@@ -363,6 +447,9 @@ pub async fn get_run_waiting(
             () = &mut revoked => return Err(RunError::Revoked),
         }
         view = get_run(app, agent, command_id).await?;
+        if let Some(on_change) = on_change {
+            on_change(&view).await;
+        }
     }
     // A revocation that lands with the result still keeps the result from the revoked token.
     if !crate::auth::still_valid(app, &agent.token_id).await? {
@@ -379,7 +466,13 @@ pub async fn get_run(
 ) -> Result<RunView, RunError> {
     let command = own_command(app, agent, command_id).await?;
     let command = fail_if_silent(app, command).await?;
-    Ok(RunView::of(&command, app.config.poll_hint))
+    let presence = app.store.presence(&command.project_id).await?;
+    Ok(RunView::of(
+        &command,
+        app.config.poll_hint,
+        presence.as_ref(),
+        app.clock.now(),
+    ))
 }
 
 /// Cancels the run `command_id` that `agent` started.

@@ -253,12 +253,20 @@ pub struct CommandRecord {
     pub created_at: Timestamp,
     /// When the desktop started it.
     pub started_at: Option<Timestamp>,
-    /// When it reached a terminal status.
+    /// When it reached a terminal status: when the run ended on the desktop, for a run the
+    /// desktop completed (the service's time otherwise).
     pub finished_at: Option<Timestamp>,
+    /// When the service received the desktop's completion (`None` for a run the service
+    /// ended itself).
+    pub delivered_at: Option<Timestamp>,
     /// When the desktop last reported on it (started or control poll).
     pub last_seen_at: Option<Timestamp>,
     /// Last change.
     pub updated_at: Timestamp,
+    /// The desktop's latest report on the running run (a [`relay_protocol::RunReport`] as
+    /// JSON): what it waits for, how far it got. Written only by
+    /// [`Store::record_run_report`], never by [`Store::update_command`].
+    pub report: Option<Value>,
 }
 
 impl CommandRecord {
@@ -296,10 +304,24 @@ impl CommandRecord {
             created_at: now,
             started_at: None,
             finished_at: None,
+            delivered_at: None,
             last_seen_at: None,
             updated_at: now,
+            report: None,
         }
     }
+}
+
+/// When a project's desktop was last heard from, and what keeps it from running work, if
+/// anything (the `problem` of its last sync).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresenceRecord {
+    /// The project.
+    pub project_id: String,
+    /// The last request of its desktop that was written (at most every few seconds).
+    pub seen_at: Timestamp,
+    /// The desktop's problem as JSON text (a [`relay_protocol::DesktopProblem`]), if any.
+    pub problem: Option<String>,
 }
 
 /// What inserting a command under an idempotency key did.
@@ -732,6 +754,26 @@ pub trait Store: Send + Sync + 'static {
     fn record_token_use<'a>(&'a self, token_id: &'a str, now: Timestamp) -> StoreFuture<'a, ()>;
     /// When each token of the owner was last used, as recorded: (token id, time).
     fn token_uses<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<(String, Timestamp)>>;
+    /// Notes that the desktop of `project_id` was heard from at `seen_at` (never moving the
+    /// time back); with `problem: Some(..)` also replaces its problem (`Some(None)` clears
+    /// it), with `None` keeps it.
+    fn record_presence<'a>(
+        &'a self,
+        project_id: &'a str,
+        seen_at: Timestamp,
+        problem: Option<Option<&'a str>>,
+    ) -> StoreFuture<'a, ()>;
+    /// The presence of `project_id`'s desktop, if it was ever heard from.
+    fn presence<'a>(&'a self, project_id: &'a str) -> StoreFuture<'a, Option<PresenceRecord>>;
+    /// Replaces the report of command `id` with `report` (JSON text) and marks it seen at
+    /// `now`, if it is running under `execution_id`; false otherwise.
+    fn record_run_report<'a>(
+        &'a self,
+        id: CommandId,
+        execution_id: &'a str,
+        report: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool>;
     /// Checks the database's own structure (SQLite: `PRAGMA quick_check`, stopped after
     /// `limit`): `Some(what is wrong)` when it is damaged, `None` when it passed or the store
     /// has no such check (PostgreSQL's damage shows as [`Fault::Corrupt`] errors instead).

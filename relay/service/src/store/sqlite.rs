@@ -13,9 +13,9 @@ use tokio::sync::Semaphore;
 
 use super::{
     ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, CommandQuery,
-    CommandRecord, InsertOutcome, OwnerRecord, ProjectRecord, QueueLimit, QueueQuota,
-    SessionRecord, SessionSnapshot, Store, StoreError, StoreFuture, SweepCounts, TaskInsertOutcome,
-    TaskRecord, TokenKind, TokenRecord,
+    CommandRecord, InsertOutcome, OwnerRecord, PresenceRecord, ProjectRecord, QueueLimit,
+    QueueQuota, SessionRecord, SessionSnapshot, Store, StoreError, StoreFuture, SweepCounts,
+    TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use super::{
     AuthCodeRecord, AuthSweep, AuthSweepCounts, BrowserSessionRecord, IssuedTokens,
@@ -29,6 +29,7 @@ use relay_sqlite::MigrateError;
 mod auth;
 mod chat;
 mod console;
+mod presence;
 
 /// Connections one file-backed store keeps open; WAL lets readers run beside the one writer.
 const MAX_CONNECTIONS: usize = 4;
@@ -124,6 +125,7 @@ CREATE TABLE token_uses (
     last_used_at INTEGER NOT NULL
 );
 "#,
+    presence::MIGRATION,
 ];
 
 /// Which quota `command` would exceed, if any: counted inside the insert's transaction.
@@ -160,7 +162,7 @@ fn queue_limit_reached(
 const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_session_id, slug, arguments, \
     idempotency_key, request_hash, status, cancel_requested, execution_id, result, \
     result_truncated, total_tokens, reported_cost, error, completion_hash, created_at, \
-    started_at, finished_at, last_seen_at, updated_at";
+    started_at, finished_at, last_seen_at, updated_at, delivered_at, report";
 
 const TOKEN_COLUMNS: &str = "id, kind, token_hash, owner_id, project_id, agent_name, scopes, \
     created_at, revoked_at, client_id";
@@ -442,6 +444,7 @@ pub(super) fn command_from_row(row: &Row<'_>) -> rusqlite::Result<CommandRecord>
     let status: String = row.get(8)?;
     let result: Option<String> = row.get(11)?;
     let total_tokens: Option<i64> = row.get(13)?;
+    let report: Option<String> = row.get(23)?;
     Ok(CommandRecord {
         id: id.parse().map_err(|e| corrupt("command id", e))?,
         project_id: row.get(1)?,
@@ -474,6 +477,9 @@ pub(super) fn command_from_row(row: &Row<'_>) -> rusqlite::Result<CommandRecord>
         finished_at: ts(row.get(19)?),
         last_seen_at: ts(row.get(20)?),
         updated_at: Timestamp::from_unix_millis(row.get(21)?),
+        delivered_at: ts(row.get(22)?),
+        // A report is advice for the agent: one that cannot be read is left out.
+        report: report.and_then(|text| serde_json::from_str(&text).ok()),
     })
 }
 
@@ -1012,7 +1018,7 @@ impl Store for SqliteStore {
                     "UPDATE commands SET status = ?1, cancel_requested = ?2, execution_id = ?3, \
                      result = ?4, result_truncated = ?5, total_tokens = ?6, reported_cost = ?7, \
                      error = ?8, completion_hash = ?9, started_at = ?10, finished_at = ?11, \
-                     last_seen_at = ?12, updated_at = ?13 \
+                     last_seen_at = ?12, updated_at = ?13, delivered_at = ?17 \
                      WHERE id = ?14 AND status = ?15 AND cancel_requested = ?16",
                     params![
                         next.status.as_str(),
@@ -1031,6 +1037,7 @@ impl Store for SqliteStore {
                         id,
                         from_status.as_str(),
                         from_cancel,
+                        ms(next.delivered_at),
                     ],
                 )
                 .map_err(backend)?;
@@ -1215,6 +1222,33 @@ impl Store for SqliteStore {
 
     fn token_uses<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<(String, Timestamp)>> {
         self.token_uses_impl(owner_id.to_owned())
+    }
+
+    fn record_presence<'a>(
+        &'a self,
+        project_id: &'a str,
+        seen_at: Timestamp,
+        problem: Option<Option<&'a str>>,
+    ) -> StoreFuture<'a, ()> {
+        self.record_presence_impl(
+            project_id.to_owned(),
+            seen_at,
+            problem.map(|p| p.map(str::to_owned)),
+        )
+    }
+
+    fn presence<'a>(&'a self, project_id: &'a str) -> StoreFuture<'a, Option<PresenceRecord>> {
+        self.presence_impl(project_id.to_owned())
+    }
+
+    fn record_run_report<'a>(
+        &'a self,
+        id: CommandId,
+        execution_id: &'a str,
+        report: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool> {
+        self.record_run_report_impl(id, execution_id.to_owned(), report.to_owned(), now)
     }
 }
 

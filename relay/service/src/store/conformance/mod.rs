@@ -7,7 +7,7 @@ mod auth;
 
 use std::sync::Arc;
 
-use serde_json::{Map, json};
+use serde_json::{Map, Value, json};
 
 use super::{
     ArtifactInsertOutcome, ArtifactRecord, BrowserSessionRecord, ChatLinkRecord, ClaimAttempt,
@@ -157,6 +157,8 @@ where
     chat_links_are_listed_per_project(make().as_ref()).await;
     browser_sessions_are_listed_and_ended_per_owner(make().as_ref()).await;
     token_uses_are_per_owner_and_never_move_back(make().as_ref()).await;
+    presence_keeps_its_problem_until_a_sync_says_otherwise(make().as_ref()).await;
+    run_reports_land_on_their_running_execution_only(make().as_ref()).await;
     auth::run_all(&make).await;
 }
 
@@ -1473,5 +1475,104 @@ pub async fn token_uses_are_per_owner_and_never_move_back(store: &dyn Store) {
             .expect("other's")
             .is_empty(),
         "another owner's uses are apart"
+    );
+}
+
+/// A desktop's presence never moves back in time; its problem changes only when a sync says
+/// so (`Some`), and other requests (`None`) keep it.
+pub async fn presence_keeps_its_problem_until_a_sync_says_otherwise(store: &dyn Store) {
+    let seed = seed(store).await;
+    let project = seed.project_id.as_str();
+    assert_eq!(store.presence(project).await.expect("read"), None);
+    let full = r#"{"cause":"disk_full","detail":"1 MiB free"}"#;
+    store
+        .record_presence(project, at(10), Some(Some(full)))
+        .await
+        .expect("sync with a problem");
+    store
+        .record_presence(project, at(5), None)
+        .await
+        .expect("an older heartbeat");
+    let read = store.presence(project).await.expect("read").expect("seen");
+    assert_eq!(read.seen_at, at(10), "never moves back");
+    assert_eq!(read.problem.as_deref(), Some(full), "kept by a heartbeat");
+    store
+        .record_presence(project, at(20), Some(None))
+        .await
+        .expect("a sync without a problem");
+    let read = store.presence(project).await.expect("read").expect("seen");
+    assert_eq!((read.seen_at, read.problem), (at(20), None));
+}
+
+/// A report lands only on a running command under its own execution id, survives the
+/// command's other updates, and the completion's arrival time is stored.
+pub async fn run_reports_land_on_their_running_execution_only(store: &dyn Store) {
+    let seed = seed(store).await;
+    let queued = insert_new(store, command(&seed, &seed.agent_id, "key-0099", at(0))).await;
+    let report = r#"{"execution_id":"e1","waiting_for":{"what":"owner approval of fs.write"}}"#;
+    assert!(
+        !store
+            .record_run_report(queued.id, "e1", report, at(1))
+            .await
+            .expect("report on a queued run")
+    );
+    let mut running = queued.clone();
+    running.status = RunStatus::Running;
+    running.execution_id = Some("e1".into());
+    running.last_seen_at = Some(at(1));
+    assert!(
+        store
+            .update_command(&queued, &running)
+            .await
+            .expect("start")
+    );
+    assert!(
+        !store
+            .record_run_report(queued.id, "e2", report, at(2))
+            .await
+            .expect("another execution's report")
+    );
+    assert!(
+        store
+            .record_run_report(queued.id, "e1", report, at(3))
+            .await
+            .expect("report")
+    );
+    let read = store
+        .command(queued.id)
+        .await
+        .expect("read")
+        .expect("there");
+    let expected: Value = serde_json::from_str(report).expect("json");
+    assert_eq!(read.report, Some(expected));
+    assert_eq!(read.last_seen_at, Some(at(3)));
+    let mut cancelled = read.clone();
+    cancelled.cancel_requested = true;
+    assert!(
+        store
+            .update_command(&read, &cancelled)
+            .await
+            .expect("cancel")
+    );
+    let mut done = cancelled.clone();
+    done.status = RunStatus::Completed;
+    done.finished_at = Some(at(4));
+    done.delivered_at = Some(at(9));
+    assert!(store.update_command(&cancelled, &done).await.expect("done"));
+    let read = store
+        .command(queued.id)
+        .await
+        .expect("read")
+        .expect("there");
+    assert!(read.report.is_some(), "an update leaves the report alone");
+    assert_eq!(
+        (read.finished_at, read.delivered_at),
+        (Some(at(4)), Some(at(9)))
+    );
+    assert!(
+        !store
+            .record_run_report(queued.id, "e1", report, at(10))
+            .await
+            .expect("report after the end")
     );
 }

@@ -10,10 +10,10 @@ use crate::chat_tasks::model::TaskId;
 use crate::store::{
     ArtifactInsertOutcome, ArtifactRecord, AuthCodeRecord, AuthSweep, AuthSweepCounts,
     BrowserSessionRecord, ChatLinkRecord, ClaimAttempt, CommandQuery, CommandRecord, InsertOutcome,
-    IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OwnerRecord, ProjectRecord, QueueLimit,
-    QueueQuota, RedeemOutcome, RotateOutcome, SessionRecord, SessionSnapshot, SignInLinkRecord,
-    Store, StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind,
-    TokenRecord,
+    IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OwnerRecord, PresenceRecord, ProjectRecord,
+    QueueLimit, QueueQuota, RedeemOutcome, RotateOutcome, SessionRecord, SessionSnapshot,
+    SignInLinkRecord, Store, StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord,
+    TokenKind, TokenRecord,
 };
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
@@ -95,7 +95,7 @@ CREATE INDEX commands_queued_by_agent ON commands(agent_id) WHERE status = 'queu
 pub(super) const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_session_id, slug, \
     arguments, idempotency_key, request_hash, status, cancel_requested, execution_id, result, \
     result_truncated, total_tokens, reported_cost, error, completion_hash, created_at, \
-    started_at, finished_at, last_seen_at, updated_at";
+    started_at, finished_at, last_seen_at, updated_at, delivered_at, report";
 
 pub(super) const TOKEN_COLUMNS: &str = "id, kind, token_hash, owner_id, project_id, agent_name, \
     scopes, created_at, revoked_at, client_id";
@@ -211,6 +211,7 @@ pub(super) fn command_from_row(row: &Row) -> Result<CommandRecord, StoreError> {
     let status: String = get(row, 8)?;
     let result: Option<String> = get(row, 11)?;
     let total_tokens: Option<i64> = get(row, 13)?;
+    let report: Option<String> = get(row, 23)?;
     Ok(CommandRecord {
         id: id.parse().map_err(|e| corrupt("command id", e))?,
         project_id: get(row, 1)?,
@@ -243,6 +244,9 @@ pub(super) fn command_from_row(row: &Row) -> Result<CommandRecord, StoreError> {
         finished_at: at_opt(row, 19)?,
         last_seen_at: at_opt(row, 20)?,
         updated_at: at(row, 21)?,
+        delivered_at: at_opt(row, 22)?,
+        // A report is advice for the agent: one that cannot be read is left out.
+        report: report.and_then(|text| serde_json::from_str(&text).ok()),
     })
 }
 
@@ -538,7 +542,7 @@ impl PostgresStore {
                 "UPDATE commands SET status = $1, cancel_requested = $2, execution_id = $3, \
                  result = $4, result_truncated = $5, total_tokens = $6, reported_cost = $7, \
                  error = $8, completion_hash = $9, started_at = $10, finished_at = $11, \
-                 last_seen_at = $12, updated_at = $13 \
+                 last_seen_at = $12, updated_at = $13, delivered_at = $17 \
                  WHERE id = $14 AND status = $15 AND cancel_requested = $16",
                 &[
                     &next.status.as_str(),
@@ -557,6 +561,7 @@ impl PostgresStore {
                     &from.id.to_string(),
                     &from.status.as_str(),
                     &from.cancel_requested,
+                    &ms(next.delivered_at),
                 ],
             )
             .await?;
@@ -1066,5 +1071,28 @@ impl Store for PostgresStore {
 
     fn token_uses<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<(String, Timestamp)>> {
         Box::pin(self.token_uses_impl(owner_id))
+    }
+
+    fn record_presence<'a>(
+        &'a self,
+        project_id: &'a str,
+        seen_at: Timestamp,
+        problem: Option<Option<&'a str>>,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(self.record_presence_impl(project_id, seen_at, problem))
+    }
+
+    fn presence<'a>(&'a self, project_id: &'a str) -> StoreFuture<'a, Option<PresenceRecord>> {
+        Box::pin(self.presence_impl(project_id))
+    }
+
+    fn record_run_report<'a>(
+        &'a self,
+        id: CommandId,
+        execution_id: &'a str,
+        report: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(self.record_run_report_impl(id, execution_id, report, now))
     }
 }

@@ -15,6 +15,7 @@ mod chat;
 mod console;
 mod core;
 pub mod notify;
+mod presence;
 
 use std::str::FromStr;
 
@@ -35,6 +36,7 @@ const MIGRATIONS: &[&str] = &[
     chat::MIGRATION,
     auth::MIGRATION,
     console::MIGRATION,
+    presence::MIGRATION,
 ];
 
 /// A [`Store`](super::Store) over one PostgreSQL database.

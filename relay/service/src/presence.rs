@@ -1,0 +1,211 @@
+//! What a desktop tells the service about itself and its runs, for the agent's
+//! `get_graph_run`: whether the project's desktop is online (heard from within two poll
+//! intervals), what keeps it from starting runs (its disk is full), and, for a running run,
+//! what it waits for and how far it got (`POST commands/{id}/report`).
+//!
+//! Every desktop request marks its project's desktop as seen, but the store is written at most
+//! every [`PRESENCE_WRITE_INTERVAL`] per project and replica (or at once when the desktop's
+//! problem changes), so a waiting desktop is not a writer at every long poll. A held long poll
+//! lasts at most 25 s and is re-issued at once, so a live desktop's record is never older than
+//! [`OFFLINE_AFTER`].
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use relay_protocol::clock::Timestamp;
+use relay_protocol::{
+    CommandId, DESKTOP_POLL_INTERVAL_SECS, DesktopProblem, ReportResponse, RunProgress, RunReport,
+    RunStatus, Waiting,
+};
+use serde::Serialize;
+
+use crate::AppState;
+use crate::auth::DesktopIdentity;
+use crate::notify::Topic;
+use crate::runs::DesktopError;
+use crate::store::{CommandRecord, PresenceRecord};
+
+/// A project's presence is written at most this often per replica while nothing changes.
+pub const PRESENCE_WRITE_INTERVAL: Duration = Duration::from_secs(10);
+/// A desktop not heard from for two poll intervals is offline.
+pub const OFFLINE_AFTER: Duration = Duration::from_secs(2 * DESKTOP_POLL_INTERVAL_SECS);
+/// Projects whose last write [`PresenceWrites`] remembers at most (past it, it starts over).
+const MAX_REMEMBERED: usize = 10_000;
+
+/// When (and with which problem) each project's presence was last written by this replica.
+#[derive(Debug, Default)]
+pub struct PresenceWrites {
+    written: Mutex<HashMap<String, (Timestamp, Option<String>)>>,
+}
+
+impl PresenceWrites {
+    /// Whether hearing from `project_id`'s desktop at `now` should be written: the last write
+    /// is [`PRESENCE_WRITE_INTERVAL`] old, or `problem` (when known: `Some`) differs from the
+    /// one written. If so it counts as written.
+    pub fn due(&self, project_id: &str, now: Timestamp, problem: Option<&Option<String>>) -> bool {
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((last, last_problem)) = written.get_mut(project_id) {
+            let changed = problem.is_some_and(|problem| problem != last_problem);
+            if !changed && now.saturating_duration_since(*last) < PRESENCE_WRITE_INTERVAL {
+                return false;
+            }
+            *last = now;
+            if let Some(problem) = problem {
+                last_problem.clone_from(problem);
+            }
+            return true;
+        }
+        if written.len() >= MAX_REMEMBERED {
+            written.clear();
+        }
+        written.insert(
+            project_id.to_owned(),
+            (now, problem.cloned().unwrap_or_default()),
+        );
+        true
+    }
+}
+
+/// Notes that `project_id`'s desktop was heard from now; a sync also says what keeps it from
+/// starting runs (`Some(problem)`), other requests leave that as it was (`None`). A failed
+/// write is logged, never the request's failure: presence is advice for the agent.
+pub async fn heard_from(
+    app: &AppState,
+    project_id: &str,
+    problem: Option<Option<&DesktopProblem>>,
+) {
+    let now = app.clock.now();
+    let problem: Option<Option<String>> =
+        problem.map(|p| p.and_then(|p| serde_json::to_string(p).ok()));
+    if !app.presence.due(project_id, now, problem.as_ref()) {
+        return;
+    }
+    let stored = problem.as_ref().map(Option::as_deref);
+    if let Err(error) = app.store.record_presence(project_id, now, stored).await {
+        tracing::warn!(%error, project_id, "recording that the desktop was heard from failed");
+    }
+}
+
+/// What an agent sees of the desktop that runs its project's graphs.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+pub struct DesktopStatus {
+    /// Heard from within the last two poll intervals (40 s).
+    pub online: bool,
+    /// When it was last heard from; `null` if never.
+    #[schemars(with = "Option<String>")]
+    pub last_seen_at: Option<Timestamp>,
+    /// Why it starts no run now, e.g. `disk full: ...`; `null` when nothing keeps it.
+    pub problem: Option<String>,
+}
+
+impl DesktopStatus {
+    /// The status at `now` from the stored presence.
+    pub fn of(presence: Option<&PresenceRecord>, now: Timestamp) -> Self {
+        let last_seen_at = presence.map(|p| p.seen_at);
+        DesktopStatus {
+            online: last_seen_at
+                .is_some_and(|seen| now.saturating_duration_since(seen) <= OFFLINE_AFTER),
+            last_seen_at,
+            problem: presence
+                .and_then(problem_of)
+                .map(|p| format!("{}: {}", p.cause.replace('_', " "), p.detail)),
+        }
+    }
+}
+
+/// The problem stored with a presence, if any can be read.
+pub fn problem_of(presence: &PresenceRecord) -> Option<DesktopProblem> {
+    presence
+        .problem
+        .as_deref()
+        .and_then(|text| serde_json::from_str(text).ok())
+}
+
+/// What the run waits for and how far it got, as its desktop last reported (running runs only).
+pub fn reported(command: &CommandRecord) -> (Option<Waiting>, Option<RunProgress>) {
+    if command.status != RunStatus::Running {
+        return (None, None);
+    }
+    match command
+        .report
+        .clone()
+        .and_then(|value| serde_json::from_value::<RunReport>(value).ok())
+    {
+        Some(report) => (report.waiting_for, report.progress),
+        None => (None, None),
+    }
+}
+
+/// Records the desktop's report on command `id`, if it runs it under the reported execution.
+pub async fn record_report(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+    id: CommandId,
+    report: &RunReport,
+) -> Result<ReportResponse, DesktopError> {
+    report
+        .validate()
+        .map_err(|e| DesktopError::BadRequest(e.0))?;
+    let command = crate::runs::desktop_command(app, desktop, id).await?;
+    heard_from(app, &command.project_id, None).await;
+    let text = serde_json::to_string(report)
+        .map_err(|e| DesktopError::BadRequest(format!("the report cannot be encoded: {e}")))?;
+    let recorded = app
+        .store
+        .record_run_report(id, &report.execution_id, &text, app.clock.now())
+        .await?;
+    if recorded {
+        // A waiting get_graph_run (or a task's watcher) hears of it at once.
+        app.notifier.notify(&Topic::Run(id));
+    }
+    Ok(ReportResponse {
+        recorded,
+        cancel_requested: command.cancel_requested,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presence_is_written_at_most_every_interval_unless_the_problem_changes() {
+        let writes = PresenceWrites::default();
+        let t0 = Timestamp::from_unix_millis(1_000_000);
+        let later = |d: Duration| t0.saturating_add(d);
+        assert!(writes.due("p", t0, Some(&None)), "the first contact");
+        assert!(!writes.due("p", later(Duration::from_secs(1)), Some(&None)));
+        assert!(!writes.due("p", later(Duration::from_secs(2)), None));
+        let full = Some("disk".to_owned());
+        assert!(
+            writes.due("p", later(Duration::from_secs(3)), Some(&full)),
+            "a new problem is written at once"
+        );
+        assert!(
+            !writes.due("p", later(Duration::from_secs(4)), None),
+            "a request that says nothing of the problem does not change it"
+        );
+        assert!(!writes.due("p", later(Duration::from_secs(5)), Some(&full)));
+        assert!(writes.due("p", later(Duration::from_secs(6)), Some(&None)));
+        assert!(writes.due("p", later(PRESENCE_WRITE_INTERVAL * 2), None));
+        assert!(writes.due("q", later(Duration::from_secs(7)), None));
+    }
+
+    #[test]
+    fn a_desktop_is_offline_after_two_poll_intervals_of_silence() {
+        let seen = Timestamp::from_unix_millis(1_000_000);
+        let presence = PresenceRecord {
+            project_id: "p".into(),
+            seen_at: seen,
+            problem: Some(r#"{"cause":"disk_full","detail":"1 MiB free"}"#.into()),
+        };
+        let status = DesktopStatus::of(Some(&presence), seen.saturating_add(OFFLINE_AFTER));
+        assert!(status.online);
+        assert_eq!(status.problem.as_deref(), Some("disk full: 1 MiB free"));
+        let later = seen.saturating_add(OFFLINE_AFTER + Duration::from_millis(1));
+        assert!(!DesktopStatus::of(Some(&presence), later).online);
+        let never = DesktopStatus::of(None, seen);
+        assert!(!never.online && never.last_seen_at.is_none() && never.problem.is_none());
+    }
+}
