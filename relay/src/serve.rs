@@ -92,8 +92,21 @@ pub(crate) struct ServeArgs {
     /// unfinished with a warning, like 60s.
     #[arg(long, default_value = "60s", value_parser = parse_db_check_limit)]
     pub(crate) db_check_limit: Duration,
+    /// How log lines are written to stderr: text, or json (one object a line, with the
+    /// request's id, method and route under "span"). RUST_LOG picks what is logged.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line.
+    Json,
 }
 
 /// `--db-check-interval`: 0 (never) or 10 s to 7 days.
