@@ -5,9 +5,11 @@
 #   scripts/pg.sh stop    stop it (the data stays under target/pg until `cargo clean`)
 # The server refuses to run as root, so as root it runs as the `postgres` user. Installs
 # Debian's `postgresql` package when no server binary is found.
+# PG_DIR=DIR puts the cluster elsewhere (a test's own cluster, which it may stop and start
+# again: a restart keeps the port the cluster had).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dir="$PWD/target/pg"
+dir="${PG_DIR:-$PWD/target/pg}"
 data="$dir/data"
 port_file="$dir/port"
 say() { echo "pg.sh: $*" >&2; }
@@ -55,8 +57,19 @@ start() {
         url
         return
     fi
+    # The port of the last start if it is still free (a restart keeps its URL), else a new one.
     local port
-    port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+    port=$(python3 -c '
+import socket, sys
+s = socket.socket()
+# As the server binds it: connections of its last run still in TIME_WAIT do not block it.
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    s.bind(("127.0.0.1", int(open(sys.argv[1]).read())))
+except Exception:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])' "$port_file")
     echo "$port" >"$port_file"
     say "starting on 127.0.0.1:$port"
     as_server "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 \

@@ -35,6 +35,39 @@ pub(crate) enum BenchCommand {
     /// What 2025-era MCP sessions cost `relay serve`: agent tokens open sessions, the report
     /// gives the service's memory before and after and the KiB per session the caps keep.
     Sessions(SessionArgs),
+    /// Several `relay serve` replicas on one PostgreSQL database: claims a second with their
+    /// double claims, pickup latency across replicas, held long polls and memory per replica;
+    /// then one replica on SQLite with the same load, side by side.
+    Replicas(ReplicaArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ReplicaArgs {
+    /// `relay serve` processes on the PostgreSQL database.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=16))]
+    replicas: u64,
+    /// A throwaway PostgreSQL database, postgres://user@host/db (the bench adds projects,
+    /// tokens and tasks to it).
+    #[arg(long, env = "RELAY_DATABASE_URL")]
+    db: String,
+    /// Chat tasks raced for.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    tasks: u64,
+    /// Concurrent claims per task, spread over the replicas.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=64))]
+    claims_per_task: u64,
+    /// Desktops long-polling each replica.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=6_000))]
+    desktops_per_replica: u64,
+    /// Runs queued, each through a replica other than its desktop's.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    runs: u64,
+    /// Leave out the SQLite comparison.
+    #[arg(long)]
+    skip_sqlite: bool,
+    /// Print each report as one JSON object a line.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -140,6 +173,7 @@ pub(crate) async fn bench(command: BenchCommand) -> Result<()> {
             }
             Ok(())
         }
+        BenchCommand::Replicas(args) => bench_replicas(args).await,
         BenchCommand::EmptyPolls(args) => {
             let options = EmptyPollOptions {
                 polls: args.polls,
@@ -154,4 +188,47 @@ pub(crate) async fn bench(command: BenchCommand) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `relay bench replicas`: PostgreSQL with its replicas, then SQLite with one.
+async fn bench_replicas(args: ReplicaArgs) -> Result<()> {
+    use relay_sim::replica_bench::{ReplicaOptions, replicas};
+    let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    let options = ReplicaOptions {
+        replicas: count(args.replicas),
+        postgres: Some(args.db.clone()),
+        tasks: count(args.tasks),
+        claims_per_task: count(args.claims_per_task),
+        desktops_per_replica: count(args.desktops_per_replica),
+        runs: count(args.runs),
+        server: std::env::current_exe().context("cannot find the relay binary")?,
+    };
+    let mut reports = vec![replicas(options.clone()).await?];
+    if !args.skip_sqlite {
+        let sqlite = ReplicaOptions {
+            replicas: 1,
+            postgres: None,
+            ..options
+        };
+        reports.push(replicas(sqlite).await?);
+    }
+    for report in &reports {
+        if args.json {
+            println!("{}", report.to_json());
+        } else {
+            print!("{report}");
+        }
+    }
+    if let [postgres, sqlite] = reports.as_slice()
+        && !args.json
+    {
+        println!(
+            "postgres/sqlite: claims/s x{:.2}, pickup p95 x{:.2}",
+            postgres.claims_per_second() / sqlite.claims_per_second().max(1e-9),
+            postgres.pickup.p95 / sqlite.pickup.p95.max(1e-9)
+        );
+    }
+    let doubles: usize = reports.iter().map(|r| r.double_claims).sum();
+    anyhow::ensure!(doubles == 0, "{doubles} tasks were claimed twice");
+    Ok(())
 }

@@ -74,19 +74,30 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Demo(_) => "warn",
         Command::Sim(_) => "error",
     };
-    tracing_subscriber::fmt()
+    let json =
+        matches!(&cli.command, Command::Serve(args) if args.log_format == serve::LogFormat::Json);
+    let log = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        // Colour only on a terminal, and never with NO_COLOR set (https://no-color.org): a
-        // redirected log gets plain text.
-        .with_ansi(colour_on_stderr())
         // Reporting a failed log write goes to stderr too and panics when stderr is gone (a
         // closed pipe); the service must keep serving without its log.
         .log_internal_errors(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .init();
+        );
+    if json {
+        // One object a line, the event's fields at its top level and the request's span
+        // (its request_id, method and route) under "span".
+        log.json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init();
+    } else {
+        // Colour only on a terminal, and never with NO_COLOR set (https://no-color.org): a
+        // redirected log gets plain text.
+        log.with_ansi(colour_on_stderr()).init();
+    }
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
         Command::Admin(args) => admin::run(args).await,

@@ -79,9 +79,10 @@ pub(crate) struct ServeArgs {
     /// Seconds a chat task's claim holds before the task returns to the queue (0: no lease).
     #[arg(long, alias = "lease-seconds", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(0..=MAX_TASK_LEASE_SECS))]
     pub(crate) task_lease_seconds: u64,
-    /// Serve GET /metrics (Prometheus text: held long polls, wake-up topics, watched tokens) on
-    /// this separate address, like 127.0.0.1:9187; off unless given. Keep it off the public
-    /// network: it is not behind the Host and Origin checks.
+    /// Serve GET /metrics (Prometheus text: requests by route and status, latencies, runs and
+    /// tasks by status, claims, held long polls, wake-up lag) on this separate address, like
+    /// 127.0.0.1:9187; off unless given. Keep it off the public network: it is not behind the
+    /// Host and Origin checks.
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics_listen: Option<SocketAddr>,
     /// How often the SQLite database's structure is checked (quick_check) while serving, like
@@ -92,8 +93,21 @@ pub(crate) struct ServeArgs {
     /// unfinished with a warning, like 60s.
     #[arg(long, default_value = "60s", value_parser = parse_db_check_limit)]
     pub(crate) db_check_limit: Duration,
+    /// How log lines are written to stderr: text, or json (one object a line, with the
+    /// request's id, method and route under "span"). RUST_LOG picks what is logged.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line.
+    Json,
 }
 
 /// `--db-check-interval`: 0 (never) or 10 s to 7 days.

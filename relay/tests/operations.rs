@@ -171,3 +171,322 @@ async fn metrics_count_held_long_polls_on_their_own_listener() {
         .expect("answer");
     assert_eq!(public.status(), 404, "no /metrics on the public listener");
 }
+
+/// A free loopback address for a listener the test does not bind itself.
+fn free_address() -> String {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("probe");
+    probe.local_addr().expect("address").to_string()
+}
+
+/// One scrape of `/metrics`: every line is a comment, a sample or blank (a parser of its own
+/// reads it; nothing is skipped as unreadable), and its samples.
+async fn scrape(http: &reqwest::Client, url: &str) -> Vec<prometheus_parse::Sample> {
+    let answer = http.get(url).send().await.expect("metrics answer");
+    assert_eq!(answer.status(), 200);
+    let content_type = answer.headers()[reqwest::header::CONTENT_TYPE].clone();
+    assert!(
+        content_type
+            .to_str()
+            .is_ok_and(|t| t.starts_with("text/plain; version=0.0.4")),
+        "{content_type:?}"
+    );
+    let text = answer.text().await.expect("metrics text");
+    for line in text.lines() {
+        assert!(
+            !matches!(
+                prometheus_parse::LineInfo::parse(line),
+                prometheus_parse::LineInfo::Ignored
+            ),
+            "not Prometheus text: {line}"
+        );
+    }
+    let lines = text.lines().map(|line| Ok(line.to_owned()));
+    prometheus_parse::Scrape::parse(lines)
+        .expect("parses as Prometheus text")
+        .samples
+}
+
+/// The value of the counter or gauge `name` whose labels include `labels` (0 when absent).
+fn value(samples: &[prometheus_parse::Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => panic!("{name} is not a counter or gauge"),
+        })
+        .sum()
+}
+
+/// How many observations the histogram `name` with `labels` has.
+fn observations(samples: &[prometheus_parse::Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match &s.value {
+            prometheus_parse::Value::Histogram(buckets) => buckets
+                .iter()
+                .find(|b| b.less_than.is_infinite())
+                .map_or(0.0, |b| b.count),
+            _ => panic!("{name} is not a histogram"),
+        })
+        .sum()
+}
+
+/// `/metrics` parses as Prometheus text and counts what was just done: a probe by its route,
+/// a desktop request by its route template (the command id in the path is no label), an
+/// unknown path as `unmatched`, a queued run in the queue's depth, a run's start as a claim
+/// won and a second start as a conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_parse_as_prometheus_text_and_count_requests_runs_and_claims() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    let project = plain(&relay(&db, &["project", "create", "Demo"]));
+    let desktop_token = plain(&relay(
+        &db,
+        &["token", "create", "--desktop", "--project", &project],
+    ));
+    let agent_token = plain(&relay(
+        &db,
+        &[
+            "token",
+            "create",
+            "--agent",
+            "claude",
+            "--project",
+            &project,
+            "--scope",
+            "osfoundry:read",
+            "--scope",
+            "osfoundry:run",
+        ],
+    ));
+    let metrics_address = free_address();
+    let (_child, base) = serve_with_base(&db, &["--metrics-listen", &metrics_address]).await;
+    let http = common::http_client();
+    let url = format!("http://{metrics_address}/metrics");
+    let before = scrape(&http, &url).await;
+    let health = [("route", "/healthz"), ("method", "GET"), ("status", "200")];
+    let health_answer = http
+        .get(format!("{base}/healthz"))
+        .send()
+        .await
+        .expect("probe");
+    assert_eq!(health_answer.status(), 200);
+    let unknown = http
+        .get(format!("{base}/no/such/page"))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(unknown.status(), 404);
+
+    let desktop = common::Desktop {
+        http: http.clone(),
+        base: base.clone(),
+        token: desktop_token,
+    };
+    desktop.sync(&project, &[1]).await;
+    let agent =
+        common::mcp_client(&format!("{base}/mcp"), &agent_token, common::Era::Current).await;
+    let queued = common::ok(
+        &common::call(
+            &agent,
+            "run_graph_session",
+            common::run_args(1, "metrics-key-1", json!({})),
+        )
+        .await,
+    );
+    let id = queued["command_id"]
+        .as_str()
+        .expect("command id")
+        .to_owned();
+    let after_queue = scrape(&http, &url).await;
+    assert_eq!(
+        value(&after_queue, "relay_runs", &[("status", "queued")]),
+        1.0
+    );
+    assert_eq!(value(&after_queue, "relay_store_up", &[]), 1.0);
+    assert_eq!(
+        value(&after_queue, "relay_http_requests_total", &health)
+            - value(&before, "relay_http_requests_total", &health),
+        1.0,
+        "the probe just made is counted once (scrapes are not counted: another listener)"
+    );
+    assert_eq!(
+        observations(
+            &after_queue,
+            "relay_http_request_duration_seconds",
+            &health[..2]
+        ),
+        value(&after_queue, "relay_http_requests_total", &health),
+        "each answer of the route is timed"
+    );
+    assert!(
+        value(
+            &after_queue,
+            "relay_http_requests_total",
+            &[("route", "unmatched"), ("status", "404")]
+        ) >= 1.0
+    );
+
+    assert_eq!(desktop.started(&id, "exec-1").await.0, 200);
+    assert_eq!(
+        desktop.started(&id, "exec-2").await.0,
+        409,
+        "another execution's start"
+    );
+    let after = scrape(&http, &url).await;
+    let claims = |outcome| {
+        value(
+            &after,
+            "relay_claims_total",
+            &[("kind", "run_start"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!((claims("won"), claims("conflict")), (1.0, 1.0));
+    assert_eq!(value(&after, "relay_runs", &[("status", "queued")]), 0.0);
+    assert_eq!(value(&after, "relay_runs", &[("status", "running")]), 1.0);
+    let started = [
+        (
+            "route",
+            "/external-assistants/graph-relays/commands/:id/started",
+        ),
+        ("method", "POST"),
+    ];
+    assert_eq!(
+        value(
+            &after,
+            "relay_http_requests_total",
+            &[started[0], started[1], ("status", "200")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &after,
+            "relay_http_requests_total",
+            &[started[0], started[1], ("status", "409")]
+        ),
+        1.0
+    );
+    assert!(
+        after
+            .iter()
+            .all(|s| s.labels.get("route").is_none_or(|r| !r.contains(&id))),
+        "route labels are templates, never raw paths"
+    );
+    agent.cancel().await.ok();
+}
+
+/// `relay serve --log-format json` with `RUST_LOG`: every line is a JSON object; each request
+/// gets an `x-request-id` (the caller's when usable, else a fresh one), echoed in the answer
+/// and carried by every line the request logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_ids_are_echoed_and_on_every_json_log_line_of_their_request() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    plain(&relay(&db, &["project", "create", "Demo"]));
+    let mut child = crate::cli::Child(
+        Command::new(env!("CARGO_BIN_EXE_relay"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--db",
+            ])
+            .arg(&db)
+            // Answers are logged at DEBUG by tower_http: they show only because RUST_LOG says.
+            .env("RUST_LOG", "info,tower_http=debug")
+            .env_remove("RELAY_DB")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start relay serve"),
+    );
+    let stderr = child.0.stderr.take().expect("stderr");
+    let (lines_in, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if lines_in.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut log: Vec<serde_json::Value> = Vec::new();
+    let mut next_line = async || {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.recv())
+            .await
+            .expect("a log line within 20 s")
+            .expect("relay serve is still logging");
+        let parsed: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        parsed
+    };
+    let base = loop {
+        let line = next_line().await;
+        let message = line["message"].as_str().unwrap_or("").to_owned();
+        log.push(line);
+        if let Some(start) = message.find("http://") {
+            break message[start..message.len() - "/mcp".len()].to_owned();
+        }
+    };
+    let http = common::http_client();
+    let ask = async |id: Option<&str>| {
+        let mut request = http.get(format!("{base}/healthz"));
+        if let Some(id) = id {
+            request = request.header("x-request-id", id);
+        }
+        let answer = request.send().await.expect("answer");
+        assert_eq!(answer.status(), 200);
+        answer.headers()["x-request-id"]
+            .to_str()
+            .expect("ascii")
+            .to_owned()
+    };
+    assert_eq!(
+        ask(Some("probe-42")).await,
+        "probe-42",
+        "the caller's id is echoed"
+    );
+    let fresh = ask(None).await;
+    assert!(
+        uuid::Uuid::parse_str(&fresh).is_ok(),
+        "a fresh id is a UUID: {fresh}"
+    );
+    let long = "x".repeat(200);
+    let replaced = ask(Some(&long)).await;
+    assert!(
+        replaced != long && uuid::Uuid::parse_str(&replaced).is_ok(),
+        "{replaced}"
+    );
+    for id in ["probe-42", fresh.as_str(), replaced.as_str()] {
+        let answered = loop {
+            let answered = |line: &&serde_json::Value| {
+                line["span"]["request_id"] == id
+                    && line["target"] == "tower_http::trace::on_response"
+            };
+            if let Some(found) = log.iter().find(answered) {
+                break found.clone();
+            }
+            log.push(next_line().await);
+        };
+        assert_eq!(answered["span"]["route"], "/healthz", "{answered}");
+        assert_eq!(answered["span"]["method"], "GET", "{answered}");
+        assert_eq!(answered["status"], 200, "{answered}");
+    }
+    for line in &log {
+        if line["span"]["name"] == "request" {
+            assert!(line["span"]["request_id"].is_string(), "{line}");
+        }
+    }
+}

@@ -9,7 +9,7 @@ use crate::cli::{plain, relay, serve_with_base};
 use crate::common;
 
 /// A fresh database on the server at `url`: its URL, and a guard that drops it.
-async fn fresh_database(url: &str) -> (String, Dropper) {
+pub(crate) async fn fresh_database(url: &str) -> (String, Dropper) {
     let name = format!("cli_{}", uuid::Uuid::new_v4().simple());
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
@@ -23,13 +23,13 @@ async fn fresh_database(url: &str) -> (String, Dropper) {
     (format!("{base}/{name}"), Dropper { client, name })
 }
 
-struct Dropper {
+pub(crate) struct Dropper {
     client: tokio_postgres::Client,
     name: String,
 }
 
 impl Dropper {
-    async fn drop_database(self) {
+    pub(crate) async fn drop_database(self) {
         self.client
             .batch_execute(&format!("DROP DATABASE {} WITH (FORCE)", self.name))
             .await

@@ -4,6 +4,7 @@
 use relay_testkit as common;
 
 mod bench_empty_polls;
+mod bench_replicas;
 mod cli;
 mod desktop_page;
 mod desktop_providers;
@@ -16,4 +17,6 @@ mod oauth_clients;
 mod operations;
 mod owner_cli;
 mod postgres_cli;
+mod postgres_outage;
+mod replicas;
 mod storage_faults;

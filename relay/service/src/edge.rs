@@ -109,7 +109,10 @@ const DISK_FULL_RETRY_AFTER_SECS: u64 = 30;
 fn store_answer(error: &crate::store::StoreError, context: &str, fallback: &str) -> Answer {
     error.log(context);
     let Some(fault) = error.fault() else {
-        return Answer::new(StatusCode::SERVICE_UNAVAILABLE, fallback.to_owned(), None);
+        let mut answer = Answer::new(StatusCode::SERVICE_UNAVAILABLE, fallback.to_owned(), None);
+        // Most often the database is down or restarting: worth a retry, as for a busy one.
+        answer.retry_after = Some(BUSY_RETRY_AFTER_SECS);
+        return answer;
     };
     let mut answer = if fault.transient() {
         let mut answer = Answer::new(
@@ -307,7 +310,12 @@ pub enum AgentRejection {
 impl IntoResponse for AgentRejection {
     fn into_response(self) -> Response {
         match self {
-            AgentRejection::Unavailable => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+            AgentRejection::Unavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, BUSY_RETRY_AFTER_SECS.to_string())],
+                "Service Unavailable: the relay service cannot check the token now (its database does not answer); retry after Retry-After seconds",
+            )
+                .into_response(),
             AgentRejection::Unauthorized { base, error } => oauth::unauthorized(&base, &error),
         }
     }

@@ -22,6 +22,7 @@ pub mod origin;
 pub mod owner_api;
 pub mod presence;
 pub mod rate;
+pub mod request_log;
 pub mod runs;
 pub mod sessions;
 pub mod store;
@@ -161,6 +162,8 @@ pub struct AppState {
     pub revocations: auth::Revocations,
     /// Requests held open now (`/metrics`).
     pub held: metrics::Held,
+    /// Requests answered and claims made (`/metrics`).
+    pub metrics: metrics::Metrics,
     /// What the last periodic structure check found wrong with the database, if anything.
     pub db_damage: ops::DbDamage,
 }
@@ -197,6 +200,7 @@ impl AppState {
             presence: presence::PresenceWrites::default(),
             revocations: auth::Revocations::default(),
             held: metrics::Held::default(),
+            metrics: metrics::Metrics::default(),
             db_damage: ops::DbDamage::default(),
             config,
         })
@@ -204,7 +208,9 @@ impl AppState {
 }
 
 /// The whole service as one router: `/mcp`, the desktop API, the owner API and the OAuth
-/// authorization server, every route behind the Origin and Host checks ([`origin`]).
+/// authorization server, every route behind the Origin and Host checks ([`origin`]); the
+/// probes beside them; all of it counted ([`metrics`]) and traced with a request id
+/// ([`request_log`]).
 pub fn router(app: Arc<AppState>) -> Router {
     let routes = Router::new()
         .merge(mcp::routes(app.clone()))
@@ -214,7 +220,8 @@ pub fn router(app: Arc<AppState>) -> Router {
         .merge(console::routes(app.clone()));
     // Last, so that it covers every route merged above, including any added later; the
     // probes stay outside it (they come with the orchestrator's Host).
-    origin::layer(routes, &app.config).merge(ops::routes(app))
+    let all = origin::layer(routes, &app.config).merge(ops::routes(app.clone()));
+    request_log::layer(all, app)
 }
 
 /// Serves [`router`] on `listener` until `shutdown` resolves, sweeping silent runs meanwhile.

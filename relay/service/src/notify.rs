@@ -85,6 +85,10 @@ pub trait Notifier: Send + Sync {
     fn subscribe(&self, topic: &Topic) -> Subscription;
     /// Topics that have subscribers in this process now (`/metrics`).
     fn topics(&self) -> usize;
+    /// How late wake-ups from other replicas arrived (`/metrics`); `None` within one process.
+    fn lag(&self) -> Option<crate::metrics::Histogram> {
+        None
+    }
 }
 
 /// One topic that has subscribers: a notification count and the waiters' wake-up, shared by

@@ -196,7 +196,7 @@ const HOLD_WITHIN: Duration = Duration::from_secs(20);
 
 /// The syncs the service holds, read from its `/metrics` until it holds `expected` of them
 /// (or the last count after [`HOLD_WITHIN`]).
-async fn held_syncs(
+pub(crate) async fn held_syncs(
     http: &reqwest::Client,
     metrics: &str,
     expected: usize,
@@ -225,7 +225,7 @@ async fn held_syncs(
 
 /// The service's resident memory once two readings in a row agree (or the last reading after
 /// [`STEADY_WITHIN`]).
-async fn steady_rss_kib(pid: u32) -> Result<u64, LoadError> {
+pub(crate) async fn steady_rss_kib(pid: u32) -> Result<u64, LoadError> {
     let started = Stopwatch::start();
     let mut last = rss_kib(pid)?;
     loop {
@@ -363,50 +363,55 @@ pub(crate) async fn prepare(db: &std::path::Path, count: usize) -> Result<Vec<De
     );
     let mut desktops = Vec::with_capacity(count);
     for i in 0..count {
-        let project =
-            admin::create_project(&app, &format!("load-{i}"), Some(&format!("owner-{i}")))
-                .await
-                .map_err(fail)?
-                .project_id;
-        let token = admin::create_token(&app, &project, TokenSpec::Desktop)
-            .await
-            .map_err(fail)?
-            .token;
-        let agent = admin::create_token(
-            &app,
-            &project,
-            TokenSpec::Agent {
-                name: "load".into(),
-                scopes: vec!["osfoundry:run".into()],
-            },
-        )
-        .await
-        .map_err(fail)?
-        .token;
-        let session = relay_protocol::SessionMeta {
-            graph_session_id: format!("gs_{:032x}", 1)
-                .parse()
-                .map_err(|e: relay_protocol::InvalidInput| fail(e.0))?,
-            name: "g".into(),
-            description: String::new(),
-            slug: "g".into(),
-            version: "1".into(),
-            status: "active".into(),
-        };
-        app.store
-            .replace_sessions(&project, vec![session], app.clock.now())
-            .await
-            .map_err(fail)?;
-        desktops.push(Desktop {
-            project,
-            token,
-            agent,
-        });
+        desktops.push(prepare_desktop(&app, &format!("load-{i}")).await?);
     }
     Ok(desktops)
 }
 
-async fn poll_loop(
+/// One owner (named after `name`), project, desktop token and agent token, with session 1
+/// shared.
+pub(crate) async fn prepare_desktop(app: &AppState, name: &str) -> Result<Desktop, LoadError> {
+    let project = admin::create_project(app, name, Some(&format!("owner-{name}")))
+        .await
+        .map_err(fail)?
+        .project_id;
+    let token = admin::create_token(app, &project, TokenSpec::Desktop)
+        .await
+        .map_err(fail)?
+        .token;
+    let agent = admin::create_token(
+        app,
+        &project,
+        TokenSpec::Agent {
+            name: "load".into(),
+            scopes: vec!["osfoundry:run".into()],
+        },
+    )
+    .await
+    .map_err(fail)?
+    .token;
+    let session = relay_protocol::SessionMeta {
+        graph_session_id: format!("gs_{:032x}", 1)
+            .parse()
+            .map_err(|e: relay_protocol::InvalidInput| fail(e.0))?,
+        name: "g".into(),
+        description: String::new(),
+        slug: "g".into(),
+        version: "1".into(),
+        status: "active".into(),
+    };
+    app.store
+        .replace_sessions(&project, vec![session], app.clock.now())
+        .await
+        .map_err(fail)?;
+    Ok(Desktop {
+        project,
+        token,
+        agent,
+    })
+}
+
+pub(crate) async fn poll_loop(
     http: reqwest::Client,
     base: String,
     project: String,

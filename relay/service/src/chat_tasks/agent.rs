@@ -135,8 +135,28 @@ fn claim_view(task: &TaskRecord, replayed: bool) -> Result<ClaimView, TaskError>
 
 /// Claims task `task_id` for the link: a queued task gets a new claim; a task this link
 /// already holds gives its claim back (`replayed`); anything else is refused, and a task of
-/// another link (or none) gets [`super::NOT_CLAIMABLE`].
+/// another link (or none) gets [`super::NOT_CLAIMABLE`]. Counted in `/metrics`.
 pub async fn claim_task(
+    app: &AppState,
+    agent: &AgentIdentity,
+    chat_link_id: &str,
+    task_id: &str,
+) -> Result<ClaimView, TaskError> {
+    use crate::metrics::{ClaimKind, ClaimOutcome};
+    let claimed = claim(app, agent, chat_link_id, task_id).await;
+    let outcome = match &claimed {
+        Ok(view) if view.replayed => Some(ClaimOutcome::Replayed),
+        Ok(_) => Some(ClaimOutcome::Won),
+        Err(TaskError::Refused(_) | TaskError::Contended) => Some(ClaimOutcome::Conflict),
+        Err(_) => None,
+    };
+    if let Some(outcome) = outcome {
+        app.metrics.claims.record(ClaimKind::ChatTask, outcome);
+    }
+    claimed
+}
+
+async fn claim(
     app: &AppState,
     agent: &AgentIdentity,
     chat_link_id: &str,

@@ -229,14 +229,15 @@ pub async fn legacy_sessions(
     }
 }
 
-/// The answer for a session that does not exist for this token.
+/// The answer for a session that does not exist for this token. Sessions live in the replica
+/// that opened them, so behind a load balancer without sticky routing another replica answers
+/// this too; the 404 makes a 2025-era client initialize again, and the text says why.
 fn no_such_session() -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        "Not Found: no such MCP session (it was never opened, has ended, or belongs to another token)",
-    )
-        .into_response()
+    (StatusCode::NOT_FOUND, NO_SUCH_SESSION).into_response()
 }
+
+/// [`no_such_session`]'s text.
+pub const NO_SUCH_SESSION: &str = "Not Found: no such MCP session (it was never opened, has ended, belongs to another token, or was opened on another replica of this service). Initialize again to open a new one. 2025-era sessions (Mcp-Session-Id) live in the replica that opened them: behind a load balancer, route by the Mcp-Session-Id header (sticky routing), or use the stateless 2026 protocol, which any replica serves.";
 
 /// `body` with every lone UTF-16 surrogate escape replaced by `\ufffd`. A JS client's
 /// `JSON.stringify` writes a string holding half an emoji (a cut model reply, say) as

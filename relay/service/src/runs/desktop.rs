@@ -97,6 +97,16 @@ pub async fn command_started(
         execution_id: &request.execution_id,
     };
     let (command, decision) = apply(app, command, event).await?;
+    app.metrics.claims.record(
+        crate::metrics::ClaimKind::RunStart,
+        match decision {
+            Decision::Write(_) => crate::metrics::ClaimOutcome::Won,
+            Decision::Replay => crate::metrics::ClaimOutcome::Replayed,
+            Decision::Conflict(_) | Decision::AlreadyFinished(_) => {
+                crate::metrics::ClaimOutcome::Conflict
+            }
+        },
+    );
     let started = |replayed| StartedResponse {
         ok: true,
         replayed,

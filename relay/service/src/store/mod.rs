@@ -454,6 +454,27 @@ pub struct ClaimAttempt {
     pub now: Timestamp,
 }
 
+/// Runs and chat tasks not finished, database-wide (`/metrics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OpenCounts {
+    /// Runs waiting for their desktop: the queue's depth.
+    pub runs_queued: u64,
+    /// Runs their desktop started and has not finished.
+    pub runs_running: u64,
+    /// Chat tasks waiting for their chat.
+    pub tasks_queued: u64,
+    /// Chat tasks a chat holds a claim on.
+    pub tasks_claimed: u64,
+}
+
+/// The SQL both stores count open runs and tasks with: each count is a range of an index that
+/// leads with `status` (`commands_running`, `chat_tasks_by_lease`), never a scan of history.
+pub(crate) const OPEN_COUNTS: &str = "SELECT \
+    (SELECT COUNT(*) FROM commands WHERE status = 'queued'), \
+    (SELECT COUNT(*) FROM commands WHERE status = 'running'), \
+    (SELECT COUNT(*) FROM chat_tasks WHERE status = 'queued'), \
+    (SELECT COUNT(*) FROM chat_tasks WHERE status = 'claimed')";
+
 /// What one lazy sweep changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SweepCounts {
@@ -668,6 +689,8 @@ pub trait Store: Send + Sync + 'static {
         project_id: &'a str,
         limit: usize,
     ) -> StoreFuture<'a, Vec<CommandRecord>>;
+    /// How many runs and chat tasks are open, by status, database-wide.
+    fn open_counts(&self) -> StoreFuture<'_, OpenCounts>;
     /// Moves every running command last seen before `cutoff` to `failed` with `error`;
     /// returns their ids.
     fn fail_silent_runs<'a>(

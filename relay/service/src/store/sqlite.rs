@@ -13,9 +13,9 @@ use tokio::sync::Semaphore;
 
 use super::{
     ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, CommandQuery,
-    CommandRecord, InsertOutcome, OwnerRecord, PresenceRecord, ProjectRecord, QueueLimit,
-    QueueQuota, SessionRecord, SessionSnapshot, Store, StoreError, StoreFuture, SweepCounts,
-    TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    CommandRecord, InsertOutcome, OpenCounts, OwnerRecord, PresenceRecord, ProjectRecord,
+    QueueLimit, QueueQuota, SessionRecord, SessionSnapshot, Store, StoreError, StoreFuture,
+    SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use super::{
     AuthCodeRecord, AuthSweep, AuthSweepCounts, BrowserSessionRecord, IssuedTokens,
@@ -1174,6 +1174,22 @@ impl Store for SqliteStore {
 
     fn tasks_due(&self, now: Timestamp) -> StoreFuture<'_, bool> {
         self.tasks_due_impl(now)
+    }
+
+    fn open_counts(&self) -> StoreFuture<'_, OpenCounts> {
+        self.call(|connection| {
+            connection
+                .query_row(super::OPEN_COUNTS, [], |row| {
+                    let count = |i| row.get::<_, i64>(i).map(|n| u64::try_from(n).unwrap_or(0));
+                    Ok(OpenCounts {
+                        runs_queued: count(0)?,
+                        runs_running: count(1)?,
+                        tasks_queued: count(2)?,
+                        tasks_claimed: count(3)?,
+                    })
+                })
+                .map_err(backend)
+        })
     }
 
     fn sweep_tasks(&self, now: Timestamp) -> StoreFuture<'_, SweepCounts> {

@@ -142,6 +142,7 @@ where
     updates_are_conditional_on_the_state_read(make().as_ref()).await;
     queued_commands_are_oldest_first_and_bounded(make().as_ref()).await;
     heartbeat_touches_only_running_commands(make().as_ref()).await;
+    open_runs_and_tasks_are_counted_by_status(make().as_ref()).await;
     silent_runs_fail_by_cutoff(make().as_ref()).await;
     chat_links_round_trip(make().as_ref()).await;
     task_idempotency_key_is_unique_per_link(make().as_ref()).await;
@@ -625,6 +626,47 @@ pub async fn heartbeat_touches_only_running_commands(store: &dyn Store) {
         .expect("exists");
     assert_eq!(read.last_seen_at, Some(at(7)));
     assert_eq!(read.status, RunStatus::Running);
+}
+
+/// The open counts (`/metrics`) count queued and running runs, queued and claimed tasks, and
+/// nothing finished.
+pub async fn open_runs_and_tasks_are_counted_by_status(store: &dyn Store) {
+    use super::OpenCounts;
+    assert_eq!(
+        store.open_counts().await.expect("count"),
+        OpenCounts::default()
+    );
+    let runs = seed(store).await;
+    let mut commands = Vec::new();
+    for key in ["key-open1", "key-open2", "key-open3"] {
+        commands.push(insert_new(store, command(&runs, &runs.agent_id, key, at(0))).await);
+    }
+    for (queued, status) in commands[1..]
+        .iter()
+        .zip([RunStatus::Running, RunStatus::Completed])
+    {
+        let mut next = queued.clone();
+        next.status = status;
+        assert!(store.update_command(queued, &next).await.expect("update"));
+    }
+    let seed = chat_seed(store).await;
+    let first = new_task(store, task(&seed.link, "key-open-t1", at(0))).await;
+    new_task(store, task(&seed.link, "key-open-t2", at(0))).await;
+    store
+        .claim_task(attempt(&first, &seed.link, "c-open", None))
+        .await
+        .expect("claim")
+        .expect("claimed");
+    assert_eq!(
+        store.open_counts().await.expect("count"),
+        OpenCounts {
+            runs_queued: 1,
+            runs_running: 1,
+            tasks_queued: 1,
+            tasks_claimed: 1,
+        },
+        "the completed run is not counted"
+    );
 }
 
 /// Running commands last seen before the cutoff fail; others stay as they are.

@@ -10,10 +10,10 @@ use crate::chat_tasks::model::TaskId;
 use crate::store::{
     ArtifactInsertOutcome, ArtifactRecord, AuthCodeRecord, AuthSweep, AuthSweepCounts,
     BrowserSessionRecord, ChatLinkRecord, ClaimAttempt, CommandQuery, CommandRecord, InsertOutcome,
-    IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OwnerRecord, PresenceRecord, ProjectRecord,
-    QueueLimit, QueueQuota, RedeemOutcome, RotateOutcome, SessionRecord, SessionSnapshot,
-    SignInLinkRecord, Store, StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord,
-    TokenKind, TokenRecord,
+    IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OpenCounts, OwnerRecord, PresenceRecord,
+    ProjectRecord, QueueLimit, QueueQuota, RedeemOutcome, RotateOutcome, SessionRecord,
+    SessionSnapshot, SignInLinkRecord, Store, StoreError, StoreFuture, SweepCounts,
+    TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
@@ -1023,6 +1023,24 @@ impl Store for PostgresStore {
 
     fn tasks_due(&self, now: Timestamp) -> StoreFuture<'_, bool> {
         Box::pin(self.tasks_due_impl(now))
+    }
+
+    fn open_counts(&self) -> StoreFuture<'_, OpenCounts> {
+        Box::pin(async move {
+            let row = self
+                .client()
+                .await?
+                .query_one(crate::store::OPEN_COUNTS, &[])
+                .await
+                .map_err(backend)?;
+            let count = |i| row.get::<_, i64>(i).try_into().unwrap_or(0);
+            Ok(OpenCounts {
+                runs_queued: count(0),
+                runs_running: count(1),
+                tasks_queued: count(2),
+                tasks_claimed: count(3),
+            })
+        })
     }
 
     fn sweep_tasks(&self, now: Timestamp) -> StoreFuture<'_, SweepCounts> {

@@ -6,6 +6,10 @@
 //! correctness, only latency: the waiter's own deadline (a long poll's 25 s) still ends its
 //! wait. When the listener loses its connection it reconnects with backoff and then wakes every
 //! local waiter once, since it cannot know what it missed meanwhile.
+//!
+//! The payload is the topic's name, a space and the sender's clock in Unix milliseconds, so
+//! each listener can measure how late wake-ups reach it (`relay_notify_lag_seconds`); a
+//! payload without the time (an older replica's) wakes its topic all the same.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -16,6 +20,9 @@ use tokio::sync::mpsc;
 use tokio_postgres::{AsyncMessage, NoTls};
 
 use super::backend;
+use relay_protocol::clock::{Clock, SystemClock, Timestamp};
+
+use crate::metrics::{Histogram, LAG_BUCKETS, SharedHistogram};
 use crate::notify::{LocalNotifier, Notifier, Subscription, Topic};
 use crate::store::StoreError;
 
@@ -29,6 +36,21 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 pub struct PgNotifier {
     local: Arc<LocalNotifier>,
     outbox: mpsc::Sender<String>,
+    lag: Arc<SharedHistogram>,
+}
+
+/// A payload: the topic's name and when it was sent.
+fn payload(name: &str, sent: Timestamp) -> String {
+    format!("{name} {}", sent.unix_millis())
+}
+
+/// The topic's name of a payload, and when it was sent if it says (topic names have no
+/// spaces).
+fn parse_payload(payload: &str) -> (&str, Option<Timestamp>) {
+    match payload.rsplit_once(' ') {
+        Some((name, millis)) => (name, millis.parse().ok().map(Timestamp::from_unix_millis)),
+        None => (payload, None),
+    }
 }
 
 impl PgNotifier {
@@ -45,23 +67,32 @@ impl PgNotifier {
         let config = tokio_postgres::Config::from_str(url)
             .map_err(|e| StoreError::Backend(format!("not a PostgreSQL URL: {e}")))?;
         let local = Arc::new(LocalNotifier::default());
-        let listening = listen(&config, channel, &local).await?;
+        let lag = Arc::new(SharedHistogram::new(&LAG_BUCKETS));
+        let receiver = Receiver {
+            local: local.clone(),
+            lag: lag.clone(),
+        };
+        let listening = listen(&config, channel, &receiver).await?;
         tokio::spawn(keep_listening(
             config.clone(),
             channel.to_owned(),
-            local.clone(),
+            receiver,
             listening,
         ));
         let (outbox, pending) = mpsc::channel(MAX_PENDING);
         tokio::spawn(send_all(config, channel.to_owned(), pending));
-        Ok(Arc::new(PgNotifier { local, outbox }))
+        Ok(Arc::new(PgNotifier { local, outbox, lag }))
     }
 }
 
 impl Notifier for PgNotifier {
     fn notify(&self, topic: &Topic) {
         self.local.notify(topic);
-        if self.outbox.try_send(topic.name()).is_err() {
+        if self
+            .outbox
+            .try_send(payload(&topic.name(), SystemClock.now()))
+            .is_err()
+        {
             tracing::warn!(topic = %topic.name(), "too many wake-ups pending for other replicas; this one is dropped");
         }
     }
@@ -72,6 +103,29 @@ impl Notifier for PgNotifier {
 
     fn topics(&self) -> usize {
         self.local.live_topics()
+    }
+
+    fn lag(&self) -> Option<Histogram> {
+        Some(self.lag.snapshot())
+    }
+}
+
+/// What the listener does with a notification: wakes the topic's local waiters and records
+/// how late it came.
+#[derive(Clone)]
+struct Receiver {
+    local: Arc<LocalNotifier>,
+    lag: Arc<SharedHistogram>,
+}
+
+impl Receiver {
+    fn receive(&self, payload: &str) {
+        let (name, sent) = parse_payload(payload);
+        self.local.notify_name(name);
+        if let Some(sent) = sent {
+            self.lag
+                .observe(SystemClock.now().saturating_duration_since(sent));
+        }
     }
 }
 
@@ -86,15 +140,15 @@ struct Listening {
 async fn listen(
     config: &tokio_postgres::Config,
     channel: &str,
-    local: &Arc<LocalNotifier>,
+    receiver: &Receiver,
 ) -> Result<Listening, StoreError> {
     let (client, mut connection) = config.connect(NoTls).await.map_err(backend)?;
-    let waiters = local.clone();
+    let receiver = receiver.clone();
     let task = tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
             match message {
-                Ok(AsyncMessage::Notification(note)) => waiters.notify_name(note.payload()),
+                Ok(AsyncMessage::Notification(note)) => receiver.receive(note.payload()),
                 Ok(_) => {}
                 Err(error) => {
                     tracing::warn!(%error, "the wake-up listener lost its connection");
@@ -117,7 +171,7 @@ async fn listen(
 async fn keep_listening(
     config: tokio_postgres::Config,
     channel: String,
-    local: Arc<LocalNotifier>,
+    receiver: Receiver,
     mut listening: Listening,
 ) {
     loop {
@@ -125,7 +179,7 @@ async fn keep_listening(
         let mut backoff = Duration::from_millis(100);
         listening = loop {
             tokio::time::sleep(backoff).await;
-            match listen(&config, &channel, &local).await {
+            match listen(&config, &channel, &receiver).await {
                 Ok(again) => break again,
                 Err(error) => {
                     tracing::warn!(%error, "cannot listen for wake-ups yet; retrying");
@@ -134,7 +188,7 @@ async fn keep_listening(
             }
         };
         // What happened while nobody listened is unknown: every waiter looks again.
-        local.notify_all();
+        receiver.local.notify_all();
     }
 }
 
@@ -170,5 +224,23 @@ async fn send_all(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_names_its_topic_and_when_it_was_sent() {
+        let sent = Timestamp::from_unix_millis(1_764_000_000_123);
+        let text = payload("run:abc", sent);
+        assert_eq!(parse_payload(&text), ("run:abc", Some(sent)));
+        assert_eq!(
+            parse_payload("project:p"),
+            ("project:p", None),
+            "an older replica's"
+        );
+        assert_eq!(parse_payload("project:p soon"), ("project:p", None));
     }
 }
