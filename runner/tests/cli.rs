@@ -37,7 +37,7 @@ const ONE: &str = "export const meta = {name: 'One', slug: 'one', version: '1'};
 /// Writes a graph file `name` with `source` into `dir`.
 fn graph_file(dir: &Path, name: &str, source: &str) -> std::path::PathBuf {
     let path = dir.join(name);
-    std::fs::write(&path, source).expect("graph");
+    std::fs::write(&path, crate::common::with_meta(source)).expect("graph");
     path
 }
 
@@ -215,7 +215,7 @@ fn run_prints_one_json_object_and_exits_by_status() {
     let ok = dir.path().join("ok.js");
     std::fs::write(
         &ok,
-        "export default async function (args) { return {twice: args.n * 2}; }",
+        "export default async function (args) { return {twice: args.n * 2}; }\nexport const meta = {name: 'Ok', slug: 'ok', version: '1'};",
     )
     .expect("graph");
     let output = runner()
@@ -242,7 +242,7 @@ fn run_prints_one_json_object_and_exits_by_status() {
     let bad = dir.path().join("bad.js");
     std::fs::write(
         &bad,
-        "export default async function () { throw new Error('nope'); }",
+        "export default async function () { throw new Error('nope'); }\nexport const meta = {name: 'Bad', slug: 'bad', version: '1'};",
     )
     .expect("graph");
     let output = runner().arg("run").arg(&bad).output().expect("runs");

@@ -125,7 +125,7 @@ async fn cancel_while_spinning(script: &str, spin: Duration) -> Latency {
     let cancel = CancellationToken::new();
     let run = tokio::spawn({
         let cancel = cancel.clone();
-        let script = script.to_owned();
+        let script = crate::common::with_meta(script);
         async move {
             let outcome = run_graph(
                 RunRequest {

@@ -69,7 +69,7 @@ async fn nested_memory_bombs_share_one_run_wide_cap() {
             serde_json::json!({"name": "Hoard", "slug": "hoard", "version": "1"}),
         )
         .expect("meta"),
-        script: HOARD.into(),
+        script: crate::common::with_meta(HOARD).into(),
         file: None,
         engine: None,
     });
@@ -82,7 +82,7 @@ async fn nested_memory_bombs_share_one_run_wide_cap() {
     }"#;
     let outcome = run_graph(
         RunRequest {
-            script: script.into(),
+            script: crate::common::with_meta(script).into(),
             args: serde_json::json!({}),
             graph: "fanout.js".into(),
             run_id: None,
