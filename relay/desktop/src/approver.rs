@@ -20,12 +20,25 @@ pub const MAX_SHOWN_ARGS_CHARS: usize = 2000;
 pub struct OwnerApprover {
     state: DesktopState,
     clock: Arc<dyn Clock>,
+    /// How long the run waits for an answer (the runner applies it; recorded as each
+    /// question's deadline so the owner sees the time left).
+    timeout: Option<Duration>,
 }
 
 impl OwnerApprover {
     /// An approver over `state`.
     pub fn new(state: DesktopState, clock: Arc<dyn Clock>) -> Self {
-        Self { state, clock }
+        Self {
+            state,
+            clock,
+            timeout: None,
+        }
+    }
+
+    /// The same, noting with each question that the run waits at most `timeout`.
+    pub fn waiting_at_most(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 }
 
@@ -63,9 +76,11 @@ impl Approver for OwnerApprover {
                 .chars()
                 .take(MAX_SHOWN_ARGS_CHARS)
                 .collect();
+            let now = self.clock.now();
+            let deadline = self.timeout.map(|timeout| now.saturating_add(timeout));
             if let Err(e) =
                 self.state
-                    .ask(&id, &request.run_id, &request.tool, &args, self.clock.now())
+                    .ask_until(&id, &request.run_id, &request.tool, &args, now, deadline)
             {
                 return Decision::Denied(format!("cannot record the approval request: {e}"));
             }
