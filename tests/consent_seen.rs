@@ -342,30 +342,38 @@ async fn runs_queued_for_the_desktop_are_seen_with_agent_and_arguments() {
 
     let state = world.state_dir.path().join("desktop.db");
     let queued = json_of(&desktop(&state, &["queue", "--json"]));
-    let ids: Vec<&str> = queued
+    // The test service's clock stands still, so the three were queued at the same instant:
+    // the listing's order among them is not what this test checks.
+    let mut ids: Vec<&str> = queued
         .as_array()
         .expect("array")
         .iter()
         .filter_map(|q| q["command_id"].as_str())
         .collect();
-    assert_eq!(
-        ids,
-        vec![commands[1].as_str(), commands[2].as_str()],
-        "{queued}"
-    );
-    assert_eq!(queued[0]["arguments"], json!({"n": 2}));
-    assert_eq!(queued[0]["agent_name"], "claude");
-    assert_eq!(queued[0]["project_id"], world.project.as_str());
-    assert_eq!(queued[0]["slug"], "echo");
+    ids.sort_unstable();
+    let mut waiting = vec![commands[1].as_str(), commands[2].as_str()];
+    waiting.sort_unstable();
+    assert_eq!(ids, waiting, "the running one left the queue: {queued}");
+    let second = queued
+        .as_array()
+        .and_then(|q| q.iter().find(|q| q["command_id"] == commands[1].as_str()))
+        .expect("the second run is listed");
+    assert_eq!(second["arguments"], json!({"n": 2}));
+    assert_eq!(second["agent_name"], "claude");
+    assert_eq!(second["project_id"], world.project.as_str());
+    assert_eq!(second["slug"], "echo");
     let text = stdout(&desktop(&state, &["queue"]));
-    let first = text.lines().next().expect("a line");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&commands[1]))
+        .expect("a line for the second run");
     assert!(
-        first.starts_with(&format!(
+        line.starts_with(&format!(
             "{}  {}  echo  agent claude (",
             commands[1], world.project
-        )) && first.contains(r#"args {"n":2}"#)
-            && first.contains("(as of the sync at 20"),
-        "{first}"
+        )) && line.contains(r#"args {"n":2}"#)
+            && line.contains("(as of the sync at 20"),
+        "{line}"
     );
 
     shutdown.cancel();

@@ -76,14 +76,15 @@ impl DesktopState {
         })
     }
 
-    /// The runs queued as of each enabled project's last sync, oldest first.
+    /// The runs queued as of each enabled project's last sync, oldest first (runs queued at the
+    /// same instant in the order the service handed them out: each sync inserts in its order).
     pub fn queued(&self) -> Result<Vec<QueuedRow>, StateError> {
         self.with_sync(|conn| {
             let mut stmt = conn.prepare(
                 "SELECT q.command_id, q.project_id, q.session_id, q.slug, q.arguments, q.agent_id,
                         q.agent_name, q.queued_at, q.synced_at
                  FROM queue q JOIN projects p ON p.project_id = q.project_id AND p.enabled = 1
-                 ORDER BY q.queued_at, q.command_id",
+                 ORDER BY q.queued_at, q.rowid",
             )?;
             let rows = stmt.query_map([], |row| {
                 let arguments: String = row.get(4)?;
