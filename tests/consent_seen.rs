@@ -59,42 +59,7 @@ async fn project_enable_checks_the_id_with_the_service_and_offline_with_the_list
     let token = world.desktop_token.clone();
     let project = world.project.clone();
 
-    let unknown = desktop(
-        &state,
-        &[
-            "project",
-            "enable",
-            "bogus",
-            "--service",
-            &base,
-            "--token",
-            &token,
-        ],
-    );
-    assert_eq!(unknown.status.code(), Some(1), "{unknown:?}");
-    let message = stderr(&unknown);
-    assert!(
-        message.contains("knows no project bogus for this desktop token")
-            && message.contains(&format!("the token serves {project} (p)")),
-        "{message}"
-    );
-    let forged = desktop(
-        &state,
-        &[
-            "project",
-            "enable",
-            &project,
-            "--service",
-            &base,
-            "--token",
-            "grd_forged",
-        ],
-    );
-    assert_eq!(forged.status.code(), Some(1), "{forged:?}");
-    assert!(
-        stderr(&forged).contains("refused this desktop token"),
-        "{forged:?}"
-    );
+    unknown_ids_and_forged_tokens_are_refused(&state, &base, &token, &project);
     assert!(
         world.state.projects().expect("projects").is_empty(),
         "nothing was enabled by the refusals"
@@ -153,9 +118,54 @@ async fn project_enable_checks_the_id_with_the_service_and_offline_with_the_list
     let listed = json_of(&desktop(&state, &["shares", "--json"]));
     assert_eq!(listed[0]["project_name"], "p", "{listed}");
 
-    // Offline, the list fetched last decides, and says so.
+    offline_the_list_fetched_last_decides(&state, &token, &project);
+    unchecked_without_a_list(world.state_dir.path());
+}
+
+/// The service's answer decides: an id it does not know, or a token it refuses, is refused.
+fn unknown_ids_and_forged_tokens_are_refused(state: &Path, base: &str, token: &str, project: &str) {
+    let unknown = desktop(
+        state,
+        &[
+            "project",
+            "enable",
+            "bogus",
+            "--service",
+            base,
+            "--token",
+            token,
+        ],
+    );
+    assert_eq!(unknown.status.code(), Some(1), "{unknown:?}");
+    let message = stderr(&unknown);
+    assert!(
+        message.contains("knows no project bogus for this desktop token")
+            && message.contains(&format!("the token serves {project} (p)")),
+        "{message}"
+    );
+    let forged = desktop(
+        state,
+        &[
+            "project",
+            "enable",
+            project,
+            "--service",
+            base,
+            "--token",
+            "grd_forged",
+        ],
+    );
+    assert_eq!(forged.status.code(), Some(1), "{forged:?}");
+    assert!(
+        stderr(&forged).contains("refused this desktop token"),
+        "{forged:?}"
+    );
+}
+
+/// Offline, the list fetched last decides, and says so.
+fn offline_the_list_fetched_last_decides(state: &Path, token: &str, project: &str) {
     let offline_unknown = desktop(
-        &state,
+        state,
         &[
             "project",
             "enable",
@@ -163,7 +173,7 @@ async fn project_enable_checks_the_id_with_the_service_and_offline_with_the_list
             "--service",
             NOBODY,
             "--token",
-            &token,
+            token,
         ],
     );
     assert_eq!(
@@ -176,15 +186,17 @@ async fn project_enable_checks_the_id_with_the_service_and_offline_with_the_list
         message.contains("cannot be reached") && message.contains("has no project bogus"),
         "{message}"
     );
-    let offline_known = desktop(&state, &["project", "enable", &project]);
+    let offline_known = desktop(state, &["project", "enable", project]);
     assert!(offline_known.status.success(), "{offline_known:?}");
     assert!(
         stderr(&offline_known).contains("checked against the service's project list of"),
         "{offline_known:?}"
     );
+}
 
-    // A desktop that never reached the service enables with a warning that it did not check.
-    let fresh = world.state_dir.path().join("fresh.db");
+/// A desktop that never reached the service enables with a warning that it did not check.
+fn unchecked_without_a_list(dir: &Path) {
+    let fresh = dir.join("fresh.db");
     let unchecked = desktop(&fresh, &["project", "enable", "anything"]);
     assert!(unchecked.status.success(), "{unchecked:?}");
     assert!(

@@ -134,7 +134,9 @@ mod tests {
         state
             .note_queue("p", &[a.clone(), b.clone()], now)
             .expect("p synced");
-        state.note_queue("q", &[c.clone()], now).expect("q synced");
+        state
+            .note_queue("q", std::slice::from_ref(&c), now)
+            .expect("q synced");
         let listed: Vec<String> = state
             .queued()
             .expect("list")
