@@ -290,7 +290,32 @@ async fn lists_exit_quietly_on_a_closed_pipe() {
             )
             .expect("history row");
     }
-    for args in [&["history"][..], &["session", "list"], &["shares"]] {
+    world
+        .state
+        .ask("a1", "e0", "fs.write", "{}", now)
+        .expect("approval");
+    let queued = relay_protocol::QueuedCommand {
+        command_id: relay_protocol::CommandId::new_random(),
+        graph_session_id: session.clone(),
+        slug: "echo".into(),
+        arguments: serde_json::Map::new(),
+        created_at: now,
+        agent_id: None,
+        agent_name: None,
+    };
+    world
+        .state
+        .note_queue(&world.project, &[queued], now)
+        .expect("queue");
+    for args in [
+        &["history"][..],
+        &["history", "--json"],
+        &["session", "list"],
+        &["shares"],
+        &["queue"],
+        &["approvals", "list"],
+        &["project", "list"],
+    ] {
         let (reader, writer) = std::io::pipe().expect("pipe");
         drop(reader);
         let output = Command::new(harness::relay_binary())
@@ -323,7 +348,7 @@ async fn shares_list_exactly_what_is_shared_and_unknown_or_disabled_projects_are
     let text = String::from_utf8_lossy(&desktop_cli(&state, &["shares"]).stdout).into_owned();
     assert!(
         text.starts_with(&format!(
-            "{}  {session}  echo  1.0.0  since ",
+            "{} (p)  {session}  echo  1.0.0  since ",
             world.project
         )),
         "{text}"

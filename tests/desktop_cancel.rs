@@ -19,7 +19,10 @@ async fn cancel_while_running_stops_the_engine_within_a_control_poll() {
         let relay = world.relay_with(engine.build().expect("engine"), harness::fast_config());
         let (stop, task) = harness::start(&relay);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while world.get(&command).await["status"] != "running" {
+        // `running` comes with the desktop's `started`, before the engine reaches the agent (a
+        // wasm instance may take seconds to build on a busy machine): cancel once the agent
+        // is mid-call, so the stop is the engine's, not a run that never reached its agent.
+        while world.get(&command).await["status"] != "running" || world.mock.calls().is_empty() {
             assert!(tokio::time::Instant::now() < deadline, "never started");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -31,7 +34,7 @@ async fn cancel_while_running_stops_the_engine_within_a_control_poll() {
         .await;
         common::ok(&cancelled);
         // The control interval is 100 ms; allow generous slack on a busy machine.
-        let run = world.wait_terminal(&command, Duration::from_secs(10)).await;
+        let run = world.wait_terminal(&command, Duration::from_secs(30)).await;
         assert_eq!(run["status"], "cancelled", "{engine:?}: {run}");
         stop.cancel();
         task.await.expect("relay stops");

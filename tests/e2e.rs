@@ -9,6 +9,7 @@ mod harness;
 
 mod clean_stops;
 mod consent;
+mod consent_seen;
 mod demo;
 mod dependency_direction;
 mod desktop_approvals;

@@ -74,8 +74,16 @@ enum DesktopCommand {
     Share(ShareArgs),
     /// Stop sharing a session with a project.
     Unshare(ShareArgs),
-    /// List what is shared: each project, session, slug, version and since when.
+    /// List what is shared: each project (with its name as the service knows it), session,
+    /// slug, version and since when.
     Shares {
+        /// Print JSON (one array).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Runs queued for this desktop as of each enabled project's last sync (oldest first):
+    /// project, graph, requesting agent, when queued and the arguments.
+    Queue {
         /// Print JSON (one array).
         #[arg(long)]
         json: bool,
@@ -91,7 +99,9 @@ enum DesktopCommand {
         /// The folder to set.
         dir: Option<PathBuf>,
     },
-    /// Past executions, newest first, with their full results.
+    /// Past executions, newest first: when queued, started and finished, the graph, the
+    /// requesting agent, tokens, cost, arguments and the result or error (`--json`: the full
+    /// results).
     History {
         /// Print JSON (one array).
         #[arg(long)]
@@ -141,18 +151,35 @@ enum SessionCommand {
 
 #[derive(Debug, Subcommand)]
 enum ProjectCommand {
-    /// Serve this project (sync it every pass).
+    /// Serve this project (sync it every pass). The id is checked against the service's
+    /// projects for the desktop token (given as to `run`): one it does not know is refused. When
+    /// the service cannot be reached (or is not given), the id is checked against the project
+    /// list fetched last (by `run`, or an earlier `enable`); with no list yet, the project is
+    /// enabled with a warning that it was not checked.
     Enable {
         /// The project id.
         id: String,
+        #[command(flatten)]
+        service: ServiceArgs,
     },
     /// Stop serving this project.
     Disable {
         /// The project id.
         id: String,
     },
-    /// List projects and whether they are enabled.
+    /// List projects, their names as the service knows them, and whether they are enabled.
     List,
+}
+
+/// The service to ask and the desktop token to ask with (as `relay desktop run` takes them).
+#[derive(Debug, Args)]
+struct ServiceArgs {
+    /// The service's base URL.
+    #[arg(long, env = "RELAY_SERVICE_URL")]
+    service: Option<String>,
+    /// The desktop token (`relay admin token create --desktop`).
+    #[arg(long, env = "RELAY_DESKTOP_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -167,7 +194,8 @@ struct ShareArgs {
 
 #[derive(Debug, Subcommand)]
 enum ApprovalsCommand {
-    /// List pending approvals (`--all` for decided ones too).
+    /// List pending approvals (`--all` for decided ones too): the tool, the graph, project and
+    /// agent of the run asking, and the time left before no answer counts as a denial.
     List {
         /// Include decided and expired ones.
         #[arg(long)]
@@ -332,14 +360,15 @@ async fn on_state(path: &Path, command: DesktopCommand) -> Result<()> {
     let now = SystemClock.now();
     match command {
         DesktopCommand::Session(command) => session(&state, command).await?,
-        DesktopCommand::Project(command) => project(&state, command)?,
+        DesktopCommand::Project(command) => project(&state, command).await?,
         DesktopCommand::Share(share) => {
             let session = session_id(&share.session)?;
-            check_served(&state, &share.project)?;
+            state.check_shareable(&share.project)?;
             state.share(&share.project, &session, now)?;
             out!("{}", share.session);
         }
         DesktopCommand::Shares { json } => shares(&state, json)?,
+        DesktopCommand::Queue { json } => queue(&state, json)?,
         DesktopCommand::Unshare(share) => {
             state.unshare(&share.project, &session_id(&share.session)?)?;
             out!("{}", share.session);
@@ -436,10 +465,10 @@ async fn session(state: &DesktopState, command: SessionCommand) -> Result<()> {
     Ok(())
 }
 
-fn project(state: &DesktopState, command: ProjectCommand) -> Result<()> {
+async fn project(state: &DesktopState, command: ProjectCommand) -> Result<()> {
     match command {
-        ProjectCommand::Enable { id } => {
-            state.set_project_enabled(&id, true, SystemClock.now())?;
+        ProjectCommand::Enable { id, service } => {
+            crate::desktop_projects::enable(state, &id, service.service, service.token).await?;
             out!("{id}");
         }
         ProjectCommand::Disable { id } => {
@@ -451,8 +480,16 @@ fn project(state: &DesktopState, command: ProjectCommand) -> Result<()> {
             if projects.is_empty() {
                 hint("no projects yet; `relay desktop project enable ID` serves one");
             }
+            let known = state.service_projects()?;
             for (id, enabled) in projects {
-                out!("{id}  {}", if enabled { "enabled" } else { "disabled" });
+                let name = known
+                    .as_ref()
+                    .and_then(|k| k.name_of(&id))
+                    .map_or_else(String::new, |name| format!("  {}", for_terminal(name)));
+                out!(
+                    "{id}  {}{name}",
+                    if enabled { "enabled" } else { "disabled" }
+                );
             }
         }
     }
@@ -473,15 +510,9 @@ fn approvals(state: &DesktopState, command: ApprovalsCommand) -> Result<()> {
                         "no approvals waiting (`--all` shows decided ones)"
                     });
                 }
+                let now = SystemClock.now();
                 for a in approvals {
-                    out!(
-                        "{}  {}  {}  {}  {}",
-                        a.id,
-                        a.status,
-                        for_terminal(&a.tool),
-                        a.execution_id,
-                        for_terminal(&a.args)
-                    );
+                    out!("{}", crate::desktop_lists::approval_line(&a, now));
                 }
             }
         }
@@ -537,35 +568,26 @@ fn history(state: &DesktopState, json: bool) -> Result<()> {
             hint("no executions yet");
         }
         for h in history {
-            let detail = match (&h.error, &h.result) {
-                (Some(e), _) => e.clone(),
-                (None, Some(r)) => {
-                    let text = r.to_string();
-                    text.chars().take(120).collect()
-                }
-                (None, None) => String::new(),
-            };
-            let refused = h
-                .refused_by_service
-                .as_deref()
-                .map_or_else(String::new, |m| {
-                    format!("  refused by the service: {}", for_terminal(m))
-                });
-            out!(
-                "{}  {}  {}  {}  {} tokens{}  {}{refused}",
-                h.execution_id,
-                h.command_id,
-                h.slug,
-                h.status,
-                h.total_tokens,
-                if h.result_truncated {
-                    "  (posted truncated)"
-                } else {
-                    ""
-                },
-                for_terminal(&detail)
-            );
+            out!("{}", crate::desktop_lists::history_line(&h));
         }
+    }
+    Ok(())
+}
+
+/// `relay desktop queue`: the runs waiting on the service for this desktop, as last synced.
+fn queue(state: &DesktopState, json: bool) -> Result<()> {
+    let queued = state.queued()?;
+    if json {
+        out!("{}", serde_json::to_string(&queued)?);
+        return Ok(());
+    }
+    if queued.is_empty() {
+        hint(
+            "no runs queued as of the last sync of each enabled project (the relay syncs every pass while `relay desktop run` runs)",
+        );
+    }
+    for q in queued {
+        out!("{}", crate::desktop_lists::queue_line(&q));
     }
     Ok(())
 }
@@ -768,19 +790,6 @@ async fn stop_signal() -> &'static str {
     "Ctrl-C"
 }
 
-/// Refuses to share with a project this desktop does not serve: the share would reach nobody.
-fn check_served(state: &DesktopState, project: &str) -> Result<()> {
-    match state.projects()?.into_iter().find(|(id, _)| id == project) {
-        Some((_, true)) => Ok(()),
-        Some((_, false)) => bail!(
-            "project {project} is disabled on this desktop, so a share would reach no agent: enable it first with `relay desktop project enable {project}`"
-        ),
-        None => bail!(
-            "this desktop does not serve a project {project}: check the id (`relay desktop project list` shows the served ones), or serve it first with `relay desktop project enable {project}`"
-        ),
-    }
-}
-
 /// `relay desktop shares`: what each project's agents can start.
 fn shares(state: &DesktopState, json: bool) -> Result<()> {
     let shares = state.shares()?;
@@ -794,8 +803,12 @@ fn shares(state: &DesktopState, json: bool) -> Result<()> {
         );
     }
     for s in shares {
+        let name = s
+            .project_name
+            .as_deref()
+            .map_or_else(String::new, |name| format!(" ({})", for_terminal(name)));
         out!(
-            "{}{}  {}  {}  {}  since {}",
+            "{}{name}{}  {}  {}  {}  since {}",
             s.project_id,
             if s.project_enabled { "" } else { " (disabled)" },
             s.session_id,

@@ -7,6 +7,8 @@ mod admin;
 mod db_cli;
 mod demo;
 mod desktop_cli;
+mod desktop_lists;
+mod desktop_projects;
 mod dev;
 mod serve;
 

@@ -13,9 +13,10 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use relay_protocol::{
-    CommandId, CompleteRequest, CompleteResponse, ControlResponse, GraphSessionId, QueuedCommand,
-    ReportResponse, RunReport, StartedRequest, StartedResponse, SyncRequest, complete_path,
-    control_path, report_path, started_path, sync_path,
+    CommandId, CompleteRequest, CompleteResponse, ControlResponse, GraphSessionId,
+    MAX_SERVED_PROJECTS, ProjectsResponse, QueuedCommand, ReportResponse, RunReport, ServedProject,
+    StartedRequest, StartedResponse, SyncRequest, complete_path, control_path, display_name,
+    projects_path, report_path, started_path, sync_path,
 };
 
 /// A boxed future.
@@ -197,6 +198,12 @@ pub struct RawCommand {
     /// When queued.
     #[serde(default)]
     pub created_at: Value,
+    /// The agent that queued it (absent from older services).
+    #[serde(default)]
+    pub agent_id: Value,
+    /// Its name.
+    #[serde(default)]
+    pub agent_name: Value,
 }
 
 impl RawCommand {
@@ -227,7 +234,18 @@ impl RawCommand {
             slug,
             arguments,
             created_at,
+            agent_id: optional_name(self.agent_id, "agent_id")?,
+            agent_name: optional_name(self.agent_name, "agent_name")?,
         })
+    }
+}
+
+/// An optional name of the answer: a string (cut to the display length) or nothing.
+fn optional_name(value: Value, field: &str) -> Result<Option<String>, MalformedCommand> {
+    match value {
+        Value::Null => Ok(None),
+        Value::String(text) => Ok(Some(display_name(&text))),
+        _ => Err(format!("{field} is not a string").into()),
     }
 }
 
@@ -324,6 +342,21 @@ impl DesktopApi {
     pub async fn sync(&self, request: &SyncRequest) -> Result<SyncAnswer, ApiError> {
         let body = serde_json::to_vec(request).map_err(|e| ApiError::Malformed(e.to_string()))?;
         self.call(Method::POST, sync_path(), Some(body)).await
+    }
+
+    /// The projects this desktop token may serve, with their names as the service knows them
+    /// (at most [`MAX_SERVED_PROJECTS`]; names cut to the display length).
+    pub async fn projects(&self) -> Result<Vec<ServedProject>, ApiError> {
+        let answer: ProjectsResponse = self.call(Method::GET, projects_path(), None).await?;
+        Ok(answer
+            .projects
+            .into_iter()
+            .take(MAX_SERVED_PROJECTS)
+            .map(|p| ServedProject {
+                name: display_name(&p.name),
+                project_id: p.project_id,
+            })
+            .collect())
     }
 
     /// Reports that a command started.

@@ -22,8 +22,11 @@ pub const MAX_SHOWN_ARGS_CHARS: usize = 2000;
 pub struct OwnerApprover {
     state: DesktopState,
     clock: Arc<dyn Clock>,
-    /// Where the run's waits are reported to the service, with how long one may last.
-    reports: Option<(Arc<RunReporter>, Duration)>,
+    /// How long the run waits for an answer (the runner applies it; recorded as each
+    /// question's deadline so the owner sees the time left).
+    timeout: Option<Duration>,
+    /// Where the run's waits are reported to the service.
+    reporter: Option<Arc<RunReporter>>,
 }
 
 impl OwnerApprover {
@@ -32,14 +35,22 @@ impl OwnerApprover {
         Self {
             state,
             clock,
-            reports: None,
+            timeout: None,
+            reporter: None,
         }
+    }
+
+    /// The same, noting with each question that the run waits at most `timeout`.
+    pub fn waiting_at_most(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 
     /// Also reports each wait to `reporter` (`owner approval of TOOL`, until `timeout` from
     /// the question), so the agent's `get_graph_run` shows what the run waits for.
     pub fn reporting(mut self, reporter: Arc<RunReporter>, timeout: Duration) -> Self {
-        self.reports = Some((reporter, timeout));
+        self.reporter = Some(reporter);
+        self.timeout = Some(timeout);
         self
     }
 }
@@ -83,9 +94,11 @@ impl Approver for OwnerApprover {
                 .chars()
                 .take(MAX_SHOWN_ARGS_CHARS)
                 .collect();
+            let now = self.clock.now();
+            let deadline = self.timeout.map(|timeout| now.saturating_add(timeout));
             if let Err(e) =
                 self.state
-                    .ask(&id, &request.run_id, &request.tool, &args, self.clock.now())
+                    .ask_until(&id, &request.run_id, &request.tool, &args, now, deadline)
             {
                 return Decision::Denied(format!("cannot record the approval request: {e}"));
             }
@@ -96,16 +109,16 @@ impl Approver for OwnerApprover {
             let mut guard = Unanswered {
                 state: &self.state,
                 clock: self.clock.as_ref(),
-                reporter: self.reports.as_ref().map(|(reporter, _)| reporter.as_ref()),
+                reporter: self.reporter.as_deref(),
                 id: id.clone(),
                 answered: false,
             };
-            if let Some((reporter, timeout)) = &self.reports {
+            if let Some(reporter) = &self.reporter {
                 reporter.waiting(
                     &id,
                     Waiting {
                         what: format!("owner approval of {}", request.tool),
-                        until: Some(self.clock.now().saturating_add(*timeout)),
+                        until: deadline,
                     },
                 );
             }

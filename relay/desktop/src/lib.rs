@@ -64,6 +64,11 @@ pub const LONG_POLL_RETRY_CAP: Duration = DEFAULT_POLL_INTERVAL;
 /// many times, so work queued meanwhile starts at once.
 pub const MAX_SYNCS_PER_PROJECT_PASS: usize = 100;
 
+/// How often the relay fetches the service's projects for its token (their names for the
+/// owner's listings, the list `project enable` checks against offline): at its start, then
+/// this often.
+pub const PROJECTS_REFRESH_INTERVAL: Duration = Duration::from_secs(10 * 60);
+
 /// The token cap of a run arriving through the relay unless `relay desktop run
 /// --default-max-tokens` sets another: a graph that loops on agents stops there with
 /// `budget_exhausted` instead of spending without end.
@@ -183,6 +188,8 @@ pub struct Relay {
     /// Finished executions whose end could not be written to the state: posted until
     /// delivered, written once the state takes writes again.
     unrecorded: Mutex<Vec<Unrecorded>>,
+    /// When the service's project list was last fetched (`None`: due at the next pass).
+    projects_fetched: Mutex<Option<tokio::time::Instant>>,
 }
 
 /// A finished execution whose end the state could not take (its disk was full). The result is
@@ -332,6 +339,7 @@ impl Relay {
             halt: CancellationToken::new(),
             problem: Mutex::new(None),
             unrecorded: Mutex::new(Vec::new()),
+            projects_fetched: Mutex::new(None),
         })
     }
 
@@ -499,7 +507,7 @@ impl Relay {
                 Ok(answer) => {
                     retry = LONG_POLL_RETRY;
                     uploaded = version;
-                    known = self.take_answer(&answer, &known);
+                    known = self.take_answer(&project, answer, &known);
                 }
                 Err(e) => {
                     uploaded = None;
@@ -557,7 +565,12 @@ impl Relay {
 
     /// Acts on a long poll's answer: a cancel of the running command stops it, a queued
     /// command not seen before wakes a pass. Returns the queued commands now known.
-    fn take_answer(&self, answer: &api::SyncAnswer, known: &[CommandId]) -> Vec<CommandId> {
+    fn take_answer(
+        &self,
+        project: &str,
+        answer: api::SyncAnswer,
+        known: &[CommandId],
+    ) -> Vec<CommandId> {
         for id in &answer.cancel_requested {
             if let Some(running) = self.current()
                 && id.as_str() == Some(running.id.to_string().as_str())
@@ -565,11 +578,14 @@ impl Relay {
                 running.cancel();
             }
         }
+        // Every id the answer names, well-formed command or not: a malformed one must not end
+        // each next long poll at once as news.
         let queued: Vec<CommandId> = answer
             .commands
             .iter()
             .filter_map(|c| c.command_id.as_str().and_then(|id| id.parse().ok()))
             .collect();
+        self.take_commands(project, answer.commands, false);
         if queued.iter().any(|id| !known.contains(id)) {
             self.wake.notify_one();
         }
@@ -624,6 +640,7 @@ impl Relay {
         self.stats.passes.fetch_add(1, Ordering::Relaxed);
         self.mend_unrecorded().await;
         self.deliver_outbox().await;
+        self.refresh_projects().await;
         {
             let _consent = self.consent.lock().await;
             self.deliver_withdrawals().await;
@@ -710,11 +727,14 @@ impl Relay {
             }
         };
         for project in projects {
-            if let Err(e) = self.upload(&project).await {
-                tracing::warn!(
+            match self.upload(&project).await {
+                Ok(answer) => {
+                    self.take_commands(&project, answer.commands, false);
+                }
+                Err(e) => tracing::warn!(
                     project,
                     "cannot tell the service the new sharing yet (the next pass tries again): {e}"
-                );
+                ),
             }
         }
     }
@@ -774,15 +794,79 @@ impl Relay {
 
     async fn sync(&self, project: &str) -> Result<Vec<QueuedCommand>, String> {
         let raw = self.upload(project).await?;
-        let mut commands = Vec::with_capacity(raw.commands.len());
-        for command in raw.commands {
+        Ok(self.take_commands(project, raw.commands, true))
+    }
+
+    /// The well-formed commands of a sync answer, noted as `project`'s queue for the owner's
+    /// listing (`relay desktop queue`). A malformed one is refused before anything of it is
+    /// written, and said once (`warn`) by the pass that would have run it.
+    fn take_commands(
+        &self,
+        project: &str,
+        raw: Vec<api::RawCommand>,
+        warn: bool,
+    ) -> Vec<QueuedCommand> {
+        let mut commands = Vec::with_capacity(raw.len());
+        for command in raw {
             match command.validate() {
                 Ok(command) => commands.push(command),
-                // Refused before anything is written.
-                Err(reason) => tracing::warn!(project, "ignoring a malformed command: {reason}"),
+                Err(reason) if warn => {
+                    tracing::warn!(project, "ignoring a malformed command: {reason}");
+                }
+                Err(_) => {}
             }
         }
-        Ok(commands)
+        if let Err(e) = self.state.note_queue(project, &commands, self.clock.now()) {
+            tracing::warn!(
+                project,
+                "cannot note the queued runs for the owner's listing: {e}"
+            );
+        }
+        commands
+    }
+
+    /// Fetches the service's projects for this token when due ([`PROJECTS_REFRESH_INTERVAL`]),
+    /// keeps them for the owner's listings, and warns about an enabled project the service
+    /// does not know for this token (its syncs can only be refused).
+    async fn refresh_projects(&self) {
+        let due = self
+            .projects_fetched
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .is_none_or(|at| at.elapsed() >= PROJECTS_REFRESH_INTERVAL);
+        if !due {
+            return;
+        }
+        let projects = match self.api.projects().await {
+            Ok(projects) => projects,
+            Err(e) => {
+                tracing::debug!("cannot fetch the service's projects for this token: {e}");
+                if !e.is_retryable() {
+                    // An older service without the list: ask again after the interval only.
+                    self.projects_fetched_now();
+                }
+                return;
+            }
+        };
+        self.projects_fetched_now();
+        if let Err(e) = self.state.set_service_projects(&projects, self.clock.now()) {
+            tracing::warn!("cannot keep the service's project list: {e}");
+        }
+        for project in self.state.enabled_projects().unwrap_or_default() {
+            if !projects.iter().any(|p| p.project_id == project) {
+                tracing::warn!(
+                    project,
+                    "this project is enabled here, but the service knows no such project for this desktop token: check the id (`relay desktop project list`), or use a desktop token of the project's owner"
+                );
+            }
+        }
+    }
+
+    fn projects_fetched_now(&self) {
+        *self
+            .projects_fetched
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(tokio::time::Instant::now());
     }
 
     /// Re-sends every completion the service has not acknowledged.
@@ -1069,14 +1153,8 @@ impl Relay {
         else {
             return self.refuse_unshared(project, &command, &execution_id).await;
         };
-        self.state.begin_execution(
-            &execution_id,
-            &id,
-            project,
-            &session.id,
-            &session.slug,
-            self.clock.now(),
-        )?;
+        self.state
+            .begin_command(&execution_id, project, &command, self.clock.now())?;
         let Some(cancel_requested) = self.report_start(&id, &execution_id, &channel).await? else {
             return Ok(());
         };
@@ -1141,14 +1219,8 @@ impl Relay {
         let id = command.command_id;
         self.stats.refused.fetch_add(1, Ordering::Relaxed);
         tracing::info!(channel = %format!("graph:external:{id}"), "consent re-check failed: {NOT_SHARED}");
-        self.state.begin_execution(
-            execution_id,
-            &id,
-            project,
-            &command.graph_session_id,
-            &command.slug,
-            self.clock.now(),
-        )?;
+        self.state
+            .begin_command(execution_id, project, command, self.clock.now())?;
         let completion = bounding::completion(
             execution_id,
             CompletionStatus::Cancelled,

@@ -46,6 +46,10 @@ pub const DESKTOP_POLL_INTERVAL_SECS: u64 = 20;
 pub const MAX_SYNC_WAIT_MS: u64 = 25_000;
 /// Most `running` commands one sync may name.
 pub const MAX_SYNC_RUNNING: usize = 16;
+/// Most projects one `projects` answer lists (oldest first); an owner with more sees the first.
+pub const MAX_SERVED_PROJECTS: usize = 1_000;
+/// Longest project name or agent name the desktop keeps, in characters (longer ones are cut).
+pub const MAX_DISPLAY_NAME_CHARS: usize = 200;
 
 /// Path prefix of the desktop API.
 pub const DESKTOP_API_PREFIX: &str = "/external-assistants/graph-relays";
@@ -53,6 +57,11 @@ pub const DESKTOP_API_PREFIX: &str = "/external-assistants/graph-relays";
 /// `POST`: upload a project's shared-session snapshot, get its queued commands.
 pub fn sync_path() -> String {
     format!("{DESKTOP_API_PREFIX}/sync")
+}
+
+/// `GET`: the projects this desktop token may serve, with their names.
+pub fn projects_path() -> String {
+    format!("{DESKTOP_API_PREFIX}/projects")
 }
 
 /// `POST`: the desktop started running a command.
@@ -511,6 +520,40 @@ pub struct QueuedCommand {
     pub arguments: Map<String, Value>,
     /// When the agent queued it.
     pub created_at: Timestamp,
+    /// The connected agent that queued it (its token or grant id), for the owner's history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    /// That agent's name, at most [`MAX_DISPLAY_NAME_CHARS`] characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_name: Option<String>,
+}
+
+/// One project a desktop token may serve, as the service knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServedProject {
+    /// The project id (what `relay desktop project enable` takes).
+    pub project_id: String,
+    /// Its name, at most [`MAX_DISPLAY_NAME_CHARS`] characters.
+    pub name: String,
+}
+
+/// `GET projects` answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectsResponse {
+    /// The projects this token may sync, oldest first (at most [`MAX_SERVED_PROJECTS`]).
+    pub projects: Vec<ServedProject>,
+}
+
+/// `text` cut to at most [`MAX_DISPLAY_NAME_CHARS`] characters, counted in UTF-16 units like
+/// every limit here (a name to show, never a key).
+pub fn display_name(text: &str) -> String {
+    let mut units = 0;
+    text.chars()
+        .take_while(|c| {
+            units += c.len_utf16();
+            units <= MAX_DISPLAY_NAME_CHARS
+        })
+        .collect()
 }
 
 /// `POST sync` answer.
@@ -791,6 +834,37 @@ mod tests {
         assert!(fits.validate().is_ok());
         let too_long = completion_with_text("日".repeat(MAX_RESULT_CHARS - overhead + 1));
         assert!(too_long.validate().is_err());
+    }
+
+    #[test]
+    fn display_names_are_cut_at_the_limit_in_utf16_units() {
+        assert_eq!(display_name("Support desk"), "Support desk");
+        let long = "x".repeat(MAX_DISPLAY_NAME_CHARS + 5);
+        assert_eq!(display_name(&long).len(), MAX_DISPLAY_NAME_CHARS);
+        // Two units each: half as many fit, and a pair is never split.
+        let emoji = "😀".repeat(MAX_DISPLAY_NAME_CHARS);
+        assert_eq!(
+            display_name(&emoji).chars().count(),
+            MAX_DISPLAY_NAME_CHARS / 2
+        );
+    }
+
+    #[test]
+    fn a_queued_command_names_its_agent_only_when_known() {
+        let without = serde_json::json!({
+            "command_id": CommandId::new_random().to_string(),
+            "graph_session_id": format!("gs_{}", "a".repeat(32)),
+            "slug": "s",
+            "arguments": {},
+            "created_at": "2026-11-08T09:30:00.000Z",
+        });
+        let command: QueuedCommand =
+            serde_json::from_value(without.clone()).expect("an older service's command");
+        assert_eq!(
+            (command.agent_id.as_deref(), command.agent_name.as_deref()),
+            (None, None)
+        );
+        assert_eq!(serde_json::to_value(&command).expect("json"), without);
     }
 
     #[test]

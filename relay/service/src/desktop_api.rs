@@ -9,7 +9,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use relay_protocol::{
     CommandId, CompleteRequest, CompleteResponse, ControlResponse, DESKTOP_API_PREFIX,
-    ReportResponse, RunReport, StartedRequest, StartedResponse, SyncRequest, SyncResponse,
+    ProjectsResponse, ReportResponse, RunReport, StartedRequest, StartedResponse, SyncRequest,
+    SyncResponse,
 };
 
 use crate::AppState;
@@ -27,6 +28,7 @@ pub fn routes(app: Arc<AppState>) -> Router {
     // long as it is held.
     let sync_route = Router::new().route(&format!("{DESKTOP_API_PREFIX}/sync"), post(sync));
     Router::new()
+        .route(&format!("{DESKTOP_API_PREFIX}/projects"), get(projects))
         .route(
             &format!("{DESKTOP_API_PREFIX}/commands/{{id}}/started"),
             post(started),
@@ -65,6 +67,13 @@ async fn sync_request(
     let body = axum::body::Body::new(http_body_util::Limited::new(body, MAX_DESKTOP_BODY_BYTES));
     let JsonBody(sync) = JsonBody::from_request(Request::from_parts(parts, body), app).await?;
     Ok((desktop, sync))
+}
+
+async fn projects(
+    State(app): State<Arc<AppState>>,
+    Desktop(desktop): Desktop,
+) -> ApiResult<ProjectsResponse> {
+    Ok(Json(sessions::served_projects(&app, &desktop).await?))
 }
 
 async fn started(

@@ -10,8 +10,8 @@ use super::notify::{Subscription, Topic};
 use super::runs::{DesktopError, RunError};
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{
-    CommandId, MAX_SYNC_ANSWER_BYTES, MAX_SYNC_COMMANDS, QueuedCommand, SessionMeta, SyncRequest,
-    SyncResponse,
+    CommandId, MAX_SERVED_PROJECTS, MAX_SYNC_ANSWER_BYTES, MAX_SYNC_COMMANDS, ProjectsResponse,
+    QueuedCommand, ServedProject, SessionMeta, SyncRequest, SyncResponse, display_name,
 };
 
 /// Allowed `limit` of `list_graph_sessions`.
@@ -207,6 +207,27 @@ async fn check_project(
     }
 }
 
+/// The projects this desktop token may serve, oldest first: one project for a token minted
+/// for it, every project of the owner for an owner-wide token.
+pub async fn served_projects(
+    app: &AppState,
+    desktop: &DesktopIdentity,
+) -> Result<ProjectsResponse, DesktopError> {
+    let projects = app
+        .store
+        .projects()
+        .await?
+        .into_iter()
+        .filter(|project| desktop.reaches(project))
+        .take(MAX_SERVED_PROJECTS)
+        .map(|project| ServedProject {
+            name: display_name(&project.name),
+            project_id: project.id,
+        })
+        .collect();
+    Ok(ProjectsResponse { projects })
+}
+
 /// The oldest commands whose JSON together fits [`MAX_SYNC_ANSWER_BYTES`]; the first always.
 fn within_answer_bytes(queued: impl Iterator<Item = QueuedCommand>) -> Vec<QueuedCommand> {
     let mut bytes = 0usize;
@@ -222,6 +243,27 @@ fn within_answer_bytes(queued: impl Iterator<Item = QueuedCommand>) -> Vec<Queue
     commands
 }
 
+/// The names of the agents (tokens or grants) `ids` name, each read once; an agent whose
+/// token is gone has none.
+async fn agent_names<'a>(
+    app: &AppState,
+    ids: impl Iterator<Item = &'a str>,
+) -> Result<std::collections::HashMap<String, String>, DesktopError> {
+    let mut names = std::collections::HashMap::new();
+    let mut seen = std::collections::HashSet::new();
+    for id in ids {
+        if seen.insert(id)
+            && let Some(token) = app.store.token(id).await?
+        {
+            names.insert(
+                id.to_owned(),
+                display_name(&token.agent_name.unwrap_or_default()),
+            );
+        }
+    }
+    Ok(names)
+}
+
 /// The queued commands of `project_id`, and which of `running` have a cancel request.
 async fn sync_answer(
     app: &AppState,
@@ -232,15 +274,17 @@ async fn sync_answer(
     let queued = app
         .store
         .queued_commands(project_id, MAX_SYNC_COMMANDS)
-        .await?
-        .into_iter()
-        .map(|command| QueuedCommand {
-            command_id: command.id,
-            graph_session_id: command.graph_session_id,
-            slug: command.slug,
-            arguments: command.arguments,
-            created_at: command.created_at,
-        });
+        .await?;
+    let names = agent_names(app, queued.iter().map(|c| c.agent_id.as_str())).await?;
+    let queued = queued.into_iter().map(|command| QueuedCommand {
+        agent_name: names.get(&command.agent_id).cloned(),
+        agent_id: Some(command.agent_id),
+        command_id: command.id,
+        graph_session_id: command.graph_session_id,
+        slug: command.slug,
+        arguments: command.arguments,
+        created_at: command.created_at,
+    });
     let commands = within_answer_bytes(queued);
     let mut cancel_requested = Vec::new();
     for id in running {

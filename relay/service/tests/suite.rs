@@ -15,6 +15,7 @@ mod connections;
 mod console;
 mod console_browser;
 mod desktop_api;
+mod desktop_projects;
 mod fences;
 mod idempotency;
 mod in_process;

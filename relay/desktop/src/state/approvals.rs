@@ -4,7 +4,7 @@ use super::*;
 
 /// Pending approvals.
 impl DesktopState {
-    /// Records a question to the owner.
+    /// Records a question to the owner (with no deadline on record).
     pub fn ask(
         &self,
         id: &str,
@@ -13,11 +13,31 @@ impl DesktopState {
         args: &str,
         now: Timestamp,
     ) -> Result<(), StateError> {
+        self.ask_until(id, execution_id, tool, args, now, None)
+    }
+
+    /// Records a question to the owner that the run stops waiting for at `deadline`.
+    pub fn ask_until(
+        &self,
+        id: &str,
+        execution_id: &str,
+        tool: &str,
+        args: &str,
+        now: Timestamp,
+        deadline: Option<Timestamp>,
+    ) -> Result<(), StateError> {
         self.with_sync(|conn| {
             conn.execute(
-                "INSERT INTO approvals (id, execution_id, tool, args, status, created_at)
-                 VALUES (?1, ?2, ?3, ?4, 'pending', ?5)",
-                params![id, execution_id, tool, args, now.unix_millis()],
+                "INSERT INTO approvals (id, execution_id, tool, args, status, created_at, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6)",
+                params![
+                    id,
+                    execution_id,
+                    tool,
+                    args,
+                    now.unix_millis(),
+                    deadline.map(Timestamp::unix_millis)
+                ],
             )?;
             Ok(())
         })
@@ -52,13 +72,20 @@ impl DesktopState {
         })
     }
 
-    /// Approvals, newest first; only pending ones unless `all`.
+    /// Approvals, newest first, each with the graph, project and agent of the run asking;
+    /// only pending ones unless `all`.
     pub fn approvals(&self, all: bool) -> Result<Vec<ApprovalRow>, StateError> {
         self.with_sync(|conn| {
-            let filter = if all { "" } else { "WHERE status = 'pending'" };
+            let filter = if all {
+                ""
+            } else {
+                "WHERE a.status = 'pending'"
+            };
             let mut stmt = conn.prepare(&format!(
-                "SELECT id, execution_id, tool, args, status, created_at FROM approvals {filter}
-                 ORDER BY created_at DESC LIMIT 1000"
+                "SELECT a.id, a.execution_id, a.tool, a.args, a.status, a.created_at, a.expires_at,
+                        h.slug, h.project_id, h.agent_id, h.agent_name
+                 FROM approvals a LEFT JOIN history h ON h.execution_id = a.execution_id {filter}
+                 ORDER BY a.created_at DESC LIMIT 1000"
             ))?;
             let rows = stmt.query_map([], |row| {
                 Ok(ApprovalRow {
@@ -68,6 +95,11 @@ impl DesktopState {
                     args: row.get(3)?,
                     status: row.get(4)?,
                     created_at: row.get(5)?,
+                    expires_at: row.get(6)?,
+                    slug: row.get(7)?,
+                    project_id: row.get(8)?,
+                    agent_id: row.get(9)?,
+                    agent_name: row.get(10)?,
                 })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)

@@ -1,10 +1,12 @@
 //! Executions: the history (with full results), and the outbox their completions go through.
 
+use relay_protocol::QueuedCommand;
+
 use super::*;
 
 /// The outbox and the history.
 impl DesktopState {
-    /// Records that an execution started.
+    /// Records that an execution started (with no request details: tests and older callers).
     pub fn begin_execution(
         &self,
         execution_id: &str,
@@ -14,20 +16,65 @@ impl DesktopState {
         slug: &str,
         now: Timestamp,
     ) -> Result<(), StateError> {
+        let command = QueuedCommand {
+            command_id: *command_id,
+            graph_session_id: session.clone(),
+            slug: slug.to_owned(),
+            arguments: serde_json::Map::new(),
+            created_at: now,
+            agent_id: None,
+            agent_name: None,
+        };
+        self.insert_execution(execution_id, project_id, &command, false, now)
+    }
+
+    /// Records that an execution of `command` started, with the request as the service handed
+    /// it (queued when, arguments, which agent); the command leaves the queue listing.
+    pub fn begin_command(
+        &self,
+        execution_id: &str,
+        project_id: &str,
+        command: &QueuedCommand,
+        now: Timestamp,
+    ) -> Result<(), StateError> {
+        self.insert_execution(execution_id, project_id, command, true, now)
+    }
+
+    fn insert_execution(
+        &self,
+        execution_id: &str,
+        project_id: &str,
+        command: &QueuedCommand,
+        requested: bool,
+        now: Timestamp,
+    ) -> Result<(), StateError> {
+        let id = command.command_id.to_string();
+        let arguments = requested
+            .then(|| serde_json::to_string(&command.arguments).ok())
+            .flatten();
+        let queued_at = requested.then(|| command.created_at.unix_millis());
         self.with_sync(|conn| {
-            conn.execute(
-                "INSERT INTO history (execution_id, command_id, channel, project_id, session_id, slug, status, started_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7)",
+            let tx = conn.transaction()?;
+            tx.execute(
+                "INSERT INTO history (execution_id, command_id, channel, project_id, session_id, slug,
+                 status, started_at, queued_at, arguments, agent_id, agent_name)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?9, ?10, ?11)",
                 params![
                     execution_id,
-                    command_id.to_string(),
-                    format!("graph:external:{command_id}"),
+                    id,
+                    format!("graph:external:{id}"),
                     project_id,
-                    session.as_str(),
-                    slug,
-                    now.unix_millis()
+                    command.graph_session_id.as_str(),
+                    command.slug,
+                    now.unix_millis(),
+                    queued_at,
+                    arguments,
+                    command.agent_id,
+                    command.agent_name
                 ],
             )?;
+            tx.execute("DELETE FROM queue WHERE command_id = ?1", params![id])?;
+            tx.commit()?;
             Ok(())
         })
     }
@@ -240,7 +287,7 @@ impl DesktopState {
                     ),
                     params![execution_id],
                     |row| {
-                        let trace: Option<String> = row.get(15)?;
+                        let trace: Option<String> = row.get(HISTORY_COLUMN_COUNT)?;
                         Ok((
                             history_from_row(row)?,
                             trace.and_then(|t| serde_json::from_str(&t).ok()),
@@ -290,7 +337,9 @@ fn write_end(
 
 const HISTORY_COLUMNS: &str = "execution_id, command_id, channel, project_id, session_id, slug, \
      status, result, error, total_tokens, reported_cost, result_truncated, started_at, \
-     finished_at, service_refusal";
+     finished_at, service_refusal, queued_at, arguments, agent_id, agent_name";
+/// How many columns [`HISTORY_COLUMNS`] names (the index of a column selected after them).
+const HISTORY_COLUMN_COUNT: usize = 19;
 
 fn history_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRow> {
     let result: Option<String> = row.get(7)?;
@@ -310,5 +359,11 @@ fn history_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRow> {
         started_at: row.get(12)?,
         finished_at: row.get(13)?,
         refused_by_service: row.get(14)?,
+        queued_at: row.get(15)?,
+        arguments: row
+            .get::<_, Option<String>>(16)?
+            .and_then(|a| serde_json::from_str(&a).ok()),
+        agent_id: row.get(17)?,
+        agent_name: row.get(18)?,
     })
 }

@@ -7,6 +7,9 @@ use super::*;
 pub struct ShareRow {
     /// The project.
     pub project_id: String,
+    /// Its name as the service knows it (from the project list last fetched; `None` when the
+    /// list was never fetched or does not hold the project).
+    pub project_name: Option<String>,
     /// Whether this desktop serves the project now (a share of a disabled one reaches nobody).
     pub project_enabled: bool,
     /// The session.
@@ -27,9 +30,11 @@ impl DesktopState {
     pub fn shares(&self) -> Result<Vec<ShareRow>, StateError> {
         self.with_sync(|conn| {
             let mut stmt = conn.prepare(
-                "SELECT sh.project_id, COALESCE(p.enabled, 0), s.id, s.slug, s.name, s.version, sh.created_at
+                "SELECT sh.project_id, COALESCE(p.enabled, 0), s.id, s.slug, s.name, s.version, sh.created_at,
+                        sp.name
                  FROM shares sh JOIN graph_sessions s ON s.id = sh.session_id
                  LEFT JOIN projects p ON p.project_id = sh.project_id
+                 LEFT JOIN service_projects sp ON sp.project_id = sh.project_id
                  ORDER BY sh.project_id, s.slug",
             )?;
             let rows = stmt.query_map([], |row| {
@@ -41,6 +46,7 @@ impl DesktopState {
                     name: row.get(4)?,
                     version: row.get(5)?,
                     since: row.get(6)?,
+                    project_name: row.get(7)?,
                 })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)

@@ -107,6 +107,33 @@ CREATE TABLE withdrawals (
 ALTER TABLE graph_sessions ADD COLUMN source_path TEXT;
 ALTER TABLE graph_sessions ADD COLUMN content_hash TEXT;
 "#,
+    // What the owner sees without asking the service: its projects for this desktop's token
+    // with their names (as last fetched; the settings key `service_projects_at` says when), the
+    // runs queued as of the last sync, each run's request (queued when, arguments, which agent)
+    // and each approval's deadline.
+    r#"
+CREATE TABLE service_projects (
+    project_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL
+);
+CREATE TABLE queue (
+    command_id TEXT PRIMARY KEY,
+    project_id TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    slug TEXT NOT NULL,
+    arguments TEXT NOT NULL,
+    agent_id TEXT,
+    agent_name TEXT,
+    queued_at INTEGER NOT NULL,
+    synced_at INTEGER NOT NULL
+);
+CREATE INDEX queue_by_project ON queue(project_id, queued_at);
+ALTER TABLE history ADD COLUMN queued_at INTEGER;
+ALTER TABLE history ADD COLUMN arguments TEXT;
+ALTER TABLE history ADD COLUMN agent_id TEXT;
+ALTER TABLE history ADD COLUMN agent_name TEXT;
+ALTER TABLE approvals ADD COLUMN expires_at INTEGER;
+"#,
 ];
 
 /// Why the desktop state could not be read or written.
@@ -241,6 +268,16 @@ pub struct ApprovalRow {
     pub status: ApprovalStatus,
     /// When it was asked (ms since the epoch).
     pub created_at: i64,
+    /// When the run stops waiting and counts it a denial (ms since the epoch).
+    pub expires_at: Option<i64>,
+    /// The graph (slug) whose run asks.
+    pub slug: Option<String>,
+    /// The project that started that run.
+    pub project_id: Option<String>,
+    /// The agent that queued that run (its token or grant id).
+    pub agent_id: Option<String>,
+    /// That agent's name.
+    pub agent_name: Option<String>,
 }
 
 /// One execution in the run history.
@@ -270,6 +307,8 @@ pub struct HistoryRow {
     pub reported_cost: f64,
     /// Whether the posted completion had to leave the result out.
     pub result_truncated: bool,
+    /// When the agent queued it (ms since the epoch; `None` in rows from older relays).
+    pub queued_at: Option<i64>,
     /// When it started (ms since the epoch).
     pub started_at: i64,
     /// When it ended.
@@ -277,6 +316,12 @@ pub struct HistoryRow {
     /// Set when the service refused the completion for good (a 4xx): its message. The
     /// completion is then not sent again.
     pub refused_by_service: Option<String>,
+    /// The graph's arguments.
+    pub arguments: Option<Value>,
+    /// The agent that queued it (its token or grant id).
+    pub agent_id: Option<String>,
+    /// That agent's name.
+    pub agent_name: Option<String>,
 }
 
 /// The desktop's state file. Cloning shares the connection.
@@ -382,11 +427,15 @@ mod approvals;
 mod executions;
 mod listing;
 mod liveness;
+mod queue;
+mod served;
 mod sessions;
 mod settings;
 mod sharing;
 
 pub use listing::{SessionSource, ShareRow};
+pub use queue::QueuedRow;
+pub use served::ServiceProjects;
 pub use sessions::new_session_id;
 
 #[cfg(test)]

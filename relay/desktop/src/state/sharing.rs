@@ -194,7 +194,7 @@ impl DesktopState {
     }
 }
 
-fn check_project_id(project_id: &str) -> Result<(), StateError> {
+pub(super) fn check_project_id(project_id: &str) -> Result<(), StateError> {
     const MAX_PROJECT_ID_CHARS: usize = 128;
     if project_id.trim().is_empty()
         || relay_protocol::text::utf16_len(project_id) > MAX_PROJECT_ID_CHARS

@@ -125,7 +125,12 @@ fn apply_sharing(page: &Page, form: &Form, session: &GraphSessionId) -> Result<(
             .iter()
             .any(|s| &s.id == session);
         match (want, has) {
-            (true, false) => page.state.share(project, session, now)?,
+            (true, false) => {
+                // As `relay desktop share`: a project disabled since the page was drawn would
+                // take a share that reaches no agent.
+                page.state.check_shareable(project)?;
+                page.state.share(project, session, now)?;
+            }
             (false, true) => page.state.unshare(project, session)?,
             _ => {}
         }

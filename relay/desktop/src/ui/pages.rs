@@ -271,7 +271,9 @@ pub(crate) async fn approvals(
                                 " · " code { (run.slug) } " for project " code { (run.project_id) }
                             }
                         }
+                        @if let Some(name) = &approval.agent_name { dt { "Requested by" } dd { (name) } }
                         dt { "Asked" } dd { (time(approval.created_at)) }
+                        @if let Some(at) = approval.expires_at { dt { "Denied if unanswered at" } dd { (time(at)) } }
                     }
                     form method="post" action="/approvals/decide" {
                         (csrf_field(&signed))
@@ -421,6 +423,9 @@ fn run_facts(run: &HistoryRow) -> Markup {
             dt { "Session" } dd { code { (run.session_id) } }
             dt { "Channel" } dd { code { (run.channel) } }
             dt { "Execution" } dd { code { (run.execution_id) } }
+            @if let Some(name) = &run.agent_name { dt { "Requested by" } dd { (name) } }
+            @if let Some(arguments) = &run.arguments { dt { "Arguments" } dd { pre { (arguments) } } }
+            @if let Some(at) = run.queued_at { dt { "Queued" } dd { (time(at)) } }
             dt { "Started" } dd { (time(run.started_at)) }
             dt { "Finished" } dd { @match run.finished_at { Some(at) => (time(at)), None => "still running" } }
             dt { "Tokens" } dd { (run.total_tokens) }

@@ -354,6 +354,44 @@ async fn the_sharing_toggle_shares_and_unshares_a_session_per_project() {
 }
 
 #[tokio::test]
+async fn the_sharing_toggle_refuses_a_project_disabled_since_the_page_was_drawn() {
+    let fixture = Fixture::new();
+    let session = fixture.session("triage");
+    let now = Timestamp::from_unix_millis(1);
+    fixture
+        .state
+        .set_project_enabled("p", true, now)
+        .expect("enable");
+    let cookie = fixture.sign_in().await;
+    let csrf = fixture.csrf(&cookie).await;
+    fixture
+        .state
+        .set_project_enabled("p", false, now)
+        .expect("disabled meanwhile");
+    let share = format!("csrf={csrf}&session={}&project=p&shared=p", session.0);
+    let refused = fixture.post("/sharing", &cookie, &share).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
+    assert!(
+        refused.body.contains("is disabled on this desktop")
+            && refused.body.contains("relay desktop project enable p"),
+        "{}",
+        refused.body
+    );
+    assert!(shared(&fixture.state, "p").is_empty(), "nothing shared");
+    // Unsharing from a disabled project stays possible.
+    fixture
+        .state
+        .share("p", &session.0.parse().expect("id"), now)
+        .expect("shared");
+    let unshare = format!("csrf={csrf}&session={}&project=p", session.0);
+    assert_eq!(
+        fixture.post("/sharing", &cookie, &unshare).await.status,
+        StatusCode::SEE_OTHER
+    );
+    assert!(shared(&fixture.state, "p").is_empty());
+}
+
+#[tokio::test]
 async fn tool_policies_are_set_from_one_select_per_tool() {
     let fixture = Fixture::new();
     let cookie = fixture.sign_in().await;

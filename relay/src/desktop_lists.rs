@@ -1,0 +1,165 @@
+//! The lines `relay desktop history`, `approvals list` and `queue` print: one row each, with
+//! the graph, the requesting agent and the times the owner asks about. Text from graphs,
+//! agents and the service goes through `for_terminal`, so it cannot drive the terminal.
+
+use std::time::Duration;
+
+use relay_desktop::state::{ApprovalRow, ApprovalStatus, HistoryRow, QueuedRow};
+use relay_protocol::clock::Timestamp;
+use runner::trace::for_terminal;
+
+/// Arguments are shown cut to this many characters (`--json` has them whole).
+pub const MAX_SHOWN_ARGUMENTS_CHARS: usize = 120;
+/// A result or error is shown cut to this many characters (`--json` has them whole).
+pub const MAX_SHOWN_DETAIL_CHARS: usize = 120;
+
+/// `ms` since the epoch as RFC 3339, or `-` when unknown.
+fn at(ms: Option<i64>) -> String {
+    ms.map_or_else(
+        || "-".to_owned(),
+        |ms| Timestamp::from_unix_millis(ms).to_rfc3339(),
+    )
+}
+
+/// `text` cut to `max` characters (an ellipsis marks the cut), safe for the terminal.
+fn cut(text: &str, max: usize) -> String {
+    let shown: String = if text.chars().count() > max {
+        let head: String = text.chars().take(max).collect();
+        format!("{head}…")
+    } else {
+        text.to_owned()
+    };
+    for_terminal(&shown).into_owned()
+}
+
+/// "agent NAME (ID)", or "agent -" when the service did not say (rows from older relays).
+fn agent(name: Option<&str>, id: Option<&str>) -> String {
+    match (name.filter(|n| !n.is_empty()), id) {
+        (Some(name), Some(id)) => format!("agent {} ({id})", for_terminal(name)),
+        (Some(name), None) => format!("agent {}", for_terminal(name)),
+        (None, Some(id)) => format!("agent {id}"),
+        (None, None) => "agent -".to_owned(),
+    }
+}
+
+/// One execution: ids, graph, status, times, tokens and cost, agent, arguments, outcome.
+pub fn history_line(h: &HistoryRow) -> String {
+    let detail = match (&h.error, &h.result) {
+        (Some(e), _) => e.clone(),
+        (None, Some(r)) => r.to_string(),
+        (None, None) => String::new(),
+    };
+    let arguments = h
+        .arguments
+        .as_ref()
+        .map_or_else(|| "-".to_owned(), ToString::to_string);
+    let refused = h
+        .refused_by_service
+        .as_deref()
+        .map_or_else(String::new, |m| {
+            format!("  refused by the service: {}", for_terminal(m))
+        });
+    format!(
+        "{}  {}  {}  {}  queued {}  started {}  finished {}  {} tokens  cost {}  {}  args {}{}  {}{refused}",
+        h.execution_id,
+        h.command_id,
+        h.slug,
+        h.status,
+        at(h.queued_at),
+        at(Some(h.started_at)),
+        at(h.finished_at),
+        h.total_tokens,
+        h.reported_cost,
+        agent(h.agent_name.as_deref(), h.agent_id.as_deref()),
+        cut(&arguments, MAX_SHOWN_ARGUMENTS_CHARS),
+        if h.result_truncated {
+            "  (posted truncated)"
+        } else {
+            ""
+        },
+        cut(&detail, MAX_SHOWN_DETAIL_CHARS)
+    )
+}
+
+/// Whole seconds left until `expires_at`, as "4m 05s left", or "expired" once past it.
+fn time_left(expires_at: i64, now: Timestamp) -> String {
+    let left = Timestamp::from_unix_millis(expires_at).saturating_duration_since(now);
+    if left.is_zero() {
+        return "no time left".to_owned();
+    }
+    let secs = left.as_secs() + u64::from(left.subsec_millis() > 0);
+    let left = Duration::from_secs(secs);
+    match (
+        left.as_secs() / 3600,
+        left.as_secs() / 60 % 60,
+        left.as_secs() % 60,
+    ) {
+        (0, 0, s) => format!("{s}s left"),
+        (0, m, s) => format!("{m}m {s:02}s left"),
+        (h, m, _) => format!("{h}h {m:02}m left"),
+    }
+}
+
+/// One approval: id, status, tool, the run's graph, project and agent, the time left (while
+/// pending), the run and the tool's arguments.
+pub fn approval_line(a: &ApprovalRow, now: Timestamp) -> String {
+    let left = match (a.status, a.expires_at) {
+        (ApprovalStatus::Pending, Some(expires_at)) => time_left(expires_at, now),
+        (ApprovalStatus::Pending, None) => "no deadline recorded".to_owned(),
+        (_, _) => "-".to_owned(),
+    };
+    format!(
+        "{}  {}  {}  graph {}  project {}  {}  {left}  {}  {}",
+        a.id,
+        a.status,
+        for_terminal(&a.tool),
+        a.slug.as_deref().unwrap_or("-"),
+        a.project_id.as_deref().unwrap_or("-"),
+        agent(a.agent_name.as_deref(), a.agent_id.as_deref()),
+        a.execution_id,
+        cut(&a.args, MAX_SHOWN_ARGUMENTS_CHARS)
+    )
+}
+
+/// One queued run: command, project, graph, agent, when queued, arguments, and as of which sync.
+pub fn queue_line(q: &QueuedRow) -> String {
+    format!(
+        "{}  {}  {}  {}  queued {}  args {}  (as of the sync at {})",
+        q.command_id,
+        q.project_id,
+        q.slug,
+        agent(q.agent_name.as_deref(), q.agent_id.as_deref()),
+        at(Some(q.queued_at)),
+        cut(&q.arguments.to_string(), MAX_SHOWN_ARGUMENTS_CHARS),
+        at(Some(q.synced_at))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_left_rounds_up_and_says_when_none_is_left() {
+        let now = Timestamp::from_unix_millis(1_000_000);
+        let after = |ms: i64| now.unix_millis() + ms;
+        assert_eq!(time_left(after(1), now), "1s left");
+        assert_eq!(time_left(after(59_000), now), "59s left");
+        assert_eq!(time_left(after(245_000), now), "4m 05s left");
+        assert_eq!(time_left(after(3_600_000 + 120_000), now), "1h 02m left");
+        assert_eq!(time_left(after(0), now), "no time left");
+        assert_eq!(time_left(after(-5_000), now), "no time left");
+    }
+
+    #[test]
+    fn shown_text_is_cut_and_cannot_drive_the_terminal() {
+        assert_eq!(cut("abc", 3), "abc");
+        assert_eq!(cut("abcd", 3), "abc…");
+        assert!(!cut("\u{1b}[31mred", 20).contains('\u{1b}'));
+        assert_eq!(
+            agent(Some("\u{1b}]0;x"), Some("t1")),
+            format!("agent {} (t1)", for_terminal("\u{1b}]0;x"))
+        );
+        assert_eq!(agent(Some(""), None), "agent -");
+    }
+}
