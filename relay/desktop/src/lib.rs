@@ -201,6 +201,8 @@ struct Execution {
     running: RunningCommand,
     /// The project that started it: its nested graphs are the sessions shared with it.
     project: String,
+    /// Its token cap ([`state::Session::run_token_cap`]).
+    token_cap: Option<u64>,
 }
 
 /// The completion an execution reports: once a cancel was seen the outcome is `cancelled`,
@@ -869,7 +871,11 @@ impl Relay {
             &session.slug,
             self.clock.now(),
         )?;
-        let Some(cancel_requested) = self.report_start(&id, &execution_id, &channel).await? else {
+        let token_cap = session.run_token_cap(self.config.token_cap, command.max_tokens);
+        let Some(cancel_requested) = self
+            .report_start(&id, &execution_id, token_cap, &channel)
+            .await?
+        else {
             return Ok(());
         };
         tracing::info!(%channel, slug = %session.slug, execution = %execution_id, "running");
@@ -892,6 +898,7 @@ impl Relay {
             channel,
             running,
             project: project.to_owned(),
+            token_cap,
         };
         let (outcome, trace, reported_early) = self.execute(&execution, request, shutdown).await?;
         let completion = final_completion(&execution, &outcome, shutdown);
@@ -949,9 +956,10 @@ impl Relay {
         &self,
         id: &CommandId,
         execution_id: &str,
+        token_cap: Option<u64>,
         channel: &str,
     ) -> Result<Option<bool>, RelayError> {
-        match self.api.started(id, execution_id).await {
+        match self.api.started(id, execution_id, token_cap).await {
             Ok(Started::Go { cancel_requested }) => Ok(Some(cancel_requested)),
             Ok(Started::Refused(reason)) => {
                 tracing::info!(%channel, "the service says not to run it: {reason}");
@@ -991,7 +999,7 @@ impl Relay {
             })
         };
         let trace = Arc::new(TraceKeeper::recording(self.state.clone(), &execution.id));
-        let options = self.run_options(trace.clone(), &execution.project)?;
+        let options = self.run_options(trace.clone(), execution)?;
         self.stats.executed.fetch_add(1, Ordering::Relaxed);
         let run = run_graph(request, &options, running.cancel.clone());
         tokio::pin!(run);
@@ -1040,8 +1048,9 @@ impl Relay {
     fn run_options(
         &self,
         trace: Arc<TraceKeeper>,
-        project: &str,
+        execution: &Execution,
     ) -> Result<RunOptions, RelayError> {
+        let project = execution.project.as_str();
         let mut options = RunOptions::new(self.runtime.engine.clone());
         options.provider = self.runtime.provider.clone();
         let folder = match &self.config.folder {
@@ -1067,7 +1076,7 @@ impl Relay {
         ));
         options.approval_timeout = self.config.approval_timeout;
         options.catalog = Arc::new(catalog::SharedCatalog::new(self.state.clone(), project));
-        options.token_cap = self.config.token_cap;
+        options.token_cap = execution.token_cap;
         options.max_concurrency = self.config.max_concurrency;
         options.timeout = self.config.graph_timeout;
         options.events = Arc::new(runner::host::events::FanOut(vec![

@@ -392,6 +392,7 @@ pub(crate) async fn prepare(db: &std::path::Path, count: usize) -> Result<Vec<De
             slug: "g".into(),
             version: "1".into(),
             status: "active".into(),
+            args_schema: None,
         };
         app.store
             .replace_sessions(&project, vec![session], app.clock.now())

@@ -93,6 +93,7 @@ pub async fn command_started(
     let command = desktop_command(app, desktop, id).await?;
     let event = RunEvent::Started {
         execution_id: &request.execution_id,
+        token_cap: request.token_cap,
     };
     let (command, decision) = apply(app, command, event).await?;
     let started = |replayed| StartedResponse {

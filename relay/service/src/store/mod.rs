@@ -259,6 +259,10 @@ pub struct CommandRecord {
     pub last_seen_at: Option<Timestamp>,
     /// Last change.
     pub updated_at: Timestamp,
+    /// The token cap the agent asked for, if any.
+    pub max_tokens: Option<u64>,
+    /// The token cap the desktop reported running it with (with `started`).
+    pub token_cap: Option<u64>,
 }
 
 impl CommandRecord {
@@ -298,6 +302,8 @@ impl CommandRecord {
             finished_at: None,
             last_seen_at: None,
             updated_at: now,
+            max_tokens: None,
+            token_cap: None,
         }
     }
 }

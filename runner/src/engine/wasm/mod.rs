@@ -280,10 +280,19 @@ impl Engine for WasmEngine {
             };
             let json = described
                 .map_err(|e| MetaError::Script(e.to_string()))?
-                .map_err(MetaError::Script)?;
+                .map_err(guest_meta_error)?;
             let value: serde_json::Value =
                 serde_json::from_str(&json).map_err(|e| MetaError::Invalid(e.to_string()))?;
-            Meta::from_json(value)
+            Meta::from_json(value).and_then(crate::args::checked)
         })
+    }
+}
+
+/// The guest reports a meta error as text; one about `meta.args` keeps its kind, so
+/// `runner run` refuses it as it does in the boa engine.
+fn guest_meta_error(message: String) -> MetaError {
+    match message.strip_prefix("invalid meta: meta.args") {
+        Some(rest) => MetaError::Args(format!("meta.args{rest}")),
+        None => MetaError::Script(message),
     }
 }

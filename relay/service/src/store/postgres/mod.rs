@@ -35,6 +35,7 @@ const MIGRATIONS: &[&str] = &[
     chat::MIGRATION,
     auth::MIGRATION,
     console::MIGRATION,
+    core::ARGS_AND_CAPS_MIGRATION,
 ];
 
 /// A [`Store`](super::Store) over one PostgreSQL database.
