@@ -250,33 +250,23 @@ pub async fn queue_run(
         .store
         .session(&agent.project_id, &graph_session_id)
         .await?;
-    // Arguments that do not fit the graph's schema queue nothing; a retry of a run queued
-    // before the schema changed still gets that run back.
-    let misfit = session
-        .as_ref()
-        .and_then(|session| arguments_misfit(session, &request.arguments));
-    if let Some(misfit) = misfit {
+    // Not shared, or arguments that do not fit the graph's schema: nothing is queued. A retry
+    // after a lost response still gets its run back, even if the session was unshared or its
+    // schema changed in between.
+    let refusal = match &session {
+        None => Some(format!(
+            "graph session {graph_session_id} is not shared with this project (as of the desktop's last sync): call list_graph_sessions to see the shared sessions"
+        )),
+        Some(session) => arguments_misfit(session, &request.arguments),
+    };
+    let (Some(session), None) = (session, &refusal) else {
         let existing = app
             .store
             .command_by_key(&agent.token_id, &request.idempotency_key)
             .await?;
         return match existing {
             Some(existing) => replay(existing),
-            None => Err(RunError::Invalid(misfit)),
-        };
-    }
-    let Some(session) = session else {
-        // A retry after a lost response gets its run back even if the session was unshared
-        // in between.
-        let existing = app
-            .store
-            .command_by_key(&agent.token_id, &request.idempotency_key)
-            .await?;
-        return match existing {
-            Some(existing) => replay(existing),
-            None => Err(RunError::Invalid(format!(
-                "graph session {graph_session_id} is not shared with this project (as of the desktop's last sync): call list_graph_sessions to see the shared sessions"
-            ))),
+            None => Err(RunError::Invalid(refusal.unwrap_or_default())),
         };
     };
     let mut command = CommandRecord::queued(
