@@ -4,6 +4,14 @@ export const meta = {
   slug: "weekly-report",
   version: "1.0.0",
   description: "Runs the research fan-out graph on the week's questions, titles the brief, and files it under reports/.",
+  args: {
+    type: "object",
+    properties: {
+      week: { type: "string", pattern: "^[0-9]{4}-W[0-9]{2}$", description: "The ISO week, like 2026-W48." },
+      questions: { type: "array", items: { type: "string" } },
+    },
+    required: ["week", "questions"],
+  },
 };
 
 /** @param {GraphArgs} args @param {G} g */

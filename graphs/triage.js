@@ -5,6 +5,17 @@ export const meta = {
   version: "1.0.0",
   description:
     "Classifies a support ticket. Urgent tickets get a drafted reply and an escalation note written to notes/; routine ones a short answer.",
+  // The arguments' JSON Schema: `runner run --args` and the relay's run_graph_session refuse
+  // arguments that do not fit it before the graph starts, naming the failing path.
+  args: {
+    type: "object",
+    properties: {
+      ticket: { type: "string", description: "The ticket's text." },
+      id: { type: "string", description: "The ticket's id; names the escalation note." },
+    },
+    required: ["ticket"],
+    additionalProperties: false,
+  },
 };
 
 /** @param {GraphArgs} args @param {G} g */

@@ -302,6 +302,7 @@ async fn lists_exit_quietly_on_a_closed_pipe() {
         created_at: now,
         agent_id: None,
         agent_name: None,
+        max_tokens: None,
     };
     world
         .state

@@ -7,6 +7,7 @@ use relay_testkit as common;
 
 mod harness;
 
+mod argument_schemas;
 mod clean_stops;
 mod consent;
 mod consent_seen;
@@ -26,4 +27,5 @@ mod pass_skipping;
 mod private_files;
 mod result_bounding;
 mod session_identity;
+mod token_caps;
 mod withdrawal;

@@ -131,6 +131,7 @@ async fn queue(setup: &Setup, key: &str) -> relay_protocol::CommandId {
             graph_session_id: setup.session.to_string(),
             arguments: serde_json::Map::new(),
             idempotency_key: key.into(),
+            max_tokens: None,
         },
     )
     .await

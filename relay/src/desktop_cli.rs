@@ -135,6 +135,19 @@ enum SessionCommand {
         /// from another file (it stays shared with the same projects).
         #[arg(long)]
         replace: bool,
+        /// The owner's token cap for this session's remote runs, instead of the relay's
+        /// `--default-max-tokens` (see `session set-cap`).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        max_tokens: Option<u64>,
+    },
+    /// Set the owner's token cap for a session's remote runs: N tokens, or `none` for the
+    /// relay's `--default-max-tokens`. An agent may ask for less (`max_tokens`), never more.
+    SetCap {
+        /// The session id.
+        id: String,
+        /// The cap in tokens (at least 1), or `none`.
+        #[arg(value_name = "N|none", value_parser = parse_cap)]
+        max_tokens: Cap,
     },
     /// List the sessions.
     List {
@@ -276,6 +289,22 @@ fn seconds(name: &str, value: f64) -> Result<Duration> {
         bail!("{name} must be a number of seconds above 0 and at most 86400");
     }
     Ok(Duration::from_secs_f64(value))
+}
+
+/// A session's token cap on the command line: a whole number of tokens, or `none`.
+#[derive(Debug, Clone, Copy)]
+struct Cap(Option<u64>);
+
+fn parse_cap(text: &str) -> Result<Cap, String> {
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(Cap(None));
+    }
+    match text.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(Cap(Some(n))),
+        _ => Err(format!(
+            "`{text}` is not a token cap: pass a whole number of tokens (at least 1) or `none`"
+        )),
+    }
 }
 
 fn session_id(text: &str) -> Result<GraphSessionId> {
@@ -423,8 +452,24 @@ async fn session(state: &DesktopState, command: SessionCommand) -> Result<()> {
             file,
             name,
             replace,
+            max_tokens,
         } => {
             let id = add_session(state, &file, name.as_deref(), replace, SystemClock.now()).await?;
+            if let Some(cap) = max_tokens {
+                state.set_session_cap(&id, Some(cap))?;
+            }
+            out!("{id}");
+        }
+        SessionCommand::SetCap { id, max_tokens } => {
+            state.set_session_cap(&session_id(&id)?, max_tokens.0)?;
+            match max_tokens.0 {
+                Some(cap) => hint(&format!(
+                    "remote runs of {id} stop at {cap} tokens (an agent may ask for less)"
+                )),
+                None => hint(&format!(
+                    "remote runs of {id} get the relay's --default-max-tokens"
+                )),
+            }
             out!("{id}");
         }
         SessionCommand::List { json } => {

@@ -9,6 +9,7 @@
 //! - `cli` (feature `cli`, on by default) holds the clap side: the provider flags and the clap
 //!   value names of the engine and provider kinds; without it the library pulls in no clap.
 
+pub mod args;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod clock;

@@ -157,6 +157,9 @@ enum CaseError {
         /// What is wrong.
         reason: String,
     },
+    /// The case's `args` do not fit the graph's `meta.args` schema.
+    #[error("{0}")]
+    Args(String),
     /// The case's `clock` is not a clock.
     #[error("clock: {0}")]
     Clock(String),
@@ -556,7 +559,7 @@ async fn run_case(
     })?;
     // The graph is checked as `runner check` and `runner run` check it (meta, default export).
     let script: Arc<str> = script.into();
-    suite
+    let meta = suite
         .engine
         .describe(script.clone())
         .await
@@ -564,6 +567,8 @@ async fn run_case(
             path: graph.display().to_string(),
             reason: reason.to_string(),
         })?;
+    // The case's arguments fit the graph's `meta.args`, as `runner run --args` requires.
+    crate::args::check(&meta, &case.args, "args").map_err(CaseError::Args)?;
     let (folder, confined) = seeded_folder(case)?;
     let provider: Option<Arc<dyn AgentProvider>> =
         match case_replies(case, base).map_err(CaseError::Replies)? {

@@ -258,8 +258,7 @@ fn passing_and_failing(dir: &Path) {
 }
 
 /// `runner test --junit FILE` writes JUnit XML that a parser reads: one testcase per test, the
-/// failing one with its problem as the message and the end of its trace; `--json` prints one
-/// object per test, one per line.
+/// failing one with its problem as the message and the end of its trace.
 #[test]
 fn runner_test_writes_junit_and_json_reports() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -300,7 +299,14 @@ fn runner_test_writes_junit_and_json_reports() {
     let body = failure.text().expect("a body");
     assert!(body.contains("the end of the trace:"), "{body}");
     assert!(body.contains("echoing <x>"), "the graph's log line: {body}");
+}
 
+/// `runner test --json` prints one object per test, one per line, and the summary on stderr;
+/// a report that cannot be written is refused before any test runs.
+#[test]
+fn runner_test_prints_json_and_refuses_an_unwritable_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    passing_and_failing(dir.path());
     let json = runner()
         .arg("test")
         .arg(dir.path())

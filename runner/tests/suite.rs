@@ -6,6 +6,7 @@
 mod common;
 mod hostile;
 
+mod arg_schemas;
 mod author;
 mod author_tools;
 mod budget;

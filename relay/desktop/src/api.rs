@@ -204,6 +204,9 @@ pub struct RawCommand {
     /// Its name.
     #[serde(default)]
     pub agent_name: Value,
+    /// The agent's token cap, if it asked for one.
+    #[serde(default)]
+    pub max_tokens: Value,
 }
 
 impl RawCommand {
@@ -228,6 +231,15 @@ impl RawCommand {
         };
         let created_at =
             serde_json::from_value(self.created_at).map_err(|e| format!("created_at: {e}"))?;
+        let max_tokens = match self.max_tokens {
+            Value::Null => None,
+            value => Some(
+                value
+                    .as_u64()
+                    .filter(|n| *n > 0)
+                    .ok_or("max_tokens is not a positive whole number")?,
+            ),
+        };
         Ok(QueuedCommand {
             command_id,
             graph_session_id: session,
@@ -236,6 +248,7 @@ impl RawCommand {
             created_at,
             agent_id: optional_name(self.agent_id, "agent_id")?,
             agent_name: optional_name(self.agent_name, "agent_name")?,
+            max_tokens,
         })
     }
 }
@@ -360,9 +373,15 @@ impl DesktopApi {
     }
 
     /// Reports that a command started.
-    pub async fn started(&self, id: &CommandId, execution_id: &str) -> Result<Started, ApiError> {
+    pub async fn started(
+        &self,
+        id: &CommandId,
+        execution_id: &str,
+        token_cap: Option<u64>,
+    ) -> Result<Started, ApiError> {
         let body = serde_json::to_vec(&StartedRequest {
             execution_id: execution_id.to_owned(),
+            token_cap,
         })
         .map_err(|e| ApiError::Malformed(e.to_string()))?;
         match self

@@ -44,6 +44,7 @@ impl SharedCatalog {
                     slug: session.slug,
                     version: session.version,
                     description: session.description,
+                    args: session.args_schema,
                 },
                 script: session.script.into(),
                 file: None,

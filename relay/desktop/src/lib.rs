@@ -257,6 +257,8 @@ struct Execution {
     running: RunningCommand,
     /// The project that started it: its nested graphs are the sessions shared with it.
     project: String,
+    /// Its token cap ([`state::Session::run_token_cap`]).
+    token_cap: Option<u64>,
 }
 
 /// The completion an execution reports: once a cancel was seen the outcome is `cancelled`,
@@ -1155,7 +1157,11 @@ impl Relay {
         };
         self.state
             .begin_command(&execution_id, project, &command, self.clock.now())?;
-        let Some(cancel_requested) = self.report_start(&id, &execution_id, &channel).await? else {
+        let token_cap = session.run_token_cap(self.config.token_cap, command.max_tokens);
+        let Some(cancel_requested) = self
+            .report_start(&id, &execution_id, token_cap, &channel)
+            .await?
+        else {
             return Ok(());
         };
         tracing::info!(%channel, slug = %session.slug, execution = %execution_id, "running");
@@ -1178,6 +1184,7 @@ impl Relay {
             channel,
             running,
             project: project.to_owned(),
+            token_cap,
         };
         let (outcome, trace, reported_early) = self.execute(&execution, request, shutdown).await?;
         let completion = final_completion(&execution, &outcome, shutdown);
@@ -1238,9 +1245,10 @@ impl Relay {
         &self,
         id: &CommandId,
         execution_id: &str,
+        token_cap: Option<u64>,
         channel: &str,
     ) -> Result<Option<bool>, RelayError> {
-        match self.api.started(id, execution_id).await {
+        match self.api.started(id, execution_id, token_cap).await {
             Ok(Started::Go { cancel_requested }) => Ok(Some(cancel_requested)),
             Ok(Started::Refused(reason)) => {
                 tracing::info!(%channel, "the service says not to run it: {reason}");
@@ -1280,10 +1288,7 @@ impl Relay {
             })
         };
         // What the run waits for and how far it got, told to the service as it changes.
-        let reporter = Arc::new(report::RunReporter::new(
-            &execution.id,
-            self.config.token_cap,
-        ));
+        let reporter = Arc::new(report::RunReporter::new(&execution.id, execution.token_cap));
         let reports = tokio::spawn(reporter.clone().send(
             self.api.clone(),
             running.id,
@@ -1292,7 +1297,7 @@ impl Relay {
         let mut keeper = TraceKeeper::recording(self.state.clone(), &execution.id);
         keeper.reporter = Some(reporter.clone());
         let trace = Arc::new(keeper);
-        let options = self.run_options(trace.clone(), &execution.project, reporter)?;
+        let options = self.run_options(trace.clone(), execution, reporter)?;
         self.stats.executed.fetch_add(1, Ordering::Relaxed);
         let run = run_graph(request, &options, running.cancel.clone());
         tokio::pin!(run);
@@ -1346,9 +1351,10 @@ impl Relay {
     fn run_options(
         &self,
         trace: Arc<TraceKeeper>,
-        project: &str,
+        execution: &Execution,
         reporter: Arc<report::RunReporter>,
     ) -> Result<RunOptions, RelayError> {
+        let project = execution.project.as_str();
         let mut options = RunOptions::new(self.runtime.engine.clone());
         options.provider = self.runtime.provider.clone();
         let folder = match &self.config.folder {
@@ -1374,7 +1380,7 @@ impl Relay {
         );
         options.approval_timeout = self.config.approval_timeout;
         options.catalog = Arc::new(catalog::SharedCatalog::new(self.state.clone(), project));
-        options.token_cap = self.config.token_cap;
+        options.token_cap = execution.token_cap;
         options.max_concurrency = self.config.max_concurrency;
         options.timeout = self.config.graph_timeout;
         options.events = Arc::new(runner::host::events::FanOut(vec![

@@ -40,6 +40,9 @@ pub const MAX_SESSION_SLUG_CHARS: usize = 100;
 pub const MAX_SESSION_VERSION_CHARS: usize = 64;
 /// Longest session status, in characters.
 pub const MAX_SESSION_STATUS_CHARS: usize = 32;
+/// Longest argument schema of a session (`meta.args`), as JSON text in UTF-16 code units: the
+/// runner refuses a longer `meta.args` (`graph_args::MAX_SCHEMA_CHARS`, the same number).
+pub const MAX_SESSION_ARGS_SCHEMA_CHARS: usize = 16_384;
 /// The desktop's pass interval; agents are told to look about this long after queueing.
 pub const DESKTOP_POLL_INTERVAL_SECS: u64 = 20;
 /// Longest a long-polling `sync` is held (below the desktop's 30 s request timeout).
@@ -291,6 +294,10 @@ pub struct SessionMeta {
     /// The session's status on the desktop.
     #[serde(default)]
     pub status: String,
+    /// The JSON Schema (draft 2020-12) the graph's arguments must fit (its `meta.args`), if
+    /// it declares one: the service checks an agent's arguments against it before queueing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args_schema: Option<Value>,
 }
 
 impl SessionMeta {
@@ -316,6 +323,19 @@ impl SessionMeta {
         )?;
         if self.slug.is_empty() {
             return Err(InvalidInput(format!("{id}: slug must not be empty")));
+        }
+        if let Some(schema) = &self.args_schema {
+            if !schema.is_object() {
+                return Err(InvalidInput(format!(
+                    "{id}: args_schema must be a JSON Schema object"
+                )));
+            }
+            let chars = json_utf16_len(schema);
+            if chars > MAX_SESSION_ARGS_SCHEMA_CHARS {
+                return Err(InvalidInput(format!(
+                    "{id}: args_schema is {chars} characters long as JSON, at most {MAX_SESSION_ARGS_SCHEMA_CHARS} are allowed"
+                )));
+            }
         }
         Ok(())
     }
@@ -526,6 +546,10 @@ pub struct QueuedCommand {
     /// That agent's name, at most [`MAX_DISPLAY_NAME_CHARS`] characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_name: Option<String>,
+    /// The token cap the agent asked for (`run_graph_session`'s `max_tokens`), if any: the
+    /// desktop runs with the smaller of this and the owner's cap, never more than the owner's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
 }
 
 /// One project a desktop token may serve, as the service knows it.
@@ -573,6 +597,10 @@ pub struct SyncResponse {
 pub struct StartedRequest {
     /// The desktop's id for this execution (its run history key).
     pub execution_id: String,
+    /// The token cap the run runs with: the owner's (per session, else the desktop's default),
+    /// lowered to the agent's `max_tokens` if it asked for less. `None`: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_cap: Option<u64>,
 }
 
 /// `POST commands/{id}/started` answer (200).
@@ -876,6 +904,7 @@ mod tests {
             slug: "s".into(),
             version: "1".into(),
             status: "active".into(),
+            args_schema: None,
         };
         let mut sync = SyncRequest {
             project_id: "p".into(),
@@ -889,5 +918,33 @@ mod tests {
         assert!(sync.validate().is_ok());
         sync.sessions.push(session(MAX_SYNC_SESSIONS));
         assert!(sync.validate().is_err());
+    }
+
+    #[test]
+    fn a_sessions_argument_schema_limit_is_exact() {
+        let with_schema = |schema: Value| SessionMeta {
+            graph_session_id: format!("gs_{:032x}", 1).parse().unwrap(),
+            name: "n".into(),
+            description: String::new(),
+            slug: "s".into(),
+            version: "1".into(),
+            status: "active".into(),
+            args_schema: Some(schema),
+        };
+        let padded = |chars: usize| {
+            let overhead = json_utf16_len(&serde_json::json!({"description": ""}));
+            serde_json::json!({"description": "日".repeat(chars - overhead)})
+        };
+        let at_limit = padded(MAX_SESSION_ARGS_SCHEMA_CHARS);
+        assert_eq!(json_utf16_len(&at_limit), MAX_SESSION_ARGS_SCHEMA_CHARS);
+        assert!(with_schema(at_limit).validate().is_ok());
+        let past = with_schema(padded(MAX_SESSION_ARGS_SCHEMA_CHARS + 1))
+            .validate()
+            .expect_err("one character past the limit");
+        assert!(past.0.contains("at most 16384"), "{past}");
+        let not_object = with_schema(serde_json::json!("string"))
+            .validate()
+            .expect_err("a schema is an object");
+        assert!(not_object.0.contains("JSON Schema object"), "{not_object}");
     }
 }

@@ -25,12 +25,35 @@ pub struct SessionList {
     /// The project.
     pub project_id: String,
     /// Sessions the desktop's last sync uploaded.
-    #[schemars(with = "Vec<serde_json::Map<String, serde_json::Value>>")]
+    #[schemars(with = "Vec<SessionEntry>")]
     pub sessions: Vec<SessionMeta>,
     /// When the desktop last synced this project; `None` if it never did. Kept out of the
     /// tool's structured answer, whose shape is the seed's `{project_id, sessions}`.
     #[serde(skip)]
     pub last_sync_at: Option<Timestamp>,
+}
+
+/// The shape of one listed session (a [`SessionMeta`] as it serializes), for the tool's
+/// `outputSchema`.
+#[derive(Serialize, schemars::JsonSchema)]
+#[allow(dead_code)] // Only its schema is used.
+struct SessionEntry {
+    /// Pass it to run_graph_session.
+    graph_session_id: String,
+    /// Display name.
+    name: String,
+    /// What the graph does.
+    description: String,
+    /// The graph's slug.
+    slug: String,
+    /// The graph's version.
+    version: String,
+    /// The session's status on the desktop.
+    status: String,
+    /// The JSON Schema (draft 2020-12) that run_graph_session's `arguments` must fit, when
+    /// the graph declares one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    args_schema: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Lists up to `limit` sessions of `project_id`, which must be the agent's project.
@@ -103,6 +126,7 @@ async fn first_answer(
     request
         .validate()
         .map_err(|e| DesktopError::BadRequest(e.0))?;
+    check_args_schemas(&request.sessions)?;
     check_project(app, desktop, &request.project_id).await?;
     let SyncRequest {
         project_id,
@@ -147,6 +171,19 @@ async fn first_answer(
         changes,
         answer,
     })))
+}
+
+/// Every session's argument schema must be one the service can check arguments against: a
+/// desktop checks `meta.args` before sharing, so a refusal here means a damaged sync.
+fn check_args_schemas(sessions: &[SessionMeta]) -> Result<(), DesktopError> {
+    for session in sessions {
+        if let Some(schema) = &session.args_schema {
+            graph_args::ArgsSchema::compile(schema).map_err(|e| {
+                DesktopError::BadRequest(format!("{}: {e}", session.graph_session_id))
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// A command the desktop does not know yet, or a cancel request for one it runs.
@@ -284,6 +321,7 @@ async fn sync_answer(
         slug: command.slug,
         arguments: command.arguments,
         created_at: command.created_at,
+        max_tokens: command.max_tokens,
     });
     let commands = within_answer_bytes(queued);
     let mut cancel_requested = Vec::new();

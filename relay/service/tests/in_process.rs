@@ -56,6 +56,7 @@ async fn the_router_runs_without_sockets_on_paused_time() {
         graph_session_id: format!("gs_{:032x}", 1),
         arguments: serde_json::Map::new(),
         idempotency_key: "paused-key".into(),
+        max_tokens: None,
     };
     let ticket = runs::queue_run(&app, &identity, request)
         .await

@@ -78,6 +78,7 @@ async fn queue(setup: &Setup, key: &str) -> relay_protocol::CommandId {
             graph_session_id: format!("gs_{:032x}", 1),
             arguments: serde_json::Map::new(),
             idempotency_key: key.into(),
+            max_tokens: None,
         },
     )
     .await

@@ -94,6 +94,7 @@ impl Engine for SimEngine {
                 slug: "sim".into(),
                 version: "1.0.0".into(),
                 description: String::new(),
+                args: None,
             })
         })
     }

@@ -399,6 +399,7 @@ pub(crate) async fn prepare_desktop(app: &AppState, name: &str) -> Result<Deskto
         slug: "g".into(),
         version: "1".into(),
         status: "active".into(),
+        args_schema: None,
     };
     app.store
         .replace_sessions(&project, vec![session], app.clock.now())

@@ -253,6 +253,7 @@ fn sim_desktop_state(project: &str) -> Result<(DesktopState, GraphSessionId), Sc
         slug: "sim".into(),
         version: "1.0.0".into(),
         description: "The simulator's stand-in: its agent takes the run time it is given.".into(),
+        args: None,
     };
     let session = state
         .upsert_session(&meta, SimEngine::SCRIPT, None, SIM_START)

@@ -1,4 +1,5 @@
-//! The `meta` export every graph carries: name, slug, version, description.
+//! The `meta` export every graph carries: name, slug, version, description, and optionally
+//! `args`, the JSON Schema of the graph's arguments.
 
 use std::fmt;
 
@@ -22,6 +23,10 @@ pub struct Meta {
     pub version: String,
     /// What the graph does (may be empty).
     pub description: String,
+    /// The JSON Schema (draft 2020-12) its arguments must fit, if it declares one. Here it is
+    /// only known to be an object; the runner checks it as a schema (`graph-args`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<serde_json::Value>,
 }
 
 /// Why a graph's metadata could not be read.
@@ -36,6 +41,8 @@ pub enum MetaError {
     /// The module has no callable default export (the message of
     /// [`crate::ScriptError::NoDefaultExport`]).
     NoDefaultExport,
+    /// `meta.args` is not a usable JSON Schema (the whole message says why).
+    Args(String),
 }
 
 impl fmt::Display for MetaError {
@@ -50,6 +57,7 @@ impl fmt::Display for MetaError {
             MetaError::NoDefaultExport => {
                 write!(f, "{}", crate::ScriptError::NoDefaultExport)
             }
+            MetaError::Args(e) => write!(f, "invalid meta: {e}"),
         }
     }
 }
@@ -63,9 +71,12 @@ impl Meta {
             return Err(MetaError::Invalid("meta must be an object".to_owned()));
         };
         for key in map.keys() {
-            if !matches!(key.as_str(), "name" | "slug" | "version" | "description") {
+            if !matches!(
+                key.as_str(),
+                "name" | "slug" | "version" | "description" | "args"
+            ) {
                 return Err(MetaError::Invalid(format!(
-                    "unknown field `{key}`; meta has name, slug, version and description"
+                    "unknown field `{key}`; meta has name, slug, version, description and args"
                 )));
             }
         }
@@ -94,6 +105,16 @@ impl Meta {
             slug: field("slug", true, MAX_SLUG_CHARS)?,
             version: field("version", true, MAX_VERSION_CHARS)?,
             description: field("description", false, MAX_DESCRIPTION_CHARS)?,
+            args: match map.get("args") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(schema @ serde_json::Value::Object(_)) => Some(schema.clone()),
+                Some(_) => {
+                    return Err(MetaError::Args(
+                        "meta.args must be a JSON Schema object, like { type: \"object\", properties: { ... } }"
+                            .to_owned(),
+                    ));
+                }
+            },
         };
         if !is_valid_slug(&meta.slug) {
             return Err(MetaError::Invalid(format!(

@@ -385,6 +385,23 @@ fn parse_args(text: &str) -> anyhow::Result<Value> {
     Ok(value)
 }
 
+/// `--args` against the graph's `meta.args`, before anything runs (exit 2 naming the failing
+/// path). A graph whose meta cannot be read at all runs as before and the run says what is
+/// wrong; a `meta.args` that is no valid schema stops here.
+async fn check_run_args(
+    engine: &Arc<dyn Engine>,
+    script: &Arc<str>,
+    args: &Value,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    match tokio::time::timeout(timeout, engine.describe(script.clone())).await {
+        Ok(Ok(meta)) => runner::args::check(&meta, args, "args")
+            .map_err(|reason| anyhow::anyhow!("--args: {reason}")),
+        Ok(Err(error @ runner::MetaError::Args(_))) => bail!("{error}"),
+        Ok(Err(_)) | Err(_) => Ok(()),
+    }
+}
+
 /// The approval policy the `--allow`, `--ask` and `--deny` flags give.
 fn policy_of(allow: &[String], ask: &[String], deny: &[String]) -> ApprovalPolicy {
     let mut policy = ApprovalPolicy::default();
@@ -437,6 +454,8 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
         bail!("--timeout must be a positive number of seconds");
     }
+    let describe_timeout = Duration::from_secs_f64(args.timeout).min(DESCRIBE_TIMEOUT);
+    check_run_args(&engine, &script, &graph_args, describe_timeout).await?;
     let mut options = RunOptions::new(engine);
     if let Some(path) = &args.replies {
         options.provider = Arc::new(MockProvider::from_file(path)?);

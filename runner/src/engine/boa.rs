@@ -84,7 +84,11 @@ impl Engine for BoaEngine {
     fn describe(&self, script: Arc<str>) -> BoxFuture<'static, Result<Meta, MetaError>> {
         let limits = self.limits.unwrap_or_default();
         let work = on_interpreter_thread("describe", move || graph_js::describe(&script, &limits));
-        Box::pin(async move { work.await.map_err(|e| MetaError::Script(e.to_string()))? })
+        Box::pin(async move {
+            work.await
+                .map_err(|e| MetaError::Script(e.to_string()))?
+                .and_then(crate::args::checked)
+        })
     }
 }
 

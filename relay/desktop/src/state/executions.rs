@@ -24,6 +24,7 @@ impl DesktopState {
             created_at: now,
             agent_id: None,
             agent_name: None,
+            max_tokens: None,
         };
         self.insert_execution(execution_id, project_id, &command, false, now)
     }

@@ -67,6 +67,7 @@ mod tests {
             slug: slug.into(),
             version: "2.0.0".into(),
             description: String::new(),
+            args: None,
         };
         let a = state.upsert_session(&meta("a"), "s", None, now).expect("a");
         let b = state.upsert_session(&meta("b"), "s", None, now).expect("b");

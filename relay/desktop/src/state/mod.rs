@@ -134,6 +134,12 @@ ALTER TABLE history ADD COLUMN agent_id TEXT;
 ALTER TABLE history ADD COLUMN agent_name TEXT;
 ALTER TABLE approvals ADD COLUMN expires_at INTEGER;
 "#,
+    // A session's argument schema (its graph's `meta.args`, sent on sync) and the owner's
+    // token cap for its remote runs (`relay desktop session set-cap`).
+    r#"
+ALTER TABLE graph_sessions ADD COLUMN args_schema TEXT;
+ALTER TABLE graph_sessions ADD COLUMN max_tokens INTEGER;
+"#,
 ];
 
 /// Why the desktop state could not be read or written.
@@ -172,6 +178,11 @@ pub struct Session {
     /// The module text.
     #[serde(skip)]
     pub script: String,
+    /// The graph's `meta.args` (the JSON Schema of its arguments), if it declares one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args_schema: Option<Value>,
+    /// The owner's token cap for this session's remote runs; `None`: the relay's default.
+    pub max_tokens: Option<u64>,
 }
 
 impl Session {
@@ -184,6 +195,18 @@ impl Session {
             slug: self.slug.clone(),
             version: self.version.clone(),
             status: self.status.clone(),
+            args_schema: self.args_schema.clone(),
+        }
+    }
+
+    /// The token cap a remote run of this session gets: the owner's cap for the session, else
+    /// `default` (the relay's `--default-max-tokens`), lowered to the agent's `asked` cap if
+    /// that is smaller. An agent can ask for less, never for more.
+    pub fn run_token_cap(&self, default: Option<u64>, asked: Option<u64>) -> Option<u64> {
+        match (self.max_tokens.or(default), asked) {
+            (Some(owner), Some(asked)) => Some(owner.min(asked)),
+            (owner, None) => owner,
+            (None, asked) => asked,
         }
     }
 }

@@ -121,6 +121,7 @@ mod tests {
             created_at: Timestamp::from_unix_millis(n),
             agent_id: Some(format!("{agent}-id")),
             agent_name: Some(agent.into()),
+            max_tokens: None,
         }
     }
 

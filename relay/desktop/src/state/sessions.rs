@@ -23,10 +23,25 @@ pub(super) fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Sess
         version: row.get(4)?,
         status: row.get(5)?,
         script: row.get(6)?,
+        args_schema: row
+            .get::<_, Option<String>>(7)?
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    7,
+                    rusqlite::types::Type::Text,
+                    Box::new(e),
+                )
+            })?,
+        max_tokens: row
+            .get::<_, Option<i64>>(8)?
+            .and_then(|n| u64::try_from(n).ok()),
     })
 }
 
-pub(super) const SESSION_COLUMNS: &str = "id, name, description, slug, version, status, script";
+pub(super) const SESSION_COLUMNS: &str =
+    "id, name, description, slug, version, status, script, args_schema, max_tokens";
 
 /// A fresh `gs_` id.
 pub fn new_session_id() -> GraphSessionId {
@@ -56,21 +71,22 @@ impl DesktopState {
                 )
                 .optional()?;
             let display_name = name.unwrap_or(&meta.name);
+            let args_schema = meta.args.as_ref().map(Value::to_string);
             let id = match existing {
                 Some(id) => {
                     tx.execute(
                         "UPDATE graph_sessions SET name = ?2, description = ?3, version = ?4,
-                         script = ?5, updated_at = ?6 WHERE id = ?1",
-                        params![id, display_name, meta.description, meta.version, script, now.unix_millis()],
+                         script = ?5, updated_at = ?6, args_schema = ?7 WHERE id = ?1",
+                        params![id, display_name, meta.description, meta.version, script, now.unix_millis(), args_schema],
                     )?;
                     id
                 }
                 None => {
                     let id = new_session_id().to_string();
                     tx.execute(
-                        "INSERT INTO graph_sessions (id, name, description, slug, version, status, script, created_at, updated_at)
-                         VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, ?7)",
-                        params![id, display_name, meta.description, meta.slug, meta.version, script, now.unix_millis()],
+                        "INSERT INTO graph_sessions (id, name, description, slug, version, status, script, created_at, updated_at, args_schema)
+                         VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, ?7, ?8)",
+                        params![id, display_name, meta.description, meta.slug, meta.version, script, now.unix_millis(), args_schema],
                     )?;
                     id
                 }
@@ -103,6 +119,33 @@ impl DesktopState {
                     session_from_row,
                 )
                 .optional()?)
+        })
+    }
+
+    /// Sets the owner's token cap for the session's remote runs (`None`: the relay's
+    /// default). An agent may ask for less, never for more.
+    pub fn set_session_cap(
+        &self,
+        id: &GraphSessionId,
+        max_tokens: Option<u64>,
+    ) -> Result<(), StateError> {
+        if max_tokens == Some(0) {
+            return Err(StateError::Invalid(
+                "a token cap must be at least 1 (or `none` for the relay's default)".to_owned(),
+            ));
+        }
+        let cap = max_tokens.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        self.with_sync(|conn| {
+            let changed = conn.execute(
+                "UPDATE graph_sessions SET max_tokens = ?2 WHERE id = ?1",
+                params![id.as_str(), cap],
+            )?;
+            if changed == 0 {
+                return Err(StateError::Invalid(format!(
+                    "no session {id}: see `relay desktop session list`"
+                )));
+            }
+            Ok(())
         })
     }
 

@@ -216,6 +216,7 @@ mod tests {
             slug: slug.into(),
             version: "1".into(),
             description: String::new(),
+            args: None,
         }
     }
 

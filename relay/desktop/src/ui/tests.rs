@@ -117,6 +117,7 @@ impl Fixture {
             slug: slug.into(),
             version: "1".into(),
             description: String::new(),
+            args: None,
         };
         let id = self
             .state

@@ -14,11 +14,13 @@ fn is_false(value: &bool) -> bool {
 }
 
 /// One open task in the chat's inbox.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct InboxItem {
     /// The task.
+    #[schemars(with = "String")]
     pub task_id: TaskId,
     /// `queued` or `claimed`.
+    #[schemars(with = "String")]
     pub status: TaskStatus,
     /// The goal, cut to [`GOAL_PREVIEW_BYTES`] of JSON text (ending in `…` when cut).
     pub goal: String,
@@ -36,7 +38,7 @@ impl InboxItem {
 }
 
 /// `list_linked_chat_tasks`: the link's open tasks, oldest first.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Inbox {
     /// Open tasks, at most `INBOX_LIMIT`.
     pub tasks: Vec<InboxItem>,
@@ -46,26 +48,32 @@ pub struct Inbox {
 }
 
 /// `get_linked_chat_task`: one task in full.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct TaskView {
     /// The task.
+    #[schemars(with = "String")]
     pub task_id: TaskId,
     /// Its status.
+    #[schemars(with = "String")]
     pub status: TaskStatus,
     /// The whole goal.
     pub goal: String,
     /// When it was assigned.
+    #[schemars(with = "String")]
     pub created_at: Timestamp,
     /// When it expires unless finished.
+    #[schemars(with = "String")]
     pub expires_at: Timestamp,
     /// When the current claim lapses.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
     pub lease_until: Option<Timestamp>,
     /// The submitted result, once finished.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
     /// When it finished.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
     pub finished_at: Option<Timestamp>,
 }
 
@@ -86,13 +94,15 @@ impl TaskView {
 }
 
 /// `claim_linked_chat_task`: the claim to pass to submit and upload, and the goal to work on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ClaimView {
     /// The task.
+    #[schemars(with = "String")]
     pub task_id: TaskId,
     /// The fencing token: submit and upload must carry it.
     pub claim_id: String,
     /// When the claim lapses unless the result is submitted; `null` without a lease.
+    #[schemars(with = "Option<String>")]
     pub lease_until: Option<Timestamp>,
     /// True when this link already held the claim and got it back.
     pub replayed: bool,
@@ -101,7 +111,7 @@ pub struct ClaimView {
 }
 
 /// `submit_linked_chat_result`'s answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct SubmitAck {
     /// Always true: refusals are errors.
     pub ok: bool,
@@ -110,7 +120,7 @@ pub struct SubmitAck {
 }
 
 /// `upload_linked_chat_artifact`'s answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct UploadAck {
     /// Always true: refusals are errors.
     pub ok: bool,

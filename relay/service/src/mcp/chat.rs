@@ -4,11 +4,12 @@
 
 use rmcp::model::CallToolResult;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::error_result;
+use super::inputs::{self, decode};
 use super::tools::{
-    Arguments, CLAIM_LINKED_CHAT_TASK, GET_LINKED_CHAT_TASK, LIST_LINKED_CHAT_TASKS,
+    CLAIM_LINKED_CHAT_TASK, GET_LINKED_CHAT_TASK, LIST_LINKED_CHAT_TASKS,
     SUBMIT_LINKED_CHAT_RESULT, ToolSpec, UPLOAD_LINKED_CHAT_ARTIFACT,
 };
 use crate::AppState;
@@ -33,7 +34,7 @@ pub(super) async fn dispatch(
     app: &AppState,
     spec: &'static ToolSpec,
     agent: &AgentIdentity,
-    arguments: &Arguments<'_>,
+    arguments: &Map<String, Value>,
 ) -> CallToolResult {
     match call(app, spec, agent, arguments).await {
         Ok(value) => CallToolResult::structured(value),
@@ -57,35 +58,46 @@ async fn call(
     app: &AppState,
     spec: &'static ToolSpec,
     agent: &AgentIdentity,
-    arguments: &Arguments<'_>,
+    arguments: &Map<String, Value>,
 ) -> Result<Value, TaskError> {
-    let text = |key: &str| arguments.string(key).map_err(|e| TaskError::Invalid(e.0));
-    let link = text("chat_link_id")?;
+    let invalid = |e: super::tools::ArgumentError| TaskError::Invalid(e.0);
     match spec.name {
-        LIST_LINKED_CHAT_TASKS => encode(&agent::list_tasks(app, agent, link).await?),
-        GET_LINKED_CHAT_TASK => encode(&agent::get_task(app, agent, link, text("task_id")?).await?),
+        LIST_LINKED_CHAT_TASKS => {
+            let input: inputs::ListLinkedChatTasks =
+                decode(spec.name, arguments).map_err(invalid)?;
+            encode(&agent::list_tasks(app, agent, &input.chat_link_id).await?)
+        }
+        GET_LINKED_CHAT_TASK => {
+            let input: inputs::LinkedChatTask = decode(spec.name, arguments).map_err(invalid)?;
+            encode(&agent::get_task(app, agent, &input.chat_link_id, &input.task_id).await?)
+        }
         CLAIM_LINKED_CHAT_TASK => {
-            encode(&agent::claim_task(app, agent, link, text("task_id")?).await?)
+            let input: inputs::LinkedChatTask = decode(spec.name, arguments).map_err(invalid)?;
+            encode(&agent::claim_task(app, agent, &input.chat_link_id, &input.task_id).await?)
         }
         SUBMIT_LINKED_CHAT_RESULT => {
+            let input: inputs::SubmitLinkedChatResult =
+                decode(spec.name, arguments).map_err(invalid)?;
             let request = SubmitRequest {
-                chat_link_id: link,
-                task_id: text("task_id")?,
-                claim_id: text("claim_id")?,
-                status: text("status")?,
-                result: text("result")?,
+                chat_link_id: &input.chat_link_id,
+                task_id: &input.task_id,
+                claim_id: &input.claim_id,
+                status: &input.status,
+                result: &input.result,
             };
             encode(&agent::submit_result(app, agent, request).await?)
         }
         UPLOAD_LINKED_CHAT_ARTIFACT => {
+            let input: inputs::UploadLinkedChatArtifact =
+                decode(spec.name, arguments).map_err(invalid)?;
             let request = UploadRequest {
-                chat_link_id: link,
-                task_id: text("task_id")?,
-                claim_id: text("claim_id")?,
-                artifact_id: text("artifact_id")?,
-                name: text("name")?,
-                mime: text("mime")?,
-                content: text("content")?,
+                chat_link_id: &input.chat_link_id,
+                task_id: &input.task_id,
+                claim_id: &input.claim_id,
+                artifact_id: &input.artifact_id,
+                name: &input.name,
+                mime: &input.mime,
+                content: &input.content,
             };
             encode(&agent::upload_artifact(app, agent, request).await?)
         }

@@ -3,6 +3,7 @@
 
 mod chat;
 mod http;
+pub mod inputs;
 pub mod legacy_sessions;
 mod progress;
 mod resources;
@@ -27,9 +28,10 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use self::inputs::decode;
 use self::tools::{
-    ArgumentError, Arguments, CANCEL_GRAPH_RUN, GET_GRAPH_RUN, LIST_GRAPH_SESSIONS,
-    RUN_GRAPH_SESSION, ToolSpec,
+    ArgumentError, CANCEL_GRAPH_RUN, GET_GRAPH_RUN, LIST_GRAPH_SESSIONS, RUN_GRAPH_SESSION,
+    ToolSpec,
 };
 use super::AppState;
 use super::auth::{self, AgentIdentity};
@@ -49,9 +51,9 @@ Linked chat tasks are work the owner assigned to this chat (by chat_link_id): li
 claim_linked_chat_task, do the work, then submit_linked_chat_result with the claim_id.";
 
 /// `get_graph_run`'s optional `wait_seconds`: 0 to [`runs::MAX_GET_WAIT`].
-fn wait_seconds(arguments: &Arguments<'_>) -> Result<std::time::Duration, ArgumentError> {
+fn wait_seconds(seconds: Option<i64>) -> Result<std::time::Duration, ArgumentError> {
     let max = runs::MAX_GET_WAIT.as_secs();
-    match arguments.integer("wait_seconds")? {
+    match seconds {
         None => Ok(std::time::Duration::ZERO),
         Some(seconds) => u64::try_from(seconds)
             .ok()
@@ -326,13 +328,7 @@ impl GraphTools {
         agent: &AgentIdentity,
         arguments: &Map<String, Value>,
     ) -> CallToolResponse {
-        let request = Arguments::new(spec, arguments).and_then(|arguments| {
-            Ok(RunRequest {
-                graph_session_id: arguments.string("graph_session_id")?.to_owned(),
-                idempotency_key: arguments.string("idempotency_key")?.to_owned(),
-                arguments: arguments.object("arguments")?,
-            })
-        });
+        let request = decode::<inputs::RunGraphSession>(spec.name, arguments).map(run_request);
         let request = match request {
             Ok(request) => request,
             Err(message) => return error_result(&message.0).into(),
@@ -355,19 +351,23 @@ impl GraphTools {
         arguments: &Map<String, Value>,
         progress: Option<&progress::ProgressSender>,
     ) -> CallToolResult {
-        let arguments = match Arguments::new(spec, arguments) {
-            Ok(arguments) => arguments,
-            Err(message) => return error_result(&message.0),
-        };
         let app = &self.app;
         if chat::is_chat_tool(spec.name) {
-            return chat::dispatch(app, spec, agent, &arguments).await;
+            return chat::dispatch(app, spec, agent, arguments).await;
         }
         let outcome = match spec.name {
-            LIST_GRAPH_SESSIONS => self.list(agent, &arguments).await,
-            RUN_GRAPH_SESSION => self.run(agent, &arguments).await,
-            GET_GRAPH_RUN => match (arguments.string("command_id"), wait_seconds(&arguments)) {
-                (Ok(id), Ok(wait)) => {
+            LIST_GRAPH_SESSIONS => match decode(spec.name, arguments) {
+                Ok(input) => self.list(agent, input).await,
+                Err(message) => Err(invalid(message)),
+            },
+            RUN_GRAPH_SESSION => match decode(spec.name, arguments) {
+                Ok(input) => self.run(agent, input).await,
+                Err(message) => Err(invalid(message)),
+            },
+            GET_GRAPH_RUN => match decode::<inputs::GetGraphRun>(spec.name, arguments)
+                .and_then(|input| Ok((input.command_id, wait_seconds(input.wait_seconds)?)))
+            {
+                Ok((id, wait)) => {
                     let on_change =
                         |view: &runs::RunView| -> futures_util::future::BoxFuture<'static, ()> {
                             match progress {
@@ -375,20 +375,20 @@ impl GraphTools {
                                 None => Box::pin(async {}),
                             }
                         };
-                    runs::get_run_watching(app, agent, id, wait, Some(&on_change))
+                    runs::get_run_watching(app, agent, &id, wait, Some(&on_change))
                         .await
                         .map(|view| {
                             let text = run_text(&view);
                             (to_value(&view), text)
                         })
                 }
-                (Err(message), _) | (_, Err(message)) => Err(RunError::Invalid(message.0)),
+                Err(message) => Err(invalid(message)),
             },
-            CANCEL_GRAPH_RUN => match arguments.string("command_id") {
-                Ok(id) => runs::cancel_run(app, agent, id)
+            CANCEL_GRAPH_RUN => match decode::<inputs::CancelGraphRun>(spec.name, arguments) {
+                Ok(input) => runs::cancel_run(app, agent, &input.command_id)
                     .await
                     .map(|outcome| (to_value(&outcome), outcome.message.clone())),
-                Err(message) => Err(RunError::Invalid(message.0)),
+                Err(message) => Err(invalid(message)),
             },
             _ => Err(RunError::Invalid(format!("unknown tool `{}`", spec.name))),
         };
@@ -405,11 +405,10 @@ impl GraphTools {
     async fn list(
         &self,
         agent: &AgentIdentity,
-        arguments: &Arguments<'_>,
+        input: inputs::ListGraphSessions,
     ) -> Result<(Value, String), RunError> {
-        let project_id = arguments.string("project_id").map_err(invalid)?;
-        let limit = arguments.integer("limit").map_err(invalid)?;
-        let list = sessions::list_sessions(&self.app, agent, project_id, limit).await?;
+        let list =
+            sessions::list_sessions(&self.app, agent, &input.project_id, input.limit).await?;
         let mut text = match list.sessions.len() {
             0 => "No graph sessions are shared with this project yet; the owner shares them from the desktop.".to_owned(),
             1 => "1 graph session is shared with this project.".to_owned(),
@@ -425,19 +424,9 @@ impl GraphTools {
     async fn run(
         &self,
         agent: &AgentIdentity,
-        arguments: &Arguments<'_>,
+        input: inputs::RunGraphSession,
     ) -> Result<(Value, String), RunError> {
-        let request = RunRequest {
-            graph_session_id: arguments
-                .string("graph_session_id")
-                .map_err(invalid)?
-                .to_owned(),
-            idempotency_key: arguments
-                .string("idempotency_key")
-                .map_err(invalid)?
-                .to_owned(),
-            arguments: arguments.object("arguments").map_err(invalid)?,
-        };
+        let request = run_request(input);
         let ticket = runs::queue_run(&self.app, agent, request).await?;
         let text = if ticket.replayed {
             format!(
@@ -451,6 +440,16 @@ impl GraphTools {
             )
         };
         Ok((to_value(&ticket), text))
+    }
+}
+
+/// `run_graph_session`'s arguments as the run functions take them.
+fn run_request(input: inputs::RunGraphSession) -> RunRequest {
+    RunRequest {
+        graph_session_id: input.graph_session_id,
+        idempotency_key: input.idempotency_key,
+        arguments: input.arguments,
+        max_tokens: input.max_tokens,
     }
 }
 
@@ -471,6 +470,13 @@ fn run_text(view: &runs::RunView) -> String {
     }
     if view.result_truncated {
         text.push_str(" The result was too large to post; it is on the owner's desktop.");
+    }
+    if let (Some(cap), Some(asked)) = (view.token_cap, view.max_tokens)
+        && cap < asked
+    {
+        text.push_str(&format!(
+            " It runs with the owner's token cap of {cap}, below the {asked} asked for."
+        ));
     }
     if let Some(seconds) = view.poll_after_seconds {
         text.push_str(&format!(" Check again in about {seconds} s."));

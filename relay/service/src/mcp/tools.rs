@@ -1,16 +1,15 @@
 //! The tools (four for graph runs, five for linked chat tasks): names, descriptions, argument
 //! schemas, annotations, scopes, and the checking of the arguments an agent sends.
 
-use std::sync::Arc;
-
-use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
+use rmcp::model::{MetaObject, Tool, ToolAnnotations};
 use serde_json::{Map, Value, json};
 
 use crate::auth::Scope;
+use crate::chat_tasks::view;
 use crate::chat_tasks::{
     GOAL_PREVIEW_BYTES, INBOX_LIMIT, LINK_NOT_FOUND, MAX_ARTIFACT_BYTES, MAX_ARTIFACT_ID_CHARS,
-    MAX_ARTIFACT_NAME_CHARS, MAX_ARTIFACTS_PER_TASK, MAX_MIME_CHARS, MAX_TASK_RESULT_CHARS,
-    NOT_CLAIMABLE, STALE_CLAIM, TASK_CANCELLED, TASK_EXPIRED, TASK_NOT_FOUND,
+    MAX_ARTIFACTS_PER_TASK, MAX_TASK_RESULT_CHARS, NOT_CLAIMABLE, STALE_CLAIM, TASK_CANCELLED,
+    TASK_EXPIRED, TASK_NOT_FOUND,
 };
 use crate::runs::{IDEMPOTENCY_KEY_CHARS, MAX_GET_WAIT, RUN_NOT_FOUND};
 use crate::sessions::LIST_LIMIT;
@@ -47,8 +46,9 @@ pub struct ToolSpec {
     pub destructive: bool,
     /// Whether repeating the same call changes nothing more.
     pub idempotent: bool,
-    /// Argument names it accepts; anything else is rejected.
-    pub arguments: &'static [&'static str],
+    /// Whether it may reach beyond the relay: a graph run calls models and tools on the
+    /// owner's desktop.
+    pub open_world: bool,
 }
 
 /// The tools, in listing order: the graph tools first, then the chat task tools.
@@ -59,7 +59,7 @@ pub const TOOLS: [ToolSpec; 9] = [
         read_only: true,
         destructive: false,
         idempotent: true,
-        arguments: &["project_id", "limit"],
+        open_world: false,
     },
     ToolSpec {
         name: RUN_GRAPH_SESSION,
@@ -67,7 +67,7 @@ pub const TOOLS: [ToolSpec; 9] = [
         read_only: false,
         destructive: true,
         idempotent: false,
-        arguments: &["graph_session_id", "arguments", "idempotency_key"],
+        open_world: true,
     },
     ToolSpec {
         name: GET_GRAPH_RUN,
@@ -75,7 +75,7 @@ pub const TOOLS: [ToolSpec; 9] = [
         read_only: true,
         destructive: false,
         idempotent: true,
-        arguments: &["command_id", "wait_seconds"],
+        open_world: false,
     },
     ToolSpec {
         name: CANCEL_GRAPH_RUN,
@@ -83,7 +83,7 @@ pub const TOOLS: [ToolSpec; 9] = [
         read_only: false,
         destructive: true,
         idempotent: true,
-        arguments: &["command_id"],
+        open_world: false,
     },
     ToolSpec {
         name: LIST_LINKED_CHAT_TASKS,
@@ -91,7 +91,7 @@ pub const TOOLS: [ToolSpec; 9] = [
         read_only: true,
         destructive: false,
         idempotent: true,
-        arguments: &["chat_link_id"],
+        open_world: false,
     },
     ToolSpec {
         name: GET_LINKED_CHAT_TASK,
@@ -99,7 +99,7 @@ pub const TOOLS: [ToolSpec; 9] = [
         read_only: true,
         destructive: false,
         idempotent: true,
-        arguments: &["chat_link_id", "task_id"],
+        open_world: false,
     },
     ToolSpec {
         name: CLAIM_LINKED_CHAT_TASK,
@@ -107,7 +107,7 @@ pub const TOOLS: [ToolSpec; 9] = [
         read_only: false,
         destructive: false,
         idempotent: true,
-        arguments: &["chat_link_id", "task_id"],
+        open_world: false,
     },
     ToolSpec {
         name: SUBMIT_LINKED_CHAT_RESULT,
@@ -115,7 +115,7 @@ pub const TOOLS: [ToolSpec; 9] = [
         read_only: false,
         destructive: false,
         idempotent: true,
-        arguments: &["chat_link_id", "task_id", "claim_id", "status", "result"],
+        open_world: false,
     },
     ToolSpec {
         name: UPLOAD_LINKED_CHAT_ARTIFACT,
@@ -123,15 +123,7 @@ pub const TOOLS: [ToolSpec; 9] = [
         read_only: false,
         destructive: false,
         idempotent: true,
-        arguments: &[
-            "chat_link_id",
-            "task_id",
-            "claim_id",
-            "artifact_id",
-            "name",
-            "mime",
-            "content",
-        ],
+        open_world: false,
     },
 ];
 
@@ -171,8 +163,11 @@ fn description(name: &str) -> String {
              The desktop can go offline, and local tool approvals still apply. \
              Returns a ticket (command_id, status \"queued\") at once, before the graph starts; check get_graph_run after about one desktop poll interval (20 s). \
              idempotency_key is required: after a lost response, retry with the same key to get the same run back instead of a second run. \
+             arguments must fit the session's args_schema when list_graph_sessions shows one. \
+             max_tokens (optional) lowers the run's token cap; the owner's cap for the session still applies, so asking for more than it runs at the owner's cap (get_graph_run shows token_cap). \
              Rejected: a graph_session_id not shared with this project (see list_graph_sessions), an idempotency_key outside {}–{} characters, \
-             arguments other than graph_session_id, arguments and idempotency_key, and a key already used with different arguments.",
+             arguments that do not fit the session's args_schema (the message names the failing path), \
+             arguments other than graph_session_id, arguments, idempotency_key and max_tokens, and a key already used with different arguments.",
             IDEMPOTENCY_KEY_CHARS.start(),
             IDEMPOTENCY_KEY_CHARS.end()
         ),
@@ -222,104 +217,10 @@ fn description(name: &str) -> String {
     }
 }
 
-/// The exact JSON Schema of tool `name`'s arguments.
+/// The JSON Schema of tool `name`'s arguments, derived from its input type
+/// ([`super::inputs`]).
 pub fn input_schema(name: &str) -> Value {
-    match name {
-        LIST_GRAPH_SESSIONS => object_schema(
-            json!({
-                "project_id": {"type": "string"},
-                "limit": {"type": "integer", "minimum": LIST_LIMIT.start(), "maximum": LIST_LIMIT.end()}
-            }),
-            &["project_id"],
-        ),
-        RUN_GRAPH_SESSION => object_schema(
-            json!({
-                "graph_session_id": {"type": "string"},
-                "arguments": {"type": "object"},
-                "idempotency_key": {
-                    "type": "string",
-                    "minLength": IDEMPOTENCY_KEY_CHARS.start(),
-                    "maxLength": IDEMPOTENCY_KEY_CHARS.end()
-                }
-            }),
-            &["graph_session_id", "idempotency_key"],
-        ),
-        GET_GRAPH_RUN => object_schema(
-            json!({
-                "command_id": {"type": "string"},
-                "wait_seconds": {"type": "integer", "minimum": 0, "maximum": MAX_GET_WAIT.as_secs()}
-            }),
-            &["command_id"],
-        ),
-        LIST_LINKED_CHAT_TASKS
-        | GET_LINKED_CHAT_TASK
-        | CLAIM_LINKED_CHAT_TASK
-        | SUBMIT_LINKED_CHAT_RESULT
-        | UPLOAD_LINKED_CHAT_ARTIFACT => chat_input_schema(name),
-        _ => object_schema(json!({"command_id": {"type": "string"}}), &["command_id"]),
-    }
-}
-
-/// The argument schemas of the linked-chat tools.
-fn chat_input_schema(name: &str) -> Value {
-    match name {
-        LIST_LINKED_CHAT_TASKS => object_schema(
-            json!({"chat_link_id": {"type": "string"}}),
-            &["chat_link_id"],
-        ),
-        GET_LINKED_CHAT_TASK | CLAIM_LINKED_CHAT_TASK => object_schema(
-            json!({
-                "chat_link_id": {"type": "string"},
-                "task_id": {"type": "string"}
-            }),
-            &["chat_link_id", "task_id"],
-        ),
-        SUBMIT_LINKED_CHAT_RESULT => object_schema(
-            json!({
-                "chat_link_id": {"type": "string"},
-                "task_id": {"type": "string"},
-                "claim_id": {"type": "string"},
-                "status": {"type": "string", "enum": ["completed", "failed"]},
-                "result": {"type": "string", "maxLength": MAX_TASK_RESULT_CHARS}
-            }),
-            &["chat_link_id", "task_id", "claim_id", "status", "result"],
-        ),
-        _ => object_schema(
-            json!({
-                "chat_link_id": {"type": "string"},
-                "task_id": {"type": "string"},
-                "claim_id": {"type": "string"},
-                "artifact_id": {
-                    "type": "string",
-                    "minLength": 1,
-                    "maxLength": MAX_ARTIFACT_ID_CHARS,
-                    "pattern": "^[A-Za-z0-9._:-]+$"
-                },
-                "name": {"type": "string", "minLength": 1, "maxLength": MAX_ARTIFACT_NAME_CHARS},
-                "mime": {"type": "string", "maxLength": MAX_MIME_CHARS},
-                "content": {"type": "string"}
-            }),
-            &[
-                "chat_link_id",
-                "task_id",
-                "claim_id",
-                "artifact_id",
-                "name",
-                "mime",
-                "content",
-            ],
-        ),
-    }
-}
-
-/// A closed object schema: these properties, these required, nothing else.
-fn object_schema(properties: Value, required: &[&str]) -> Value {
-    json!({
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": false
-    })
+    Value::Object(super::inputs::input_schema(name).as_ref().clone())
 }
 
 /// `[{"type": "oauth2", "scopes": [scope]}]`: how a host learns which scope a tool needs.
@@ -330,28 +231,23 @@ pub fn security_schemes(scope: Scope) -> Value {
 /// The rmcp definition of a tool; `securitySchemes` rides in `_meta` and is copied to the
 /// top level of `tools/list` on the way out (rmcp's `Tool` has no field for it).
 pub fn definition(spec: &ToolSpec) -> Tool {
-    let schema = match input_schema(spec.name) {
-        Value::Object(map) => map,
-        _ => JsonObject::new(),
-    };
-    let annotations = if spec.read_only {
-        ToolAnnotations::new().read_only(true)
-    } else if spec.idempotent {
-        ToolAnnotations::new()
-            .read_only(false)
-            .destructive(spec.destructive)
-            .idempotent(true)
-    } else {
-        ToolAnnotations::new()
-            .read_only(false)
-            .destructive(spec.destructive)
-    };
+    // Every hint is stated on every tool, so no host falls back to the spec's defaults
+    // (which assume a destructive, open-world tool).
+    let annotations = ToolAnnotations::new()
+        .read_only(spec.read_only)
+        .destructive(spec.destructive)
+        .idempotent(spec.idempotent)
+        .open_world(spec.open_world);
     let mut meta = Map::new();
     meta.insert("securitySchemes".into(), security_schemes(spec.scope));
-    let tool = Tool::new(spec.name, description(spec.name), Arc::new(schema))
-        .with_title(title(spec.name))
-        .with_annotations(annotations)
-        .with_meta(MetaObject(meta));
+    let tool = Tool::new(
+        spec.name,
+        description(spec.name),
+        super::inputs::input_schema(spec.name),
+    )
+    .with_title(title(spec.name))
+    .with_annotations(annotations)
+    .with_meta(MetaObject(meta));
     with_output_schema(tool)
 }
 
@@ -362,6 +258,11 @@ fn with_output_schema(tool: Tool) -> Tool {
         RUN_GRAPH_SESSION => tool.with_output_schema::<crate::runs::Ticket>(),
         GET_GRAPH_RUN => tool.with_output_schema::<crate::runs::RunView>(),
         CANCEL_GRAPH_RUN => tool.with_output_schema::<crate::runs::CancelOutcome>(),
+        LIST_LINKED_CHAT_TASKS => tool.with_output_schema::<view::Inbox>(),
+        GET_LINKED_CHAT_TASK => tool.with_output_schema::<view::TaskView>(),
+        CLAIM_LINKED_CHAT_TASK => tool.with_output_schema::<view::ClaimView>(),
+        SUBMIT_LINKED_CHAT_RESULT => tool.with_output_schema::<view::SubmitAck>(),
+        UPLOAD_LINKED_CHAT_ARTIFACT => tool.with_output_schema::<view::UploadAck>(),
         _ => tool,
     }
 }
@@ -375,65 +276,3 @@ pub fn definitions() -> Vec<Tool> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ArgumentError(pub String);
-
-/// Arguments of one call, checked against the tool's contract.
-pub struct Arguments<'a> {
-    tool: &'static str,
-    map: &'a Map<String, Value>,
-}
-
-impl<'a> Arguments<'a> {
-    /// Rejects any argument the tool does not accept.
-    pub fn new(
-        spec: &'static ToolSpec,
-        map: &'a Map<String, Value>,
-    ) -> Result<Self, ArgumentError> {
-        if let Some(unknown) = map
-            .keys()
-            .find(|key| !spec.arguments.contains(&key.as_str()))
-        {
-            return Err(ArgumentError(format!(
-                "unknown argument `{unknown}`: {} accepts only {}",
-                spec.name,
-                spec.arguments.join(", ")
-            )));
-        }
-        Ok(Arguments {
-            tool: spec.name,
-            map,
-        })
-    }
-
-    /// A required string argument.
-    pub fn string(&self, key: &str) -> Result<&'a str, ArgumentError> {
-        match self.map.get(key) {
-            Some(Value::String(text)) => Ok(text),
-            Some(_) => Err(ArgumentError(format!("`{key}` must be a string"))),
-            None => Err(ArgumentError(format!(
-                "{} needs the argument `{key}`",
-                self.tool
-            ))),
-        }
-    }
-
-    /// An optional integer argument.
-    pub fn integer(&self, key: &str) -> Result<Option<i64>, ArgumentError> {
-        match self.map.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(number)) => number
-                .as_i64()
-                .map(Some)
-                .ok_or_else(|| ArgumentError(format!("`{key}` must be a whole number"))),
-            Some(_) => Err(ArgumentError(format!("`{key}` must be a whole number"))),
-        }
-    }
-
-    /// An optional object argument (empty when absent).
-    pub fn object(&self, key: &str) -> Result<Map<String, Value>, ArgumentError> {
-        match self.map.get(key) {
-            None | Some(Value::Null) => Ok(Map::new()),
-            Some(Value::Object(object)) => Ok(object.clone()),
-            Some(_) => Err(ArgumentError(format!("`{key}` must be a JSON object"))),
-        }
-    }
-}

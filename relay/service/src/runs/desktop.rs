@@ -95,6 +95,7 @@ pub async fn command_started(
     crate::presence::heard_from(app, &command.project_id, None).await;
     let event = RunEvent::Started {
         execution_id: &request.execution_id,
+        token_cap: request.token_cap,
     };
     let (command, decision) = apply(app, command, event).await?;
     app.metrics.claims.record(

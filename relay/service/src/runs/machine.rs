@@ -12,6 +12,8 @@ pub enum RunEvent<'a> {
     Started {
         /// The desktop's execution id.
         execution_id: &'a str,
+        /// The token cap the desktop runs it with.
+        token_cap: Option<u64>,
     },
     /// The agent that queued it asked to cancel.
     CancelRequested,
@@ -51,7 +53,13 @@ pub fn transition(current: &CommandRecord, event: RunEvent<'_>, now: Timestamp) 
     let mut next = current.clone();
     next.updated_at = now;
     match event {
-        RunEvent::Started { execution_id } => started(current, next, execution_id, now),
+        RunEvent::Started {
+            execution_id,
+            token_cap,
+        } => {
+            next.token_cap = token_cap;
+            started(current, next, execution_id, now)
+        }
         RunEvent::CancelRequested => cancel_requested(current, next, now),
         RunEvent::Completed {
             completion,
@@ -295,7 +303,10 @@ mod tests {
     fn start_moves_queued_to_running_once() {
         let started = written(transition(
             &command(RunStatus::Queued, false),
-            RunEvent::Started { execution_id: "e1" },
+            RunEvent::Started {
+                execution_id: "e1",
+                token_cap: None,
+            },
             NOW,
         ));
         assert_eq!(started.status, RunStatus::Running);
@@ -304,9 +315,13 @@ mod tests {
         let running = command(RunStatus::Running, false);
         let same = RunEvent::Started {
             execution_id: "exec",
+            token_cap: None,
         };
         assert_eq!(transition(&running, same, NOW), Decision::Replay);
-        let other = RunEvent::Started { execution_id: "e2" };
+        let other = RunEvent::Started {
+            execution_id: "e2",
+            token_cap: None,
+        };
         assert!(matches!(
             transition(&running, other, NOW),
             Decision::Conflict(_)

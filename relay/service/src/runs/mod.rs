@@ -120,6 +120,9 @@ pub struct RunRequest {
     pub arguments: Map<String, Value>,
     /// The agent's idempotency key (not yet validated).
     pub idempotency_key: String,
+    /// A token cap the agent asks for (not yet validated, at least 1): the desktop runs with
+    /// the smaller of this and the owner's cap, never more than the owner allows.
+    pub max_tokens: Option<i64>,
 }
 
 /// The answer to queueing a run.
@@ -189,6 +192,12 @@ pub struct RunView {
     pub error: Option<String>,
     /// When to look again, in seconds; `null` once the run has ended.
     pub poll_after_seconds: Option<u64>,
+    /// The token cap the agent asked for with `max_tokens`, if any.
+    pub max_tokens: Option<u64>,
+    /// The token cap the desktop runs it with, once started: the owner's cap for the
+    /// session (or the desktop's default), lowered to `max_tokens` if the agent asked for
+    /// less. When it is below `max_tokens`, the owner's cap won.
+    pub token_cap: Option<u64>,
 }
 
 /// How far a running graph got.
@@ -259,6 +268,8 @@ impl RunView {
             reported_cost: command.reported_cost,
             error: command.error.clone(),
             poll_after_seconds: (!command.status.is_terminal()).then_some(poll_hint.as_secs()),
+            max_tokens: command.max_tokens,
+            token_cap: command.token_cap,
         }
     }
 }
@@ -286,7 +297,7 @@ pub async fn queue_run(
     agent: &AgentIdentity,
     request: RunRequest,
 ) -> Result<Ticket, RunError> {
-    let (graph_session_id, request_hash) = checked_run_request(&request)?;
+    let (graph_session_id, request_hash, max_tokens) = checked_run_request(&request)?;
     let ticket = |command: &CommandRecord, replayed: bool| Ticket {
         command_id: command.id,
         status: command.status,
@@ -305,21 +316,26 @@ pub async fn queue_run(
         .store
         .session(&agent.project_id, &graph_session_id)
         .await?;
-    let Some(session) = session else {
-        // A retry after a lost response gets its run back even if the session was unshared
-        // in between.
+    // Not shared, or arguments that do not fit the graph's schema: nothing is queued. A retry
+    // after a lost response still gets its run back, even if the session was unshared or its
+    // schema changed in between.
+    let refusal = match &session {
+        None => Some(format!(
+            "graph session {graph_session_id} is not shared with this project (as of the desktop's last sync): call list_graph_sessions to see the shared sessions"
+        )),
+        Some(session) => arguments_misfit(session, &request.arguments),
+    };
+    let (Some(session), None) = (session, &refusal) else {
         let existing = app
             .store
             .command_by_key(&agent.token_id, &request.idempotency_key)
             .await?;
         return match existing {
             Some(existing) => replay(existing),
-            None => Err(RunError::Invalid(format!(
-                "graph session {graph_session_id} is not shared with this project (as of the desktop's last sync): call list_graph_sessions to see the shared sessions"
-            ))),
+            None => Err(RunError::Invalid(refusal.unwrap_or_default())),
         };
     };
-    let command = CommandRecord::queued(
+    let mut command = CommandRecord::queued(
         CommandId::new_random(),
         agent.project_id.clone(),
         agent.token_id.clone(),
@@ -330,6 +346,7 @@ pub async fn queue_run(
         request_hash.clone(),
         app.clock.now(),
     );
+    command.max_tokens = max_tokens;
     let quota = app.config.queue_quota;
     match app.store.insert_command(command, quota).await? {
         InsertOutcome::Created(created) => {
@@ -356,9 +373,38 @@ fn queue_quota_error(limit: QueueLimit, poll_secs: u64) -> QuotaError {
     }
 }
 
-/// The session id and the hash of what the idempotency key stands for, once the request's
-/// session id, key and arguments are checked.
-fn checked_run_request(request: &RunRequest) -> Result<(GraphSessionId, String), RunError> {
+/// Why `arguments` do not fit the session's argument schema (its graph's `meta.args`), if
+/// they do not: the failing path and what is wrong there.
+fn arguments_misfit(
+    session: &crate::store::SessionRecord,
+    arguments: &Map<String, Value>,
+) -> Option<String> {
+    let schema = session.meta.args_schema.as_ref()?;
+    let schema = match graph_args::ArgsSchema::compile(schema) {
+        Ok(schema) => schema,
+        // The desktop checks the schema before it shares the graph, so only a damaged sync
+        // gets here; the graph could not take any arguments then.
+        Err(error) => {
+            return Some(format!(
+                "graph session {} cannot be run: {error}; the owner fixes the graph's meta.args and shares it again",
+                session.meta.graph_session_id
+            ));
+        }
+    };
+    let arguments = Value::Object(arguments.clone());
+    schema.validate(&arguments, "arguments").err().map(|mismatch| {
+        format!(
+            "the arguments do not fit graph session {}'s argument schema (list_graph_sessions shows it as args_schema): {mismatch}; nothing was queued",
+            session.meta.graph_session_id
+        )
+    })
+}
+
+/// The session id, the hash of what the idempotency key stands for and the agent's token cap,
+/// once the request's session id, key, arguments and cap are checked.
+fn checked_run_request(
+    request: &RunRequest,
+) -> Result<(GraphSessionId, String, Option<u64>), RunError> {
     let graph_session_id: GraphSessionId = request
         .graph_session_id
         .parse()
@@ -372,11 +418,25 @@ fn checked_run_request(request: &RunRequest) -> Result<(GraphSessionId, String),
             "arguments are {arguments_len} bytes of JSON, at most {MAX_ARGUMENTS_BYTES} are allowed: pass references (paths, ids) instead of content"
         )));
     }
-    let request_hash = sha256_hex(&canonical_json(&serde_json::json!({
+    let max_tokens = match request.max_tokens {
+        None => None,
+        Some(n) => Some(u64::try_from(n).ok().filter(|n| *n >= 1).ok_or_else(|| {
+            RunError::Invalid(format!(
+                "max_tokens must be a whole number of at least 1, got {n}: it lowers the owner's token cap for this run"
+            ))
+        })?),
+    };
+    // A key without a cap hashes as it always did, so runs queued before caps existed
+    // replay unchanged.
+    let mut hashed = serde_json::json!({
         "graph_session_id": graph_session_id.as_str(),
         "arguments": request.arguments,
-    })));
-    Ok((graph_session_id, request_hash))
+    });
+    if let (Some(cap), Value::Object(map)) = (max_tokens, &mut hashed) {
+        map.insert("max_tokens".into(), Value::from(cap));
+    }
+    let request_hash = sha256_hex(&canonical_json(&hashed));
+    Ok((graph_session_id, request_hash, max_tokens))
 }
 
 fn check_idempotency_key(key: &str) -> Result<(), RunError> {

@@ -267,6 +267,10 @@ pub struct CommandRecord {
     /// JSON): what it waits for, how far it got. Written only by
     /// [`Store::record_run_report`], never by [`Store::update_command`].
     pub report: Option<Value>,
+    /// The token cap the agent asked for, if any.
+    pub max_tokens: Option<u64>,
+    /// The token cap the desktop reported running it with (with `started`).
+    pub token_cap: Option<u64>,
 }
 
 impl CommandRecord {
@@ -308,6 +312,8 @@ impl CommandRecord {
             last_seen_at: None,
             updated_at: now,
             report: None,
+            max_tokens: None,
+            token_cap: None,
         }
     }
 }

@@ -126,6 +126,13 @@ CREATE TABLE token_uses (
 );
 "#,
     presence::MIGRATION,
+    // A session's argument schema (JSON text, its graph's `meta.args`); the token cap an agent
+    // asked for, and the cap the desktop ran with (reported with `started`).
+    r#"
+ALTER TABLE graph_sessions ADD COLUMN args_schema TEXT;
+ALTER TABLE commands ADD COLUMN max_tokens INTEGER;
+ALTER TABLE commands ADD COLUMN token_cap INTEGER;
+"#,
 ];
 
 /// Which quota `command` would exceed, if any: counted inside the insert's transaction.
@@ -162,7 +169,8 @@ fn queue_limit_reached(
 const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_session_id, slug, arguments, \
     idempotency_key, request_hash, status, cancel_requested, execution_id, result, \
     result_truncated, total_tokens, reported_cost, error, completion_hash, created_at, \
-    started_at, finished_at, last_seen_at, updated_at, delivered_at, report";
+    started_at, finished_at, last_seen_at, updated_at, delivered_at, report, max_tokens,
+    token_cap";
 
 const TOKEN_COLUMNS: &str = "id, kind, token_hash, owner_id, project_id, agent_name, scopes, \
     created_at, revoked_at, client_id";
@@ -432,6 +440,11 @@ fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRecord> {
             slug: row.get(3)?,
             version: row.get(4)?,
             status: row.get(5)?,
+            args_schema: row
+                .get::<_, Option<String>>(7)?
+                .map(|text| serde_json::from_str(&text))
+                .transpose()
+                .map_err(|e| corrupt("session argument schema", e))?,
         },
         synced_at: Timestamp::from_unix_millis(row.get(6)?),
     })
@@ -480,7 +493,14 @@ pub(super) fn command_from_row(row: &Row<'_>) -> rusqlite::Result<CommandRecord>
         delivered_at: ts(row.get(22)?),
         // A report is advice for the agent: one that cannot be read is left out.
         report: report.and_then(|text| serde_json::from_str(&text).ok()),
+        max_tokens: from_sql_tokens(row.get(24)?),
+        token_cap: from_sql_tokens(row.get(25)?),
     })
+}
+
+/// A stored token count; a negative one (never written) reads as none.
+fn from_sql_tokens(tokens: Option<i64>) -> Option<u64> {
+    tokens.and_then(|n| u64::try_from(n).ok())
 }
 
 fn to_sql_tokens(total_tokens: Option<u64>) -> Result<Option<i64>, StoreError> {
@@ -831,8 +851,8 @@ impl Store for SqliteStore {
                 let mut insert = transaction
                     .prepare(
                         "INSERT INTO graph_sessions (project_id, graph_session_id, name, \
-                         description, slug, version, status, synced_at) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                         description, slug, version, status, synced_at, args_schema) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                     )
                     .map_err(backend)?;
                 for session in &sessions {
@@ -846,6 +866,7 @@ impl Store for SqliteStore {
                             session.version,
                             session.status,
                             now.unix_millis(),
+                            session.args_schema.as_ref().map(Value::to_string),
                         ])
                         .map_err(backend)?;
                 }
@@ -871,8 +892,8 @@ impl Store for SqliteStore {
         self.call(move |connection| {
             let sessions = connection
                 .prepare(
-                    "SELECT graph_session_id, name, description, slug, version, status, synced_at \
-                     FROM graph_sessions WHERE project_id = ?1 \
+                    "SELECT graph_session_id, name, description, slug, version, status, synced_at, \
+                     args_schema FROM graph_sessions WHERE project_id = ?1 \
                      ORDER BY name, graph_session_id LIMIT ?2",
                 )
                 .and_then(|mut statement| {
@@ -907,8 +928,8 @@ impl Store for SqliteStore {
         self.call(move |connection| {
             connection
                 .query_row(
-                    "SELECT graph_session_id, name, description, slug, version, status, synced_at \
-                     FROM graph_sessions WHERE project_id = ?1 AND graph_session_id = ?2",
+                    "SELECT graph_session_id, name, description, slug, version, status, synced_at, \
+                     args_schema FROM graph_sessions WHERE project_id = ?1 AND graph_session_id = ?2",
                     params![project_id, graph_session_id],
                     session_from_row,
                 )
@@ -949,8 +970,8 @@ impl Store for SqliteStore {
                 .execute(
                     "INSERT INTO commands (id, project_id, agent_id, graph_session_id, slug, \
                      arguments, idempotency_key, request_hash, status, cancel_requested, \
-                     result_truncated, created_at, updated_at) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, 0, ?10, ?10)",
+                     result_truncated, created_at, updated_at, max_tokens) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, 0, ?10, ?10, ?11)",
                     params![
                         command.id.to_string(),
                         command.project_id,
@@ -962,6 +983,7 @@ impl Store for SqliteStore {
                         command.request_hash,
                         RunStatus::Queued.as_str(),
                         command.created_at.unix_millis(),
+                        to_sql_tokens(command.max_tokens)?,
                     ],
                 )
                 .map_err(backend)?;
@@ -1018,7 +1040,7 @@ impl Store for SqliteStore {
                     "UPDATE commands SET status = ?1, cancel_requested = ?2, execution_id = ?3, \
                      result = ?4, result_truncated = ?5, total_tokens = ?6, reported_cost = ?7, \
                      error = ?8, completion_hash = ?9, started_at = ?10, finished_at = ?11, \
-                     last_seen_at = ?12, updated_at = ?13, delivered_at = ?17 \
+                     last_seen_at = ?12, updated_at = ?13, delivered_at = ?17, token_cap = ?18 \
                      WHERE id = ?14 AND status = ?15 AND cancel_requested = ?16",
                     params![
                         next.status.as_str(),
@@ -1038,6 +1060,7 @@ impl Store for SqliteStore {
                         from_status.as_str(),
                         from_cancel,
                         ms(next.delivered_at),
+                        to_sql_tokens(next.token_cap)?,
                     ],
                 )
                 .map_err(backend)?;

@@ -279,10 +279,10 @@ impl Engine for WasmEngine {
             };
             let json = described
                 .map_err(|e| MetaError::Script(e.to_string()))?
-                .map_err(MetaError::Script)?;
+                .map_err(guest_meta_error)?;
             let value: serde_json::Value =
                 serde_json::from_str(&json).map_err(|e| MetaError::Invalid(e.to_string()))?;
-            Meta::from_json(value)
+            Meta::from_json(value).and_then(crate::args::checked)
         })
     }
 
@@ -290,5 +290,14 @@ impl Engine for WasmEngine {
         Self::for_component(bytes, self.limits)
             .map(|engine| Arc::new(engine) as Arc<dyn Engine>)
             .map_err(|e| e.to_string())
+    }
+}
+
+/// The guest reports a meta error as text; one about `meta.args` keeps its kind, so
+/// `runner run` refuses it as it does in the boa engine.
+fn guest_meta_error(message: String) -> MetaError {
+    match message.strip_prefix("invalid meta: meta.args") {
+        Some(rest) => MetaError::Args(format!("meta.args{rest}")),
+        None => MetaError::Script(message),
     }
 }

@@ -39,6 +39,7 @@ fn session(n: u32, name: &str) -> SessionMeta {
         slug: format!("slug-{n}"),
         version: "1.0.0".into(),
         status: "active".into(),
+        args_schema: None,
     }
 }
 
@@ -136,6 +137,7 @@ where
     unrevoked_tokens_are_read_at_once(make().as_ref()).await;
     projects_owners_and_tokens_are_listed_in_order(make().as_ref()).await;
     session_snapshot_is_replaced_whole(make().as_ref()).await;
+    argument_schemas_and_token_caps_round_trip(make().as_ref()).await;
     idempotency_key_is_unique_per_agent(make().as_ref()).await;
     concurrent_inserts_create_one_command(make()).await;
     queue_quota_counts_queued_commands_only(make().as_ref()).await;
@@ -437,6 +439,69 @@ pub async fn session_snapshot_is_replaced_whole(store: &dyn Store) {
     let listed = store.sessions(&seed.project_id, 50).await.expect("list");
     assert!(listed.sessions.is_empty());
     assert_eq!(listed.last_sync_at, Some(at(3)));
+}
+
+/// A session's argument schema comes back as it was synced (key order kept), a session
+/// without one has none; a command keeps the cap its agent asked for from the insert on, and
+/// the cap the desktop ran it with once an update writes it.
+pub async fn argument_schemas_and_token_caps_round_trip(store: &dyn Store) {
+    let seed = seed(store).await;
+    let mut typed = session(1, "a");
+    let schema = json!({
+        "type": "object",
+        "properties": {"topic": {"type": "string", "description": "日本語 😀"}, "depth": {"type": "integer"}},
+        "required": ["topic"]
+    });
+    typed.args_schema = Some(schema.clone());
+    store
+        .replace_sessions(
+            &seed.project_id,
+            vec![typed.clone(), session(2, "b")],
+            at(1),
+        )
+        .await
+        .expect("replace");
+    let read = store
+        .session(&seed.project_id, &gs(1))
+        .await
+        .expect("read")
+        .expect("the session");
+    assert_eq!(read.meta, typed);
+    let keys: Vec<_> = read
+        .meta
+        .args_schema
+        .as_ref()
+        .and_then(|s| s.as_object())
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    assert_eq!(keys, ["type", "properties", "required"], "key order kept");
+    let listed = store.sessions(&seed.project_id, 50).await.expect("list");
+    assert_eq!(listed.sessions[0].meta.args_schema, Some(schema));
+    assert_eq!(listed.sessions[1].meta.args_schema, None);
+
+    let mut asked = command(&seed, &seed.agent_id, "key-cap-1", at(2));
+    asked.max_tokens = Some(250);
+    let queued = insert_new(store, asked).await;
+    assert_eq!((queued.max_tokens, queued.token_cap), (Some(250), None));
+    let plain = insert_new(store, command(&seed, &seed.agent_id, "key-cap-2", at(2))).await;
+    assert_eq!((plain.max_tokens, plain.token_cap), (None, None));
+    let mut running = queued.clone();
+    running.status = RunStatus::Running;
+    running.execution_id = Some("exec-cap".into());
+    running.token_cap = Some(200);
+    assert!(
+        store
+            .update_command(&queued, &running)
+            .await
+            .expect("update")
+    );
+    let read = store
+        .command(queued.id)
+        .await
+        .expect("read")
+        .expect("the command");
+    assert_eq!((read.max_tokens, read.token_cap), (Some(250), Some(200)));
+    assert_eq!(read, running);
 }
 
 /// One command per (agent, key); another agent's same key is its own command.

@@ -18,6 +18,14 @@ use crate::store::{
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
 
+/// A session's argument schema (JSON text, its graph's `meta.args`); the token cap an agent
+/// asked for, and the cap the desktop ran with (reported with `started`) (migration 5).
+pub(super) const ARGS_AND_CAPS_MIGRATION: &str = r#"
+ALTER TABLE graph_sessions ADD COLUMN args_schema TEXT;
+ALTER TABLE commands ADD COLUMN max_tokens BIGINT;
+ALTER TABLE commands ADD COLUMN token_cap BIGINT;
+"#;
+
 /// Owners, projects, tokens, session snapshots, commands (migration 1).
 pub(super) const MIGRATION: &str = r#"
 CREATE TABLE owners (
@@ -95,7 +103,8 @@ CREATE INDEX commands_queued_by_agent ON commands(agent_id) WHERE status = 'queu
 pub(super) const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_session_id, slug, \
     arguments, idempotency_key, request_hash, status, cancel_requested, execution_id, result, \
     result_truncated, total_tokens, reported_cost, error, completion_hash, created_at, \
-    started_at, finished_at, last_seen_at, updated_at, delivered_at, report";
+    started_at, finished_at, last_seen_at, updated_at, delivered_at, report, max_tokens,
+    token_cap";
 
 pub(super) const TOKEN_COLUMNS: &str = "id, kind, token_hash, owner_id, project_id, agent_name, \
     scopes, created_at, revoked_at, client_id";
@@ -199,6 +208,10 @@ fn session_from_row(row: &Row) -> Result<SessionRecord, StoreError> {
             slug: get(row, 3)?,
             version: get(row, 4)?,
             status: get(row, 5)?,
+            args_schema: get::<Option<String>>(row, 7)?
+                .map(|text| serde_json::from_str(&text))
+                .transpose()
+                .map_err(|e| corrupt("session argument schema", e))?,
         },
         synced_at: at(row, 6)?,
     })
@@ -247,6 +260,8 @@ pub(super) fn command_from_row(row: &Row) -> Result<CommandRecord, StoreError> {
         delivered_at: at_opt(row, 22)?,
         // A report is advice for the agent: one that cannot be read is left out.
         report: report.and_then(|text| serde_json::from_str(&text).ok()),
+        max_tokens: get::<Option<i64>>(row, 24)?.and_then(|n| u64::try_from(n).ok()),
+        token_cap: get::<Option<i64>>(row, 25)?.and_then(|n| u64::try_from(n).ok()),
     })
 }
 
@@ -406,7 +421,8 @@ impl PostgresStore {
         let insert = transaction
             .prepare(
                 "INSERT INTO graph_sessions (project_id, graph_session_id, name, description, \
-                 slug, version, status, synced_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                 slug, version, status, synced_at, args_schema) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             )
             .await
             .map_err(backend)?;
@@ -423,6 +439,7 @@ impl PostgresStore {
                         &session.version,
                         &session.status,
                         &now.unix_millis(),
+                        &session.args_schema.as_ref().map(Value::to_string),
                     ],
                 )
                 .await
@@ -446,8 +463,8 @@ impl PostgresStore {
     ) -> Result<SessionSnapshot, StoreError> {
         let sessions = self
             .query_rows(
-                "SELECT graph_session_id, name, description, slug, version, status, synced_at \
-                 FROM graph_sessions WHERE project_id = $1 \
+                "SELECT graph_session_id, name, description, slug, version, status, synced_at, \
+                 args_schema FROM graph_sessions WHERE project_id = $1 \
                  ORDER BY name, graph_session_id LIMIT $2",
                 &[&project_id, &to_count(limit)],
                 session_from_row,
@@ -502,8 +519,8 @@ impl PostgresStore {
                 &format!(
                     "INSERT INTO commands (id, project_id, agent_id, graph_session_id, slug, \
                      arguments, idempotency_key, request_hash, status, cancel_requested, \
-                     result_truncated, created_at, updated_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, FALSE, FALSE, $10, $10) \
+                     result_truncated, created_at, updated_at, max_tokens) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, FALSE, FALSE, $10, $10, $11) \
                      RETURNING {COMMAND_COLUMNS}"
                 ),
                 &[
@@ -517,6 +534,7 @@ impl PostgresStore {
                     &command.request_hash,
                     &RunStatus::Queued.as_str(),
                     &command.created_at.unix_millis(),
+                    &to_sql_tokens(command.max_tokens)?,
                 ],
             )
             .await
@@ -542,7 +560,7 @@ impl PostgresStore {
                 "UPDATE commands SET status = $1, cancel_requested = $2, execution_id = $3, \
                  result = $4, result_truncated = $5, total_tokens = $6, reported_cost = $7, \
                  error = $8, completion_hash = $9, started_at = $10, finished_at = $11, \
-                 last_seen_at = $12, updated_at = $13, delivered_at = $17 \
+                 last_seen_at = $12, updated_at = $13, delivered_at = $17, token_cap = $18 \
                  WHERE id = $14 AND status = $15 AND cancel_requested = $16",
                 &[
                     &next.status.as_str(),
@@ -562,6 +580,7 @@ impl PostgresStore {
                     &from.status.as_str(),
                     &from.cancel_requested,
                     &ms(next.delivered_at),
+                    &to_sql_tokens(next.token_cap)?,
                 ],
             )
             .await?;
@@ -854,8 +873,8 @@ impl Store for PostgresStore {
     ) -> StoreFuture<'a, Option<SessionRecord>> {
         Box::pin(async move {
             self.query_row(
-                "SELECT graph_session_id, name, description, slug, version, status, synced_at \
-                 FROM graph_sessions WHERE project_id = $1 AND graph_session_id = $2",
+                "SELECT graph_session_id, name, description, slug, version, status, synced_at, \
+                 args_schema FROM graph_sessions WHERE project_id = $1 AND graph_session_id = $2",
                 &[&project_id, &graph_session_id.as_str()],
                 session_from_row,
             )

@@ -37,6 +37,7 @@ const MIGRATIONS: &[&str] = &[
     auth::MIGRATION,
     console::MIGRATION,
     presence::MIGRATION,
+    core::ARGS_AND_CAPS_MIGRATION,
 ];
 
 /// A [`Store`](super::Store) over one PostgreSQL database.

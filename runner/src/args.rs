@@ -1,0 +1,29 @@
+//! A graph's argument schema (`meta.args`) in the runner: every describe checks the schema
+//! itself, and `runner run --args` and `runner test` check the arguments against it before the
+//! graph starts. The checking is `graph-args`, the same the relay service uses.
+
+use graph_args::ArgsSchema;
+use graph_js::{Meta, MetaError};
+use serde_json::Value;
+
+/// `meta`, once its `args` (if any) is known to be a usable JSON Schema.
+pub fn checked(meta: Meta) -> Result<Meta, MetaError> {
+    if let Some(schema) = &meta.args {
+        ArgsSchema::compile(schema).map_err(|e| MetaError::Args(e.to_string()))?;
+    }
+    Ok(meta)
+}
+
+/// Checks `args` against `meta.args` (nothing to check without one). The message names the
+/// failing path under `root` (`args` for `--args`, the case's `args` for a test).
+pub fn check(meta: &Meta, args: &Value, root: &str) -> Result<(), String> {
+    let Some(schema) = &meta.args else {
+        return Ok(());
+    };
+    let schema = ArgsSchema::compile(schema).map_err(|e| e.to_string())?;
+    schema.validate(args, root).map_err(|mismatch| {
+        format!(
+            "the arguments do not fit the graph's meta.args schema: {mismatch}; nothing was run"
+        )
+    })
+}
