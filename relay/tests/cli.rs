@@ -817,6 +817,47 @@ fn desktop_at_home(home: &Path, vars: &[(&str, &Path)], args: &[&str]) -> Output
     command.output().expect("run relay")
 }
 
+/// `RELAY_DESKTOP_STATE`, `RELAY_DESKTOP_DB` and `--db` each name a file of their own.
+#[cfg(target_os = "linux")]
+fn overrides_name_files_of_their_own(home: &std::path::Path) {
+    // Each override names a file of its own.
+    let by_env = home.join("env.db");
+    let by_alias = home.join("alias.db");
+    let by_flag = home.join("flag.db");
+    for (vars, args, file) in [
+        (
+            vec![("RELAY_DESKTOP_STATE", by_env.as_path())],
+            vec![],
+            &by_env,
+        ),
+        (
+            vec![("RELAY_DESKTOP_DB", by_alias.as_path())],
+            vec![],
+            &by_alias,
+        ),
+        (
+            vec![("RELAY_DESKTOP_DB", by_alias.as_path())],
+            vec!["--db", by_flag.to_str().expect("utf-8")],
+            &by_flag,
+        ),
+    ] {
+        let mut all = args.clone();
+        all.extend(["policy", "set", "fs.write", "deny"]);
+        let out = desktop_at_home(home, &vars, &all);
+        assert!(out.status.success(), "{out:?}");
+        let listed = desktop_at_home(
+            home,
+            &[],
+            &["--state", file.to_str().expect("utf-8"), "policy", "list"],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&listed.stdout),
+            "fs.write deny\n",
+            "{file:?}"
+        );
+    }
+}
+
 /// Without `--state`, the desktop keeps its state in the per-user data directory (made for the
 /// owner only), and says where when it runs; `--db`, `RELAY_DESKTOP_STATE` and
 /// `RELAY_DESKTOP_DB` name another file. No test here touches the real home.
@@ -849,42 +890,7 @@ fn desktop_state_defaults_to_the_per_user_data_directory() {
     );
     assert!(moved.status.success(), "{moved:?}");
     assert!(xdg.join("graphrelay/desktop.db").is_file());
-    // Each override names a file of its own.
-    let by_env = home.path().join("env.db");
-    let by_alias = home.path().join("alias.db");
-    let by_flag = home.path().join("flag.db");
-    for (vars, args, file) in [
-        (
-            vec![("RELAY_DESKTOP_STATE", by_env.as_path())],
-            vec![],
-            &by_env,
-        ),
-        (
-            vec![("RELAY_DESKTOP_DB", by_alias.as_path())],
-            vec![],
-            &by_alias,
-        ),
-        (
-            vec![("RELAY_DESKTOP_DB", by_alias.as_path())],
-            vec!["--db", by_flag.to_str().expect("utf-8")],
-            &by_flag,
-        ),
-    ] {
-        let mut all = args.clone();
-        all.extend(["policy", "set", "fs.write", "deny"]);
-        let out = desktop_at_home(home.path(), &vars, &all);
-        assert!(out.status.success(), "{out:?}");
-        let listed = desktop_at_home(
-            home.path(),
-            &[],
-            &["--state", file.to_str().expect("utf-8"), "policy", "list"],
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&listed.stdout),
-            "fs.write deny\n",
-            "{file:?}"
-        );
-    }
+    overrides_name_files_of_their_own(home.path());
     // The default file is untouched by the overrides.
     let listed = desktop_at_home(home.path(), &[], &["policy", "list"]);
     assert_eq!(String::from_utf8_lossy(&listed.stdout), "fs.read allow\n");

@@ -237,21 +237,15 @@ fn observations(samples: &[prometheus_parse::Sample], name: &str, labels: &[(&st
         .sum()
 }
 
-/// `/metrics` parses as Prometheus text and counts what was just done: a probe by its route,
-/// a desktop request by its route template (the command id in the path is no label), an
-/// unknown path as `unmatched`, a queued run in the queue's depth, a run's start as a claim
-/// won and a second start as a conflict.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_parse_as_prometheus_text_and_count_requests_runs_and_claims() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("relay.db");
-    let project = plain(&relay(&db, &["project", "create", "Demo"]));
+/// A project with a desktop token and an agent token (run and read) in the database `db`.
+fn demo_project(db: &std::path::Path) -> (String, String, String) {
+    let project = plain(&relay(db, &["project", "create", "Demo"]));
     let desktop_token = plain(&relay(
-        &db,
+        db,
         &["token", "create", "--desktop", "--project", &project],
     ));
     let agent_token = plain(&relay(
-        &db,
+        db,
         &[
             "token",
             "create",
@@ -265,12 +259,104 @@ async fn metrics_parse_as_prometheus_text_and_count_requests_runs_and_claims() {
             "osfoundry:run",
         ],
     ));
+    (project, desktop_token, agent_token)
+}
+
+/// The metrics after one probe of `/healthz`, one unknown path and one queued run: the probe
+/// counted once (scrapes are another listener's) and timed, the 404 as `unmatched`, the run
+/// in the queue's depth.
+fn assert_probe_and_queue_counted(
+    before: &[prometheus_parse::Sample],
+    after_queue: &[prometheus_parse::Sample],
+) {
+    let health = [("route", "/healthz"), ("method", "GET"), ("status", "200")];
+    assert_eq!(
+        value(after_queue, "relay_runs", &[("status", "queued")]),
+        1.0
+    );
+    assert_eq!(value(after_queue, "relay_store_up", &[]), 1.0);
+    assert_eq!(
+        value(after_queue, "relay_http_requests_total", &health)
+            - value(before, "relay_http_requests_total", &health),
+        1.0,
+        "the probe just made is counted once (scrapes are not counted: another listener)"
+    );
+    assert_eq!(
+        observations(
+            after_queue,
+            "relay_http_request_duration_seconds",
+            &health[..2]
+        ),
+        value(after_queue, "relay_http_requests_total", &health),
+        "each answer of the route is timed"
+    );
+    assert!(
+        value(
+            after_queue,
+            "relay_http_requests_total",
+            &[("route", "unmatched"), ("status", "404")]
+        ) >= 1.0
+    );
+}
+
+/// The metrics after a run's start (200) and another execution's start (409): one claim won,
+/// one conflict, the run counted as running, the route labelled by its template.
+fn assert_one_start_won_and_one_refused(after: &[prometheus_parse::Sample], id: &str) {
+    let claims = |outcome| {
+        value(
+            after,
+            "relay_claims_total",
+            &[("kind", "run_start"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!((claims("won"), claims("conflict")), (1.0, 1.0));
+    assert_eq!(value(after, "relay_runs", &[("status", "queued")]), 0.0);
+    assert_eq!(value(after, "relay_runs", &[("status", "running")]), 1.0);
+    let started = [
+        (
+            "route",
+            "/external-assistants/graph-relays/commands/:id/started",
+        ),
+        ("method", "POST"),
+    ];
+    assert_eq!(
+        value(
+            after,
+            "relay_http_requests_total",
+            &[started[0], started[1], ("status", "200")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            after,
+            "relay_http_requests_total",
+            &[started[0], started[1], ("status", "409")]
+        ),
+        1.0
+    );
+    assert!(
+        after
+            .iter()
+            .all(|s| s.labels.get("route").is_none_or(|r| !r.contains(id))),
+        "route labels are templates, never raw paths"
+    );
+}
+
+/// `/metrics` parses as Prometheus text and counts what was just done: a probe by its route,
+/// a desktop request by its route template (the command id in the path is no label), an
+/// unknown path as `unmatched`, a queued run in the queue's depth, a run's start as a claim
+/// won and a second start as a conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_parse_as_prometheus_text_and_count_requests_runs_and_claims() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    let (project, desktop_token, agent_token) = demo_project(&db);
     let metrics_address = free_address();
     let (_child, base) = serve_with_base(&db, &["--metrics-listen", &metrics_address]).await;
     let http = common::http_client();
     let url = format!("http://{metrics_address}/metrics");
     let before = scrape(&http, &url).await;
-    let health = [("route", "/healthz"), ("method", "GET"), ("status", "200")];
     let health_answer = http
         .get(format!("{base}/healthz"))
         .send()
@@ -305,33 +391,7 @@ async fn metrics_parse_as_prometheus_text_and_count_requests_runs_and_claims() {
         .expect("command id")
         .to_owned();
     let after_queue = scrape(&http, &url).await;
-    assert_eq!(
-        value(&after_queue, "relay_runs", &[("status", "queued")]),
-        1.0
-    );
-    assert_eq!(value(&after_queue, "relay_store_up", &[]), 1.0);
-    assert_eq!(
-        value(&after_queue, "relay_http_requests_total", &health)
-            - value(&before, "relay_http_requests_total", &health),
-        1.0,
-        "the probe just made is counted once (scrapes are not counted: another listener)"
-    );
-    assert_eq!(
-        observations(
-            &after_queue,
-            "relay_http_request_duration_seconds",
-            &health[..2]
-        ),
-        value(&after_queue, "relay_http_requests_total", &health),
-        "each answer of the route is timed"
-    );
-    assert!(
-        value(
-            &after_queue,
-            "relay_http_requests_total",
-            &[("route", "unmatched"), ("status", "404")]
-        ) >= 1.0
-    );
+    assert_probe_and_queue_counted(&before, &after_queue);
 
     assert_eq!(desktop.started(&id, "exec-1").await.0, 200);
     assert_eq!(
@@ -340,57 +400,19 @@ async fn metrics_parse_as_prometheus_text_and_count_requests_runs_and_claims() {
         "another execution's start"
     );
     let after = scrape(&http, &url).await;
-    let claims = |outcome| {
-        value(
-            &after,
-            "relay_claims_total",
-            &[("kind", "run_start"), ("outcome", outcome)],
-        )
-    };
-    assert_eq!((claims("won"), claims("conflict")), (1.0, 1.0));
-    assert_eq!(value(&after, "relay_runs", &[("status", "queued")]), 0.0);
-    assert_eq!(value(&after, "relay_runs", &[("status", "running")]), 1.0);
-    let started = [
-        (
-            "route",
-            "/external-assistants/graph-relays/commands/:id/started",
-        ),
-        ("method", "POST"),
-    ];
-    assert_eq!(
-        value(
-            &after,
-            "relay_http_requests_total",
-            &[started[0], started[1], ("status", "200")]
-        ),
-        1.0
-    );
-    assert_eq!(
-        value(
-            &after,
-            "relay_http_requests_total",
-            &[started[0], started[1], ("status", "409")]
-        ),
-        1.0
-    );
-    assert!(
-        after
-            .iter()
-            .all(|s| s.labels.get("route").is_none_or(|r| !r.contains(&id))),
-        "route labels are templates, never raw paths"
-    );
+    assert_one_start_won_and_one_refused(&after, &id);
     agent.cancel().await.ok();
 }
 
-/// `relay serve --log-format json` with `RUST_LOG`: every line is a JSON object; each request
-/// gets an `x-request-id` (the caller's when usable, else a fresh one), echoed in the answer
-/// and carried by every line the request logs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn request_ids_are_echoed_and_on_every_json_log_line_of_their_request() {
+/// `relay serve --log-format json` on `db` with `RUST_LOG=info,tower_http=debug`, and its
+/// stderr's lines as they come.
+fn serve_logging_json(
+    db: &std::path::Path,
+) -> (
+    crate::cli::Child,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+) {
     use std::io::BufRead as _;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("relay.db");
-    plain(&relay(&db, &["project", "create", "Demo"]));
     let mut child = crate::cli::Child(
         Command::new(env!("CARGO_BIN_EXE_relay"))
             .args([
@@ -401,7 +423,7 @@ async fn request_ids_are_echoed_and_on_every_json_log_line_of_their_request() {
                 "json",
                 "--db",
             ])
-            .arg(&db)
+            .arg(db)
             // Answers are logged at DEBUG by tower_http: they show only because RUST_LOG says.
             .env("RUST_LOG", "info,tower_http=debug")
             .env_remove("RELAY_DB")
@@ -411,7 +433,7 @@ async fn request_ids_are_echoed_and_on_every_json_log_line_of_their_request() {
             .expect("start relay serve"),
     );
     let stderr = child.0.stderr.take().expect("stderr");
-    let (lines_in, mut lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let (lines_in, lines) = tokio::sync::mpsc::unbounded_channel::<String>();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr)
             .lines()
@@ -422,6 +444,32 @@ async fn request_ids_are_echoed_and_on_every_json_log_line_of_their_request() {
             }
         }
     });
+    (child, lines)
+}
+
+/// GET /healthz with `id` as its `x-request-id` (none: no header); the id the answer echoes.
+async fn ask_health(http: &reqwest::Client, base: &str, id: Option<&str>) -> String {
+    let mut request = http.get(format!("{base}/healthz"));
+    if let Some(id) = id {
+        request = request.header("x-request-id", id);
+    }
+    let answer = request.send().await.expect("answer");
+    assert_eq!(answer.status(), 200);
+    answer.headers()["x-request-id"]
+        .to_str()
+        .expect("ascii")
+        .to_owned()
+}
+
+/// `relay serve --log-format json` with `RUST_LOG`: every line is a JSON object; each request
+/// gets an `x-request-id` (the caller's when usable, else a fresh one), echoed in the answer
+/// and carried by every line the request logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_ids_are_echoed_and_on_every_json_log_line_of_their_request() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    plain(&relay(&db, &["project", "create", "Demo"]));
+    let (_child, mut lines) = serve_logging_json(&db);
     let mut log: Vec<serde_json::Value> = Vec::new();
     let mut next_line = async || {
         let line = tokio::time::timeout(Duration::from_secs(20), lines.recv())
@@ -441,30 +489,18 @@ async fn request_ids_are_echoed_and_on_every_json_log_line_of_their_request() {
         }
     };
     let http = common::http_client();
-    let ask = async |id: Option<&str>| {
-        let mut request = http.get(format!("{base}/healthz"));
-        if let Some(id) = id {
-            request = request.header("x-request-id", id);
-        }
-        let answer = request.send().await.expect("answer");
-        assert_eq!(answer.status(), 200);
-        answer.headers()["x-request-id"]
-            .to_str()
-            .expect("ascii")
-            .to_owned()
-    };
     assert_eq!(
-        ask(Some("probe-42")).await,
+        ask_health(&http, &base, Some("probe-42")).await,
         "probe-42",
         "the caller's id is echoed"
     );
-    let fresh = ask(None).await;
+    let fresh = ask_health(&http, &base, None).await;
     assert!(
         uuid::Uuid::parse_str(&fresh).is_ok(),
         "a fresh id is a UUID: {fresh}"
     );
     let long = "x".repeat(200);
-    let replaced = ask(Some(&long)).await;
+    let replaced = ask_health(&http, &base, Some(&long)).await;
     assert!(
         replaced != long && uuid::Uuid::parse_str(&replaced).is_ok(),
         "{replaced}"

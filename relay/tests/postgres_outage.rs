@@ -72,6 +72,45 @@ async fn promptly<T>(what: &str, future: impl std::future::Future<Output = T>) -
         })
 }
 
+/// Waits until `/readyz` answers 200 again (at most 30 s after the database returned).
+async fn wait_until_ready(http: &reqwest::Client, base: &str) {
+    let back = Stopwatch::start();
+    loop {
+        let ready = http
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .expect("readyz");
+        if ready.status() == 200 {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(30),
+            "not ready 30 s after the database returned"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A desktop sync while the database is down: 503 with `Retry-After`, answered promptly.
+async fn sync_is_refused_for_now(http: &reqwest::Client, base: &str, token: &str, project: &str) {
+    let sync = promptly(
+        "sync",
+        http.post(format!("{base}{}/sync", relay_protocol::DESKTOP_API_PREFIX))
+            .bearer_auth(token)
+            .json(&json!({"project_id": project, "sessions": [common::session(1)]}))
+            .send(),
+    )
+    .await
+    .expect("sync answered");
+    assert_eq!(sync.status(), 503);
+    assert!(
+        sync.headers().contains_key("retry-after"),
+        "{:?}",
+        sync.headers()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_answers_503_and_the_outbox_completion_lands_once() {
     // The shared cluster's presence says PostgreSQL is installed here (and CI requires it).
@@ -115,21 +154,7 @@ async fn a_database_outage_answers_503_and_the_outbox_completion_lands_once() {
         status, 503,
         "the completion is refused for now, not failed: {body}"
     );
-    let sync = promptly(
-        "sync",
-        http.post(format!("{base}{}/sync", relay_protocol::DESKTOP_API_PREFIX))
-            .bearer_auth(&desktop_token)
-            .json(&json!({"project_id": project, "sessions": [common::session(1)]}))
-            .send(),
-    )
-    .await
-    .expect("sync answered");
-    assert_eq!(sync.status(), 503);
-    assert!(
-        sync.headers().contains_key("retry-after"),
-        "{:?}",
-        sync.headers()
-    );
+    sync_is_refused_for_now(&http, &base, &desktop_token, &project).await;
     let mcp = promptly("mcp", common::oauth::mcp_status(&base, &agent_token)).await;
     assert_eq!(mcp, 503, "an agent's request too");
     assert!(
@@ -139,22 +164,7 @@ async fn a_database_outage_answers_503_and_the_outbox_completion_lands_once() {
 
     tokio::time::sleep(OUTAGE.saturating_sub(down.elapsed())).await;
     cluster.pg_sh("start");
-    let back = Stopwatch::start();
-    loop {
-        let ready = http
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .expect("readyz");
-        if ready.status() == 200 {
-            break;
-        }
-        assert!(
-            back.elapsed() < Duration::from_secs(30),
-            "not ready 30 s after the database returned"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until_ready(&http, &base).await;
     // The desktop's outbox sends the completion again until it is acknowledged: it lands once.
     let (status, body) = desktop.complete(&id, &completion).await;
     assert_eq!(

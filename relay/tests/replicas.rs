@@ -408,6 +408,34 @@ async fn failover_proxy(backends: Vec<String>) -> String {
     format!("http://{address}")
 }
 
+/// A long poll of `project` (20 s, naming `id` as running) through the desktop's base, held
+/// in a task of its own: its answer read whole, or the error that cut it.
+fn hold_poll(
+    desktop: &Desktop,
+    project: &str,
+    id: &str,
+) -> tokio::task::JoinHandle<Result<(), reqwest::Error>> {
+    let (http, base, token) = (
+        desktop.http.clone(),
+        desktop.base.clone(),
+        desktop.token.clone(),
+    );
+    let body = json!({"project_id": project, "sessions": [], "sessions_unchanged": true, "wait_ms": 20_000, "running": [id]});
+    tokio::spawn(async move {
+        let path = relay_protocol::DESKTOP_API_PREFIX;
+        let sent = http
+            .post(format!("{base}{path}/sync"))
+            .bearer_auth(&token)
+            .json(&body)
+            .send()
+            .await;
+        match sent {
+            Ok(answer) => answer.text().await.map(|_| ()),
+            Err(error) => Err(error),
+        }
+    })
+}
+
 /// A desktop behind the load balancer holds its long poll on replica A, runs a command; A is
 /// killed (SIGKILL) mid-run. The held poll fails at once, the desktop's next poll reaches B,
 /// and its completion lands on B, once.
@@ -435,27 +463,7 @@ async fn a_killed_replica_costs_its_desktops_one_reconnect_and_no_run() {
     let id = pickup_across_replicas(&desktop, &admin.project, &agent_b).await;
     assert_eq!(desktop.started(&id, "exec-kill").await.0, 200);
 
-    let held_on_a = {
-        let (http, balancer, token) = (
-            desktop.http.clone(),
-            balancer.clone(),
-            admin.desktop_token.clone(),
-        );
-        let body = json!({"project_id": admin.project, "sessions": [], "sessions_unchanged": true, "wait_ms": 20_000, "running": [id]});
-        tokio::spawn(async move {
-            let path = relay_protocol::DESKTOP_API_PREFIX;
-            let sent = http
-                .post(format!("{balancer}{path}/sync"))
-                .bearer_auth(&token)
-                .json(&body)
-                .send()
-                .await;
-            match sent {
-                Ok(answer) => answer.text().await.map(|_| ()),
-                Err(error) => Err(error),
-            }
-        })
-    };
+    let held_on_a = hold_poll(&desktop, &admin.project, &id);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let watch = Stopwatch::start();
     replicas.children[0].0.kill().expect("SIGKILL replica A");

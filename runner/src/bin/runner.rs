@@ -436,8 +436,9 @@ async fn graphs_catalog(
     Ok(Arc::new(catalog))
 }
 
-async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    // The flags are checked before the sandbox is prepared: a typo fails in no time.
+/// The run's tools, with the policy flags checked against them before the sandbox is
+/// prepared: a typo fails in no time.
+fn checked_tools(args: &RunArgs) -> anyhow::Result<ToolRegistry> {
     let tools = ToolRegistry::standard(args.folder.clone())
         .map_err(|e| anyhow::anyhow!("--folder: {}", e.message))?;
     for (flag, names) in [
@@ -449,6 +450,11 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .check_known(names.iter().map(String::as_str))
             .map_err(|reason| anyhow::anyhow!("{flag}: {reason}"))?;
     }
+    Ok(tools)
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let tools = checked_tools(&args)?;
     let (script, engine) = read_graph(&args.file)?.with_engine(&args.engine)?;
     let graph_args = parse_args(&args.args)?;
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
