@@ -309,6 +309,46 @@ pub(crate) async fn start_service(
     })
 }
 
+/// Queues one run of session 1 through `base`'s MCP endpoint as `agent` (a stateless
+/// `tools/call` of `run_graph_session` with idempotency key `key`); any answer but 2xx fails.
+pub(crate) async fn queue_one(
+    http: &reqwest::Client,
+    base: &str,
+    agent: &str,
+    id: usize,
+    key: &str,
+) -> Result<(), LoadError> {
+    let call = json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "run_graph_session", "arguments": {
+            "graph_session_id": format!("gs_{:032x}", 1), "arguments": {}, "idempotency_key": key
+        }, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "relay-bench", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }}
+    });
+    let answer = http
+        .post(format!("{base}/mcp"))
+        .bearer_auth(agent)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "run_graph_session")
+        .json(&call)
+        .send()
+        .await
+        .map_err(fail)?;
+    if !answer.status().is_success() {
+        let status = answer.status();
+        let body = answer.text().await.unwrap_or_default();
+        return Err(LoadError(format!(
+            "queueing a run answered {status}: {body}"
+        )));
+    }
+    Ok(())
+}
+
 /// Queues `runs` runs through MCP, each for a desktop picked at random (seeded), 20 ms apart.
 async fn queue_runs(
     http: &reqwest::Client,
@@ -319,34 +359,7 @@ async fn queue_runs(
     let mut rng = crate::rng::Rng::new(42);
     for i in 0..runs {
         let desktop = &desktops[(rng.next_u64() % desktops.len() as u64) as usize];
-        let call = json!({
-            "jsonrpc": "2.0", "id": i, "method": "tools/call",
-            "params": {"name": "run_graph_session", "arguments": {
-                "graph_session_id": format!("gs_{:032x}", 1), "arguments": {}, "idempotency_key": format!("load-{i:08}")
-            }, "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": {"name": "relay-bench", "version": "1"},
-                "io.modelcontextprotocol/clientCapabilities": {}
-            }}
-        });
-        let answer = http
-            .post(format!("{base}/mcp"))
-            .bearer_auth(&desktop.agent)
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", "run_graph_session")
-            .json(&call)
-            .send()
-            .await
-            .map_err(fail)?;
-        if !answer.status().is_success() {
-            let status = answer.status();
-            let body = answer.text().await.unwrap_or_default();
-            return Err(LoadError(format!(
-                "queueing a run answered {status}: {body}"
-            )));
-        }
+        queue_one(http, base, &desktop.agent, i, &format!("load-{i:08}")).await?;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(())

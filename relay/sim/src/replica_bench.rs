@@ -401,35 +401,14 @@ async fn queue_elsewhere(
         let n = (i * 7919) % desktops.len().max(1);
         let desktop = &desktops[n];
         let service = &services[(n + 1) % services.len()];
-        let call = json!({
-            "jsonrpc": "2.0", "id": i, "method": "tools/call",
-            "params": {"name": "run_graph_session", "arguments": {
-                "graph_session_id": format!("gs_{:032x}", 1), "arguments": {}, "idempotency_key": format!("replicas-{i:08}")
-            }, "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": {"name": "relay-bench", "version": "1"},
-                "io.modelcontextprotocol/clientCapabilities": {}
-            }}
-        });
-        let answer = service
-            .http
-            .post(format!("{}/mcp", service.base))
-            .bearer_auth(&desktop.agent)
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", "run_graph_session")
-            .json(&call)
-            .send()
-            .await
-            .map_err(fail)?;
-        if !answer.status().is_success() {
-            let status = answer.status();
-            return Err(LoadError(format!(
-                "queueing a run answered {status}: {}",
-                answer.text().await.unwrap_or_default()
-            )));
-        }
+        crate::loadtest::queue_one(
+            &service.http,
+            &service.base,
+            &desktop.agent,
+            i,
+            &format!("replicas-{i:08}"),
+        )
+        .await?;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(())
