@@ -86,7 +86,7 @@ impl Transport for FaultyTransport {
                 self.faults.complete_posts.fetch_add(1, Ordering::SeqCst);
                 let take = |counter: &std::sync::atomic::AtomicUsize| {
                     counter
-                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .try_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                         .is_ok()
                 };
                 if take(&self.faults.drop_complete_requests) {

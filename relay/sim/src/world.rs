@@ -80,7 +80,7 @@ impl Transport for FaultLayer {
                 && self
                     .faults
                     .lose_completions
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .try_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                     .is_ok()
             {
                 return Err("completion lost (simulated)".into());
