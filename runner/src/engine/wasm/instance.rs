@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::component::ResourceTable;
-use wasmtime::{AsContextMut, Store, StoreContextMut, Trap, UpdateDeadline};
+use wasmtime::{AsContext, AsContextMut, Store, StoreContextMut, Trap, UpdateDeadline};
 use wasmtime_wasi::WasiCtx;
 use wasmtime_wasi::p2::pipe::{ClosedInputStream, MemoryOutputPipe};
 
@@ -50,8 +50,11 @@ pub(super) fn new_store(
         if context.data().invocation.run().stopped().is_some() {
             return Ok(UpdateDeadline::Interrupt);
         }
-        if count_fuel(context.as_context_mut())? == Some(0) {
-            return Err(Trap::OutOfFuel.into());
+        if context.data().fuel.is_some() {
+            let left = context.as_context().get_fuel()?;
+            if record_fuel(context.data_mut(), left) == Some(0) {
+                return Err(Trap::OutOfFuel.into());
+            }
         }
         Ok(UpdateDeadline::Yield(1))
     });
@@ -127,26 +130,33 @@ impl wasmtime_wasi::HostMonotonicClock for RunMonotonicClock {
 pub(super) fn count_fuel(
     mut store: StoreContextMut<'_, HostState>,
 ) -> wasmtime::Result<Option<u64>> {
-    use std::sync::atomic::Ordering;
-    let Some((budget, seen)) = store.data().fuel.as_ref().map(|s| (s.budget, s.seen)) else {
+    if store.data().fuel.is_none() {
         return Ok(None);
-    };
+    }
     // Inside the epoch callback this may lag behind by what the running function has not
     // written back yet; that part is counted at the next count. It never rises while wasm
     // runs, so `seen` only falls.
     let left = store.get_fuel()?;
-    let used = seen.saturating_sub(left);
-    if let Some(share) = &mut store.data_mut().fuel {
-        share.seen = left;
-    }
-    let spent = store
-        .data()
+    Ok(record_fuel(store.data_mut(), left))
+}
+
+/// The bookkeeping half of [`count_fuel`], for callers that read the instance's fuel
+/// themselves (the epoch callback sees the store only through a hook state): moves what was
+/// burned since the last count, given that `left` remains, into the run's count and returns
+/// what the run has left of its budget, or `None` when the run has no `--fuel`.
+fn record_fuel(state: &mut HostState, left: u64) -> Option<u64> {
+    use std::sync::atomic::Ordering;
+    let share = state.fuel.as_mut()?;
+    let budget = share.budget;
+    let used = share.seen.saturating_sub(left);
+    share.seen = left;
+    let spent = state
         .invocation
         .run()
         .sandbox_fuel_spent
         .fetch_add(used, Ordering::SeqCst)
         .saturating_add(used);
-    Ok(Some(budget.saturating_sub(spent)))
+    Some(budget.saturating_sub(spent))
 }
 
 /// Gives a new store, before any of its wasm runs, what the run has left of its fuel budget.
