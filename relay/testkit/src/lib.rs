@@ -293,7 +293,7 @@ pub async fn try_mcp_client(
     url: &str,
     token: &str,
     era: Era,
-) -> Result<McpClient, rmcp::service::ClientInitializeError> {
+) -> Result<McpClient, Box<rmcp::service::ClientInitializeError>> {
     let transport = StreamableHttpClientTransport::with_client(
         graphrelay_net::mcp_client().expect("MCP HTTP client"),
         StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token.to_owned()),
@@ -307,6 +307,7 @@ pub async fn try_mcp_client(
     ClientConfig::default()
         .serve_with_lifecycle(transport, lifecycle)
         .await
+        .map_err(Box::new)
 }
 
 /// Calls `tool` with `arguments`, expecting a tool result (error or not).

@@ -56,7 +56,7 @@ pub async fn gate(
                 lists_tools = lists;
                 body
             }
-            Err(refusal) => return refusal,
+            Err(refusal) => return *refusal,
         }
     } else {
         if let Err(wait) = app.rate.check(&agent.token_id) {
@@ -89,33 +89,35 @@ async fn read_message(
     base: &str,
     body: Body,
     parts: &mut axum::http::request::Parts,
-) -> Result<(Body, bool), Response> {
+) -> Result<(Body, bool), Box<Response>> {
     let Ok(bytes) = axum::body::to_bytes(body, MAX_MCP_BODY_BYTES).await else {
         let body = json!({
             "jsonrpc": "2.0",
             "id": null,
             "error": {"code": -32600, "message": format!("MCP requests are limited to {MAX_MCP_BODY_BYTES} bytes")},
         });
-        return Err((StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response());
+        return Err(Box::new(
+            (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response(),
+        ));
     };
     let bytes = mended(bytes);
     let peek = serde_json::from_slice::<Peek>(&bytes);
     if peek.is_err()
         && let Err(error) = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
     {
-        return Err(parse_error(&error));
+        return Err(Box::new(parse_error(&error)));
     }
     if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-        return Err(invalid_request(
+        return Err(Box::new(invalid_request(
             "JSON-RPC batches are not accepted (MCP removed them in 2025-06-18): send one message per request",
-        ));
+        )));
     }
     if let Err(wait) = app.rate.check(&agent.token_id) {
         let id = peek.as_ref().ok().and_then(|p| p.id.clone());
         let is_call = peek
             .as_ref()
             .is_ok_and(|p| p.method.as_deref() == Some("tools/call"));
-        return Err(rate_limited(app, wait, is_call.then_some(id)));
+        return Err(Box::new(rate_limited(app, wait, is_call.then_some(id))));
     }
     let mut lists_tools = false;
     if let Ok(peek) = peek {
@@ -132,7 +134,7 @@ async fn read_message(
                 if let Some(spec) = spec
                     && !agent.has_scope(spec.scope)
                 {
-                    return Err(insufficient_scope(base, spec, peek.id));
+                    return Err(Box::new(insufficient_scope(base, spec, peek.id)));
                 }
             }
             _ => {}

@@ -45,7 +45,7 @@ pub struct AuthorizeRequest {
 /// Why an authorization request is refused.
 pub enum Refusal {
     /// Shown in the browser: the client or redirect URI cannot be trusted.
-    Page(Response),
+    Page(Box<Response>),
     /// Sent back to the client's redirect URI.
     Redirect {
         /// The checked redirect URI.
@@ -60,11 +60,11 @@ pub enum Refusal {
 }
 
 fn page_refusal(text: &str) -> Refusal {
-    Refusal::Page(pages::message(
+    Refusal::Page(Box::new(pages::message(
         StatusCode::BAD_REQUEST,
         "This authorization request cannot be used",
         text,
-    ))
+    )))
 }
 
 fn parse_query(raw: &str) -> Result<HashMap<String, String>, String> {
@@ -124,7 +124,7 @@ async fn client_and_redirect(app: &AppState, params: &Params) -> Result<(Client,
     let client = match clients::client(app, client_id).await {
         Ok(client) => client,
         Err(ClientError::Unknown(message)) => return Err(page_refusal(&message)),
-        Err(ClientError::Store(error)) => return Err(Refusal::Page(unavailable(&error))),
+        Err(ClientError::Store(error)) => return Err(Refusal::Page(Box::new(unavailable(&error)))),
     };
     let redirect_uri = match param(params, "redirect_uri") {
         Some(uri) => uri.to_owned(),
@@ -247,7 +247,7 @@ fn redirect_with(redirect_uri: &str, pairs: &[(&str, &str)]) -> Response {
 
 fn refusal_response(base: &str, refusal: Refusal) -> Response {
     match refusal {
-        Refusal::Page(page) => page,
+        Refusal::Page(page) => *page,
         Refusal::Redirect {
             redirect_uri,
             state,
