@@ -9,6 +9,7 @@ mod harness;
 
 mod argument_schemas;
 mod clean_stops;
+mod compiled_graphs;
 mod consent;
 mod consent_seen;
 mod demo;

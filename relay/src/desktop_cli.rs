@@ -259,6 +259,10 @@ struct RunArgs {
     /// The engine: the wasm sandbox, or boa in-process (trusted graphs only).
     #[arg(long, value_enum, default_value_t = EngineKind::Wasm)]
     engine: EngineKind,
+    /// Run every graph from its script: do not compile shared graphs into components of
+    /// their own (kept in `<state>.compiled/`; wasm engine only).
+    #[arg(long = "no-compiled-graphs")]
+    no_compiled_graphs: bool,
     /// Mock agent provider replies file.
     #[arg(long, conflicts_with_all = ["provider", "providers"])]
     replies: Option<PathBuf>,
@@ -783,6 +787,9 @@ async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
         token_cap: Some(args.default_max_tokens),
         folder: args.folder,
         min_free_space: args.min_free_space,
+        // The wasm engine's limits: `EngineKind::Wasm.build()` uses the defaults.
+        compiled_graphs: (args.engine == EngineKind::Wasm && !args.no_compiled_graphs)
+            .then(runner::engine::wasm::WasmLimits::default),
         ..DesktopConfig::default()
     };
     let provider: Arc<dyn AgentProvider> = match &args.replies {

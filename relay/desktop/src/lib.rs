@@ -10,6 +10,7 @@ pub mod api;
 pub mod approver;
 pub mod bounding;
 pub mod catalog;
+pub mod compiled;
 pub mod disk;
 pub mod jitter;
 pub mod lock;
@@ -109,6 +110,10 @@ pub struct DesktopConfig {
     /// Reports on a running command (what it waits for, how far it got) go out at most this
     /// often.
     pub report_interval: Duration,
+    /// Compiled graphs ([`compiled`]): shared sessions are compiled into components kept
+    /// beside the state file, built and run with these limits (the wasm engine's), and remote
+    /// runs start from them. `None` (the default): every run starts on the runtime's engine.
+    pub compiled_graphs: Option<runner::engine::wasm::WasmLimits>,
 }
 
 impl Default for DesktopConfig {
@@ -127,6 +132,7 @@ impl Default for DesktopConfig {
             jitter_seed: None,
             min_free_space: disk::DEFAULT_MIN_FREE_SPACE,
             report_interval: report::REPORT_INTERVAL,
+            compiled_graphs: None,
         }
     }
 }
@@ -190,6 +196,8 @@ pub struct Relay {
     unrecorded: Mutex<Vec<Unrecorded>>,
     /// When the service's project list was last fetched (`None`: due at the next pass).
     projects_fetched: Mutex<Option<tokio::time::Instant>>,
+    /// The shared sessions' compiled graphs, when on (and the state is a file).
+    compiled: Option<Arc<compiled::CompiledGraphs>>,
 }
 
 /// A finished execution whose end the state could not take (its disk was full). The result is
@@ -323,7 +331,18 @@ impl Relay {
         runtime: Runtime,
         config: DesktopConfig,
     ) -> Arc<Self> {
+        let compiled = config
+            .compiled_graphs
+            .zip(state.path())
+            .map(|(limits, path)| {
+                Arc::new(compiled::CompiledGraphs::new(
+                    compiled::artifact_dir(path),
+                    limits,
+                    runtime.engine.clone(),
+                ))
+            });
         Arc::new(Self {
+            compiled,
             state,
             api,
             clock,
@@ -355,6 +374,48 @@ impl Relay {
         &self.state
     }
 
+    /// The shared sessions' compiled graphs, when they are on.
+    pub fn compiled(&self) -> Option<&Arc<compiled::CompiledGraphs>> {
+        self.compiled.as_ref()
+    }
+
+    /// Compiles, in the background, the sessions shared with enabled projects that have no
+    /// compiled graph, and removes the compiled graphs none of them needs.
+    fn prepare_compiled(&self) {
+        let Some(compiled) = &self.compiled else {
+            return;
+        };
+        let mut scripts = Vec::new();
+        for project in self.state.enabled_projects().unwrap_or_default() {
+            match self.state.shared_sessions(&project) {
+                Ok(sessions) => scripts.extend(sessions.into_iter().map(|s| s.script)),
+                Err(e) => {
+                    tracing::warn!(
+                        project,
+                        "cannot read the shared sessions to compile them: {e}"
+                    );
+                    return;
+                }
+            }
+        }
+        scripts.sort();
+        scripts.dedup();
+        compiled.prepare(scripts);
+    }
+
+    /// The engine a run of `script` starts on: its compiled graph when compiled graphs are on
+    /// (waiting for its build if it has none), else the runtime's engine. A cancel while
+    /// waiting starts it on the runtime's engine, which then stops at once.
+    async fn engine_for(&self, script: &Arc<str>, cancel: &CancellationToken) -> Arc<dyn Engine> {
+        let Some(compiled) = &self.compiled else {
+            return self.runtime.engine.clone();
+        };
+        tokio::select! {
+            engine = compiled.engine_for(script) => engine,
+            () = cancel.cancelled() => self.runtime.engine.clone(),
+        }
+    }
+
     /// Runs passes until `shutdown` fires: one at once, then every poll interval and right
     /// after each sharing change. A running graph is stopped on shutdown and reported failed.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), RelayError> {
@@ -366,6 +427,7 @@ impl Relay {
         // Stopped from outside, or by the relay itself when its token is refused.
         let shutdown = shutdown.child_token();
         self.recover_unfinished().await?;
+        self.prepare_compiled();
         let mut ticker = tokio::time::interval(self.config.poll_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut watch = tokio::time::interval(self.config.sharing_watch_interval);
@@ -393,6 +455,7 @@ impl Relay {
                         tracing::info!("sharing changed: telling the service and running a pass now");
                         // Beside a busy pass too: a withdrawal never waits for a running graph.
                         consents.spawn(self.clone().consent_pass_owned());
+                        self.prepare_compiled();
                         self.reconcile_long_polls(&mut long_polls, &mut polls, &shutdown)?;
                         self.clone().trigger(&mut passes, &shutdown);
                     }
@@ -1297,7 +1360,8 @@ impl Relay {
         let mut keeper = TraceKeeper::recording(self.state.clone(), &execution.id);
         keeper.reporter = Some(reporter.clone());
         let trace = Arc::new(keeper);
-        let options = self.run_options(trace.clone(), execution, reporter)?;
+        let engine = self.engine_for(&request.script, &running.cancel).await;
+        let options = self.run_options(trace.clone(), execution, reporter, engine)?;
         self.stats.executed.fetch_add(1, Ordering::Relaxed);
         let run = run_graph(request, &options, running.cancel.clone());
         tokio::pin!(run);
@@ -1353,9 +1417,10 @@ impl Relay {
         trace: Arc<TraceKeeper>,
         execution: &Execution,
         reporter: Arc<report::RunReporter>,
+        engine: Arc<dyn Engine>,
     ) -> Result<RunOptions, RelayError> {
         let project = execution.project.as_str();
-        let mut options = RunOptions::new(self.runtime.engine.clone());
+        let mut options = RunOptions::new(engine);
         options.provider = self.runtime.provider.clone();
         let folder = match &self.config.folder {
             Some(folder) => Some(folder.clone()),

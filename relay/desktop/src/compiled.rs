@@ -1,0 +1,399 @@
+//! Compiled graphs: every graph session shared with an enabled project is compiled into a
+//! component of its own (what `runner build` makes: the sandbox snapshotted with the graph
+//! parsed and its top-level code evaluated), so a remote run starts from that snapshot instead
+//! of parsing and evaluating the script each time.
+//!
+//! Artifacts live in a folder beside the desktop state (`<state>.compiled/`), one file per
+//! graph version, named by a SHA-256 over what decides its bytes ([`CompiledGraphs::key`]):
+//! this crate's version, the sandbox guest's hash, the limits and the graph's code. A session
+//! is compiled in the background when it is shared (and whenever its code changes, which the
+//! relay sees as a sharing change), and at the latest when a run of it starts without an
+//! artifact: the run then waits for the build, so a changed graph always runs its new code from
+//! a fresh artifact. An artifact that cannot be loaded (corrupt, truncated) is deleted and
+//! built again. A build that fails (the graph's snapshot is too large, the folder cannot be
+//! written) is said once in a WARN line, and that graph version runs on the generic engine.
+//! Artifacts no shared session needs any more are removed.
+//!
+//! A run on a compiled graph names its engine `wasm-compiled` in the trace; nested graphs it
+//! starts run on the generic engine as before. Since the top-level code ran when the graph was
+//! compiled, it saw the clock and random source every top-level evaluation without a run sees
+//! (the Unix epoch, a fixed sequence), as with `runner build`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use graph_js::{Meta, MetaError};
+use runner::engine::Engine;
+use runner::engine::EngineError;
+use runner::engine::wasm::{GUEST_SHA256, MAX_COMPONENT_BYTES, WasmEngine, WasmLimits};
+use runner::host::Invocation;
+use runner::host::approvals::BoxFuture;
+use sha2::Digest;
+
+/// The name a run on a compiled graph gives its engine in the trace.
+pub const COMPILED_ENGINE: &str = "wasm-compiled";
+
+/// Changes when what goes into an artifact's name does.
+const KEY_FORMAT: &str = "graphrelay compiled graph 1";
+
+/// The artifacts' folder for the desktop state at `state`: `<state>.compiled`.
+pub fn artifact_dir(state: &Path) -> PathBuf {
+    let mut name = state.file_name().unwrap_or_default().to_os_string();
+    name.push(".compiled");
+    state.with_file_name(name)
+}
+
+/// A loaded artifact and what its file looked like when it was read.
+struct Loaded {
+    engine: WasmEngine,
+    stamp: Option<Stamp>,
+}
+
+/// Length and modification time of an artifact file: a file changed on disk is read again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    std::fs::metadata(path).ok().map(|m| Stamp {
+        len: m.len(),
+        modified: m.modified().ok(),
+    })
+}
+
+/// The compiled graphs of one desktop: artifacts on disk, loaded ones in memory.
+pub struct CompiledGraphs {
+    dir: PathBuf,
+    limits: WasmLimits,
+    generic: Arc<dyn Engine>,
+    /// Loaded artifacts by key.
+    loaded: Mutex<HashMap<String, Loaded>>,
+    /// Graph versions whose build failed in this process, with why: they run on the generic
+    /// engine without trying again (the WARN line was said once).
+    failed: Mutex<HashMap<String, String>>,
+    /// One build or load of a key at a time: a run waits for the build already under way.
+    busy: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One build at a time on the whole desktop: each takes seconds of CPU.
+    builds: tokio::sync::Semaphore,
+}
+
+impl std::fmt::Debug for CompiledGraphs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledGraphs")
+            .field("dir", &self.dir)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `name` is an artifact's file name (`<64 hex>.wasm`).
+fn is_artifact(name: &str) -> bool {
+    name.strip_suffix(".wasm")
+        .is_some_and(|stem| stem.len() == 64 && stem.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+impl CompiledGraphs {
+    /// Compiled graphs kept in `dir`, built and run with `limits`; `generic` runs everything
+    /// else (nested graphs, graphs whose build failed).
+    pub fn new(dir: PathBuf, limits: WasmLimits, generic: Arc<dyn Engine>) -> Self {
+        Self {
+            dir,
+            limits,
+            generic,
+            loaded: Mutex::default(),
+            failed: Mutex::default(),
+            busy: Mutex::default(),
+            builds: tokio::sync::Semaphore::new(1),
+        }
+    }
+
+    /// The artifacts' folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The name of `script`'s artifact: a SHA-256 over the key format, this crate's version,
+    /// the guest's hash, the limits and the code.
+    pub fn key(&self, script: &str) -> String {
+        let mut hasher = sha2::Sha256::new();
+        let limits = format!(
+            "{}/{}/{:?}",
+            self.limits.memory_bytes, self.limits.wasm_stack_bytes, self.limits.fuel
+        );
+        for part in [
+            KEY_FORMAT,
+            env!("CARGO_PKG_VERSION"),
+            GUEST_SHA256,
+            &limits,
+            script,
+        ] {
+            hasher.update((part.len() as u64).to_le_bytes());
+            hasher.update(part.as_bytes());
+        }
+        hex(&hasher.finalize())
+    }
+
+    /// Where `script`'s artifact is (or will be).
+    pub fn artifact(&self, script: &str) -> PathBuf {
+        self.dir.join(format!("{}.wasm", self.key(script)))
+    }
+
+    /// The engine a run of `script` starts on: its compiled graph (built now if it has none,
+    /// or waiting for the build under way), or the generic engine if it cannot be built.
+    pub async fn engine_for(&self, script: &Arc<str>) -> Arc<dyn Engine> {
+        match self.ensure(script).await {
+            Ok(compiled) => Arc::new(CompiledEngine {
+                compiled,
+                script: script.clone(),
+                generic: self.generic.clone(),
+            }),
+            Err(_) => self.generic.clone(),
+        }
+    }
+
+    /// Builds, in the background, the artifacts of `scripts` that are missing, and removes the
+    /// artifacts no script among them needs.
+    pub fn prepare(self: &Arc<Self>, scripts: Vec<String>) {
+        let keep: HashSet<String> = scripts.iter().map(|s| self.key(s)).collect();
+        self.prune(&keep);
+        for script in scripts {
+            let key = self.key(&script);
+            if lock(&self.loaded).contains_key(&key) || lock(&self.failed).contains_key(&key) {
+                continue;
+            }
+            let this = self.clone();
+            tokio::spawn(async move {
+                let _ = this.ensure(&script).await;
+            });
+        }
+    }
+
+    /// Removes the artifacts (and drops the loaded ones) whose key is not in `keep`.
+    fn prune(&self, keep: &HashSet<String>) {
+        lock(&self.loaded).retain(|key, _| keep.contains(key));
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let needed = name.strip_suffix(".wasm").is_some_and(|k| keep.contains(k));
+            if is_artifact(name) && !needed {
+                match std::fs::remove_file(entry.path()) {
+                    Ok(()) => tracing::debug!(
+                        artifact = name,
+                        "removed a compiled graph no shared session needs"
+                    ),
+                    Err(e) => tracing::debug!(
+                        artifact = name,
+                        "cannot remove an unneeded compiled graph: {e}"
+                    ),
+                }
+            }
+        }
+    }
+
+    /// The loaded compiled graph of `script`: from memory while its file is unchanged, else
+    /// read from its file, else built. `Err` says why it runs on the generic engine.
+    async fn ensure(&self, script: &str) -> Result<WasmEngine, String> {
+        let key = self.key(script);
+        let path = self.dir.join(format!("{key}.wasm"));
+        let busy = lock(&self.busy).entry(key.clone()).or_default().clone();
+        let _busy = busy.lock().await;
+        if let Some(loaded) = lock(&self.loaded).get(&key)
+            && (loaded.stamp.is_none() || loaded.stamp == stamp(&path))
+        {
+            return Ok(loaded.engine.clone());
+        }
+        if let Some(why) = lock(&self.failed).get(&key) {
+            return Err(why.clone());
+        }
+        if let Some(engine) = self.load_existing(&path).await {
+            self.remember(&key, &engine, &path);
+            return Ok(engine);
+        }
+        let _build = self.builds.acquire().await.map_err(|e| e.to_string())?;
+        let started = std::time::Instant::now();
+        match self.build(script, &path).await {
+            Ok(engine) => {
+                tracing::info!(artifact = %path.display(), seconds = started.elapsed().as_secs_f64(), "compiled a shared graph");
+                self.remember(&key, &engine, &path);
+                Ok(engine)
+            }
+            Err(why) => {
+                tracing::warn!(
+                    artifact = %path.display(),
+                    "cannot compile a shared graph, its runs start on the generic engine: {why}"
+                );
+                lock(&self.failed).insert(key, why.clone());
+                Err(why)
+            }
+        }
+    }
+
+    fn remember(&self, key: &str, engine: &WasmEngine, path: &Path) {
+        let loaded = Loaded {
+            engine: engine.clone(),
+            stamp: stamp(path),
+        };
+        lock(&self.loaded).insert(key.to_owned(), loaded);
+    }
+
+    /// The artifact at `path` loaded, if there is one; one that cannot be loaded is deleted
+    /// (and then built again).
+    async fn load_existing(&self, path: &Path) -> Option<WasmEngine> {
+        let limits = self.limits;
+        let file = path.to_path_buf();
+        let loaded = tokio::task::spawn_blocking(move || {
+            // Not there, or not readable: there is nothing to load, and a build replaces it.
+            let bytes = std::fs::read(&file).ok()?;
+            Some(load(&bytes, limits))
+        })
+        .await
+        .unwrap_or_else(|e| Some(Err(format!("loading the artifact panicked: {e}"))))?;
+        match loaded {
+            Ok(engine) => Some(engine),
+            Err(why) => {
+                tracing::warn!(artifact = %path.display(), "a compiled graph cannot be loaded, building it again: {why}");
+                if let Err(e) = std::fs::remove_file(path)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!(artifact = %path.display(), "cannot remove the unloadable compiled graph: {e}");
+                }
+                None
+            }
+        }
+    }
+
+    /// Compiles `script` into the artifact at `path` and loads it, on a blocking thread.
+    async fn build(&self, script: &str, path: &Path) -> Result<WasmEngine, String> {
+        create_private_dir(&self.dir)
+            .map_err(|e| format!("cannot create the folder {}: {e}", self.dir.display()))?;
+        let limits = self.limits;
+        let script = script.to_owned();
+        let path = path.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .map_err(|e| e.to_string())?;
+            let bytes = runtime
+                .block_on(runner::engine::wasm::build_component(&script, limits))
+                .map_err(|e| e.to_string())?;
+            if bytes.len() as u64 > MAX_COMPONENT_BYTES {
+                return Err(format!(
+                    "the compiled graph would be {} MiB, above the {} MiB a component may have (its top-level code keeps too much in memory)",
+                    bytes.len() / (1024 * 1024),
+                    MAX_COMPONENT_BYTES / (1024 * 1024)
+                ));
+            }
+            runner::output::replace_file(&path, &bytes)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            load(&bytes, limits)
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("the build panicked: {e}")))
+    }
+}
+
+/// An artifact's bytes loaded as an engine (compiled by wasmtime, or from its disk cache),
+/// outside the process-wide component map: an artifact no session needs any more is freed.
+fn load(bytes: &[u8], limits: WasmLimits) -> Result<WasmEngine, String> {
+    if !bytes.starts_with(runner::host::graphs::WASM_MAGIC) {
+        return Err("it is not a WebAssembly component".into());
+    }
+    let hash = hex(&sha2::Sha256::digest(bytes));
+    let cache = runner::engine::wasm::default_cache_dir();
+    WasmEngine::load_uncached(bytes, &hash, limits, cache.as_deref())
+        .map(|(engine, _)| engine)
+        .map_err(|e| e.to_string())
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// A compiled graph as the run's engine: its own script runs from the snapshot; any other
+/// script (a nested graph) runs on the generic engine.
+struct CompiledEngine {
+    compiled: WasmEngine,
+    script: Arc<str>,
+    generic: Arc<dyn Engine>,
+}
+
+impl Engine for CompiledEngine {
+    fn name(&self) -> &'static str {
+        COMPILED_ENGINE
+    }
+
+    fn run(
+        &self,
+        script: Arc<str>,
+        args: String,
+        invocation: Invocation,
+    ) -> BoxFuture<'static, Result<String, EngineError>> {
+        if script == self.script {
+            // The graph is built into the component: its script argument stays empty.
+            self.compiled.run("".into(), args, invocation)
+        } else {
+            self.generic.run(script, args, invocation)
+        }
+    }
+
+    fn describe(&self, script: Arc<str>) -> BoxFuture<'static, Result<Meta, MetaError>> {
+        if script == self.script {
+            self.compiled.describe("".into())
+        } else {
+            self.generic.describe(script)
+        }
+    }
+
+    fn for_component(&self, bytes: &[u8]) -> Result<Arc<dyn Engine>, String> {
+        self.generic.for_component(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_artifacts_sit_beside_the_state_and_are_named_by_code_and_limits() {
+        assert_eq!(
+            artifact_dir(Path::new("/home/a/.local/share/graphrelay/desktop.db")),
+            Path::new("/home/a/.local/share/graphrelay/desktop.db.compiled")
+        );
+        let generic: Arc<dyn Engine> = Arc::new(runner::engine::boa::BoaEngine::default());
+        let graphs = CompiledGraphs::new("/x".into(), WasmLimits::default(), generic.clone());
+        let key = graphs.key("export default () => 1");
+        assert!(is_artifact(&format!("{key}.wasm")), "{key}");
+        assert_eq!(key, graphs.key("export default () => 1"));
+        assert_ne!(key, graphs.key("export default () => 2"));
+        let tighter = WasmLimits {
+            memory_bytes: 64 * 1024 * 1024,
+            ..WasmLimits::default()
+        };
+        let other = CompiledGraphs::new("/x".into(), tighter, generic);
+        assert_ne!(key, other.key("export default () => 1"));
+        assert!(!is_artifact("notes.wasm"));
+        assert!(!is_artifact(&format!("{key}.wasm.tmp")));
+    }
+}
