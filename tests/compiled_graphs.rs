@@ -80,18 +80,30 @@ fn engines(world: &World) -> Vec<String> {
         .collect()
 }
 
-/// Queues a run of the shared doubler with `n`, runs one pass of `relay`, and returns the
-/// finished run.
+/// Queues a run of the shared doubler with `n`, runs one pass of `relay` (unless its loop
+/// runs: `None`), and returns the finished run.
 async fn run_once(
     world: &World,
-    relay: &Relay,
+    relay: Option<&Relay>,
     session: &relay_protocol::GraphSessionId,
     key: &str,
     n: u64,
 ) -> Value {
     let command = world.queue(session, key, json!({"n": n})).await;
-    relay.pass(&Default::default()).await;
+    if let Some(relay) = relay {
+        relay.pass(&Default::default()).await;
+    }
     world.wait_terminal(&command, Duration::from_secs(60)).await
+}
+
+/// Waits until `script`'s compiled graph is ready on `relay`.
+async fn wait_ready(relay: &Relay, script: &str) {
+    let compiled = relay.compiled().expect("compiled graphs on");
+    wait_for("the compiled graph ready", || {
+        assert_eq!(compiled.failure(script), None, "the build failed");
+        compiled.ready(script)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,40 +112,41 @@ async fn a_shared_graph_is_compiled_and_a_changed_one_is_compiled_again() {
     let session = world.share(&graph(1)).await;
     let relay = compiling_relay(&world);
     let dir = artifacts(&world);
-    let first = relay
-        .compiled()
-        .expect("compiled graphs on")
-        .artifact(&graph(1));
+    let compiled = relay.compiled().expect("compiled graphs on").clone();
+    let first = compiled.artifact(&graph(1));
     // Sharing is enough: the running relay compiles the session before any run.
     let (stop, task) = harness::start(&relay);
-    wait_for("the shared session's artifact", || first.is_file()).await;
+    wait_ready(&relay, &graph(1)).await;
     let bytes = std::fs::read(&first).expect("artifact");
     assert!(bytes.starts_with(b"\0asm"), "a component");
-    stop.cancel();
-    task.await.expect("relay stops");
 
-    let run = run_once(&world, &relay, &session, "compiled-1", 20).await;
+    let run = run_once(&world, None, &session, "compiled-1", 20).await;
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["result"], json!({"version": 1, "doubled": 40}));
     assert_eq!(engines(&world), [COMPILED_ENGINE]);
 
-    // The owner changes the graph's code: the next run runs the new code, from a new artifact.
+    // The owner changes the graph's code: a run at once runs the new code (on the generic
+    // engine while the new artifact is built); once built, runs start from it.
     let meta = graph_js::describe(&graph(2), &Default::default()).expect("meta");
     let now = relay_protocol::clock::Timestamp::from_unix_millis(2);
     world
         .state
         .upsert_session(&meta, &graph(2), None, now)
         .expect("new code");
-    let run = run_once(&world, &relay, &session, "compiled-2", 20).await;
+    let run = run_once(&world, None, &session, "compiled-2", 20).await;
+    assert_eq!(run["result"], json!({"version": 2, "doubled": 60}), "{run}");
+    wait_ready(&relay, &graph(2)).await;
+    let run = run_once(&world, None, &session, "compiled-3", 20).await;
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["result"], json!({"version": 2, "doubled": 60}));
-    assert_eq!(engines(&world), [COMPILED_ENGINE, COMPILED_ENGINE]);
-    let second = relay.compiled().expect("on").artifact(&graph(2));
+    assert_eq!(
+        engines(&world).last().map(String::as_str),
+        Some(COMPILED_ENGINE)
+    );
+    let second = compiled.artifact(&graph(2));
     assert_ne!(first, second);
     assert!(second.is_file(), "the new code's artifact");
-
-    // The running relay sees the change and removes the artifact no session needs any more.
-    let (stop, task) = harness::start(&relay);
+    // The relay removed the artifact no session needs any more when it saw the change.
     wait_for("the old artifact removed", || !first.exists()).await;
     assert_eq!(artifact_files(&dir), [second]);
     stop.cancel();
@@ -145,35 +158,57 @@ async fn a_corrupt_artifact_is_built_again_and_the_run_still_succeeds() {
     let world = World::new(json!({})).await;
     let session = world.share(&graph(3)).await;
     let relay = compiling_relay(&world);
-    // No artifact yet: the first run waits for its build and starts from it.
-    let run = run_once(&world, &relay, &session, "corrupt-1", 1).await;
+    // No artifact yet (the relay loop is not running): the first run starts on the generic
+    // engine at once and the build starts; later runs start from the artifact.
+    let run = run_once(&world, Some(&relay), &session, "corrupt-1", 1).await;
     assert_eq!(run["result"], json!({"version": 3, "doubled": 4}), "{run}");
+    assert_eq!(engines(&world), ["wasm"]);
+    wait_ready(&relay, &graph(3)).await;
+    let run = run_once(&world, Some(&relay), &session, "corrupt-2", 2).await;
+    assert_eq!(run["result"], json!({"version": 3, "doubled": 8}), "{run}");
+    assert_eq!(engines(&world), ["wasm", COMPILED_ENGINE]);
     let artifact = relay.compiled().expect("on").artifact(&graph(3));
     let good = std::fs::read(&artifact).expect("artifact");
 
-    // Cut short on disk (a crash, a bad copy): the next run notices, builds it again, and
-    // still starts from a compiled graph.
-    std::fs::write(&artifact, &good[..good.len() / 2]).expect("truncate");
-    let run = run_once(&world, &relay, &session, "corrupt-2", 2).await;
-    assert_eq!(run["status"], "completed", "{run}");
-    assert_eq!(run["result"], json!({"version": 3, "doubled": 8}));
-    assert_eq!(engines(&world), [COMPILED_ENGINE, COMPILED_ENGINE]);
-    let rebuilt = std::fs::read(&artifact).expect("rebuilt artifact");
-    assert!(rebuilt.len() > good.len() / 2 && rebuilt.starts_with(b"\0asm"));
-
-    // Garbage under the artifact's name is no component at all: the same.
-    std::fs::write(&artifact, b"not a component").expect("garbage");
-    let run = run_once(&world, &relay, &session, "corrupt-3", 3).await;
-    assert_eq!(run["result"], json!({"version": 3, "doubled": 12}), "{run}");
-    assert_eq!(
-        engines(&world).last().map(String::as_str),
-        Some(COMPILED_ENGINE)
-    );
-    assert!(
-        std::fs::read(&artifact)
-            .expect("artifact")
-            .starts_with(b"\0asm")
-    );
+    // Cut short on disk (a crash, a bad copy), then garbage under its name: each time the
+    // next run still succeeds, the artifact is built again, and runs start from it again.
+    for (round, broken) in [&good[..good.len() / 2], b"not a component"]
+        .into_iter()
+        .enumerate()
+    {
+        std::fs::write(&artifact, broken).expect("break the artifact");
+        let n = 10 + round as u64;
+        let run = run_once(
+            &world,
+            Some(&relay),
+            &session,
+            &format!("corrupt-broken-{round}"),
+            n,
+        )
+        .await;
+        assert_eq!(run["status"], "completed", "{run}");
+        assert_eq!(run["result"], json!({"version": 3, "doubled": n * 4}));
+        wait_ready(&relay, &graph(3)).await;
+        let rebuilt = std::fs::read(&artifact).expect("rebuilt artifact");
+        assert!(rebuilt.len() > good.len() / 2 && rebuilt.starts_with(b"\0asm"));
+        let run = run_once(
+            &world,
+            Some(&relay),
+            &session,
+            &format!("corrupt-fixed-{round}"),
+            n,
+        )
+        .await;
+        assert_eq!(
+            run["result"],
+            json!({"version": 3, "doubled": n * 4}),
+            "{run}"
+        );
+        assert_eq!(
+            engines(&world).last().map(String::as_str),
+            Some(COMPILED_ENGINE)
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,13 +219,22 @@ async fn a_graph_that_cannot_be_compiled_runs_on_the_generic_engine() {
     let dir = artifacts(&world);
     std::fs::write(&dir, b"in the way").expect("a file in the way");
     let relay = compiling_relay(&world);
-    for (key, n) in [("generic-1", 5), ("generic-2", 6)] {
-        let run = run_once(&world, &relay, &session, key, n).await;
-        assert_eq!(run["status"], "completed", "{run}");
-        assert_eq!(run["result"], json!({"version": 4, "doubled": n * 5}));
-    }
-    // Both runs on the generic sandbox; the failed build was not tried again.
+    let compiled = relay.compiled().expect("on").clone();
+    let run = run_once(&world, Some(&relay), &session, "generic-1", 5).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["result"], json!({"version": 4, "doubled": 25}));
+    wait_for("the build to fail", || {
+        compiled.failure(&graph(4)).is_some()
+    })
+    .await;
+    let why = compiled.failure(&graph(4)).unwrap_or_default();
+    assert!(why.contains("cannot create the folder"), "{why}");
+    let run = run_once(&world, Some(&relay), &session, "generic-2", 6).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["result"], json!({"version": 4, "doubled": 30}));
+    // Both runs on the generic sandbox; the failed build is not tried again.
     assert_eq!(engines(&world), ["wasm", "wasm"]);
+    assert!(!compiled.ready(&graph(4)));
     assert_eq!(std::fs::read(&dir).expect("still a file"), b"in the way");
 }
 
@@ -221,7 +265,7 @@ const table = {};
 async fn start_times(
     script: &str,
     generic: &Arc<dyn Engine>,
-    compiled: Option<&CompiledGraphs>,
+    compiled: Option<&Arc<CompiledGraphs>>,
     rounds: usize,
 ) -> Vec<f64> {
     let script: Arc<str> = script.into();
@@ -229,7 +273,7 @@ async fn start_times(
     for _ in 0..rounds {
         let started = Instant::now();
         let engine = match compiled {
-            Some(compiled) => compiled.engine_for(&script).await,
+            Some(compiled) => compiled.engine_for(&script),
             None => generic.clone(),
         };
         let request = RunRequest {
@@ -250,24 +294,25 @@ async fn start_times(
 async fn start_time_per_run() {
     let generic = EngineKind::Wasm.build().expect("wasm");
     let dir = tempfile::tempdir().expect("tempdir");
-    let compiled = CompiledGraphs::new(
+    let compiled = Arc::new(CompiledGraphs::new(
         dir.path().join("desktop.db.compiled"),
         WasmLimits::default(),
         generic.clone(),
-    );
+    ));
     let trivial = graph(9);
     let big = big_graph();
     for (name, script) in [("trivial", &trivial), ("170 KB", &big)] {
-        // One run of each first: the generic guest and the artifact are loaded (the artifact
-        // built) once per graph version, not per run.
+        // The generic guest is loaded, and the artifact built and loaded, once per graph
+        // version, not per run.
         let _ = start_times(script, &generic, None, 1).await;
         let warm = Instant::now();
-        let _ = start_times(script, &generic, Some(&compiled), 1).await;
+        let _ = compiled.engine_for(&Arc::from(script.as_str()));
+        wait_for("the compiled graph ready", || compiled.ready(script)).await;
         let first = warm.elapsed().as_secs_f64();
         let before = start_times(script, &generic, None, 10).await;
         let after = start_times(script, &generic, Some(&compiled), 10).await;
         println!(
-            "{name} graph ({} bytes): generic engine {} ms per run; compiled {} ms per run (median of 10; the first compiled run built and loaded the artifact in {first:.1} s)",
+            "{name} graph ({} bytes): generic engine {} ms per run; compiled {} ms per run (median of 10; built and loaded in the background in {first:.1} s, meanwhile runs start on the generic engine)",
             script.len(),
             median(before),
             median(after),

@@ -6,13 +6,16 @@
 //! Artifacts live in a folder beside the desktop state (`<state>.compiled/`), one file per
 //! graph version, named by a SHA-256 over what decides its bytes ([`CompiledGraphs::key`]):
 //! this crate's version, the sandbox guest's hash, the limits and the graph's code. A session
-//! is compiled in the background when it is shared (and whenever its code changes, which the
-//! relay sees as a sharing change), and at the latest when a run of it starts without an
-//! artifact: the run then waits for the build, so a changed graph always runs its new code from
-//! a fresh artifact. An artifact that cannot be loaded (corrupt, truncated) is deleted and
-//! built again. A build that fails (the graph's snapshot is too large, the folder cannot be
-//! written) is said once in a WARN line, and that graph version runs on the generic engine.
-//! Artifacts no shared session needs any more are removed.
+//! is compiled in the background (a blocking thread, one build at a time) when it is shared,
+//! whenever its code changes (which the relay sees as a sharing change), and when the relay
+//! starts (then mostly loaded from its file). A run never waits for a build: it starts from
+//! the compiled graph of its exact code when that is ready, else on the generic engine, and
+//! starts the build if none is under way; a changed graph's next run therefore runs its new
+//! code, compiled as soon as the build is done (seconds). An artifact that cannot be loaded
+//! (corrupt, truncated) is deleted and built again; one changed on disk is read again. A build
+//! that fails (the graph's snapshot is too large, the folder cannot be written) is said once in
+//! a WARN line, and that graph version runs on the generic engine. Artifacts no shared session
+//! needs any more are removed.
 //!
 //! A run on a compiled graph names its engine `wasm-compiled` in the trace; nested graphs it
 //! starts run on the generic engine as before. Since the top-level code ran when the graph was
@@ -75,8 +78,8 @@ pub struct CompiledGraphs {
     /// Graph versions whose build failed in this process, with why: they run on the generic
     /// engine without trying again (the WARN line was said once).
     failed: Mutex<HashMap<String, String>>,
-    /// One build or load of a key at a time: a run waits for the build already under way.
-    busy: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Keys being loaded or built now: one task per key.
+    building: Mutex<HashSet<String>>,
     /// One build at a time on the whole desktop: each takes seconds of CPU.
     builds: tokio::sync::Semaphore,
 }
@@ -116,7 +119,7 @@ impl CompiledGraphs {
             generic,
             loaded: Mutex::default(),
             failed: Mutex::default(),
-            busy: Mutex::default(),
+            building: Mutex::default(),
             builds: tokio::sync::Semaphore::new(1),
         }
     }
@@ -152,33 +155,65 @@ impl CompiledGraphs {
         self.dir.join(format!("{}.wasm", self.key(script)))
     }
 
-    /// The engine a run of `script` starts on: its compiled graph (built now if it has none,
-    /// or waiting for the build under way), or the generic engine if it cannot be built.
-    pub async fn engine_for(&self, script: &Arc<str>) -> Arc<dyn Engine> {
-        match self.ensure(script).await {
-            Ok(compiled) => Arc::new(CompiledEngine {
+    /// The engine a run of `script` starts on now: its compiled graph when that is ready,
+    /// else the generic engine (and the compiled graph is made ready in the background).
+    pub fn engine_for(self: &Arc<Self>, script: &Arc<str>) -> Arc<dyn Engine> {
+        match self.ready_engine(script) {
+            Some(compiled) => Arc::new(CompiledEngine {
                 compiled,
                 script: script.clone(),
                 generic: self.generic.clone(),
             }),
-            Err(_) => self.generic.clone(),
+            None => {
+                self.start(script.to_string());
+                self.generic.clone()
+            }
         }
     }
 
-    /// Builds, in the background, the artifacts of `scripts` that are missing, and removes the
+    /// Whether a run of `script` would start from its compiled graph now.
+    pub fn ready(&self, script: &str) -> bool {
+        self.ready_engine(script).is_some()
+    }
+
+    /// Why `script` could not be compiled, if its build failed.
+    pub fn failure(&self, script: &str) -> Option<String> {
+        lock(&self.failed).get(&self.key(script)).cloned()
+    }
+
+    /// The loaded compiled graph of `script`, while its file is unchanged.
+    fn ready_engine(&self, script: &str) -> Option<WasmEngine> {
+        let key = self.key(script);
+        let loaded = lock(&self.loaded);
+        let found = loaded.get(&key)?;
+        let fresh =
+            found.stamp.is_none() || found.stamp == stamp(&self.dir.join(format!("{key}.wasm")));
+        fresh.then(|| found.engine.clone())
+    }
+
+    /// Makes `script`'s compiled graph ready in the background, unless that is under way or
+    /// its build failed.
+    fn start(self: &Arc<Self>, script: String) {
+        let key = self.key(&script);
+        if lock(&self.failed).contains_key(&key) || !lock(&self.building).insert(key.clone()) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let _ = this.ensure(&script).await;
+            lock(&this.building).remove(&key);
+        });
+    }
+
+    /// Makes the compiled graphs of `scripts` ready in the background, and removes the
     /// artifacts no script among them needs.
     pub fn prepare(self: &Arc<Self>, scripts: Vec<String>) {
         let keep: HashSet<String> = scripts.iter().map(|s| self.key(s)).collect();
         self.prune(&keep);
         for script in scripts {
-            let key = self.key(&script);
-            if lock(&self.loaded).contains_key(&key) || lock(&self.failed).contains_key(&key) {
-                continue;
+            if !self.ready(&script) {
+                self.start(script);
             }
-            let this = self.clone();
-            tokio::spawn(async move {
-                let _ = this.ensure(&script).await;
-            });
         }
     }
 
@@ -212,12 +247,8 @@ impl CompiledGraphs {
     async fn ensure(&self, script: &str) -> Result<WasmEngine, String> {
         let key = self.key(script);
         let path = self.dir.join(format!("{key}.wasm"));
-        let busy = lock(&self.busy).entry(key.clone()).or_default().clone();
-        let _busy = busy.lock().await;
-        if let Some(loaded) = lock(&self.loaded).get(&key)
-            && (loaded.stamp.is_none() || loaded.stamp == stamp(&path))
-        {
-            return Ok(loaded.engine.clone());
+        if let Some(engine) = self.ready_engine(script) {
+            return Ok(engine);
         }
         if let Some(why) = lock(&self.failed).get(&key) {
             return Err(why.clone());

@@ -404,15 +404,11 @@ impl Relay {
     }
 
     /// The engine a run of `script` starts on: its compiled graph when compiled graphs are on
-    /// (waiting for its build if it has none), else the runtime's engine. A cancel while
-    /// waiting starts it on the runtime's engine, which then stops at once.
-    async fn engine_for(&self, script: &Arc<str>, cancel: &CancellationToken) -> Arc<dyn Engine> {
-        let Some(compiled) = &self.compiled else {
-            return self.runtime.engine.clone();
-        };
-        tokio::select! {
-            engine = compiled.engine_for(script) => engine,
-            () = cancel.cancelled() => self.runtime.engine.clone(),
+    /// and it is ready (never waiting for a build), else the runtime's engine.
+    fn engine_for(&self, script: &Arc<str>) -> Arc<dyn Engine> {
+        match &self.compiled {
+            Some(compiled) => compiled.engine_for(script),
+            None => self.runtime.engine.clone(),
         }
     }
 
@@ -1360,7 +1356,7 @@ impl Relay {
         let mut keeper = TraceKeeper::recording(self.state.clone(), &execution.id);
         keeper.reporter = Some(reporter.clone());
         let trace = Arc::new(keeper);
-        let engine = self.engine_for(&request.script, &running.cancel).await;
+        let engine = self.engine_for(&request.script);
         let options = self.run_options(trace.clone(), execution, reporter, engine)?;
         self.stats.executed.fetch_add(1, Ordering::Relaxed);
         let run = run_graph(request, &options, running.cancel.clone());
