@@ -229,3 +229,61 @@ export default async function (args, g) { await g.sleep(300); return 1; }
         );
     }
 }
+
+/// A nested graph whose `meta.args` requires `{topic: string}`; started, it asks an agent.
+const NEEDS_TOPIC: &str = r#"
+export const meta = {name: "Needs topic", slug: "needs-topic", version: "1.0.0",
+  args: {type: "object", required: ["topic"], properties: {topic: {type: "string"}}}};
+export default async function (args, g) {
+  const r = await g.agent({label: "callee", prompt: "About " + args.topic});
+  return {topic: args.topic, text: r.text};
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_arguments_that_do_not_fit_the_callee_s_schema_are_invalid_and_it_never_starts() {
+    let caller = r#"export default async function (args, g) {
+      try { return await g.graph('needs-topic', args.call); }
+      catch (e) { return {code: e.code, message: e.message}; }
+    }"#;
+    for engine in common::engines() {
+        let name = engine.name();
+        let mut catalog = FolderCatalog::default();
+        catalog.insert(graph("needs-topic", NEEDS_TOPIC));
+        let (mut options, sink, mock) =
+            common::options(engine, json!({"default": {"text": "ok", "tokens": 1}}));
+        options.catalog = Arc::new(catalog);
+        for (call, path) in [
+            (json!({}), "args.topic: is required but missing"),
+            (json!({"topic": 7}), "args.topic"),
+        ] {
+            let outcome = common::run(caller, json!({"call": call}), &options).await;
+            assert_eq!(outcome.status, RunStatus::Completed, "{name}: {outcome:?}");
+            let result = outcome.result.unwrap_or_default();
+            assert_eq!(result["code"], "invalid", "{name}: {result}");
+            let message = result["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("graph needs-topic")
+                    && message.contains("meta.args")
+                    && message.contains(path),
+                "{name}: {message}"
+            );
+        }
+        // The callee never started: no nested graph in the trace, no agent asked.
+        let started = sink
+            .events()
+            .into_iter()
+            .any(|e| matches!(e.kind, runner::host::events::EventKind::GraphStarted { .. }));
+        assert!(!started, "{name}: a callee started");
+        assert!(mock.calls().is_empty(), "{name}: {:?}", mock.calls());
+
+        // Fitting arguments run it.
+        let outcome = common::run(caller, json!({"call": {"topic": "owls"}}), &options).await;
+        assert_eq!(outcome.status, RunStatus::Completed, "{name}: {outcome:?}");
+        assert_eq!(
+            outcome.result,
+            Some(json!({"topic": "owls", "text": "ok"})),
+            "{name}"
+        );
+    }
+}

@@ -305,3 +305,114 @@ async fn without_the_extension_a_call_returns_the_ticket_and_tasks_methods_are_3
     assert_eq!(read["status"], "working");
     service.stop().await;
 }
+
+/// `tasks/get` of `id` with `token` as its `_meta.progressToken`: the raw body (JSON, or SSE
+/// carrying notifications before the answer).
+async fn get_with_progress_token(client: &RawClient, id: &str, token: &str) -> String {
+    let mut meta = client.meta();
+    meta["progressToken"] = json!(token);
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/get",
+        "params": {"taskId": id, "_meta": meta}});
+    client
+        .http
+        .post(&client.url)
+        .bearer_auth(&client.token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tasks/get")
+        .header("mcp-name", id)
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("MCP answer")
+        .text()
+        .await
+        .expect("MCP body")
+}
+
+/// The `notifications/progress` params in an SSE body.
+fn progress_notifications(text: &str) -> Vec<Value> {
+    common::raw::sse_messages(text)
+        .into_iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .map(|m| m["params"].clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_get_with_a_progress_token_tells_a_working_task_s_progress_first() {
+    let Tasks {
+        service,
+        project,
+        desktop,
+        client,
+        ..
+    } = start().await;
+    let id = task_id(
+        &client
+            .result("tools/call", call("task-progress-key", json!({})))
+            .await,
+    );
+    desktop.sync(&project, &[1]).await;
+    assert_eq!(desktop.started(&id, "exec-1").await.0, 200);
+
+    // Running, nothing reported yet: one notification saying so, then the answer.
+    let text = get_with_progress_token(&client, &id, "task-progress-0").await;
+    let progress = progress_notifications(&text);
+    assert_eq!(progress.len(), 1, "{text}");
+    assert_eq!(progress[0]["progressToken"], "task-progress-0");
+    assert_eq!(progress[0]["progress"], 0.0);
+    assert!(
+        progress[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("no progress reported yet")),
+        "{text}"
+    );
+    let answer = common::raw::answer_of(&text).expect("answer");
+    assert_eq!(answer["result"]["status"], "working", "{text}");
+
+    // The desktop reports: the next `tasks/get` tells the tokens used of the cap, the agents
+    // and the last event before answering.
+    let report = json!({"execution_id": "exec-1", "progress": {
+        "tokens_used": 40, "token_cap": 100, "agents_started": 2,
+        "agents_finished": 1, "tools_called": 3, "last_event": "agent-2"}});
+    let path = format!("/external-assistants/graph-relays/commands/{id}/report");
+    assert_eq!(desktop.post(&path, &report).await.0, 200);
+    let text = get_with_progress_token(&client, &id, "task-progress-1").await;
+    let progress = progress_notifications(&text);
+    assert_eq!(progress.len(), 1, "{text}");
+    assert_eq!(progress[0]["progressToken"], "task-progress-1");
+    assert_eq!(
+        progress[0]["progress"], 46.0,
+        "40 tokens + 2 + 1 agents + 3 tools"
+    );
+    let message = progress[0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("40 tokens used of 100")
+            && message.contains("2 started, 1 finished")
+            && message.contains("3 tool calls")
+            && message.contains("last: agent-2"),
+        "{message}"
+    );
+    let sse = common::raw::sse_messages(&text);
+    let notified = sse
+        .iter()
+        .position(|m| m["method"] == "notifications/progress");
+    let answered = sse
+        .iter()
+        .position(|m| m.get("id").is_some() && m.get("method").is_none());
+    assert!(notified < answered, "the notification comes first: {text}");
+
+    // A finished task answers at once, with no notification; so does a call without a token.
+    let completion =
+        json!({"execution_id": "exec-1", "status": "completed", "result": {"answer": 42}});
+    assert_eq!(desktop.complete(&id, &completion).await.0, 200);
+    let text = get_with_progress_token(&client, &id, "task-progress-2").await;
+    assert!(progress_notifications(&text).is_empty(), "{text}");
+    assert_eq!(
+        common::raw::answer_of(&text).expect("answer")["result"]["status"],
+        "completed"
+    );
+    service.stop().await;
+}

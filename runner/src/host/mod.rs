@@ -534,6 +534,7 @@ impl Invocation {
         Ok(self.spawn_as(handle, activity, async move {
             // The catalog may read its folder now, on the run's first nested call.
             let source = run.catalog.lookup(&slug).await?;
+            check_nested_args(&slug, &source.meta, &parsed)?;
             run.events.emit(
                 depth,
                 EventKind::GraphStarted {
@@ -901,6 +902,13 @@ impl AgentContext for AgentCtx {
         };
         self.run.events.emit(self.depth, kind);
     }
+}
+
+/// Checks a nested graph's arguments against its `meta.args` schema before it starts: a
+/// mismatch is `invalid`, names the failing path under `args`, and the graph never runs.
+fn check_nested_args(slug: &str, meta: &graph_js::Meta, args: &Value) -> Result<(), Failure> {
+    crate::args::check(meta, args, "args")
+        .map_err(|message| Failure::invalid(format!("graph {slug}: {message}")))
 }
 
 /// The failure of a nested graph `slug` that failed with `error`: its location, when its own

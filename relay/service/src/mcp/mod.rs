@@ -250,6 +250,15 @@ impl ServerHandler for GraphTools {
         let view = runs::get_run(&self.app, agent, &request.task_id)
             .await
             .map_err(tasks::run_error)?;
+        // A task still working tells a client that asked for progress where it stands (tokens
+        // used and cap, agents, tools, the last event) before the answer.
+        if !view.status.is_terminal()
+            && let Some(token) = context.meta.get_progress_token()
+        {
+            progress::ProgressSender::new(token, context.peer.clone())
+                .send_now(&view)
+                .await;
+        }
         let result = run_result(&view);
         Ok(GetTaskResult::new(tasks::detailed(
             &self.app, &view, result,
