@@ -11,7 +11,9 @@ use crate::harness;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use harness::World;
 use relay_desktop::Relay;

@@ -258,7 +258,7 @@ impl CompiledGraphs {
             return Ok(engine);
         }
         let _build = self.builds.acquire().await.map_err(|e| e.to_string())?;
-        let started = std::time::Instant::now();
+        let started = relay_protocol::clock::Stopwatch::start();
         match self.build(script, &path).await {
             Ok(engine) => {
                 tracing::info!(artifact = %path.display(), seconds = started.elapsed().as_secs_f64(), "compiled a shared graph");
