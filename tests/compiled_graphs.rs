@@ -240,6 +240,47 @@ async fn a_graph_that_cannot_be_compiled_runs_on_the_generic_engine() {
     assert_eq!(std::fs::read(&dir).expect("still a file"), b"in the way");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compiled_graphs_beyond_the_most_loaded_are_dropped_and_loaded_again_from_their_file() {
+    let generic = EngineKind::Wasm.build().expect("wasm");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let compiled = Arc::new(
+        CompiledGraphs::new(
+            dir.path().join("desktop.db.compiled"),
+            WasmLimits::default(),
+            generic,
+        )
+        .with_max_loaded(1),
+    );
+    let (a, b): (Arc<str>, Arc<str>) = (graph(5).into(), graph(6).into());
+    assert_eq!(compiled.engine_for(&a).name(), "wasm", "not built yet");
+    wait_for("a ready", || compiled.ready(&a)).await;
+    assert_eq!(compiled.engine_for(&a).name(), COMPILED_ENGINE);
+    let _ = compiled.engine_for(&b);
+    wait_for("b ready", || compiled.ready(&b)).await;
+    // One loaded at most: a was dropped from memory, its file stays.
+    assert!(!compiled.ready(&a));
+    assert!(compiled.artifact(&a).is_file());
+    assert_eq!(
+        compiled.engine_for(&a).name(),
+        "wasm",
+        "a is being loaded again"
+    );
+    wait_for("a loaded again", || compiled.ready(&a)).await;
+    assert_eq!(compiled.engine_for(&a).name(), COMPILED_ENGINE);
+    assert!(!compiled.ready(&b));
+    // Runs from a reloaded artifact give the graph's result.
+    let request = RunRequest {
+        script: a.clone(),
+        args: json!({"n": 7}),
+        graph: "doubler".into(),
+        run_id: None,
+    };
+    let options = RunOptions::new(compiled.engine_for(&a));
+    let outcome = run_graph(request, &options, Default::default()).await;
+    assert_eq!(outcome.result, Some(json!({"version": 5, "doubled": 42})));
+}
+
 /// A graph of about 170 KB: many small functions the run must parse and evaluate.
 fn big_graph() -> String {
     let mut script = String::from(

@@ -52,7 +52,13 @@ pub fn artifact_dir(state: &Path) -> PathBuf {
 struct Loaded {
     engine: WasmEngine,
     stamp: Option<Stamp>,
+    /// When it was last used (a counter): the least recently used is dropped first.
+    used: u64,
 }
+
+/// Most compiled graphs kept loaded at once: each holds its compiled code (about 20 MB). One
+/// dropped is loaded again from its file (and wasmtime's cache) when a run needs it.
+pub const MAX_LOADED: usize = 16;
 
 /// Length and modification time of an artifact file: a file changed on disk is read again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,7 +86,12 @@ pub struct CompiledGraphs {
     failed: Mutex<HashMap<String, String>>,
     /// Keys being loaded or built now: one task per key.
     building: Mutex<HashSet<String>>,
-    /// One build at a time on the whole desktop: each takes seconds of CPU.
+    /// Most loaded at once ([`MAX_LOADED`] unless set).
+    max_loaded: usize,
+    /// Counts uses, for `Loaded::used`.
+    uses: std::sync::atomic::AtomicU64,
+    /// One build or load at a time on the whole desktop: a build takes seconds of CPU, a load
+    /// holds another compiled graph's code in memory.
     builds: tokio::sync::Semaphore,
 }
 
@@ -120,8 +131,16 @@ impl CompiledGraphs {
             loaded: Mutex::default(),
             failed: Mutex::default(),
             building: Mutex::default(),
+            max_loaded: MAX_LOADED,
+            uses: Default::default(),
             builds: tokio::sync::Semaphore::new(1),
         }
+    }
+
+    /// The same, keeping at most `max_loaded` (at least 1) loaded at once.
+    pub fn with_max_loaded(mut self, max_loaded: usize) -> Self {
+        self.max_loaded = max_loaded.max(1);
+        self
     }
 
     /// The artifacts' folder.
@@ -184,10 +203,11 @@ impl CompiledGraphs {
     /// The loaded compiled graph of `script`, while its file is unchanged.
     fn ready_engine(&self, script: &str) -> Option<WasmEngine> {
         let key = self.key(script);
-        let loaded = lock(&self.loaded);
-        let found = loaded.get(&key)?;
+        let mut loaded = lock(&self.loaded);
+        let found = loaded.get_mut(&key)?;
         let fresh =
             found.stamp.is_none() || found.stamp == stamp(&self.dir.join(format!("{key}.wasm")));
+        found.used = self.uses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         fresh.then(|| found.engine.clone())
     }
 
@@ -205,13 +225,15 @@ impl CompiledGraphs {
         });
     }
 
-    /// Makes the compiled graphs of `scripts` ready in the background, and removes the
-    /// artifacts no script among them needs.
+    /// Makes the compiled graphs of `scripts` ready in the background (builds the missing
+    /// ones, and loads existing ones while fewer than the most loaded at once are), and
+    /// removes the artifacts no script among them needs.
     pub fn prepare(self: &Arc<Self>, scripts: Vec<String>) {
         let keep: HashSet<String> = scripts.iter().map(|s| self.key(s)).collect();
         self.prune(&keep);
         for script in scripts {
-            if !self.ready(&script) {
+            let room = lock(&self.loaded).len() < self.max_loaded;
+            if !self.ready(&script) && (room || !self.artifact(&script).is_file()) {
                 self.start(script);
             }
         }
@@ -253,11 +275,11 @@ impl CompiledGraphs {
         if let Some(why) = lock(&self.failed).get(&key) {
             return Err(why.clone());
         }
+        let _build = self.builds.acquire().await.map_err(|e| e.to_string())?;
         if let Some(engine) = self.load_existing(&path).await {
             self.remember(&key, &engine, &path);
             return Ok(engine);
         }
-        let _build = self.builds.acquire().await.map_err(|e| e.to_string())?;
         let started = relay_protocol::clock::Stopwatch::start();
         match self.build(script, &path).await {
             Ok(engine) => {
@@ -276,12 +298,30 @@ impl CompiledGraphs {
         }
     }
 
+    /// Keeps `engine` loaded as `key`'s, dropping the least recently used beyond the most
+    /// loaded at once.
     fn remember(&self, key: &str, engine: &WasmEngine, path: &Path) {
-        let loaded = Loaded {
+        let used = self.uses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let entry = Loaded {
             engine: engine.clone(),
             stamp: stamp(path),
+            used,
         };
-        lock(&self.loaded).insert(key.to_owned(), loaded);
+        let mut loaded = lock(&self.loaded);
+        loaded.insert(key.to_owned(), entry);
+        while loaded.len() > self.max_loaded {
+            let oldest = loaded
+                .iter()
+                .filter(|(k, _)| k.as_str() != key)
+                .min_by_key(|(_, l)| l.used)
+                .map(|(k, _)| k.clone());
+            let Some(oldest) = oldest else { break };
+            tracing::debug!(
+                artifact = oldest,
+                "dropping the least recently used compiled graph from memory"
+            );
+            loaded.remove(&oldest);
+        }
     }
 
     /// The artifact at `path` loaded, if there is one; one that cannot be loaded is deleted
