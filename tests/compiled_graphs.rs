@@ -121,6 +121,16 @@ async fn a_shared_graph_is_compiled_and_a_changed_one_is_compiled_again() {
     wait_ready(&relay, &graph(1)).await;
     let bytes = std::fs::read(&first).expect("artifact");
     assert!(bytes.starts_with(b"\0asm"), "a component");
+    // Only the owner reads the folder, as the state beside it.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&dir)
+            .expect("folder")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+    }
 
     let run = run_once(&world, None, &session, "compiled-1", 20).await;
     assert_eq!(run["status"], "completed", "{run}");
