@@ -252,6 +252,18 @@ fn start_desktop_relay(
     token: &str,
     log_path: &Path,
 ) -> Child {
+    start_desktop_relay_with(state, providers, service, token, log_path, &[])
+}
+
+/// [`start_desktop_relay`] with `extra` flags.
+fn start_desktop_relay_with(
+    state: &Path,
+    providers: &Path,
+    service: &str,
+    token: &str,
+    log_path: &Path,
+    extra: &[&str],
+) -> Child {
     let log = std::fs::File::create(log_path).expect("log");
     Child(
         Command::new(env!("CARGO_BIN_EXE_relay"))
@@ -261,6 +273,7 @@ fn start_desktop_relay(
             .args(["run", "--service", service, "--token", token])
             .args(["--poll-interval", "0.2", "--providers"])
             .arg(providers)
+            .args(extra)
             .env("GRAPHRELAY_DESKTOP_TEST_KEY", KEY)
             .env("RUST_LOG", "trace")
             .stdout(Stdio::from(log.try_clone().expect("log")))
@@ -465,4 +478,94 @@ async fn tokens_seen_growing(agent: &common::McpClient, command: &str) -> Vec<u6
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     seen
+}
+
+/// Queues a run of `session` asking "compiled?" and waits for it to finish.
+async fn run_to_the_end(agent: &common::McpClient, session: &str, key: &str) -> Value {
+    let queued = common::call(
+        agent,
+        "run_graph_session",
+        json!({"graph_session_id": session, "arguments": {"question": "compiled?"},
+               "idempotency_key": key}),
+    )
+    .await;
+    let command = common::ok(&queued)["command_id"]
+        .as_str()
+        .expect("command id")
+        .to_owned();
+    wait_until_finished(agent, &command).await
+}
+
+/// Waits (up to three minutes: a build takes seconds of CPU, more on a busy machine) until the
+/// file at `log_path` contains `text`.
+async fn wait_for_log(log_path: &Path, text: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let printed = std::fs::read_to_string(log_path).unwrap_or_default();
+        if printed.contains(text) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never logged `{text}`: {printed}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_desktop_run_compiles_shared_graphs_unless_told_not_to() {
+    let service = common::TestService::start().await;
+    let project = service.project("Acme", "alice").await;
+    let desktop_token = service.desktop(&project).await.token;
+    let agent = common::mcp_client(
+        &service.mcp_url(),
+        &service.full_agent(&project).await,
+        common::Era::Current,
+    )
+    .await;
+    let (provider_url, _received) = scripted_provider().await;
+    for (compiled, extra) in [(true, &[][..]), (false, &["--no-compiled-graphs"][..])] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let state = dir.path().join("desktop.db");
+        let providers = dir.path().join("providers.toml");
+        let session = share_a_graph_that_asks_a_model(
+            dir.path(),
+            &state,
+            &providers,
+            &project,
+            &provider_url,
+        );
+        let log_path = dir.path().join("relay.log");
+        let relay = start_desktop_relay_with(
+            &state,
+            &providers,
+            &service.base,
+            &desktop_token,
+            &log_path,
+            extra,
+        );
+        wait_until_synced(&agent, &project, &session).await;
+        if compiled {
+            // Shared is enough: the relay compiles the graph beside its state.
+            wait_for_log(&log_path, "compiled a shared graph").await;
+        }
+        let run = run_to_the_end(&agent, &session, &format!("compile-{compiled}")).await;
+        assert_eq!(run["status"], "completed", "{run}");
+        assert_eq!(run["result"]["text"], "hi from the provider");
+        drop(relay);
+        let printed = std::fs::read_to_string(&log_path).expect("log");
+        let artifacts: Vec<_> = std::fs::read_dir(dir.path().join("desktop.db.compiled"))
+            .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        if compiled {
+            assert!(printed.contains("(engine wasm-compiled,"), "{printed}");
+            assert_eq!(artifacts.len(), 1, "{artifacts:?}");
+        } else {
+            assert!(printed.contains("(engine wasm,"), "{printed}");
+            assert!(artifacts.is_empty(), "{artifacts:?}");
+        }
+    }
+    agent.cancel().await.expect("close");
+    service.stop().await;
 }
