@@ -114,6 +114,18 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A build's temporary file left behind by a relay stopped while it wrote (`.graphrelay-*.tmp`,
+/// see `runner::output::replace_file`), older than an hour: no build takes that long.
+fn is_leftover(name: &str, entry: &std::fs::DirEntry) -> bool {
+    let hour_ago = runner::clock::wall_now().checked_sub(std::time::Duration::from_secs(3600));
+    name.starts_with(".graphrelay-")
+        && name.ends_with(".tmp")
+        && entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|modified| hour_ago.is_some_and(|cutoff| modified < cutoff))
+}
+
 /// Whether `name` is an artifact's file name (`<64 hex>.wasm`).
 fn is_artifact(name: &str) -> bool {
     name.strip_suffix(".wasm")
@@ -249,7 +261,7 @@ impl CompiledGraphs {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             let needed = name.strip_suffix(".wasm").is_some_and(|k| keep.contains(k));
-            if is_artifact(name) && !needed {
+            if is_leftover(name, &entry) || (is_artifact(name) && !needed) {
                 match std::fs::remove_file(entry.path()) {
                     Ok(()) => tracing::debug!(
                         artifact = name,
@@ -466,5 +478,43 @@ mod tests {
         assert_ne!(key, other.key("export default () => 1"));
         assert!(!is_artifact("notes.wasm"));
         assert!(!is_artifact(&format!("{key}.wasm.tmp")));
+    }
+
+    #[test]
+    fn pruning_removes_unneeded_artifacts_and_old_leftovers_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let generic: Arc<dyn Engine> = Arc::new(runner::engine::boa::BoaEngine::default());
+        let graphs = CompiledGraphs::new(dir.path().into(), WasmLimits::default(), generic);
+        let (kept, gone) = (graphs.key("kept"), graphs.key("gone"));
+        let write = |name: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, b"x").expect("write");
+            path
+        };
+        write(&format!("{kept}.wasm"));
+        write(&format!("{gone}.wasm"));
+        write("notes.wasm");
+        write(".graphrelay-1-0.tmp");
+        let old = write(".graphrelay-1-1.tmp");
+        let two_hours_ago = runner::clock::wall_now() - std::time::Duration::from_secs(7200);
+        std::fs::File::options()
+            .write(true)
+            .open(&old)
+            .and_then(|file| file.set_modified(two_hours_ago))
+            .expect("age the leftover");
+        graphs.prune(&HashSet::from([kept.clone()]));
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        left.sort();
+        let mut expected = vec![
+            ".graphrelay-1-0.tmp".to_owned(),
+            format!("{kept}.wasm"),
+            "notes.wasm".to_owned(),
+        ];
+        expected.sort();
+        assert_eq!(left, expected);
     }
 }
