@@ -1009,6 +1009,9 @@ export default async function (args, g) {
         );
         // Every round passed its expectations; only the differing ones failed.
         let last = stdout.lines().last().unwrap_or("");
-        assert!(last.ends_with(" failed over 200 rounds"), "{engine}: {last}");
+        assert!(
+            last.ends_with(" failed over 200 rounds"),
+            "{engine}: {last}"
+        );
     }
 }

@@ -200,7 +200,7 @@ fn stand_in_path(path: &str, scheme: &str, file: FilePath) -> String {
     let mut rest = path;
     loop {
         let end = rest.find(sep).unwrap_or(rest.len());
-        let segment = rest[..end].as_bytes();
+        let segment = &rest.as_bytes()[..end];
         if drive(segment) {
             out.push(char::from(segment[0]));
             out.push(if segment[1] == b':' {
@@ -570,7 +570,11 @@ fn follow_the_standard(url: &mut Url) {
     }
     if url.has_authority() && !url[Position::AfterPort..Position::BeforePath].is_empty() {
         // The `/.` of a hostless path that has a host now.
-        let text = format!("{}{}", &url[..Position::AfterPort], &url[Position::BeforePath..]);
+        let text = format!(
+            "{}{}",
+            &url[..Position::AfterPort],
+            &url[Position::BeforePath..]
+        );
         if let Ok(fixed) = Url::parse(&text) {
             *url = fixed;
         }

@@ -418,7 +418,10 @@ mod tests {
 
     /// The real engine, counting the graphs it describes.
     #[derive(Default)]
-    struct Counting(crate::engine::boa::BoaEngine, std::sync::atomic::AtomicUsize);
+    struct Counting(
+        crate::engine::boa::BoaEngine,
+        std::sync::atomic::AtomicUsize,
+    );
 
     impl Engine for Counting {
         fn name(&self) -> &'static str {
@@ -445,7 +448,9 @@ mod tests {
     async fn a_folder_load_takes_the_description_of_the_graph_being_run() {
         let dir = tempfile::tempdir().expect("tempdir");
         let graph = |slug: &str| {
-            format!("export const meta = {{name: '{slug}', slug: '{slug}', version: '1'}};\nexport default async function () {{ return 1; }}")
+            format!(
+                "export const meta = {{name: '{slug}', slug: '{slug}', version: '1'}};\nexport default async function () {{ return 1; }}"
+            )
         };
         let (run, other) = (dir.path().join("run.js"), dir.path().join("other.js"));
         std::fs::write(&run, graph("run")).expect("run.js");
