@@ -36,7 +36,7 @@ use crate::host::approvals::{
     ApprovalPolicy, ApprovalRequest, Approver, BoxFuture, Decision, Policy,
 };
 use crate::host::engine::Engine;
-use crate::host::events::EventSink;
+use crate::host::events::{CollectingSink, EventSink, FanOut};
 use crate::host::graphs::{Catalog, DESCRIBE_TIMEOUT, FolderCatalog};
 use crate::host::mock::{MockError, MockProvider};
 use crate::host::time::ClockSetting;
@@ -44,6 +44,9 @@ use crate::host::tools::{Folder, ToolRegistry};
 use crate::input::{InputError, MAX_DATA_FILE_BYTES, read_script, read_text_at_most};
 use crate::run::{RunOptions, RunOutcome, RunRequest, RunStatus, run_graph};
 use graph_js::{Failure, FailureCode};
+
+mod rounds;
+pub use rounds::RoundRecord;
 
 /// Suffix of test files.
 pub const TEST_SUFFIX: &str = ".test.json";
@@ -294,6 +297,11 @@ pub struct CaseReport {
     /// The last lines of its run's trace (at most [`TRACE_TAIL_LINES`]), as `--verbose` prints
     /// them: what `runner test --junit` shows under a failure.
     pub trace: Vec<String>,
+    /// What `runner test --repeat` compares between rounds (see [`RoundRecord`]): kept when
+    /// the case fixes its seed and clock (itself or through the flags) and its agents answer
+    /// from its own replies (or there is no provider at all), so that every round must repeat
+    /// the first. `None` for a case left to chance (a real clock, a fresh seed, a live model).
+    pub record: Option<RoundRecord>,
 }
 
 /// Most trace lines a [`CaseReport`] keeps: the end of the run, where a failure shows.
@@ -490,6 +498,7 @@ async fn run_file(file: &Path, suite: &Suite<'_>) -> Vec<CaseReport> {
             clock: None,
             duration: Duration::ZERO,
             trace: Vec::new(),
+            record: None,
         }]
     };
     let text = match read_text_at_most(file, MAX_DATA_FILE_BYTES) {
@@ -512,31 +521,62 @@ async fn run_file(file: &Path, suite: &Suite<'_>) -> Vec<CaseReport> {
             .clone()
             .or_else(|| default_graph.clone())
             .unwrap_or_else(|| format!("{stem}.js"));
-        let stopwatch = crate::clock::Stopwatch::start();
-        let tail = Arc::new(TraceTail::default());
-        let graph = base.join(&graph);
-        let (problems, outcome) = match run_case(&case, &graph, base, suite, tail.clone()).await {
-            Ok((outcome, folder)) => (
-                check(&case.expect, &outcome, &folder.confined),
-                Some(outcome),
-            ),
-            Err(problem) => (vec![problem.to_string()], None),
-        };
-        reports.push(CaseReport {
-            file: file.to_path_buf(),
-            name,
-            problems,
-            outcome,
-            seed: case.seed,
-            clock: case
-                .clock
-                .as_deref()
-                .and_then(|c| ClockSetting::parse(c).ok()),
-            duration: stopwatch.elapsed(),
-            trace: tail.lines(),
-        });
+        let mut report = run_one(&case, &base.join(&graph), base, suite).await;
+        report.file = file.to_path_buf();
+        report.name = name;
+        reports.push(report);
     }
     reports
+}
+
+/// Runs one case of a test file in `base` on `graph` and checks it (the report's file and name
+/// are left for the caller to fill in).
+async fn run_one(case: &TestCase, graph: &Path, base: &Path, suite: &Suite<'_>) -> CaseReport {
+    let stopwatch = crate::clock::Stopwatch::start();
+    let tail = Arc::new(TraceTail::default());
+    let collected = repeatable(case, suite).then(|| Arc::new(CollectingSink::default()));
+    let mut sinks: Vec<Arc<dyn EventSink>> = vec![suite.events.clone(), tail.clone()];
+    if let Some(collected) = &collected {
+        sinks.push(collected.clone());
+    }
+    let ran = run_case(case, graph, base, suite, Arc::new(FanOut(sinks))).await;
+    let (problems, outcome) = match ran {
+        Ok((outcome, folder)) => (
+            check(&case.expect, &outcome, &folder.confined),
+            Some(outcome),
+        ),
+        Err(problem) => (vec![problem.to_string()], None),
+    };
+    let record = outcome
+        .as_ref()
+        .zip(collected)
+        .map(|(outcome, events)| RoundRecord::new(outcome, &events.events()));
+    CaseReport {
+        file: PathBuf::new(),
+        name: String::new(),
+        problems,
+        outcome,
+        seed: case.seed,
+        clock: case
+            .clock
+            .as_deref()
+            .and_then(|c| ClockSetting::parse(c).ok()),
+        duration: stopwatch.elapsed(),
+        trace: tail.lines(),
+        record,
+    }
+}
+
+/// Whether every run of `case` must be the same: its seed and clock are fixed (by the case or
+/// the flags) and its agents answer from its own replies, or fail for want of a provider.
+fn repeatable(case: &TestCase, suite: &Suite<'_>) -> bool {
+    let seed = case.seed.or(suite.defaults.seed).is_some();
+    let clock = match &case.clock {
+        Some(text) => ClockSetting::parse(text).ok(),
+        None => Some(suite.defaults.clock),
+    };
+    let replies = case.replies.is_some() || case.replies_file.is_some();
+    seed && matches!(clock, Some(ClockSetting::Fixed(_))) && (replies || suite.provider.is_none())
 }
 
 /// A case's temporary folder, kept until its files are checked, and the same folder under the
@@ -551,7 +591,7 @@ async fn run_case(
     graph: &Path,
     base: &Path,
     suite: &Suite<'_>,
-    tail: Arc<TraceTail>,
+    events: Arc<dyn EventSink>,
 ) -> Result<(RunOutcome, CaseFolder), CaseError> {
     let script = read_script(graph).map_err(|reason| CaseError::Graph {
         path: graph.display().to_string(),
@@ -596,10 +636,7 @@ async fn run_case(
     if let Some(secs) = case.timeout_secs {
         options.timeout = Duration::from_secs(secs);
     }
-    options.events = Arc::new(crate::host::events::FanOut(vec![
-        suite.events.clone(),
-        tail,
-    ]));
+    options.events = events;
     // The graph's path, as its errors name it.
     let graph_name = graph.display().to_string();
     let outcome = run_graph(
@@ -803,5 +840,172 @@ mod tests {
                 .expect("valid");
         assert_eq!(graph, None);
         assert_eq!(cases[0].args["x"], 1);
+    }
+
+    mod rounds {
+        use crate::host::events::{Event, EventKind};
+        use crate::run::{RunOutcome, RunStatus};
+        use crate::testing::RoundRecord;
+
+        fn outcome(total_tokens: u64) -> RunOutcome {
+            RunOutcome {
+                run_id: "run-1".into(),
+                status: RunStatus::Completed,
+                result: Some(serde_json::json!({"waves": 2})),
+                error: None,
+                total_tokens,
+                reported_cost: 0.0,
+                location: None,
+            }
+        }
+
+        fn at(elapsed_ms: u64, depth: usize, kind: EventKind) -> Event {
+            Event {
+                elapsed_ms,
+                depth,
+                kind,
+            }
+        }
+
+        fn started(ms: u64, depth: usize, handle: u32) -> Event {
+            let kind = EventKind::AgentStarted {
+                handle,
+                label: None,
+                max_tokens: None,
+            };
+            at(ms, depth, kind)
+        }
+
+        fn finished(ms: u64, depth: usize, handle: u32, tokens: u64) -> Event {
+            let kind = EventKind::AgentFinished {
+                handle,
+                label: None,
+                tokens,
+                cost: 0.0,
+            };
+            at(ms, depth, kind)
+        }
+
+        fn log(ms: u64, depth: usize, message: &str) -> Event {
+            let message = message.to_owned();
+            at(ms, depth, EventKind::Log { message })
+        }
+
+        fn run_started(run_id: &str) -> Event {
+            let kind = EventKind::RunStarted {
+                run_id: run_id.into(),
+                graph: "waves".into(),
+                engine: "boa".into(),
+                seed: 7,
+                clock: "fixed:2026-01-01T00:00:00Z".into(),
+            };
+            at(0, 0, kind)
+        }
+
+        fn nested(ms: u64, handle: u32, finished: bool) -> Event {
+            let slug = "fanout".to_owned();
+            let kind = if finished {
+                EventKind::GraphFinished {
+                    handle,
+                    slug,
+                    error: None,
+                }
+            } else {
+                EventKind::GraphStarted { handle, slug }
+            };
+            at(ms, 0, kind)
+        }
+
+        fn difference(first: &[Event], later: &[Event], tokens: (u64, u64)) -> Option<String> {
+            RoundRecord::new(&outcome(tokens.0), first)
+                .first_difference(&RoundRecord::new(&outcome(tokens.1), later), 3)
+        }
+
+        /// Two agents of one wave finishing at one virtual moment may be reported in either
+        /// order (their tasks run side by side), and the run's id differs by design; the rest
+        /// is the same.
+        #[test]
+        fn what_runs_side_by_side_at_one_moment_may_interleave_and_the_run_id_differs() {
+            let first = [
+                run_started("a"),
+                started(0, 0, 1),
+                started(0, 0, 2),
+                finished(40, 0, 1, 50),
+                finished(40, 0, 2, 50),
+                log(40, 0, "wave 2"),
+            ];
+            let later = [
+                run_started("b"),
+                started(0, 0, 1),
+                started(0, 0, 2),
+                finished(40, 0, 2, 50),
+                log(40, 0, "wave 2"),
+                finished(40, 0, 1, 50),
+            ];
+            assert_eq!(difference(&first, &later, (100, 100)), None);
+        }
+
+        #[test]
+        fn the_outcome_comes_first_then_the_earliest_trace_difference() {
+            let first = [started(0, 0, 1), finished(40, 0, 1, 50), log(50, 0, "a")];
+            assert_eq!(
+                difference(&first, &first, (100, 150)).as_deref(),
+                Some("total_tokens: round 1 had 100, round 3 had 150")
+            );
+            // The agent finished later: its event is named with both times.
+            let later = [started(0, 0, 1), finished(45, 0, 1, 50), log(50, 0, "b")];
+            assert_eq!(
+                difference(&first, &later, (100, 100)).as_deref(),
+                Some(
+                    r#"the trace, agent #1 (event 2): round 1 had {"event":"agent_finished","handle":1,"label":null,"tokens":50,"cost":0.0} at 40 ms, round 3 had {"event":"agent_finished","handle":1,"label":null,"tokens":50,"cost":0.0} at 45 ms"#
+                )
+            );
+            // One stream's own order counts even at one moment.
+            let first = [log(5, 0, "one"), log(5, 0, "two")];
+            let later = [log(5, 0, "two"), log(5, 0, "one")];
+            let found = difference(&first, &later, (0, 0)).expect("a difference");
+            assert!(
+                found.starts_with("the trace, the graph's log (event 1): round 1 had "),
+                "{found}"
+            );
+            // A missing event is one too.
+            let found = difference(&first, &first[..1], (0, 0)).expect("a difference");
+            assert!(found.ends_with("round 3 had nothing more"), "{found}");
+        }
+
+        /// A nested graph running alone has streams of its own; two running side by side are
+        /// compared as what happened at each moment.
+        #[test]
+        fn nested_graphs_are_told_apart_unless_they_run_side_by_side() {
+            let alone = |second: &str| {
+                vec![
+                    nested(0, 1, false),
+                    log(0, 1, "one"),
+                    log(0, 1, second),
+                    started(0, 1, 1),
+                    nested(10, 1, true),
+                ]
+            };
+            let found = difference(&alone("two"), &alone("2"), (0, 0)).expect("differs");
+            assert!(
+                found.starts_with("the trace, the log of nested graph #1 (event 2)"),
+                "{found}"
+            );
+            let side_by_side = |swap: bool| {
+                let (a, b) = if swap { ("b", "a") } else { ("a", "b") };
+                vec![
+                    nested(0, 1, false),
+                    nested(0, 2, false),
+                    log(0, 1, a),
+                    log(0, 1, b),
+                    nested(10, 1, true),
+                    nested(10, 2, true),
+                ]
+            };
+            assert_eq!(
+                difference(&side_by_side(false), &side_by_side(true), (0, 0)),
+                None
+            );
+        }
     }
 }

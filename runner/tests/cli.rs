@@ -955,3 +955,63 @@ fn a_clock_that_is_not_one_is_a_usage_error() {
         assert_eq!(accepted, repeat == "10000", "--repeat {repeat}: {stderr}");
     }
 }
+
+/// `runner test --repeat` fails a case that fixes its seed and clock yet does not repeat its
+/// first round, naming the case, the round and the first difference. Here the rounds differ
+/// for a reason no rule fixes: eight agents started together share a reply that fits four
+/// times, and the mock counts `times` in the order the agents ask, which is the order the
+/// machine runs them in.
+#[test]
+fn runner_test_repeat_names_the_round_and_the_first_difference() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("race.js"),
+        r#"export const meta = {name: "Race", slug: "race", version: "1"};
+export default async function (args, g) {
+  const replies = await Promise.all([1, 2, 3, 4, 5, 6, 7, 8].map((i) => g.agent({label: `a${i}`, prompt: "p"})));
+  return replies.map((r) => r.text).join("");
+}
+"#,
+    )
+    .expect("graph");
+    let case = json!({
+        "name": "race",
+        "seed": 1,
+        "clock": "fixed:2026-01-01T00:00:00Z",
+        "max_concurrency": 8,
+        "replies": {"replies": [{"text": "x", "tokens": 1, "times": 4}], "default": {"text": "o", "tokens": 1}},
+        "expect": {"status": "completed", "result_contains": "x", "total_tokens": 8}
+    });
+    std::fs::write(dir.path().join("race.test.json"), case.to_string()).expect("test");
+    for engine in ["boa", "wasm"] {
+        let output = runner()
+            .arg("test")
+            .arg(dir.path())
+            .args(["--engine", engine, "--repeat", "200"])
+            .output()
+            .expect("runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(output.status.code(), Some(1), "{engine}: {stdout}");
+        let fail = stdout
+            .lines()
+            .find(|l| l.starts_with("FAIL race (round "))
+            .unwrap_or_else(|| panic!("{engine}: no failing round: {stdout}"));
+        let round = fail
+            .trim_start_matches("FAIL race (round ")
+            .trim_end_matches(')');
+        let problem = format!(
+            "round {round} differs from round 1 under a fixed seed and clock: result: round 1 had \""
+        );
+        assert!(stdout.contains(&problem), "{engine}: {stdout}");
+        assert!(
+            stdout.contains(&format!("\", round {round} had \"")),
+            "{engine}: {stdout}"
+        );
+        // Every round passed its expectations; only the differing ones failed.
+        let last = stdout.lines().last().unwrap_or("");
+        assert!(
+            last.ends_with(" failed over 200 rounds"),
+            "{engine}: {last}"
+        );
+    }
+}

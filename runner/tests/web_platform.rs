@@ -154,3 +154,40 @@ export default function () {
         );
     }
 }
+
+/// Where the url crate departs from the URL standard, `URL` follows the standard (whatwg-url,
+/// its reference implementation, gave every expected value): one case or more of each class
+/// `scripts/fuzz-web.js` found, in both engines.
+const URL_CORNERS: &str = r#"
+export const meta = {name: "URL corners", slug: "url-corners", version: "1"};
+export default async function () {
+  const href = (i, b) => { try { return (b === undefined ? new URL(i) : new URL(i, b)).href; } catch (e) { return e.name; } };
+  const set = (i, attr, v) => { const u = new URL(i); u[attr] = v; return u.href; };
+  const again = new URL("sc:/a");
+  again.pathname = "//x";
+  again.pathname = "y";
+  return {
+    backslash_not_special: [href("/\\x\\y", "sc://host/p/q"), href("sc://u\\@h/a\\b?c\\#d\\"), href("sc://a\\b/"), href("sc:\\\\x"), set("sc://h/p", "username", "a\\b"), set("sc://h/p", "pathname", "a\\..\\b")],
+    drive_letter_not_file: [href("http://h/c|/.."), href("javascript:///C:/../a"), href("sc://h/a/C:/../b"), href("x/C:/..", "http://h/a/b")],
+    slashes_relative_to_special: [href("///h.com/p", "http://x/"), href("\\\\\\h.com/p", "https://x/")],
+    file: [href("file://h//x"), href("file:///a/..//x"), href("/x", "file:///C:/dir/f"), href("file://C:/x"), href("file:/a/c|/.."), href("file://h/./\\x")],
+    credentials_without_host: [href("sc://:@/x"), href("sc://u@:80/x")],
+    setters: [set("sc://h/p", "pathname", ""), set("sc:/p", "search", "\t"), set("http://h/", "hash", "\n#a"), set("sc://h/p", "host", ":80"), set("file://h/p", "host", ""), set("https://h/C:/p", "protocol", "file"), set("sc:/a", "pathname", "//x"), again.href],
+    blob_origin: [new URL("blob:http://h\\x").origin],
+  };
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_follows_the_standard_where_the_url_crate_does_not() {
+    let expected = json!({
+        "backslash_not_special": ["sc://host/\\x\\y", "sc://u%5C@h/a\\b?c\\#d\\", "TypeError", "sc:\\\\x", "sc://a%5Cb@h/p", "sc://h/a\\..\\b"],
+        "drive_letter_not_file": ["http://h/", "javascript:///a", "sc://h/a/b", "http://h/a/x/"],
+        "slashes_relative_to_special": ["http://h.com/p", "https://h.com/p"],
+        "file": ["file://h//x", "file:////x", "file:///C:/x", "file:///C:/x", "file:///a/", "file://h//x"],
+        "credentials_without_host": ["TypeError", "TypeError"],
+        "setters": ["sc://h", "sc:/p?", "http://h/##a", "sc://h/p", "file:///p", "file://h/C:/p", "sc:/.//x", "sc:/y"],
+        "blob_origin": ["http://h"],
+    });
+    common::completes_with(URL_CORNERS, expected).await;
+}

@@ -13,6 +13,7 @@ mod failure;
 mod location;
 mod meta;
 mod web;
+mod web_url;
 
 use std::cell::RefCell;
 

@@ -1,5 +1,6 @@
 //! The natives under `web.js`'s URL, URLSearchParams, TextEncoder, TextDecoder, atob and btoa:
-//! the `url` crate (the WHATWG URL standard, with its setters in `url::quirks` and its
+//! the `url` crate (the WHATWG URL standard, with its setters in `url::quirks`, brought to the
+//! standard where it departs from it in [`crate::web_url`], and its
 //! application/x-www-form-urlencoded in `form_urlencoded`), std's UTF-8 and the `base64` crate.
 //! `web.js` keeps the JS-facing shapes: the classes, argument conversion and the errors' types.
 //!
@@ -7,6 +8,7 @@
 //! the same answers. A parsed URL lives in an opaque object ([`UrlRecord`]) that only web.js
 //! holds, in a private field.
 
+use crate::web_url::Record;
 use base64::Engine as _;
 use boa_engine::object::ObjectInitializer;
 use boa_engine::object::builtins::{JsArray, JsArrayBuffer, JsTypedArray, JsUint8Array};
@@ -14,7 +16,6 @@ use boa_engine::{
     Context, Finalize, JsData, JsNativeError, JsObject, JsResult, JsString, JsValue,
     NativeFunction, Trace, js_string,
 };
-use url::{Url, quirks};
 
 type Native = fn(&JsValue, &[JsValue], &mut Context) -> JsResult<JsValue>;
 
@@ -241,10 +242,10 @@ pub(crate) fn forgiving_base64(units: &[u16]) -> Option<Vec<u8>> {
     engine.decode(&data).ok()
 }
 
-/// A parsed URL, held by web.js's `URL` in a private field.
+/// A parsed URL ([`crate::web_url`]), held by web.js's `URL` in a private field.
 #[derive(Trace, Finalize, JsData)]
 #[boa_gc(unsafe_empty_trace)]
-struct UrlRecord(Url);
+struct UrlRecord(Record);
 
 /// `new URL(args[0], args[1])`: the parsed URL's record, or null when the input (or the base,
 /// if given and not undefined) is not a valid URL.
@@ -252,42 +253,12 @@ fn url_parse(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<J
     let input = usv_arg(args, 0, context)?;
     let base = match arg(args, 1) {
         base if base.is_undefined() => None,
-        _ => match Url::parse(&usv_arg(args, 1, context)?) {
-            Ok(base) => Some(base),
-            Err(_) => return Ok(JsValue::null()),
-        },
+        _ => Some(usv_arg(args, 1, context)?),
     };
-    Ok(match Url::options().base_url(base.as_ref()).parse(&input) {
-        Ok(mut url) => {
-            follow_the_standard(&mut url);
-            JsObject::from_proto_and_data(None, UrlRecord(url)).into()
-        }
-        Err(_) => JsValue::null(),
+    Ok(match Record::parse(&input, base.as_deref()) {
+        Some(record) => JsObject::from_proto_and_data(None, UrlRecord(record)).into(),
+        None => JsValue::null(),
     })
-}
-
-/// Brings `url` up to two changes the URL standard made after the url crate's release (2.5.8;
-/// whatwg-url 16 has them): `^` in a hierarchical path is percent-encoded, and in an opaque path a
-/// space right before the query or fragment is written `%20` (so that removing the query later
-/// keeps it). Run after every parse and setter.
-pub(crate) fn follow_the_standard(url: &mut Url) {
-    if !url.cannot_be_a_base() {
-        if url.path().contains('^') {
-            let path = url.path().replace('^', "%5E");
-            url.set_path(&path);
-        }
-        return;
-    }
-    let path = url.path();
-    if let Some(kept) = path.strip_suffix(' ')
-        && (url.query().is_some() || url.fragment().is_some())
-    {
-        let rest = &url[url::Position::AfterPath..];
-        let text = format!("{}:{kept}%20{rest}", url.scheme());
-        if let Ok(fixed) = Url::parse(&text) {
-            *url = fixed;
-        }
-    }
 }
 
 fn record_of(value: &JsValue) -> JsResult<JsObject> {
@@ -297,38 +268,19 @@ fn record_of(value: &JsValue) -> JsResult<JsObject> {
         .ok_or_else(|| type_error("not a URL record"))
 }
 
-/// The URL attributes, in the order web.js numbers them.
-const PARTS: [fn(&Url) -> &str; 10] = [
-    quirks::href,
-    quirks::protocol,
-    quirks::username,
-    quirks::password,
-    quirks::host,
-    quirks::hostname,
-    quirks::port,
-    quirks::pathname,
-    quirks::search,
-    quirks::hash,
-];
-
-/// The attribute `args[1]` of the URL record `args[0]` (see [`PARTS`]; 10 is the origin, 11 the
-/// query without its `?`, for URLSearchParams).
+/// The attribute `args[1]` of the URL record `args[0]` (href, protocol, username, password,
+/// host, hostname, port, pathname, search, hash; 10 is the origin, 11 the query without its
+/// `?`, for URLSearchParams).
 fn url_part(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
     let record = record_of(&arg(args, 0))?;
     let index = arg(args, 1).to_index(context)?;
     let record = record
         .downcast_ref::<UrlRecord>()
         .ok_or_else(|| type_error("not a URL record"))?;
-    let url = &record.0;
-    let text = match index {
-        10 => quirks::origin(url),
-        11 => url.query().unwrap_or_default().to_owned(),
-        _ => usize::try_from(index)
-            .ok()
-            .and_then(|index| PARTS.get(index))
-            .map(|part| part(url).to_owned())
-            .ok_or_else(|| type_error("no such URL attribute"))?,
-    };
+    let text = usize::try_from(index)
+        .ok()
+        .and_then(|index| record.0.part(index))
+        .ok_or_else(|| type_error("no such URL attribute"))?;
     Ok(JsString::from(text.as_str()).into())
 }
 
@@ -342,28 +294,11 @@ fn url_set(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsV
     let mut record = record
         .downcast_mut::<UrlRecord>()
         .ok_or_else(|| type_error("not a URL record"))?;
-    let url = &mut record.0;
-    match index {
-        0 => {
-            let parsed = quirks::set_href(url, &value).is_ok();
-            follow_the_standard(url);
-            return Ok(parsed.into());
-        }
-        // The other setters ignore a value they cannot use, as the standard says.
-        1 => quirks::set_protocol(url, &value).unwrap_or(()),
-        2 => quirks::set_username(url, &value).unwrap_or(()),
-        3 => quirks::set_password(url, &value).unwrap_or(()),
-        4 => quirks::set_host(url, &value).unwrap_or(()),
-        5 => quirks::set_hostname(url, &value).unwrap_or(()),
-        6 => quirks::set_port(url, &value).unwrap_or(()),
-        7 => quirks::set_pathname(url, &value),
-        8 => quirks::set_search(url, &value),
-        9 => quirks::set_hash(url, &value),
-        11 => url.set_query((!value.is_empty()).then_some(value.as_str())),
-        _ => return Err(type_error("no such URL attribute")),
-    }
-    follow_the_standard(url);
-    Ok(true.into())
+    let set = usize::try_from(index)
+        .ok()
+        .and_then(|index| record.0.set(index, &value))
+        .ok_or_else(|| type_error("no such URL attribute"))?;
+    Ok(set.into())
 }
 
 /// application/x-www-form-urlencoded parsing of `args[0]`: a list of `[name, value]` pairs.

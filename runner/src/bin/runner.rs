@@ -15,7 +15,9 @@ use runner::engine::{Engine, EngineKind};
 use runner::host::agents::AgentProvider;
 use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
 use runner::host::events::{EventSink, NullSink};
-use runner::host::graphs::{Catalog, CatalogError, DESCRIBE_TIMEOUT, FolderCatalog, WASM_MAGIC};
+use runner::host::graphs::{
+    Catalog, CatalogError, DESCRIBE_TIMEOUT, Described, FolderCatalog, WASM_MAGIC, describe_within,
+};
 use runner::host::mock::MockProvider;
 use runner::host::time::ClockSetting;
 use runner::host::tools::ToolRegistry;
@@ -74,8 +76,10 @@ enum Command {
         providers: ProviderArgs,
         #[command(flatten)]
         replay: ReplayArgs,
-        /// Run the whole folder this many times; a case whose seed and clock are both fixed
-        /// must give the same outcome every time.
+        /// Run the whole folder this many times. A case that fixes its seed and clock and
+        /// answers its agents from its own replies must repeat its first round exactly: the
+        /// same outcome, `total_tokens` and trace (each graph's, nested graph's and agent's
+        /// events in order, at the same virtual times); the first difference fails it.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=MAX_REPEAT as i64))]
         repeat: u32,
         #[command(flatten)]
@@ -387,19 +391,22 @@ fn parse_args(text: &str) -> anyhow::Result<Value> {
 
 /// `--args` against the graph's `meta.args`, before anything runs (exit 2 naming the failing
 /// path). A graph whose meta cannot be read at all runs as before and the run says what is
-/// wrong; a `meta.args` that is no valid schema stops here.
+/// wrong; a `meta.args` that is no valid schema stops here. Gives the graph's meta, or why it
+/// has none, for the catalog to take instead of describing the graph again.
 async fn check_run_args(
     engine: &Arc<dyn Engine>,
     script: &Arc<str>,
     args: &Value,
     timeout: Duration,
-) -> anyhow::Result<()> {
-    match tokio::time::timeout(timeout, engine.describe(script.clone())).await {
-        Ok(Ok(meta)) => runner::args::check(&meta, args, "args")
-            .map_err(|reason| anyhow::anyhow!("--args: {reason}")),
+) -> anyhow::Result<Result<runner::Meta, String>> {
+    let described = describe_within(engine.as_ref(), script.clone(), timeout).await;
+    match &described {
+        Ok(Ok(meta)) => runner::args::check(meta, args, "args")
+            .map_err(|reason| anyhow::anyhow!("--args: {reason}"))?,
         Ok(Err(error @ runner::MetaError::Args(_))) => bail!("{error}"),
-        Ok(Err(_)) | Err(_) => Ok(()),
+        Ok(Err(_)) | Err(_) => {}
     }
+    Ok(described.and_then(|meta| meta.map_err(|e| e.to_string())))
 }
 
 /// The approval policy the `--allow`, `--ask` and `--deny` flags give.
@@ -420,16 +427,21 @@ fn policy_of(allow: &[String], ask: &[String], deny: &[String]) -> ApprovalPolic
 /// The catalog of nested graphs: `--graphs`, else the graph's own folder, read before the run
 /// as `runner check` reads it (every graph described by the run's own engine, each within the
 /// run's deadline), so a folder with two graphs of one slug is refused with `check`'s message.
+/// The graph being run, when the folder holds it, is not described again: `run` is its
+/// description.
 async fn graphs_catalog(
     args: &RunArgs,
     engine: &Arc<dyn Engine>,
+    run: &Described,
 ) -> Result<Arc<dyn Catalog>, CatalogError> {
     let graphs_dir = match &args.graphs {
         Some(dir) => dir.clone(),
         None => folder_of(&args.file).to_path_buf(),
     };
     let describe_timeout = Duration::from_secs_f64(args.timeout).min(DESCRIBE_TIMEOUT);
-    let catalog = FolderCatalog::load(&graphs_dir, engine.as_ref(), describe_timeout).await?;
+    let catalog =
+        FolderCatalog::load_knowing(&graphs_dir, engine.as_ref(), describe_timeout, Some(run))
+            .await?;
     for (path, reason) in catalog.skipped() {
         tracing::debug!("not in the catalog: {}: {reason}", path.display());
     }
@@ -461,7 +473,11 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         bail!("--timeout must be a positive number of seconds");
     }
     let describe_timeout = Duration::from_secs_f64(args.timeout).min(DESCRIBE_TIMEOUT);
-    check_run_args(&engine, &script, &graph_args, describe_timeout).await?;
+    let described = Described {
+        path: args.file.clone(),
+        script: script.clone(),
+        meta: check_run_args(&engine, &script, &graph_args, describe_timeout).await?,
+    };
     let mut options = RunOptions::new(engine);
     if let Some(path) = &args.replies {
         options.provider = Arc::new(MockProvider::from_file(path)?);
@@ -471,7 +487,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     options.tools = tools;
     options.policy = policy_of(&args.allow, &args.ask, &args.deny);
     options.approver = TerminalApprover::for_stdin();
-    options.catalog = match graphs_catalog(&args, &options.engine).await {
+    options.catalog = match graphs_catalog(&args, &options.engine, &described).await {
         Ok(catalog) => catalog,
         Err(e) => {
             // The words and the exit code of `runner check` for the same folder.
@@ -722,7 +738,7 @@ async fn test(
             |report| rounds.report(round, report),
         )
         .await?;
-        rounds.compare(round, &reports, replay);
+        rounds.compare(round, &reports);
     }
     rounds.finish(repeat, reports.junit.as_deref())
 }
@@ -731,7 +747,10 @@ async fn test(
 /// ones with, the counts, and the tests the reports list.
 #[derive(Default)]
 struct Rounds {
-    first: Vec<(String, Option<runner::run::RunOutcome>)>,
+    first: Vec<(String, Option<runner::testing::RoundRecord>)>,
+    /// Cases of a round that no later round is compared with (left to chance: a real clock,
+    /// a fresh seed or a live model); they must only pass.
+    unrecorded: usize,
     passed: usize,
     failed: usize,
     /// `--json`: one object per test on stdout instead of PASS/FAIL lines.
@@ -774,29 +793,29 @@ impl Rounds {
         self.listed.push(listed);
     }
 
-    /// After a round: a case with a fixed seed and clock whose outcome differs from its first
-    /// round's fails (the run ids differ by design).
-    fn compare(&mut self, round: u32, reports: &[runner::testing::CaseReport], replay: ReplayArgs) {
-        let key = |r: &runner::testing::CaseReport| {
-            let outcome = r.outcome.clone().map(|mut o| {
-                o.run_id.clear();
-                o
-            });
-            (format!("{}: {}", r.file.display(), r.name), outcome)
-        };
+    /// After a round: a case that must repeat itself (a fixed seed and clock, replies of its
+    /// own; see `runner::testing::RoundRecord`) and differs from its first round in its
+    /// outcome or its trace fails, naming the first difference.
+    fn compare(&mut self, round: u32, reports: &[runner::testing::CaseReport]) {
+        let key = |r: &runner::testing::CaseReport| format!("{}: {}", r.file.display(), r.name);
         if round == 1 {
-            self.first = reports.iter().map(key).collect();
+            self.first = reports.iter().map(|r| (key(r), r.record.clone())).collect();
+            self.unrecorded = reports.iter().filter(|r| r.record.is_none()).count();
             return;
         }
         let mut differing = Vec::new();
-        for (report, first) in reports.iter().zip(&self.first) {
-            let fixed = report.seed.or(replay.seed).is_some()
-                && report.clock.unwrap_or(replay.clock) != ClockSetting::Real;
-            if fixed && report.passed() && key(report) != *first {
+        for (report, (first_key, first)) in reports.iter().zip(&self.first) {
+            let (Some(first), Some(record)) = (first, &report.record) else {
+                continue;
+            };
+            if !report.passed() || key(report) != *first_key {
+                continue;
+            }
+            if let Some(difference) = first.first_difference(record, round) {
                 let mut report = report.clone();
-                report.problems.push(
-                    "the outcome differs from round 1 under a fixed seed and clock".to_owned(),
-                );
+                report.problems.push(format!(
+                    "round {round} differs from round 1 under a fixed seed and clock: {difference}"
+                ));
                 differing.push(Listed { report, round });
             }
         }
@@ -811,6 +830,13 @@ impl Rounds {
     fn finish(&self, repeat: u32, junit: Option<&Path>) -> anyhow::Result<ExitCode> {
         let (passed, failed) = (self.passed, self.failed);
         let summary = if repeat > 1 {
+            if self.unrecorded > 0 {
+                let n = self.unrecorded;
+                eprintln!(
+                    "only checked, not compared with round 1: {n} case{} leaving the clock, the seed or the model to chance (a real clock, no seed, no replies of their own)",
+                    if n == 1 { "" } else { "s" }
+                );
+            }
             format!("{passed} passed, {failed} failed over {repeat} rounds")
         } else {
             format!("{passed} passed, {failed} failed")

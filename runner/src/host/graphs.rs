@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use graph_js::{Failure, Meta};
+use graph_js::{Failure, Meta, MetaError};
 
 use super::approvals::BoxFuture;
 use super::engine::Engine;
@@ -105,9 +105,24 @@ impl FolderCatalog {
         engine: &dyn Engine,
         timeout: Duration,
     ) -> Result<Self, CatalogError> {
+        Self::load_knowing(dir, engine, timeout, None).await
+    }
+
+    /// [`Self::load`], taking `known`'s description for its file when the folder holds it
+    /// (the same file, still the same text) instead of evaluating it again.
+    pub async fn load_knowing(
+        dir: &Path,
+        engine: &dyn Engine,
+        timeout: Duration,
+        known: Option<&Described>,
+    ) -> Result<Self, CatalogError> {
         let mut catalog = Self::default();
         for path in graph_files(dir)? {
-            match read_graph_file(&path, engine, timeout).await {
+            let read = match known.and_then(|known| known.reuse(&path)) {
+                Some(read) => read,
+                None => read_graph_file(&path, engine, timeout).await,
+            };
+            match read {
                 Ok(source) => catalog.add_loaded(source, &path)?,
                 Err(e) => catalog.skipped.push((path, e)),
             }
@@ -216,21 +231,65 @@ async fn read_graph_file(
         (read_script(path).map_err(|e| e.to_string())?.into(), None)
     };
     let describer = own_engine.as_deref().unwrap_or(engine);
-    let meta = match tokio::time::timeout(timeout, describer.describe(script.clone())).await {
-        Ok(described) => described.map_err(|e| e.to_string())?,
-        Err(_) => {
-            return Err(format!(
-                "reading its meta took longer than {} s",
-                timeout.as_secs_f64()
-            ));
-        }
-    };
+    let meta = describe_within(describer, script.clone(), timeout)
+        .await?
+        .map_err(|e| e.to_string())?;
     Ok(GraphSource {
         meta,
         script,
         file: Some(path.display().to_string().into()),
         engine: own_engine,
     })
+}
+
+/// `engine`'s reading of `script`'s meta (or why it has none), or, when that takes longer than
+/// `timeout`, the sentence a folder load skips the file with.
+pub async fn describe_within(
+    engine: &dyn Engine,
+    script: Arc<str>,
+    timeout: Duration,
+) -> Result<Result<Meta, MetaError>, String> {
+    tokio::time::timeout(timeout, engine.describe(script))
+        .await
+        .map_err(|_| {
+            format!(
+                "reading its meta took longer than {} s",
+                timeout.as_secs_f64()
+            )
+        })
+}
+
+/// A graph file already read and described (the one `runner run` runs): loading its folder
+/// takes this description instead of evaluating the file a second time.
+#[derive(Debug, Clone)]
+pub struct Described {
+    /// The file.
+    pub path: PathBuf,
+    /// Its text as described (empty for a built component, which this does not cover).
+    pub script: Arc<str>,
+    /// Its meta, or why it has none, in a folder load's words.
+    pub meta: Result<Meta, String>,
+}
+
+impl Described {
+    /// The graph a folder load reads from `path`, when it is this one: a script at the same
+    /// file that still reads the same.
+    fn reuse(&self, path: &Path) -> Option<Result<GraphSource, String>> {
+        let script = path.extension().is_some_and(|x| x == "js") && !self.script.is_empty();
+        let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        };
+        if !script || !same(&self.path, path) || read_script(path).ok()? != *self.script {
+            return None;
+        }
+        Some(self.meta.clone().map(|meta| GraphSource {
+            meta,
+            script: self.script.clone(),
+            file: Some(path.display().to_string().into()),
+            engine: None,
+        }))
+    }
 }
 
 impl Catalog for FolderCatalog {
@@ -355,5 +414,74 @@ mod tests {
         let selfish = vec!["loop".to_owned(); MAX_DEPTH + 1];
         let err = check_depth(&selfish, "loop").unwrap_err();
         assert!(err.message.contains("calls itself"), "{err}");
+    }
+
+    /// The real engine, counting the graphs it describes.
+    #[derive(Default)]
+    struct Counting(
+        crate::engine::boa::BoaEngine,
+        std::sync::atomic::AtomicUsize,
+    );
+
+    impl Engine for Counting {
+        fn name(&self) -> &'static str {
+            "boa"
+        }
+        fn run(
+            &self,
+            script: Arc<str>,
+            args: String,
+            invocation: super::super::Invocation,
+        ) -> BoxFuture<'static, Result<String, super::super::engine::EngineError>> {
+            self.0.run(script, args, invocation)
+        }
+        fn describe(&self, script: Arc<str>) -> BoxFuture<'static, Result<Meta, MetaError>> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.0.describe(script)
+        }
+    }
+
+    /// `runner run` has described the graph it runs: loading the graph's folder takes that
+    /// description instead of evaluating the file again, as long as the file still reads the
+    /// same; the other files are described as before.
+    #[tokio::test]
+    async fn a_folder_load_takes_the_description_of_the_graph_being_run() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let graph = |slug: &str| {
+            format!(
+                "export const meta = {{name: '{slug}', slug: '{slug}', version: '1'}};\nexport default async function () {{ return 1; }}"
+            )
+        };
+        let (run, other) = (dir.path().join("run.js"), dir.path().join("other.js"));
+        std::fs::write(&run, graph("run")).expect("run.js");
+        std::fs::write(&other, graph("other")).expect("other.js");
+        let engine = Counting::default();
+        let script: Arc<str> = graph("run").into();
+        let meta = engine.describe(script.clone()).await.expect("meta");
+        let described = |meta: Result<Meta, String>| Described {
+            path: dir.path().join(".").join("run.js"),
+            script: script.clone(),
+            meta,
+        };
+        let count = || engine.1.load(std::sync::atomic::Ordering::SeqCst);
+        let (folder, counting) = (dir.path(), &engine);
+        let load = move |known: Described| async move {
+            FolderCatalog::load_knowing(folder, counting, DESCRIBE_TIMEOUT, Some(&known))
+                .await
+                .expect("loads")
+        };
+        let catalog = load(described(Ok(meta.clone()))).await;
+        assert_eq!(catalog.slugs().collect::<Vec<_>>(), ["other", "run"]);
+        assert_eq!(count(), 2, "run.js was described once, other.js once");
+        // Why the graph has no meta is the folder's reason to skip it.
+        let catalog = load(described(Err("no meta here".into()))).await;
+        assert_eq!(catalog.slugs().collect::<Vec<_>>(), ["other"]);
+        assert_eq!(catalog.skipped()[0].1, "no meta here");
+        assert_eq!(count(), 3);
+        // A file that changed since is described again.
+        std::fs::write(&run, graph("renamed")).expect("run.js");
+        let catalog = load(described(Ok(meta))).await;
+        assert_eq!(catalog.slugs().collect::<Vec<_>>(), ["other", "renamed"]);
+        assert_eq!(count(), 5);
     }
 }
