@@ -7,6 +7,9 @@
 # Debian's `postgresql` package when no server binary is found.
 # PG_DIR=DIR puts the cluster elsewhere (a test's own cluster, which it may stop and start
 # again: a restart keeps the port the cluster had).
+# PG_TLS_DIR=DIR (with start) turns TLS on with DIR/server.crt and DIR/server.key (PEM; the
+# certificate file may hold the chain) and accepts TCP connections over TLS only (`hostssl`
+# in pg_hba.conf), for the TLS tests. The files are copied into the cluster, which keeps them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="${PG_DIR:-$PWD/target/pg}"
@@ -57,6 +60,10 @@ start() {
         url
         return
     fi
+    local tls_options=""
+    if [[ -n "${PG_TLS_DIR:-}" ]]; then
+        tls_options=$(tls_setup "$PG_TLS_DIR")
+    fi
     # The port of the last start if it is still free (a restart keeps its URL), else a new one.
     local port
     port=$(python3 -c '
@@ -73,9 +80,28 @@ print(s.getsockname()[1])' "$port_file")
     echo "$port" >"$port_file"
     say "starting on 127.0.0.1:$port"
     as_server "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 \
-        -o "-c listen_addresses=127.0.0.1 -p $port -k $data -c fsync=off -c max_connections=300" start >&2 \
+        -o "-c listen_addresses=127.0.0.1 -p $port -k $data -c fsync=off -c max_connections=300 $tls_options" start >&2 \
         || { cat "$data/server.log" >&2 || true; die "the server did not start"; }
     url
+}
+
+# Copies the server's certificate and key into the cluster (the key readable by the server's
+# user only, as PostgreSQL insists), allows TCP over TLS only, and prints the server options.
+tls_setup() {
+    local from="$1"
+    [[ -f "$from/server.crt" && -f "$from/server.key" ]] || die "PG_TLS_DIR=$from needs server.crt and server.key"
+    local owner=()
+    [[ $(id -u) -eq 0 ]] && owner=(-o postgres)
+    install -m 644 "${owner[@]}" "$from/server.crt" "$data/server.crt"
+    install -m 600 "${owner[@]}" "$from/server.key" "$data/server.key"
+    cat >"$data/pg_hba.conf" <<'HBA'
+# scripts/pg.sh with PG_TLS_DIR: TCP only over TLS; the Unix socket (pg_ctl's own checks) as is.
+local   all all              trust
+hostssl all all 127.0.0.1/32 trust
+hostssl all all ::1/128      trust
+HBA
+    [[ $(id -u) -eq 0 ]] && chown postgres "$data/pg_hba.conf"
+    echo "-c ssl=on -c ssl_cert_file=$data/server.crt -c ssl_key_file=$data/server.key"
 }
 
 stop() {

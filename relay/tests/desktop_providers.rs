@@ -64,7 +64,7 @@ fn the_desktop_relay_reads_the_providers_file_and_flags() {
 }
 
 /// Kills the child it holds when dropped, so a failing test leaves no relay behind.
-struct Child(std::process::Child);
+pub(crate) struct Child(std::process::Child);
 
 impl Drop for Child {
     fn drop(&mut self) {
@@ -115,7 +115,7 @@ async fn scripted_provider_using(prompt: u64, completion: u64) -> (String, Recei
     (base, received)
 }
 
-fn desktop(state: &std::path::Path, args: &[&str]) -> String {
+pub(crate) fn desktop(state: &std::path::Path, args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_relay"))
         .arg("desktop")
         .arg("--state")
@@ -200,7 +200,7 @@ async fn a_queued_run_uses_the_provider_the_providers_file_names() {
 /// Writes a graph that asks a `local:` model and a providers file whose `local` provider is the
 /// stand-in at `provider_url` (its key in `GRAPHRELAY_DESKTOP_TEST_KEY`), then adds the graph
 /// to the desktop state and shares it with `project`. Returns the session's id.
-fn share_a_graph_that_asks_a_model(
+pub(crate) fn share_a_graph_that_asks_a_model(
     dir: &Path,
     state: &Path,
     providers: &Path,
@@ -245,7 +245,7 @@ fn share_graph(
 
 /// Starts `relay desktop run` against the service with the providers file and the key in the
 /// environment, everything it prints (at trace level) going to `log_path`.
-fn start_desktop_relay(
+pub(crate) fn start_desktop_relay(
     state: &Path,
     providers: &Path,
     service: &str,
@@ -284,7 +284,7 @@ fn start_desktop_relay_with(
 }
 
 /// Waits (up to `SYNC_DEADLINE`) until the agent sees `session` as the project's first session.
-async fn wait_until_synced(agent: &common::McpClient, project: &str, session: &str) {
+pub(crate) async fn wait_until_synced(agent: &common::McpClient, project: &str, session: &str) {
     let deadline = tokio::time::Instant::now() + SYNC_DEADLINE;
     loop {
         let listed = common::ok(
@@ -302,7 +302,7 @@ async fn wait_until_synced(agent: &common::McpClient, project: &str, session: &s
 }
 
 /// Waits (up to `RUN_DEADLINE`) until the run has finished, and returns it.
-async fn wait_until_finished(agent: &common::McpClient, command: &str) -> Value {
+pub(crate) async fn wait_until_finished(agent: &common::McpClient, command: &str) -> Value {
     let deadline = tokio::time::Instant::now() + RUN_DEADLINE;
     loop {
         let run =

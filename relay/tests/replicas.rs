@@ -30,13 +30,13 @@ const CLAIMS_PER_TASK: usize = 8;
 const SAME_KEY_CALLS: usize = 50;
 
 /// The replicas: each its own process, port and metrics listener, on one database.
-struct Replicas {
-    bases: Vec<String>,
+pub(crate) struct Replicas {
+    pub(crate) bases: Vec<String>,
     metrics: Vec<String>,
-    children: Vec<Child>,
+    pub(crate) children: Vec<Child>,
 }
 
-async fn start_replicas(db: &str, count: usize) -> Replicas {
+pub(crate) async fn start_replicas(db: &str, count: usize) -> Replicas {
     let (mut bases, mut metrics, mut children) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..count {
         let metrics_address = {
@@ -383,7 +383,7 @@ async fn sessions_are_refused_by_other_replicas(token: &str, bases: &[String]) {
 
 /// A load balancer in front of the replicas, as an operator has one: each new connection goes
 /// to the first replica that accepts it (so everything reaches A until A is gone).
-async fn failover_proxy(backends: Vec<String>) -> String {
+pub(crate) async fn failover_proxy(backends: Vec<String>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");

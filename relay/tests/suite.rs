@@ -6,6 +6,7 @@ use relay_testkit as common;
 mod bench_empty_polls;
 mod bench_replicas;
 mod cli;
+mod desktop_failover;
 mod desktop_page;
 mod desktop_providers;
 /// The real local model (`scripts/local-llm.sh`), as the runner's tests find it.

@@ -31,6 +31,7 @@ mod oauth_attacks;
 mod oauth_flow;
 mod owner_tasks;
 mod postgres_replicas;
+mod postgres_tls;
 mod quotas;
 mod request_origins;
 mod restart;

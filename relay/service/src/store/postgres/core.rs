@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 use tokio_postgres::Row;
 use tokio_postgres::types::{FromSql, ToSql};
 
-use super::{PostgresStore, backend};
+use super::{PostgresStore, backend, prepared};
 use crate::chat_tasks::model::TaskId;
 use crate::store::{
     ArtifactInsertOutcome, ArtifactRecord, AuthCodeRecord, AuthSweep, AuthSweepCounts,
@@ -353,12 +353,9 @@ impl PostgresStore {
         params: &[&(dyn ToSql + Sync)],
         map: fn(&Row) -> Result<T, StoreError>,
     ) -> Result<Vec<T>, StoreError> {
-        let rows = self
-            .client()
-            .await?
-            .query(sql, params)
-            .await
-            .map_err(backend)?;
+        let client = self.client().await?;
+        let statement = prepared(&client, sql).await?;
+        let rows = client.query(&statement, params).await.map_err(backend)?;
         rows.iter().map(map).collect()
     }
 
@@ -368,10 +365,10 @@ impl PostgresStore {
         params: &[&(dyn ToSql + Sync)],
         map: fn(&Row) -> Result<T, StoreError>,
     ) -> Result<Option<T>, StoreError> {
-        let row = self
-            .client()
-            .await?
-            .query_opt(sql, params)
+        let client = self.client().await?;
+        let statement = prepared(&client, sql).await?;
+        let row = client
+            .query_opt(&statement, params)
             .await
             .map_err(backend)?;
         row.as_ref().map(map).transpose()
@@ -382,11 +379,9 @@ impl PostgresStore {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64, StoreError> {
-        self.client()
-            .await?
-            .execute(sql, params)
-            .await
-            .map_err(backend)
+        let client = self.client().await?;
+        let statement = prepared(&client, sql).await?;
+        client.execute(&statement, params).await.map_err(backend)
     }
 
     async fn insert_token_impl(&self, token: TokenRecord) -> Result<(), StoreError> {

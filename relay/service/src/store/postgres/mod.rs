@@ -16,11 +16,9 @@ mod console;
 mod core;
 pub mod notify;
 mod presence;
-
-use std::str::FromStr;
+pub mod tls;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::NoTls;
 
 use super::StoreError;
 
@@ -56,13 +54,51 @@ impl std::fmt::Debug for PostgresStore {
 fn backend(error: tokio_postgres::Error) -> StoreError {
     match error.as_db_error() {
         Some(db) => {
-            let detail = format!("PostgreSQL {}: {}", db.code().code(), db.message());
+            let code = db.code().code();
+            let detail = format!(
+                "PostgreSQL {code}: {}{}",
+                db.message(),
+                tls_hint(code, db.message())
+            );
             match fault_of_sqlstate(db.code().code()) {
                 Some(fault) => StoreError::Fault { fault, detail },
                 None => StoreError::Backend(detail),
             }
         }
-        None => StoreError::Backend(format!("PostgreSQL: {error}")),
+        None => StoreError::Backend(format!("PostgreSQL: {}", with_causes(&error))),
+    }
+}
+
+/// `sql` prepared on `client`, from the connection's statement cache after its first use
+/// there: a query then costs one round trip to the server, not two (parse and describe, then
+/// bind and execute). Only for SQL whose text is one of a fixed set (no values spliced in), so
+/// the cache stays as small as the store's list of statements.
+async fn prepared(
+    client: &deadpool_postgres::Object,
+    sql: &str,
+) -> Result<tokio_postgres::Statement, StoreError> {
+    client.prepare_cached(sql).await.map_err(backend)
+}
+
+/// `error` and its causes, "a: b: c": tokio-postgres says only "error performing TLS handshake"
+/// or "error connecting to server" and keeps the why as the source.
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
+}
+
+/// A hint for the errors whose fix is in the URL's TLS settings.
+fn tls_hint(code: &str, message: &str) -> &'static str {
+    if code == "28000" && message.contains("no encryption") {
+        " (the server accepts this connection only over TLS: set sslmode=verify-full, or require, in the database URL instead of disable)"
+    } else {
+        ""
     }
 }
 
@@ -96,9 +132,7 @@ impl PostgresStore {
     /// Like [`PostgresStore::connect`], with every table in `schema` (created if missing): for
     /// tests that want a fresh, empty store per check on one server.
     pub async fn connect_in_schema(url: &str, schema: Option<&str>) -> Result<Self, StoreError> {
-        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
-            StoreError::Backend(format!("`{}` is not a PostgreSQL URL: {e}", redact(url)))
-        })?;
+        let tls::Target { mut config, tls } = tls::parse_url(url)?;
         if let Some(schema) = schema {
             if !schema
                 .bytes()
@@ -110,7 +144,7 @@ impl PostgresStore {
         }
         let manager = Manager::from_config(
             config,
-            NoTls,
+            tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },

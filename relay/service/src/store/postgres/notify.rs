@@ -11,15 +11,15 @@
 //! each listener can measure how late wake-ups reach it (`relay_notify_lag_seconds`); a
 //! payload without the time (an older replica's) wakes its topic all the same.
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 use super::backend;
+use super::tls::{self, MakeRustls};
 use relay_protocol::clock::{Clock, SystemClock, Timestamp};
 
 use crate::metrics::{Histogram, LAG_BUCKETS, SharedHistogram};
@@ -64,23 +64,23 @@ impl PgNotifier {
         {
             return Err(StoreError::Backend(format!("bad channel name `{channel}`")));
         }
-        let config = tokio_postgres::Config::from_str(url)
-            .map_err(|e| StoreError::Backend(format!("not a PostgreSQL URL: {e}")))?;
+        let tls::Target { config, tls } = tls::parse_url(url)?;
+        let link = Link { config, tls };
         let local = Arc::new(LocalNotifier::default());
         let lag = Arc::new(SharedHistogram::new(&LAG_BUCKETS));
         let receiver = Receiver {
             local: local.clone(),
             lag: lag.clone(),
         };
-        let listening = listen(&config, channel, &receiver).await?;
+        let listening = listen(&link, channel, &receiver).await?;
         tokio::spawn(keep_listening(
-            config.clone(),
+            link.clone(),
             channel.to_owned(),
             receiver,
             listening,
         ));
         let (outbox, pending) = mpsc::channel(MAX_PENDING);
-        tokio::spawn(send_all(config, channel.to_owned(), pending));
+        tokio::spawn(send_all(link, channel.to_owned(), pending));
         Ok(Arc::new(PgNotifier { local, outbox, lag }))
     }
 }
@@ -136,13 +136,20 @@ struct Listening {
     _client: tokio_postgres::Client,
 }
 
+/// How to reach the database: the URL's settings and its TLS.
+#[derive(Clone)]
+struct Link {
+    config: tokio_postgres::Config,
+    tls: MakeRustls,
+}
+
 /// Connects and runs `LISTEN`.
-async fn listen(
-    config: &tokio_postgres::Config,
-    channel: &str,
-    receiver: &Receiver,
-) -> Result<Listening, StoreError> {
-    let (client, mut connection) = config.connect(NoTls).await.map_err(backend)?;
+async fn listen(link: &Link, channel: &str, receiver: &Receiver) -> Result<Listening, StoreError> {
+    let (client, mut connection) = link
+        .config
+        .connect(link.tls.clone())
+        .await
+        .map_err(backend)?;
     let receiver = receiver.clone();
     let task = tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
@@ -169,7 +176,7 @@ async fn listen(
 }
 
 async fn keep_listening(
-    config: tokio_postgres::Config,
+    link: Link,
     channel: String,
     receiver: Receiver,
     mut listening: Listening,
@@ -179,7 +186,7 @@ async fn keep_listening(
         let mut backoff = Duration::from_millis(100);
         listening = loop {
             tokio::time::sleep(backoff).await;
-            match listen(&config, &channel, &receiver).await {
+            match listen(&link, &channel, &receiver).await {
                 Ok(again) => break again,
                 Err(error) => {
                     tracing::warn!(%error, "cannot listen for wake-ups yet; retrying");
@@ -193,7 +200,7 @@ async fn keep_listening(
 }
 
 async fn send_all(
-    config: tokio_postgres::Config,
+    link: Link,
     channel: String,
     mut pending: mpsc::Receiver<String>,
 ) {
@@ -201,7 +208,7 @@ async fn send_all(
     while let Some(name) = pending.recv().await {
         for _attempt in 0..2 {
             if client.is_none() {
-                client = match config.connect(NoTls).await {
+                client = match link.config.connect(link.tls.clone()).await {
                     Ok((c, connection)) => {
                         tokio::spawn(connection);
                         Some(c)
