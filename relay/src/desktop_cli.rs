@@ -256,6 +256,11 @@ struct RunArgs {
     /// Seconds between cancel-flag reads of a running command.
     #[arg(long = "control-interval", default_value_t = 3.0)]
     control_interval: f64,
+    /// Long-poll mode: hold a sync per enabled project open (up to 25 s) so queued runs and
+    /// cancels arrive at once; the timed passes stay for the outbox and as the fallback. A
+    /// failed long poll is retried after 1 s, doubling up to the poll interval.
+    #[arg(long = "long-poll")]
+    long_poll: bool,
     /// The engine: the wasm sandbox, or boa in-process (trusted graphs only).
     #[arg(long, value_enum, default_value_t = EngineKind::Wasm)]
     engine: EngineKind,
@@ -782,6 +787,9 @@ async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
     let config = DesktopConfig {
         poll_interval: seconds("--poll-interval", args.poll_interval)?,
         control_interval: seconds("--control-interval", args.control_interval)?,
+        long_poll: args
+            .long_poll
+            .then_some(relay_desktop::DEFAULT_LONG_POLL),
         approval_timeout: seconds("--approval-timeout", args.approval_timeout)?,
         graph_timeout: seconds("--graph-timeout", args.graph_timeout)?,
         token_cap: Some(args.default_max_tokens),

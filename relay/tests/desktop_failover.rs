@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::common::{self, Era};
 use crate::desktop_providers::{
-    desktop, share_a_graph_that_asks_a_model, start_desktop_relay, wait_until_finished,
+    desktop, share_a_graph_that_asks_a_model, spawn_desktop_relay, wait_until_finished,
     wait_until_synced,
 };
 use crate::postgres_cli::fresh_database;
@@ -97,6 +97,36 @@ fn executions_of(history: &Value, command: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Waits (up to [`PICKUP_DEADLINE`]) until the replica whose `/metrics` is at `metrics`
+/// holds at least `count` long-poll syncs.
+async fn held_syncs_reach(metrics: &str, count: u32) {
+    let http = common::http_client();
+    let deadline = tokio::time::Instant::now() + PICKUP_DEADLINE;
+    loop {
+        let text = http
+            .get(metrics)
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text");
+        let held = text
+            .lines()
+            .find_map(|line| line.strip_prefix("relay_held_requests{kind=\"sync\"} "))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if held >= f64::from(count) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{metrics}: {held} syncs held"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_desktop_process_long_polls_through_a_failover_and_its_run_completes_once() {
     let Some(url) = common::postgres_url() else {
@@ -124,17 +154,19 @@ async fn a_desktop_process_long_polls_through_a_failover_and_its_run_completes_o
         &provider.base,
     );
     let log_path = dir.path().join("relay.log");
-    let relay = start_desktop_relay(
+    // Long-poll mode; timed passes every 5 s only as the fallback (and for the outbox).
+    let relay = spawn_desktop_relay(
         &state,
         &providers,
-        &balancer,
-        &admin.desktop_token,
+        [&balancer, &admin.desktop_token],
         &log_path,
+        &["--long-poll", "--poll-interval", "5"],
     );
     wait_until_synced(&agent_b, &admin.project, &session).await;
 
     // Queued through B while the desktop long-polls A: the desktop picks it up and its graph
     // waits on the provider.
+    held_syncs_reach(&replicas.metrics[0], 1).await;
     let first = queue(&agent_b, &session, "failover-1").await;
     tokio::time::timeout(PICKUP_DEADLINE, provider.arrived.recv())
         .await
@@ -154,7 +186,8 @@ async fn a_desktop_process_long_polls_through_a_failover_and_its_run_completes_o
         "{run}"
     );
 
-    // The desktop's long poll now reaches B: a run queued after the kill is picked up too.
+    // The desktop's long poll is held by B now, and a run queued after the kill reaches it.
+    held_syncs_reach(&replicas.metrics[1], 1).await;
     let second = queue(&agent_b, &session, "failover-2").await;
     let run = wait_until_finished(&agent_b, &second).await;
     assert_eq!(run["status"], "completed", "{run}");
@@ -172,7 +205,7 @@ async fn a_desktop_process_long_polls_through_a_failover_and_its_run_completes_o
     let log = std::fs::read_to_string(&log_path).expect("the relay's log");
     assert!(
         log.contains("long poll failed"),
-        "the desktop saw A go and reconnected"
+        "the desktop's poll held by A was cut, and it said so"
     );
     agent_b.cancel().await.ok();
     drop(replicas);

@@ -245,7 +245,7 @@ fn share_graph(
 
 /// Starts `relay desktop run` against the service with the providers file and the key in the
 /// environment, everything it prints (at trace level) going to `log_path`.
-pub(crate) fn start_desktop_relay(
+fn start_desktop_relay(
     state: &Path,
     providers: &Path,
     service: &str,
@@ -264,6 +264,20 @@ fn start_desktop_relay_with(
     log_path: &Path,
     extra: &[&str],
 ) -> Child {
+    let mut flags = vec!["--poll-interval", "0.2"];
+    flags.extend_from_slice(extra);
+    spawn_desktop_relay(state, providers, [service, token], log_path, &flags)
+}
+
+/// `relay desktop run` as [`start_desktop_relay`] starts it, with `flags` instead of its quick
+/// timed passes.
+pub(crate) fn spawn_desktop_relay(
+    state: &Path,
+    providers: &Path,
+    [service, token]: [&str; 2],
+    log_path: &Path,
+    flags: &[&str],
+) -> Child {
     let log = std::fs::File::create(log_path).expect("log");
     Child(
         Command::new(env!("CARGO_BIN_EXE_relay"))
@@ -271,9 +285,9 @@ fn start_desktop_relay_with(
             .arg("--state")
             .arg(state)
             .args(["run", "--service", service, "--token", token])
-            .args(["--poll-interval", "0.2", "--providers"])
+            .args(flags)
+            .arg("--providers")
             .arg(providers)
-            .args(extra)
             .env("GRAPHRELAY_DESKTOP_TEST_KEY", KEY)
             .env("RUST_LOG", "trace")
             .stdout(Stdio::from(log.try_clone().expect("log")))

@@ -32,7 +32,7 @@ const SAME_KEY_CALLS: usize = 50;
 /// The replicas: each its own process, port and metrics listener, on one database.
 pub(crate) struct Replicas {
     pub(crate) bases: Vec<String>,
-    metrics: Vec<String>,
+    pub(crate) metrics: Vec<String>,
     pub(crate) children: Vec<Child>,
 }
 
