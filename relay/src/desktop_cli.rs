@@ -787,9 +787,7 @@ async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
     let config = DesktopConfig {
         poll_interval: seconds("--poll-interval", args.poll_interval)?,
         control_interval: seconds("--control-interval", args.control_interval)?,
-        long_poll: args
-            .long_poll
-            .then_some(relay_desktop::DEFAULT_LONG_POLL),
+        long_poll: args.long_poll.then_some(relay_desktop::DEFAULT_LONG_POLL),
         approval_timeout: seconds("--approval-timeout", args.approval_timeout)?,
         graph_timeout: seconds("--graph-timeout", args.graph_timeout)?,
         token_cap: Some(args.default_max_tokens),

@@ -97,6 +97,19 @@ fn executions_of(history: &Value, command: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Each of `commands` ran once: one provider call each, one completed execution each in the
+/// desktop's history.
+fn each_ran_once(provider: &GatedProvider, state: &std::path::Path, commands: [&str; 2]) {
+    assert_eq!(provider.count.load(Ordering::SeqCst), commands.len());
+    let history: Value =
+        serde_json::from_str(&desktop(state, &["history", "--json"])).expect("history as JSON");
+    for command in commands {
+        let rows = executions_of(&history, command);
+        assert_eq!(rows.len(), 1, "{command}: {rows:?}");
+        assert_eq!(rows[0]["status"], "completed", "{rows:?}");
+    }
+}
+
 /// Waits (up to [`PICKUP_DEADLINE`]) until the replica whose `/metrics` is at `metrics`
 /// holds at least `count` long-poll syncs.
 async fn held_syncs_reach(metrics: &str, count: u32) {
@@ -171,7 +184,8 @@ async fn a_desktop_process_long_polls_through_a_failover_and_its_run_completes_o
     tokio::time::timeout(PICKUP_DEADLINE, provider.arrived.recv())
         .await
         .expect("the desktop picked the run up and asked the provider");
-    let run = common::ok(&common::call(&agent_b, "get_graph_run", json!({"command_id": first})).await);
+    let run =
+        common::ok(&common::call(&agent_b, "get_graph_run", json!({"command_id": first})).await);
     assert_eq!(run["status"], "running", "{run}");
 
     // A dies mid-run; only then does the graph finish.
@@ -193,15 +207,7 @@ async fn a_desktop_process_long_polls_through_a_failover_and_its_run_completes_o
     assert_eq!(run["status"], "completed", "{run}");
 
     drop(relay);
-    // Once: one provider call per run, one execution of each in the desktop's history.
-    assert_eq!(provider.count.load(Ordering::SeqCst), 2);
-    let history: Value = serde_json::from_str(&desktop(&state, &["history", "--json"]))
-        .expect("history as JSON");
-    for command in [&first, &second] {
-        let rows = executions_of(&history, command);
-        assert_eq!(rows.len(), 1, "{command}: {rows:?}");
-        assert_eq!(rows[0]["status"], "completed", "{rows:?}");
-    }
+    each_ran_once(&provider, &state, [&first, &second]);
     let log = std::fs::read_to_string(&log_path).expect("the relay's log");
     assert!(
         log.contains("long poll failed"),

@@ -63,9 +63,25 @@ fn make_ca(dir: &Path, name: &str, subject: &str) {
     openssl(
         dir,
         &[
-            "req", "-x509", "-config", "openssl.cnf", "-extensions", "ca", "-newkey", "ec",
-            "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", &key, "-out", &cert,
-            "-days", "2", "-subj", subject,
+            "req",
+            "-x509",
+            "-config",
+            "openssl.cnf",
+            "-extensions",
+            "ca",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &cert,
+            "-days",
+            "2",
+            "-subj",
+            subject,
         ],
     );
 }
@@ -75,17 +91,43 @@ fn make_server_cert(dir: &Path, ca: &str) {
     openssl(
         dir,
         &[
-            "req", "-new", "-config", "openssl.cnf", "-newkey", "ec", "-pkeyopt",
-            "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "server.key", "-out",
-            "server.csr", "-subj", "/CN=localhost",
+            "req",
+            "-new",
+            "-config",
+            "openssl.cnf",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
         ],
     );
     openssl(
         dir,
         &[
-            "x509", "-req", "-in", "server.csr", "-CA", &format!("{ca}.crt"), "-CAkey",
-            &format!("{ca}.key"), "-CAcreateserial", "-out", "server.crt", "-days", "2",
-            "-extfile", "openssl.cnf", "-extensions", "server",
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            &format!("{ca}.crt"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "openssl.cnf",
+            "-extensions",
+            "server",
         ],
     );
 }
@@ -189,7 +231,10 @@ async fn tls_modes_connect_and_refuse_as_libpq_does() {
     let ca = cluster.cert("ca.crt");
 
     // verify-full with the CA that signed the certificate, on the name it was issued for.
-    let full = cluster.url("localhost", &format!("sslmode=verify-full&sslrootcert={ca}"));
+    let full = cluster.url(
+        "localhost",
+        &format!("sslmode=verify-full&sslrootcert={ca}"),
+    );
     PostgresStore::connect(&full)
         .await
         .expect("verify-full with the right CA connects and migrates");
@@ -224,11 +269,8 @@ async fn tls_modes_connect_and_refuse_as_libpq_does() {
     .await;
     assert!(error.contains("UnknownIssuer"), "{error}");
     // require with a root file checks the chain, as libpq's does.
-    let error = refused(&cluster.url(
-        "127.0.0.1",
-        &format!("sslmode=require&sslrootcert={other}"),
-    ))
-    .await;
+    let error =
+        refused(&cluster.url("127.0.0.1", &format!("sslmode=require&sslrootcert={other}"))).await;
     assert!(error.contains("UnknownIssuer"), "{error}");
 
     // verify-full on a name the certificate is not for.
@@ -262,8 +304,12 @@ async fn wake_ups_cross_replicas_over_verified_tls() {
         "localhost",
         &format!("sslmode=verify-full&sslrootcert={}", cluster.cert("ca.crt")),
     );
-    let a: Arc<PgNotifier> = PgNotifier::start(&url, "tls_test").await.expect("listen on A");
-    let b: Arc<PgNotifier> = PgNotifier::start(&url, "tls_test").await.expect("listen on B");
+    let a: Arc<PgNotifier> = PgNotifier::start(&url, "tls_test")
+        .await
+        .expect("listen on A");
+    let b: Arc<PgNotifier> = PgNotifier::start(&url, "tls_test")
+        .await
+        .expect("listen on B");
     let topic = Topic::Project("p1".to_owned());
     let mut waiter = a.subscribe(&topic);
     // The listener's LISTEN is in place when start returns; a notify from B reaches A.

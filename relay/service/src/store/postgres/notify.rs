@@ -175,12 +175,7 @@ async fn listen(link: &Link, channel: &str, receiver: &Receiver) -> Result<Liste
     })
 }
 
-async fn keep_listening(
-    link: Link,
-    channel: String,
-    receiver: Receiver,
-    mut listening: Listening,
-) {
+async fn keep_listening(link: Link, channel: String, receiver: Receiver, mut listening: Listening) {
     loop {
         let _ = (&mut listening.task).await;
         let mut backoff = Duration::from_millis(100);
@@ -199,11 +194,7 @@ async fn keep_listening(
     }
 }
 
-async fn send_all(
-    link: Link,
-    channel: String,
-    mut pending: mpsc::Receiver<String>,
-) {
+async fn send_all(link: Link, channel: String, mut pending: mpsc::Receiver<String>) {
     let mut client = None;
     while let Some(name) = pending.recv().await {
         for _attempt in 0..2 {

@@ -191,7 +191,9 @@ fn load_roots(roots: &Roots) -> Result<Option<RootCertStore>, StoreError> {
             let shown = path.display();
             let certs = CertificateDer::pem_file_iter(path)
                 .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| StoreError::Backend(format!("cannot read sslrootcert {shown}: {e}")))?;
+                .map_err(|e| {
+                    StoreError::Backend(format!("cannot read sslrootcert {shown}: {e}"))
+                })?;
             let (added, _) = store.add_parsable_certificates(certs);
             if added == 0 {
                 return Err(StoreError::Backend(format!(
@@ -239,9 +241,9 @@ impl MakeRustls {
             .with_safe_default_protocol_versions()
             .map_err(|e| StoreError::Backend(format!("cannot set up TLS: {e}")))?;
         let mut config = match (mode, store) {
-            (SslMode::VerifyFull, Some(store)) => builder
-                .with_root_certificates(store)
-                .with_no_client_auth(),
+            (SslMode::VerifyFull, Some(store)) => {
+                builder.with_root_certificates(store).with_no_client_auth()
+            }
             (_, store) => builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(ChainOnly {
@@ -354,10 +356,7 @@ impl TlsConnect<Socket> for RustlsConnect {
                 // roots were tried.
                 Err(error) => Err(io::Error::new(
                     error.kind(),
-                    format!(
-                        "TLS with {} failed ({}): {error}",
-                        self.host, self.settings
-                    ),
+                    format!("TLS with {} failed ({}): {error}", self.host, self.settings),
                 )),
             }
         })
@@ -417,7 +416,10 @@ mod tests {
         assert_eq!(mode, Some(SslMode::VerifyFull));
         assert_eq!(root.as_deref(), Some("/tmp/ca x.pem"));
         let (rest, mode, root) = split_tls_params("postgres://u@h/db").expect("parsed");
-        assert_eq!((rest.as_str(), mode, root), ("postgres://u@h/db", None, None));
+        assert_eq!(
+            (rest.as_str(), mode, root),
+            ("postgres://u@h/db", None, None)
+        );
         let (rest, _, _) = split_tls_params("postgres://u@h/db?sslmode=require").expect("parsed");
         assert_eq!(rest, "postgres://u@h/db");
     }
@@ -434,11 +436,15 @@ mod tests {
             .expect("system roots need verify-full")
             .to_string();
         assert!(error.contains("needs sslmode=verify-full"), "{error}");
-        let error = parse_url("postgres://u@h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem")
-            .err()
-            .expect("a missing root file")
-            .to_string();
-        assert!(error.contains("cannot read sslrootcert /nonexistent/ca.pem"), "{error}");
+        let error =
+            parse_url("postgres://u@h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem")
+                .err()
+                .expect("a missing root file")
+                .to_string();
+        assert!(
+            error.contains("cannot read sslrootcert /nonexistent/ca.pem"),
+            "{error}"
+        );
     }
 
     #[test]
