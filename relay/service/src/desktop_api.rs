@@ -1,17 +1,22 @@
 //! The desktop relay's HTTP API (desktop token, JSON, size-limited bodies). Handlers decode,
 //! call one function of `runs`/`sessions`, encode.
 
+use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
-use axum::routing::{get, post};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, post_service};
 use axum::{Json, Router};
 use relay_protocol::{
     CommandId, CompleteRequest, CompleteResponse, ControlResponse, DESKTOP_API_PREFIX,
     ProjectsResponse, ReportResponse, RunReport, StartedRequest, StartedResponse, SyncRequest,
     SyncResponse,
 };
+use tower::Service;
 
 use crate::AppState;
 use crate::auth::DesktopIdentity;
@@ -24,9 +29,12 @@ pub const MAX_DESKTOP_BODY_BYTES: usize = 1024 * 1024;
 
 /// The desktop API routes.
 pub fn routes(app: Arc<AppState>) -> Router {
-    // The long poll limits its own body: a route layer would box its future once more for as
-    // long as it is held.
-    let sync_route = Router::new().route(&format!("{DESKTOP_API_PREFIX}/sync"), post(sync));
+    // The long poll is a service of its own that limits its own body: a route layer would box
+    // its future once more for as long as it is held.
+    let sync_route = Router::new().route(
+        &format!("{DESKTOP_API_PREFIX}/sync"),
+        post_service(SyncEndpoint(app.clone())),
+    );
     Router::new()
         .route(&format!("{DESKTOP_API_PREFIX}/projects"), get(projects))
         .route(
@@ -50,22 +58,48 @@ pub fn routes(app: Arc<AppState>) -> Router {
         .with_state(app)
 }
 
-/// A long poll: the extractors run boxed, so what is held while it waits is the sync's own
-/// small state, not theirs (issue 28's budget per waiting desktop).
-async fn sync(State(app): State<Arc<AppState>>, request: Request) -> ApiResult<SyncResponse> {
-    let (desktop, request) = Box::pin(sync_request(&app, request)).await?;
-    Ok(Json(sessions::sync_project(&app, &desktop, request).await?))
+/// The long poll, `POST /sync`: a tower service rather than an axum handler, so that what a
+/// held sync keeps is its own small state (issue 28's budget per waiting desktop). A handler's
+/// future keeps room for the request's parts and its extractors' state for as long as it
+/// waits; here the request is read and checked in a box of its own, freed before the wait, and
+/// the future that waits holds only the service state, the desktop and the sync's wait.
+#[derive(Clone)]
+struct SyncEndpoint(Arc<AppState>);
+
+impl Service<Request> for SyncEndpoint {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let app = self.0.clone();
+        let read = Box::pin(sync_request(app.clone(), request));
+        Box::pin(async move {
+            let answer: ApiResult<SyncResponse> = match read.await {
+                Ok((desktop, request)) => sessions::sync_project(&app, &desktop, request)
+                    .await
+                    .map(Json)
+                    .map_err(ApiError::from),
+                Err(error) => Err(error),
+            };
+            Ok(answer.into_response())
+        })
+    }
 }
 
 /// The desktop behind the token (checked first), then the body.
 async fn sync_request(
-    app: &Arc<AppState>,
+    app: Arc<AppState>,
     request: Request,
 ) -> Result<(DesktopIdentity, SyncRequest), ApiError> {
     let (mut parts, body) = request.into_parts();
-    let Desktop(desktop) = Desktop::from_request_parts(&mut parts, app).await?;
+    let Desktop(desktop) = Desktop::from_request_parts(&mut parts, &app).await?;
     let body = axum::body::Body::new(http_body_util::Limited::new(body, MAX_DESKTOP_BODY_BYTES));
-    let JsonBody(sync) = JsonBody::from_request(Request::from_parts(parts, body), app).await?;
+    let JsonBody(sync) = JsonBody::from_request(Request::from_parts(parts, body), &app).await?;
     Ok((desktop, sync))
 }
 

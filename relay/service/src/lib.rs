@@ -219,9 +219,10 @@ pub fn router(app: Arc<AppState>) -> Router {
         .merge(oauth::routes(app.clone()))
         .merge(console::routes(app.clone()));
     // Last, so that it covers every route merged above, including any added later; the
-    // probes stay outside it (they come with the orchestrator's Host).
-    let all = origin::layer(routes, &app.config).merge(ops::routes(app.clone()));
-    request_log::layer(all, app)
+    // probes stay outside the Origin and Host checks (they come with the orchestrator's Host).
+    let checks = origin::CheckOrigin::new(&app.config);
+    let probes = request_log::layer(ops::routes(app.clone()), app.clone(), None);
+    request_log::layer(routes, app, Some(checks)).merge(probes)
 }
 
 /// Serves [`router`] on `listener` until `shutdown` resolves, sweeping silent runs meanwhile.

@@ -21,6 +21,7 @@ use tracing::Level;
 
 use crate::AppState;
 use crate::metrics::UNMATCHED_ROUTE;
+use crate::origin::CheckOrigin;
 
 /// The header.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -37,13 +38,15 @@ pub fn acceptable_id(id: &[u8]) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-_.:/+=".contains(b))
 }
 
-/// Wraps `router`: ids, the span, the echo, and the request counts of [`crate::metrics`].
+/// Wraps `router`: ids, the span, the echo, the request counts of [`crate::metrics`], and
+/// innermost the Origin and Host checks when `origin` is given ([`crate::origin`]).
 ///
 /// One `Router::layer` call of layers that box nothing, so a held long poll keeps no more
 /// than one more boxed future for as long as it waits. `Router::layer` wraps each route, so
 /// the matched route is known to the span and the counts. Outermost first: unusable ids are
-/// dropped and the answer is counted; an id is set; it is echoed; the span is entered.
-pub fn layer(router: Router, app: Arc<AppState>) -> Router {
+/// dropped and the answer is counted; an id is set; it is echoed; the span is entered; the
+/// request's origin and host are checked.
+pub fn layer(router: Router, app: Arc<AppState>, origin: Option<CheckOrigin>) -> Router {
     router.layer(
         tower::ServiceBuilder::new()
             .layer(Observe { app })
@@ -56,7 +59,8 @@ pub fn layer(router: Router, app: Arc<AppState>) -> Router {
                     // The service logs its own failures (a store fault, say) with their cause;
                     // the 5xx itself is one more line only on request.
                     .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
-            ),
+            )
+            .option_layer(origin),
     )
 }
 

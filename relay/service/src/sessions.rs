@@ -88,15 +88,20 @@ pub async fn list_sessions(
 
 /// Replaces the project's snapshot with the desktop's and returns its queued commands; with a
 /// wait, holds the answer until there is news for the desktop or the wait ends.
-pub async fn sync_project(
-    app: &AppState,
-    desktop: &DesktopIdentity,
+///
+/// Not an `async fn`: that would keep room for `request` for as long as the sync is held. The
+/// request and the reads before the wait live in a box of their own, freed before the wait.
+pub fn sync_project<'a>(
+    app: &'a AppState,
+    desktop: &'a DesktopIdentity,
     request: SyncRequest,
-) -> Result<SyncResponse, DesktopError> {
-    // Boxed: the request and the reads before the wait are not part of what a held sync keeps.
-    match Box::pin(first_answer(app, desktop, request)).await? {
-        FirstAnswer::Now(answer) => Ok(answer),
-        FirstAnswer::Hold(held) => hold(app, desktop, held).await,
+) -> impl Future<Output = Result<SyncResponse, DesktopError>> + Send + 'a {
+    let first = Box::pin(first_answer(app, desktop, request));
+    async move {
+        match first.await? {
+            FirstAnswer::Now(answer) => Ok(answer),
+            FirstAnswer::Hold(held) => hold(app, desktop, held).await,
+        }
     }
 }
 
