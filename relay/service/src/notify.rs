@@ -95,7 +95,8 @@ pub trait Notifier: Send + Sync {
 /// all its subscribers. Ten thousand waiting desktops cost ten thousand of these (about a
 /// hundred bytes each) and a map entry, nothing per wake-up.
 struct TopicEntry {
-    name: String,
+    /// The topic's name, shared with its key in [`Topics`].
+    name: Arc<str>,
     count: AtomicU64,
     subscribers: AtomicUsize,
     wake: Notify,
@@ -103,10 +104,10 @@ struct TopicEntry {
 
 /// The topics that have subscribers, by name; a topic leaves with its last subscriber.
 #[derive(Default)]
-struct Topics(Mutex<HashMap<String, Arc<TopicEntry>>>);
+struct Topics(Mutex<HashMap<Arc<str>, Arc<TopicEntry>>>);
 
 impl Topics {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<TopicEntry>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Arc<TopicEntry>>> {
         self.0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -135,7 +136,11 @@ impl LocalNotifier {
 
     /// The names of the topics that have subscribers now.
     pub fn live_topic_names(&self) -> Vec<String> {
-        self.topics.lock().keys().cloned().collect()
+        self.topics
+            .lock()
+            .keys()
+            .map(|name| name.as_ref().to_owned())
+            .collect()
     }
 
     /// Subscribes to the topic named `name` (as [`Topic::name`] spells it, or a private name
@@ -143,7 +148,7 @@ impl LocalNotifier {
     pub fn subscribe_name(&self, name: String) -> Subscription {
         let mut topics = self.topics.lock();
         let entry = topics
-            .entry(name)
+            .entry(Arc::from(name))
             .or_insert_with_key(|name| {
                 Arc::new(TopicEntry {
                     name: name.clone(),

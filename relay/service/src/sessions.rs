@@ -111,10 +111,9 @@ enum FirstAnswer {
     Hold(Box<Held>),
 }
 
-/// Everything a held sync keeps while it waits: its project, what the desktop already knows,
-/// the deadline, its wake-up subscription and the answer to give at the deadline.
+/// Everything a held sync keeps while it waits: what the desktop already knows, the deadline,
+/// its wake-up subscription and the answer to give at the deadline (which names the project).
 struct Held {
-    project_id: String,
     running: Vec<CommandId>,
     known: Vec<CommandId>,
     deadline: tokio::time::Instant,
@@ -169,7 +168,6 @@ async fn first_answer(
         return Ok(FirstAnswer::Now(answer));
     }
     Ok(FirstAnswer::Hold(Box::new(Held {
-        project_id,
         running,
         known,
         deadline,
@@ -218,7 +216,8 @@ async fn hold(
             () = app.shutdown.cancelled() => return Ok(held.answer),
             () = &mut revoked => return Err(DesktopError::Revoked),
         }
-        let answer = Box::pin(sync_answer(app, desktop, &held.project_id, &held.running)).await?;
+        let project_id = &held.answer.project_id;
+        let answer = Box::pin(sync_answer(app, desktop, project_id, &held.running)).await?;
         if is_news(&answer, &held.known) {
             return Ok(answer);
         }
