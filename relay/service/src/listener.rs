@@ -51,6 +51,12 @@ pub struct ConnectionLimits {
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The body read timeout by default: a 1 MiB completion at 35 KiB/s.
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most a connection buffers of what it reads (and so the longest request head): hyper
+/// grows a connection's read buffer while a body streams in (to about 400 KiB by default) and
+/// keeps it for the connection's life, so a desktop whose connection once carried a large
+/// completion would hold that much while its next long poll waits (275 KiB per waiting desktop
+/// after a 512 KiB body, `tests/held_memory.rs`). Bodies still stream through in pieces.
+pub const MAX_READ_BUFFER_BYTES: usize = 16 * 1024;
 /// Connections at once, by default: room for 10,000 held long polls and their callers.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
 /// Connections at once from one address, by default. A service behind a proxy that does not
@@ -177,6 +183,7 @@ async fn serve_connection(
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(MAX_READ_BUFFER_BYTES)
         .keep_alive(true)
         .serve_connection(TokioIo::new(stream), service);
     tokio::pin!(connection);
