@@ -21,6 +21,7 @@ use relay_desktop::{DesktopConfig, Relay, Runtime};
 use relay_protocol::GraphSessionId;
 use relay_protocol::clock::{Timestamp, TokioClock};
 use relay_service::admin::{self, TokenSpec};
+use relay_service::store::QueueQuota;
 use relay_service::store::SqliteStore;
 use relay_service::{AppState, ServiceConfig, router};
 
@@ -308,7 +309,18 @@ impl World {
         let store = SqliteStore::open_in_memory().map_err(|e| e.to_string())?;
         let clock: Arc<dyn relay_protocol::clock::Clock> =
             Arc::new(TokioClock::starting_at(SIM_START));
-        let app = AppState::new(Arc::new(store), clock.clone(), ServiceConfig::default());
+        // The seeds' experiments queue more runs than one agent may keep waiting (the
+        // idempotency scenario keeps its desktop offline while a tenth of --runs queue, and
+        // more without a key): the queue quota guards the service against a runaway agent and
+        // is not what they measure.
+        let config = ServiceConfig {
+            queue_quota: QueueQuota {
+                per_agent: u64::MAX,
+                per_project: u64::MAX,
+            },
+            ..ServiceConfig::default()
+        };
+        let app = AppState::new(Arc::new(store), clock.clone(), config);
         let project = admin::create_project(&app, "sim", Some("sim"))
             .await
             .map_err(|e| e.to_string())?

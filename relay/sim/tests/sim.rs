@@ -136,3 +136,25 @@ fn an_unknown_scenario_is_refused() {
     );
     assert!(refused.is_err());
 }
+
+/// `relay sim` at its default size queues 200 runs per variant in the idempotency scenario, with
+/// the desktop offline: more than the service lets one agent keep queued (100). The simulator
+/// measures duplicates, so the quota must not stop it ("quota reached" ended the whole run).
+#[test]
+fn the_idempotency_scenario_queues_past_the_services_queue_quota() {
+    let mut report = None;
+    run(
+        &SimOptions {
+            scenario: "idempotency".into(),
+            runs: 1_010,
+            seed: 3,
+            long_poll: false,
+        },
+        |_, r, _| report = Some(r.json.clone()),
+    )
+    .expect("the idempotency scenario runs past 100 queued runs");
+    let idem = report.expect("a report");
+    assert_eq!(idem["n"], 101, "{idem}");
+    assert_eq!(idem["duplicates_with_key"], 0, "{idem}");
+    assert!(idem["duplicates_without_key"].as_u64() > Some(0), "{idem}");
+}
