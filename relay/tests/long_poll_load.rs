@@ -59,6 +59,19 @@ fn the_long_poll_bench_reports_json() {
             .is_some_and(|p95| p95 >= 0.0)
     );
     assert!(report["rss_held_kib"].as_u64().is_some_and(|kib| kib > 0));
+    // The idle reading follows a warm-up, and the report says so: the memory before it and
+    // the figure counted from there are given too.
+    assert_eq!(report["warm_up_desktops"], 16, "{report}");
+    assert!(
+        report["rss_cold_kib"].as_u64().is_some_and(|kib| kib > 0),
+        "{report}"
+    );
+    assert!(
+        report["kib_per_waiting_desktop_from_cold"]
+            .as_f64()
+            .is_some(),
+        "{report}"
+    );
 }
 
 /// A small run of `relay bench sessions`: every `initialize` opens a session, the caps keep 16
