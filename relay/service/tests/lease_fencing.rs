@@ -231,7 +231,9 @@ async fn a_lease_lapsing_between_claim_sweeps_is_taken_over_at_once() {
     let a = claim(&chat.client, &chat.link, &task).await;
     let claim_a = claim_id(&a);
     let b_client = mcp_client(&service.mcp_url(), &chat.token, Era::Current).await;
-    service.clock.advance(SHORT_LEASE - Duration::from_millis(1));
+    service
+        .clock
+        .advance(SHORT_LEASE - Duration::from_millis(1));
     let early = claim(&b_client, &chat.link, &task).await;
     assert_eq!(early["replayed"], true, "the lease still holds");
     assert_eq!(claim_id(&early), claim_a);
@@ -250,7 +252,10 @@ async fn a_lease_lapsing_between_claim_sweeps_is_taken_over_at_once() {
     .await;
     assert_eq!(err(&late), STALE_CLAIM);
     let again = claim(&chat.client, &chat.link, &task).await;
-    assert_eq!(again["replayed"], true, "A's next claim is handed B's claim");
+    assert_eq!(
+        again["replayed"], true,
+        "A's next claim is handed B's claim"
+    );
     assert_eq!(claim_id(&again), claim_b);
     chat.service.stop().await;
 }

@@ -192,7 +192,10 @@ async fn claim(
     // (a lapsed lease: the claim's sweep is throttled, so this is where a lapsed lease is
     // taken over at once), and that write is conditional too. A `queued` answer next to a
     // write that matched nothing was read before a concurrent claim committed: read again.
-    if stored.as_ref().is_some_and(|t| t.status == TaskStatus::Queued) {
+    if stored
+        .as_ref()
+        .is_some_and(|t| t.status == TaskStatus::Queued)
+    {
         stored = app.store.task(task_id).await?;
     }
     for attempt_number in 0..MAX_TRANSITION_ATTEMPTS {

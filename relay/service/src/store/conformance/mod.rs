@@ -11,8 +11,8 @@ use serde_json::{Map, Value, json};
 
 use super::{
     ArtifactInsertOutcome, ArtifactRecord, BrowserSessionRecord, ChatLinkRecord, ClaimAttempt,
-    ClaimResult, CommandQuery, CommandRecord, InsertOutcome, ProjectRecord, QueueLimit, QueueQuota, Store,
-    SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    ClaimResult, CommandQuery, CommandRecord, InsertOutcome, ProjectRecord, QueueLimit, QueueQuota,
+    Store, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use crate::chat_tasks::machine::{TaskDecision, TaskEvent, transition};
 use crate::chat_tasks::model::{HostKind, TaskId, TaskStatus};

@@ -9,8 +9,8 @@ use super::core::{at, at_opt, corrupt, get, ms};
 use super::{PostgresStore, backend};
 use crate::chat_tasks::model::TaskId;
 use crate::store::{
-    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, ClaimResult, StoreError, SweepCounts,
-    TaskInsertOutcome, TaskRecord,
+    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, ClaimResult, StoreError,
+    SweepCounts, TaskInsertOutcome, TaskRecord,
 };
 use relay_protocol::clock::Timestamp;
 

@@ -9,10 +9,10 @@ use super::{PostgresStore, backend, prepared};
 use crate::chat_tasks::model::TaskId;
 use crate::store::{
     ArtifactInsertOutcome, ArtifactRecord, AuthCodeRecord, AuthSweep, AuthSweepCounts,
-    BrowserSessionRecord, ChatLinkRecord, ClaimAttempt, ClaimResult, CommandQuery, CommandRecord, InsertOutcome,
-    IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OpenCounts, OwnerRecord, PresenceRecord,
-    ProjectRecord, QueueLimit, QueueQuota, RedeemOutcome, RotateOutcome, SessionRecord,
-    SessionSnapshot, SignInLinkRecord, Store, StoreError, StoreFuture, SweepCounts,
+    BrowserSessionRecord, ChatLinkRecord, ClaimAttempt, ClaimResult, CommandQuery, CommandRecord,
+    InsertOutcome, IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OpenCounts, OwnerRecord,
+    PresenceRecord, ProjectRecord, QueueLimit, QueueQuota, RedeemOutcome, RotateOutcome,
+    SessionRecord, SessionSnapshot, SignInLinkRecord, Store, StoreError, StoreFuture, SweepCounts,
     TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use relay_protocol::clock::Timestamp;
