@@ -216,6 +216,9 @@ async fn claim(
             TaskDecision::Unchanged => return Err(Refusal::NotClaimable.into()),
             TaskDecision::Write(next) => {
                 if app.store.update_task(&current, &next).await? {
+                    // A lapsed lease taken over: a new claim, as the conditional write's.
+                    tracing::info!(task_id = %task_id, chat_link_id = %link.id, "task claimed");
+                    super::inbox_changed(app, &link.id);
                     return claim_view(&next, false);
                 }
             }
