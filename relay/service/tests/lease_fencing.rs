@@ -212,3 +212,50 @@ async fn a_zero_lease_holds_the_claim_until_the_task_ends() {
     assert_eq!(done["ok"], true);
     chat.service.stop().await;
 }
+
+/// A claim sweeps at most once a second per replica, so a lease shorter than that lapses
+/// between two claim sweeps: the next claimer still takes the task over on its first claim at
+/// or after `lease_until` (the claim's own conditional write), and A's submit is then stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lapsing_between_claim_sweeps_is_taken_over_at_once() {
+    const SHORT_LEASE: Duration = Duration::from_millis(300);
+    let chat = chat_setup(ServiceConfig {
+        task_lease: SHORT_LEASE,
+        ..ServiceConfig::default()
+    })
+    .await;
+    let service = &chat.service;
+    let task = service
+        .assign_goal(&chat.link, "Draft the release notes", "lease-short")
+        .await;
+    let a = claim(&chat.client, &chat.link, &task).await;
+    let claim_a = claim_id(&a);
+    let b_client = mcp_client(&service.mcp_url(), &chat.token, Era::Current).await;
+    service
+        .clock
+        .advance(SHORT_LEASE - Duration::from_millis(1));
+    let early = claim(&b_client, &chat.link, &task).await;
+    assert_eq!(early["replayed"], true, "the lease still holds");
+    assert_eq!(claim_id(&early), claim_a);
+    service.clock.advance(Duration::from_millis(1));
+    let b = claim(&b_client, &chat.link, &task).await;
+    assert_eq!(b["replayed"], false, "B takes over at lease_until: {b}");
+    let claim_b = claim_id(&b);
+    assert_ne!(claim_b, claim_a);
+    let stored = service.stored_task(&task).await;
+    assert_eq!(stored.claim_id.as_deref(), Some(claim_b.as_str()));
+    let late = call(
+        &chat.client,
+        "submit_linked_chat_result",
+        submit_args(&chat.link, &task, &claim_a, "completed", "A's late answer"),
+    )
+    .await;
+    assert_eq!(err(&late), STALE_CLAIM);
+    let again = claim(&chat.client, &chat.link, &task).await;
+    assert_eq!(
+        again["replayed"], true,
+        "A's next claim is handed B's claim"
+    );
+    assert_eq!(claim_id(&again), claim_b);
+    chat.service.stop().await;
+}

@@ -2,13 +2,14 @@
 //! submit, upload artifacts. Plain functions over [`AppState`], testable without HTTP.
 //!
 //! Every operation names the chat link; the agent's token must belong to the link's project,
-//! and a task is visible only through its own link. Each one sweeps first ([`super::sweep`]).
+//! and a task is visible only through its own link. Each one sweeps first ([`super::sweep`]);
+//! a claim at most once a second per replica ([`sweep_for_claim`]).
 
 use sha2::{Digest, Sha256};
 
 use super::machine::{Refusal, TaskDecision, TaskEvent, fence, transition};
 use super::model::{TaskId, TaskOutcome, TaskStatus, is_hyphenated_uuid};
-use super::sweep::sweep;
+use super::sweep::{sweep, sweep_for_claim};
 use super::view::{ClaimView, Inbox, InboxItem, SubmitAck, TaskView, UploadAck};
 use super::{
     ARTIFACT_CONFLICT, INBOX_LIMIT, MAX_ARTIFACT_BYTES, MAX_ARTIFACT_ID_CHARS,
@@ -18,7 +19,7 @@ use super::{
 use crate::AppState;
 use crate::auth::{AgentIdentity, hex};
 use crate::store::{
-    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, TaskRecord,
+    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, ClaimResult, TaskRecord,
 };
 use relay_protocol::text::utf16_len;
 
@@ -164,7 +165,7 @@ async fn claim(
 ) -> Result<ClaimView, TaskError> {
     let link = agent_link(app, agent, chat_link_id).await?;
     let task_id = parse_task_id(task_id)?;
-    sweep(app).await?;
+    sweep_for_claim(app).await?;
     let now = app.clock.now();
     let attempt = ClaimAttempt {
         task_id,
@@ -178,16 +179,30 @@ async fn claim(
     if app.config.naive_claim {
         return naive_claim(app, attempt).await;
     }
-    if let Some(claimed) = app.store.claim_task(attempt.clone()).await? {
-        tracing::info!(task_id = %task_id, chat_link_id = %link.id, "task claimed");
-        super::inbox_changed(app, &link.id);
-        return claim_view(&claimed, false);
-    }
+    let mut stored = match app.store.claim_task_or_current(attempt.clone()).await? {
+        ClaimResult::Claimed(claimed) => {
+            tracing::info!(task_id = %task_id, chat_link_id = %link.id, "task claimed");
+            super::inbox_changed(app, &link.id);
+            return claim_view(&claimed, false);
+        }
+        ClaimResult::NotClaimed(stored) => stored,
+    };
     // The one conditional write did not match: decide on what is stored. Usually a replay to
     // the link holding the claim, or a refusal; a write only if the task changed in between
-    // (a lapsed claim requeued), and that write is conditional too.
-    for _ in 0..MAX_TRANSITION_ATTEMPTS {
-        let Some(current) = app.store.task(task_id).await? else {
+    // (a lapsed lease: the claim's sweep is throttled, so this is where a lapsed lease is
+    // taken over at once), and that write is conditional too. A `queued` answer next to a
+    // write that matched nothing was read before a concurrent claim committed: read again.
+    if stored
+        .as_ref()
+        .is_some_and(|t| t.status == TaskStatus::Queued)
+    {
+        stored = app.store.task(task_id).await?;
+    }
+    for attempt_number in 0..MAX_TRANSITION_ATTEMPTS {
+        if attempt_number > 0 {
+            stored = app.store.task(task_id).await?;
+        }
+        let Some(current) = stored.take() else {
             return Err(Refusal::NotClaimable.into());
         };
         let event = TaskEvent::Claim {
@@ -201,6 +216,9 @@ async fn claim(
             TaskDecision::Unchanged => return Err(Refusal::NotClaimable.into()),
             TaskDecision::Write(next) => {
                 if app.store.update_task(&current, &next).await? {
+                    // A lapsed lease taken over: a new claim, as the conditional write's.
+                    tracing::info!(task_id = %task_id, chat_link_id = %link.id, "task claimed");
+                    super::inbox_changed(app, &link.id);
                     return claim_view(&next, false);
                 }
             }

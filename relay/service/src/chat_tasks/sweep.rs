@@ -42,6 +42,8 @@ impl SweepMode {
 pub struct SweepStats {
     guard_checks: AtomicU64,
     write_transactions: AtomicU64,
+    /// The service clock's millis at the last claim's sweep (0: none yet).
+    last_claim_sweep: AtomicU64,
 }
 
 impl SweepStats {
@@ -69,6 +71,30 @@ pub async fn sweep(app: &AppState) -> Result<SweepCounts, StoreError> {
         }
     }
     write_sweep(app).await
+}
+
+/// How long a replica's claims go without sweeping after one swept.
+pub const CLAIM_SWEEP_INTERVAL_MS: u64 = 1_000;
+
+/// The claim's sweep: [`sweep`], at most once per [`CLAIM_SWEEP_INTERVAL_MS`] of the service
+/// clock on this replica (one claimer of a burst sweeps, the others skip). A claim is right
+/// without it: its conditional write refuses overdue tasks, and a lapsed lease is taken over
+/// by the claim's own conditional write of what is stored (`Claim` on a lapsed `claimed`
+/// task), so the next claimer gets it at once; the sweep only tidies the others.
+pub async fn sweep_for_claim(app: &AppState) -> Result<SweepCounts, StoreError> {
+    let now = u64::try_from(app.clock.now().unix_millis()).unwrap_or(0);
+    let stats = &app.task_sweeps;
+    let last = stats.last_claim_sweep.load(Ordering::Relaxed);
+    let recent = last != 0 && now >= last && now - last < CLAIM_SWEEP_INTERVAL_MS;
+    if recent
+        || stats
+            .last_claim_sweep
+            .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return Ok(SweepCounts::default());
+    }
+    sweep(app).await
 }
 
 /// The sweep's write transaction, unconditionally.

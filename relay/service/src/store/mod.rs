@@ -460,6 +460,15 @@ pub struct ClaimAttempt {
     pub now: Timestamp,
 }
 
+/// What [`Store::claim_task_or_current`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimResult {
+    /// The conditional write matched: the task, now claimed by the attempt.
+    Claimed(TaskRecord),
+    /// It matched nothing: the task as stored (`None`: no such task).
+    NotClaimed(Option<TaskRecord>),
+}
+
 /// Runs and chat tasks not finished, database-wide (`/metrics`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OpenCounts {
@@ -740,6 +749,19 @@ pub trait Store: Send + Sync + 'static {
     /// Claims a queued task of `attempt.chat_link_id` in one conditional write; the claimed
     /// task, or `None` when it was not queued, not that link's, or unknown.
     fn claim_task(&self, attempt: ClaimAttempt) -> StoreFuture<'_, Option<TaskRecord>>;
+    /// [`Store::claim_task`], and when it matched nothing the task as stored (what a claimer
+    /// needs to replay or refuse). By default two calls; PostgreSQL answers in one statement,
+    /// whose fallback read may predate a claim committed while the write waited for the row
+    /// (READ COMMITTED: one snapshot per statement), so a `queued` answer is read again.
+    fn claim_task_or_current(&self, attempt: ClaimAttempt) -> StoreFuture<'_, ClaimResult> {
+        Box::pin(async move {
+            let task_id = attempt.task_id;
+            if let Some(task) = self.claim_task(attempt).await? {
+                return Ok(ClaimResult::Claimed(task));
+            }
+            Ok(ClaimResult::NotClaimed(self.task(task_id).await?))
+        })
+    }
     /// Writes a claim with no condition on the status: the read-then-write race that
     /// [`Store::claim_task`] prevents. Only the test-only naive claim uses it.
     fn claim_task_unconditionally(&self, attempt: ClaimAttempt) -> StoreFuture<'_, bool>;

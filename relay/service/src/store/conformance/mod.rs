@@ -11,8 +11,8 @@ use serde_json::{Map, Value, json};
 
 use super::{
     ArtifactInsertOutcome, ArtifactRecord, BrowserSessionRecord, ChatLinkRecord, ClaimAttempt,
-    CommandQuery, CommandRecord, InsertOutcome, ProjectRecord, QueueLimit, QueueQuota, Store,
-    SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    ClaimResult, CommandQuery, CommandRecord, InsertOutcome, ProjectRecord, QueueLimit, QueueQuota,
+    Store, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use crate::chat_tasks::machine::{TaskDecision, TaskEvent, transition};
 use crate::chat_tasks::model::{HostKind, TaskId, TaskStatus};
@@ -151,6 +151,8 @@ where
     concurrent_assignments_create_one_task(make()).await;
     claim_is_one_conditional_write(make().as_ref()).await;
     concurrent_claims_have_one_winner(make()).await;
+    claim_or_current_tells_losers_what_is_stored(make().as_ref()).await;
+    concurrent_claims_or_current_have_one_winner(make()).await;
     task_updates_are_fenced_by_status_claim_and_lease(make().as_ref()).await;
     task_lists_are_ordered_and_bounded(make().as_ref()).await;
     sweep_moves_exactly_what_the_state_machine_says(make().as_ref()).await;
@@ -1021,6 +1023,89 @@ pub async fn concurrent_claims_have_one_winner(store: Arc<dyn Store>) {
         read_task(store.as_ref(), queued.id).await.claim_id,
         winners[0]
     );
+}
+
+/// The claim that answers a loser with the stored task: the winner gets its claim, the
+/// others (another link, a second claim, an overdue task) the row as it is and no write; an
+/// unknown task gets nothing.
+pub async fn claim_or_current_tells_losers_what_is_stored(store: &dyn Store) {
+    let seed = chat_seed(store).await;
+    let queued = new_task(store, task(&seed.link, "key-cc", at(0))).await;
+    let other = store
+        .claim_task_or_current(attempt(&queued, &seed.other_link, "c-other", None))
+        .await
+        .expect("claim");
+    assert_eq!(other, ClaimResult::NotClaimed(Some(queued.clone())));
+    let won = store
+        .claim_task_or_current(attempt(&queued, &seed.link, "c-1", Some(at(31))))
+        .await
+        .expect("claim");
+    let ClaimResult::Claimed(claimed) = won else {
+        panic!("the first claim lands: {won:?}");
+    };
+    assert_eq!(claimed.claim_id.as_deref(), Some("c-1"));
+    assert_eq!(claimed.lease_until, Some(at(31)));
+    assert_eq!(read_task(store, queued.id).await, claimed);
+    let again = store
+        .claim_task_or_current(attempt(&queued, &seed.link, "c-2", None))
+        .await
+        .expect("claim");
+    assert_eq!(
+        again,
+        ClaimResult::NotClaimed(Some(claimed.clone())),
+        "a second claim sees the first one's claim and writes nothing"
+    );
+    let mut unknown = queued.clone();
+    unknown.id = TaskId::new_random();
+    let none = store
+        .claim_task_or_current(attempt(&unknown, &seed.link, "c-3", None))
+        .await
+        .expect("claim");
+    assert_eq!(none, ClaimResult::NotClaimed(None));
+    let overdue = new_task(store, task(&seed.link, "key-cc-old", at(-(24 * 60 * 60)))).await;
+    let late = store
+        .claim_task_or_current(attempt(&overdue, &seed.link, "c-4", None))
+        .await
+        .expect("claim");
+    assert_eq!(
+        late,
+        ClaimResult::NotClaimed(Some(overdue)),
+        "a task past expires_at is not claimed even before the sweep"
+    );
+}
+
+/// Fifty concurrent claims-or-reads of one task: exactly one lands, and every loser that is
+/// told of a claim is told of the winner's.
+pub async fn concurrent_claims_or_current_have_one_winner(store: Arc<dyn Store>) {
+    const CONCURRENT_CLAIMS: usize = 50;
+    let seed = chat_seed(store.as_ref()).await;
+    let queued = new_task(store.as_ref(), task(&seed.link, "key-race-cc", at(0))).await;
+    let claims: Vec<_> = (0..CONCURRENT_CLAIMS)
+        .map(|n| {
+            let store = store.clone();
+            let attempt = attempt(&queued, &seed.link, &format!("claim-{n}"), None);
+            tokio::spawn(async move { store.claim_task_or_current(attempt).await.expect("claim") })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut seen = Vec::new();
+    for claim in claims {
+        match claim.await.expect("task") {
+            ClaimResult::Claimed(task) => winners.push(task.claim_id),
+            ClaimResult::NotClaimed(Some(task)) => seen.push(task),
+            ClaimResult::NotClaimed(None) => panic!("the task exists"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one claim may land: {winners:?}");
+    let stored = read_task(store.as_ref(), queued.id).await;
+    assert_eq!(stored.claim_id, winners[0]);
+    for task in seen {
+        // A loser's row is the winner's claim, or (read before it committed) still queued.
+        assert!(
+            task == stored || task == queued,
+            "a loser saw a claim that did not win: {task:?}"
+        );
+    }
 }
 
 /// A task write decided from a stale status, claim or lease does not land.

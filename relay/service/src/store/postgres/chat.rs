@@ -9,8 +9,8 @@ use super::core::{at, at_opt, corrupt, get, ms};
 use super::{PostgresStore, backend};
 use crate::chat_tasks::model::TaskId;
 use crate::store::{
-    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, StoreError, SweepCounts,
-    TaskInsertOutcome, TaskRecord,
+    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, ClaimResult, StoreError,
+    SweepCounts, TaskInsertOutcome, TaskRecord,
 };
 use relay_protocol::clock::Timestamp;
 
@@ -291,6 +291,44 @@ impl PostgresStore {
             task_from_row,
         )
         .await
+    }
+
+    /// The claim and, when it matched nothing, the stored row, in one statement (one round
+    /// trip instead of two for every loser). The fallback `SELECT` reads the statement's
+    /// snapshot: if the `UPDATE` waited for a concurrent claim's row lock, that read still
+    /// says `queued` (the caller reads again); the `UPDATE` itself re-checks its `WHERE` on
+    /// the committed row, so it never claims over the other claim.
+    pub(super) async fn claim_task_or_current_impl(
+        &self,
+        attempt: ClaimAttempt,
+    ) -> Result<ClaimResult, StoreError> {
+        let row = self
+            .query_row(
+                &format!(
+                    "WITH claimed AS (UPDATE chat_tasks SET status = 'claimed', claim_id = $3, \
+                     lease_until = $4, claimed_at = $5, updated_at = $5 \
+                     WHERE id = $1 AND chat_link_id = $2 AND status = 'queued' \
+                     AND expires_at > $5 RETURNING {TASK_COLUMNS}) \
+                     SELECT {TASK_COLUMNS}, TRUE FROM claimed \
+                     UNION ALL \
+                     SELECT {TASK_COLUMNS}, FALSE FROM chat_tasks \
+                     WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM claimed)"
+                ),
+                &[
+                    &attempt.task_id.to_string(),
+                    &attempt.chat_link_id,
+                    &attempt.claim_id,
+                    &ms(attempt.lease_until),
+                    &attempt.now.unix_millis(),
+                ],
+                |row| Ok((task_from_row(row)?, get::<bool>(row, 14)?)),
+            )
+            .await?;
+        Ok(match row {
+            Some((task, true)) => ClaimResult::Claimed(task),
+            Some((task, false)) => ClaimResult::NotClaimed(Some(task)),
+            None => ClaimResult::NotClaimed(None),
+        })
     }
 
     pub(super) async fn claim_task_unconditionally_impl(

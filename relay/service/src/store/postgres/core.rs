@@ -9,10 +9,10 @@ use super::{PostgresStore, backend, prepared};
 use crate::chat_tasks::model::TaskId;
 use crate::store::{
     ArtifactInsertOutcome, ArtifactRecord, AuthCodeRecord, AuthSweep, AuthSweepCounts,
-    BrowserSessionRecord, ChatLinkRecord, ClaimAttempt, CommandQuery, CommandRecord, InsertOutcome,
-    IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OpenCounts, OwnerRecord, PresenceRecord,
-    ProjectRecord, QueueLimit, QueueQuota, RedeemOutcome, RotateOutcome, SessionRecord,
-    SessionSnapshot, SignInLinkRecord, Store, StoreError, StoreFuture, SweepCounts,
+    BrowserSessionRecord, ChatLinkRecord, ClaimAttempt, ClaimResult, CommandQuery, CommandRecord,
+    InsertOutcome, IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OpenCounts, OwnerRecord,
+    PresenceRecord, ProjectRecord, QueueLimit, QueueQuota, RedeemOutcome, RotateOutcome,
+    SessionRecord, SessionSnapshot, SignInLinkRecord, Store, StoreError, StoreFuture, SweepCounts,
     TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use relay_protocol::clock::Timestamp;
@@ -1021,6 +1021,10 @@ impl Store for PostgresStore {
 
     fn claim_task(&self, attempt: ClaimAttempt) -> StoreFuture<'_, Option<TaskRecord>> {
         Box::pin(self.claim_task_impl(attempt))
+    }
+
+    fn claim_task_or_current(&self, attempt: ClaimAttempt) -> StoreFuture<'_, ClaimResult> {
+        Box::pin(self.claim_task_or_current_impl(attempt))
     }
 
     fn claim_task_unconditionally(&self, attempt: ClaimAttempt) -> StoreFuture<'_, bool> {
