@@ -10,7 +10,10 @@
 //! A reply is chosen as the first entry whose `label` equals the agent's label (when the entry
 //! has one), whose `match` regex finds the prompt (when it has one), whose `turn` equals the
 //! turn number (when it has one), and which has been used fewer than `times` times (when it
-//! has a limit); otherwise `default`; otherwise the agent fails.
+//! has a limit); otherwise `default`; otherwise the agent fails. `times` is counted in the order
+//! turns are chosen: on a virtual run clock, turns asked for at the same moment are chosen in the
+//! order of the agents' paths (so a graph's agents started together take a limited reply in the
+//! order the graph started them, every run); on a real clock, as they arrive.
 //!
 //! Tokens: an entry's `tokens` is the turn's total; without it the turn counts
 //! `ceil(chars / 4)` of every message sent (input) plus `ceil(chars / 4)` of the reply (output).
@@ -258,6 +261,17 @@ fn reply_turn(entry: ReplyEntry, request: &TurnRequest) -> Turn {
     }
 }
 
+/// Waits `duration` on the run clock, or ends with `cancelled` when the run is cancelled first.
+async fn wait(duration: Duration, cancel: &CancellationToken) -> Result<(), ProviderError> {
+    tokio::select! {
+        () = crate::host::time::sleep(duration) => Ok(()),
+        () = cancel.cancelled() => Err(ProviderError::new(
+            FailureCode::Cancelled,
+            "the run was cancelled during a generation",
+        )),
+    }
+}
+
 impl AgentProvider for MockProvider {
     fn turn<'a>(
         &'a self,
@@ -266,6 +280,12 @@ impl AgentProvider for MockProvider {
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Turn, ProviderError>> {
         Box::pin(async move {
+            // On a virtual clock, turns asked for at the same moment queue on the clock first
+            // and are answered one at a time in the order of the agents' paths (the handles from
+            // the top graph down), so which of them a reply limited by `times` fits is decided
+            // by the graph, not by the order the machine ran them in. A real clock skips a zero
+            // wait: there they are chosen as they arrive.
+            wait(Duration::ZERO, cancel).await?;
             self.calls
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -283,14 +303,9 @@ impl AgentProvider for MockProvider {
             };
             let latency = entry.latency_ms.map_or(self.latency, Duration::from_millis);
             // On the run clock: a virtual one moves by the latency instead of waiting, and
-            // orders replies due at the same time by the agents' handles (so even a latency of
-            // 0 goes through it); a real one skips a zero wait.
-            tokio::select! {
-                () = crate::host::time::sleep(latency) => {}
-                () = cancel.cancelled() => {
-                    return Err(ProviderError::new(FailureCode::Cancelled, "the run was cancelled during a generation"));
-                }
-            }
+            // orders replies due at the same time by the agents' paths (so even a latency of 0
+            // goes through it); a real one skips a zero wait.
+            wait(latency, cancel).await?;
             if let Some(error) = &entry.error {
                 return Err(ProviderError::new(FailureCode::Failed, error.clone()));
             }
