@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use graph_js::{Meta, MetaError};
+use relay_protocol::text::hex;
 use runner::engine::Engine;
 use runner::engine::EngineError;
 use runner::engine::wasm::{GUEST_SHA256, MAX_COMPONENT_BYTES, WasmEngine, WasmLimits};
@@ -110,10 +111,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// A build's temporary file left behind by a relay stopped while it wrote (`.graphrelay-*.tmp`,
 /// see `runner::output::replace_file`), older than an hour: no build takes that long.
 fn is_leftover(name: &str, entry: &std::fs::DirEntry) -> bool {
@@ -132,6 +129,17 @@ fn is_artifact(name: &str) -> bool {
         .is_some_and(|stem| stem.len() == 64 && stem.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
+/// A compiled graph under way: its key leaves the set of builds under way when this is dropped.
+struct Building {
+    graphs: Arc<CompiledGraphs>,
+    key: String,
+}
+
+impl Drop for Building {
+    fn drop(&mut self) {
+        lock(&self.graphs.building).remove(&self.key);
+    }
+}
 impl CompiledGraphs {
     /// Compiled graphs kept in `dir`, built and run with `limits`; `generic` runs everything
     /// else (nested graphs, graphs whose build failed).
@@ -189,14 +197,15 @@ impl CompiledGraphs {
     /// The engine a run of `script` starts on now: its compiled graph when that is ready,
     /// else the generic engine (and the compiled graph is made ready in the background).
     pub fn engine_for(self: &Arc<Self>, script: &Arc<str>) -> Arc<dyn Engine> {
-        match self.ready_engine(script) {
+        let key = self.key(script);
+        match self.ready_engine(&key) {
             Some(compiled) => Arc::new(CompiledEngine {
                 compiled,
                 script: script.clone(),
                 generic: self.generic.clone(),
             }),
             None => {
-                self.start(script.to_string());
+                self.start(key, script.to_string());
                 self.generic.clone()
             }
         }
@@ -204,7 +213,7 @@ impl CompiledGraphs {
 
     /// Whether a run of `script` would start from its compiled graph now.
     pub fn ready(&self, script: &str) -> bool {
-        self.ready_engine(script).is_some()
+        self.ready_engine(&self.key(script)).is_some()
     }
 
     /// Why `script` could not be compiled, if its build failed.
@@ -212,28 +221,31 @@ impl CompiledGraphs {
         lock(&self.failed).get(&self.key(script)).cloned()
     }
 
-    /// The loaded compiled graph of `script`, while its file is unchanged.
-    fn ready_engine(&self, script: &str) -> Option<WasmEngine> {
-        let key = self.key(script);
+    /// The loaded compiled graph under `key`, while its file is unchanged.
+    fn ready_engine(&self, key: &str) -> Option<WasmEngine> {
         let mut loaded = lock(&self.loaded);
-        let found = loaded.get_mut(&key)?;
+        let found = loaded.get_mut(key)?;
         let fresh =
             found.stamp.is_none() || found.stamp == stamp(&self.dir.join(format!("{key}.wasm")));
         found.used = self.uses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         fresh.then(|| found.engine.clone())
     }
 
-    /// Makes `script`'s compiled graph ready in the background, unless that is under way or
-    /// its build failed.
-    fn start(self: &Arc<Self>, script: String) {
-        let key = self.key(&script);
+    /// Makes `script`'s compiled graph (under its `key`) ready in the background, unless that
+    /// is under way or its build failed.
+    fn start(self: &Arc<Self>, key: String, script: String) {
         if lock(&self.failed).contains_key(&key) || !lock(&self.building).insert(key.clone()) {
             return;
         }
-        let this = self.clone();
+        // Whatever ends the build (its end, a panic, the runtime shutting down), the key is no
+        // longer under way, so a later run can start it again.
+        let building = Building {
+            graphs: self.clone(),
+            key,
+        };
         tokio::spawn(async move {
-            let _ = this.ensure(&script).await;
-            lock(&this.building).remove(&key);
+            let _ = building.graphs.ensure(&building.key, &script).await;
+            drop(building);
         });
     }
 
@@ -241,12 +253,14 @@ impl CompiledGraphs {
     /// ones, and loads existing ones while fewer than the most loaded at once are), and
     /// removes the artifacts no script among them needs.
     pub fn prepare(self: &Arc<Self>, scripts: Vec<String>) {
-        let keep: HashSet<String> = scripts.iter().map(|s| self.key(s)).collect();
+        let keyed: Vec<(String, String)> = scripts.into_iter().map(|s| (self.key(&s), s)).collect();
+        let keep: HashSet<String> = keyed.iter().map(|(key, _)| key.clone()).collect();
         self.prune(&keep);
-        for script in scripts {
+        for (key, script) in keyed {
             let room = lock(&self.loaded).len() < self.max_loaded;
-            if !self.ready(&script) && (room || !self.artifact(&script).is_file()) {
-                self.start(script);
+            let built = || self.dir.join(format!("{key}.wasm")).is_file();
+            if self.ready_engine(&key).is_none() && (room || !built()) {
+                self.start(key, script);
             }
         }
     }
@@ -276,27 +290,27 @@ impl CompiledGraphs {
         }
     }
 
-    /// The loaded compiled graph of `script`: from memory while its file is unchanged, else
-    /// read from its file, else built. `Err` says why it runs on the generic engine.
-    async fn ensure(&self, script: &str) -> Result<WasmEngine, String> {
-        let key = self.key(script);
+    /// The loaded compiled graph of `script` (under its `key`): from memory while its file is
+    /// unchanged, else read from its file, else built. `Err` says why it runs on the generic
+    /// engine.
+    async fn ensure(&self, key: &str, script: &str) -> Result<WasmEngine, String> {
         let path = self.dir.join(format!("{key}.wasm"));
-        if let Some(engine) = self.ready_engine(script) {
+        if let Some(engine) = self.ready_engine(key) {
             return Ok(engine);
         }
-        if let Some(why) = lock(&self.failed).get(&key) {
+        if let Some(why) = lock(&self.failed).get(key) {
             return Err(why.clone());
         }
         let _build = self.builds.acquire().await.map_err(|e| e.to_string())?;
         if let Some(engine) = self.load_existing(&path).await {
-            self.remember(&key, &engine, &path);
+            self.remember(key, &engine, &path);
             return Ok(engine);
         }
         let started = relay_protocol::clock::Stopwatch::start();
         match self.build(script, &path).await {
             Ok(engine) => {
                 tracing::info!(artifact = %path.display(), seconds = started.elapsed().as_secs_f64(), "compiled a shared graph");
-                self.remember(&key, &engine, &path);
+                self.remember(key, &engine, &path);
                 Ok(engine)
             }
             Err(why) => {
@@ -304,7 +318,7 @@ impl CompiledGraphs {
                     artifact = %path.display(),
                     "cannot compile a shared graph, its runs start on the generic engine: {why}"
                 );
-                lock(&self.failed).insert(key, why.clone());
+                lock(&self.failed).insert(key.to_owned(), why.clone());
                 Err(why)
             }
         }
@@ -478,6 +492,41 @@ mod tests {
         assert_ne!(key, other.key("export default () => 1"));
         assert!(!is_artifact("notes.wasm"));
         assert!(!is_artifact(&format!("{key}.wasm.tmp")));
+    }
+
+    /// A build that never finishes (its task dropped with the runtime, as at shutdown, or
+    /// after a panic) does not leave its graph marked as under way for good: the next run
+    /// starts it again.
+    #[test]
+    fn a_build_that_ends_without_finishing_can_be_started_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let generic: Arc<dyn Engine> = Arc::new(runner::engine::boa::BoaEngine::default());
+        let graphs = Arc::new(CompiledGraphs::new(
+            dir.path().into(),
+            WasmLimits::default(),
+            generic,
+        ));
+        let script = "export const meta = {name: \"A\", slug: \"a\", version: \"1\"};\nexport default async () => 1;";
+        let key = graphs.key(script);
+        for _ in 0..2 {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                // Hold the one build slot, so the build waits for it and is still under way
+                // when its runtime goes.
+                let _slot = graphs.builds.acquire().await.expect("slot");
+                graphs.start(key.clone(), script.to_owned());
+                tokio::task::yield_now().await;
+                assert!(lock(&graphs.building).contains(&key));
+            });
+            drop(runtime);
+            assert!(
+                lock(&graphs.building).is_empty(),
+                "the dropped build still counts as under way"
+            );
+        }
+        assert!(!dir.path().join(format!("{key}.wasm")).exists());
     }
 
     #[test]

@@ -7,6 +7,18 @@ pub fn utf16_len(text: &str) -> usize {
     text.chars().map(char::len_utf16).sum()
 }
 
+/// Lowercase hex of `bytes`: the names of hashed tokens and secrets on the service, of compiled
+/// graphs on the desktop.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    text
+}
+
 /// `text`, a JSON text, with every lone UTF-16 surrogate escape (`\ud800`) replaced by
 /// `\ufffd`, the replacement character.
 ///

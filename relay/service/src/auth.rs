@@ -184,16 +184,8 @@ pub fn looks_like_token(text: &str) -> bool {
     token_kind(text).is_some()
 }
 
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        text.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-    }
-    text
-}
+/// Lowercase hex of `bytes` (the relay's one encoder, shared with the desktop).
+pub use relay_protocol::text::hex;
 
 /// The token in an `Authorization` header value, if it is a bearer token.
 pub fn bearer_token(header: Option<&http::HeaderValue>) -> Option<&str> {
