@@ -3,6 +3,9 @@
 //! long-poll `sync` waiting over a real loopback connection. The clients run on the test's
 //! thread, whose allocations are not counted, so the figure is the service's alone.
 //!
+//! The service logs as `relay serve` does (the fmt subscriber at `info`, here into a sink), so
+//! what the subscriber keeps for a request's span counts too.
+//!
 //! `relay bench long-polls` measures the same thing from outside, as resident memory; this
 //! test names the parts (`--nocapture` prints them) and fails when the held state outgrows its
 //! budget.
@@ -28,7 +31,9 @@ const CONNECTION_HEAP_BUDGET: i64 = 20 * 1024;
 /// The heap a held sync may add to its connection: the request's boxed futures down the
 /// router, its held state, its wake-up subscription and its token watch (debug build: 6.7 KiB
 /// before issue 28; 4,120 B with the Origin check a `from_fn` middleware and the sync an axum
-/// handler; 2,101 B since they box nothing more and the sync waits on its small state).
+/// handler; 2,101 B since they box nothing more and the sync waits on its small state; with
+/// the service logging as `relay serve` does, 2,606 B while the request's span was kept for
+/// the whole wait, 1,953 B since it is made only while the request runs).
 const HELD_SYNC_HEAP_BUDGET: i64 = 2560;
 /// The size of the sync's own future while it is held (debug build: 744 B, 568 B since
 /// `sync_project` keeps no room for its request).
@@ -126,8 +131,17 @@ fn snapshot() -> (i64, i64) {
     )
 }
 
-/// The service on its own runtime, every thread of which is counted.
+/// The service on its own runtime, every thread of which is counted, logging as `relay serve`
+/// does by default.
 fn service_runtime() -> tokio::runtime::Runtime {
+    static LOGGING: std::sync::Once = std::sync::Once::new();
+    LOGGING.call_once(|| {
+        tracing_subscriber::fmt()
+            .with_writer(std::io::sink)
+            .log_internal_errors(false)
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .init();
+    });
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
