@@ -14,7 +14,6 @@ use axum::{Json, Router};
 use relay_protocol::{
     CommandId, CompleteRequest, CompleteResponse, ControlResponse, DESKTOP_API_PREFIX,
     ProjectsResponse, ReportResponse, RunReport, StartedRequest, StartedResponse, SyncRequest,
-    SyncResponse,
 };
 use tower::Service;
 
@@ -79,14 +78,15 @@ impl Service<Request> for SyncEndpoint {
         let app = self.0.clone();
         let read = Box::pin(sync_request(app.clone(), request));
         Box::pin(async move {
-            let answer: ApiResult<SyncResponse> = match read.await {
-                Ok((desktop, request)) => sessions::sync_project(&app, &desktop, request)
-                    .await
-                    .map(Json)
-                    .map_err(ApiError::from),
-                Err(error) => Err(error),
+            // The sync waits after this match, not in its arm: a scrutinee lives to the end of
+            // its match, and the request in it would stay in this future for the whole wait
+            // (904 B, 664 B since; debug build).
+            let (desktop, request) = match read.await {
+                Ok(read) => read,
+                Err(error) => return Ok(error.into_response()),
             };
-            Ok(answer.into_response())
+            let answer = sessions::sync_project(&app, &desktop, request).await;
+            Ok(answer.map(Json).map_err(ApiError::from).into_response())
         })
     }
 }
