@@ -31,10 +31,11 @@ const CONNECTION_HEAP_BUDGET: i64 = 20 * 1024;
 /// The heap a held sync may add to its connection: the request's boxed futures down the
 /// router, its held state, its wake-up subscription and its token watch (debug build: 6.7 KiB
 /// before issue 28; 4,120 B with the Origin check a `from_fn` middleware and the sync an axum
-/// handler; 2,101 B since they box nothing more and the sync waits on its small state; with
-/// the service logging as `relay serve` does, 2,606 B while the request's span was kept for
-/// the whole wait, 1,953 B since it is made only while the request runs).
-const HELD_SYNC_HEAP_BUDGET: i64 = 2560;
+/// handler; 2,101 B since they box nothing more and the sync waits on its small state). With
+/// the service logging as `relay serve` does: 2,606 B while the request's span was kept for
+/// the whole wait; 1,953 B since the span is made only while the request runs; 1,717 B since
+/// the sync service's future keeps no room for the request it read.
+const HELD_SYNC_HEAP_BUDGET: i64 = 2048;
 /// The size of the sync's own future while it is held (debug build: 744 B, 568 B since
 /// `sync_project` keeps no room for its request).
 const HELD_FUTURE_BUDGET: usize = 768;
