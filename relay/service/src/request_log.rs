@@ -8,7 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request};
@@ -244,7 +244,7 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: B,
         span: Span,
-        started: Option<Instant>,
+        started: Option<Stopwatch>,
     }
 }
 
@@ -253,7 +253,7 @@ impl<B> Logged<B> {
         Logged {
             inner,
             span,
-            started: Some(Instant::now()),
+            started: Some(Stopwatch::start()),
         }
     }
 }

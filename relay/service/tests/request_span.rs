@@ -59,11 +59,9 @@ impl std::io::Write for Log {
     }
 }
 
-/// A held sync keeps no span while it waits (issue 28: a span costs a waiting desktop a few
-/// hundred bytes in the subscriber), yet every line it logs, before and after the wait, names
-/// its request as every request's lines do.
-#[tokio::test(start_paused = true)]
-async fn a_held_sync_keeps_no_span_while_it_waits_and_logs_in_its_request_span() {
+/// Installs the process's subscriber: `info` and `tower_http`'s request lines, formatted as
+/// `relay serve` does into [`Log`], with a count of the spans open.
+fn log_as_the_process() -> (Arc<AtomicUsize>, Log) {
     let open = Arc::new(AtomicUsize::new(0));
     let log = Log::default();
     let subscriber = tracing_subscriber::registry()
@@ -78,6 +76,15 @@ async fn a_held_sync_keeps_no_span_while_it_waits_and_logs_in_its_request_span()
         )
         .with(tracing_subscriber::EnvFilter::new("info,tower_http=debug"));
     tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+    (open, log)
+}
+
+/// A held sync keeps no span while it waits (issue 28: a span costs a waiting desktop a few
+/// hundred bytes in the subscriber), yet every line it logs, before and after the wait, names
+/// its request as every request's lines do.
+#[tokio::test(start_paused = true)]
+async fn a_held_sync_keeps_no_span_while_it_waits_and_logs_in_its_request_span() {
+    let (open, log) = log_as_the_process();
     let setup = Arc::new(relay_testkit::in_process().await);
     let shared = sync(
         &setup,
@@ -122,7 +129,11 @@ async fn a_held_sync_keeps_no_span_while_it_waits_and_logs_in_its_request_span()
     let answer = held.await.expect("joined");
     assert_eq!(answer.status(), 200);
     assert_eq!(answer.headers()["x-request-id"], "held-sync-1");
-    let log = log.text();
+    held_sync_lines_name_its_request(&log.text());
+}
+
+/// The held sync's request and answer lines carry its span's fields; it answered 200.
+fn held_sync_lines_name_its_request(log: &str) {
     let span =
         "request{request_id=held-sync-1 method=POST route=/external-assistants/graph-relays/sync}";
     let lines: Vec<&str> = log
