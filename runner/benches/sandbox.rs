@@ -6,7 +6,10 @@
 //! 1e6-iteration loop in boa-in-wasm ≤ 2.5× native boa.
 //!
 //! `BENCH_ALT_GUEST=path/to/guest.wasm` adds that guest component to the loop comparison, to
-//! try other guest build settings without rebuilding the runner.
+//! try other guest build settings without rebuilding the runner; `BENCH_VARIANTS` adds several,
+//! each with its own guest and engine settings (see [`variants`]), and `BENCH_PAIRS=N` runs N
+//! interleaved rounds instead of 15. `-- loop_1e6/none` skips criterion's samples and runs only
+//! the rounds.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -207,7 +210,8 @@ fn host_call_round_trip(c: &mut Criterion) {
 ///
 /// Besides criterion's report, prints the ratio of the fastest of 15 interleaved runs of
 /// each, and the median of the 15 per-round ratios: on a shared machine the means move with
-/// the load, these two much less.
+/// the load, these two much less. It prints them twice: by the wall clock, and by the
+/// process's CPU time (all threads), which other processes on the machine move less.
 fn loop_1e6(c: &mut Criterion) {
     const PAIRS: usize = 15;
     let rt = runtime();
@@ -226,6 +230,7 @@ fn loop_1e6(c: &mut Criterion) {
         .expect("the alternative guest loads");
         engines.push(("boa_in_wasm_alt_guest", Arc::new(alt)));
     }
+    engines.extend(variants());
     let options: Vec<(&str, RunOptions)> = engines
         .into_iter()
         .map(|(name, engine)| (name, options(engine)))
@@ -236,20 +241,136 @@ fn loop_1e6(c: &mut Criterion) {
         group.bench_function(*name, |b| b.iter(|| rt.block_on(run(LOOP_1E6, options))));
     }
     group.finish();
-    // times[i][k]: engine i in round k; the engines take turns within each round.
-    let mut times = vec![Vec::with_capacity(PAIRS); options.len()];
-    for _ in 0..PAIRS {
+    if std::env::var_os("BENCH_NO_PAIRS").is_some() {
+        return;
+    }
+    let pairs = std::env::var("BENCH_PAIRS")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(PAIRS);
+    // wall[i][k], cpu[i][k]: engine i in round k; the engines take turns within each round.
+    let mut wall = vec![Vec::with_capacity(pairs); options.len()];
+    let mut cpu = vec![Vec::with_capacity(pairs); options.len()];
+    for _ in 0..pairs {
         for (i, (_, options)) in options.iter().enumerate() {
+            let cpu_before = process_cpu();
             let started = runner::clock::Stopwatch::start();
             rt.block_on(run(LOOP_1E6, options));
-            times[i].push(started.elapsed());
+            wall[i].push(started.elapsed());
+            cpu[i].push(process_cpu().saturating_sub(cpu_before));
         }
     }
+    let names: Vec<&str> = options.iter().map(|(name, _)| *name).collect();
+    report_ratios("wall", &names, &wall);
+    report_ratios("on-CPU", &names, &cpu);
+}
+
+/// The engines `BENCH_VARIANTS` names: `name=guest.wasm|settings;name2=|settings2`, each a guest
+/// component (empty: the built-in guest) loaded without the snapshot, like `BENCH_ALT_GUEST`
+/// (so compare them with a variant `ctl=|`, not with `boa_in_wasm`), compiled by an engine
+/// with the production settings and then `settings` (comma-separated; see [`configure`]).
+fn variants() -> Vec<(&'static str, Arc<dyn Engine>)> {
+    let Ok(spec) = std::env::var("BENCH_VARIANTS") else {
+        return Vec::new();
+    };
+    let mut engines: Vec<(&'static str, Arc<dyn Engine>)> = Vec::new();
+    for variant in spec.split(';').filter(|v| !v.is_empty()) {
+        let (name, rest) = variant
+            .split_once('=')
+            .expect("BENCH_VARIANTS: name=path|settings");
+        let (path, settings) = rest.split_once('|').unwrap_or((rest, ""));
+        let bytes = if path.is_empty() {
+            GUEST_WASM.to_vec()
+        } else {
+            std::fs::read(path).expect("the variant's guest is readable")
+        };
+        let mut limits = WasmLimits::default();
+        if settings.split(',').any(|s| s == "fuel") {
+            limits.fuel = Some(u64::MAX / 4);
+        }
+        let engine =
+            WasmEngine::load_uncached_configured(&bytes, limits, &|c| configure(c, settings))
+                .expect("the variant loads");
+        engines.push((
+            Box::leak(name.to_owned().into_boxed_str()),
+            Arc::new(engine),
+        ));
+    }
+    engines
+}
+
+/// Applies a variant's settings: `opt=speed|speed_and_size|none`, `regalloc=single_pass`,
+/// `epoch=0`, `lazy=1` (lazy table init), `inline=yes`, `move=0` (memory may not move),
+/// `perfmap=1` (a perf map in /tmp for `perf report`), `fuel` (fuel on, with a budget too
+/// large to run out), `flag:NAME=VALUE` (a Cranelift flag).
+fn configure(config: &mut wasmtime::Config, settings: &str) {
+    use wasmtime::{Inlining, OptLevel, ProfilingStrategy, RegallocAlgorithm};
+    for setting in settings.split(',').filter(|s| !s.is_empty()) {
+        match setting {
+            "opt=none" => {
+                config.cranelift_opt_level(OptLevel::None);
+            }
+            "opt=speed" => {
+                config.cranelift_opt_level(OptLevel::Speed);
+            }
+            "opt=speed_and_size" => {
+                config.cranelift_opt_level(OptLevel::SpeedAndSize);
+            }
+            "regalloc=single_pass" => {
+                config.cranelift_regalloc_algorithm(RegallocAlgorithm::SinglePass);
+            }
+            "epoch=0" => {
+                config.epoch_interruption(false);
+            }
+            "lazy=1" => {
+                config.table_lazy_init(true);
+            }
+            "inline=yes" => {
+                config.compiler_inlining(Inlining::Yes);
+            }
+            "move=0" => {
+                config.memory_may_move(false);
+            }
+            "perfmap=1" => {
+                config.profiler(ProfilingStrategy::PerfMap);
+            }
+            "fuel" => {}
+            other => {
+                let (name, value) = other
+                    .strip_prefix("flag:")
+                    .and_then(|f| f.split_once('='))
+                    .unwrap_or_else(|| panic!("BENCH_VARIANTS: unknown setting {other}"));
+                // SAFETY: only benchmarks set Cranelift flags, to measure them; wasmtime
+                // checks the flag's name and value.
+                unsafe { config.cranelift_flag_set(name, value) };
+            }
+        }
+    }
+}
+
+/// The CPU time of all of this process's threads, finished ones included (`getrusage`): unlike
+/// the wall clock, it does not grow while other processes hold the machine's cores.
+fn process_cpu() -> Duration {
+    // SAFETY: `getrusage` only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+            return Duration::ZERO;
+        }
+        usage
+    };
+    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+}
+
+/// Prints, for each engine, its fastest run against the first engine's fastest (boa native),
+/// and the median of the per-round ratios.
+fn report_ratios(clock: &str, names: &[&str], times: &[Vec<Duration>]) {
     let fastest: Vec<Duration> = times
         .iter()
         .map(|t| t.iter().copied().min().unwrap_or(Duration::MAX))
         .collect();
-    for (i, (name, _)) in options.iter().enumerate() {
+    for (i, name) in names.iter().enumerate() {
         // The median of the per-round ratios: a round slowed for one engine only moves it little.
         let mut ratios: Vec<f64> = times[i]
             .iter()
@@ -258,7 +379,8 @@ fn loop_1e6(c: &mut Criterion) {
             .collect();
         ratios.sort_by(f64::total_cmp);
         println!(
-            "loop_1e6: {name} fastest of {PAIRS}: {:?}, {:.2}× boa native; median of the per-round ratios {:.2}×",
+            "loop_1e6 ({clock}): {name} fastest of {}: {:?}, {:.2}× boa native; median of the per-round ratios {:.2}×",
+            times[i].len(),
             fastest[i],
             fastest[i].as_secs_f64() / fastest[0].as_secs_f64(),
             ratios[ratios.len() / 2]

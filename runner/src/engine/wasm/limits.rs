@@ -123,6 +123,15 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
 
 /// A wasmtime engine configured for `limits`, with its epoch ticker running.
 pub(super) fn new_engine(limits: WasmLimits) -> Result<wasmtime::Engine, WasmError> {
+    new_engine_configured(limits, &|_| {})
+}
+
+/// Like [`new_engine`], with `configure` changing the settings last (for benchmarks that compare
+/// engine settings side by side: see [`super::WasmEngine::load_uncached_configured`]).
+pub(super) fn new_engine_configured(
+    limits: WasmLimits,
+    configure: &dyn Fn(&mut Config),
+) -> Result<wasmtime::Engine, WasmError> {
     let mut config = Config::new();
     config
         .epoch_interruption(true)
@@ -134,6 +143,7 @@ pub(super) fn new_engine(limits: WasmLimits) -> Result<wasmtime::Engine, WasmErr
         .max_wasm_stack(limits.wasm_stack_bytes)
         // The fiber that runs wasm must hold the whole wasm stack plus host frames.
         .async_stack_size(limits.wasm_stack_bytes + 2 * 1024 * 1024);
+    configure(&mut config);
     let engine = wasmtime::Engine::new(&config).map_err(setup)?;
     // Without the ticker no deadline, cancel or shared fuel budget would ever take effect.
     start_epoch_ticker(&engine)

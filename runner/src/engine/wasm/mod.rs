@@ -38,7 +38,7 @@ use crate::host::engine::{Engine, EngineError};
 use bindings::{Graph, GraphPre, HostState, link_wasi};
 use cache::compile_cached;
 use instance::{count_fuel, describe_invocation, describe_trap};
-use limits::new_engine;
+use limits::{new_engine, new_engine_configured};
 use snapshot::{blank_key, build_blank};
 
 pub use bindings::{GUEST_SHA256, GUEST_WASM};
@@ -177,13 +177,39 @@ impl WasmEngine {
         Self::load_uncached_with(hash, limits, cache_dir, &mut || Ok(bytes.to_vec()))
     }
 
+    /// Like [`Self::load_uncached`] with no cache, compiled by an engine whose wasmtime settings
+    /// `configure` changes after the production ones. Only for benchmarks that compare engine
+    /// settings side by side (`BENCH_VARIANTS` in `benches/sandbox.rs`); runs never use it.
+    #[doc(hidden)]
+    pub fn load_uncached_configured(
+        bytes: &[u8],
+        limits: WasmLimits,
+        configure: &dyn Fn(&mut wasmtime::Config),
+    ) -> Result<Self, WasmError> {
+        let engine = new_engine_configured(limits, configure)?;
+        Self::loaded(engine, limits, "bench-configured", None, &mut || {
+            Ok(bytes.to_vec())
+        })
+        .map(|(engine, _)| engine)
+    }
+
     fn load_uncached_with(
         hash: &str,
         limits: WasmLimits,
         cache_dir: Option<&Path>,
         bytes: &mut dyn FnMut() -> Result<Vec<u8>, WasmError>,
     ) -> Result<(Self, Source), WasmError> {
-        let engine = new_engine(limits)?;
+        Self::loaded(new_engine(limits)?, limits, hash, cache_dir, bytes)
+    }
+
+    /// The component compiled (or loaded from `cache_dir`) and linked in `engine`.
+    fn loaded(
+        engine: wasmtime::Engine,
+        limits: WasmLimits,
+        hash: &str,
+        cache_dir: Option<&Path>,
+        bytes: &mut dyn FnMut() -> Result<Vec<u8>, WasmError>,
+    ) -> Result<(Self, Source), WasmError> {
         let (component, source) = compile_cached(&engine, hash, cache_dir, bytes)?;
         let mut linker = Linker::<HostState>::new(&engine);
         link_wasi(&mut linker).map_err(setup)?;
