@@ -956,6 +956,25 @@ fn a_clock_that_is_not_one_is_a_usage_error() {
     }
 }
 
+/// Writes `case` as `dir/NAME.test.json` and runs `runner test dir --repeat 200` on `engine`:
+/// the output and its stdout.
+fn repeat_case(
+    dir: &Path,
+    name: &str,
+    case: &serde_json::Value,
+    engine: &str,
+) -> (std::process::Output, String) {
+    std::fs::write(dir.join(format!("{name}.test.json")), case.to_string()).expect("test");
+    let output = runner()
+        .arg("test")
+        .arg(dir)
+        .args(["--engine", engine, "--repeat", "200"])
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    (output, stdout)
+}
+
 /// `runner test --repeat` fails a case that fixes its seed and clock yet does not repeat its
 /// first round, naming the case, the round and the first difference. Here the rounds differ
 /// because the graph races: eight writes to one file side by side, and whichever the machine
@@ -981,15 +1000,8 @@ export default async function (args, g) {
         "replies": {"replies": []},
         "expect": {"status": "completed"}
     });
-    std::fs::write(dir.path().join("race.test.json"), case.to_string()).expect("test");
     for engine in ["boa", "wasm"] {
-        let output = runner()
-            .arg("test")
-            .arg(dir.path())
-            .args(["--engine", engine, "--repeat", "200"])
-            .output()
-            .expect("runs");
-        let stdout = String::from_utf8_lossy(&output.stdout);
+        let (output, stdout) = repeat_case(dir.path(), "race", &case, engine);
         assert_eq!(output.status.code(), Some(1), "{engine}: {stdout}");
         let fail = stdout
             .lines()
@@ -1040,15 +1052,8 @@ export default async function (args, g) {
         "replies": {"replies": [{"text": "x", "tokens": 1, "times": 4}], "default": {"text": "o", "tokens": 1}},
         "expect": {"status": "completed", "result": "xxxxoooo", "total_tokens": 8}
     });
-    std::fs::write(dir.path().join("times.test.json"), case.to_string()).expect("test");
     for engine in ["boa", "wasm"] {
-        let output = runner()
-            .arg("test")
-            .arg(dir.path())
-            .args(["--engine", engine, "--repeat", "200"])
-            .output()
-            .expect("runs");
-        let stdout = String::from_utf8_lossy(&output.stdout);
+        let (output, stdout) = repeat_case(dir.path(), "times", &case, engine);
         assert!(output.status.success(), "{engine}: {stdout}");
         assert!(
             stdout.ends_with("200 passed, 0 failed over 200 rounds\n"),
