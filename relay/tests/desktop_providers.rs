@@ -130,14 +130,9 @@ pub(crate) fn desktop(state: &std::path::Path, args: &[&str]) -> String {
         .to_owned()
 }
 
-const KEY: &str = "sk-desktop-provider-test-7c1d9e";
-/// How long the desktop relay may take to upload the shared session.
-const SYNC_DEADLINE: Duration = Duration::from_secs(60);
-/// How long the queued run may take to finish.
-const RUN_DEADLINE: Duration = Duration::from_secs(60);
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_queued_run_uses_the_provider_the_providers_file_names() {
+/// A service with the project Acme (owned by alice), its desktop's token, and an MCP client of
+/// an agent with every scope on it.
+async fn acme() -> (common::TestService, String, String, common::McpClient) {
     let service = common::TestService::start().await;
     let project = service.project("Acme", "alice").await;
     let desktop_token = service.desktop(&project).await.token;
@@ -147,6 +142,18 @@ async fn a_queued_run_uses_the_provider_the_providers_file_names() {
         common::Era::Current,
     )
     .await;
+    (service, project, desktop_token, agent)
+}
+
+const KEY: &str = "sk-desktop-provider-test-7c1d9e";
+/// How long the desktop relay may take to upload the shared session.
+const SYNC_DEADLINE: Duration = Duration::from_secs(60);
+/// How long the queued run may take to finish.
+const RUN_DEADLINE: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_run_uses_the_provider_the_providers_file_names() {
+    let (service, project, desktop_token, agent) = acme().await;
     let (provider_url, received) = scripted_provider().await;
 
     let dir = tempfile::tempdir().expect("temp dir");
@@ -341,15 +348,7 @@ async fn a_remote_run_that_loops_on_agents_stops_at_the_default_token_cap() {
 export default async function (args, g) {
   for (;;) { await g.agent({prompt: "once more", model: "local:m"}); }
 }"#;
-    let service = common::TestService::start().await;
-    let project = service.project("Acme", "alice").await;
-    let desktop_token = service.desktop(&project).await.token;
-    let agent = common::mcp_client(
-        &service.mcp_url(),
-        &service.full_agent(&project).await,
-        common::Era::Current,
-    )
-    .await;
+    let (service, project, desktop_token, agent) = acme().await;
     // 60,000 tokens an answer: the default cap of 200,000 is reached on the fourth.
     let (provider_url, received) = scripted_provider_using(50_000, 10_000).await;
     let dir = tempfile::tempdir().expect("temp dir");
@@ -397,15 +396,7 @@ async fn get_graph_run_shows_a_real_model_runs_tokens_growing() {
     let Some(llm) = crate::llm::local_llm().await else {
         return;
     };
-    let service = common::TestService::start().await;
-    let project = service.project("Acme", "alice").await;
-    let desktop_token = service.desktop(&project).await.token;
-    let agent = common::mcp_client(
-        &service.mcp_url(),
-        &service.full_agent(&project).await,
-        common::Era::Current,
-    )
-    .await;
+    let (service, project, desktop_token, agent) = acme().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let state = dir.path().join("desktop.db");
     let providers = dir.path().join("providers.toml");
@@ -529,15 +520,7 @@ async fn wait_for_log(log_path: &Path, text: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_desktop_run_compiles_shared_graphs_unless_told_not_to() {
-    let service = common::TestService::start().await;
-    let project = service.project("Acme", "alice").await;
-    let desktop_token = service.desktop(&project).await.token;
-    let agent = common::mcp_client(
-        &service.mcp_url(),
-        &service.full_agent(&project).await,
-        common::Era::Current,
-    )
-    .await;
+    let (service, project, desktop_token, agent) = acme().await;
     let (provider_url, _received) = scripted_provider().await;
     for (compiled, extra) in [(true, &[][..]), (false, &["--no-compiled-graphs"][..])] {
         let dir = tempfile::tempdir().expect("temp dir");

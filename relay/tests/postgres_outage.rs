@@ -4,7 +4,6 @@
 //! a cluster of its own (`scripts/pg.sh` with `PG_DIR`), never the one other tests share.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use relay_protocol::clock::Stopwatch;
@@ -26,28 +25,12 @@ struct OwnCluster {
 
 impl OwnCluster {
     fn pg_sh(&self, action: &str) -> String {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let root = root.parent().expect("the workspace root");
-        let output = Command::new("bash")
-            .arg(root.join("scripts/pg.sh"))
-            .arg(action)
-            .env("PG_DIR", &self.dir)
-            .output()
-            .expect("run scripts/pg.sh");
-        assert!(
-            output.status.success(),
-            "pg.sh {action}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+        common::pg_sh(action, &self.dir, None)
     }
 
     /// Starts a new cluster; its URL.
     fn start() -> (OwnCluster, String) {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let dir = root
-            .parent()
-            .expect("the workspace root")
+        let dir = common::workspace_root()
             .join("target")
             .join(format!("pg-outage-{}", uuid::Uuid::new_v4().simple()));
         let cluster = OwnCluster { dir };

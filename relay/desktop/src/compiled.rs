@@ -413,11 +413,7 @@ fn load(bytes: &[u8], limits: WasmLimits) -> Result<WasmEngine, String> {
     if !bytes.starts_with(runner::host::graphs::WASM_MAGIC) {
         return Err("it is not a WebAssembly component".into());
     }
-    let hash = hex(&sha2::Sha256::digest(bytes));
-    let cache = runner::engine::wasm::default_cache_dir();
-    WasmEngine::load_uncached(bytes, &hash, limits, cache.as_deref())
-        .map(|(engine, _)| engine)
-        .map_err(|e| e.to_string())
+    WasmEngine::for_component_uncached(bytes, limits).map_err(|e| e.to_string())
 }
 
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {

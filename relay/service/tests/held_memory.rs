@@ -260,23 +260,30 @@ fn settle() -> (i64, i64) {
     last
 }
 
-#[test]
-fn a_waiting_desktop_costs_the_service_a_few_kib_of_heap() {
-    let _alone = counting_alone();
+/// The service on its runtime with `count` desktops that share nothing and have each synced
+/// once, so every cache the first sync fills is filled before a baseline is taken; and a
+/// runtime for the clients. The service's runtime must live as long as the test: bind it to a
+/// name (`_service`), not to `_`.
+fn synced_fleet(count: usize) -> (tokio::runtime::Runtime, Fleet, tokio::runtime::Runtime) {
     let service = service_runtime();
-    let fleet = service.block_on(fleet(HELD));
+    let fleet = service.block_on(fleet(count));
     let clients = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("client runtime");
-    // Every desktop shares nothing and syncs once, so every cache the first sync fills is
-    // filled before the baseline is taken.
     clients.block_on(async {
         for (project, token) in &fleet.desktops {
             let answer = sync_once(fleet.address, project, token).await;
             assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         }
     });
+    (service, fleet, clients)
+}
+
+#[test]
+fn a_waiting_desktop_costs_the_service_a_few_kib_of_heap() {
+    let _alone = counting_alone();
+    let (_service, fleet, clients) = synced_fleet(HELD);
     let (bytes_before, blocks_before) = settle();
     let classes_before = classes();
     let mut streams = clients.block_on(async {
@@ -361,18 +368,7 @@ const AFTER_LARGE_BODY_HEAP_BUDGET: i64 = 36 * 1024;
 #[test]
 fn a_large_body_before_the_wait_leaves_no_large_buffer_behind() {
     let _alone = counting_alone();
-    let service = service_runtime();
-    let fleet = service.block_on(fleet(LARGE_BODY_DESKTOPS));
-    let clients = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("client runtime");
-    clients.block_on(async {
-        for (project, token) in &fleet.desktops {
-            let answer = sync_once(fleet.address, project, token).await;
-            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-        }
-    });
+    let (_service, fleet, clients) = synced_fleet(LARGE_BODY_DESKTOPS);
     let (bytes_before, _) = settle();
     let streams = clients.block_on(async {
         let mut streams = Vec::with_capacity(LARGE_BODY_DESKTOPS);

@@ -14,15 +14,7 @@ use relay_service::store::PostgresStore;
 use relay_service::store::postgres::notify::PgNotifier;
 use relay_service::store::postgres::tls;
 
-use crate::common::postgres_url;
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("the workspace root")
-        .to_path_buf()
-}
+use crate::common::{pg_sh, postgres_url, workspace_root};
 
 /// What the certificates are made with: a CA, and a server certificate for `localhost` only
 /// (so `127.0.0.1` is a wrong name for it).
@@ -142,19 +134,7 @@ struct TlsCluster {
 
 impl TlsCluster {
     fn pg_sh(&self, action: &str) -> String {
-        let output = Command::new("bash")
-            .arg(workspace_root().join("scripts/pg.sh"))
-            .arg(action)
-            .env("PG_DIR", &self.dir)
-            .env("PG_TLS_DIR", &self.certs)
-            .output()
-            .expect("run scripts/pg.sh");
-        assert!(
-            output.status.success(),
-            "pg.sh {action}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+        pg_sh(action, &self.dir, Some(&self.certs))
     }
 
     fn start() -> TlsCluster {

@@ -179,6 +179,36 @@ pub fn postgres_url() -> Option<String> {
     url
 }
 
+/// The workspace's root folder (where `scripts/` and `target/` are).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("the workspace root")
+        .to_path_buf()
+}
+
+/// Runs `scripts/pg.sh ACTION` on a PostgreSQL cluster of a test's own in `dir` (serving TLS
+/// only, with the certificates in `tls_dir`, when that is given); what it printed, trimmed (the
+/// cluster's URL, for `start`). A failure fails the test with pg.sh's stderr.
+pub fn pg_sh(action: &str, dir: &Path, tls_dir: Option<&Path>) -> String {
+    let mut command = std::process::Command::new("bash");
+    command
+        .arg(workspace_root().join("scripts/pg.sh"))
+        .arg(action)
+        .env("PG_DIR", dir);
+    if let Some(tls_dir) = tls_dir {
+        command.env("PG_TLS_DIR", tls_dir);
+    }
+    let output = command.output().expect("run scripts/pg.sh");
+    assert!(
+        output.status.success(),
+        "pg.sh {action}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
 /// A plain HTTP client, as the desktop and owner helpers use.
 pub fn http_client() -> reqwest::Client {
     graphrelay_net::client().expect("HTTP client")

@@ -117,6 +117,14 @@ impl WasmEngine {
         Self::load(bytes, &hash, limits, default_cache_dir().as_deref()).map(|(e, _)| e)
     }
 
+    /// Like [`Self::for_component`], but outside this process's map of loaded components
+    /// (compiled, or read from the disk cache): for callers that keep their own engines and
+    /// free them (the desktop relay's compiled graphs).
+    pub fn for_component_uncached(bytes: &[u8], limits: WasmLimits) -> Result<Self, WasmError> {
+        let hash = hex(&sha2::Sha256::digest(bytes));
+        Self::load_uncached(bytes, &hash, limits, default_cache_dir().as_deref()).map(|(e, _)| e)
+    }
+
     /// Loads `bytes` (whose SHA-256 is `hash`), from memory, the cache in `cache_dir`, or by
     /// compiling, and says which.
     pub fn load(
