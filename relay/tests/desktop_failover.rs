@@ -124,12 +124,8 @@ async fn held_syncs_reach(metrics: &str, count: u32) {
             .text()
             .await
             .expect("text");
-        let held = text
-            .lines()
-            .find_map(|line| line.strip_prefix("relay_held_requests{kind=\"sync\"} "))
-            .and_then(|value| value.trim().parse::<f64>().ok())
-            .unwrap_or(0.0);
-        if held >= f64::from(count) {
+        let held = relay_service::metrics::held_syncs(&text).unwrap_or(0);
+        if held >= u64::from(count) {
             return;
         }
         assert!(

@@ -368,6 +368,15 @@ fn gauge(text: &mut String, name: &str, help: &str, samples: &[(&str, u64)]) {
     }
 }
 
+/// The long-poll syncs held now, read from the metrics text [`render`] wrote (by the load
+/// tests and the simulator, which watch a service from outside).
+pub fn held_syncs(metrics: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("relay_held_requests{kind=\"sync\"} "))
+        .and_then(|count| count.trim().parse().ok())
+}
+
 /// The metrics as Prometheus text.
 pub async fn render(app: &AppState) -> String {
     let mut text = String::new();

@@ -270,10 +270,8 @@ pub(crate) async fn held_syncs(
             .text()
             .await
             .map_err(fail)?;
-        let held = text
-            .lines()
-            .find_map(|line| line.strip_prefix("relay_held_requests{kind=\"sync\"} "))
-            .and_then(|count| count.trim().parse::<usize>().ok())
+        let held = relay_service::metrics::held_syncs(&text)
+            .and_then(|count| usize::try_from(count).ok())
             .ok_or_else(|| LoadError(format!("no held sync count in {metrics}")))?;
         if held >= expected || started.elapsed() >= HOLD_WITHIN {
             return Ok(held);
