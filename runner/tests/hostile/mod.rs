@@ -11,7 +11,7 @@
 //!   person or the desktop's tests start it), with the same expectation;
 //! - in the **boa engine** through `runner run --engine boa` in a child process, because a
 //!   script boa cannot contain takes the whole process down; how it ended is asserted too, so
-//!   the table in ARCHITECTURE.md (generated from [`CASES`], checked by `sandbox_table.rs`)
+//!   the table in docs/limits.md (generated from [`CASES`], checked by `sandbox_table.rs`)
 //!   stays what was observed.
 #![allow(dead_code)]
 
