@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 /// jemalloc rather than the system allocator: a held long poll's connection has reserved
 /// 16 KiB of HTTP buffers it has mostly not written, and jemalloc's slabs leave such memory
-/// unresident where glibc's heap interleaves it with live data (ARCHITECTURE.md, limits).
+/// unresident where glibc's heap interleaves it with live data (docs/limits.md).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -124,7 +124,7 @@ fn parse_db_check_limit(text: &str) -> Result<Duration, String> {
     parse_duration(text, Duration::from_secs(1), Duration::from_secs(3600))
 }
 
-/// What the service holds under load: sessions, connections, quotas (ARCHITECTURE.md, "Limits").
+/// What the service holds under load: sessions, connections, quotas (docs/limits.md).
 #[derive(Debug, Args)]
 pub(crate) struct LimitArgs {
     /// 2025-era MCP sessions open at once, in all (past it the busiest token's oldest ends).

@@ -1,6 +1,6 @@
 //! `relay bench empty-polls` keeps working: the three variants run side by side on tiny
 //! numbers, each poll really reads an empty inbox, and the counters show which variant takes
-//! the write lock. (The figures themselves come from a release run; see the README.)
+//! the write lock. (The figures themselves come from a release run; see docs/development.md.)
 
 use std::process::Command;
 

@@ -56,7 +56,7 @@ pub struct ProviderArgs {
     #[arg(long = "request-timeout", value_name = "SECS", requires = "provider")]
     pub request_timeout: Option<f64>,
     /// A providers file (TOML) naming several providers; a graph picks one with
-    /// `model: "NAME:MODEL"` (see the README).
+    /// `model: "NAME:MODEL"` (see docs/graphs.md).
     #[arg(long, value_name = "FILE")]
     pub providers: Option<PathBuf>,
 }
@@ -95,7 +95,7 @@ impl clap::ValueEnum for EngineKind {
                 "boa compiled to a wasm component under wasmtime: the sandbox for untrusted graphs",
             ),
             EngineKind::Boa => PossibleValue::new("boa")
-                .help("boa in-process: fast to start, for trusted graphs (see ARCHITECTURE.md)"),
+                .help("boa in-process: fast to start, for trusted graphs (see docs/limits.md)"),
         })
     }
 }

@@ -1,5 +1,5 @@
 //! `runner test`: runs every `*.test.json` beside the graphs and compares outcomes. The format
-//! is documented for authors in the README's "Testing graphs" section (a test checks that every
+//! is documented for authors in docs/testing.md (a test checks that every
 //! field of these structs is there).
 //!
 //! A test file holds one case, or `{"graph": "x.js", "cases": [...]}`. A case:

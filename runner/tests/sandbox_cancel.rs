@@ -167,7 +167,7 @@ async fn cancel_while_spinning(script: &str, spin: Duration) -> Latency {
     }
 }
 
-/// Generous: the measured figures are a few milliseconds (see ARCHITECTURE.md); a second
+/// Generous: the measured figures are a few milliseconds (see docs/limits.md); a second
 /// only fails if the epoch interruption stopped working.
 const BOUND: Duration = Duration::from_secs(1);
 

@@ -19,7 +19,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 use crate::{MigrateError, migrate, use_wal};
 
 /// How long the open check may run by default before it is left unfinished. `quick_check`
-/// reads every page: about a second per few hundred MB on an SSD (ARCHITECTURE.md, "Limits").
+/// reads every page: about a second per few hundred MB on an SSD (docs/limits.md).
 pub const DEFAULT_CHECK_LIMIT: Duration = Duration::from_secs(60);
 
 /// What kind of storage failure an error is: what the service tells agents and the HTTP APIs

@@ -270,7 +270,7 @@ struct RunArgs {
     args: String,
     #[command(flatten)]
     engine: EngineArgs,
-    /// Mock provider replies file (see the README).
+    /// Mock provider replies file (see docs/testing.md).
     #[arg(long, conflicts_with_all = ["provider", "providers"])]
     replies: Option<PathBuf>,
     #[command(flatten)]

@@ -1,7 +1,7 @@
 //! boa in-process. Each graph call gets its own interpreter on its own thread (boa contexts are
 //! not `Send`), blocking on the tokio runtime only inside `wait_any`.
 //!
-//! What this engine can and cannot contain is stated in ARCHITECTURE.md: loops and recursion
+//! What this engine can and cannot contain is stated in docs/limits.md: loops and recursion
 //! hit boa's runtime limits, endless promise chains are interrupted between jobs, cancellation
 //! and the deadline are seen at every host call and between jobs. A runaway built-in (a huge
 //! `String.prototype.repeat`, a catastrophic regex) cannot be interrupted, and memory cannot

@@ -14,7 +14,7 @@ pub use crate::host::engine::{Engine, EngineError};
 pub enum EngineKind {
     /// boa compiled to a wasm component under wasmtime: the sandbox for untrusted graphs.
     Wasm,
-    /// boa in-process: fast to start, for trusted graphs (see ARCHITECTURE.md).
+    /// boa in-process: fast to start, for trusted graphs (see docs/limits.md).
     Boa,
 }
 
