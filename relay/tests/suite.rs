@@ -9,6 +9,11 @@ mod cli;
 mod desktop_failover;
 mod desktop_page;
 mod desktop_providers;
+/// The docs' command lines, found as the runner's tests find them.
+#[allow(dead_code)]
+#[path = "../../runner/tests/common/doc_commands.rs"]
+mod doc_commands;
+mod docs;
 /// The real local model (`scripts/local-llm.sh`), as the runner's tests find it.
 #[allow(dead_code)]
 #[path = "../../runner/tests/common/llm.rs"]

@@ -14,6 +14,7 @@ mod cancel;
 mod catalog;
 mod cli;
 mod concurrency;
+mod docs;
 mod limits;
 mod nesting;
 mod parity;

@@ -1,6 +1,7 @@
 //! Helpers shared by the runner's integration tests.
 #![allow(dead_code)]
 
+pub mod doc_commands;
 pub mod llm;
 pub mod server;
 
