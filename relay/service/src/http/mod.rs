@@ -36,8 +36,7 @@ use crate::presence::Presence;
 use crate::runs::{RunConfig, Runs};
 use crate::store::Store;
 use crate::store::notify::{LocalNotifier, Notifier};
-use crate::{chat_tasks, runs, store};
-use relay_protocol::DESKTOP_POLL_INTERVAL_SECS;
+use crate::{runs, store};
 use relay_protocol::clock::Clock;
 
 /// How often [`serve`] fails runs whose desktop went silent (reads also check lazily).
@@ -125,21 +124,21 @@ impl ServiceConfig {
 
 impl Default for ServiceConfig {
     fn default() -> Self {
+        // The domain's tunables default where the domain says.
+        let runs = RunConfig::default();
+        let tasks = TaskConfig::default();
         ServiceConfig {
-            silence_timeout: runs::DEFAULT_SILENCE_TIMEOUT,
-            poll_hint: Duration::from_secs(DESKTOP_POLL_INTERVAL_SECS),
+            silence_timeout: runs.silence_timeout,
+            poll_hint: runs.poll_hint,
             public_url: None,
             access_token_ttl: crate::oauth::DEFAULT_ACCESS_TOKEN_TTL,
             dev: false,
             allowed_origins: Vec::new(),
             trust_proxy: false,
             listen_loopback: false,
-            task_lease: chat_tasks::DEFAULT_TASK_LEASE,
-            task_sweep: SweepMode::default(),
-            queue_quota: store::QueueQuota {
-                per_agent: runs::DEFAULT_QUEUED_PER_AGENT,
-                per_project: runs::DEFAULT_QUEUED_PER_PROJECT,
-            },
+            task_lease: tasks.lease,
+            task_sweep: tasks.sweep,
+            queue_quota: runs.queue_quota,
             rate_limit: Some(rate::RateLimit::default()),
             connections: listener::ConnectionLimits::default(),
             mcp_sessions: mcp::legacy_sessions::SessionLimits::default(),

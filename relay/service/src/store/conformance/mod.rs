@@ -1341,8 +1341,8 @@ async fn sweep_tasks_due(
 
 /// What the sweep makes of `task` at `now`: the chat task state machine's `Expire` and then
 /// `LeaseLapsed` arms (`chat_tasks::machine`), stated here as the rules themselves so the
-/// store's suite needs nothing above the store; the machine's own tests check that it says
-/// the same (`the_sweep_rules_of_the_store_suite_are_the_machines`).
+/// store's suite needs nothing above the store; `tests/store_conformance.rs` holds the machine
+/// to them (`the_sweep_rules_of_the_suite_are_the_task_machines`).
 pub fn swept(task: &TaskRecord, now: Timestamp) -> TaskRecord {
     let mut next = task.clone();
     let open = matches!(task.status, TaskStatus::Queued | TaskStatus::Claimed);
