@@ -1,5 +1,5 @@
 //! The owner's HTTP API for linked chat tasks (owner token, JSON, size-limited bodies).
-//! Handlers decode, call one function of [`chat_tasks::owner`](super::chat_tasks::owner), encode.
+//! Handlers decode, call one function of [`chat_tasks::owner`](crate::chat_tasks::owner), encode.
 
 use std::sync::Arc;
 
