@@ -5,7 +5,7 @@ use crate::common;
 
 use common::{Desktop, Era, Setup, TestService, call, gs, mcp_client, ok, queue, session, setup};
 use relay_protocol::{MAX_ERROR_CHARS, MAX_RESULT_CHARS, MAX_SYNC_SESSIONS, json_utf16_len};
-use relay_service::desktop_api::MAX_DESKTOP_BODY_BYTES;
+use relay_service::http::desktop_api::MAX_DESKTOP_BODY_BYTES;
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

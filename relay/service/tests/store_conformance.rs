@@ -103,3 +103,55 @@ async fn postgres_migrations_run_once_when_replicas_start_together() {
         .await
         .expect("drop schema");
 }
+
+/// The suite states the chat task sweep's moves without the domain (the store's floor names
+/// nothing above it); here the task state machine is held to them, so the two cannot drift.
+#[test]
+fn the_sweep_rules_of_the_suite_are_the_task_machines() {
+    use relay_service::chat_tasks::machine::{TaskDecision, TaskEvent, transition};
+    use relay_service::model::TaskStatus;
+    use relay_service::store::TaskRecord;
+
+    let t0 = relay_protocol::clock::Timestamp::from_unix_millis(1_794_130_200_000);
+    let at = |seconds: u64| t0.saturating_add(std::time::Duration::from_secs(seconds));
+    let day = std::time::Duration::from_secs(24 * 60 * 60);
+    let by_machine = |task: &TaskRecord, now| {
+        [TaskEvent::Expire, TaskEvent::LeaseLapsed]
+            .into_iter()
+            .fold(task.clone(), |task, event| {
+                match transition(&task, event, now) {
+                    TaskDecision::Write(next) => *next,
+                    _ => task,
+                }
+            })
+    };
+    let task = |status: TaskStatus, lease: Option<u64>| {
+        let mut task = TaskRecord::queued("link".into(), "goal".into(), "k".into(), t0, day);
+        task.status = status;
+        if status != TaskStatus::Queued {
+            task.claim_id = Some("claim".into());
+            task.claimed_at = Some(t0);
+        }
+        if status == TaskStatus::Claimed {
+            task.lease_until = lease.map(at);
+        }
+        task
+    };
+    let mut tasks: Vec<TaskRecord> = TaskStatus::ALL
+        .into_iter()
+        .map(|status| task(status, Some(60)))
+        .collect();
+    tasks.push(task(TaskStatus::Claimed, None));
+    tasks.push(task(TaskStatus::Claimed, Some(2 * 24 * 60 * 60)));
+    for task in &tasks {
+        for now in [at(0), at(1), at(60), at(61), t0.saturating_add(day)] {
+            assert_eq!(
+                conformance::swept(task, now),
+                by_machine(task, now),
+                "{} (lease {:?}) at {now}",
+                task.status,
+                task.lease_until
+            );
+        }
+    }
+}

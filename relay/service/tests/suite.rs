@@ -46,3 +46,5 @@ mod task_cancel;
 mod task_expiry;
 mod task_limits;
 mod tool_arguments;
+mod tool_descriptions;
+mod tool_registry;

@@ -1,0 +1,249 @@
+//! A tool's schemas, derived from its Rust types (schemars), and the decoding of a call's
+//! arguments into its input type: first the strict checks with messages written for the agent
+//! (an unknown argument, a missing one, a wrong JSON type, each named), read off the input
+//! schema, then serde. The domain functions check ranges and formats with their own messages;
+//! the schema states the same bounds for hosts.
+
+use std::sync::Arc;
+
+use rmcp::model::JsonObject;
+use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
+use schemars::transform::{RecursiveTransform, Transform};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+/// Why a call's arguments do not fit the tool's contract, in words for the agent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ArgumentError(pub String);
+
+/// The `inputSchema` of type `T`: draft 2020-12, optional fields without a `null` type, no
+/// integer `format` noise, no root title or description.
+fn schema_of<T: JsonSchema>() -> Value {
+    let mut schema = SchemaSettings::draft2020_12()
+        .into_generator()
+        .into_root_schema_for::<T>();
+    RecursiveTransform(|schema: &mut schemars::Schema| {
+        schema.remove("format");
+        // An optional argument may be left out; `null` is accepted too but not advertised.
+        let single = match schema.get("type") {
+            Some(Value::Array(types))
+                if types.len() == 2 && types.contains(&Value::from("null")) =>
+            {
+                types.iter().find(|t| *t != "null").cloned()
+            }
+            _ => None,
+        };
+        if let Some(single) = single {
+            schema.insert("type".into(), single);
+        }
+    })
+    .transform(&mut schema);
+    let mut value = schema.to_value();
+    if let Value::Object(map) = &mut value {
+        map.remove("title");
+        map.remove("description");
+    }
+    value
+}
+
+/// The `inputSchema` of type `T`, as a JSON object.
+pub fn input_schema_of<T: JsonSchema>() -> Arc<JsonObject> {
+    match schema_of::<T>() {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+/// The `outputSchema` of type `T`: rmcp's (draft 2020-12), without the number `format`s
+/// schemars adds (`uint64`, `double`), which JSON Schema does not define and validators warn
+/// about.
+pub fn output_schema_of<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    let tool =
+        rmcp::model::Tool::new("", "", Arc::new(JsonObject::new())).with_output_schema::<T>();
+    let mut schema = Value::Object(
+        tool.output_schema
+            .map(|schema| schema.as_ref().clone())
+            .unwrap_or_default(),
+    );
+    drop_number_formats(&mut schema);
+    match schema {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+/// Removes every `format` of a number or integer schema, at any depth.
+fn drop_number_formats(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            let numeric = match map.get("type") {
+                Some(Value::String(kind)) => kind == "integer" || kind == "number",
+                Some(Value::Array(kinds)) => kinds.iter().any(|k| k == "integer" || k == "number"),
+                _ => false,
+            };
+            if numeric {
+                map.remove("format");
+            }
+            map.values_mut().for_each(drop_number_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_number_formats),
+        _ => {}
+    }
+}
+
+/// The argument names `schema` accepts, in its order.
+fn argument_names(schema: &JsonObject) -> Vec<String> {
+    schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|properties| properties.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Decodes a call's `arguments` for tool `name`, whose input schema is `schema`, into `T`,
+/// refusing (with a message for the agent) an unknown argument, a missing required one and a
+/// value of the wrong JSON type.
+pub fn decode<T: DeserializeOwned>(
+    name: &str,
+    schema: &JsonObject,
+    arguments: &Map<String, Value>,
+) -> Result<T, ArgumentError> {
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    if let Some(unknown) = arguments.keys().find(|key| !properties.contains_key(*key)) {
+        return Err(ArgumentError(format!(
+            "unknown argument `{unknown}`: {name} accepts only {}",
+            argument_names(schema).join(", ")
+        )));
+    }
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut present = Map::new();
+    for (key, property) in &properties {
+        match arguments.get(key) {
+            None | Some(Value::Null) if !required.contains(&key.as_str()) => {}
+            None => {
+                return Err(ArgumentError(format!("{name} needs the argument `{key}`")));
+            }
+            Some(value) => {
+                check_type(key, property, value)?;
+                present.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    serde_json::from_value(Value::Object(present))
+        .map_err(|e| ArgumentError(format!("{name}: {e}")))
+}
+
+/// `value` has the JSON type the property's schema names.
+fn check_type(key: &str, property: &Value, value: &Value) -> Result<(), ArgumentError> {
+    let fits = match property.get("type").and_then(Value::as_str) {
+        Some("string") => value.is_string(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("object") => value.is_object(),
+        _ => true,
+    };
+    if fits {
+        return Ok(());
+    }
+    Err(ArgumentError(
+        match property.get("type").and_then(Value::as_str) {
+            Some("string") => format!("`{key}` must be a string"),
+            Some("integer") => format!("`{key}` must be a whole number"),
+            _ => format!("`{key}` must be a JSON object"),
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    /// Arguments shaped like `run_graph_session`'s.
+    #[derive(Debug, Deserialize, JsonSchema)]
+    #[allow(dead_code)] // Decoded for the checks; not every field is read.
+    #[serde(deny_unknown_fields)]
+    struct Run {
+        graph_session_id: String,
+        #[serde(default)]
+        arguments: Map<String, Value>,
+        idempotency_key: String,
+        max_tokens: Option<i64>,
+    }
+
+    #[test]
+    fn a_derived_schema_is_closed_and_plain() {
+        let schema = input_schema_of::<Run>();
+        assert_eq!(schema.get("type"), Some(&json!("object")));
+        assert_eq!(schema.get("additionalProperties"), Some(&json!(false)));
+        assert_eq!(
+            schema["properties"]["max_tokens"],
+            json!({"type": "integer"})
+        );
+        assert!(schema.get("title").is_none());
+    }
+
+    #[test]
+    fn output_schemas_have_no_number_formats() {
+        #[derive(JsonSchema)]
+        #[allow(dead_code)] // Only its schema is used.
+        struct Out {
+            count: u64,
+            cost: Option<f64>,
+        }
+        let schema = Value::Object(output_schema_of::<Out>().as_ref().clone());
+        assert!(!schema.to_string().contains("format"), "{schema}");
+    }
+
+    #[test]
+    fn decoding_names_what_is_wrong() {
+        let schema = input_schema_of::<Run>();
+        let decode_run = |value: Value| {
+            let Value::Object(map) = value else {
+                panic!("an object")
+            };
+            decode::<Run>("run_graph_session", &schema, &map)
+        };
+        let ok = decode_run(
+            json!({"graph_session_id": "gs", "idempotency_key": "k", "max_tokens": null}),
+        )
+        .expect("decodes");
+        assert!(ok.arguments.is_empty() && ok.max_tokens.is_none());
+        let cases = [
+            (
+                json!({"graph_session_id": "gs", "idempotency_key": "k", "x": 1}),
+                "unknown argument `x`: run_graph_session accepts only graph_session_id, arguments, idempotency_key, max_tokens",
+            ),
+            (
+                json!({"graph_session_id": "gs"}),
+                "run_graph_session needs the argument `idempotency_key`",
+            ),
+            (
+                json!({"graph_session_id": 1, "idempotency_key": "k"}),
+                "`graph_session_id` must be a string",
+            ),
+            (
+                json!({"graph_session_id": "gs", "idempotency_key": "k", "arguments": []}),
+                "`arguments` must be a JSON object",
+            ),
+            (
+                json!({"graph_session_id": "gs", "idempotency_key": "k", "max_tokens": 1.5}),
+                "`max_tokens` must be a whole number",
+            ),
+        ];
+        for (value, expected) in cases {
+            let error = decode_run(value.clone()).expect_err("refused");
+            assert_eq!(error.0, expected, "{value}");
+        }
+    }
+}

@@ -1,0 +1,380 @@
+//! The MCP endpoint at `/mcp`: rmcp's Streamable HTTP server (stateless current protocol and
+//! 2025-era sessions from one service) behind a bearer-token gate, serving the tools of a
+//! [`Registry`] ([`standard_tools`] in the product).
+
+pub mod chat;
+pub mod graph;
+mod http;
+pub mod inputs;
+pub mod legacy_sessions;
+pub mod progress;
+mod resources;
+mod tasks;
+pub mod tools;
+
+use std::sync::Arc;
+
+use axum::Router;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CreateTaskResult, GetTaskParams,
+    GetTaskResult, Implementation, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool,
+    UnsubscribeRequestParams, UpdateTaskParams,
+};
+use rmcp::service::RequestContext;
+use rmcp::service::SubscriptionContext;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{Map, Value};
+
+use self::chat::{
+    ClaimLinkedChatTask, GetLinkedChatTask, ListLinkedChatTasks, SubmitLinkedChatResult,
+    UploadLinkedChatArtifact,
+};
+use self::graph::{
+    CancelGraphRun, GetGraphRun, ListGraphSessions, RunGraphSession, RunGraphSessionInput,
+};
+use self::inputs::decode;
+use self::tools::{McpTool, Registry, ToolContext, error_result, insufficient_scope_result};
+use super::oauth;
+use super::{AppState, MCP_PATH};
+use crate::auth::{self, AgentIdentity};
+use crate::runs::{self, RunError};
+
+pub use self::http::MAX_MCP_BODY_BYTES;
+
+const INSTRUCTIONS: &str = "Graphs run on the owner's desktop, not here. list_graph_sessions shows what the owner shares; \
+run_graph_session queues a run and returns a command_id at once; get_graph_run reads progress and the result \
+(look about 20 s after queueing, then every 15 s); cancel_graph_run stops it. \
+Linked chat tasks are work the owner assigned to this chat (by chat_link_id): list_linked_chat_tasks shows what waits; \
+claim_linked_chat_task, do the work, then submit_linked_chat_result with the claim_id.";
+
+/// The product's tools, in listing order: the graph tools first, then the chat task tools.
+pub fn standard_tools() -> Registry {
+    Registry::new()
+        .with::<ListGraphSessions>()
+        .with::<RunGraphSession>()
+        .with::<GetGraphRun>()
+        .with::<CancelGraphRun>()
+        .with::<ListLinkedChatTasks>()
+        .with::<GetLinkedChatTask>()
+        .with::<ClaimLinkedChatTask>()
+        .with::<SubmitLinkedChatResult>()
+        .with::<UploadLinkedChatArtifact>()
+}
+
+/// The service and the tools it offers, shared by the gate and the MCP server.
+#[derive(Clone)]
+pub struct Mcp {
+    app: Arc<AppState>,
+    tools: Arc<Registry>,
+}
+
+impl axum::extract::FromRef<Mcp> for Arc<AppState> {
+    fn from_ref(mcp: &Mcp) -> Self {
+        mcp.app.clone()
+    }
+}
+
+/// The `/mcp` routes serving `tools`: the rmcp service behind the token gate.
+pub fn routes(app: Arc<AppState>, tools: Registry) -> Router {
+    let mcp = Mcp {
+        app: app.clone(),
+        tools: Arc::new(tools),
+    };
+    let handler = GraphTools { mcp: mcp.clone() };
+    // rmcp serves every request statelessly; 2025-era sessions are the service's own
+    // (`legacy_sessions`), a small record bound to the token that opened it.
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_max_request_body_bytes(MAX_MCP_BODY_BYTES)
+        .with_cancellation_token(app.shutdown.child_token())
+        // The router checks Host and Origin on every route against the public URL
+        // (`crate::http::origin`); rmcp's fixed host list would only break deployments behind a
+        // public name.
+        .disable_allowed_hosts();
+    let service: StreamableHttpService<GraphTools, NeverSessionManager> =
+        StreamableHttpService::new(
+            move || Ok(handler.clone()),
+            Arc::new(NeverSessionManager::default()),
+            config,
+        );
+    Router::new()
+        .route_service(MCP_PATH, service)
+        .layer(axum::middleware::from_fn_with_state(
+            app,
+            http::legacy_sessions,
+        ))
+        .layer(axum::middleware::from_fn_with_state(mcp, http::gate))
+}
+
+/// The MCP server: the registry's tools, and runs as resources and tasks.
+#[derive(Clone)]
+pub struct GraphTools {
+    mcp: Mcp,
+}
+
+impl ServerHandler for GraphTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(Implementation::new("graphrelay", env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(
+            self.mcp.tools.definitions(),
+        ))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.mcp.tools.definition(name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let tools = &self.mcp.tools;
+        let Some(scope) = tools.scope(&request.name) else {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "unknown tool `{}`: the tools are {}",
+                    request.name,
+                    tools.names().join(", ")
+                ),
+                None,
+            ));
+        };
+        let app = &self.mcp.app;
+        let parts = context.extensions.get::<axum::http::request::Parts>();
+        let agent = agent_of(&context)?;
+        if !agent.has_scope(scope) {
+            let base = parts
+                .map(|p| oauth::base_url(app, &p.headers))
+                .unwrap_or_default();
+            return Ok(insufficient_scope_result(&request.name, scope, &base).into());
+        }
+        let empty = Map::new();
+        let arguments = request.arguments.as_ref().unwrap_or(&empty);
+        let declared_tasks = context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
+        // The one call the registry does not model: a run asked for as a task.
+        if request.name == RunGraphSession::NAME && declared_tasks {
+            return Ok(self.run_as_task(agent, arguments).await);
+        }
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|token| progress::ProgressSender::new(token, context.peer.clone()));
+        let cx = ToolContext {
+            app,
+            agent,
+            progress: progress.as_ref(),
+        };
+        let result = tools.call(&request.name, cx, arguments).await;
+        // The scope lookup above found the tool, so the registry has it.
+        Ok(result
+            .unwrap_or_else(|| error_result(&format!("unknown tool `{}`", request.name)))
+            .into())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        resources::list(&self.mcp.app, agent_of(&context)?).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        agent_of(&context)?;
+        Ok(resources::templates())
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let agent = agent_of(&context)?;
+        if let Some(refusal) = tasks::missing_scope(agent, auth::Scope::Read, "resources/read") {
+            return Err(refusal);
+        }
+        resources::read(&self.mcp.app, agent, &request.uri)
+            .await
+            .map(ReadResourceResponse::Complete)
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        resources::accepted(requested)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let request = context.request_context();
+        let agent = agent_of(request)?;
+        if let Some(refusal) =
+            tasks::missing_scope(agent, auth::Scope::Read, "subscriptions/listen")
+        {
+            return Err(refusal);
+        }
+        let tasks = request
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
+        resources::listen(&self.mcp.app, agent, &context, tasks).await
+    }
+
+    /// 2025-era `resources/subscribe`: acknowledged with `{}`. This service keeps no 2025
+    /// session stream, so updates reach `subscriptions/listen` streams only.
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        _request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        agent_of(&context).map(|_| ())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        _request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        agent_of(&context).map(|_| ())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let agent = agent_of(&context)?;
+        if let Some(refusal) = tasks::missing_scope(agent, auth::Scope::Read, "tasks/get") {
+            return Err(refusal);
+        }
+        let view = runs::get_run(&self.mcp.app.runs, agent, &request.task_id)
+            .await
+            .map_err(tasks::run_error)?;
+        // A task still working tells a client that asked for progress where it stands (tokens
+        // used and cap, agents, tools, the last event) before the answer.
+        if !view.status.is_terminal()
+            && let Some(token) = context.meta.get_progress_token()
+        {
+            progress::ProgressSender::new(token, context.peer.clone())
+                .send_now(&view)
+                .await;
+        }
+        let result = graph::run_result(&view);
+        Ok(GetTaskResult::new(tasks::detailed(
+            &self.mcp.app,
+            &view,
+            result,
+        )))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let agent = agent_of(&context)?;
+        if let Some(refusal) = tasks::missing_scope(agent, auth::Scope::Run, "tasks/cancel") {
+            return Err(refusal);
+        }
+        // A finished run is left as it is and the answer is the same ack.
+        runs::cancel_run(&self.mcp.app.runs, agent, &request.task_id)
+            .await
+            .map(|_| ())
+            .map_err(tasks::run_error)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let agent = agent_of(&context)?;
+        // An unknown or foreign id is -32602 like for the other methods; a run never asks
+        // for input, so there is nothing to update on a known one either.
+        runs::get_run(&self.mcp.app.runs, agent, &request.task_id)
+            .await
+            .map_err(tasks::run_error)?;
+        Err(ErrorData::invalid_params(
+            "this task never asks for input (a graph run takes its arguments when it is queued): there is nothing to update",
+            None,
+        ))
+    }
+}
+
+/// The authenticated agent the gate put on the request.
+fn agent_of(context: &RequestContext<RoleServer>) -> Result<&AgentIdentity, ErrorData> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.extensions.get::<AgentIdentity>())
+        // The gate puts an identity on every request; without one nothing may run.
+        .ok_or_else(|| {
+            ErrorData::internal_error(
+                "request reached the tools without an authenticated agent",
+                None,
+            )
+        })
+}
+
+impl GraphTools {
+    /// `run_graph_session` for a client that declared the tasks extension: the run as a task
+    /// (a flat `CreateTaskResult`), or the same tool error as without tasks when nothing was
+    /// queued.
+    async fn run_as_task(
+        &self,
+        agent: &AgentIdentity,
+        arguments: &Map<String, Value>,
+    ) -> CallToolResponse {
+        let Some(schema) = self
+            .mcp
+            .tools
+            .definition(RunGraphSession::NAME)
+            .map(|tool| tool.input_schema.clone())
+        else {
+            return error_result("run_graph_session is not offered here").into();
+        };
+        let input = decode::<RunGraphSessionInput>(RunGraphSession::NAME, &schema, arguments);
+        let request = match input {
+            Ok(input) => input.into(),
+            Err(message) => return error_result(&message.0).into(),
+        };
+        match tasks::create(&self.mcp.app, agent, request).await {
+            Ok(task) => CallToolResponse::Task(CreateTaskResult::new(task)),
+            Err(RunError::Store(error)) => {
+                tracing::error!(%error, tool = RunGraphSession::NAME, "store failed");
+                error_result("The relay service could not reach its database; try again shortly.")
+                    .into()
+            }
+            Err(error) => error_result(&error.to_string()).into(),
+        }
+    }
+}

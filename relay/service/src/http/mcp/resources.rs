@@ -1,0 +1,285 @@
+//! MCP resources that wake a host: a chat link's inbox (`relay://chat-links/{id}/tasks`) and a
+//! run (`relay://runs/{command_id}`). `resources/read` answers the same JSON as
+//! `list_linked_chat_tasks` and `get_graph_run`; a `subscriptions/listen` stream that names
+//! them gets `notifications/resources/updated` when they change, driven by
+//! [`crate::store::notify`] (the same wake-ups as the long polls, carried across replicas on
+//! PostgreSQL), never by polling the store. A stream from a client that declared the tasks
+//! extension also gets `notifications/tasks` for the runs it names.
+
+use std::pin::Pin;
+
+use futures_util::future::select_all;
+use rmcp::ErrorData;
+use rmcp::model::{
+    CacheScope, GetMeta, ListResourceTemplatesResult, ListResourcesResult, ReadResourceResult,
+    Resource, ResourceContents, ResourceTemplate, ServerNotification, SubscriptionFilter,
+    TaskStatusNotification, TaskStatusNotificationParams,
+};
+use rmcp::service::SubscriptionContext;
+use serde_json::json;
+
+use crate::auth::AgentIdentity;
+use crate::chat_tasks::{TaskError, agent as chat_agent};
+use crate::http::AppState;
+use crate::runs::{self, RunError};
+use crate::store::notify::{Subscription, Topic};
+
+const INBOX_PREFIX: &str = "relay://chat-links/";
+const INBOX_SUFFIX: &str = "/tasks";
+const RUN_PREFIX: &str = "relay://runs/";
+/// How long a resource list may be reused: links come and go rarely, and only the owner
+/// creates them.
+const LIST_TTL_MS: u64 = 30_000;
+/// Most resource URIs one `subscriptions/listen` stream may watch.
+pub const MAX_SUBSCRIBED_URIS: usize = 64;
+const JSON: &str = "application/json";
+
+/// One of this service's resource URIs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResourceUri {
+    /// A chat link's open tasks.
+    Inbox(String),
+    /// A graph run.
+    Run(String),
+}
+
+impl ResourceUri {
+    /// The URI's resource, or `None` for a URI this service does not serve.
+    pub fn parse(uri: &str) -> Option<Self> {
+        if let Some(id) = uri
+            .strip_prefix(INBOX_PREFIX)
+            .and_then(|rest| rest.strip_suffix(INBOX_SUFFIX))
+        {
+            return (!id.is_empty() && !id.contains('/')).then(|| Self::Inbox(id.to_owned()));
+        }
+        uri.strip_prefix(RUN_PREFIX)
+            .filter(|id| !id.is_empty() && !id.contains('/'))
+            .map(|id| Self::Run(id.to_owned()))
+    }
+
+    fn uri(&self) -> String {
+        match self {
+            Self::Inbox(id) => format!("{INBOX_PREFIX}{id}{INBOX_SUFFIX}"),
+            Self::Run(id) => format!("{RUN_PREFIX}{id}"),
+        }
+    }
+}
+
+/// The refusal for a URI that names nothing this agent may read (SEP-2164: -32602 with the
+/// URI in `data`). Unknown, malformed and foreign alike.
+fn not_found(uri: &str) -> ErrorData {
+    ErrorData::invalid_params(
+        format!(
+            "Resource not found: {uri} is not a resource of this connection (relay://chat-links/{{chat_link_id}}/tasks or relay://runs/{{command_id}}; see resources/list)"
+        ),
+        Some(json!({"uri": uri})),
+    )
+}
+
+fn internal(error: impl std::fmt::Display) -> ErrorData {
+    tracing::error!(%error, "store failed in a resources method");
+    ErrorData::internal_error(
+        "The relay service could not reach its database; try again shortly.",
+        None,
+    )
+}
+
+/// `resources/list`: the inboxes of the chat links of the agent's project.
+pub async fn list(app: &AppState, agent: &AgentIdentity) -> Result<ListResourcesResult, ErrorData> {
+    let links = app
+        .store
+        .chat_links(&agent.project_id)
+        .await
+        .map_err(internal)?;
+    let resources = links
+        .iter()
+        .map(|link| {
+            Resource::new(ResourceUri::Inbox(link.id.clone()).uri(), format!("chat-link-{}-tasks", link.id))
+                .with_title(format!("Tasks assigned to chat link {}", link.id))
+                .with_description("The open tasks the owner assigned to this linked chat (list_linked_chat_tasks's answer); subscribe to hear of new ones.")
+                .with_mime_type(JSON)
+        })
+        .collect();
+    Ok(ListResourcesResult::with_all_items(resources)
+        .with_ttl_ms(LIST_TTL_MS)
+        .with_cache_scope(CacheScope::Private))
+}
+
+/// `resources/templates/list`: a run and an inbox by id.
+pub fn templates() -> ListResourceTemplatesResult {
+    let templates = vec![
+        ResourceTemplate::new("relay://runs/{command_id}", "graph-run")
+            .with_title("A graph run started by this agent")
+            .with_description(
+                "get_graph_run's answer for the run; subscribe to hear when its status changes.",
+            )
+            .with_mime_type(JSON),
+        ResourceTemplate::new("relay://chat-links/{chat_link_id}/tasks", "chat-link-tasks")
+            .with_title("A linked chat's open tasks")
+            .with_mime_type(JSON),
+    ];
+    ListResourceTemplatesResult::with_all_items(templates)
+        .with_ttl_ms(LIST_TTL_MS)
+        .with_cache_scope(CacheScope::Public)
+}
+
+/// `resources/read`.
+pub async fn read(
+    app: &AppState,
+    agent: &AgentIdentity,
+    uri: &str,
+) -> Result<ReadResourceResult, ErrorData> {
+    let resource = ResourceUri::parse(uri).ok_or_else(|| not_found(uri))?;
+    let body = match &resource {
+        ResourceUri::Inbox(id) => match chat_agent::list_tasks(&app.tasks, agent, id).await {
+            Ok(inbox) => serde_json::to_string(&inbox).map_err(internal)?,
+            Err(TaskError::Store(error)) => return Err(internal(error)),
+            Err(_) => return Err(not_found(uri)),
+        },
+        ResourceUri::Run(id) => match runs::get_run(&app.runs, agent, id).await {
+            Ok(view) => serde_json::to_string(&view).map_err(internal)?,
+            Err(RunError::Store(error)) => return Err(internal(error)),
+            Err(_) => return Err(not_found(uri)),
+        },
+    };
+    // Live state: read again (or subscribe) rather than cache.
+    Ok(
+        ReadResourceResult::new(vec![ResourceContents::text(body, uri).with_mime_type(JSON)])
+            .with_ttl_ms(0)
+            .with_cache_scope(CacheScope::Private),
+    )
+}
+
+/// The topic that wakes `resource`'s subscribers, once `agent` may read it.
+async fn topic(
+    app: &AppState,
+    agent: &AgentIdentity,
+    resource: &ResourceUri,
+) -> Result<Option<Topic>, ErrorData> {
+    match resource {
+        ResourceUri::Inbox(id) => match chat_agent::list_tasks(&app.tasks, agent, id).await {
+            Ok(_) => Ok(Some(Topic::ChatLink(id.clone()))),
+            Err(TaskError::Store(error)) => Err(internal(error)),
+            Err(_) => Ok(None),
+        },
+        ResourceUri::Run(id) => match runs::get_run(&app.runs, agent, id).await {
+            Ok(view) => Ok(Some(Topic::Run(view.command_id))),
+            Err(RunError::Store(error)) => Err(internal(error)),
+            Err(_) => Ok(None),
+        },
+    }
+}
+
+/// What a `subscriptions/listen` request may watch: resource updates of this service's URIs
+/// (at most [`MAX_SUBSCRIBED_URIS`]). Whether the agent may read each one is checked when the
+/// stream starts ([`listen`]).
+pub fn accepted(requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+    let uris: Vec<String> = requested
+        .resource_subscriptions
+        .iter()
+        .flatten()
+        .filter(|uri| ResourceUri::parse(uri).is_some())
+        .take(MAX_SUBSCRIBED_URIS)
+        .cloned()
+        .collect();
+    let mut filter = SubscriptionFilter::new();
+    filter.resource_subscriptions = Some(uris);
+    Some(filter)
+}
+
+struct Watched {
+    uri: String,
+    resource: ResourceUri,
+    changes: Subscription,
+}
+
+/// Runs one `subscriptions/listen` stream until the client goes away or the service stops:
+/// every change of a watched resource the agent may read is one
+/// `notifications/resources/updated` (and, for a run with `tasks` declared, one
+/// `notifications/tasks` carrying what `tasks/get` answers then).
+pub async fn listen(
+    app: &AppState,
+    agent: &AgentIdentity,
+    context: &SubscriptionContext,
+    tasks: bool,
+) -> Result<(), ErrorData> {
+    let mut watched = Vec::new();
+    for uri in context.accepted().resource_subscriptions.iter().flatten() {
+        let Some(resource) = ResourceUri::parse(uri) else {
+            continue;
+        };
+        if let Some(topic) = topic(app, agent, &resource).await? {
+            watched.push(Watched {
+                uri: uri.clone(),
+                changes: app.notifier.subscribe(&topic),
+                resource,
+            });
+        } else {
+            tracing::debug!(%uri, "listen: not a resource of this agent; not watched");
+        }
+    }
+    if watched.is_empty() {
+        tokio::select! {
+            () = context.cancelled() => {}
+            () = app.shutdown.cancelled() => {}
+        }
+        return Ok(());
+    }
+    loop {
+        let changed = {
+            let waits: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = watched
+                .iter_mut()
+                .map(|w| Box::pin(w.changes.changed()) as Pin<Box<dyn Future<Output = ()> + Send>>)
+                .collect();
+            tokio::select! {
+                (_, index, _) = select_all(waits) => index,
+                () = context.cancelled() => return Ok(()),
+                () = app.shutdown.cancelled() => return Ok(()),
+            }
+        };
+        let Some(entry) = watched.get(changed) else {
+            continue;
+        };
+        if context
+            .sink()
+            .notify_resource_updated(entry.uri.clone())
+            .await
+            .is_err()
+        {
+            // The stream is gone.
+            return Ok(());
+        }
+        if tasks && let ResourceUri::Run(id) = &entry.resource {
+            send_task_status(app, agent, context, id).await;
+        }
+    }
+}
+
+/// `notifications/tasks` with the task as `tasks/get` would answer it now.
+async fn send_task_status(
+    app: &AppState,
+    agent: &AgentIdentity,
+    context: &SubscriptionContext,
+    command_id: &str,
+) {
+    let Ok(view) = runs::get_run(&app.runs, agent, command_id).await else {
+        return;
+    };
+    let task = super::tasks::detailed(app, &view, super::graph::run_result(&view));
+    let mut notification = ServerNotification::TaskStatusNotification(TaskStatusNotification::new(
+        TaskStatusNotificationParams::new(task),
+    ));
+    notification
+        .get_meta_mut()
+        .set_subscription_id(context.request_context().id.clone());
+    // rmcp's subscription sink does not route task notifications yet (it has no task filter),
+    // so this goes to the stream's peer directly, tagged with the stream's id like the rest.
+    let sent = context
+        .request_context()
+        .peer
+        .send_notification(notification)
+        .await;
+    if let Err(error) = sent {
+        tracing::debug!(%error, "a task status notification found no stream");
+    }
+}
