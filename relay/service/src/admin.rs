@@ -151,7 +151,7 @@ pub async fn create_project(
 /// Every project with its owner, oldest first.
 pub async fn list_projects(app: &AppState) -> Result<Vec<ProjectInfo>, AdminError> {
     let owners = app.store.owners().await?;
-    let projects = app.store.projects().await?;
+    let projects = app.store.all_projects().await?;
     Ok(projects
         .into_iter()
         .map(|project| {

@@ -39,6 +39,7 @@ mod revocation;
 mod run_reports;
 mod silent_desktop;
 mod store_conformance;
+mod store_damage;
 mod submit_idempotency;
 mod sweep_guard;
 mod sync_bounds;

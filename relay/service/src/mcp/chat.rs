@@ -47,10 +47,11 @@ pub(super) async fn dispatch(
 }
 
 fn encode(value: &impl Serialize) -> Result<Value, TaskError> {
-    serde_json::to_value(value).map_err(|e| {
-        TaskError::Store(crate::store::StoreError::Backend(format!(
-            "cannot encode the answer: {e}"
-        )))
+    serde_json::to_value(value).map_err(|source| {
+        TaskError::Store(crate::store::StoreError::Encode {
+            what: "the answer",
+            source,
+        })
     })
 }
 

@@ -75,8 +75,7 @@ pub fn cookie(headers: &HeaderMap, base: &str, name: &str) -> Option<String> {
 /// `bytes` random bytes as hex.
 pub fn random_hex(bytes: usize) -> Result<String, StoreError> {
     let mut secret = vec![0u8; bytes];
-    getrandom::fill(&mut secret)
-        .map_err(|e| StoreError::Backend(format!("the system has no randomness: {e}")))?;
+    getrandom::fill(&mut secret).map_err(StoreError::Randomness)?;
     Ok(hex(&secret))
 }
 

@@ -76,7 +76,10 @@ pub(crate) async fn desktop_command(
         .command(id)
         .await?
         .ok_or_else(|| DesktopError::NotFound(command_not_found()))?;
-    let project = app.store.project(&command.project_id).await?;
+    let project = app
+        .store
+        .project_of_owner(&desktop.owner_id, &command.project_id)
+        .await?;
     match project {
         Some(project) if desktop.reaches(&project) => Ok(command),
         _ => Err(DesktopError::NotFound(command_not_found())),

@@ -149,9 +149,9 @@ pub async fn owns_project(
 ) -> Result<bool, RunError> {
     Ok(app
         .store
-        .project(project_id)
+        .project_of_owner(owner_id, project_id)
         .await?
-        .is_some_and(|project| project.owner_id == owner_id))
+        .is_some())
 }
 
 fn cursor(command: &CommandRecord) -> String {
