@@ -8,24 +8,20 @@
 pub mod admin;
 pub mod auth;
 pub mod chat_tasks;
-pub mod console;
-pub mod desktop_api;
 pub mod desktops;
-pub mod edge;
-pub mod listener;
-pub mod mcp;
-pub mod metrics;
-pub mod notify;
+pub mod http;
+pub mod model;
 pub mod oauth;
-pub mod ops;
-pub mod origin;
-pub mod owner_api;
 pub mod presence;
-pub mod rate;
-pub mod request_log;
 pub mod runs;
 pub mod sessions;
 pub mod store;
+
+// The paths from before the move into floors, until callers name the floor.
+pub use http::{
+    console, desktop_api, edge, listener, mcp, metrics, ops, origin, owner_api, rate, request_log,
+};
+pub use store::notify;
 
 use std::future::Future;
 use std::sync::Arc;

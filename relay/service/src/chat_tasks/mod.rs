@@ -16,7 +16,7 @@
 
 pub mod agent;
 pub mod machine;
-pub mod model;
+pub use crate::model;
 pub mod owner;
 pub mod sweep;
 pub mod view;

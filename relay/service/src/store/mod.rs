@@ -7,6 +7,7 @@
 pub mod auth;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod notify;
 pub mod postgres;
 pub mod sqlite;
 

@@ -7,13 +7,12 @@
 //! per agent holds for it, and operator-minted agent tokens keep working beside it.
 
 pub mod authorize;
-pub mod cimd;
-pub mod clients;
-pub mod connections;
 pub mod pages;
-pub mod password;
 pub mod signin;
 pub mod token;
+
+// The domain's OAuth rooms, by their paths from before the move (`super::clients`).
+pub use crate::oauth::{cimd, clients, connections, password};
 
 use std::sync::Arc;
 use std::time::Duration;
