@@ -2,6 +2,7 @@
 //! OAuth endpoints and pages, the probes and metrics) and the plumbing they share (listener,
 //! origin checks, rate limits, request log, metrics).
 
+pub mod answers;
 pub mod console;
 pub mod desktop_api;
 pub mod edge;

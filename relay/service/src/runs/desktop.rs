@@ -50,7 +50,12 @@ impl From<RunError> for DesktopError {
         match error {
             RunError::NotFound => DesktopError::NotFound(command_not_found()),
             RunError::Invalid(message) => DesktopError::BadRequest(message),
-            other => DesktopError::Run(other),
+            // Answered as the run functions answer them (`http::answers::run_answer`).
+            error @ (RunError::IdempotencyConflict
+            | RunError::Contended
+            | RunError::Quota(_)
+            | RunError::Revoked
+            | RunError::Store(_)) => DesktopError::Run(error),
         }
     }
 }

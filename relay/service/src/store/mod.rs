@@ -174,6 +174,25 @@ impl std::error::Error for Damage {
     }
 }
 
+/// Whether a PostgreSQL failure without a named fault passes by itself: the connection
+/// closed or could not be made (an I/O error under it), or the server says so by the class of
+/// its SQLSTATE (08 connection exception, 57 operator intervention such as a restart, 40 a
+/// rolled-back transaction, 53 insufficient resources). A statement the server refused for
+/// another reason, or a client-side encoding error, fails the same way every time.
+fn postgres_retry_helps(error: &tokio_postgres::Error) -> bool {
+    if let Some(db) = error.as_db_error() {
+        return matches!(db.code().code().get(..2), Some("08" | "57" | "40" | "53"));
+    }
+    let mut cause = std::error::Error::source(error);
+    while let Some(inner) = cause {
+        if inner.is::<std::io::Error>() {
+            return true;
+        }
+        cause = inner.source();
+    }
+    error.is_closed()
+}
+
 /// How a row keyed by a secret's hash is named in a [`Damage`]: enough of the hash to find the
 /// row, not the whole of it.
 pub(crate) fn hash_key(hash: &str) -> String {
@@ -223,6 +242,31 @@ impl StoreError {
         }
     }
 
+    /// Whether the same call may succeed later without anyone repairing anything: a database
+    /// that does not answer (down, restarting, every connection busy), a lock or a full disk
+    /// that clears, a transaction the database rolled back. Never for damage, the caller's
+    /// input, a refused statement or a setting that needs a hand.
+    pub fn retry_helps(&self) -> bool {
+        match self {
+            StoreError::Fault { fault, .. } => fault.transient(),
+            StoreError::Sqlite { source, .. } => matches!(
+                source.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::SystemIoFailure | rusqlite::ErrorCode::OutOfMemory)
+            ),
+            StoreError::Postgres { source, .. } => postgres_retry_helps(source),
+            StoreError::Pool(_) | StoreError::PoolClosed(_) => true,
+            StoreError::Task(error) => error.is_cancelled(),
+            StoreError::PoolBuild(_)
+            | StoreError::Encode { .. }
+            | StoreError::Setup { .. }
+            | StoreError::Inconsistent(_)
+            | StoreError::Randomness(_)
+            | StoreError::Corrupt(_)
+            | StoreError::Invalid(_)
+            | StoreError::Unusable(_) => false,
+        }
+    }
+
     /// The damaged object, when a stored row could not be decoded.
     pub fn damage(&self) -> Option<&Damage> {
         match self {
@@ -248,9 +292,19 @@ impl StoreError {
                 "The relay service cannot store this: {message}. Nothing was recorded; retrying the same request does not help."
             );
         }
+        if let Some(damage) = self.damage() {
+            return format!(
+                "The relay service's stored data is damaged: {} row {} cannot be read (cause: corrupt). Retrying does not help until its operator repairs or removes it.",
+                damage.table, damage.id
+            );
+        }
         let (what, retry) = match self.fault() {
-            None => {
+            None if self.retry_helps() => {
                 return "The relay service could not reach its database; try again shortly."
+                    .to_owned();
+            }
+            None => {
+                return "The relay service failed to do this (its operator's log says why); retrying does not help until it is fixed."
                     .to_owned();
             }
             Some(Fault::DiskFull) => (

@@ -6,7 +6,6 @@ use rmcp::model::CallToolResult;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::error_result;
 use super::inputs::{self, decode};
 use super::tools::{
     CLAIM_LINKED_CHAT_TASK, GET_LINKED_CHAT_TASK, LIST_LINKED_CHAT_TASKS,
@@ -38,11 +37,7 @@ pub(super) async fn dispatch(
 ) -> CallToolResult {
     match call(app, spec, agent, arguments).await {
         Ok(value) => CallToolResult::structured(value),
-        Err(TaskError::Store(error)) => {
-            error.log(&format!("tool {} failed", spec.name));
-            error_result(&error.agent_message())
-        }
-        Err(error) => error_result(&error.to_string()),
+        Err(error) => super::errors::task_tool_error(error, spec.name),
     }
 }
 

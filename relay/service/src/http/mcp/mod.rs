@@ -2,6 +2,7 @@
 //! 2025-era sessions from one service) behind a bearer-token gate.
 
 mod chat;
+mod errors;
 mod http;
 pub mod inputs;
 pub mod legacy_sessions;
@@ -249,7 +250,7 @@ impl ServerHandler for GraphTools {
         }
         let view = runs::get_run(&self.app, agent, &request.task_id)
             .await
-            .map_err(tasks::run_error)?;
+            .map_err(errors::run_rpc_error)?;
         // A task still working tells a client that asked for progress where it stands (tokens
         // used and cap, agents, tools, the last event) before the answer.
         if !view.status.is_terminal()
@@ -278,7 +279,7 @@ impl ServerHandler for GraphTools {
         runs::cancel_run(&self.app, agent, &request.task_id)
             .await
             .map(|_| ())
-            .map_err(tasks::run_error)
+            .map_err(errors::run_rpc_error)
     }
 
     async fn update_task(
@@ -291,7 +292,7 @@ impl ServerHandler for GraphTools {
         // for input, so there is nothing to update on a known one either.
         runs::get_run(&self.app, agent, &request.task_id)
             .await
-            .map_err(tasks::run_error)?;
+            .map_err(errors::run_rpc_error)?;
         Err(ErrorData::invalid_params(
             "this task never asks for input (a graph run takes its arguments when it is queued): there is nothing to update",
             None,
@@ -344,12 +345,7 @@ impl GraphTools {
         };
         match tasks::create(&self.app, agent, request).await {
             Ok(task) => CallToolResponse::Task(CreateTaskResult::new(task)),
-            Err(RunError::Store(error)) => {
-                tracing::error!(%error, tool = spec.name, "store failed");
-                error_result("The relay service could not reach its database; try again shortly.")
-                    .into()
-            }
-            Err(error) => error_result(&error.to_string()).into(),
+            Err(error) => errors::run_tool_error(error, spec.name).into(),
         }
     }
 
@@ -403,11 +399,7 @@ impl GraphTools {
         };
         match outcome {
             Ok((structured, text)) => success_result(structured, text),
-            Err(RunError::Store(error)) => {
-                error.log(&format!("tool {} failed", spec.name));
-                error_result(&error.agent_message())
-            }
-            Err(error) => error_result(&error.to_string()),
+            Err(error) => errors::run_tool_error(error, spec.name),
         }
     }
 

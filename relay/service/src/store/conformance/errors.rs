@@ -26,6 +26,10 @@ pub async fn a_refused_write_keeps_the_database_error_as_its_source(store: &dyn 
         "the database's refusal is a database error: {error:?}"
     );
     assert_eq!(error.fault(), None, "{error}");
+    assert!(
+        !error.retry_helps(),
+        "a refused statement fails the same way again: {error}"
+    );
     let source = error
         .source()
         .expect("the database's error is kept as the source");
