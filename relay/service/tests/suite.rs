@@ -46,4 +46,5 @@ mod sync_bounds;
 mod task_cancel;
 mod task_expiry;
 mod task_limits;
+mod tenant_isolation;
 mod tool_arguments;
