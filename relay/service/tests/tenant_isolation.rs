@@ -108,7 +108,10 @@ async fn a_desktop_reaches_only_its_owners_projects_and_runs() {
     let mut anns = vec![w.ann_project.clone(), w.ann_second.clone()];
     anns.sort();
     assert_eq!(served(&w.ann_desktop).await, anns);
-    assert_eq!(served(&w.bob_desktop).await, std::slice::from_ref(&w.bob_project));
+    assert_eq!(
+        served(&w.bob_desktop).await,
+        std::slice::from_ref(&w.bob_project)
+    );
     let (status, body) = w
         .bob_desktop
         .sync_raw(&json!({"project_id": w.ann_project, "sessions": []}))
