@@ -310,8 +310,8 @@ async fn completion_limits_are_enforced_at_the_edge() {
     service.stop().await;
 }
 
-/// Every refusal of the desktop API names its cause in the body, and one that asks the
-/// desktop to come back later (429, 503) says when in `Retry-After`.
+/// Every refusal of the desktop API names its cause in the body (429 and 503, which also say
+/// when to come back in `Retry-After`: the next test and `relay/tests/postgres_outage.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_refusal_names_its_cause_and_when_to_come_back() {
     use relay_protocol::cause;
@@ -357,7 +357,10 @@ async fn every_refusal_names_its_cause_and_when_to_come_back() {
         );
     }
     service.stop().await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_desktop_past_its_rate_is_told_when_to_come_back() {
     let config = relay_service::ServiceConfig {
         rate_limit: Some(relay_service::rate::RateLimit {
             per_second: 1,
@@ -385,6 +388,6 @@ async fn every_refusal_names_its_cause_and_when_to_come_back() {
     let wait = limited.headers()["retry-after"].to_str().expect("seconds");
     assert!(wait.parse::<u64>().is_ok_and(|s| s >= 1), "{wait}");
     let body: Value = limited.json().await.expect("json");
-    assert_eq!(body["cause"], cause::RATE_LIMITED, "{body}");
+    assert_eq!(body["cause"], relay_protocol::cause::RATE_LIMITED, "{body}");
     service.stop().await;
 }

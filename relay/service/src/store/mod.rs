@@ -116,10 +116,10 @@ pub enum StoreError {
         #[source]
         source: BoxError,
     },
-    /// The database was refused when opened (empty, damaged, foreign, newer): the message says
-    /// what to do.
-    #[error("{0}")]
-    Unusable(String),
+    /// The database was refused when opened (empty, damaged, foreign, newer), or a copy of it
+    /// failed: the error (kept whole, with its own source) says what to do.
+    #[error(transparent)]
+    Unusable(BoxError),
 }
 
 /// A stored object that cannot be decoded: which one (its table and key), which part of it,

@@ -211,7 +211,7 @@ impl SqliteStore {
                     let context = format!("cannot open the database {}", path.display());
                     with_context(backend(error), &context)
                 }
-                other => StoreError::Unusable(other.to_string()),
+                other => StoreError::Unusable(other.into()),
             })?;
         if let relay_sqlite::Check::Unfinished(limit) = opened.check {
             tracing::warn!(
@@ -237,7 +237,7 @@ impl SqliteStore {
     pub async fn backup_into(&self, target: PathBuf) -> Result<(), StoreError> {
         self.call(move |connection| {
             relay_sqlite::backup_into(connection, &target)
-                .map_err(|e| StoreError::Unusable(e.to_string()))
+                .map_err(|e| StoreError::Unusable(e.into()))
         })
         .await
     }
@@ -373,9 +373,12 @@ fn with_context(error: StoreError, context: &str) -> StoreError {
 
 fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
     relay_sqlite::migrate(connection, MIGRATIONS).map_err(|e| match e {
-        MigrateError::Newer { found, known } => StoreError::Unusable(format!(
-            "the database has schema version {found}, newer than this build knows ({known}): upgrade relay"
-        )),
+        MigrateError::Newer { found, known } => StoreError::Unusable(
+            format!(
+                "the database has schema version {found}, newer than this build knows ({known}): upgrade relay"
+            )
+            .into(),
+        ),
         MigrateError::Sqlite(e) => backend(e),
     })
 }

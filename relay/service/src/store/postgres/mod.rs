@@ -215,10 +215,13 @@ impl PostgresStore {
         };
         let applied = usize::try_from(applied).unwrap_or(usize::MAX);
         if applied > MIGRATIONS.len() {
-            return Err(StoreError::Unusable(format!(
-                "the database has schema version {applied}, newer than this build knows ({}): upgrade relay",
-                MIGRATIONS.len()
-            )));
+            return Err(StoreError::Unusable(
+                format!(
+                    "the database has schema version {applied}, newer than this build knows ({}): upgrade relay",
+                    MIGRATIONS.len()
+                )
+                .into(),
+            ));
         }
         for migration in &MIGRATIONS[applied..] {
             transaction
