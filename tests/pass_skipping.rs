@@ -125,7 +125,7 @@ async fn setup(latency_secs: u64) -> Setup {
 
 async fn queue(setup: &Setup, key: &str) -> relay_protocol::CommandId {
     runs::queue_run(
-        &setup.app,
+        &setup.app.runs,
         &setup.agent,
         runs::RunRequest {
             graph_session_id: setup.session.to_string(),
@@ -164,7 +164,7 @@ async fn a_pass_due_while_the_previous_is_busy_is_skipped() {
         2,
         "the passes at 0 s and 60 s"
     );
-    let view = runs::get_run(&setup.app, &setup.agent, &command.to_string())
+    let view = runs::get_run(&setup.app.runs, &setup.agent, &command.to_string())
         .await
         .expect("run");
     assert_eq!(view.status, relay_protocol::RunStatus::Completed);

@@ -331,7 +331,7 @@ async fn owner_command(app: &AppState, json: bool, command: OwnerCommand) -> Res
                     "no password on stdin: pipe one line, e.g. `printf '%s\\n' \"$PASSWORD\" | relay admin owner set-password {name} --password-stdin`"
                 );
             }
-            let owner = admin::set_owner_password(app, &name, password).await?;
+            let owner = admin::set_owner_password(&app.admin(), &name, password).await?;
             eprintln!("password set; {} signs in as `{}`", owner.name, owner.name);
             print(
                 json,
@@ -344,7 +344,10 @@ async fn owner_command(app: &AppState, json: bool, command: OwnerCommand) -> Res
             ttl,
             public_url,
         } => {
-            let link = admin::sign_in_link(app, &name, &public_url, ttl).await?;
+            let link = admin::sign_in_link(&app.admin(), &name, ttl, |secret| {
+                relay_service::http::oauth::sign_in_link_url(&public_url, secret)
+            })
+            .await?;
             eprintln!(
                 "open this once in {}'s browser before {}",
                 link.owner, link.expires_at
@@ -352,7 +355,7 @@ async fn owner_command(app: &AppState, json: bool, command: OwnerCommand) -> Res
             print(json, &link, &link.url)
         }
         OwnerCommand::SignOutAll { name } => {
-            let ended = admin::sign_out_all(app, &name).await?;
+            let ended = admin::sign_out_all(&app.admin(), &name).await?;
             print(
                 json,
                 &serde_json::json!({"owner": name, "sessions_ended": ended}),
@@ -365,7 +368,7 @@ async fn owner_command(app: &AppState, json: bool, command: OwnerCommand) -> Res
 async fn connection(app: &AppState, json: bool, command: ConnectionCommand) -> Result<()> {
     match command {
         ConnectionCommand::List { project } => {
-            let list = connections::list(app, None, project.as_deref()).await?;
+            let list = connections::list(app.store.as_ref(), None, project.as_deref()).await?;
             if json {
                 println!("{}", serde_json::to_string(&list)?);
                 return Ok(());
@@ -391,28 +394,30 @@ async fn connection(app: &AppState, json: bool, command: ConnectionCommand) -> R
             }
             Ok(())
         }
-        ConnectionCommand::Revoke { id } => match connections::revoke(app, None, &id).await? {
-            connections::Revoked::NotFound => anyhow::bail!(
-                "no connection {id}: `relay admin connection list` shows them (operator-minted tokens are revoked with `relay admin token revoke`)"
-            ),
-            outcome => {
-                if outcome == connections::Revoked::Already {
-                    tracing::warn!(connection = %id, "connection was already revoked");
+        ConnectionCommand::Revoke { id } => {
+            match connections::revoke(app.store.as_ref(), None, &id, app.clock.now()).await? {
+                connections::Revoked::NotFound => anyhow::bail!(
+                    "no connection {id}: `relay admin connection list` shows them (operator-minted tokens are revoked with `relay admin token revoke`)"
+                ),
+                outcome => {
+                    if outcome == connections::Revoked::Already {
+                        tracing::warn!(connection = %id, "connection was already revoked");
+                    }
+                    print(json, &serde_json::json!({"id": id, "revoked": true}), &id)
                 }
-                print(json, &serde_json::json!({"id": id, "revoked": true}), &id)
             }
-        },
+        }
     }
 }
 
 async fn project(app: &AppState, json: bool, command: ProjectCommand) -> Result<()> {
     match command {
         ProjectCommand::Create { name, owner } => {
-            let project = admin::create_project(app, &name, owner.as_deref()).await?;
+            let project = admin::create_project(&app.admin(), &name, owner.as_deref()).await?;
             print(json, &project, &project.project_id)
         }
         ProjectCommand::List => {
-            let projects = admin::list_projects(app).await?;
+            let projects = admin::list_projects(&app.admin()).await?;
             if json {
                 println!("{}", serde_json::to_string(&projects)?);
                 return Ok(());
@@ -436,7 +441,7 @@ async fn project(app: &AppState, json: bool, command: ProjectCommand) -> Result<
 async fn token(app: &AppState, json: bool, command: TokenCommand) -> Result<()> {
     match command {
         TokenCommand::List { project } => {
-            let tokens = admin::list_tokens(app, &project).await?;
+            let tokens = admin::list_tokens(&app.admin(), &project).await?;
             if json {
                 println!("{}", serde_json::to_string(&tokens)?);
                 return Ok(());
@@ -458,16 +463,16 @@ async fn token(app: &AppState, json: bool, command: TokenCommand) -> Result<()> 
         TokenCommand::Create(create) => {
             let token = match token_target(create)? {
                 TokenTarget::Project(project, spec) => {
-                    admin::create_token(app, &project, spec).await?
+                    admin::create_token(&app.admin(), &project, spec).await?
                 }
                 TokenTarget::OwnersDesktop(owner) => {
-                    admin::create_owner_desktop_token(app, &owner).await?
+                    admin::create_owner_desktop_token(&app.admin(), &owner).await?
                 }
             };
             print(json, &token, &token.token)
         }
         TokenCommand::Revoke { id } => {
-            let revoked = admin::revoke_token(app, &id).await?;
+            let revoked = admin::revoke_token(&app.admin(), &id).await?;
             if !revoked.newly_revoked {
                 tracing::warn!(token_id = %revoked.token_id, "token was already revoked");
             }
@@ -482,9 +487,18 @@ async fn chat_link(app: &AppState, json: bool, command: ChatLinkCommand) -> Resu
             project,
             host,
             event_subscription,
-        } => owner::create_link(app, Acting::Operator, &project, &host, event_subscription).await?,
+        } => {
+            owner::create_link(
+                &app.tasks,
+                Acting::Operator,
+                &project,
+                &host,
+                event_subscription,
+            )
+            .await?
+        }
         ChatLinkCommand::Subscription { id, active } => {
-            owner::set_event_subscription(app, Acting::Operator, &id, active).await?
+            owner::set_event_subscription(&app.tasks, Acting::Operator, &id, active).await?
         }
     };
     print(json, &link, &link.chat_link_id)
@@ -503,14 +517,14 @@ async fn task(app: &AppState, json: bool, command: TaskCommand) -> Result<()> {
                 goal: &goal,
                 idempotency_key: &key,
             };
-            let assigned = owner::assign_task(app, Acting::Operator, request).await?;
+            let assigned = owner::assign_task(&app.tasks, Acting::Operator, request).await?;
             if assigned.replayed {
                 tracing::warn!(task_id = %assigned.task.task_id, "this key already assigned the task; no second task was made");
             }
             print(json, &assigned, &assigned.task.task_id.to_string())
         }
         TaskCommand::List { link } => {
-            let list = owner::list_tasks(app, Acting::Operator, &link).await?;
+            let list = owner::list_tasks(&app.tasks, Acting::Operator, &link).await?;
             if json {
                 println!("{}", serde_json::to_string(&list)?);
                 return Ok(());
@@ -529,7 +543,7 @@ async fn task(app: &AppState, json: bool, command: TaskCommand) -> Result<()> {
             Ok(())
         }
         TaskCommand::Cancel { id } => {
-            let cancelled = owner::cancel_task(app, Acting::Operator, &id).await?;
+            let cancelled = owner::cancel_task(&app.tasks, Acting::Operator, &id).await?;
             if cancelled.already_finished {
                 tracing::warn!(task_id = %cancelled.task_id, status = %cancelled.status, "the task had already ended; nothing changed");
             }

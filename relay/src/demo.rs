@@ -105,16 +105,16 @@ struct Credentials {
 }
 
 async fn credentials(app: &AppState) -> Result<Credentials, DemoError> {
-    let project = admin::create_project(app, "demo", Some("demo"))
+    let project = admin::create_project(&app.admin(), "demo", Some("demo"))
         .await
         .map_err(setup)?
         .project_id;
-    let desktop_token = admin::create_token(app, &project, TokenSpec::Desktop)
+    let desktop_token = admin::create_token(&app.admin(), &project, TokenSpec::Desktop)
         .await
         .map_err(setup)?
         .token;
     let agent_token = admin::create_token(
-        app,
+        &app.admin(),
         &project,
         TokenSpec::Agent {
             name: "demo-agent".into(),

@@ -8,14 +8,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use relay_protocol::clock::SystemClock;
-use relay_service::listener::{
+use relay_service::http::listener::{
     ConnectionLimits, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_PER_ADDRESS,
 };
-use relay_service::mcp::legacy_sessions::{
+use relay_service::http::mcp::legacy_sessions::{
     DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_IDLE, DEFAULT_SESSIONS_PER_AGENT, SessionLimits,
 };
-use relay_service::rate::{DEFAULT_RATE_BURST, DEFAULT_RATE_PER_SECOND, RateLimit};
+use relay_service::http::rate::{DEFAULT_RATE_BURST, DEFAULT_RATE_PER_SECOND, RateLimit};
 use relay_service::runs::{DEFAULT_QUEUED_PER_AGENT, DEFAULT_QUEUED_PER_PROJECT};
 use relay_service::store::postgres::notify::PgNotifier;
 use relay_service::store::postgres::{is_postgres_url, redact};
@@ -336,12 +336,12 @@ async fn serve_metrics(address: SocketAddr, app: &Arc<relay_service::AppState>) 
     tracing::info!(
         "metrics at http://{}{}",
         listener.local_addr()?,
-        relay_service::metrics::METRICS_PATH
+        relay_service::http::metrics::METRICS_PATH
     );
     let stop = app.shutdown.clone();
-    tokio::spawn(relay_service::listener::serve(
+    tokio::spawn(relay_service::http::listener::serve(
         listener,
-        relay_service::metrics::routes(app.clone()),
+        relay_service::http::metrics::routes(app.clone()),
         ConnectionLimits::default(),
         async move { stop.cancelled().await },
     ));
@@ -465,8 +465,8 @@ pub(crate) fn parse_public_url(text: &str) -> Result<String, PublicUrlError> {
 }
 
 /// `--allowed-origin`: an absolute http(s) origin (`scheme://host[:port]`, no path), normalised.
-fn parse_allowed_origin(text: &str) -> Result<String, relay_service::origin::OriginError> {
-    relay_service::origin::normalise_origin(text)
+fn parse_allowed_origin(text: &str) -> Result<String, relay_service::http::origin::OriginError> {
+    relay_service::http::origin::normalise_origin(text)
 }
 
 #[cfg(test)]

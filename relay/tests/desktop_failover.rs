@@ -124,7 +124,7 @@ async fn held_syncs_reach(metrics: &str, count: u32) {
             .text()
             .await
             .expect("text");
-        let held = relay_service::metrics::held_syncs(&text).unwrap_or(0);
+        let held = relay_service::http::metrics::held_syncs(&text).unwrap_or(0);
         if held >= u64::from(count) {
             return;
         }

@@ -119,7 +119,7 @@ async fn metrics_count_held_long_polls_on_their_own_listener() {
     let (_child, base) = serve_with_base(&db, &["--metrics-listen", &metrics_address]).await;
     let http = common::http_client();
     let metrics = format!("http://{metrics_address}/metrics");
-    let held_syncs = relay_service::metrics::held_syncs;
+    let held_syncs = relay_service::http::metrics::held_syncs;
     let read = || async {
         let answer = http.get(&metrics).send().await.expect("metrics answer");
         assert_eq!(answer.status(), 200);

@@ -80,11 +80,11 @@ pub(crate) async fn admin_on(db: &str) -> Admin {
         Arc::new(SystemClock),
         ServiceConfig::default(),
     );
-    let project = admin::create_project(&app, "Notes", Some("ann"))
+    let project = admin::create_project(&app.admin(), "Notes", Some("ann"))
         .await
         .expect("project")
         .project_id;
-    let desktop_token = admin::create_token(&app, &project, TokenSpec::Desktop)
+    let desktop_token = admin::create_token(&app.admin(), &project, TokenSpec::Desktop)
         .await
         .expect("desktop token")
         .token;
@@ -92,7 +92,7 @@ pub(crate) async fn admin_on(db: &str) -> Admin {
         name: "claude".into(),
         scopes: vec!["osfoundry:read".into(), "osfoundry:run".into()],
     };
-    let agent_token = admin::create_token(&app, &project, agent)
+    let agent_token = admin::create_token(&app.admin(), &project, agent)
         .await
         .expect("agent token")
         .token;
@@ -233,7 +233,7 @@ async fn one_key_one_command(agents: &[McpClient]) {
 /// claim (one answer not `replayed`, every answer the same claim id), none two.
 async fn no_double_claims(admin: &Admin, agents: &[McpClient]) {
     let link = owner::create_link(
-        &admin.app,
+        &admin.app.tasks,
         Acting::Operator,
         &admin.project,
         "claude",
@@ -250,7 +250,7 @@ async fn no_double_claims(admin: &Admin, agents: &[McpClient]) {
             goal: "Reply to the landlord",
             idempotency_key: &key,
         };
-        let assigned = owner::assign_task(&admin.app, Acting::Operator, request)
+        let assigned = owner::assign_task(&admin.app.tasks, Acting::Operator, request)
             .await
             .expect("assign");
         tasks.push(assigned.task.task_id.to_string());
@@ -303,7 +303,7 @@ async fn scrape_lag_count(metrics: &str) -> f64 {
 async fn oauth_across_replicas(admin: &Admin, bases: &[String]) {
     use common::oauth::{Browser, connect, mcp_status, register};
     let password = "correct horse battery staple";
-    admin::set_owner_password(&admin.app, "ann", password.into())
+    admin::set_owner_password(&admin.app.admin(), "ann", password.into())
         .await
         .expect("password");
     let app = register(&bases[0], "Replica test app").await;

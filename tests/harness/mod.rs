@@ -158,7 +158,7 @@ impl World {
         let service = TestService::start().await;
         let project = service.project("p", "alice").await;
         let desktop_token = relay_service::admin::create_token(
-            &service.app,
+            &service.app.admin(),
             &project,
             relay_service::admin::TokenSpec::Desktop,
         )

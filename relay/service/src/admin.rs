@@ -1,14 +1,24 @@
 //! Operator actions behind `relay admin`: projects and tokens, made and listed.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
-use super::AppState;
-use super::auth::{Scope, hash_token, looks_like_token, mint_token};
-use super::oauth::{SIGN_IN_LINK_PATH, password, signin};
-use super::store::{
-    OwnerRecord, ProjectRecord, SignInLinkRecord, StoreError, TokenKind, TokenRecord,
+use crate::auth::{Scope, hash_token, looks_like_token, mint_token, random_hex};
+use crate::oauth::password;
+use crate::store::{
+    OwnerRecord, ProjectRecord, SignInLinkRecord, Store, StoreError, TokenKind, TokenRecord,
 };
-use relay_protocol::clock::Timestamp;
+use relay_protocol::clock::{Clock, Timestamp};
+
+/// What the operator's actions use: the store and the clock.
+#[derive(Clone)]
+pub struct Admin {
+    /// Durable state.
+    pub store: Arc<dyn Store>,
+    /// The only source of time.
+    pub clock: Arc<dyn Clock>,
+}
 
 /// The owner a project belongs to when the operator names none (a single-owner install).
 pub const DEFAULT_OWNER: &str = "default";
@@ -21,6 +31,9 @@ pub enum AdminError {
     /// Bad input; says what to do.
     #[error("{0}")]
     Invalid(String),
+    /// The system gave no randomness for a secret.
+    #[error("the system has no randomness for a secret: {0}")]
+    Randomness(#[from] getrandom::Error),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -123,22 +136,22 @@ fn check_name(what: &str, name: &str) -> Result<(), AdminError> {
 
 /// Creates project `name` for the owner named `owner` (created if new).
 pub async fn create_project(
-    app: &AppState,
+    admin: &Admin,
     name: &str,
     owner: Option<&str>,
 ) -> Result<ProjectInfo, AdminError> {
     let owner = owner.unwrap_or(DEFAULT_OWNER);
     check_name("the project name", name)?;
     check_name("the owner name", owner)?;
-    let now = app.clock.now();
-    let owner = app.store.ensure_owner(owner, now).await?;
+    let now = admin.clock.now();
+    let owner = admin.store.ensure_owner(owner, now).await?;
     let project = ProjectRecord {
         id: uuid::Uuid::new_v4().to_string(),
         owner_id: owner.id.clone(),
         name: name.to_owned(),
         created_at: now,
     };
-    app.store.insert_project(project.clone()).await?;
+    admin.store.insert_project(project.clone()).await?;
     Ok(ProjectInfo {
         project_id: project.id,
         name: project.name,
@@ -149,9 +162,9 @@ pub async fn create_project(
 }
 
 /// Every project with its owner, oldest first.
-pub async fn list_projects(app: &AppState) -> Result<Vec<ProjectInfo>, AdminError> {
-    let owners = app.store.owners().await?;
-    let projects = app.store.all_projects().await?;
+pub async fn list_projects(admin: &Admin) -> Result<Vec<ProjectInfo>, AdminError> {
+    let owners = admin.store.owners().await?;
+    let projects = admin.store.all_projects().await?;
     Ok(projects
         .into_iter()
         .map(|project| {
@@ -173,9 +186,9 @@ pub async fn list_projects(app: &AppState) -> Result<Vec<ProjectInfo>, AdminErro
 /// The tokens that reach `project_id`, revoked ones too, oldest first: its agents' and
 /// desktops' tokens, and its owner's owner-wide desktop tokens and owner tokens (which cover all
 /// of the owner's projects).
-pub async fn list_tokens(app: &AppState, project_id: &str) -> Result<Vec<TokenInfo>, AdminError> {
-    let project = known_project(app, project_id).await?;
-    let tokens = app.store.tokens_of_owner(&project.owner_id).await?;
+pub async fn list_tokens(admin: &Admin, project_id: &str) -> Result<Vec<TokenInfo>, AdminError> {
+    let project = known_project(admin, project_id).await?;
+    let tokens = admin.store.tokens_of_owner(&project.owner_id).await?;
     Ok(tokens
         .into_iter()
         // Grants are listed by `connection list`; this lists what an operator minted.
@@ -200,8 +213,8 @@ pub async fn list_tokens(app: &AppState, project_id: &str) -> Result<Vec<TokenIn
 }
 
 /// The project with this id, or an error that says how to make one.
-async fn known_project(app: &AppState, project_id: &str) -> Result<ProjectRecord, AdminError> {
-    app.store.project(project_id).await?.ok_or_else(|| {
+async fn known_project(admin: &Admin, project_id: &str) -> Result<ProjectRecord, AdminError> {
+    admin.store.project(project_id).await?.ok_or_else(|| {
         AdminError::Invalid(format!(
             "no project with id `{project_id}`: `relay admin project list` shows them, `relay admin project create NAME` makes one"
         ))
@@ -210,11 +223,11 @@ async fn known_project(app: &AppState, project_id: &str) -> Result<ProjectRecord
 
 /// Mints a token for `project_id` (a desktop or owner token covers the project's owner).
 pub async fn create_token(
-    app: &AppState,
+    admin: &Admin,
     project_id: &str,
     spec: TokenSpec,
 ) -> Result<CreatedToken, AdminError> {
-    let project = known_project(app, project_id).await?;
+    let project = known_project(admin, project_id).await?;
     let (kind, agent_name, scopes) = match spec {
         TokenSpec::Desktop => (TokenKind::Desktop, None, Vec::new()),
         TokenSpec::Owner => (TokenKind::Owner, None, Vec::new()),
@@ -257,10 +270,10 @@ pub async fn create_token(
         agent_name: agent_name.clone(),
         scopes: scopes.clone(),
         client_id: None,
-        created_at: app.clock.now(),
+        created_at: admin.clock.now(),
         revoked_at: None,
     };
-    app.store.insert_token(record.clone()).await?;
+    admin.store.insert_token(record.clone()).await?;
     Ok(CreatedToken {
         token_id: record.id,
         token: minted.text,
@@ -275,10 +288,10 @@ pub async fn create_token(
 /// Mints a desktop token that reaches every project of the owner named `owner` (one desktop
 /// serving all of them), today's and later ones.
 pub async fn create_owner_desktop_token(
-    app: &AppState,
+    admin: &Admin,
     owner: &str,
 ) -> Result<CreatedToken, AdminError> {
-    let owner = owner_named(app, owner).await?;
+    let owner = owner_named(admin, owner).await?;
     let minted = mint_token(TokenKind::Desktop)
         .map_err(|e| AdminError::Invalid(format!("the system has no randomness: {e}")))?;
     let record = TokenRecord {
@@ -290,10 +303,10 @@ pub async fn create_owner_desktop_token(
         agent_name: None,
         scopes: Vec::new(),
         client_id: None,
-        created_at: app.clock.now(),
+        created_at: admin.clock.now(),
         revoked_at: None,
     };
-    app.store.insert_token(record.clone()).await?;
+    admin.store.insert_token(record.clone()).await?;
     Ok(CreatedToken {
         token_id: record.id,
         token: minted.text,
@@ -306,18 +319,21 @@ pub async fn create_owner_desktop_token(
 }
 
 /// Revokes a token given its id or its text; it stops working on the next request.
-pub async fn revoke_token(app: &AppState, id_or_token: &str) -> Result<RevokedToken, AdminError> {
+pub async fn revoke_token(admin: &Admin, id_or_token: &str) -> Result<RevokedToken, AdminError> {
     let record = if looks_like_token(id_or_token) {
-        app.store.token_by_hash(&hash_token(id_or_token)).await?
+        admin.store.token_by_hash(&hash_token(id_or_token)).await?
     } else {
-        app.store.token(id_or_token).await?
+        admin.store.token(id_or_token).await?
     };
     let record = record.ok_or_else(|| {
         AdminError::Invalid(format!(
             "no token with id `{id_or_token}`: pass a token_id that `relay admin token list --project ID` shows, or the token itself"
         ))
     })?;
-    let newly_revoked = app.store.revoke_token(&record.id, app.clock.now()).await?;
+    let newly_revoked = admin
+        .store
+        .revoke_token(&record.id, admin.clock.now())
+        .await?;
     Ok(RevokedToken {
         token_id: record.id,
         newly_revoked,
@@ -325,8 +341,8 @@ pub async fn revoke_token(app: &AppState, id_or_token: &str) -> Result<RevokedTo
 }
 
 /// The owner named `name`, or an error that says how owners come to exist.
-pub async fn owner_named(app: &AppState, name: &str) -> Result<OwnerRecord, AdminError> {
-    app.store.owner_by_name(name).await?.ok_or_else(|| {
+pub async fn owner_named(admin: &Admin, name: &str) -> Result<OwnerRecord, AdminError> {
+    admin.store.owner_by_name(name).await?.ok_or_else(|| {
         AdminError::Invalid(format!(
             "no owner named `{name}`: `relay admin project list` shows each project's owner, `relay admin project create NAME --owner OWNER` makes one"
         ))
@@ -335,15 +351,18 @@ pub async fn owner_named(app: &AppState, name: &str) -> Result<OwnerRecord, Admi
 
 /// Sets the owner's sign-in password (argon2id; at least 12 characters).
 pub async fn set_owner_password(
-    app: &AppState,
+    admin: &Admin,
     name: &str,
     new_password: String,
 ) -> Result<OwnerRecord, AdminError> {
-    let owner = owner_named(app, name).await?;
+    let owner = owner_named(admin, name).await?;
     let hash = password::hash(new_password)
         .await
         .map_err(|e| AdminError::Invalid(e.to_string()))?;
-    app.store.set_owner_password(&owner.id, Some(hash)).await?;
+    admin
+        .store
+        .set_owner_password(&owner.id, Some(hash))
+        .await?;
     Ok(owner)
 }
 
@@ -358,19 +377,20 @@ pub struct SignInLink {
     pub expires_at: Timestamp,
 }
 
-/// Makes a one-time link that signs the owner `name` in within `ttl`; `base` is the service's
-/// public URL.
+/// Makes a one-time link that signs the owner `name` in within `ttl`; `url_of` makes the URL
+/// that opens it from its secret (the service's sign-in link page).
 pub async fn sign_in_link(
-    app: &AppState,
+    admin: &Admin,
     name: &str,
-    base: &str,
     ttl: std::time::Duration,
+    url_of: impl FnOnce(&str) -> String,
 ) -> Result<SignInLink, AdminError> {
-    let owner = owner_named(app, name).await?;
-    let secret = format!("grl_{}", signin::random_hex(32)?);
-    let now = app.clock.now();
+    let owner = owner_named(admin, name).await?;
+    let secret = format!("grl_{}", random_hex(32)?);
+    let now = admin.clock.now();
     let expires_at = now.saturating_add(ttl);
-    app.store
+    admin
+        .store
         .insert_sign_in_link(SignInLinkRecord {
             token_hash: hash_token(&secret),
             owner_id: owner.id,
@@ -381,19 +401,16 @@ pub async fn sign_in_link(
         .await?;
     Ok(SignInLink {
         owner: owner.name,
-        url: format!(
-            "{}{SIGN_IN_LINK_PATH}?link={secret}",
-            base.trim_end_matches('/')
-        ),
+        url: url_of(&secret),
         expires_at,
     })
 }
 
 /// Signs the owner `name` out of every browser; how many sessions ended.
-pub async fn sign_out_all(app: &AppState, name: &str) -> Result<usize, AdminError> {
-    let owner = owner_named(app, name).await?;
-    Ok(app
+pub async fn sign_out_all(admin: &Admin, name: &str) -> Result<usize, AdminError> {
+    let owner = owner_named(admin, name).await?;
+    Ok(admin
         .store
-        .end_browser_sessions(&owner.id, app.clock.now())
+        .end_browser_sessions(&owner.id, admin.clock.now())
         .await?)
 }

@@ -3,15 +3,13 @@
 //! Tokens are 256 random bits shown once; the store keeps only their SHA-256. Every request
 //! looks its token up again, so a revocation takes effect on the very next request.
 
-use std::collections::HashSet;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
-use super::AppState;
-use super::notify::{LocalNotifier, Subscription};
-use super::store::{OAuthTokenKind, Store, StoreError, TokenKind, TokenRecord};
+use crate::store::{OAuthTokenKind, Store, StoreError, TokenKind, TokenRecord};
+use relay_protocol::clock::Clock;
 
 /// Random bytes in a token's secret.
 const TOKEN_SECRET_BYTES: usize = 32;
@@ -184,35 +182,56 @@ pub fn looks_like_token(text: &str) -> bool {
     token_kind(text).is_some()
 }
 
+/// `bytes` random bytes as lowercase hex: sign-in links, CSRF tokens, OAuth codes.
+pub fn random_hex(bytes: usize) -> Result<String, getrandom::Error> {
+    let mut secret = vec![0u8; bytes];
+    getrandom::fill(&mut secret)?;
+    Ok(hex(&secret))
+}
+
 /// Lowercase hex of `bytes` (the relay's one encoder, shared with the desktop).
 pub use relay_protocol::text::hex;
 
-/// The token in an `Authorization` header value, if it is a bearer token.
-pub fn bearer_token(header: Option<&http::HeaderValue>) -> Option<&str> {
-    let value = header?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+/// What checking tokens uses: the store, the clock, and when each token's use was last
+/// written. Cheap to clone (every clone shares them).
+#[derive(Clone)]
+pub struct Tokens {
+    /// Durable state.
+    pub store: Arc<dyn Store>,
+    /// The only source of time.
+    pub clock: Arc<dyn Clock>,
+    uses: Arc<TokenUses>,
+}
+
+impl Tokens {
+    /// Token checks over `store` and `clock`.
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+        Tokens {
+            store,
+            clock,
+            uses: Arc::default(),
+        }
+    }
 }
 
 /// Checks a token against the store: it must exist and not be revoked.
-pub async fn authenticate(app: &AppState, token: Option<&str>) -> Result<Identity, AuthError> {
+pub async fn authenticate(tokens: &Tokens, token: Option<&str>) -> Result<Identity, AuthError> {
     let token = token.ok_or(AuthError::Missing)?;
     if relay_protocol::text::utf16_len(token) > MAX_TOKEN_CHARS {
         return Err(AuthError::Invalid);
     }
     let hash = hash_token(token);
-    let record = match app.store.token_by_hash(&hash).await? {
+    let record = match tokens.store.token_by_hash(&hash).await? {
         Some(record) => record,
-        None => oauth_grant(app, &hash).await?,
+        None => oauth_grant(tokens, &hash).await?,
     };
     if record.revoked_at.is_some() {
         return Err(AuthError::Invalid);
     }
-    let now = app.clock.now();
-    if app.token_uses.due(&record.id, now) {
+    let now = tokens.clock.now();
+    if tokens.uses.due(&record.id, now) {
         // "Last used" is a convenience for the owner: a failed write must not refuse the call.
-        if let Err(error) = app.store.record_token_use(&record.id, now).await {
+        if let Err(error) = tokens.store.record_token_use(&record.id, now).await {
             tracing::warn!(%error, token = %record.id, "recording a token's use failed");
         }
     }
@@ -251,18 +270,19 @@ impl TokenUses {
 
 /// The grant behind an OAuth access token, if the token is current: unexpired and unrevoked.
 /// The grant's own revocation is checked by the caller like any token's.
-async fn oauth_grant(app: &AppState, hash: &str) -> Result<TokenRecord, AuthError> {
-    let access = app
+async fn oauth_grant(tokens: &Tokens, hash: &str) -> Result<TokenRecord, AuthError> {
+    let access = tokens
         .store
         .oauth_token(hash)
         .await?
         .filter(|t| {
             t.kind == OAuthTokenKind::Access
                 && t.revoked_at.is_none()
-                && t.expires_at > app.clock.now()
+                && t.expires_at > tokens.clock.now()
         })
         .ok_or(AuthError::Invalid)?;
-    app.store
+    tokens
+        .store
         .token(&access.grant_id)
         .await?
         .ok_or(AuthError::Invalid)
@@ -303,95 +323,12 @@ fn identity_of(record: TokenRecord) -> Result<Identity, AuthError> {
     })
 }
 
-/// How often a held request (a waiting `get_graph_run`, a long-poll `sync`) checks that its
-/// token still works, so that a revocation (also from `relay admin`, another process) ends it
-/// within this long.
-pub const REVOCATION_CHECK: std::time::Duration = std::time::Duration::from_millis(500);
-
-/// What a held request answers once its token was revoked while it waited.
-pub const REVOKED_WHILE_WAITING: &str =
-    "the bearer token was revoked while this request waited; nothing more is answered to it";
-
 /// Whether the token `token_id` still exists unrevoked.
-pub async fn still_valid(app: &AppState, token_id: &str) -> Result<bool, StoreError> {
-    Ok(app
-        .store
+pub async fn still_valid(store: &dyn Store, token_id: &str) -> Result<bool, StoreError> {
+    Ok(store
         .token(token_id)
         .await?
         .is_some_and(|record| record.revoked_at.is_none()))
-}
-
-/// The tokens of held requests, checked together: one background task reads every watched
-/// token's state once per [`REVOCATION_CHECK`] (one store read for all of them, not one per
-/// request), and wakes the requests of a token that is revoked or gone. The watches are the
-/// notifier's topics, named by token id (one per token, shared by that token's held
-/// requests, gone with the last of them).
-#[derive(Default)]
-pub struct Revocations {
-    inner: Arc<RevocationsInner>,
-}
-
-#[derive(Default)]
-struct RevocationsInner {
-    tokens: LocalNotifier,
-    /// Whether the checking task runs (it ends when no token is watched). Watching and the
-    /// task's "nothing is watched" both happen under this lock, so no watch goes unchecked.
-    checking: Mutex<bool>,
-}
-
-impl RevocationsInner {
-    fn checking(&self) -> std::sync::MutexGuard<'_, bool> {
-        self.checking
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
-impl Revocations {
-    /// Watches `token_id` until the subscription is dropped: its `changed()` resolves once the
-    /// token is found revoked or gone (a store that cannot be read is not taken for a
-    /// revocation). The checks start with the first watched token and stop with the last.
-    pub fn watch(&self, store: &Arc<dyn Store>, token_id: &str) -> Subscription {
-        let mut checking = self.inner.checking();
-        let watch = self.inner.tokens.subscribe_name(token_id.to_owned());
-        if !*checking {
-            *checking = true;
-            tokio::spawn(check_tokens(self.inner.clone(), store.clone()));
-        }
-        watch
-    }
-
-    /// How many tokens are watched now (for tests and metrics).
-    pub fn watched(&self) -> usize {
-        self.inner.tokens.live_topics()
-    }
-}
-
-/// Every [`REVOCATION_CHECK`], reads which watched tokens still work and wakes the holders of
-/// the others; ends when nothing is watched.
-async fn check_tokens(inner: Arc<RevocationsInner>, store: Arc<dyn Store>) {
-    loop {
-        tokio::time::sleep(REVOCATION_CHECK).await;
-        let ids = {
-            let mut checking = inner.checking();
-            let ids = inner.tokens.live_topic_names();
-            if ids.is_empty() {
-                *checking = false;
-                return;
-            }
-            ids
-        };
-        let valid: HashSet<String> = match store.unrevoked_tokens(&ids).await {
-            Ok(valid) => valid.into_iter().collect(),
-            Err(error) => {
-                tracing::debug!(%error, "the held requests' tokens could not be checked");
-                continue;
-            }
-        };
-        for id in ids.iter().filter(|id| !valid.contains(*id)) {
-            inner.tokens.notify_name(id);
-        }
-    }
 }
 
 impl Identity {
@@ -459,16 +396,6 @@ mod tests {
         assert_eq!(a.hash, hash_token(&a.text));
         assert_eq!(a.hash.len(), 64);
         assert!(!a.hash.contains(&a.text[4..]));
-    }
-
-    #[test]
-    fn bearer_header_parsing() {
-        let header = |v: &str| http::HeaderValue::from_str(v).unwrap();
-        assert_eq!(bearer_token(Some(&header("Bearer abc"))), Some("abc"));
-        assert_eq!(bearer_token(Some(&header("bearer  abc "))), Some("abc"));
-        assert_eq!(bearer_token(Some(&header("Basic abc"))), None);
-        assert_eq!(bearer_token(Some(&header("Bearer "))), None);
-        assert_eq!(bearer_token(None), None);
     }
 
     #[test]

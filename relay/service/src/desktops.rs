@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::AppState;
 use crate::auth::TOKEN_USE_WRITE_INTERVAL;
-use crate::store::{StoreError, TokenKind};
+use crate::store::{Store, StoreError, TokenKind};
 use relay_protocol::DESKTOP_POLL_INTERVAL_SECS;
 use relay_protocol::clock::Timestamp;
 
@@ -37,18 +36,20 @@ pub struct DesktopView {
 
 /// When each of the owner's tokens was last used.
 pub async fn last_uses(
-    app: &AppState,
+    store: &dyn Store,
     owner_id: &str,
 ) -> Result<HashMap<String, Timestamp>, StoreError> {
-    Ok(app.store.token_uses(owner_id).await?.into_iter().collect())
+    Ok(store.token_uses(owner_id).await?.into_iter().collect())
 }
 
-/// The owner's desktop tokens, oldest first.
-pub async fn list(app: &AppState, owner_id: &str) -> Result<Vec<DesktopView>, StoreError> {
-    let uses = last_uses(app, owner_id).await?;
-    let now = app.clock.now();
-    Ok(app
-        .store
+/// The owner's desktop tokens, oldest first, as they look at `now`.
+pub async fn list(
+    store: &dyn Store,
+    owner_id: &str,
+    now: Timestamp,
+) -> Result<Vec<DesktopView>, StoreError> {
+    let uses = last_uses(store, owner_id).await?;
+    Ok(store
         .tokens_of_owner(owner_id)
         .await?
         .into_iter()

@@ -1,261 +1,30 @@
 //! The relay service: MCP tools for chat agents, the durable run queue, linked chat tasks,
-//! auth, the desktop API and the owner API, as one axum app over an injected [`Store`] and
-//! [`Clock`].
+//! auth, the desktop API and the owner API, as one axum app over an injected store and clock.
 //!
-//! The router needs no sockets ([`router`] is a tower service), so tests and the simulator can
-//! call it in-process; [`serve`] runs it on a TCP listener.
+//! Three floors, each only using the ones below it (`tests/module_direction.rs` checks it):
+//! - [`http`]: every edge and the plumbing they share, with [`AppState`];
+//! - the domain: [`runs`], [`sessions`], [`presence`], [`desktops`], [`chat_tasks`],
+//!   [`oauth`], [`auth`], [`held`], [`admin`], plain functions over small contexts (store,
+//!   clock, notifier, the tunables they read), no axum; its vocabulary [`model`] sits under
+//!   the store, which keeps it;
+//! - [`store`]: the trait, its records, SQLite, PostgreSQL, the notifier, the conformance
+//!   suite.
+
+pub mod http;
 
 pub mod admin;
 pub mod auth;
 pub mod chat_tasks;
 pub mod desktops;
-pub mod http;
+pub mod held;
 pub mod model;
 pub mod oauth;
 pub mod presence;
 pub mod runs;
 pub mod sessions;
+
 pub mod store;
 
-// The paths from before the move into floors, until callers name the floor.
-pub use http::{
-    console, desktop_api, edge, listener, mcp, metrics, ops, origin, owner_api, rate, request_log,
-};
-pub use store::notify;
-
-use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
-
-use axum::Router;
-use tokio_util::sync::CancellationToken;
-
-use chat_tasks::sweep::{SweepMode, SweepStats};
-use relay_protocol::DESKTOP_POLL_INTERVAL_SECS;
-use relay_protocol::clock::Clock;
+// The service as the binary, the simulator and the tests start it.
+pub use http::{AppState, MCP_PATH, ServiceConfig, router, serve};
 pub use store::Store;
-
-/// How often [`serve`] fails runs whose desktop went silent (reads also check lazily).
-pub const SILENCE_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
-
-/// Where the MCP endpoint is served (the OAuth metadata names it as the protected resource).
-pub const MCP_PATH: &str = "/mcp";
-
-/// Tunables of the service.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServiceConfig {
-    /// A running run with no control poll for this long is failed.
-    pub silence_timeout: Duration,
-    /// When agents are told to look at a run (about one desktop poll interval).
-    pub poll_hint: Duration,
-    /// The public base URL (e.g. `https://relay.example.com`) used in OAuth metadata and as
-    /// the relay's own origin and host ([`origin`]). `relay serve` always sets it (by default
-    /// `http://` plus the bound address); unset (in-process) the metadata's base comes from
-    /// each request's Host and only loopback hosts and origins are taken.
-    pub public_url: Option<String>,
-    /// How long an OAuth access token works (refresh tokens rotate and last 30 days).
-    pub access_token_ttl: Duration,
-    /// Development mode: client ID metadata documents may live on loopback or private
-    /// addresses, and on plain http.
-    pub dev: bool,
-    /// Origins besides the public URL's whose requests are taken (normalised, like
-    /// `https://app.example.com`; `relay serve --allowed-origin`).
-    pub allowed_origins: Vec<String>,
-    /// Whether a proxy in front sets `X-Forwarded-Host`, `-Proto` and `-For`; without it they
-    /// are ignored (`relay serve --trust-proxy`).
-    pub trust_proxy: bool,
-    /// Whether the listener is on a loopback address, so the loopback names with its port are
-    /// served hosts besides the public URL's (set by `relay serve` from the bound address).
-    pub listen_loopback: bool,
-    /// How long a chat task's claim holds before the task returns to the queue; zero
-    /// disables leases (a claim then holds until the task finishes, is cancelled or expires).
-    pub task_lease: Duration,
-    /// How reads sweep lapsed leases and expired tasks; anything but the default is for the
-    /// empty-poll benchmark.
-    pub task_sweep: SweepMode,
-    /// How many runs may wait in the queue, per agent and per project.
-    pub queue_quota: store::QueueQuota,
-    /// How fast one token may make requests (`None`: no limit).
-    pub rate_limit: Option<rate::RateLimit>,
-    /// How long and how many connections the service keeps.
-    pub connections: listener::ConnectionLimits,
-    /// How many 2025-era MCP sessions may be open, and how long an unused one lives.
-    pub mcp_sessions: mcp::legacy_sessions::SessionLimits,
-    /// How often the console's task list refreshes itself (15 s); shorter in tests.
-    pub console_refresh: Duration,
-    /// How often the console's runs list refreshes itself (5 s); shorter in tests.
-    pub console_runs_refresh: Duration,
-    /// How often `relay serve` runs the database's structure check (`quick_check`) while it
-    /// serves; a failure marks it not ready (`/readyz`). `None`: never.
-    pub db_check_interval: Option<Duration>,
-    /// How long one structure check may run.
-    pub db_check_limit: Duration,
-    /// Claim chat tasks by read-then-write instead of one conditional write, so the race test
-    /// can show it catches the double claims that causes. Exists only with the `naive-claim`
-    /// feature, which only the service's own tests enable.
-    #[cfg(feature = "naive-claim")]
-    pub naive_claim: bool,
-}
-
-impl Default for ServiceConfig {
-    fn default() -> Self {
-        ServiceConfig {
-            silence_timeout: runs::DEFAULT_SILENCE_TIMEOUT,
-            poll_hint: Duration::from_secs(DESKTOP_POLL_INTERVAL_SECS),
-            public_url: None,
-            access_token_ttl: oauth::DEFAULT_ACCESS_TOKEN_TTL,
-            dev: false,
-            allowed_origins: Vec::new(),
-            trust_proxy: false,
-            listen_loopback: false,
-            task_lease: chat_tasks::DEFAULT_TASK_LEASE,
-            task_sweep: SweepMode::default(),
-            queue_quota: store::QueueQuota {
-                per_agent: runs::DEFAULT_QUEUED_PER_AGENT,
-                per_project: runs::DEFAULT_QUEUED_PER_PROJECT,
-            },
-            rate_limit: Some(rate::RateLimit::default()),
-            connections: listener::ConnectionLimits::default(),
-            mcp_sessions: mcp::legacy_sessions::SessionLimits::default(),
-            console_refresh: console::TASKS_REFRESH,
-            console_runs_refresh: console::RUNS_REFRESH,
-            db_check_interval: Some(ops::DEFAULT_DB_CHECK_INTERVAL),
-            db_check_limit: relay_sqlite::DEFAULT_CHECK_LIMIT,
-            #[cfg(feature = "naive-claim")]
-            naive_claim: false,
-        }
-    }
-}
-
-/// Everything a request handler needs: the store, the clock, the configuration.
-///
-/// Later additions that serve all handlers (e.g. a run-change notifier for long polls) belong
-/// here too.
-pub struct AppState {
-    /// Durable state.
-    pub store: Arc<dyn Store>,
-    /// The only source of time.
-    pub clock: Arc<dyn Clock>,
-    /// Tunables.
-    pub config: ServiceConfig,
-    /// Cancelled when the service shuts down; ends open MCP sessions and streams.
-    pub shutdown: CancellationToken,
-    /// Wakes long polls (`sync` with a wait, `get_graph_run` with a wait).
-    pub notifier: Arc<dyn notify::Notifier>,
-    /// What the chat tasks' lazy sweep did (guard checks, write transactions).
-    pub task_sweeps: SweepStats,
-    /// The open 2025-era MCP sessions.
-    pub mcp_sessions: mcp::legacy_sessions::McpSessions,
-    /// Each token's request rate.
-    pub rate: rate::RateLimiter,
-    /// The authorization server's in-memory state (sign-in throttle, document cache).
-    pub oauth: oauth::OAuthState,
-    /// When each token's last use was written (at most once a minute).
-    pub token_uses: auth::TokenUses,
-    /// When each project's desktop presence was last written by this replica.
-    pub presence: presence::PresenceWrites,
-    /// The tokens of held requests, checked together for revocation.
-    pub revocations: auth::Revocations,
-    /// Requests held open now (`/metrics`).
-    pub held: metrics::Held,
-    /// Requests answered and claims made (`/metrics`).
-    pub metrics: metrics::Metrics,
-    /// What the last periodic structure check found wrong with the database, if anything.
-    pub db_damage: ops::DbDamage,
-}
-
-impl AppState {
-    /// State over `store` and `clock`.
-    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, config: ServiceConfig) -> Arc<Self> {
-        Self::with_notifier(
-            store,
-            clock,
-            config,
-            Arc::new(notify::LocalNotifier::default()),
-        )
-    }
-
-    /// State over `store` and `clock` whose wake-ups go through `notifier` (across replicas,
-    /// say).
-    pub fn with_notifier(
-        store: Arc<dyn Store>,
-        clock: Arc<dyn Clock>,
-        config: ServiceConfig,
-        notifier: Arc<dyn notify::Notifier>,
-    ) -> Arc<Self> {
-        Arc::new(AppState {
-            store,
-            clock,
-            shutdown: CancellationToken::new(),
-            notifier,
-            task_sweeps: SweepStats::default(),
-            mcp_sessions: mcp::legacy_sessions::McpSessions::new(config.mcp_sessions),
-            rate: rate::RateLimiter::new(config.rate_limit),
-            oauth: oauth::OAuthState::default(),
-            token_uses: auth::TokenUses::default(),
-            presence: presence::PresenceWrites::default(),
-            revocations: auth::Revocations::default(),
-            held: metrics::Held::default(),
-            metrics: metrics::Metrics::default(),
-            db_damage: ops::DbDamage::default(),
-            config,
-        })
-    }
-}
-
-/// The whole service as one router: `/mcp`, the desktop API, the owner API and the OAuth
-/// authorization server, every route behind the Origin and Host checks ([`origin`]); the
-/// probes beside them; all of it counted ([`metrics`]) and traced with a request id
-/// ([`request_log`]).
-pub fn router(app: Arc<AppState>) -> Router {
-    let routes = Router::new()
-        .merge(mcp::routes(app.clone()))
-        .merge(desktop_api::routes(app.clone()))
-        .merge(owner_api::routes(app.clone()))
-        .merge(oauth::routes(app.clone()))
-        .merge(console::routes(app.clone()));
-    // Last, so that it covers every route merged above, including any added later; the
-    // probes stay outside the Origin and Host checks (they come with the orchestrator's Host).
-    let checks = origin::CheckOrigin::new(&app.config);
-    let probes = request_log::layer(ops::routes(app.clone()), app.clone(), None);
-    request_log::layer(routes, app, Some(checks)).merge(probes)
-}
-
-/// Serves [`router`] on `listener` until `shutdown` resolves, sweeping silent runs meanwhile.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    app: Arc<AppState>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let sweeper = tokio::spawn(sweep_silent_runs(app.clone()));
-    let checker = tokio::spawn(ops::check_database_periodically(app.clone()));
-    let stop = app.shutdown.clone();
-    let result = listener::serve(
-        listener,
-        router(app.clone()),
-        app.config.connections,
-        async move {
-            shutdown.await;
-            // Open MCP streams would otherwise hold the graceful shutdown forever.
-            stop.cancel();
-        },
-    )
-    .await;
-    app.shutdown.cancel();
-    sweeper.abort();
-    checker.abort();
-    result
-}
-
-async fn sweep_silent_runs(app: Arc<AppState>) {
-    let mut interval = tokio::time::interval(SILENCE_SWEEP_INTERVAL);
-    loop {
-        interval.tick().await;
-        if let Err(error) = runs::fail_silent_runs(&app).await {
-            tracing::error!(%error, "sweeping silent runs failed");
-        }
-        if let Err(error) = oauth::sweep(&app).await {
-            tracing::error!(%error, "sweeping lapsed sign-in and OAuth state failed");
-        }
-    }
-}

@@ -10,21 +10,16 @@
 //! [`OFFLINE_AFTER`].
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use relay_protocol::clock::Timestamp;
+use relay_protocol::clock::{Clock, Timestamp};
 use relay_protocol::{
-    CommandId, DESKTOP_POLL_INTERVAL_SECS, DesktopProblem, ReportResponse, RunProgress, RunReport,
-    RunStatus, Waiting,
+    DESKTOP_POLL_INTERVAL_SECS, DesktopProblem, RunProgress, RunReport, RunStatus, Waiting,
 };
 use serde::Serialize;
 
-use crate::AppState;
-use crate::auth::DesktopIdentity;
-use crate::notify::Topic;
-use crate::runs::DesktopError;
-use crate::store::{CommandRecord, PresenceRecord};
+use crate::store::{CommandRecord, PresenceRecord, Store};
 
 /// A project's presence is written at most this often per replica while nothing changes.
 pub const PRESENCE_WRITE_INTERVAL: Duration = Duration::from_secs(10);
@@ -67,22 +62,48 @@ impl PresenceWrites {
     }
 }
 
+/// What noting a desktop's presence uses: the store, the clock, and when this replica last
+/// wrote each project's presence. Cheap to clone (every clone shares them).
+#[derive(Clone)]
+pub struct Presence {
+    /// Durable state.
+    pub store: Arc<dyn Store>,
+    /// The only source of time.
+    pub clock: Arc<dyn Clock>,
+    writes: Arc<PresenceWrites>,
+}
+
+impl Presence {
+    /// Presence over `store` and `clock`.
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+        Presence {
+            store,
+            clock,
+            writes: Arc::default(),
+        }
+    }
+}
+
 /// Notes that `project_id`'s desktop was heard from now; a sync also says what keeps it from
 /// starting runs (`Some(problem)`), other requests leave that as it was (`None`). A failed
 /// write is logged, never the request's failure: presence is advice for the agent.
 pub async fn heard_from(
-    app: &AppState,
+    presence: &Presence,
     project_id: &str,
     problem: Option<Option<&DesktopProblem>>,
 ) {
-    let now = app.clock.now();
+    let now = presence.clock.now();
     let problem: Option<Option<String>> =
         problem.map(|p| p.and_then(|p| serde_json::to_string(p).ok()));
-    if !app.presence.due(project_id, now, problem.as_ref()) {
+    if !presence.writes.due(project_id, now, problem.as_ref()) {
         return;
     }
     let stored = problem.as_ref().map(Option::as_deref);
-    if let Err(error) = app.store.record_presence(project_id, now, stored).await {
+    if let Err(error) = presence
+        .store
+        .record_presence(project_id, now, stored)
+        .await
+    {
         tracing::warn!(%error, project_id, "recording that the desktop was heard from failed");
     }
 }
@@ -135,34 +156,6 @@ pub fn reported(command: &CommandRecord) -> (Option<Waiting>, Option<RunProgress
         Some(report) => (report.waiting_for, report.progress),
         None => (None, None),
     }
-}
-
-/// Records the desktop's report on command `id`, if it runs it under the reported execution.
-pub async fn record_report(
-    app: &AppState,
-    desktop: &DesktopIdentity,
-    id: CommandId,
-    report: &RunReport,
-) -> Result<ReportResponse, DesktopError> {
-    report
-        .validate()
-        .map_err(|e| DesktopError::BadRequest(e.0))?;
-    let command = crate::runs::desktop_command(app, desktop, id).await?;
-    heard_from(app, &command.project_id, None).await;
-    let text = serde_json::to_string(report)
-        .map_err(|e| DesktopError::BadRequest(format!("the report cannot be encoded: {e}")))?;
-    let recorded = app
-        .store
-        .record_run_report(id, &report.execution_id, &text, app.clock.now())
-        .await?;
-    if recorded {
-        // A waiting get_graph_run (or a task's watcher) hears of it at once.
-        app.notifier.notify(&Topic::Run(id));
-    }
-    Ok(ReportResponse {
-        recorded,
-        cancel_requested: command.cancel_requested,
-    })
 }
 
 #[cfg(test)]

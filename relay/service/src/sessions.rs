@@ -4,10 +4,11 @@ use std::ops::RangeInclusive;
 
 use serde::Serialize;
 
-use super::AppState;
-use super::auth::{AgentIdentity, DesktopIdentity};
-use super::notify::{Subscription, Topic};
-use super::runs::{DesktopError, RunError};
+use crate::auth::{AgentIdentity, DesktopIdentity};
+use crate::held::HeldKind;
+use crate::runs::{DesktopError, RunError, Runs};
+use crate::store::Store;
+use crate::store::notify::{Subscription, Topic};
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{
     CommandId, MAX_SERVED_PROJECTS, MAX_SYNC_ANSWER_BYTES, MAX_SYNC_COMMANDS, ProjectsResponse,
@@ -58,7 +59,7 @@ struct SessionEntry {
 
 /// Lists up to `limit` sessions of `project_id`, which must be the agent's project.
 pub async fn list_sessions(
-    app: &AppState,
+    store: &dyn Store,
     agent: &AgentIdentity,
     project_id: &str,
     limit: Option<i64>,
@@ -78,7 +79,7 @@ pub async fn list_sessions(
         )));
     }
     let limit = usize::try_from(limit).unwrap_or(1);
-    let snapshot = app.store.sessions(project_id, limit).await?;
+    let snapshot = store.sessions(project_id, limit).await?;
     Ok(SessionList {
         project_id: project_id.to_owned(),
         sessions: snapshot.sessions.into_iter().map(|s| s.meta).collect(),
@@ -92,15 +93,15 @@ pub async fn list_sessions(
 /// Not an `async fn`: that would keep room for `request` for as long as the sync is held. The
 /// request and the reads before the wait live in a box of their own, freed before the wait.
 pub fn sync_project<'a>(
-    app: &'a AppState,
+    runs: &'a Runs,
     desktop: &'a DesktopIdentity,
     request: SyncRequest,
 ) -> impl Future<Output = Result<SyncResponse, DesktopError>> + Send + 'a {
-    let first = Box::pin(first_answer(app, desktop, request));
+    let first = Box::pin(first_answer(runs, desktop, request));
     async move {
         match first.await? {
             FirstAnswer::Now(answer) => Ok(answer),
-            FirstAnswer::Hold(held) => hold(app, desktop, held).await,
+            FirstAnswer::Hold(held) => hold(runs, desktop, held).await,
         }
     }
 }
@@ -123,7 +124,7 @@ struct Held {
 
 /// Checks the request and the project, stores the snapshot and reads the answer once.
 async fn first_answer(
-    app: &AppState,
+    runs: &Runs,
     desktop: &DesktopIdentity,
     request: SyncRequest,
 ) -> Result<FirstAnswer, DesktopError> {
@@ -131,7 +132,7 @@ async fn first_answer(
         .validate()
         .map_err(|e| DesktopError::BadRequest(e.0))?;
     check_args_schemas(&request.sessions)?;
-    check_project(app, desktop, &request.project_id).await?;
+    check_project(runs, desktop, &request.project_id).await?;
     let SyncRequest {
         project_id,
         sessions,
@@ -141,29 +142,29 @@ async fn first_answer(
         sessions_unchanged,
         problem,
     } = request;
-    crate::presence::heard_from(app, &project_id, Some(problem.as_ref())).await;
+    crate::presence::heard_from(&runs.presence, &project_id, Some(problem.as_ref())).await;
     if !sessions_unchanged {
         let shared: Vec<_> = sessions
             .iter()
             .map(|s| s.graph_session_id.clone())
             .collect();
-        app.store
-            .replace_sessions(&project_id, sessions, app.clock.now())
+        runs.store
+            .replace_sessions(&project_id, sessions, runs.clock.now())
             .await?;
         // Consent withdrawn takes effect at once: queued runs of sessions no longer shared end
         // now (the snapshot above already keeps new ones from being queued).
-        crate::runs::withdraw_unshared(app, &project_id, &shared).await?;
+        crate::runs::withdraw_unshared(runs, &project_id, &shared).await?;
     }
     let wait = std::time::Duration::from_millis(wait_ms.unwrap_or(0));
     if wait.is_zero() {
         return Ok(FirstAnswer::Now(
-            sync_answer(app, desktop, &project_id, &running).await?,
+            sync_answer(runs, desktop, &project_id, &running).await?,
         ));
     }
     // Subscribe before reading, so work queued between the read and the wait wakes it.
-    let changes = app.notifier.subscribe(&Topic::Project(project_id.clone()));
+    let changes = runs.notifier.subscribe(&Topic::Project(project_id.clone()));
     let deadline = tokio::time::Instant::now() + wait;
-    let answer = sync_answer(app, desktop, &project_id, &running).await?;
+    let answer = sync_answer(runs, desktop, &project_id, &running).await?;
     if is_news(&answer, &known) {
         return Ok(FirstAnswer::Now(answer));
     }
@@ -200,12 +201,12 @@ fn is_news(answer: &SyncResponse, known: &[CommandId]) -> bool {
 
 /// Waits for news for a held sync, re-reading on every wake-up of its project.
 async fn hold(
-    app: &AppState,
+    runs: &Runs,
     desktop: &DesktopIdentity,
     mut held: Box<Held>,
 ) -> Result<SyncResponse, DesktopError> {
-    let _held = app.held.hold(crate::metrics::HeldKind::Sync);
-    let mut watch = app.revocations.watch(&app.store, &desktop.token_id);
+    let _held = runs.held.hold(HeldKind::Sync);
+    let mut watch = runs.held.watch_token(&desktop.token_id);
     let revoked = watch.changed();
     let deadline = tokio::time::sleep_until(held.deadline);
     tokio::pin!(revoked, deadline);
@@ -213,11 +214,11 @@ async fn hold(
         tokio::select! {
             () = held.changes.changed() => {}
             () = &mut deadline => return Ok(held.answer),
-            () = app.shutdown.cancelled() => return Ok(held.answer),
+            () = runs.held.shutting_down() => return Ok(held.answer),
             () = &mut revoked => return Err(DesktopError::Revoked),
         }
         let project_id = &held.answer.project_id;
-        let answer = Box::pin(sync_answer(app, desktop, project_id, &held.running)).await?;
+        let answer = Box::pin(sync_answer(runs, desktop, project_id, &held.running)).await?;
         if is_news(&answer, &held.known) {
             return Ok(answer);
         }
@@ -227,11 +228,11 @@ async fn hold(
 
 /// The project must be one this desktop token may serve.
 async fn check_project(
-    app: &AppState,
+    runs: &Runs,
     desktop: &DesktopIdentity,
     project_id: &str,
 ) -> Result<(), DesktopError> {
-    let project = app
+    let project = runs
         .store
         .project_of_owner(&desktop.owner_id, project_id)
         .await?;
@@ -252,11 +253,10 @@ async fn check_project(
 /// The projects this desktop token may serve, oldest first: one project for a token minted
 /// for it, every project of the owner for an owner-wide token.
 pub async fn served_projects(
-    app: &AppState,
+    store: &dyn Store,
     desktop: &DesktopIdentity,
 ) -> Result<ProjectsResponse, DesktopError> {
-    let projects = app
-        .store
+    let projects = store
         .projects_of_owner(&desktop.owner_id)
         .await?
         .into_iter()
@@ -288,14 +288,14 @@ fn within_answer_bytes(queued: impl Iterator<Item = QueuedCommand>) -> Vec<Queue
 /// The names of the agents (tokens or grants) `ids` name, each read once; an agent whose
 /// token is gone has none.
 async fn agent_names<'a>(
-    app: &AppState,
+    runs: &Runs,
     ids: impl Iterator<Item = &'a str>,
 ) -> Result<std::collections::HashMap<String, String>, DesktopError> {
     let mut names = std::collections::HashMap::new();
     let mut seen = std::collections::HashSet::new();
     for id in ids {
         if seen.insert(id)
-            && let Some(token) = app.store.token(id).await?
+            && let Some(token) = runs.store.token(id).await?
         {
             names.insert(
                 id.to_owned(),
@@ -308,16 +308,16 @@ async fn agent_names<'a>(
 
 /// The queued commands of `project_id`, and which of `running` have a cancel request.
 async fn sync_answer(
-    app: &AppState,
+    runs: &Runs,
     desktop: &DesktopIdentity,
     project_id: &str,
     running: &[CommandId],
 ) -> Result<SyncResponse, DesktopError> {
-    let queued = app
+    let queued = runs
         .store
         .queued_commands(project_id, MAX_SYNC_COMMANDS)
         .await?;
-    let names = agent_names(app, queued.iter().map(|c| c.agent_id.as_str())).await?;
+    let names = agent_names(runs, queued.iter().map(|c| c.agent_id.as_str())).await?;
     let queued = queued.into_iter().map(|command| QueuedCommand {
         agent_name: names.get(&command.agent_id).cloned(),
         agent_id: Some(command.agent_id),
@@ -331,11 +331,11 @@ async fn sync_answer(
     let commands = within_answer_bytes(queued);
     let mut cancel_requested = Vec::new();
     for id in running {
-        if let Some(command) = app.store.command(*id).await?
+        if let Some(command) = runs.store.command(*id).await?
             && command.project_id == project_id
             && command.status == relay_protocol::RunStatus::Running
             && command.cancel_requested
-            && app
+            && runs
                 .store
                 .project_of_owner(&desktop.owner_id, &command.project_id)
                 .await?

@@ -347,7 +347,7 @@ async fn a_revoked_token_fails_at_once() {
     )
     .await);
 
-    let revoked = admin::revoke_token(&service.app, &token_id)
+    let revoked = admin::revoke_token(&service.app.admin(), &token_id)
         .await
         .expect("revoke");
     assert!(revoked.newly_revoked);
@@ -402,7 +402,7 @@ async fn desktop_token_is_revoked_by_its_text(
             .0,
         200
     );
-    admin::revoke_token(&service.app, &desktop.token)
+    admin::revoke_token(&service.app.admin(), &desktop.token)
         .await
         .expect("revoke by text");
     assert_eq!(
@@ -455,7 +455,7 @@ async fn a_project_desktop_token_reaches_its_project_only() {
     assert_eq!(p1_desktop.started(&id, "p1-exec").await.0, 404);
     assert_eq!(p1_desktop.control(&id).await.0, 404);
     assert_eq!(alice_desktop.started(&id, "alice-exec").await.0, 200);
-    let listed = relay_service::admin::list_tokens(&service.app, &third)
+    let listed = relay_service::admin::list_tokens(&service.app.admin(), &third)
         .await
         .expect("tokens");
     assert!(

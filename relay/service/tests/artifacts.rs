@@ -79,7 +79,7 @@ async fn a_retried_upload_is_a_no_op_and_other_content_a_conflict() {
         "the name is part of the artifact"
     );
     ok(&upload.text("report-v2", "# Report, edited").await);
-    let detail = owner::task_detail(&chat.service.app, Acting::Operator, &upload.task)
+    let detail = owner::task_detail(&chat.service.app.tasks, Acting::Operator, &upload.task)
         .await
         .expect("detail");
     let ids: Vec<_> = detail
@@ -89,7 +89,7 @@ async fn a_retried_upload_is_a_no_op_and_other_content_a_conflict() {
         .collect();
     assert_eq!(ids, ["report-v1", "report-v2"]);
     let stored = owner::artifact(
-        &chat.service.app,
+        &chat.service.app.tasks,
         Acting::Operator,
         &upload.task,
         "report-v1",
@@ -147,7 +147,7 @@ async fn artifact_limits_hold_at_and_past_each_bound() {
     assert_invalid(&upload.text("../etc/passwd", "x").await, "artifact_id");
     name_and_mime_limits(&upload).await;
     // Count: the task holds 6 now; fill to the limit, then one more is refused.
-    let detail = owner::task_detail(&chat.service.app, Acting::Operator, &upload.task)
+    let detail = owner::task_detail(&chat.service.app.tasks, Acting::Operator, &upload.task)
         .await
         .expect("detail");
     for n in detail.artifacts.len()..MAX_ARTIFACTS_PER_TASK {
@@ -159,7 +159,7 @@ async fn artifact_limits_hold_at_and_past_each_bound() {
         true,
         "a retry of a stored artifact still replays at the limit"
     );
-    let detail = owner::task_detail(&chat.service.app, Acting::Operator, &upload.task)
+    let detail = owner::task_detail(&chat.service.app.tasks, Acting::Operator, &upload.task)
         .await
         .expect("detail");
     assert_eq!(detail.artifacts.len(), MAX_ARTIFACTS_PER_TASK);

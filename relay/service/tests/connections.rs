@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::TestService;
 use relay_service::ServiceConfig;
-use relay_service::listener::ConnectionLimits;
+use relay_service::http::listener::ConnectionLimits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -23,7 +23,7 @@ pub(crate) struct Owner {
 impl Owner {
     /// Signs `name` in (their password set first) through the console's sign-in page.
     pub async fn sign_in(service: &TestService, name: &str) -> Owner {
-        admin::set_owner_password(&service.app, name, PASSWORD.into())
+        admin::set_owner_password(&service.app.admin(), name, PASSWORD.into())
             .await
             .expect("set password");
         let browser = Browser::new();
@@ -92,7 +92,7 @@ async fn tasks_of(service: &TestService, link: &str) -> usize {
 async fn signed_out_browsers_sign_in_and_return_to_the_console_page_they_asked_for() {
     let service = TestService::start().await;
     let project = service.project("p", "ann").await;
-    admin::set_owner_password(&service.app, "ann", PASSWORD.into())
+    admin::set_owner_password(&service.app.admin(), "ann", PASSWORD.into())
         .await
         .expect("set password");
     let browser = Browser::new();
@@ -455,9 +455,10 @@ async fn revoke_ends_the_connections_next_mcp_call() {
         "{}",
         page.body
     );
-    let connections = relay_service::oauth::connections::list(&service.app, None, Some(&project))
-        .await
-        .expect("list");
+    let connections =
+        relay_service::oauth::connections::list(service.app.store.as_ref(), None, Some(&project))
+            .await
+            .expect("list");
     let id = &connections[0].id;
     assert_eq!(
         ann.post(&service, &format!("/console/connections/{id}/revoke"), &[])

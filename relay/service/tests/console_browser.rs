@@ -76,7 +76,7 @@ async fn service() -> TestService {
 }
 
 async fn sign_in(browser: &Chromium, service: &TestService, owner: &str) {
-    admin::set_owner_password(&service.app, owner, PASSWORD.into())
+    admin::set_owner_password(&service.app.admin(), owner, PASSWORD.into())
         .await
         .expect("set password");
     browser
@@ -298,7 +298,7 @@ async fn runs_setup() -> Runs {
     service.project("Other", "bob").await;
     let desktop = service.desktop(&project).await;
     desktop.sync(&project, &[1]).await;
-    admin::set_owner_password(&service.app, "ann", PASSWORD.into())
+    admin::set_owner_password(&service.app.admin(), "ann", PASSWORD.into())
         .await
         .expect("password");
     let app = oauth::register(&service.base, "Claude Desktop").await;

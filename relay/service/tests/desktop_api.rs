@@ -5,7 +5,7 @@ use crate::common;
 
 use common::{Desktop, Era, Setup, TestService, call, gs, mcp_client, ok, queue, session, setup};
 use relay_protocol::{MAX_ERROR_CHARS, MAX_RESULT_CHARS, MAX_SYNC_SESSIONS, json_utf16_len};
-use relay_service::desktop_api::MAX_DESKTOP_BODY_BYTES;
+use relay_service::http::desktop_api::MAX_DESKTOP_BODY_BYTES;
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -362,7 +362,7 @@ async fn every_refusal_names_its_cause_and_when_to_come_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_desktop_past_its_rate_is_told_when_to_come_back() {
     let config = relay_service::ServiceConfig {
-        rate_limit: Some(relay_service::rate::RateLimit {
+        rate_limit: Some(relay_service::http::rate::RateLimit {
             per_second: 1,
             burst: 1,
         }),

@@ -68,7 +68,7 @@ async fn a_desktop_token_lists_exactly_the_projects_it_may_serve() {
         assert!(matches!(status, 401 | 403), "{token:?}: {status} {body}");
         assert!(!body.to_string().contains("Support desk"), "{body}");
     }
-    relay_service::admin::revoke_token(&service.app, &scoped.token)
+    relay_service::admin::revoke_token(&service.app.admin(), &scoped.token)
         .await
         .expect("revoked");
     assert_eq!(projects_of(&scoped).await.0, 401);

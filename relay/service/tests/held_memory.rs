@@ -168,7 +168,7 @@ async fn fleet(count: usize) -> Fleet {
         ServiceConfig {
             listen_loopback: true,
             // Every test desktop connects from 127.0.0.1.
-            connections: relay_service::listener::ConnectionLimits {
+            connections: relay_service::http::listener::ConnectionLimits {
                 max_per_address: usize::MAX,
                 ..Default::default()
             },
@@ -177,11 +177,11 @@ async fn fleet(count: usize) -> Fleet {
     );
     let mut desktops = Vec::with_capacity(count);
     for i in 0..count {
-        let project = admin::create_project(&app, &format!("p{i}"), Some(&format!("o{i}")))
+        let project = admin::create_project(&app.admin(), &format!("p{i}"), Some(&format!("o{i}")))
             .await
             .expect("project")
             .project_id;
-        let token = admin::create_token(&app, &project, TokenSpec::Desktop)
+        let token = admin::create_token(&app.admin(), &project, TokenSpec::Desktop)
             .await
             .expect("token")
             .token;
@@ -420,7 +420,7 @@ fn a_held_sync_future_is_small() {
     runtime.block_on(async {
         let fleet = fleet(1).await;
         let (project, token) = &fleet.desktops[0];
-        let desktop = relay_service::auth::authenticate(&fleet.app, Some(token))
+        let desktop = relay_service::auth::authenticate(&fleet.app.tokens, Some(token))
             .await
             .expect("authenticate")
             .into_desktop()
@@ -429,7 +429,7 @@ fn a_held_sync_future_is_small() {
             "project_id": project, "sessions": [], "sessions_unchanged": true, "wait_ms": 1
         }))
         .expect("request");
-        let held = relay_service::sessions::sync_project(&fleet.app, &desktop, request);
+        let held = relay_service::sessions::sync_project(&fleet.app.runs, &desktop, request);
         let size = std::mem::size_of_val(&held);
         eprintln!("the sync future: {size} B");
         assert!(

@@ -58,7 +58,7 @@ async fn the_router_runs_without_sockets_on_paused_time() {
         idempotency_key: "paused-key".into(),
         max_tokens: None,
     };
-    let ticket = runs::queue_run(&app, &identity, request)
+    let ticket = runs::queue_run(&app.runs, &identity, request)
         .await
         .expect("queued");
     tokio::time::advance(Duration::from_secs(20)).await;
@@ -86,7 +86,7 @@ async fn the_router_runs_without_sockets_on_paused_time() {
 
     // Virtual time drives the silence timeout.
     tokio::time::advance(runs::DEFAULT_SILENCE_TIMEOUT + Duration::from_secs(1)).await;
-    let view = runs::get_run(&app, &identity, &ticket.command_id.to_string())
+    let view = runs::get_run(&app.runs, &identity, &ticket.command_id.to_string())
         .await
         .expect("run");
     assert_eq!(view.status, relay_protocol::RunStatus::Failed);

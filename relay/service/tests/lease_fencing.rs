@@ -10,8 +10,8 @@ use std::time::Duration;
 use chat_support::{Chat, ChatService, chat_setup, claim, claim_args, claim_id, submit_args};
 use common::{Era, McpClient, call, err, mcp_client, ok};
 use relay_service::ServiceConfig;
-use relay_service::chat_tasks::model::TaskStatus;
 use relay_service::chat_tasks::{LEASE_LAPSED, NOT_CLAIMABLE, STALE_CLAIM};
+use relay_service::model::TaskStatus;
 use serde_json::{Value, json};
 
 const LEASE: Duration = Duration::from_secs(1);

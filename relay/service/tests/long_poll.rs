@@ -72,7 +72,7 @@ async fn sync(setup: &Setup, extra: Value) -> (u16, Value) {
 
 async fn queue(setup: &Setup, key: &str) -> relay_protocol::CommandId {
     runs::queue_run(
-        &setup.app,
+        &setup.app.runs,
         &setup.agent,
         runs::RunRequest {
             graph_session_id: format!("gs_{:032x}", 1),
@@ -144,7 +144,7 @@ async fn a_held_sync_answers_when_a_running_command_it_names_is_cancelled() {
         }
     });
     tokio::time::sleep(Duration::from_secs(3)).await;
-    runs::cancel_run(&setup.app, &setup.agent, &command.to_string())
+    runs::cancel_run(&setup.app.runs, &setup.agent, &command.to_string())
         .await
         .expect("cancelled");
     let (_, body) = held.await.expect("joined");
@@ -159,7 +159,7 @@ async fn a_waiting_get_answers_when_the_run_finishes_or_at_its_deadline() {
     // Nothing happens: the wait ends at its deadline with the current state.
     let started = tokio::time::Instant::now();
     let view = runs::get_run_waiting(
-        &setup.app,
+        &setup.app.runs,
         &setup.agent,
         &command.to_string(),
         Duration::from_secs(30),
@@ -185,7 +185,7 @@ async fn a_waiting_get_answers_when_the_run_finishes_or_at_its_deadline() {
     };
     let started = tokio::time::Instant::now();
     let view = runs::get_run_waiting(
-        &setup.app,
+        &setup.app.runs,
         &setup.agent,
         &command.to_string(),
         runs::MAX_GET_WAIT,
@@ -196,7 +196,7 @@ async fn a_waiting_get_answers_when_the_run_finishes_or_at_its_deadline() {
     assert_eq!(view.status, relay_protocol::RunStatus::Completed);
     assert_eq!(started.elapsed(), Duration::from_secs(10));
     let too_long = runs::get_run_waiting(
-        &setup.app,
+        &setup.app.runs,
         &setup.agent,
         &command.to_string(),
         runs::MAX_GET_WAIT + Duration::from_secs(1),

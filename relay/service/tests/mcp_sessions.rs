@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use common::TestService;
 use http::{Request, StatusCode};
-use relay_service::mcp::legacy_sessions::{DEFAULT_MAX_SESSIONS, DEFAULT_SESSIONS_PER_AGENT};
+use relay_service::http::mcp::legacy_sessions::{DEFAULT_MAX_SESSIONS, DEFAULT_SESSIONS_PER_AGENT};
 use relay_service::{AppState, ServiceConfig, router};
 use serde_json::{Value, json};
 use tower::ServiceExt;

@@ -125,7 +125,7 @@ async fn a_code_used_twice_is_refused_and_kills_its_tokens() {
         (status, refreshed["error"].as_str()),
         (400, Some("invalid_grant"))
     );
-    let listed = connections::list(&service.app, None, None)
+    let listed = connections::list(service.app.store.as_ref(), None, None)
         .await
         .expect("list");
     assert!(listed[0].revoked_at.is_some(), "{listed:?}");
@@ -304,7 +304,7 @@ async fn consent_without_the_csrf_token_is_refused() {
         forged.body
     );
     assert!(
-        connections::list(&service.app, None, None)
+        connections::list(service.app.store.as_ref(), None, None)
             .await
             .expect("list")
             .is_empty()
@@ -315,7 +315,7 @@ async fn consent_without_the_csrf_token_is_refused() {
 async fn owner_b_cannot_grant_owner_as_project() {
     let (service, ann_project) = service().await;
     service.project("Bea's", "bea").await;
-    admin::set_owner_password(&service.app, "bea", "another long password".into())
+    admin::set_owner_password(&service.app.admin(), "bea", "another long password".into())
         .await
         .expect("password");
     let app = oauth::register(&service.base, "App").await;
@@ -339,7 +339,7 @@ async fn owner_b_cannot_grant_owner_as_project() {
     assert_eq!(answer.status, 403, "{}", answer.body);
     assert!(answer.location.is_none());
     assert!(
-        connections::list(&service.app, None, None)
+        connections::list(service.app.store.as_ref(), None, None)
             .await
             .expect("list")
             .is_empty(),
@@ -371,11 +371,18 @@ async fn deny_redirects_with_access_denied_and_grants_nothing() {
     assert_eq!(answer.redirect_param("state").as_deref(), Some("st"));
     assert!(answer.redirect_param("code").is_none());
     assert!(
-        connections::list(&service.app, None, None)
+        connections::list(service.app.store.as_ref(), None, None)
             .await
             .expect("list")
             .is_empty()
     );
+}
+
+async fn owner_token(service: &TestService, project: &str) -> String {
+    admin::create_token(&service.app.admin(), project, admin::TokenSpec::Owner)
+        .await
+        .expect("owner token")
+        .token
 }
 
 #[tokio::test]
@@ -386,21 +393,15 @@ async fn a_revoked_connection_gets_401_on_its_next_call() {
     assert_eq!(oauth::mcp_status(&service.base, &tokens.access).await, 200);
     // Through the owner API: another owner's token cannot see or revoke it.
     service.project("Bea's", "bea").await;
-    let ann_owner = admin::create_token(&service.app, &project, admin::TokenSpec::Owner)
-        .await
-        .expect("owner token")
-        .token;
-    let bea_project = admin::list_projects(&service.app)
+    let ann_owner = owner_token(&service, &project).await;
+    let bea_project = admin::list_projects(&service.app.admin())
         .await
         .expect("projects")
         .into_iter()
         .find(|p| p.owner == "bea")
         .expect("bea")
         .project_id;
-    let bea_owner = admin::create_token(&service.app, &bea_project, admin::TokenSpec::Owner)
-        .await
-        .expect("owner token")
-        .token;
+    let bea_owner = owner_token(&service, &bea_project).await;
     let http = http_client();
     let list = |token: String| {
         let http = http.clone();
@@ -580,7 +581,7 @@ async fn a_metadata_document_client_connects_in_dev_mode() {
     })
     .await;
     let project = service.project("Notes", "ann").await;
-    admin::set_owner_password(&service.app, "ann", PASSWORD.into())
+    admin::set_owner_password(&service.app.admin(), "ann", PASSWORD.into())
         .await
         .expect("password");
     let app = oauth::App {
@@ -591,7 +592,7 @@ async fn a_metadata_document_client_connects_in_dev_mode() {
     };
     let tokens = oauth::connect(&Browser::new(), &app, "ann", PASSWORD, &project).await;
     assert_eq!(oauth::mcp_status(&service.base, &tokens.access).await, 200);
-    let listed = connections::list(&service.app, None, None)
+    let listed = connections::list(service.app.store.as_ref(), None, None)
         .await
         .expect("list");
     assert_eq!(

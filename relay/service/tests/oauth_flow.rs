@@ -16,7 +16,7 @@ pub(crate) const PASSWORD: &str = "correct horse battery";
 pub(crate) async fn service() -> (TestService, String) {
     let service = TestService::start().await;
     let project = service.project("Notes", "ann").await;
-    admin::set_owner_password(&service.app, "ann", PASSWORD.into())
+    admin::set_owner_password(&service.app.admin(), "ann", PASSWORD.into())
         .await
         .expect("set password");
     (service, project)
@@ -126,7 +126,7 @@ async fn a_chat_app_connects_calls_tools_and_refreshes() {
         "the same agent reads its run after a refresh"
     );
 
-    let listed = connections::list(&service.app, None, None)
+    let listed = connections::list(service.app.store.as_ref(), None, None)
         .await
         .expect("list");
     assert_eq!(listed.len(), 1, "{listed:?}");
@@ -240,9 +240,14 @@ async fn a_confidential_client_authenticates_with_its_secret() {
 async fn a_sign_in_link_works_once() {
     let service = TestService::start().await;
     let project = service.project("Notes", "bea").await;
-    let link = admin::sign_in_link(&service.app, "bea", &service.base, Duration::from_secs(600))
-        .await
-        .expect("link");
+    let link = admin::sign_in_link(
+        &service.app.admin(),
+        "bea",
+        Duration::from_secs(600),
+        |secret| relay_service::http::oauth::sign_in_link_url(&service.base, secret),
+    )
+    .await
+    .expect("link");
     let browser = Browser::new();
     let page = browser.get(&link.url).await;
     assert_eq!(page.status, 200);
@@ -281,7 +286,7 @@ async fn a_sign_in_link_works_once() {
     assert_eq!(again.status, 410, "{}", again.body);
     // Signing out everywhere ends the session.
     assert_eq!(
-        admin::sign_out_all(&service.app, "bea")
+        admin::sign_out_all(&service.app.admin(), "bea")
             .await
             .expect("sign out"),
         1

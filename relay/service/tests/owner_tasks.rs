@@ -281,7 +281,7 @@ async fn an_owner_reaches_only_their_own_links_and_tasks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn owner_request_bodies_are_bounded() {
-    use relay_service::owner_api::MAX_OWNER_BODY_BYTES;
+    use relay_service::http::owner_api::MAX_OWNER_BODY_BYTES;
     let chat = chat_setup(ServiceConfig::default()).await;
     let owner = owner(&chat.service, &chat.project).await;
     let path = format!("/chat-links/{}/tasks", chat.link);

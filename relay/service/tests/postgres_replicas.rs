@@ -146,11 +146,11 @@ async fn one_key_makes_one_run_across_replicas(a: &common::McpClient, b: &common
 
 /// A project, a desktop token minted on one replica and an agent token minted on the other.
 async fn tokens(a: &AppState, b: &AppState) -> (String, String, String) {
-    let project = admin::create_project(a, "Notes", Some("ann"))
+    let project = admin::create_project(&a.admin(), "Notes", Some("ann"))
         .await
         .expect("project")
         .project_id;
-    let desktop_token = admin::create_token(a, &project, TokenSpec::Desktop)
+    let desktop_token = admin::create_token(&a.admin(), &project, TokenSpec::Desktop)
         .await
         .expect("desktop token")
         .token;
@@ -158,7 +158,7 @@ async fn tokens(a: &AppState, b: &AppState) -> (String, String, String) {
         name: "claude".into(),
         scopes: vec!["osfoundry:read".into(), "osfoundry:run".into()],
     };
-    let agent_token = admin::create_token(b, &project, agent)
+    let agent_token = admin::create_token(&b.admin(), &project, agent)
         .await
         .expect("agent token")
         .token;
@@ -176,7 +176,7 @@ async fn an_inbox_watched_on_one_replica_hears_a_task_assigned_through_another()
     let a = replica(&url, &schema, &channel).await;
     let b = replica(&url, &schema, &channel).await;
     let (project, _, agent_token) = tokens(&a.app, &b.app).await;
-    let link = owner::create_link(&a.app, Acting::Operator, &project, "claude", false)
+    let link = owner::create_link(&a.app.tasks, Acting::Operator, &project, "claude", false)
         .await
         .expect("link")
         .chat_link_id;
@@ -190,7 +190,7 @@ async fn an_inbox_watched_on_one_replica_hears_a_task_assigned_through_another()
         idempotency_key: "assign-across-replicas",
     };
     let assigned = Stopwatch::start();
-    owner::assign_task(&b.app, Acting::Operator, request)
+    owner::assign_task(&b.app.tasks, Acting::Operator, request)
         .await
         .expect("assign");
     let update = stream

@@ -9,8 +9,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use relay_service::notify::{Notifier, Topic};
 use relay_service::store::PostgresStore;
+use relay_service::store::notify::{Notifier, Topic};
 use relay_service::store::postgres::notify::PgNotifier;
 use relay_service::store::postgres::tls;
 

@@ -7,7 +7,7 @@ use crate::common;
 use common::{Era, Setup, call, err, mcp_client, ok, run_args, setup, setup_with};
 use relay_protocol::DESKTOP_API_PREFIX;
 use relay_service::ServiceConfig;
-use relay_service::rate::RateLimit;
+use relay_service::http::rate::RateLimit;
 use relay_service::runs::DEFAULT_QUEUED_PER_AGENT;
 use serde_json::json;
 

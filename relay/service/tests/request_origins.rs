@@ -7,7 +7,7 @@ use crate::common;
 
 use common::{TestService, decode};
 use relay_service::ServiceConfig;
-use relay_service::origin::client_address;
+use relay_service::http::origin::client_address;
 use reqwest::Method;
 use serde_json::{Value, json};
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::Request;
-use relay_service::metrics::HeldKind;
+use relay_service::held::HeldKind;
 use relay_service::{router, runs};
 use serde_json::json;
 use tower::ServiceExt;
@@ -108,14 +108,19 @@ async fn a_held_sync_keeps_no_span_while_it_waits_and_logs_in_its_request_span()
         }
     });
     tokio::time::sleep(Duration::from_secs(7)).await;
-    assert_eq!(setup.app.held.count(HeldKind::Sync), 1, "{}", log.text());
+    assert_eq!(
+        setup.app.runs.held.count(HeldKind::Sync),
+        1,
+        "{}",
+        log.text()
+    );
     assert_eq!(
         open.load(Ordering::SeqCst),
         0,
         "no span is open while the sync waits"
     );
     runs::queue_run(
-        &setup.app,
+        &setup.app.runs,
         &setup.agent,
         runs::RunRequest {
             graph_session_id: format!("gs_{:032x}", 1),

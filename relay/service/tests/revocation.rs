@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::{Era, Setup, call, err, mcp_client, ok, queue, setup};
 use relay_protocol::DESKTOP_API_PREFIX;
 use relay_service::admin;
-use relay_service::auth::REVOKED_WHILE_WAITING;
+use relay_service::held::REVOKED_WHILE_WAITING;
 use serde_json::json;
 
 /// Far above the revocation check's 500 ms: the test shows the wait ends early, not a figure.
@@ -44,7 +44,7 @@ async fn a_waiting_get_graph_run_ends_as_revoked_and_never_gets_the_result() {
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    admin::revoke_token(&service.app, &token_id)
+    admin::revoke_token(&service.app.admin(), &token_id)
         .await
         .expect("revoke");
     let (answer, waited) = tokio::time::timeout(GENEROUS, waiting)
@@ -93,14 +93,14 @@ async fn a_held_long_poll_answers_401_once_its_desktop_token_is_revoked() {
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let tokens = admin::list_tokens(&service.app, &project)
+    let tokens = admin::list_tokens(&service.app.admin(), &project)
         .await
         .expect("tokens");
     let desktop_token = tokens
         .iter()
         .find(|t| t.kind == "desktop")
         .expect("the desktop's token");
-    admin::revoke_token(&service.app, &desktop_token.token_id)
+    admin::revoke_token(&service.app.admin(), &desktop_token.token_id)
         .await
         .expect("revoke");
     let answer = tokio::time::timeout(GENEROUS, held)

@@ -206,7 +206,7 @@ fn waiting_get_with_progress_token(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_get_graph_run_with_a_progress_token_hears_the_run_move() {
-    use relay_service::metrics::HeldKind;
+    use relay_service::held::HeldKind;
     let Setup {
         service,
         project,
@@ -224,7 +224,7 @@ async fn a_waiting_get_graph_run_with_a_progress_token_hears_the_run_move() {
     let request = waiting_get_with_progress_token(&raw, &id, "watch-1");
     let waiting = tokio::spawn(async move { request.send().await.expect("answer").text().await });
     let held = relay_protocol::clock::Stopwatch::start();
-    while service.app.held.count(HeldKind::RunWait) == 0 {
+    while service.app.runs.held.count(HeldKind::RunWait) == 0 {
         if waiting.is_finished() {
             let text = waiting.await.expect("task").expect("body");
             panic!("the get answered without waiting: {text}");

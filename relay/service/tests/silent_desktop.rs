@@ -88,7 +88,9 @@ async fn the_sweep_fails_silent_runs_without_a_read_and_the_timeout_is_configura
     desktop.control(&ids[1]).await;
     service.clock.advance(Duration::from_secs(21));
 
-    let failed = runs::fail_silent_runs(&service.app).await.expect("sweep");
+    let failed = runs::fail_silent_runs(&service.app.runs)
+        .await
+        .expect("sweep");
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].to_string(), ids[0]);
     let statuses: Vec<_> = statuses_of(&client, &ids).await;

@@ -8,8 +8,8 @@ use crate::common;
 use chat_support::{ChatService, chat_setup, claim, claim_id, submit_args};
 use common::{call, err, ok};
 use relay_service::ServiceConfig;
-use relay_service::chat_tasks::model::TaskStatus;
 use relay_service::chat_tasks::{DIFFERENT_RESULT, result_hash};
+use relay_service::model::TaskStatus;
 use serde_json::json;
 
 const FIRST: &str = "1. Who signs off the pricing copy?";

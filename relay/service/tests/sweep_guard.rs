@@ -28,7 +28,7 @@ async fn poll(chat: &chat_support::Chat) -> rmcp::model::CallToolResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_polls_write_nothing_and_a_due_lease_is_swept_once() {
     let chat = chat_setup(ServiceConfig::default()).await;
-    let stats = &chat.service.app.task_sweeps;
+    let stats = &chat.service.app.tasks.sweeps;
     for _ in 0..POLLS {
         assert_eq!(ok(&poll(&chat).await), json!({"tasks": []}));
     }
@@ -91,7 +91,7 @@ async fn the_unguarded_sweep_writes_on_every_poll_and_no_sweep_never_does() {
         for _ in 0..POLLS {
             ok(&poll(&chat).await);
         }
-        let stats = &chat.service.app.task_sweeps;
+        let stats = &chat.service.app.tasks.sweeps;
         assert_eq!(stats.write_transactions(), writes, "{mode:?}");
         assert_eq!(stats.guard_checks(), 0, "{mode:?}");
         chat.service.stop().await;

@@ -7,9 +7,9 @@ use crate::common;
 use chat_support::{ChatService, chat_setup, claim, claim_args, claim_id, submit_args};
 use common::{call, err, ok};
 use relay_service::ServiceConfig;
-use relay_service::chat_tasks::model::TaskStatus;
 use relay_service::chat_tasks::owner::{self, Acting};
 use relay_service::chat_tasks::{NOT_CLAIMABLE, TASK_CANCELLED};
+use relay_service::model::TaskStatus;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -21,7 +21,7 @@ async fn cancel_then_submit_is_rejected() {
         .assign_goal(&chat.link, "Write the launch post", "cancel-1")
         .await;
     let claim_id = claim_id(&claim(&chat.client, &chat.link, &task).await);
-    let cancelled = owner::cancel_task(app, Acting::Operator, &task)
+    let cancelled = owner::cancel_task(&app.tasks, Acting::Operator, &task)
         .await
         .expect("cancel");
     assert!(cancelled.cancelled && !cancelled.already_finished);
@@ -73,11 +73,11 @@ async fn cancelling_a_queued_or_finished_task() {
         .service
         .assign_goal(&chat.link, "Queued one", "cancel-2")
         .await;
-    let first = owner::cancel_task(app, Acting::Operator, &queued)
+    let first = owner::cancel_task(&app.tasks, Acting::Operator, &queued)
         .await
         .expect("cancel");
     assert!(first.cancelled && !first.already_finished);
-    let again = owner::cancel_task(app, Acting::Operator, &queued)
+    let again = owner::cancel_task(&app.tasks, Acting::Operator, &queued)
         .await
         .expect("cancel");
     assert!(
@@ -96,7 +96,7 @@ async fn cancelling_a_queued_or_finished_task() {
         submit_args(&chat.link, &done, &claim_id, "completed", "Result."),
     )
     .await);
-    let late = owner::cancel_task(app, Acting::Operator, &done)
+    let late = owner::cancel_task(&app.tasks, Acting::Operator, &done)
         .await
         .expect("cancel");
     assert!(!late.cancelled && late.already_finished);

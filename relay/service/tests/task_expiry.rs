@@ -9,9 +9,9 @@ use std::time::Duration;
 use chat_support::{Chat, ChatService, chat_setup, claim, claim_args, claim_id, submit_args};
 use common::{call, err, ok};
 use relay_service::ServiceConfig;
-use relay_service::chat_tasks::model::TaskStatus;
 use relay_service::chat_tasks::owner::{self, Acting};
 use relay_service::chat_tasks::{NOT_CLAIMABLE, TASK_EXPIRED, TASK_TTL};
+use relay_service::model::TaskStatus;
 use serde_json::json;
 
 const MILLI: Duration = Duration::from_millis(1);
@@ -79,7 +79,7 @@ async fn tasks_expire_a_day_after_they_were_assigned() {
     )
     .await;
     assert_eq!(err(&reclaim), format!("{NOT_CLAIMABLE}: task is expired"));
-    let list = owner::list_tasks(&service.app, Acting::Operator, &chat.link)
+    let list = owner::list_tasks(&service.app.tasks, Acting::Operator, &chat.link)
         .await
         .expect("owner list");
     assert!(list.tasks.iter().all(|t| t.status_label == "Expired"));

@@ -25,7 +25,7 @@ async fn assign(
         goal,
         idempotency_key: key,
     };
-    owner::assign_task(app, Acting::Operator, request)
+    owner::assign_task(&app.tasks, Acting::Operator, request)
         .await
         .map(|assigned| assigned.task.task_id.to_string())
 }
@@ -160,7 +160,7 @@ async fn the_owners_list_shows_the_newest_tasks_up_to_its_limit() {
             .await
             .expect("assign");
         if n == OWNER_LIST_LIMIT - 1 {
-            let list = owner::list_tasks(app, Acting::Operator, &chat.link)
+            let list = owner::list_tasks(&app.tasks, Acting::Operator, &chat.link)
                 .await
                 .expect("list");
             assert_eq!(
@@ -170,7 +170,7 @@ async fn the_owners_list_shows_the_newest_tasks_up_to_its_limit() {
             );
         }
     }
-    let list = owner::list_tasks(app, Acting::Operator, &chat.link)
+    let list = owner::list_tasks(&app.tasks, Acting::Operator, &chat.link)
         .await
         .expect("list");
     assert_eq!(

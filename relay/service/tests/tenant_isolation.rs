@@ -32,7 +32,7 @@ async fn world() -> World {
     let ann_second = service.project("Ann's second", "ann").await;
     let bob_project = service.project("Bob's only", "bob").await;
     for owner in ["ann", "bob"] {
-        admin::set_owner_password(&service.app, owner, PASSWORD.into())
+        admin::set_owner_password(&service.app.admin(), owner, PASSWORD.into())
             .await
             .expect("set password");
     }
@@ -58,7 +58,7 @@ async fn world() -> World {
     let owner_token = |project: String| {
         let app = service.app.clone();
         async move {
-            admin::create_token(&app, &project, TokenSpec::Owner)
+            admin::create_token(&app.admin(), &project, TokenSpec::Owner)
                 .await
                 .expect("owner token")
                 .token

@@ -21,9 +21,9 @@ use serde_json::{Value, json};
 use relay_protocol::clock::{Clock, SystemClock};
 use relay_service::admin::{self, TokenSpec};
 use relay_service::auth::{AgentIdentity, Identity, authenticate};
-use relay_service::chat_tasks::model::{HostKind, TaskStatus};
 use relay_service::chat_tasks::sweep::SweepMode;
 use relay_service::chat_tasks::{TASK_TTL, agent};
+use relay_service::model::{HostKind, TaskStatus};
 use relay_service::store::{ChatLinkRecord, SqliteStore, TaskRecord};
 use relay_service::{self, AppState, ServiceConfig};
 
@@ -332,18 +332,18 @@ async fn start_variant(
         ..ServiceConfig::default()
     };
     let app = AppState::new(Arc::new(store.clone()), Arc::new(SystemClock), config);
-    let project = admin::create_project(&app, "bench", None)
+    let project = admin::create_project(&app.admin(), "bench", None)
         .await
         .map_err(|e| failed("creating the project", e))?;
     let spec = TokenSpec::Agent {
         name: "bench".into(),
         scopes: vec!["osfoundry:read".into()],
     };
-    let token = admin::create_token(&app, &project.project_id, spec)
+    let token = admin::create_token(&app.admin(), &project.project_id, spec)
         .await
         .map_err(|e| failed("minting a token", e))?
         .token;
-    let agent = authenticate(&app, Some(&token))
+    let agent = authenticate(&app.tokens, Some(&token))
         .await
         .and_then(Identity::into_agent)
         .map_err(|e| failed("checking the token", e))?;
@@ -467,7 +467,7 @@ async fn run_in_process_batch(
     let mut samples = Vec::with_capacity(polls);
     for _ in 0..polls {
         let start = Stopwatch::start();
-        let inbox = agent::list_tasks(&variant.app, &variant.agent, &variant.link)
+        let inbox = agent::list_tasks(&variant.app.tasks, &variant.agent, &variant.link)
             .await
             .map_err(|e| failed("in-process poll", e))?;
         samples.push(start.elapsed());
@@ -561,8 +561,8 @@ async fn measure_http(
         .iter()
         .map(|v| {
             (
-                v.app.task_sweeps.guard_checks(),
-                v.app.task_sweeps.write_transactions(),
+                v.app.tasks.sweeps.guard_checks(),
+                v.app.tasks.sweeps.write_transactions(),
             )
         })
         .collect();
@@ -589,8 +589,8 @@ async fn measure_http(
         .zip(counters)
         .map(|(variant, (checks, writes))| {
             (
-                variant.app.task_sweeps.guard_checks() - checks,
-                variant.app.task_sweeps.write_transactions() - writes,
+                variant.app.tasks.sweeps.guard_checks() - checks,
+                variant.app.tasks.sweeps.write_transactions() - writes,
             )
         })
         .collect())

@@ -270,7 +270,7 @@ pub(crate) async fn held_syncs(
             .text()
             .await
             .map_err(fail)?;
-        let held = relay_service::metrics::held_syncs(&text)
+        let held = relay_service::http::metrics::held_syncs(&text)
             .and_then(|count| usize::try_from(count).ok())
             .ok_or_else(|| LoadError(format!("no held sync count in {metrics}")))?;
         if held >= expected || started.elapsed() >= HOLD_WITHIN {
@@ -441,16 +441,16 @@ pub(crate) async fn prepare(db: &std::path::Path, count: usize) -> Result<Vec<De
 /// One owner (named after `name`), project, desktop token and agent token, with session 1
 /// shared.
 pub(crate) async fn prepare_desktop(app: &AppState, name: &str) -> Result<Desktop, LoadError> {
-    let project = admin::create_project(app, name, Some(&format!("owner-{name}")))
+    let project = admin::create_project(&app.admin(), name, Some(&format!("owner-{name}")))
         .await
         .map_err(fail)?
         .project_id;
-    let token = admin::create_token(app, &project, TokenSpec::Desktop)
+    let token = admin::create_token(&app.admin(), &project, TokenSpec::Desktop)
         .await
         .map_err(fail)?
         .token;
     let agent = admin::create_token(
-        app,
+        &app.admin(),
         &project,
         TokenSpec::Agent {
             name: "load".into(),

@@ -220,13 +220,13 @@ struct Race {
 }
 
 async fn prepare_tasks(app: &AppState, count: usize) -> Result<Race, LoadError> {
-    let project = admin::create_project(app, "replicas-claims", Some("replicas-claims"))
+    let project = admin::create_project(&app.admin(), "replicas-claims", Some("replicas-claims"))
         .await
         .map_err(fail)?
         .project_id;
     let scopes = vec!["osfoundry:read".into(), "osfoundry:run".into()];
     let agent = admin::create_token(
-        app,
+        &app.admin(),
         &project,
         TokenSpec::Agent {
             name: "claude".into(),
@@ -236,7 +236,7 @@ async fn prepare_tasks(app: &AppState, count: usize) -> Result<Race, LoadError> 
     .await
     .map_err(fail)?
     .token;
-    let link = owner::create_link(app, Acting::Operator, &project, "claude", false)
+    let link = owner::create_link(&app.tasks, Acting::Operator, &project, "claude", false)
         .await
         .map_err(fail)?
         .chat_link_id;
@@ -250,7 +250,7 @@ async fn prepare_tasks(app: &AppState, count: usize) -> Result<Race, LoadError> 
                     goal: "Reply to the landlord",
                     idempotency_key: &key,
                 };
-                let assigned = owner::assign_task(app, Acting::Operator, request)
+                let assigned = owner::assign_task(&app.tasks, Acting::Operator, request)
                     .await
                     .map_err(fail)?;
                 Ok(assigned.task.task_id.to_string())

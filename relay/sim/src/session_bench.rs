@@ -108,9 +108,9 @@ pub async fn sessions(options: SessionBenchOptions) -> Result<SessionBenchReport
     let rss_after_kib = rss_kib(service.pid)?;
     let per_token = options
         .per_token
-        .min(relay_service::mcp::legacy_sessions::DEFAULT_SESSIONS_PER_AGENT);
-    let kept =
-        (agents.len() * per_token).min(relay_service::mcp::legacy_sessions::DEFAULT_MAX_SESSIONS);
+        .min(relay_service::http::mcp::legacy_sessions::DEFAULT_SESSIONS_PER_AGENT);
+    let kept = (agents.len() * per_token)
+        .min(relay_service::http::mcp::legacy_sessions::DEFAULT_MAX_SESSIONS);
     let mut server = service.server;
     let _ = server.kill().await;
     Ok(SessionBenchReport {

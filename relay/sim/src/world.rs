@@ -229,7 +229,7 @@ async fn sim_tokens(
         let app = app.clone();
         let project = project.to_owned();
         async move {
-            admin::create_token(&app, &project, spec)
+            admin::create_token(&app.admin(), &project, spec)
                 .await
                 .map(|t| t.token)
                 .map_err(|e| e.to_string())
@@ -321,7 +321,7 @@ impl World {
             ..ServiceConfig::default()
         };
         let app = AppState::new(Arc::new(store), clock.clone(), config);
-        let project = admin::create_project(&app, "sim", Some("sim"))
+        let project = admin::create_project(&app.admin(), "sim", Some("sim"))
             .await
             .map_err(|e| e.to_string())?
             .project_id;
@@ -419,7 +419,7 @@ impl World {
 
     /// The run as the service has it (read directly: observing is not a tool call).
     pub async fn view(&self, command: &str) -> Result<relay_service::runs::RunView, ScenarioError> {
-        relay_service::runs::get_run(&self.app, &self.observer().await?, command)
+        relay_service::runs::get_run(&self.app.runs, &self.observer().await?, command)
             .await
             .map_err(|e| ScenarioError(e.to_string()))
     }
@@ -435,7 +435,7 @@ impl World {
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let view = relay_service::runs::get_run_waiting(
-                &self.app,
+                &self.app.runs,
                 &observer,
                 command,
                 left.min(relay_service::runs::MAX_GET_WAIT),
@@ -449,7 +449,7 @@ impl World {
     }
 
     async fn observer(&self) -> Result<relay_service::auth::AgentIdentity, ScenarioError> {
-        relay_service::auth::authenticate(&self.app, Some(&self.client.token))
+        relay_service::auth::authenticate(&self.app.tokens, Some(&self.client.token))
             .await
             .map_err(|e| e.to_string())?
             .into_agent()

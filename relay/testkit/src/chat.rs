@@ -57,7 +57,7 @@ pub trait ChatService {
 
 impl ChatService for TestService {
     async fn link_chat(&self, project: &str, host: &str) -> String {
-        owner::create_link(&self.app, Acting::Operator, project, host, false)
+        owner::create_link(&self.app.tasks, Acting::Operator, project, host, false)
             .await
             .expect("create chat link")
             .chat_link_id
@@ -69,7 +69,7 @@ impl ChatService for TestService {
             goal,
             idempotency_key: key,
         };
-        owner::assign_task(&self.app, Acting::Operator, request)
+        owner::assign_task(&self.app.tasks, Acting::Operator, request)
             .await
             .expect("assign task")
             .task
@@ -78,7 +78,7 @@ impl ChatService for TestService {
     }
 
     async fn mint_owner_token(&self, project: &str) -> String {
-        admin::create_token(&self.app, project, TokenSpec::Owner)
+        admin::create_token(&self.app.admin(), project, TokenSpec::Owner)
             .await
             .expect("create owner token")
             .token

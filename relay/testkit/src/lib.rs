@@ -108,7 +108,7 @@ impl TestService {
 
     /// A project of `owner`.
     pub async fn project(&self, name: &str, owner: &str) -> String {
-        admin::create_project(&self.app, name, Some(owner))
+        admin::create_project(&self.app.admin(), name, Some(owner))
             .await
             .expect("create project")
             .project_id
@@ -120,7 +120,7 @@ impl TestService {
             name: "claude".into(),
             scopes: scopes.iter().map(|s| s.to_string()).collect(),
         };
-        let token = admin::create_token(&self.app, project, spec)
+        let token = admin::create_token(&self.app.admin(), project, spec)
             .await
             .expect("create agent token");
         (token.token, token.token_id)
@@ -135,7 +135,7 @@ impl TestService {
 
     /// A desktop client for the owner of `project`.
     pub async fn desktop(&self, project: &str) -> Desktop {
-        let token = admin::create_token(&self.app, project, TokenSpec::Desktop)
+        let token = admin::create_token(&self.app.admin(), project, TokenSpec::Desktop)
             .await
             .expect("create desktop token")
             .token;
@@ -148,7 +148,7 @@ impl TestService {
 
     /// A desktop client with a token for every project of the owner named `owner`.
     pub async fn owners_desktop(&self, owner: &str) -> Desktop {
-        let token = admin::create_owner_desktop_token(&self.app, owner)
+        let token = admin::create_owner_desktop_token(&self.app.admin(), owner)
             .await
             .expect("create owner-wide desktop token")
             .token;
@@ -355,8 +355,8 @@ pub async fn call(client: &McpClient, tool: &str, arguments: Value) -> CallToolR
 
 /// A successful answer's `structuredContent` fits the tool's `outputSchema`.
 pub fn check_output(tool: &str, result: &CallToolResult) {
-    let schema = relay_service::mcp::tools::spec(tool)
-        .map(relay_service::mcp::tools::definition)
+    let schema = relay_service::http::mcp::tools::spec(tool)
+        .map(relay_service::http::mcp::tools::definition)
         .and_then(|definition| definition.output_schema);
     let (Some(schema), Some(structured)) = (schema, &result.structured_content) else {
         return;
@@ -464,16 +464,16 @@ pub async fn in_process() -> InProcess {
     let store = SqliteStore::open_in_memory().expect("store");
     let clock = relay_protocol::clock::TokioClock::starting_at(START);
     let app = AppState::new(Arc::new(store), Arc::new(clock), ServiceConfig::default());
-    let project = admin::create_project(&app, "p", None)
+    let project = admin::create_project(&app.admin(), "p", None)
         .await
         .expect("project")
         .project_id;
-    let desktop = admin::create_token(&app, &project, TokenSpec::Desktop)
+    let desktop = admin::create_token(&app.admin(), &project, TokenSpec::Desktop)
         .await
         .expect("token")
         .token;
     let agent = admin::create_token(
-        &app,
+        &app.admin(),
         &project,
         TokenSpec::Agent {
             name: "a".into(),
@@ -482,7 +482,7 @@ pub async fn in_process() -> InProcess {
     )
     .await
     .expect("agent");
-    let agent = relay_service::auth::authenticate(&app, Some(&agent.token))
+    let agent = relay_service::auth::authenticate(&app.tokens, Some(&agent.token))
         .await
         .expect("auth")
         .into_agent()

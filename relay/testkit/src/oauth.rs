@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use relay_service::oauth::token::s256;
+use relay_service::http::oauth::token::s256;
 use serde_json::{Value, json};
 
 /// One answer as a browser sees it.
@@ -180,7 +180,7 @@ pub struct Pkce {
 
 /// A fresh PKCE pair.
 pub fn pkce() -> Pkce {
-    let verifier = relay_service::oauth::signin::random_hex(32).expect("randomness");
+    let verifier = relay_service::auth::random_hex(32).expect("randomness");
     Pkce {
         challenge: s256(&verifier),
         verifier,

@@ -1,5 +1,5 @@
 //! What the linked chat does, through the MCP tools: read its inbox and one task, claim,
-//! submit, upload artifacts. Plain functions over [`AppState`], testable without HTTP.
+//! submit, upload artifacts. Plain functions over [`Tasks`], testable without HTTP.
 //!
 //! Every operation names the chat link; the agent's token must belong to the link's project,
 //! and a task is visible only through its own link. Each one sweeps first ([`super::sweep`]);
@@ -8,16 +8,15 @@
 use sha2::{Digest, Sha256};
 
 use super::machine::{Refusal, TaskDecision, TaskEvent, fence, transition};
-use super::model::{TaskId, TaskOutcome, TaskStatus, is_hyphenated_uuid};
 use super::sweep::{sweep, sweep_for_claim};
 use super::view::{ClaimView, Inbox, InboxItem, SubmitAck, TaskView, UploadAck};
 use super::{
     ARTIFACT_CONFLICT, INBOX_LIMIT, MAX_ARTIFACT_BYTES, MAX_ARTIFACT_ID_CHARS,
     MAX_ARTIFACT_NAME_CHARS, MAX_ARTIFACTS_PER_TASK, MAX_MIME_CHARS, MAX_TASK_RESULT_CHARS,
-    MAX_TRANSITION_ATTEMPTS, TaskError, check_id, result_hash,
+    MAX_TRANSITION_ATTEMPTS, TaskError, Tasks, check_id, result_hash,
 };
-use crate::AppState;
 use crate::auth::{AgentIdentity, hex};
+use crate::model::{TaskId, TaskOutcome, TaskStatus, is_hyphenated_uuid};
 use crate::store::{
     ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, ClaimResult, TaskRecord,
 };
@@ -59,12 +58,12 @@ pub struct UploadRequest<'a> {
 
 /// The link `chat_link_id` if the agent's project owns it.
 async fn agent_link(
-    app: &AppState,
+    tasks: &Tasks,
     agent: &AgentIdentity,
     chat_link_id: &str,
 ) -> Result<ChatLinkRecord, TaskError> {
     check_id("chat_link_id", chat_link_id)?;
-    match app.store.chat_link(chat_link_id).await? {
+    match tasks.store.chat_link(chat_link_id).await? {
         Some(link) if link.project_id == agent.project_id => Ok(link),
         _ => Err(TaskError::LinkNotFound),
     }
@@ -79,11 +78,11 @@ fn parse_task_id(text: &str) -> Result<TaskId, TaskError> {
 
 /// The task `task_id` if it belongs to `link`; any other task reads as not found.
 async fn link_task(
-    app: &AppState,
+    tasks: &Tasks,
     link: &ChatLinkRecord,
     task_id: TaskId,
 ) -> Result<TaskRecord, TaskError> {
-    match app.store.task(task_id).await? {
+    match tasks.store.task(task_id).await? {
         Some(task) if task.chat_link_id == link.id => Ok(task),
         _ => Err(TaskError::TaskNotFound),
     }
@@ -91,31 +90,31 @@ async fn link_task(
 
 /// The link's open tasks (queued or claimed), oldest first, at most [`INBOX_LIMIT`].
 pub async fn list_tasks(
-    app: &AppState,
+    tasks: &Tasks,
     agent: &AgentIdentity,
     chat_link_id: &str,
 ) -> Result<Inbox, TaskError> {
-    let link = agent_link(app, agent, chat_link_id).await?;
-    let mut tasks = super::sweep::open_tasks(app, &link.id, INBOX_LIMIT + 1).await?;
-    let more = tasks.len() > INBOX_LIMIT;
-    tasks.truncate(INBOX_LIMIT);
+    let link = agent_link(tasks, agent, chat_link_id).await?;
+    let mut open = super::sweep::open_tasks(tasks, &link.id, INBOX_LIMIT + 1).await?;
+    let more = open.len() > INBOX_LIMIT;
+    open.truncate(INBOX_LIMIT);
     Ok(Inbox {
-        tasks: tasks.iter().map(InboxItem::of).collect(),
+        tasks: open.iter().map(InboxItem::of).collect(),
         more,
     })
 }
 
 /// One task of the link, in full.
 pub async fn get_task(
-    app: &AppState,
+    tasks: &Tasks,
     agent: &AgentIdentity,
     chat_link_id: &str,
     task_id: &str,
 ) -> Result<TaskView, TaskError> {
-    let link = agent_link(app, agent, chat_link_id).await?;
+    let link = agent_link(tasks, agent, chat_link_id).await?;
     let task_id = parse_task_id(task_id)?;
-    sweep(app).await?;
-    Ok(TaskView::of(&link_task(app, &link, task_id).await?))
+    sweep(tasks).await?;
+    Ok(TaskView::of(&link_task(tasks, &link, task_id).await?))
 }
 
 fn claim_view(task: &TaskRecord, replayed: bool) -> Result<ClaimView, TaskError> {
@@ -137,53 +136,33 @@ fn claim_view(task: &TaskRecord, replayed: bool) -> Result<ClaimView, TaskError>
 
 /// Claims task `task_id` for the link: a queued task gets a new claim; a task this link
 /// already holds gives its claim back (`replayed`); anything else is refused, and a task of
-/// another link (or none) gets [`super::NOT_CLAIMABLE`]. Counted in `/metrics`.
+/// another link (or none) gets [`super::NOT_CLAIMABLE`].
 pub async fn claim_task(
-    app: &AppState,
+    tasks: &Tasks,
     agent: &AgentIdentity,
     chat_link_id: &str,
     task_id: &str,
 ) -> Result<ClaimView, TaskError> {
-    use crate::metrics::{ClaimKind, ClaimOutcome};
-    let claimed = claim(app, agent, chat_link_id, task_id).await;
-    let outcome = match &claimed {
-        Ok(view) if view.replayed => Some(ClaimOutcome::Replayed),
-        Ok(_) => Some(ClaimOutcome::Won),
-        Err(TaskError::Refused(_) | TaskError::Contended) => Some(ClaimOutcome::Conflict),
-        Err(_) => None,
-    };
-    if let Some(outcome) = outcome {
-        app.metrics.claims.record(ClaimKind::ChatTask, outcome);
-    }
-    claimed
-}
-
-async fn claim(
-    app: &AppState,
-    agent: &AgentIdentity,
-    chat_link_id: &str,
-    task_id: &str,
-) -> Result<ClaimView, TaskError> {
-    let link = agent_link(app, agent, chat_link_id).await?;
+    let link = agent_link(tasks, agent, chat_link_id).await?;
     let task_id = parse_task_id(task_id)?;
-    sweep_for_claim(app).await?;
-    let now = app.clock.now();
+    sweep_for_claim(tasks).await?;
+    let now = tasks.clock.now();
     let attempt = ClaimAttempt {
         task_id,
         chat_link_id: link.id.clone(),
         claim_id: uuid::Uuid::new_v4().to_string(),
-        lease_until: (!app.config.task_lease.is_zero())
-            .then(|| now.saturating_add(app.config.task_lease)),
+        lease_until: (!tasks.config.lease.is_zero())
+            .then(|| now.saturating_add(tasks.config.lease)),
         now,
     };
     #[cfg(feature = "naive-claim")]
-    if app.config.naive_claim {
-        return naive_claim(app, attempt).await;
+    if tasks.config.naive_claim {
+        return naive_claim(tasks, attempt).await;
     }
-    let mut stored = match app.store.claim_task_or_current(attempt.clone()).await? {
+    let mut stored = match tasks.store.claim_task_or_current(attempt.clone()).await? {
         ClaimResult::Claimed(claimed) => {
             tracing::info!(task_id = %task_id, chat_link_id = %link.id, "task claimed");
-            super::inbox_changed(app, &link.id);
+            super::inbox_changed(tasks, &link.id);
             return claim_view(&claimed, false);
         }
         ClaimResult::NotClaimed(stored) => stored,
@@ -197,11 +176,11 @@ async fn claim(
         .as_ref()
         .is_some_and(|t| t.status == TaskStatus::Queued)
     {
-        stored = app.store.task(task_id).await?;
+        stored = tasks.store.task(task_id).await?;
     }
     for attempt_number in 0..MAX_TRANSITION_ATTEMPTS {
         if attempt_number > 0 {
-            stored = app.store.task(task_id).await?;
+            stored = tasks.store.task(task_id).await?;
         }
         let Some(current) = stored.take() else {
             return Err(Refusal::NotClaimable.into());
@@ -211,15 +190,15 @@ async fn claim(
             claim_id: &attempt.claim_id,
             lease_until: attempt.lease_until,
         };
-        match transition(&current, event, app.clock.now()) {
+        match transition(&current, event, tasks.clock.now()) {
             TaskDecision::Replay => return claim_view(&current, true),
             TaskDecision::Refuse(refusal) => return Err(refusal.into()),
             TaskDecision::Unchanged => return Err(Refusal::NotClaimable.into()),
             TaskDecision::Write(next) => {
-                if app.store.update_task(&current, &next).await? {
+                if tasks.store.update_task(&current, &next).await? {
                     // A lapsed lease taken over: a new claim, as the conditional write's.
                     tracing::info!(task_id = %task_id, chat_link_id = %link.id, "task claimed");
-                    super::inbox_changed(app, &link.id);
+                    super::inbox_changed(tasks, &link.id);
                     return claim_view(&next, false);
                 }
             }
@@ -232,8 +211,8 @@ async fn claim(
 /// [`NAIVE_CLAIM_GAP`], then writes without a condition. Only behind
 /// `ServiceConfig::naive_claim`, so the race test can show that it catches double claims.
 #[cfg(feature = "naive-claim")]
-async fn naive_claim(app: &AppState, attempt: ClaimAttempt) -> Result<ClaimView, TaskError> {
-    let Some(current) = app.store.task(attempt.task_id).await? else {
+async fn naive_claim(tasks: &Tasks, attempt: ClaimAttempt) -> Result<ClaimView, TaskError> {
+    let Some(current) = tasks.store.task(attempt.task_id).await? else {
         return Err(Refusal::NotClaimable.into());
     };
     let event = TaskEvent::Claim {
@@ -247,7 +226,7 @@ async fn naive_claim(app: &AppState, attempt: ClaimAttempt) -> Result<ClaimView,
         TaskDecision::Unchanged => Err(Refusal::NotClaimable.into()),
         TaskDecision::Write(next) => {
             tokio::time::sleep(super::NAIVE_CLAIM_GAP).await;
-            app.store.claim_task_unconditionally(attempt).await?;
+            tasks.store.claim_task_unconditionally(attempt).await?;
             claim_view(&next, false)
         }
     }
@@ -255,7 +234,7 @@ async fn naive_claim(app: &AppState, attempt: ClaimAttempt) -> Result<ClaimView,
 
 /// Records the chat's result under its claim; an identical repeat is acknowledged as a replay.
 pub async fn submit_result(
-    app: &AppState,
+    tasks: &Tasks,
     agent: &AgentIdentity,
     request: SubmitRequest<'_>,
 ) -> Result<SubmitAck, TaskError> {
@@ -270,11 +249,11 @@ pub async fn submit_result(
         )));
     }
     check_claim_id(request.claim_id)?;
-    let link = agent_link(app, agent, request.chat_link_id).await?;
+    let link = agent_link(tasks, agent, request.chat_link_id).await?;
     let task_id = parse_task_id(request.task_id)?;
-    sweep(app).await?;
+    sweep(tasks).await?;
     let hash = result_hash(TaskStatus::from(outcome), request.result);
-    let mut current = link_task(app, &link, task_id).await?;
+    let mut current = link_task(tasks, &link, task_id).await?;
     for _ in 0..MAX_TRANSITION_ATTEMPTS {
         let event = TaskEvent::Submit {
             claim_id: request.claim_id,
@@ -282,7 +261,7 @@ pub async fn submit_result(
             result: request.result,
             result_hash: &hash,
         };
-        match transition(&current, event, app.clock.now()) {
+        match transition(&current, event, tasks.clock.now()) {
             TaskDecision::Replay => {
                 return Ok(SubmitAck {
                     ok: true,
@@ -292,15 +271,15 @@ pub async fn submit_result(
             TaskDecision::Refuse(refusal) => return Err(refusal.into()),
             TaskDecision::Unchanged => return Err(TaskError::Contended),
             TaskDecision::Write(next) => {
-                if app.store.update_task(&current, &next).await? {
+                if tasks.store.update_task(&current, &next).await? {
                     tracing::info!(task_id = %task_id, status = %next.status, "task finished");
-                    super::inbox_changed(app, &link.id);
+                    super::inbox_changed(tasks, &link.id);
                     return Ok(SubmitAck {
                         ok: true,
                         replayed: false,
                     });
                 }
-                current = link_task(app, &link, task_id).await?;
+                current = link_task(tasks, &link, task_id).await?;
             }
         }
     }
@@ -364,16 +343,16 @@ fn check_upload(request: &UploadRequest<'_>) -> Result<(), TaskError> {
 /// Stores an artifact under the chat's live claim. Retrying with the same `artifact_id` and
 /// content is a no-op (`replayed`); other content under a used id is refused.
 pub async fn upload_artifact(
-    app: &AppState,
+    tasks: &Tasks,
     agent: &AgentIdentity,
     request: UploadRequest<'_>,
 ) -> Result<UploadAck, TaskError> {
     check_upload(&request)?;
     check_claim_id(request.claim_id)?;
-    let link = agent_link(app, agent, request.chat_link_id).await?;
+    let link = agent_link(tasks, agent, request.chat_link_id).await?;
     let task_id = parse_task_id(request.task_id)?;
-    sweep(app).await?;
-    link_task(app, &link, task_id).await?;
+    sweep(tasks).await?;
+    link_task(tasks, &link, task_id).await?;
     let sha256 = hex(&Sha256::digest(request.content.as_bytes()));
     let size_bytes = u64::try_from(request.content.len()).unwrap_or(u64::MAX);
     let artifact = ArtifactRecord {
@@ -385,7 +364,7 @@ pub async fn upload_artifact(
         content: request.content.to_owned(),
         size_bytes,
         sha256: sha256.clone(),
-        created_at: app.clock.now(),
+        created_at: tasks.clock.now(),
     };
     let ack = |replayed| UploadAck {
         ok: true,
@@ -393,7 +372,7 @@ pub async fn upload_artifact(
         sha256: sha256.clone(),
         size_bytes,
     };
-    match app
+    match tasks
         .store
         .insert_artifact(artifact, MAX_ARTIFACTS_PER_TASK)
         .await?
@@ -403,9 +382,9 @@ pub async fn upload_artifact(
             // Only the holder of the task's claim may learn anything about what an id holds:
             // a replay passes the same fence as a first upload, so a stale or guessed claim id
             // cannot probe stored content.
-            let current = link_task(app, &link, task_id).await?;
+            let current = link_task(tasks, &link, task_id).await?;
             if current.claim_id.as_deref() != Some(request.claim_id) {
-                fence(&current, request.claim_id, app.clock.now())?;
+                fence(&current, request.claim_id, tasks.clock.now())?;
                 return Err(Refusal::StaleClaim.into());
             }
             if existing.sha256 == sha256
@@ -418,8 +397,8 @@ pub async fn upload_artifact(
             }
         }
         ArtifactInsertOutcome::Refused => {
-            let current = link_task(app, &link, task_id).await?;
-            fence(&current, request.claim_id, app.clock.now())?;
+            let current = link_task(tasks, &link, task_id).await?;
+            fence(&current, request.claim_id, tasks.clock.now())?;
             Err(TaskError::Invalid(format!(
                 "the task already has {MAX_ARTIFACTS_PER_TASK} artifacts, the most allowed: put further files together in one"
             )))

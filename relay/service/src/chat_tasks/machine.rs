@@ -7,7 +7,7 @@
 //! `Queued` arm of `claim` below, and the sweep's two statements are the set forms of the
 //! `LeaseLapsed` and `Expire` arms.
 
-use super::model::{TaskOutcome, TaskStatus};
+use crate::model::{TaskOutcome, TaskStatus};
 use crate::store::TaskRecord;
 use relay_protocol::clock::Timestamp;
 

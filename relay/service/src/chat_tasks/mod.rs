@@ -8,7 +8,7 @@
 //! submit is idempotent by `sha256(status + result)`; and expiry is swept lazily behind a
 //! read-only guard ([`sweep`]).
 //!
-//! - [`model`]: ids, host kinds, statuses and the owner's labels.
+//! - [`crate::model`]: ids, host kinds, statuses and the owner's labels.
 //! - [`machine`]: the state machine ([`machine::transition`]).
 //! - [`agent`]: what the linked chat does (list, get, claim, submit, upload).
 //! - [`owner`]: what the owner does (links, assign, list, cancel).
@@ -16,7 +16,6 @@
 
 pub mod agent;
 pub mod machine;
-pub use crate::model;
 pub mod owner;
 pub mod sweep;
 pub mod view;
@@ -25,9 +24,57 @@ use relay_protocol::text::utf16_len;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use self::machine::Refusal;
-use self::model::TaskStatus;
-use super::store::StoreError;
+use self::sweep::{SweepMode, SweepStats};
+use crate::model::TaskStatus;
+use crate::store::notify::{Notifier, Topic};
+use crate::store::{Store, StoreError};
+use relay_protocol::clock::Clock;
+
+/// What the chat task operations use: durable state, the clock, wake-ups for inbox watchers,
+/// the tunables and the sweep's counts. Cheap to clone (every clone shares them).
+#[derive(Clone)]
+pub struct Tasks {
+    /// Durable state.
+    pub store: Arc<dyn Store>,
+    /// The only source of time.
+    pub clock: Arc<dyn Clock>,
+    /// Wakes whoever watches an inbox.
+    pub notifier: Arc<dyn Notifier>,
+    /// The tunables.
+    pub config: TaskConfig,
+    /// What the lazy sweep did (guard checks, write transactions).
+    pub sweeps: Arc<SweepStats>,
+}
+
+/// The chat task tunables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskConfig {
+    /// How long a claim holds before the task returns to the queue; zero disables leases (a
+    /// claim then holds until the task finishes, is cancelled or expires).
+    pub lease: Duration,
+    /// How reads sweep lapsed leases and expired tasks; anything but the default is for the
+    /// empty-poll benchmark.
+    pub sweep: SweepMode,
+    /// Claim by read-then-write instead of one conditional write, so the race test can show
+    /// it catches the double claims that causes. Exists only with the `naive-claim` feature,
+    /// which only the service's own tests enable.
+    #[cfg(feature = "naive-claim")]
+    pub naive_claim: bool,
+}
+
+impl Default for TaskConfig {
+    fn default() -> Self {
+        TaskConfig {
+            lease: DEFAULT_TASK_LEASE,
+            sweep: SweepMode::default(),
+            #[cfg(feature = "naive-claim")]
+            naive_claim: false,
+        }
+    }
+}
 
 /// A task not finished this long after its creation expires.
 pub const TASK_TTL: Duration = Duration::from_secs(24 * 60 * 60);
@@ -143,9 +190,10 @@ impl From<Refusal> for TaskError {
 }
 
 /// Wakes whoever watches the link's inbox (`relay://chat-links/{id}/tasks` subscribers).
-pub(crate) fn inbox_changed(app: &crate::AppState, chat_link_id: &str) {
-    app.notifier
-        .notify(&crate::notify::Topic::ChatLink(chat_link_id.to_owned()));
+fn inbox_changed(tasks: &Tasks, chat_link_id: &str) {
+    tasks
+        .notifier
+        .notify(&Topic::ChatLink(chat_link_id.to_owned()));
 }
 
 /// `sha256(status + result)`: what makes a repeated submit recognisable. Plain concatenation

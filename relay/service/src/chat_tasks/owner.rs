@@ -3,7 +3,6 @@
 //! owner's links).
 
 use super::machine::{TaskDecision, TaskEvent, transition};
-use super::model::{HostKind, TaskId};
 use super::sweep::sweep;
 use super::view::{
     ArtifactContent, ArtifactMeta, AssignedTask, CancelledTask, ChatLinkView, OwnerTaskDetail,
@@ -11,10 +10,10 @@ use super::view::{
 };
 use super::{
     MAX_GOAL_CHARS, MAX_TRANSITION_ATTEMPTS, OWNER_LIST_LIMIT, TASK_KEY_CHARS, TASK_KEY_CONFLICT,
-    TASK_TTL, TaskError, check_chars, check_id,
+    TASK_TTL, TaskError, Tasks, check_chars, check_id,
 };
-use crate::AppState;
 use crate::auth::OwnerIdentity;
+use crate::model::{HostKind, TaskId};
 use crate::store::{ChatLinkRecord, TaskInsertOutcome, TaskRecord};
 
 /// On whose behalf an owner action runs.
@@ -38,14 +37,14 @@ pub struct AssignRequest<'a> {
 }
 
 async fn may_use_project(
-    app: &AppState,
+    tasks: &Tasks,
     acting: Acting<'_>,
     project_id: &str,
 ) -> Result<bool, TaskError> {
     let Acting::Owner(owner) = acting else {
-        return Ok(app.store.project(project_id).await?.is_some());
+        return Ok(tasks.store.project(project_id).await?.is_some());
     };
-    let project = app
+    let project = tasks
         .store
         .project_of_owner(&owner.owner_id, project_id)
         .await?;
@@ -54,17 +53,17 @@ async fn may_use_project(
 
 /// The link `chat_link_id` if the one acting may manage it.
 async fn owned_link(
-    app: &AppState,
+    tasks: &Tasks,
     acting: Acting<'_>,
     chat_link_id: &str,
 ) -> Result<ChatLinkRecord, TaskError> {
     check_id("chat_link_id", chat_link_id)?;
-    let link = app
+    let link = tasks
         .store
         .chat_link(chat_link_id)
         .await?
         .ok_or(TaskError::LinkNotFound)?;
-    if may_use_project(app, acting, &link.project_id).await? {
+    if may_use_project(tasks, acting, &link.project_id).await? {
         Ok(link)
     } else {
         Err(TaskError::LinkNotFound)
@@ -73,19 +72,19 @@ async fn owned_link(
 
 /// The task `task_id` and its link, if the one acting may manage them.
 async fn owned_task(
-    app: &AppState,
+    tasks: &Tasks,
     acting: Acting<'_>,
     task_id: &str,
 ) -> Result<(ChatLinkRecord, TaskRecord), TaskError> {
     let task_id: TaskId = task_id
         .parse()
         .map_err(|e: relay_protocol::InvalidInput| TaskError::Invalid(e.0))?;
-    let task = app
+    let task = tasks
         .store
         .task(task_id)
         .await?
         .ok_or(TaskError::TaskNotFound)?;
-    let link = owned_link(app, acting, &task.chat_link_id)
+    let link = owned_link(tasks, acting, &task.chat_link_id)
         .await
         .map_err(|error| match error {
             TaskError::LinkNotFound => TaskError::TaskNotFound,
@@ -96,7 +95,7 @@ async fn owned_task(
 
 /// Links a chat on `host` to `project_id`.
 pub async fn create_link(
-    app: &AppState,
+    tasks: &Tasks,
     acting: Acting<'_>,
     project_id: &str,
     host: &str,
@@ -106,7 +105,7 @@ pub async fn create_link(
         .parse()
         .map_err(|e: relay_protocol::InvalidInput| TaskError::Invalid(e.0))?;
     check_id("project_id", project_id)?;
-    if !may_use_project(app, acting, project_id).await? {
+    if !may_use_project(tasks, acting, project_id).await? {
         return Err(TaskError::Invalid(format!(
             "no project with id `{project_id}` for this owner: create one with `relay admin project create NAME`"
         )));
@@ -116,22 +115,22 @@ pub async fn create_link(
         project_id: project_id.to_owned(),
         host,
         event_subscription,
-        created_at: app.clock.now(),
+        created_at: tasks.clock.now(),
     };
-    app.store.insert_chat_link(link.clone()).await?;
+    tasks.store.insert_chat_link(link.clone()).await?;
     tracing::info!(chat_link_id = %link.id, %host, "chat link created");
     Ok(ChatLinkView::of(&link))
 }
 
 /// Records whether the link's host has an event subscription (it is then told of new tasks).
 pub async fn set_event_subscription(
-    app: &AppState,
+    tasks: &Tasks,
     acting: Acting<'_>,
     chat_link_id: &str,
     active: bool,
 ) -> Result<ChatLinkView, TaskError> {
-    let mut link = owned_link(app, acting, chat_link_id).await?;
-    if !app.store.set_event_subscription(&link.id, active).await? {
+    let mut link = owned_link(tasks, acting, chat_link_id).await?;
+    if !tasks.store.set_event_subscription(&link.id, active).await? {
         return Err(TaskError::LinkNotFound);
     }
     link.event_subscription = active;
@@ -140,7 +139,7 @@ pub async fn set_event_subscription(
 
 /// Assigns a task to a link, or returns the task its idempotency key already names.
 pub async fn assign_task(
-    app: &AppState,
+    tasks: &Tasks,
     acting: Acting<'_>,
     request: AssignRequest<'_>,
 ) -> Result<AssignedTask, TaskError> {
@@ -151,19 +150,19 @@ pub async fn assign_task(
         TASK_KEY_CHARS,
         ": send the same key only to retry the same assignment",
     )?;
-    let link = owned_link(app, acting, request.chat_link_id).await?;
-    sweep(app).await?;
+    let link = owned_link(tasks, acting, request.chat_link_id).await?;
+    sweep(tasks).await?;
     let task = TaskRecord::queued(
         link.id.clone(),
         request.goal.to_owned(),
         request.idempotency_key.to_owned(),
-        app.clock.now(),
+        tasks.clock.now(),
         TASK_TTL,
     );
-    let (task, replayed) = match app.store.insert_task(task).await? {
+    let (task, replayed) = match tasks.store.insert_task(task).await? {
         TaskInsertOutcome::Created(task) => {
             tracing::info!(task_id = %task.id, chat_link_id = %link.id, "task assigned");
-            super::inbox_changed(app, &link.id);
+            super::inbox_changed(tasks, &link.id);
             (task, false)
         }
         // The same key must mean the same goal, or one key could stand for two tasks.
@@ -180,25 +179,25 @@ pub async fn assign_task(
 
 /// The link's tasks, newest first, with their labels and the hint when the host is not told.
 pub async fn list_tasks(
-    app: &AppState,
+    tasks: &Tasks,
     acting: Acting<'_>,
     chat_link_id: &str,
 ) -> Result<OwnerTaskList, TaskError> {
-    let link = owned_link(app, acting, chat_link_id).await?;
-    sweep(app).await?;
-    let tasks = app.store.link_tasks(&link.id, OWNER_LIST_LIMIT).await?;
-    Ok(OwnerTaskList::of(&link, &tasks))
+    let link = owned_link(tasks, acting, chat_link_id).await?;
+    sweep(tasks).await?;
+    let listed = tasks.store.link_tasks(&link.id, OWNER_LIST_LIMIT).await?;
+    Ok(OwnerTaskList::of(&link, &listed))
 }
 
 /// One task in full, with its artifacts' descriptions.
 pub async fn task_detail(
-    app: &AppState,
+    tasks: &Tasks,
     acting: Acting<'_>,
     task_id: &str,
 ) -> Result<OwnerTaskDetail, TaskError> {
-    sweep(app).await?;
-    let (link, task) = owned_task(app, acting, task_id).await?;
-    let artifacts = app.store.artifacts(task.id).await?;
+    sweep(tasks).await?;
+    let (link, task) = owned_task(tasks, acting, task_id).await?;
+    let artifacts = tasks.store.artifacts(task.id).await?;
     Ok(OwnerTaskDetail {
         task: OwnerTaskView::of(&task, link.host),
         artifacts: artifacts.iter().map(ArtifactMeta::of).collect(),
@@ -207,13 +206,14 @@ pub async fn task_detail(
 
 /// One artifact of a task, with its content.
 pub async fn artifact(
-    app: &AppState,
+    tasks: &Tasks,
     acting: Acting<'_>,
     task_id: &str,
     artifact_id: &str,
 ) -> Result<ArtifactContent, TaskError> {
-    let (_, task) = owned_task(app, acting, task_id).await?;
-    app.store
+    let (_, task) = owned_task(tasks, acting, task_id).await?;
+    tasks
+        .store
         .artifacts(task.id)
         .await?
         .into_iter()
@@ -228,18 +228,18 @@ pub async fn artifact(
 /// Cancels a task; a finished one is left as it is (the answer says so). A cancelled task
 /// cannot be completed: the chat's submit is refused.
 pub async fn cancel_task(
-    app: &AppState,
+    tasks: &Tasks,
     acting: Acting<'_>,
     task_id: &str,
 ) -> Result<CancelledTask, TaskError> {
-    sweep(app).await?;
-    let (link, mut current) = owned_task(app, acting, task_id).await?;
+    sweep(tasks).await?;
+    let (link, mut current) = owned_task(tasks, acting, task_id).await?;
     for _ in 0..MAX_TRANSITION_ATTEMPTS {
         let (task, already_finished) =
-            match transition(&current, TaskEvent::Cancel, app.clock.now()) {
+            match transition(&current, TaskEvent::Cancel, tasks.clock.now()) {
                 TaskDecision::Write(next) => {
-                    if !app.store.update_task(&current, &next).await? {
-                        current = app
+                    if !tasks.store.update_task(&current, &next).await? {
+                        current = tasks
                             .store
                             .task(current.id)
                             .await?
@@ -247,7 +247,7 @@ pub async fn cancel_task(
                         continue;
                     }
                     tracing::info!(task_id = %next.id, "task cancelled");
-                    super::inbox_changed(app, &link.id);
+                    super::inbox_changed(tasks, &link.id);
                     (*next, false)
                 }
                 TaskDecision::Replay | TaskDecision::Unchanged | TaskDecision::Refuse(_) => {
@@ -258,7 +258,7 @@ pub async fn cancel_task(
             task_id: task.id,
             status: task.status,
             status_label: task.status.label(link.host),
-            cancelled: task.status == super::model::TaskStatus::Cancelled,
+            cancelled: task.status == crate::model::TaskStatus::Cancelled,
             already_finished,
         });
     }

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::AppState;
+use super::Tasks;
 use crate::store::{StoreError, SweepCounts, TaskRecord};
 
 /// How reads sweep before they look.
@@ -58,19 +58,19 @@ impl SweepStats {
     }
 }
 
-/// Sweeps what is due at the clock's now, as the service's [`SweepMode`] says.
-pub async fn sweep(app: &AppState) -> Result<SweepCounts, StoreError> {
-    match app.config.task_sweep {
+/// Sweeps what is due at the clock's now, as the configured [`SweepMode`] says.
+pub async fn sweep(tasks: &Tasks) -> Result<SweepCounts, StoreError> {
+    match tasks.config.sweep {
         SweepMode::Off => return Ok(SweepCounts::default()),
         SweepMode::Unguarded => {}
         SweepMode::Guarded => {
-            app.task_sweeps.guard_checks.fetch_add(1, Ordering::Relaxed);
-            if !app.store.tasks_due(app.clock.now()).await? {
+            tasks.sweeps.guard_checks.fetch_add(1, Ordering::Relaxed);
+            if !tasks.store.tasks_due(tasks.clock.now()).await? {
                 return Ok(SweepCounts::default());
             }
         }
     }
-    write_sweep(app).await
+    write_sweep(tasks).await
 }
 
 /// How long a replica's claims go without sweeping after one swept.
@@ -81,9 +81,9 @@ pub const CLAIM_SWEEP_INTERVAL_MS: u64 = 1_000;
 /// without it: its conditional write refuses overdue tasks, and a lapsed lease is taken over
 /// by the claim's own conditional write of what is stored (`Claim` on a lapsed `claimed`
 /// task), so the next claimer gets it at once; the sweep only tidies the others.
-pub async fn sweep_for_claim(app: &AppState) -> Result<SweepCounts, StoreError> {
-    let now = u64::try_from(app.clock.now().unix_millis()).unwrap_or(0);
-    let stats = &app.task_sweeps;
+pub async fn sweep_for_claim(tasks: &Tasks) -> Result<SweepCounts, StoreError> {
+    let now = u64::try_from(tasks.clock.now().unix_millis()).unwrap_or(0);
+    let stats = &tasks.sweeps;
     let last = stats.last_claim_sweep.load(Ordering::Relaxed);
     let recent = last != 0 && now >= last && now - last < CLAIM_SWEEP_INTERVAL_MS;
     if recent
@@ -94,15 +94,16 @@ pub async fn sweep_for_claim(app: &AppState) -> Result<SweepCounts, StoreError> 
     {
         return Ok(SweepCounts::default());
     }
-    sweep(app).await
+    sweep(tasks).await
 }
 
 /// The sweep's write transaction, unconditionally.
-async fn write_sweep(app: &AppState) -> Result<SweepCounts, StoreError> {
-    app.task_sweeps
+async fn write_sweep(tasks: &Tasks) -> Result<SweepCounts, StoreError> {
+    tasks
+        .sweeps
         .write_transactions
         .fetch_add(1, Ordering::Relaxed);
-    let counts = app.store.sweep_tasks(app.clock.now()).await?;
+    let counts = tasks.store.sweep_tasks(tasks.clock.now()).await?;
     if counts.requeued > 0 || counts.expired > 0 {
         tracing::info!(
             requeued = counts.requeued,
@@ -117,23 +118,23 @@ async fn write_sweep(app: &AppState) -> Result<SweepCounts, StoreError> {
 /// guarded mode the guard and the read share one store call, so an empty poll costs one
 /// indexed probe more than no sweep at all.
 pub async fn open_tasks(
-    app: &AppState,
+    tasks: &Tasks,
     chat_link_id: &str,
     limit: usize,
 ) -> Result<Vec<TaskRecord>, StoreError> {
-    if app.config.task_sweep == SweepMode::Guarded {
-        app.task_sweeps.guard_checks.fetch_add(1, Ordering::Relaxed);
-        let now = app.clock.now();
-        if let Some(tasks) = app
+    if tasks.config.sweep == SweepMode::Guarded {
+        tasks.sweeps.guard_checks.fetch_add(1, Ordering::Relaxed);
+        let now = tasks.clock.now();
+        if let Some(open) = tasks
             .store
             .open_tasks_unless_due(chat_link_id, limit, now)
             .await?
         {
-            return Ok(tasks);
+            return Ok(open);
         }
-        write_sweep(app).await?;
+        write_sweep(tasks).await?;
     } else {
-        sweep(app).await?;
+        sweep(tasks).await?;
     }
-    app.store.open_tasks(chat_link_id, limit).await
+    tasks.store.open_tasks(chat_link_id, limit).await
 }

@@ -4,8 +4,8 @@
 
 use serde::Serialize;
 
-use super::model::{HostKind, TaskId, TaskStatus};
 use super::{GOAL_PREVIEW_BYTES, NO_EVENT_SUBSCRIPTION_HINT, OWNER_REFRESH_SECS};
+use crate::model::{HostKind, TaskId, TaskStatus};
 use crate::store::{ArtifactRecord, ChatLinkRecord, TaskRecord};
 use relay_protocol::clock::Timestamp;
 

@@ -7,6 +7,7 @@
 use axum::http::StatusCode;
 use relay_protocol::{RunStatus, cause};
 
+use super::rate::RateLimited;
 use crate::auth::AuthError;
 use crate::chat_tasks::TaskError;
 use crate::runs::{DesktopError, QuotaError, RunError};
@@ -187,17 +188,25 @@ pub fn run_answer(error: RunError, context: &str) -> Answer {
     }
 }
 
-/// A quota or rate refusal: 429 with `Retry-After` when trying again can help.
+/// A queue quota's refusal: 429 with `Retry-After` (about one desktop pass).
 pub fn quota_answer(error: &QuotaError) -> Answer {
-    let cause = match error {
-        QuotaError::AgentQueue(..) | QuotaError::ProjectQueue(..) => cause::QUOTA,
-        QuotaError::Rate(..) => cause::RATE_LIMITED,
-    };
+    match error {
+        QuotaError::AgentQueue(..) | QuotaError::ProjectQueue(..) => Answer::later(
+            StatusCode::TOO_MANY_REQUESTS,
+            cause::QUOTA,
+            error.to_string(),
+            error.retry_after_secs(),
+        ),
+    }
+}
+
+/// A token past its request rate: 429 with `Retry-After`.
+pub fn rate_answer(error: &RateLimited) -> Answer {
     Answer::later(
         StatusCode::TOO_MANY_REQUESTS,
-        cause,
+        cause::RATE_LIMITED,
         error.to_string(),
-        error.retry_after_secs(),
+        error.retry_after_secs,
     )
 }
 
@@ -305,6 +314,7 @@ mod tests {
     use crate::auth::AuthError;
     use crate::chat_tasks::TaskError;
     use crate::chat_tasks::machine::Refusal;
+    use crate::http::rate::RateLimited;
     use crate::runs::{DesktopError, QuotaError, RunError};
     use crate::store::{Damage, Fault, StoreError};
 
@@ -462,26 +472,29 @@ mod tests {
         }
     }
 
-    fn quota_rows() -> Vec<(&'static str, QuotaError, Expected)> {
+    #[test]
+    fn quota_answer_over_every_variant() {
         let quota = (StatusCode::TOO_MANY_REQUESTS, cause::QUOTA, true);
-        vec![
-            ("agent queue", QuotaError::AgentQueue(100, 20), quota),
-            ("project queue", QuotaError::ProjectQueue(1_000, 20), quota),
-            (
-                "rate",
-                QuotaError::Rate(50, 500, 1),
-                (StatusCode::TOO_MANY_REQUESTS, cause::RATE_LIMITED, true),
-            ),
-        ]
+        for (name, error) in [
+            ("agent queue", QuotaError::AgentQueue(100, 20)),
+            ("project queue", QuotaError::ProjectQueue(1_000, 20)),
+        ] {
+            let answer = quota_answer(&error);
+            check(name, &answer, quota);
+            assert_eq!(answer.retry_after, Some(error.retry_after_secs()), "{name}");
+        }
     }
 
     #[test]
-    fn quota_answer_over_every_variant() {
-        for (name, error, expected) in quota_rows() {
-            let answer = quota_answer(&error);
-            check(name, &answer, expected);
-            assert_eq!(answer.retry_after, Some(error.retry_after_secs()), "{name}");
-        }
+    fn rate_answer_says_when_to_come_back() {
+        let limited = RateLimited::new(None, std::time::Duration::from_millis(1_500));
+        let answer = super::rate_answer(&limited);
+        check(
+            "rate",
+            &answer,
+            (StatusCode::TOO_MANY_REQUESTS, cause::RATE_LIMITED, true),
+        );
+        assert_eq!(answer.retry_after, Some(2));
     }
 
     fn run_rows() -> Vec<(&'static str, RunError, Expected)> {

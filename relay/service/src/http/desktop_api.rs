@@ -17,9 +17,11 @@ use relay_protocol::{
 };
 use tower::Service;
 
-use crate::AppState;
 use crate::auth::DesktopIdentity;
-use crate::edge::{ApiError, ApiResult, Desktop, JsonBody};
+use crate::http::AppState;
+use crate::http::edge::{ApiError, ApiResult, Desktop, JsonBody};
+use crate::http::metrics::{ClaimKind, ClaimOutcome};
+use crate::runs::DesktopError;
 use crate::{runs, sessions};
 
 /// Largest desktop request body: a completion may carry 100,000 UTF-16 units of JSON, which is
@@ -85,7 +87,7 @@ impl Service<Request> for SyncEndpoint {
                 Ok(read) => read,
                 Err(error) => return Ok(error.into_response()),
             };
-            let answer = sessions::sync_project(&app, &desktop, request).await;
+            let answer = sessions::sync_project(&app.runs, &desktop, request).await;
             Ok(answer.map(Json).map_err(ApiError::from).into_response())
         })
     }
@@ -107,7 +109,9 @@ async fn projects(
     State(app): State<Arc<AppState>>,
     Desktop(desktop): Desktop,
 ) -> ApiResult<ProjectsResponse> {
-    Ok(Json(sessions::served_projects(&app, &desktop).await?))
+    Ok(Json(
+        sessions::served_projects(app.store.as_ref(), &desktop).await?,
+    ))
 }
 
 async fn started(
@@ -116,9 +120,17 @@ async fn started(
     Desktop(desktop): Desktop,
     JsonBody(request): JsonBody<StartedRequest>,
 ) -> ApiResult<StartedResponse> {
-    Ok(Json(
-        runs::command_started(&app, &desktop, id, &request).await?,
-    ))
+    let started = runs::command_started(&app.runs, &desktop, id, &request).await;
+    let outcome = match &started {
+        Ok(answer) if answer.replayed => Some(ClaimOutcome::Replayed),
+        Ok(_) => Some(ClaimOutcome::Won),
+        Err(DesktopError::Conflict { .. }) => Some(ClaimOutcome::Conflict),
+        Err(_) => None,
+    };
+    if let Some(outcome) = outcome {
+        app.metrics.claims.record(ClaimKind::RunStart, outcome);
+    }
+    Ok(Json(started?))
 }
 
 async fn control(
@@ -126,7 +138,7 @@ async fn control(
     Command(id): Command,
     Desktop(desktop): Desktop,
 ) -> ApiResult<ControlResponse> {
-    Ok(Json(runs::command_control(&app, &desktop, id).await?))
+    Ok(Json(runs::command_control(&app.runs, &desktop, id).await?))
 }
 
 async fn complete(
@@ -136,7 +148,7 @@ async fn complete(
     JsonBody(request): JsonBody<CompleteRequest>,
 ) -> ApiResult<CompleteResponse> {
     Ok(Json(
-        runs::command_completed(&app, &desktop, id, &request).await?,
+        runs::command_completed(&app.runs, &desktop, id, &request).await?,
     ))
 }
 
@@ -147,7 +159,7 @@ async fn report(
     JsonBody(request): JsonBody<RunReport>,
 ) -> ApiResult<ReportResponse> {
     Ok(Json(
-        crate::presence::record_report(&app, &desktop, id, &request).await?,
+        runs::record_report(&app.runs, &desktop, id, &request).await?,
     ))
 }
 

@@ -14,12 +14,13 @@ use axum::response::{IntoResponse, Response};
 use relay_protocol::{ErrorBody, cause};
 use serde::de::DeserializeOwned;
 
+use super::rate::RateLimited;
 use crate::auth::{
-    AgentIdentity, AuthError, DesktopIdentity, Identity, OwnerIdentity, authenticate, bearer_token,
+    AgentIdentity, AuthError, DesktopIdentity, Identity, OwnerIdentity, authenticate,
 };
 use crate::chat_tasks::TaskError;
-use crate::runs::{DesktopError, QuotaError, RunError};
-use crate::{AppState, oauth};
+use crate::http::{AppState, oauth};
+use crate::runs::{DesktopError, RunError};
 
 use super::answers::{self, Answer, BUSY_RETRY_AFTER_SECS};
 
@@ -37,7 +38,7 @@ pub enum ApiError {
     /// The body was larger than the endpoint takes.
     TooLarge(String),
     /// The token is past its request rate.
-    RateLimited(QuotaError),
+    RateLimited(RateLimited),
     /// The object does not exist, or is another owner's (the same answer).
     NotFound(String),
     /// A refusal of the run functions (the owner API's runs).
@@ -90,7 +91,7 @@ impl ApiError {
             ApiError::TooLarge(message) => {
                 Answer::new(StatusCode::PAYLOAD_TOO_LARGE, cause::TOO_LARGE, message)
             }
-            ApiError::RateLimited(error) => answers::quota_answer(&error),
+            ApiError::RateLimited(error) => answers::rate_answer(&error),
             ApiError::NotFound(message) => {
                 Answer::new(StatusCode::NOT_FOUND, cause::NOT_FOUND, message)
             }
@@ -115,13 +116,21 @@ impl IntoResponse for ApiError {
 /// A JSON API's answer: the value as JSON with 200, or the refusal.
 pub type ApiResult<T> = Result<axum::Json<T>, ApiError>;
 
+/// The token in an `Authorization` header value, if it is a bearer token.
+pub fn bearer_token(header: Option<&http::HeaderValue>) -> Option<&str> {
+    let value = header?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 /// The identity behind the request's bearer token, checked against the store.
 async fn identity(parts: &Parts, app: &AppState) -> Result<Identity, ApiError> {
     let token = bearer_token(parts.headers.get(header::AUTHORIZATION));
-    let identity = authenticate(app, token).await?;
+    let identity = authenticate(&app.tokens, token).await?;
     app.rate
         .check(identity.token_id())
-        .map_err(|wait| ApiError::RateLimited(QuotaError::from_rate(app.rate.limit(), wait)))?;
+        .map_err(|wait| ApiError::RateLimited(RateLimited::new(app.rate.limit(), wait)))?;
     Ok(identity)
 }
 
@@ -195,7 +204,7 @@ impl FromRequestParts<Arc<AppState>> for Agent {
         app: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
         let token = bearer_token(parts.headers.get(header::AUTHORIZATION));
-        match authenticate(app, token)
+        match authenticate(&app.tokens, token)
             .await
             .and_then(Identity::into_agent)
         {
@@ -242,5 +251,20 @@ fn body_rejection(rejection: BytesRejection) -> ApiError {
             "the request body could not be read: {}",
             rejection.body_text()
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_header_parsing() {
+        let header = |v: &str| http::HeaderValue::from_str(v).unwrap();
+        assert_eq!(bearer_token(Some(&header("Bearer abc"))), Some("abc"));
+        assert_eq!(bearer_token(Some(&header("bearer  abc "))), Some("abc"));
+        assert_eq!(bearer_token(Some(&header("Basic abc"))), None);
+        assert_eq!(bearer_token(Some(&header("Bearer "))), None);
+        assert_eq!(bearer_token(None), None);
     }
 }

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,7 +22,9 @@ use axum::http::{Method, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::AppState;
+use crate::held::HeldKind;
+use crate::http::AppState;
+use crate::store::histogram::Histogram;
 
 /// The metrics path.
 pub const METRICS_PATH: &str = "/metrics";
@@ -37,102 +39,36 @@ pub const LATENCY_BUCKETS: [f64; 13] = [
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
-/// Upper bounds (seconds) of the wake-up lag buckets: a NOTIFY crossing replicas takes
-/// milliseconds; seconds mean the listener is behind.
-pub const LAG_BUCKETS: [f64; 10] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0];
-
 /// The routes and methods a replica counts at most: past it new (route, method) pairs are
 /// counted as `unmatched` (the route templates are a fixed set; this only bounds a surprise).
 const MAX_SERIES: usize = 256;
 
-/// A histogram with fixed buckets.
-#[derive(Debug, Clone)]
-pub struct Histogram {
-    bounds: &'static [f64],
-    /// Observations at or under each bound (not cumulative; rendering adds them up).
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
-}
-
-impl Histogram {
-    /// An empty histogram over `bounds` (ascending).
-    pub fn new(bounds: &'static [f64]) -> Self {
-        Histogram {
-            bounds,
-            counts: vec![0; bounds.len()],
-            sum: 0.0,
-            count: 0,
-        }
-    }
-
-    /// Records one observation.
-    pub fn observe(&mut self, value: Duration) {
-        let seconds = value.as_secs_f64();
-        if let Some(bucket) = self.bounds.iter().position(|bound| seconds <= *bound) {
-            self.counts[bucket] += 1;
-        }
-        self.sum += seconds;
-        self.count += 1;
-    }
-
-    /// How many observations it has.
-    pub fn count(&self) -> u64 {
-        self.count
-    }
-
-    /// The `_bucket`, `_sum` and `_count` lines of `name`, with `labels` (`key="value"` pairs,
-    /// comma-separated, or empty) on each.
-    fn render(&self, text: &mut String, name: &str, labels: &str) {
-        let sep = if labels.is_empty() { "" } else { "," };
-        let mut cumulative = 0;
-        for (bound, count) in self.bounds.iter().zip(&self.counts) {
-            cumulative += count;
-            let _ = writeln!(
-                text,
-                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
-            );
-        }
+/// The `_bucket`, `_sum` and `_count` lines of `name`, with `labels` (`key="value"` pairs,
+/// comma-separated, or empty) on each.
+fn render_histogram(histogram: &Histogram, text: &mut String, name: &str, labels: &str) {
+    let sep = if labels.is_empty() { "" } else { "," };
+    let mut cumulative = 0;
+    for (bound, count) in histogram.bounds().iter().zip(histogram.counts()) {
+        cumulative += count;
         let _ = writeln!(
             text,
-            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
-            self.count
+            "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
         );
-        let braces = |labels: &str| {
-            if labels.is_empty() {
-                String::new()
-            } else {
-                format!("{{{labels}}}")
-            }
-        };
-        let _ = writeln!(text, "{name}_sum{} {}", braces(labels), self.sum);
-        let _ = writeln!(text, "{name}_count{} {}", braces(labels), self.count);
     }
-}
-
-/// A histogram shared between tasks.
-#[derive(Debug)]
-pub struct SharedHistogram(Mutex<Histogram>);
-
-impl SharedHistogram {
-    /// An empty histogram over `bounds`.
-    pub fn new(bounds: &'static [f64]) -> Self {
-        SharedHistogram(Mutex::new(Histogram::new(bounds)))
-    }
-
-    /// Records one observation.
-    pub fn observe(&self, value: Duration) {
-        self.lock().observe(value);
-    }
-
-    /// A copy of it now.
-    pub fn snapshot(&self) -> Histogram {
-        self.lock().clone()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Histogram> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
+    let _ = writeln!(
+        text,
+        "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+        histogram.count()
+    );
+    let braces = |labels: &str| {
+        if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        }
+    };
+    let _ = writeln!(text, "{name}_sum{} {}", braces(labels), histogram.sum());
+    let _ = writeln!(text, "{name}_count{} {}", braces(labels), histogram.count());
 }
 
 /// One route and method's answers: how many per status, and how long they took.
@@ -187,9 +123,12 @@ impl Requests {
         );
         for ((route, method), stats) in routes.iter() {
             let labels = format!("route=\"{}\",method=\"{method}\"", escape(route));
-            stats
-                .latency
-                .render(text, "relay_http_request_duration_seconds", &labels);
+            render_histogram(
+                &stats.latency,
+                text,
+                "relay_http_request_duration_seconds",
+                &labels,
+            );
         }
     }
 }
@@ -292,52 +231,6 @@ pub struct Metrics {
     pub claims: Claims,
 }
 
-/// Requests held open now, by kind.
-#[derive(Debug, Default)]
-pub struct Held {
-    syncs: AtomicUsize,
-    run_waits: AtomicUsize,
-}
-
-/// What kind of request is held.
-#[derive(Debug, Clone, Copy)]
-pub enum HeldKind {
-    /// A desktop's long-poll `sync`.
-    Sync,
-    /// An agent's waiting `get_graph_run`.
-    RunWait,
-}
-
-/// Counts one held request until dropped.
-pub struct HeldGuard<'a>(&'a AtomicUsize);
-
-impl Drop for HeldGuard<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-impl Held {
-    fn counter(&self, kind: HeldKind) -> &AtomicUsize {
-        match kind {
-            HeldKind::Sync => &self.syncs,
-            HeldKind::RunWait => &self.run_waits,
-        }
-    }
-
-    /// Counts a request of `kind` as held until the guard is dropped.
-    pub fn hold(&self, kind: HeldKind) -> HeldGuard<'_> {
-        let counter = self.counter(kind);
-        counter.fetch_add(1, Ordering::SeqCst);
-        HeldGuard(counter)
-    }
-
-    /// How many requests of `kind` are held now.
-    pub fn count(&self, kind: HeldKind) -> usize {
-        self.counter(kind).load(Ordering::SeqCst)
-    }
-}
-
 /// The metrics route (for the separate metrics listener).
 pub fn routes(app: Arc<AppState>) -> Router {
     Router::new()
@@ -389,10 +282,13 @@ pub async fn render(app: &AppState) -> String {
         "relay_held_requests",
         "Requests held open now: desktops' long-poll syncs and agents' waiting get_graph_run calls.",
         &[
-            ("{kind=\"sync\"}", count(app.held.count(HeldKind::Sync))),
+            (
+                "{kind=\"sync\"}",
+                count(app.runs.held.count(HeldKind::Sync)),
+            ),
             (
                 "{kind=\"get_graph_run\"}",
-                count(app.held.count(HeldKind::RunWait)),
+                count(app.runs.held.count(HeldKind::RunWait)),
             ),
         ],
     );
@@ -406,7 +302,7 @@ pub async fn render(app: &AppState) -> String {
         &mut text,
         "relay_watched_tokens",
         "Tokens of held requests checked together for revocation.",
-        &[("", count(app.revocations.watched()))],
+        &[("", count(app.runs.held.watched_tokens()))],
     );
     if let Some(lag) = app.notifier.lag() {
         family(
@@ -415,7 +311,7 @@ pub async fn render(app: &AppState) -> String {
             "histogram",
             "From a wake-up's NOTIFY on one replica to its arrival at this replica's listener (across machines this includes their clocks' difference).",
         );
-        lag.render(&mut text, "relay_notify_lag_seconds", "");
+        render_histogram(&lag, &mut text, "relay_notify_lag_seconds", "");
     }
     text
 }
@@ -473,7 +369,7 @@ mod tests {
         histogram.observe(Duration::from_millis(500));
         histogram.observe(Duration::from_secs(2));
         let mut text = String::new();
-        histogram.render(&mut text, "x", "route=\"/a\"");
+        render_histogram(&histogram, &mut text, "x", "route=\"/a\"");
         assert_eq!(
             text,
             "x_bucket{route=\"/a\",le=\"0.25\"} 1\n\

@@ -14,7 +14,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::AppState;
+use crate::http::AppState;
 
 /// The liveness path.
 pub const HEALTH_PATH: &str = "/healthz";

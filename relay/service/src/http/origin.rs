@@ -29,8 +29,8 @@ use relay_protocol::ErrorBody;
 use serde_json::json;
 use tower::{Layer, Service};
 
-use crate::listener::LocalAddr;
-use crate::{MCP_PATH, ServiceConfig};
+use crate::http::listener::LocalAddr;
+use crate::http::{MCP_PATH, ServiceConfig};
 
 /// The longest header value repeated in a refusal; longer ones are cut.
 pub const MAX_ECHOED_CHARS: usize = 200;
@@ -468,7 +468,7 @@ impl Refusal {
     }
 }
 
-/// The checks as a tower layer: [`crate::request_log::layer`] puts it innermost in the same
+/// The checks as a tower layer: [`crate::http::request_log::layer`] puts it innermost in the same
 /// `Router::layer` call as the request ids and counts, so a request it lets through keeps no
 /// box of its own for as long as it is held (a `middleware::from_fn` boxed the request's
 /// future and a clone of the inner service once more, about 1.5 KiB per held long poll).

@@ -9,13 +9,13 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use crate::AppState;
 use crate::chat_tasks::owner::{self, Acting, AssignRequest};
 use crate::chat_tasks::view::{
     ArtifactContent, AssignedTask, CancelledTask, ChatLinkView, OwnerTaskDetail, OwnerTaskList,
 };
 use crate::desktops::{self, DesktopView};
-use crate::edge::{ApiError, ApiResult, JsonBody, Owner};
+use crate::http::AppState;
+use crate::http::edge::{ApiError, ApiResult, JsonBody, Owner};
 use crate::oauth::connections;
 use crate::runs::CancelOutcome;
 use crate::runs::owner::{self as runs_owner, OwnerRunDetail, RunFilter, RunPage};
@@ -96,7 +96,7 @@ async fn create_link(
     JsonBody(request): JsonBody<CreateLinkRequest>,
 ) -> ApiResult<ChatLinkView> {
     let link = owner::create_link(
-        &app,
+        &app.tasks,
         Acting::Owner(&owner),
         &request.project_id,
         &request.host,
@@ -113,7 +113,8 @@ async fn set_subscription(
     JsonBody(request): JsonBody<SubscriptionRequest>,
 ) -> ApiResult<ChatLinkView> {
     let link =
-        owner::set_event_subscription(&app, Acting::Owner(&owner), &id, request.active).await?;
+        owner::set_event_subscription(&app.tasks, Acting::Owner(&owner), &id, request.active)
+            .await?;
     Ok(Json(link))
 }
 
@@ -123,7 +124,7 @@ async fn list_tasks(
     Owner(owner): Owner,
 ) -> ApiResult<OwnerTaskList> {
     Ok(Json(
-        owner::list_tasks(&app, Acting::Owner(&owner), &id).await?,
+        owner::list_tasks(&app.tasks, Acting::Owner(&owner), &id).await?,
     ))
 }
 
@@ -139,7 +140,7 @@ async fn assign_task(
         idempotency_key: &request.idempotency_key,
     };
     Ok(Json(
-        owner::assign_task(&app, Acting::Owner(&owner), request).await?,
+        owner::assign_task(&app.tasks, Acting::Owner(&owner), request).await?,
     ))
 }
 
@@ -149,7 +150,7 @@ async fn task_detail(
     Owner(owner): Owner,
 ) -> ApiResult<OwnerTaskDetail> {
     Ok(Json(
-        owner::task_detail(&app, Acting::Owner(&owner), &id).await?,
+        owner::task_detail(&app.tasks, Acting::Owner(&owner), &id).await?,
     ))
 }
 
@@ -159,7 +160,7 @@ async fn cancel_task(
     Owner(owner): Owner,
 ) -> ApiResult<CancelledTask> {
     Ok(Json(
-        owner::cancel_task(&app, Acting::Owner(&owner), &id).await?,
+        owner::cancel_task(&app.tasks, Acting::Owner(&owner), &id).await?,
     ))
 }
 
@@ -168,7 +169,7 @@ async fn artifact(
     Path((id, artifact_id)): Path<(String, String)>,
     Owner(owner): Owner,
 ) -> ApiResult<ArtifactContent> {
-    let content = owner::artifact(&app, Acting::Owner(&owner), &id, &artifact_id).await?;
+    let content = owner::artifact(&app.tasks, Acting::Owner(&owner), &id, &artifact_id).await?;
     Ok(Json(content))
 }
 
@@ -194,7 +195,7 @@ async fn list_connections(
     State(app): State<Arc<AppState>>,
     Owner(owner): Owner,
 ) -> ApiResult<ConnectionList> {
-    let connections = connections::list(&app, Some(&owner.owner_id), None).await?;
+    let connections = connections::list(app.store.as_ref(), Some(&owner.owner_id), None).await?;
     Ok(Json(ConnectionList { connections }))
 }
 
@@ -203,7 +204,14 @@ async fn revoke_connection(
     Path(id): Path<String>,
     Owner(owner): Owner,
 ) -> ApiResult<RevokedConnection> {
-    let already_revoked = match connections::revoke(&app, Some(&owner.owner_id), &id).await? {
+    let already_revoked = match connections::revoke(
+        app.store.as_ref(),
+        Some(&owner.owner_id),
+        &id,
+        app.clock.now(),
+    )
+    .await?
+    {
         connections::Revoked::Now => false,
         connections::Revoked::Already => true,
         connections::Revoked::NotFound => {
@@ -247,7 +255,7 @@ async fn list_runs(
         limit: query.limit,
     };
     Ok(Json(
-        runs_owner::list_runs(&app, &owner.owner_id, &id, filter).await?,
+        runs_owner::list_runs(&app.runs, &owner.owner_id, &id, filter).await?,
     ))
 }
 
@@ -257,7 +265,7 @@ async fn run_detail(
     Owner(owner): Owner,
 ) -> ApiResult<OwnerRunDetail> {
     Ok(Json(
-        runs_owner::run_detail(&app, &owner.owner_id, &id).await?,
+        runs_owner::run_detail(&app.runs, &owner.owner_id, &id).await?,
     ))
 }
 
@@ -267,7 +275,7 @@ async fn cancel_run(
     Owner(owner): Owner,
 ) -> ApiResult<CancelOutcome> {
     Ok(Json(
-        runs_owner::cancel_run(&app, &owner.owner_id, &id).await?,
+        runs_owner::cancel_run(&app.runs, &owner.owner_id, &id).await?,
     ))
 }
 
@@ -282,6 +290,6 @@ async fn list_desktops(
     State(app): State<Arc<AppState>>,
     Owner(owner): Owner,
 ) -> ApiResult<DesktopList> {
-    let desktops = desktops::list(&app, &owner.owner_id).await?;
+    let desktops = desktops::list(app.store.as_ref(), &owner.owner_id, app.clock.now()).await?;
     Ok(Json(DesktopList { desktops }))
 }

@@ -33,6 +33,31 @@ impl Default for RateLimit {
     }
 }
 
+/// A request refused because its token is past its rate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "rate limit reached: this token may make {} requests a second (bursts up to {}); retry in {retry_after_secs} s",
+    limit.per_second,
+    limit.burst
+)]
+pub struct RateLimited {
+    /// The limit that refused it.
+    pub limit: RateLimit,
+    /// When to try again, in whole seconds (at least 1): the `Retry-After` of the answer.
+    pub retry_after_secs: u64,
+}
+
+impl RateLimited {
+    /// The refusal under `limit` with `wait` until the next request fits.
+    pub fn new(limit: Option<RateLimit>, wait: Duration) -> Self {
+        let after = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        RateLimited {
+            limit: limit.unwrap_or_default(),
+            retry_after_secs: after.max(1),
+        }
+    }
+}
+
 struct Bucket {
     tokens: f64,
     updated: Instant,

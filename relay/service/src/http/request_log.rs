@@ -24,9 +24,9 @@ use tower_http::trace::{
 };
 use tracing::{Level, Span};
 
-use crate::AppState;
-use crate::metrics::UNMATCHED_ROUTE;
-use crate::origin::CheckOrigin;
+use crate::http::AppState;
+use crate::http::metrics::UNMATCHED_ROUTE;
+use crate::http::origin::CheckOrigin;
 
 /// The header.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -43,8 +43,8 @@ pub fn acceptable_id(id: &[u8]) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-_.:/+=".contains(b))
 }
 
-/// Wraps `router`: ids, the span, the echo, the request counts of [`crate::metrics`], and
-/// innermost the Origin and Host checks when `origin` is given ([`crate::origin`]).
+/// Wraps `router`: ids, the span, the echo, the request counts of [`crate::http::metrics`], and
+/// innermost the Origin and Host checks when `origin` is given ([`crate::http::origin`]).
 ///
 /// One `Router::layer` call of layers that box nothing, so a held long poll keeps no more
 /// than one more boxed future for as long as it waits. `Router::layer` wraps each route, so

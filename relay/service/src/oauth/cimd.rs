@@ -12,8 +12,9 @@ use relay_protocol::clock::Timestamp;
 use serde_json::Value;
 use url::Url;
 
-use super::clients::{Client, ClientError, check_redirect_uri, client_name};
-use crate::AppState;
+use super::clients::{
+    Client, ClientError, Clients, RedirectUriError, check_redirect_uri, client_name,
+};
 
 /// How long a fetch may take, connection included.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -87,56 +88,128 @@ pub fn is_internal(ip: IpAddr) -> bool {
     }
 }
 
+/// Why a client ID metadata document cannot be used; each text follows the document's URL
+/// in the refusal ("the client metadata document URL: ...").
+#[derive(Debug, thiserror::Error)]
+pub enum DocumentError {
+    /// The client id is not a URL.
+    #[error("is not a URL: {0}")]
+    NotUrl(#[from] url::ParseError),
+    /// The URL has a fragment or credentials.
+    #[error("may have no fragment and no credentials")]
+    FragmentOrCredentials,
+    /// The URL has no host.
+    #[error("has no host")]
+    NoHost,
+    /// The URL has no port and its scheme none by default.
+    #[error("has no port")]
+    NoPort,
+    /// The host name does not resolve.
+    #[error("host {host} cannot be resolved: {source}")]
+    Unresolved {
+        /// The host.
+        host: String,
+        /// The resolver's error.
+        source: std::io::Error,
+    },
+    /// The host name resolves to nothing.
+    #[error("host {0} has no address")]
+    NoAddress(String),
+    /// The host resolves to an internal address and the service is not in `--dev` mode.
+    #[error(
+        "host {host} resolves to {address}, a loopback, private or link-local address, which is refused (relay serve --dev allows it)"
+    )]
+    Internal {
+        /// The host.
+        host: String,
+        /// The internal address it resolves to.
+        address: IpAddr,
+    },
+    /// No HTTP client could be built (the TLS roots are unusable).
+    #[error("cannot be fetched: {0}")]
+    Client(#[from] graphrelay_net::NetError),
+    /// The request failed (connection refused, timeout, TLS).
+    #[error("cannot be fetched: {0}")]
+    Fetch(reqwest::Error),
+    /// The server answered something other than success.
+    #[error("answered HTTP {0}")]
+    Status(reqwest::StatusCode),
+    /// The body broke off.
+    #[error("could not be read: {0}")]
+    Read(reqwest::Error),
+    /// The body is larger than [`MAX_DOCUMENT_BYTES`].
+    #[error("is larger than {MAX_DOCUMENT_BYTES} bytes")]
+    TooLarge,
+    /// The body is not JSON.
+    #[error("is not JSON: {0}")]
+    NotJson(#[from] serde_json::Error),
+    /// The document's `client_id` is not its own URL.
+    #[error("names a different client_id than its own URL")]
+    OtherClientId,
+    /// The document lists no redirect URIs.
+    #[error("lists no redirect_uris")]
+    NoRedirectUris,
+    /// A redirect URI breaks the rules.
+    #[error("{0}")]
+    RedirectUri(#[from] RedirectUriError),
+    /// The document asks to authenticate with a secret.
+    #[error(
+        "asks for token_endpoint_auth_method `{0}`; a document client authenticates with `none` (PKCE)"
+    )]
+    AuthMethod(String),
+}
+
 /// The client the document at `url` describes, from the cache or fetched now.
-pub async fn client(app: &AppState, url: &str) -> Result<Client, ClientError> {
-    let now = app.clock.now();
-    if let Some(client) = app.oauth.documents.get(url, now) {
+pub async fn client(clients: &Clients, url: &str) -> Result<Client, ClientError> {
+    let now = clients.clock.now();
+    if let Some(client) = clients.documents().get(url, now) {
         return Ok(client);
     }
-    let (client, freshness) = fetch(url, app.config.dev)
-        .await
-        .map_err(|e| ClientError::Unknown(format!("the client metadata document {url}: {e}")))?;
+    let (client, freshness) =
+        fetch(url, clients.dev)
+            .await
+            .map_err(|source| ClientError::Document {
+                url: url.to_owned(),
+                source,
+            })?;
     if !freshness.is_zero() {
-        app.oauth
-            .documents
+        clients
+            .documents()
             .put(url, client.clone(), now.saturating_add(freshness), now);
     }
     Ok(client)
 }
 
-async fn fetch(url: &str, dev: bool) -> Result<(Client, Duration), String> {
-    let parsed = Url::parse(url).map_err(|e| format!("is not a URL: {e}"))?;
+async fn fetch(url: &str, dev: bool) -> Result<(Client, Duration), DocumentError> {
+    let parsed = Url::parse(url)?;
     if parsed.fragment().is_some() || !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err("may have no fragment and no credentials".into());
+        return Err(DocumentError::FragmentOrCredentials);
     }
-    let host = parsed.host_str().ok_or("has no host")?.to_owned();
-    let port = parsed.port_or_known_default().ok_or("has no port")?;
+    let host = parsed.host_str().ok_or(DocumentError::NoHost)?.to_owned();
+    let port = parsed
+        .port_or_known_default()
+        .ok_or(DocumentError::NoPort)?;
     let address = resolve(&host, port, dev).await?;
-    let builder = graphrelay_net::client_builder()
-        .map_err(|e| e.to_string())?
+    let builder = graphrelay_net::client_builder()?
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .timeout(FETCH_TIMEOUT)
         .resolve(host.trim_start_matches('[').trim_end_matches(']'), address);
-    let http = graphrelay_net::build(builder).map_err(|e| e.to_string())?;
+    let http = graphrelay_net::build(builder)?;
     let mut response = http
         .get(parsed.clone())
         .header(reqwest::header::ACCEPT, "application/json")
         .send()
         .await
-        .map_err(|e| format!("cannot be fetched: {e}"))?;
+        .map_err(DocumentError::Fetch)?;
     if !response.status().is_success() {
-        return Err(format!("answered HTTP {}", response.status()));
+        return Err(DocumentError::Status(response.status()));
     }
     let freshness = freshness(response.headers().get(reqwest::header::CACHE_CONTROL));
     let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| format!("could not be read: {e}"))?
-    {
+    while let Some(chunk) = response.chunk().await.map_err(DocumentError::Read)? {
         if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
-            return Err(format!("is larger than {MAX_DOCUMENT_BYTES} bytes"));
+            return Err(DocumentError::TooLarge);
         }
         body.extend_from_slice(&chunk);
     }
@@ -145,21 +218,24 @@ async fn fetch(url: &str, dev: bool) -> Result<(Client, Duration), String> {
 
 /// The one address the fetch connects to: resolved once and pinned, so a second lookup cannot
 /// point the connection somewhere internal.
-async fn resolve(host: &str, port: u16, dev: bool) -> Result<SocketAddr, String> {
+async fn resolve(host: &str, port: u16, dev: bool) -> Result<SocketAddr, DocumentError> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let addresses: Vec<SocketAddr> = tokio::net::lookup_host((bare, port))
         .await
-        .map_err(|e| format!("host {host} cannot be resolved: {e}"))?
+        .map_err(|source| DocumentError::Unresolved {
+            host: host.to_owned(),
+            source,
+        })?
         .collect();
     let first = addresses
         .first()
         .copied()
-        .ok_or_else(|| format!("host {host} has no address"))?;
+        .ok_or_else(|| DocumentError::NoAddress(host.to_owned()))?;
     if !dev && let Some(internal) = addresses.iter().find(|a| is_internal(a.ip())) {
-        return Err(format!(
-            "host {host} resolves to {}, a loopback, private or link-local address, which is refused (relay serve --dev allows it)",
-            internal.ip()
-        ));
+        return Err(DocumentError::Internal {
+            host: host.to_owned(),
+            address: internal.ip(),
+        });
     }
     Ok(first)
 }
@@ -185,10 +261,10 @@ fn freshness(header: Option<&reqwest::header::HeaderValue>) -> Duration {
 }
 
 /// The client a fetched document describes; its `client_id` must be its own URL.
-fn document_client(url: &str, body: &[u8]) -> Result<Client, String> {
-    let document: Value = serde_json::from_slice(body).map_err(|e| format!("is not JSON: {e}"))?;
+fn document_client(url: &str, body: &[u8]) -> Result<Client, DocumentError> {
+    let document: Value = serde_json::from_slice(body)?;
     if document.get("client_id").and_then(Value::as_str) != Some(url) {
-        return Err("names a different client_id than its own URL".into());
+        return Err(DocumentError::OtherClientId);
     }
     let uris: Vec<String> = document
         .get("redirect_uris")
@@ -201,7 +277,7 @@ fn document_client(url: &str, body: &[u8]) -> Result<Client, String> {
         })
         .unwrap_or_default();
     if uris.is_empty() {
-        return Err("lists no redirect_uris".into());
+        return Err(DocumentError::NoRedirectUris);
     }
     for uri in &uris {
         check_redirect_uri(uri)?;
@@ -211,11 +287,7 @@ fn document_client(url: &str, body: &[u8]) -> Result<Client, String> {
         .and_then(Value::as_str)
     {
         None | Some("none") => {}
-        Some(other) => {
-            return Err(format!(
-                "asks for token_endpoint_auth_method `{other}`; a document client authenticates with `none` (PKCE)"
-            ));
-        }
+        Some(other) => return Err(DocumentError::AuthMethod(other.to_owned())),
     }
     let name = client_name(document.get("client_name"));
     Ok(Client {

@@ -1,31 +1,20 @@
-//! OAuth clients: dynamic registration (RFC 7591), client ID metadata documents, redirect URI
-//! rules, and client authentication at the token and revocation endpoints.
+//! OAuth clients: registration (RFC 7591) as the service checks and keeps it, client ID
+//! metadata documents, redirect URI rules, and client authentication at the token and
+//! revocation endpoints.
 
 use std::sync::Arc;
 
-use axum::Json;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use base64::Engine;
 use serde_json::{Map, Value, json};
 use url::Url;
 
-use super::signin::{self, Peer};
-use super::{UNUSED_CLIENT_TTL, cimd};
-use crate::AppState;
-use crate::auth::{Scope, hash_token};
-use crate::rate::RateLimit;
-use crate::store::{OAuthClientRecord, StoreError};
+use super::cimd::{self, DocumentCache, DocumentError};
+use super::{UNUSED_CLIENT_TTL, same_secret};
+use crate::auth::{Scope, hash_token, random_hex};
+use crate::store::{OAuthClientRecord, Store, StoreError};
+use relay_protocol::clock::Clock;
 
 /// The client authentication methods of the token and revocation endpoints.
 pub const AUTH_METHODS: [&str; 3] = ["none", "client_secret_post", "client_secret_basic"];
-/// Registrations one client address may make: a burst of 20, then one a second.
-pub const REGISTRATION_RATE: RateLimit = RateLimit {
-    per_second: 1,
-    burst: 20,
-};
 /// Most redirect URIs a client may register.
 pub const MAX_REDIRECT_URIS: usize = 10;
 /// Longest redirect URI, in characters.
@@ -97,42 +86,123 @@ pub struct Client {
     pub registered: bool,
 }
 
+/// What looking clients up uses: the store, the clock, whether documents may live on
+/// internal addresses (`--dev`), and the cache of fetched documents. Cheap to clone (every
+/// clone shares the cache).
+#[derive(Clone)]
+pub struct Clients {
+    /// Durable state.
+    pub store: Arc<dyn Store>,
+    /// The only source of time.
+    pub clock: Arc<dyn Clock>,
+    /// Development mode: client ID metadata documents may live on loopback or private
+    /// addresses, and on plain http.
+    pub dev: bool,
+    documents: Arc<DocumentCache>,
+}
+
+impl Clients {
+    /// Client lookups over `store` and `clock`, with an empty document cache.
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, dev: bool) -> Self {
+        Clients {
+            store,
+            clock,
+            dev,
+            documents: Arc::default(),
+        }
+    }
+
+    /// The fetched client ID metadata documents.
+    pub fn documents(&self) -> &DocumentCache {
+        &self.documents
+    }
+}
+
 /// Why a client could not be looked up.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// Unknown, expired, or its metadata document is unusable.
-    #[error("{0}")]
-    Unknown(String),
+    /// No registration has this id, or it expired unused.
+    #[error(
+        "no client is registered as `{client_id}` (an unused registration expires after a day): register again"
+    )]
+    Unregistered {
+        /// The id asked for.
+        client_id: String,
+    },
+    /// The client's metadata document could not be used.
+    #[error("the client metadata document {url}: {source}")]
+    Document {
+        /// The document's URL (the client's id).
+        url: String,
+        /// What was wrong with it.
+        source: DocumentError,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
-/// Why a redirect URI is refused (the RFC 7591 error text).
-pub fn check_redirect_uri(uri: &str) -> Result<Url, String> {
+/// Why a redirect URI is refused; the text is RFC 7591's error description.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RedirectUriError {
+    /// Longer than [`MAX_REDIRECT_URI_CHARS`].
+    #[error("a redirect URI may have at most {MAX_REDIRECT_URI_CHARS} characters")]
+    TooLong,
+    /// Not an absolute URL.
+    #[error("`{uri}` is not an absolute URL: {source}")]
+    NotAbsolute {
+        /// The URI given.
+        uri: String,
+        /// Why it does not parse.
+        source: url::ParseError,
+    },
+    /// It has a `#fragment`.
+    #[error("`{0}` has a fragment; redirect URIs may not")]
+    Fragment(String),
+    /// It has a user name or password.
+    #[error("`{0}` carries credentials; redirect URIs may not")]
+    Credentials(String),
+    /// Plain http on a host that is not loopback.
+    #[error(
+        "`{0}` is plain http on a host that is not loopback: use https, or http on 127.0.0.1, [::1] or localhost"
+    )]
+    PlainHttp(String),
+    /// Neither https nor loopback http.
+    #[error(
+        "`{uri}` has scheme `{scheme}`: redirect URIs must be https, or http on a loopback host"
+    )]
+    Scheme {
+        /// The URI given.
+        uri: String,
+        /// Its scheme.
+        scheme: String,
+    },
+}
+
+/// The redirect URI as a URL, if the rules allow it: https, or http on a loopback host; no
+/// fragment, no credentials.
+pub fn check_redirect_uri(uri: &str) -> Result<Url, RedirectUriError> {
     if uri.chars().count() > MAX_REDIRECT_URI_CHARS {
-        return Err(format!(
-            "a redirect URI may have at most {MAX_REDIRECT_URI_CHARS} characters"
-        ));
+        return Err(RedirectUriError::TooLong);
     }
-    let url = Url::parse(uri).map_err(|e| format!("`{uri}` is not an absolute URL: {e}"))?;
+    let url = Url::parse(uri).map_err(|source| RedirectUriError::NotAbsolute {
+        uri: uri.to_owned(),
+        source,
+    })?;
     if uri.contains('#') {
-        return Err(format!("`{uri}` has a fragment; redirect URIs may not"));
+        return Err(RedirectUriError::Fragment(uri.to_owned()));
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(format!(
-            "`{uri}` carries credentials; redirect URIs may not"
-        ));
+        return Err(RedirectUriError::Credentials(uri.to_owned()));
     }
     match url.scheme() {
         "https" if url.host().is_some() => Ok(url),
         "http" if is_loopback_host(&url) => Ok(url),
-        "http" => Err(format!(
-            "`{uri}` is plain http on a host that is not loopback: use https, or http on 127.0.0.1, [::1] or localhost"
-        )),
-        other => Err(format!(
-            "`{uri}` has scheme `{other}`: redirect URIs must be https, or http on a loopback host"
-        )),
+        "http" => Err(RedirectUriError::PlainHttp(uri.to_owned())),
+        other => Err(RedirectUriError::Scheme {
+            uri: uri.to_owned(),
+            scheme: other.to_owned(),
+        }),
     }
 }
 
@@ -167,22 +237,20 @@ pub fn redirect_matches(registered: &str, requested: &str) -> bool {
 }
 
 /// The client `client_id` names, if it is known and usable.
-pub async fn client(app: &AppState, client_id: &str) -> Result<Client, ClientError> {
-    if cimd::is_document_url(client_id, app.config.dev) {
-        return cimd::client(app, client_id).await;
+pub async fn client(clients: &Clients, client_id: &str) -> Result<Client, ClientError> {
+    if cimd::is_document_url(client_id, clients.dev) {
+        return cimd::client(clients, client_id).await;
     }
-    let record = app
+    let record = clients
         .store
         .oauth_client(client_id)
         .await?
         .filter(|record| {
             record.used_at.is_some()
-                || record.created_at > app.clock.now().saturating_sub(UNUSED_CLIENT_TTL)
+                || record.created_at > clients.clock.now().saturating_sub(UNUSED_CLIENT_TTL)
         })
-        .ok_or_else(|| {
-            ClientError::Unknown(format!(
-                "no client is registered as `{client_id}` (an unused registration expires after a day): register again"
-            ))
+        .ok_or_else(|| ClientError::Unregistered {
+            client_id: client_id.to_owned(),
         })?;
     Ok(client_from_record(&record))
 }
@@ -218,78 +286,66 @@ pub struct Presented {
     pub client_secret: Option<String>,
 }
 
-/// Reads the client's credentials from HTTP Basic or the form.
-pub fn presented(headers: &HeaderMap, form: &Map<String, Value>) -> Result<Presented, String> {
-    let field = |name: &str| form.get(name).and_then(Value::as_str).map(str::to_owned);
-    let basic = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
-        .map(|(_, value)| value.trim().to_owned());
-    let Some(basic) = basic else {
-        return Ok(Presented {
-            client_id: field("client_id"),
-            client_secret: field("client_secret"),
-        });
-    };
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(basic.as_bytes())
-        .ok()
-        .and_then(|bytes| String::from_utf8(bytes).ok())
-        .ok_or("the Basic credentials are not base64 of `id:secret`")?;
-    let (id, secret) = decoded
-        .split_once(':')
-        .ok_or("the Basic credentials are not `id:secret`")?;
-    let decode = |text: &str| {
-        percent_decode(text)
-            .ok_or_else(|| "the Basic credentials are badly form-encoded".to_owned())
-    };
-    let id = decode(id)?;
-    if field("client_id").is_some_and(|body| body != id) {
-        return Err("client_id differs between the body and HTTP Basic".into());
-    }
-    Ok(Presented {
-        client_id: Some(id),
-        client_secret: Some(decode(secret)?),
-    })
-}
-
-/// `application/x-www-form-urlencoded` decoding of one value (RFC 6749 §2.3.1).
-fn percent_decode(text: &str) -> Option<String> {
-    url::form_urlencoded::parse(format!("v={text}").as_bytes())
-        .next()
-        .map(|(_, value)| value.into_owned())
+/// Why a client's authentication at the token or revocation endpoint failed (the RFC 6749
+/// `invalid_client` description).
+#[derive(Debug, thiserror::Error)]
+pub enum ClientAuthError {
+    /// No `client_id` in the body or HTTP Basic.
+    #[error("client_id is missing (in the body, or HTTP Basic for a confidential client)")]
+    MissingId,
+    /// The client is unknown or unusable.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// A confidential client sent the wrong secret.
+    #[error("the client secret is wrong")]
+    WrongSecret,
+    /// A confidential client sent no secret.
+    #[error("this client is confidential: send its client_secret")]
+    MissingSecret,
 }
 
 /// Authenticates the client of a token or revocation request.
-pub async fn authenticate(app: &AppState, presented: &Presented) -> Result<Client, String> {
+pub async fn authenticate(
+    clients: &Clients,
+    presented: &Presented,
+) -> Result<Client, ClientAuthError> {
     let id = presented
         .client_id
         .as_deref()
-        .ok_or("client_id is missing (in the body, or HTTP Basic for a confidential client)")?;
-    let client = client(app, id).await.map_err(|e| e.to_string())?;
+        .ok_or(ClientAuthError::MissingId)?;
+    let client = client(clients, id).await?;
     match (&client.secret_hash, &presented.client_secret) {
         (None, _) => Ok(client),
-        (Some(expected), Some(secret)) if signin::same_secret(expected, &hash_token(secret)) => {
-            Ok(client)
-        }
-        (Some(_), Some(_)) => Err("the client secret is wrong".into()),
-        (Some(_), None) => Err("this client is confidential: send its client_secret".into()),
+        (Some(expected), Some(secret)) if same_secret(expected, &hash_token(secret)) => Ok(client),
+        (Some(_), Some(_)) => Err(ClientAuthError::WrongSecret),
+        (Some(_), None) => Err(ClientAuthError::MissingSecret),
     }
 }
 
-/// An RFC 7591 error response.
-fn registration_error(code: &str, description: String) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        Json(json!({"error": code, "error_description": description})),
-    )
-        .into_response()
+/// Why a registration is refused: the RFC 7591 error code and description.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistrationError {
+    /// The metadata is malformed or asks for what is not offered (`invalid_client_metadata`).
+    #[error("{0}")]
+    Metadata(String),
+    /// The redirect URIs are missing, too many, or one breaks the rules
+    /// (`invalid_redirect_uri`).
+    #[error("{0}")]
+    RedirectUri(String),
+}
+
+impl RegistrationError {
+    /// The RFC 7591 `error` code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            RegistrationError::Metadata(_) => "invalid_client_metadata",
+            RegistrationError::RedirectUri(_) => "invalid_redirect_uri",
+        }
+    }
 }
 
 /// What a registration request asks for, checked.
-struct Registration {
+pub struct Registration {
     redirect_uris: Vec<String>,
     name: String,
     method: AuthMethod,
@@ -298,32 +354,25 @@ struct Registration {
     extra: Map<String, Value>,
 }
 
-fn strings(value: Option<&Value>, field: &str) -> Result<Option<Vec<String>>, String> {
+fn strings(value: Option<&Value>, field: &str) -> Result<Option<Vec<String>>, RegistrationError> {
     let Some(value) = value else {
         return Ok(None);
     };
-    let array = value
-        .as_array()
-        .ok_or_else(|| format!("{field} must be an array of strings"))?;
+    let not_strings = || invalid(format!("{field} must be an array of strings"));
+    let array = value.as_array().ok_or_else(not_strings)?;
     array
         .iter()
-        .map(|v| {
-            v.as_str()
-                .map(str::to_owned)
-                .ok_or_else(|| format!("{field} must be an array of strings"))
-        })
+        .map(|v| v.as_str().map(str::to_owned).ok_or_else(not_strings))
         .collect::<Result<Vec<_>, _>>()
         .map(Some)
 }
 
-/// An RFC 7591 error: its code and description.
-type Invalid = (&'static str, String);
-
-fn invalid(text: String) -> Invalid {
-    ("invalid_client_metadata", text)
+fn invalid(text: String) -> RegistrationError {
+    RegistrationError::Metadata(text)
 }
 
-fn parse_registration(body: &[u8]) -> Result<Registration, Invalid> {
+/// The registration `body` asks for, if it keeps the rules.
+pub fn parse_registration(body: &[u8]) -> Result<Registration, RegistrationError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| invalid(format!("the registration is not JSON: {e}")))?;
     let Value::Object(metadata) = value else {
@@ -372,25 +421,23 @@ fn parse_registration(body: &[u8]) -> Result<Registration, Invalid> {
     })
 }
 
-fn registered_redirect_uris(metadata: &Map<String, Value>) -> Result<Vec<String>, Invalid> {
-    let uris = strings(metadata.get("redirect_uris"), "redirect_uris")
-        .map_err(invalid)?
-        .unwrap_or_default();
+fn registered_redirect_uris(
+    metadata: &Map<String, Value>,
+) -> Result<Vec<String>, RegistrationError> {
+    let uris = strings(metadata.get("redirect_uris"), "redirect_uris")?.unwrap_or_default();
     if uris.is_empty() || uris.len() > MAX_REDIRECT_URIS {
-        return Err((
-            "invalid_redirect_uri",
-            format!("redirect_uris must list 1 to {MAX_REDIRECT_URIS} URIs"),
-        ));
+        return Err(RegistrationError::RedirectUri(format!(
+            "redirect_uris must list 1 to {MAX_REDIRECT_URIS} URIs"
+        )));
     }
     for uri in &uris {
-        check_redirect_uri(uri).map_err(|e| ("invalid_redirect_uri", e))?;
+        check_redirect_uri(uri).map_err(|e| RegistrationError::RedirectUri(e.to_string()))?;
     }
     Ok(uris)
 }
 
-fn registered_grant_types(metadata: &Map<String, Value>) -> Result<Vec<String>, Invalid> {
-    let grant_types = strings(metadata.get("grant_types"), "grant_types")
-        .map_err(invalid)?
+fn registered_grant_types(metadata: &Map<String, Value>) -> Result<Vec<String>, RegistrationError> {
+    let grant_types = strings(metadata.get("grant_types"), "grant_types")?
         .unwrap_or_else(|| vec!["authorization_code".into(), "refresh_token".into()]);
     if let Some(bad) = grant_types
         .iter()
@@ -400,79 +447,36 @@ fn registered_grant_types(metadata: &Map<String, Value>) -> Result<Vec<String>, 
             "grant type `{bad}` is not supported: authorization_code and refresh_token are"
         )));
     }
-    let response_types =
-        strings(metadata.get("response_types"), "response_types").map_err(invalid)?;
+    let response_types = strings(metadata.get("response_types"), "response_types")?;
     if response_types.is_some_and(|types| types.iter().any(|t| t != "code")) {
         return Err(invalid("only the `code` response type is supported".into()));
     }
     Ok(grant_types)
 }
 
-/// `POST /oauth/register` (RFC 7591).
-pub async fn register(
-    State(app): State<Arc<AppState>>,
-    Peer(peer): Peer,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let address = signin::client_ip(&app, &headers, peer);
-    let key = format!(
-        "register:{}",
-        address.map(|a| a.to_string()).unwrap_or_default()
-    );
-    if let Err(wait) = app.oauth.registrations.check(&key) {
-        let mut response = (
-            StatusCode::TOO_MANY_REQUESTS,
-            Json(json!({
-                "error": "invalid_client_metadata",
-                "error_description": "too many registrations from this address; wait and retry",
-            })),
-        )
-            .into_response();
-        let seconds = wait.as_secs().max(1).to_string();
-        if let Ok(value) = HeaderValue::from_str(&seconds) {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
-        }
-        return response;
-    }
-    if body.len() > MAX_REGISTRATION_BYTES {
-        return registration_error(
-            "invalid_client_metadata",
-            format!("the registration may have at most {MAX_REGISTRATION_BYTES} bytes"),
-        );
-    }
-    let registration = match parse_registration(&body) {
-        Ok(registration) => registration,
-        Err((code, description)) => return registration_error(code, description),
-    };
-    match store_registration(&app, registration).await {
-        Ok(answer) => (
-            StatusCode::CREATED,
-            [(header::CACHE_CONTROL, "no-store")],
-            Json(answer),
-        )
-            .into_response(),
-        Err(error) => {
-            tracing::error!(%error, "storing a client registration failed");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"error": "temporarily_unavailable", "error_description": "the service cannot register clients right now; retry later"})),
-            )
-                .into_response()
-        }
-    }
+/// Why a checked registration could not be kept.
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    /// The system gave no randomness for the client's id or secret.
+    #[error("the system has no randomness for a client id: {0}")]
+    Randomness(#[from] getrandom::Error),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
-async fn store_registration(
-    app: &AppState,
+/// Keeps a checked registration: mints the client's id (and secret, for a confidential
+/// client) and answers the RFC 7591 registration response.
+pub async fn store_registration(
+    clients: &Clients,
     registration: Registration,
-) -> Result<Value, StoreError> {
-    let id = format!("grc_{}", signin::random_hex(16)?);
+) -> Result<Value, RegisterError> {
+    let id = format!("grc_{}", random_hex(16)?);
     let secret = match registration.method {
         AuthMethod::None => None,
-        _ => Some(format!("grcs_{}", signin::random_hex(32)?)),
+        _ => Some(format!("grcs_{}", random_hex(32)?)),
     };
-    let now = app.clock.now();
+    let now = clients.clock.now();
     let mut metadata = registration.extra;
     metadata.insert("client_id".into(), Value::from(id.clone()));
     metadata.insert(
@@ -490,7 +494,8 @@ async fn store_registration(
     if let Some(scope) = registration.scope {
         metadata.insert("scope".into(), Value::from(scope));
     }
-    app.store
+    clients
+        .store
         .insert_oauth_client(OAuthClientRecord {
             id,
             secret_hash: secret.as_deref().map(hash_token),
@@ -564,21 +569,5 @@ mod tests {
             "https://a.example/cb",
             "https://a.example/cb"
         ));
-    }
-
-    #[test]
-    fn basic_credentials_are_decoded_and_must_agree_with_the_body() {
-        let mut headers = HeaderMap::new();
-        let encoded = base64::engine::general_purpose::STANDARD.encode("grc_1:s%3Acret");
-        headers.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_str(&format!("Basic {encoded}")).expect("header"),
-        );
-        let got = presented(&headers, &Map::new()).expect("decoded");
-        assert_eq!(got.client_id.as_deref(), Some("grc_1"));
-        assert_eq!(got.client_secret.as_deref(), Some("s:cret"));
-        let mut form = Map::new();
-        form.insert("client_id".into(), Value::from("grc_2"));
-        assert!(presented(&headers, &form).is_err());
     }
 }

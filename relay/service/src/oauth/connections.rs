@@ -4,8 +4,8 @@
 
 use serde::Serialize;
 
-use crate::AppState;
-use crate::store::{OwnerRecord, StoreError, TokenRecord};
+use crate::store::{OwnerRecord, Store, StoreError, TokenRecord};
+use relay_protocol::clock::Timestamp;
 
 /// One connection as listed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -44,18 +44,18 @@ fn connection(token: TokenRecord, owner: &OwnerRecord) -> Option<Connection> {
 /// The connections of `owner_id` (every owner's with `None`), of `project` only if given,
 /// oldest first.
 pub async fn list(
-    app: &AppState,
+    store: &dyn Store,
     owner_id: Option<&str>,
     project: Option<&str>,
 ) -> Result<Vec<Connection>, StoreError> {
     // An owner's request reads that owner's tokens only; every owner's is the operator's list.
     let owners = match owner_id {
-        Some(id) => app.store.owner(id).await?.into_iter().collect(),
-        None => app.store.owners().await?,
+        Some(id) => store.owner(id).await?.into_iter().collect(),
+        None => store.owners().await?,
     };
     let mut connections = Vec::new();
     for owner in owners {
-        for token in app.store.tokens_of_owner(&owner.id).await? {
+        for token in store.tokens_of_owner(&owner.id).await? {
             if let Some(found) = connection(token, &owner)
                 && project.is_none_or(|p| p == found.project_id)
             {
@@ -77,19 +77,20 @@ pub enum Revoked {
     NotFound,
 }
 
-/// Revokes the connection `id`, if it is `owner_id`'s (any owner's with `None`).
+/// Revokes the connection `id` at `now`, if it is `owner_id`'s (any owner's with `None`).
 pub async fn revoke(
-    app: &AppState,
+    store: &dyn Store,
     owner_id: Option<&str>,
     id: &str,
+    now: Timestamp,
 ) -> Result<Revoked, StoreError> {
-    let Some(token) = app.store.token(id).await? else {
+    let Some(token) = store.token(id).await? else {
         return Ok(Revoked::NotFound);
     };
     if token.client_id.is_none() || owner_id.is_some_and(|only| only != token.owner_id) {
         return Ok(Revoked::NotFound);
     }
-    Ok(if app.store.revoke_token(id, app.clock.now()).await? {
+    Ok(if store.revoke_token(id, now).await? {
         Revoked::Now
     } else {
         Revoked::Already

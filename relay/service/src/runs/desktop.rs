@@ -1,14 +1,16 @@
-//! What a desktop does to a run: start it, poll its control, complete it. Each is decided by
+//! What a desktop does to a run: start it, poll its control, report on it, complete it. Each is decided by
 //! [`transition`](super::transition) on the desktop's own command only.
 
 use relay_protocol::{
-    CommandId, CompleteRequest, CompleteResponse, ControlResponse, RunStatus, ServiceOutcome,
-    StartedRequest, StartedResponse, check_execution_id,
+    CommandId, CompleteRequest, CompleteResponse, ControlResponse, ReportResponse, RunReport,
+    RunStatus, ServiceOutcome, StartedRequest, StartedResponse, check_execution_id,
 };
 
-use super::{Decision, RunError, RunEvent, apply, canonical_json, sha256_hex};
-use crate::AppState;
-use crate::auth::{DesktopIdentity, REVOKED_WHILE_WAITING};
+use super::{Decision, RunError, RunEvent, Runs, apply, canonical_json, sha256_hex};
+use crate::auth::DesktopIdentity;
+use crate::held::REVOKED_WHILE_WAITING;
+use crate::presence::heard_from;
+use crate::store::notify::Topic;
 use crate::store::{CommandRecord, StoreError};
 
 /// Why a desktop request failed.
@@ -71,17 +73,17 @@ pub fn parse_command_id(text: &str) -> Result<CommandId, DesktopError> {
 }
 
 /// Command `id` if it belongs to one of `desktop`'s projects.
-pub(crate) async fn desktop_command(
-    app: &AppState,
+async fn desktop_command(
+    runs: &Runs,
     desktop: &DesktopIdentity,
     id: CommandId,
 ) -> Result<CommandRecord, DesktopError> {
-    let command = app
+    let command = runs
         .store
         .command(id)
         .await?
         .ok_or_else(|| DesktopError::NotFound(command_not_found()))?;
-    let project = app
+    let project = runs
         .store
         .project_of_owner(&desktop.owner_id, &command.project_id)
         .await?;
@@ -93,29 +95,19 @@ pub(crate) async fn desktop_command(
 
 /// The desktop started command `id`.
 pub async fn command_started(
-    app: &AppState,
+    runs: &Runs,
     desktop: &DesktopIdentity,
     id: CommandId,
     request: &StartedRequest,
 ) -> Result<StartedResponse, DesktopError> {
     check_execution_id(&request.execution_id).map_err(|e| DesktopError::BadRequest(e.0))?;
-    let command = desktop_command(app, desktop, id).await?;
-    crate::presence::heard_from(app, &command.project_id, None).await;
+    let command = desktop_command(runs, desktop, id).await?;
+    heard_from(&runs.presence, &command.project_id, None).await;
     let event = RunEvent::Started {
         execution_id: &request.execution_id,
         token_cap: request.token_cap,
     };
-    let (command, decision) = apply(app, command, event).await?;
-    app.metrics.claims.record(
-        crate::metrics::ClaimKind::RunStart,
-        match decision {
-            Decision::Write(_) => crate::metrics::ClaimOutcome::Won,
-            Decision::Replay => crate::metrics::ClaimOutcome::Replayed,
-            Decision::Conflict(_) | Decision::AlreadyFinished(_) => {
-                crate::metrics::ClaimOutcome::Conflict
-            }
-        },
-    );
+    let (command, decision) = apply(runs, command, event).await?;
     let started = |replayed| StartedResponse {
         ok: true,
         replayed,
@@ -137,14 +129,14 @@ pub async fn command_started(
 
 /// The cancel flag of command `id`; also the desktop's heartbeat for a running command.
 pub async fn command_control(
-    app: &AppState,
+    runs: &Runs,
     desktop: &DesktopIdentity,
     id: CommandId,
 ) -> Result<ControlResponse, DesktopError> {
-    let command = desktop_command(app, desktop, id).await?;
-    crate::presence::heard_from(app, &command.project_id, None).await;
+    let command = desktop_command(runs, desktop, id).await?;
+    heard_from(&runs.presence, &command.project_id, None).await;
     if command.status == RunStatus::Running {
-        app.store.touch_running(id, app.clock.now()).await?;
+        runs.store.touch_running(id, runs.clock.now()).await?;
     }
     Ok(ControlResponse {
         // A run the service has given up on (cancelled, failed as silent) should stop too.
@@ -155,7 +147,7 @@ pub async fn command_control(
 
 /// Records the outcome of command `id`; an identical repeat is acknowledged as a replay.
 pub async fn command_completed(
-    app: &AppState,
+    runs: &Runs,
     desktop: &DesktopIdentity,
     id: CommandId,
     completion: &CompleteRequest,
@@ -163,8 +155,8 @@ pub async fn command_completed(
     completion
         .validate()
         .map_err(|e| DesktopError::BadRequest(e.0))?;
-    let command = desktop_command(app, desktop, id).await?;
-    crate::presence::heard_from(app, &command.project_id, None).await;
+    let command = desktop_command(runs, desktop, id).await?;
+    heard_from(&runs.presence, &command.project_id, None).await;
     let completion_value = serde_json::to_value(completion)
         .map_err(|e| DesktopError::BadRequest(format!("completion cannot be encoded: {e}")))?;
     let completion_hash = sha256_hex(&canonical_json(&completion_value));
@@ -172,7 +164,7 @@ pub async fn command_completed(
         completion,
         completion_hash: &completion_hash,
     };
-    let (command, decision) = apply(app, command, event).await?;
+    let (command, decision) = apply(runs, command, event).await?;
     match decision {
         Decision::Write(_) => {
             tracing::info!(command_id = %id, status = %command.status, "run finished");
@@ -211,4 +203,32 @@ pub async fn command_completed(
             status,
         }),
     }
+}
+
+/// Records the desktop's report on command `id`, if it runs it under the reported execution.
+pub async fn record_report(
+    runs: &Runs,
+    desktop: &DesktopIdentity,
+    id: CommandId,
+    report: &RunReport,
+) -> Result<ReportResponse, DesktopError> {
+    report
+        .validate()
+        .map_err(|e| DesktopError::BadRequest(e.0))?;
+    let command = desktop_command(runs, desktop, id).await?;
+    heard_from(&runs.presence, &command.project_id, None).await;
+    let text = serde_json::to_string(report)
+        .map_err(|e| DesktopError::BadRequest(format!("the report cannot be encoded: {e}")))?;
+    let recorded = runs
+        .store
+        .record_run_report(id, &report.execution_id, &text, runs.clock.now())
+        .await?;
+    if recorded {
+        // A waiting get_graph_run (or a task's watcher) hears of it at once.
+        runs.notifier.notify(&Topic::Run(id));
+    }
+    Ok(ReportResponse {
+        recorded,
+        cancel_requested: command.cancel_requested,
+    })
 }

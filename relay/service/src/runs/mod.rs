@@ -1,5 +1,5 @@
 //! Graph runs (commands): the state machine and every operation on a run, for agents and
-//! desktops alike. Plain functions over [`AppState`], testable without HTTP.
+//! desktops alike. Plain functions over [`Runs`] (what they use), testable without HTTP.
 //!
 //! `queued → running → completed | failed | cancelled`. [`transition`] is the only place that
 //! decides a change; each write is conditional on the status and cancel flag it was decided
@@ -9,24 +9,26 @@ mod desktop;
 mod machine;
 pub mod owner;
 
-pub(crate) use desktop::desktop_command;
 pub use desktop::{
     DesktopError, command_completed, command_control, command_started, parse_command_id,
+    record_report,
 };
 pub use machine::{Decision, RunEvent, transition};
 
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::AppState;
-use super::auth::{AgentIdentity, REVOKED_WHILE_WAITING};
-use super::notify::Topic;
-use super::store::{CommandRecord, InsertOutcome, QueueLimit, StoreError};
-use relay_protocol::clock::Timestamp;
+use crate::auth::AgentIdentity;
+use crate::held::{Held, HeldKind, REVOKED_WHILE_WAITING};
+use crate::presence::Presence;
+use crate::store::notify::{Notifier, Topic};
+use crate::store::{CommandRecord, InsertOutcome, QueueLimit, QueueQuota, Store, StoreError};
+use relay_protocol::clock::{Clock, Timestamp};
 use relay_protocol::{CommandId, GraphSessionId, RunStatus};
 
 /// Allowed length of an idempotency key, in characters.
@@ -69,6 +71,48 @@ pub enum RunError {
     Store(#[from] StoreError),
 }
 
+/// What run operations use: durable state, the clock, wake-ups, the desktops' presence, the
+/// held requests and the run tunables. Cheap to clone (every clone shares them).
+#[derive(Clone)]
+pub struct Runs {
+    /// Durable state.
+    pub store: Arc<dyn Store>,
+    /// The only source of time.
+    pub clock: Arc<dyn Clock>,
+    /// Wakes long polls and waits when a run changes.
+    pub notifier: Arc<dyn Notifier>,
+    /// Where a desktop's requests are noted as its presence.
+    pub presence: Presence,
+    /// Requests held open (waiting `get_graph_run` calls, long-poll syncs).
+    pub held: Held,
+    /// The tunables.
+    pub config: RunConfig,
+}
+
+/// The run tunables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunConfig {
+    /// A running run with no control poll for this long is failed.
+    pub silence_timeout: Duration,
+    /// When agents are told to look at a run (about one desktop poll interval).
+    pub poll_hint: Duration,
+    /// How many runs may wait in the queue, per agent and per project.
+    pub queue_quota: QueueQuota,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            silence_timeout: DEFAULT_SILENCE_TIMEOUT,
+            poll_hint: Duration::from_secs(relay_protocol::DESKTOP_POLL_INTERVAL_SECS),
+            queue_quota: QueueQuota {
+                per_agent: DEFAULT_QUEUED_PER_AGENT,
+                per_project: DEFAULT_QUEUED_PER_PROJECT,
+            },
+        }
+    }
+}
+
 /// Runs one agent may have queued and not yet started, by default.
 pub const DEFAULT_QUEUED_PER_AGENT: u64 = 100;
 /// Runs one project may have queued and not yet started, by default.
@@ -87,26 +131,13 @@ pub enum QuotaError {
         "quota reached: this project already has {0} runs queued that the desktop has not started, the most allowed; nothing was queued. Retry once some of them have started or ended; the desktop picks runs up on its next pass, about every {1} s"
     )]
     ProjectQueue(u64, u64),
-    /// The token sent requests faster than its rate.
-    #[error(
-        "rate limit reached: this token may make {0} requests a second (bursts up to {1}); retry in {2} s"
-    )]
-    Rate(u32, u32, u64),
 }
 
 impl QuotaError {
-    /// The rate refusal for `limit` with `wait` until the next request fits.
-    pub fn from_rate(limit: Option<crate::rate::RateLimit>, wait: std::time::Duration) -> Self {
-        let limit = limit.unwrap_or_default();
-        let after = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        QuotaError::Rate(limit.per_second, limit.burst, after.max(1))
-    }
-
     /// When to try again, in seconds (the `Retry-After` of an HTTP answer).
     pub fn retry_after_secs(&self) -> u64 {
         match self {
             QuotaError::AgentQueue(_, poll) | QuotaError::ProjectQueue(_, poll) => *poll,
-            QuotaError::Rate(_, _, after) => *after,
         }
     }
 }
@@ -293,7 +324,7 @@ pub struct CancelOutcome {
 
 /// Queues a run for `agent`, or returns the run its idempotency key already names.
 pub async fn queue_run(
-    app: &AppState,
+    runs: &Runs,
     agent: &AgentIdentity,
     request: RunRequest,
 ) -> Result<Ticket, RunError> {
@@ -302,7 +333,7 @@ pub async fn queue_run(
         command_id: command.id,
         status: command.status,
         replayed,
-        poll_after_seconds: app.config.poll_hint.as_secs(),
+        poll_after_seconds: runs.config.poll_hint.as_secs(),
     };
     // The same key must name the same request, or it could stand for two different runs.
     let replay = |existing: CommandRecord| {
@@ -312,7 +343,7 @@ pub async fn queue_run(
             Err(RunError::IdempotencyConflict)
         }
     };
-    let session = app
+    let session = runs
         .store
         .session(&agent.project_id, &graph_session_id)
         .await?;
@@ -326,7 +357,7 @@ pub async fn queue_run(
         Some(session) => arguments_misfit(session, &request.arguments),
     };
     let (Some(session), None) = (session, &refusal) else {
-        let existing = app
+        let existing = runs
             .store
             .command_by_key(&agent.token_id, &request.idempotency_key)
             .await?;
@@ -344,14 +375,14 @@ pub async fn queue_run(
         request.arguments,
         request.idempotency_key,
         request_hash.clone(),
-        app.clock.now(),
+        runs.clock.now(),
     );
     command.max_tokens = max_tokens;
-    let quota = app.config.queue_quota;
-    match app.store.insert_command(command, quota).await? {
+    let quota = runs.config.queue_quota;
+    match runs.store.insert_command(command, quota).await? {
         InsertOutcome::Created(created) => {
             tracing::info!(command_id = %created.id, agent = %agent.token_id, "run queued");
-            app.notifier
+            runs.notifier
                 .notify(&Topic::Project(created.project_id.clone()));
             Ok(ticket(&created, false))
         }
@@ -360,7 +391,7 @@ pub async fn queue_run(
             tracing::info!(agent = %agent.token_id, ?limit, "run refused: queue quota");
             Err(RunError::Quota(queue_quota_error(
                 limit,
-                app.config.poll_hint.as_secs(),
+                runs.config.poll_hint.as_secs(),
             )))
         }
     }
@@ -464,18 +495,18 @@ pub type OnChange<'a> =
 /// [`get_run`], waiting up to `wait` (at most [`MAX_GET_WAIT`]) for the run to finish: it
 /// answers as soon as the run is terminal, or with its current state when the wait ends.
 pub async fn get_run_waiting(
-    app: &AppState,
+    runs: &Runs,
     agent: &AgentIdentity,
     command_id: &str,
     wait: Duration,
 ) -> Result<RunView, RunError> {
-    get_run_watching(app, agent, command_id, wait, None).await
+    get_run_watching(runs, agent, command_id, wait, None).await
 }
 
 /// [`get_run_waiting`], telling `on_change` of every newer view while it waits (each wake-up
 /// of the run's topic: a status change, a desktop report).
 pub async fn get_run_watching(
-    app: &AppState,
+    runs: &Runs,
     agent: &AgentIdentity,
     command_id: &str,
     wait: Duration,
@@ -487,32 +518,32 @@ pub async fn get_run_watching(
             MAX_GET_WAIT.as_secs()
         )));
     }
-    let view = get_run(app, agent, command_id).await?;
+    let view = get_run(runs, agent, command_id).await?;
     if view.status.is_terminal() || wait.is_zero() {
         return Ok(view);
     }
     let deadline = tokio::time::Instant::now() + wait;
-    let mut changes = app.notifier.subscribe(&Topic::Run(view.command_id));
+    let mut changes = runs.notifier.subscribe(&Topic::Run(view.command_id));
     // Read again after subscribing: a change in between is then seen, not waited for.
-    let mut view = get_run(app, agent, command_id).await?;
-    let _held = app.held.hold(crate::metrics::HeldKind::RunWait);
-    let mut watch = app.revocations.watch(&app.store, &agent.token_id);
+    let mut view = get_run(runs, agent, command_id).await?;
+    let _held = runs.held.hold(HeldKind::RunWait);
+    let mut watch = runs.held.watch_token(&agent.token_id);
     let revoked = watch.changed();
     tokio::pin!(revoked);
     while !view.status.is_terminal() {
         tokio::select! {
             () = changes.changed() => {}
             () = tokio::time::sleep_until(deadline) => break,
-            () = app.shutdown.cancelled() => break,
+            () = runs.held.shutting_down() => break,
             () = &mut revoked => return Err(RunError::Revoked),
         }
-        view = get_run(app, agent, command_id).await?;
+        view = get_run(runs, agent, command_id).await?;
         if let Some(on_change) = on_change {
             on_change(&view).await;
         }
     }
     // A revocation that lands with the result still keeps the result from the revoked token.
-    if !crate::auth::still_valid(app, &agent.token_id).await? {
+    if !crate::auth::still_valid(runs.store.as_ref(), &agent.token_id).await? {
         return Err(RunError::Revoked);
     }
     Ok(view)
@@ -520,35 +551,35 @@ pub async fn get_run_watching(
 
 /// The run `command_id` if `agent` started it, after failing it if its desktop went silent.
 pub async fn get_run(
-    app: &AppState,
+    runs: &Runs,
     agent: &AgentIdentity,
     command_id: &str,
 ) -> Result<RunView, RunError> {
-    let command = own_command(app, agent, command_id).await?;
-    let command = fail_if_silent(app, command).await?;
-    let presence = app.store.presence(&command.project_id).await?;
+    let command = own_command(runs, agent, command_id).await?;
+    let command = fail_if_silent(runs, command).await?;
+    let presence = runs.store.presence(&command.project_id).await?;
     Ok(RunView::of(
         &command,
-        app.config.poll_hint,
+        runs.config.poll_hint,
         presence.as_ref(),
-        app.clock.now(),
+        runs.clock.now(),
     ))
 }
 
 /// Cancels the run `command_id` that `agent` started.
 pub async fn cancel_run(
-    app: &AppState,
+    runs: &Runs,
     agent: &AgentIdentity,
     command_id: &str,
 ) -> Result<CancelOutcome, RunError> {
-    let command = own_command(app, agent, command_id).await?;
-    cancel_command(app, command).await
+    let command = own_command(runs, agent, command_id).await?;
+    cancel_command(runs, command).await
 }
 
 /// Cancels `command` for whoever may: its agent (`cancel_graph_run`) or its project's owner.
-async fn cancel_command(app: &AppState, command: CommandRecord) -> Result<CancelOutcome, RunError> {
-    let command = fail_if_silent(app, command).await?;
-    let (command, decision) = apply(app, command, RunEvent::CancelRequested).await?;
+async fn cancel_command(runs: &Runs, command: CommandRecord) -> Result<CancelOutcome, RunError> {
+    let command = fail_if_silent(runs, command).await?;
+    let (command, decision) = apply(runs, command, RunEvent::CancelRequested).await?;
     let (already_finished, message) = match (decision, command.status) {
         (Decision::AlreadyFinished(status), _) => (
             true,
@@ -573,14 +604,14 @@ async fn cancel_command(app: &AppState, command: CommandRecord) -> Result<Cancel
 }
 
 async fn own_command(
-    app: &AppState,
+    runs: &Runs,
     agent: &AgentIdentity,
     command_id: &str,
 ) -> Result<CommandRecord, RunError> {
     // Malformed, unknown and foreign ids all get the same answer, so an id learned by
     // someone else confirms nothing.
     let id: CommandId = command_id.parse().map_err(|_| RunError::NotFound)?;
-    match app.store.command(id).await? {
+    match runs.store.command(id).await? {
         Some(command) if command.agent_id == agent.token_id => Ok(command),
         _ => Err(RunError::NotFound),
     }
@@ -594,26 +625,26 @@ pub fn silent_desktop_error(timeout: Duration) -> String {
     )
 }
 
-async fn fail_if_silent(app: &AppState, command: CommandRecord) -> Result<CommandRecord, RunError> {
-    let now = app.clock.now();
-    let cutoff = now.saturating_sub(app.config.silence_timeout);
+async fn fail_if_silent(runs: &Runs, command: CommandRecord) -> Result<CommandRecord, RunError> {
+    let now = runs.clock.now();
+    let cutoff = now.saturating_sub(runs.config.silence_timeout);
     let silent = command.status == RunStatus::Running
         && command.last_seen_at.is_none_or(|seen| seen < cutoff);
     if !silent {
         return Ok(command);
     }
-    let error = silent_desktop_error(app.config.silence_timeout);
-    let (command, _) = apply(app, command, RunEvent::DesktopSilent { error: &error }).await?;
+    let error = silent_desktop_error(runs.config.silence_timeout);
+    let (command, _) = apply(runs, command, RunEvent::DesktopSilent { error: &error }).await?;
     Ok(command)
 }
 
 /// Fails every running run whose desktop has been silent longer than the timeout.
-pub async fn fail_silent_runs(app: &AppState) -> Result<Vec<CommandId>, RunError> {
-    let now = app.clock.now();
-    let error = silent_desktop_error(app.config.silence_timeout);
-    let failed = app
+pub async fn fail_silent_runs(runs: &Runs) -> Result<Vec<CommandId>, RunError> {
+    let now = runs.clock.now();
+    let error = silent_desktop_error(runs.config.silence_timeout);
+    let failed = runs
         .store
-        .fail_silent_runs(now.saturating_sub(app.config.silence_timeout), now, &error)
+        .fail_silent_runs(now.saturating_sub(runs.config.silence_timeout), now, &error)
         .await?;
     for id in &failed {
         tracing::warn!(command_id = %id, "desktop went silent; run failed");
@@ -629,16 +660,16 @@ const MAX_WITHDRAWN_PER_SYNC: u64 = 100_000;
 /// desktop would refuse them anyway; this ends them at once, so the agent is not left waiting
 /// and a later re-share or re-enable never starts them. Returns the runs cancelled.
 pub async fn withdraw_unshared(
-    app: &AppState,
+    runs: &Runs,
     project_id: &str,
     shared: &[GraphSessionId],
 ) -> Result<Vec<CommandId>, RunError> {
-    let limit = app
+    let limit = runs
         .config
         .queue_quota
         .per_project
         .clamp(1, MAX_WITHDRAWN_PER_SYNC);
-    let queued = app
+    let queued = runs
         .store
         .queued_commands(project_id, usize::try_from(limit).unwrap_or(usize::MAX))
         .await?;
@@ -648,7 +679,7 @@ pub async fn withdraw_unshared(
             continue;
         }
         let id = command.id;
-        let (after, _) = apply(app, command, RunEvent::ConsentWithdrawn).await?;
+        let (after, _) = apply(runs, command, RunEvent::ConsentWithdrawn).await?;
         if after.status == RunStatus::Cancelled {
             tracing::info!(command_id = %id, project_id, "queued run cancelled: its session is no longer shared");
             withdrawn.push(id);
@@ -660,28 +691,28 @@ pub async fn withdraw_unshared(
 /// Applies `event` to `command`, re-deciding on fresh state when a concurrent write won.
 /// Returns the command as stored afterwards and the decision that held.
 async fn apply(
-    app: &AppState,
+    runs: &Runs,
     mut command: CommandRecord,
     event: RunEvent<'_>,
 ) -> Result<(CommandRecord, Decision), RunError> {
     for _ in 0..MAX_TRANSITION_ATTEMPTS {
-        let decision = transition(&command, event, app.clock.now());
+        let decision = transition(&command, event, runs.clock.now());
         let Decision::Write(next) = &decision else {
             return Ok((command, decision));
         };
-        if app.store.update_command(&command, next).await? {
-            app.notifier.notify(&Topic::Run(next.id));
+        if runs.store.update_command(&command, next).await? {
+            runs.notifier.notify(&Topic::Run(next.id));
             // A cancel flag on a running command wakes its desktop's long-polling sync.
             if next.cancel_requested
                 && !command.cancel_requested
                 && next.status == RunStatus::Running
             {
-                app.notifier
+                runs.notifier
                     .notify(&Topic::Project(next.project_id.clone()));
             }
             return Ok(((**next).clone(), decision));
         }
-        command = app
+        command = runs
             .store
             .command(command.id)
             .await?
@@ -729,5 +760,5 @@ pub fn canonical_json(value: &Value) -> String {
 
 /// SHA-256 of `text`, lowercase hex.
 pub fn sha256_hex(text: &str) -> String {
-    super::auth::hex(&Sha256::digest(text.as_bytes()))
+    crate::auth::hex(&Sha256::digest(text.as_bytes()))
 }

@@ -9,8 +9,8 @@ use std::ops::RangeInclusive;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::Runs;
 use super::{CancelOutcome, RunError, cancel_command, fail_if_silent};
-use crate::AppState;
 use crate::store::{CommandQuery, CommandRecord, TokenRecord};
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus};
@@ -99,10 +99,10 @@ pub struct RunPage {
 
 /// The names of the owner's agent tokens, by id.
 pub async fn connection_names(
-    app: &AppState,
+    runs: &Runs,
     owner_id: &str,
 ) -> Result<HashMap<String, String>, RunError> {
-    Ok(app
+    Ok(runs
         .store
         .tokens_of_owner(owner_id)
         .await?
@@ -142,12 +142,8 @@ fn summary(command: &CommandRecord, names: &HashMap<String, String>) -> OwnerRun
 }
 
 /// Whether `project_id` is one of the owner's projects.
-pub async fn owns_project(
-    app: &AppState,
-    owner_id: &str,
-    project_id: &str,
-) -> Result<bool, RunError> {
-    Ok(app
+pub async fn owns_project(runs: &Runs, owner_id: &str, project_id: &str) -> Result<bool, RunError> {
+    Ok(runs
         .store
         .project_of_owner(owner_id, project_id)
         .await?
@@ -168,12 +164,12 @@ fn parse_cursor(text: &str) -> Result<(Timestamp, CommandId), RunError> {
 
 /// A page of the runs of `project_id`, newest first; another owner's project is not found.
 pub async fn list_runs(
-    app: &AppState,
+    runs: &Runs,
     owner_id: &str,
     project_id: &str,
     filter: RunFilter,
 ) -> Result<RunPage, RunError> {
-    if !owns_project(app, owner_id, project_id).await? {
+    if !owns_project(runs, owner_id, project_id).await? {
         return Err(RunError::NotFound);
     }
     let limit = filter.limit.unwrap_or(DEFAULT_RUN_PAGE);
@@ -197,7 +193,7 @@ pub async fn list_runs(
         None => None,
     };
     // One more than the page tells whether another page follows.
-    let mut commands = app
+    let mut commands = runs
         .store
         .project_commands(CommandQuery {
             project_id: project_id.to_owned(),
@@ -209,7 +205,7 @@ pub async fn list_runs(
         .await?;
     let next = (commands.len() > limit).then(|| cursor(&commands[limit - 1]));
     commands.truncate(limit);
-    let names = connection_names(app, owner_id).await?;
+    let names = connection_names(runs, owner_id).await?;
     Ok(RunPage {
         runs: commands.iter().map(|c| summary(c, &names)).collect(),
         next,
@@ -218,13 +214,13 @@ pub async fn list_runs(
 
 /// The command `command_id` if it runs in one of the owner's projects.
 async fn owned_command(
-    app: &AppState,
+    runs: &Runs,
     owner_id: &str,
     command_id: &str,
 ) -> Result<CommandRecord, RunError> {
     let id: CommandId = command_id.parse().map_err(|_| RunError::NotFound)?;
-    let command = app.store.command(id).await?.ok_or(RunError::NotFound)?;
-    if owns_project(app, owner_id, &command.project_id).await? {
+    let command = runs.store.command(id).await?.ok_or(RunError::NotFound)?;
+    if owns_project(runs, owner_id, &command.project_id).await? {
         Ok(command)
     } else {
         Err(RunError::NotFound)
@@ -233,13 +229,13 @@ async fn owned_command(
 
 /// One run of the owner's, in full (failed first if its desktop went silent).
 pub async fn run_detail(
-    app: &AppState,
+    runs: &Runs,
     owner_id: &str,
     command_id: &str,
 ) -> Result<OwnerRunDetail, RunError> {
-    let command = owned_command(app, owner_id, command_id).await?;
-    let command = fail_if_silent(app, command).await?;
-    let names = connection_names(app, owner_id).await?;
+    let command = owned_command(runs, owner_id, command_id).await?;
+    let command = fail_if_silent(runs, command).await?;
+    let names = connection_names(runs, owner_id).await?;
     Ok(OwnerRunDetail {
         summary: summary(&command, &names),
         arguments: command.arguments.clone(),
@@ -251,10 +247,10 @@ pub async fn run_detail(
 /// Cancels a run of the owner's: a queued run never starts, a running one is stopped at its
 /// desktop's next control poll, a finished one stays as it is.
 pub async fn cancel_run(
-    app: &AppState,
+    runs: &Runs,
     owner_id: &str,
     command_id: &str,
 ) -> Result<CancelOutcome, RunError> {
-    let command = owned_command(app, owner_id, command_id).await?;
-    cancel_command(app, command).await
+    let command = owned_command(runs, owner_id, command_id).await?;
+    cancel_command(runs, command).await
 }

@@ -7,6 +7,7 @@
 pub mod auth;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod histogram;
 pub mod notify;
 pub mod postgres;
 pub mod sqlite;
@@ -18,7 +19,7 @@ use serde_json::{Map, Value};
 
 pub use relay_sqlite::Fault;
 
-use crate::chat_tasks::model::{HostKind, TaskId, TaskStatus};
+use crate::model::{HostKind, TaskId, TaskStatus};
 pub use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
 

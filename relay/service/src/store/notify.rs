@@ -77,6 +77,10 @@ impl Drop for Subscription {
     }
 }
 
+/// Upper bounds (seconds) of the wake-up lag buckets: a NOTIFY crossing replicas takes
+/// milliseconds; seconds mean the listener is behind.
+pub const LAG_BUCKETS: [f64; 10] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0];
+
 /// Publishes and subscribes to topics.
 pub trait Notifier: Send + Sync {
     /// Wakes every current subscriber of `topic`.
@@ -86,7 +90,7 @@ pub trait Notifier: Send + Sync {
     /// Topics that have subscribers in this process now (`/metrics`).
     fn topics(&self) -> usize;
     /// How late wake-ups from other replicas arrived (`/metrics`); `None` within one process.
-    fn lag(&self) -> Option<crate::metrics::Histogram> {
+    fn lag(&self) -> Option<super::histogram::Histogram> {
         None
     }
 }
@@ -144,7 +148,7 @@ impl LocalNotifier {
     }
 
     /// Subscribes to the topic named `name` (as [`Topic::name`] spells it, or a private name
-    /// space of the caller's own, like the token ids of [`crate::auth::Revocations`]).
+    /// space of the caller's own, like the token ids of [`crate::held::Held`]).
     pub fn subscribe_name(&self, name: String) -> Subscription {
         let mut topics = self.topics.lock();
         let entry = topics

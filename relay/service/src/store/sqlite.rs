@@ -21,7 +21,7 @@ use super::{
     AuthCodeRecord, AuthSweep, AuthSweepCounts, BrowserSessionRecord, IssuedTokens,
     OAuthClientRecord, OAuthTokenRecord, RedeemOutcome, RotateOutcome, SignInLinkRecord,
 };
-use crate::chat_tasks::model::TaskId;
+use crate::model::TaskId;
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
 use relay_sqlite::MigrateError;

@@ -9,8 +9,9 @@ use maud::html;
 
 use super::projects::CsrfForm;
 use super::{ConsoleResult, Signed, csrf_field, when};
-use crate::AppState;
-use crate::oauth::{BROWSER_SESSION_IDLE, base_url, signin};
+use crate::http::AppState;
+use crate::http::oauth::{base_url, signin};
+use crate::oauth::BROWSER_SESSION_IDLE;
 
 /// `GET /console/account`.
 pub async fn page(State(app): State<Arc<AppState>>, signed: Signed) -> ConsoleResult {

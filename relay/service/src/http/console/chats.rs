@@ -17,10 +17,10 @@ use super::{
     ConsoleResult, Signed, csrf_field, fragment as html_fragment, page as console_page, see_other,
     when,
 };
-use crate::AppState;
 use crate::chat_tasks::NO_EVENT_SUBSCRIPTION_HINT;
 use crate::chat_tasks::owner::{self, Acting, AssignRequest};
 use crate::chat_tasks::view::{ArtifactMeta, OwnerTaskList, OwnerTaskView};
+use crate::http::AppState;
 use crate::store::Store;
 
 /// What the link page says while the host is told of new tasks.
@@ -44,7 +44,7 @@ pub async fn create(
     signed.check_csrf(form.csrf.as_deref())?;
     let identity = signed.identity();
     let link = owner::create_link(
-        &app,
+        &app.tasks,
         Acting::Owner(&identity),
         form.project_id.as_deref().unwrap_or_default(),
         form.host.as_deref().unwrap_or_default(),
@@ -57,7 +57,7 @@ pub async fn create(
 /// The link page: its subscription, the assign form and its tasks.
 async fn page_of_link(app: &AppState, signed: &Signed, id: &str) -> ConsoleResult {
     let identity = signed.identity();
-    let list = owner::list_tasks(app, Acting::Owner(&identity), id).await?;
+    let list = owner::list_tasks(&app.tasks, Acting::Owner(&identity), id).await?;
     let refresh = app.config.console_refresh;
     let key = uuid::Uuid::new_v4().to_string();
     let body = html! {
@@ -173,7 +173,7 @@ pub async fn fragment(
     signed: Signed,
 ) -> ConsoleResult {
     let identity = signed.identity();
-    let list = owner::list_tasks(&app, Acting::Owner(&identity), &id).await?;
+    let list = owner::list_tasks(&app.tasks, Acting::Owner(&identity), &id).await?;
     Ok(html_fragment(
         tasks(app.store.as_ref(), &signed, &list).await?,
     ))
@@ -203,7 +203,7 @@ pub async fn assign(
         goal: &goal,
         idempotency_key: form.idempotency_key.as_deref().unwrap_or_default(),
     };
-    owner::assign_task(&app, Acting::Owner(&identity), request).await?;
+    owner::assign_task(&app.tasks, Acting::Owner(&identity), request).await?;
     Ok(see_other(&format!("/console/chats/{id}")))
 }
 
@@ -224,7 +224,7 @@ pub async fn subscription(
     signed.check_csrf(form.csrf.as_deref())?;
     let identity = signed.identity();
     let active = form.active.as_deref() == Some("true");
-    owner::set_event_subscription(&app, Acting::Owner(&identity), &id, active).await?;
+    owner::set_event_subscription(&app.tasks, Acting::Owner(&identity), &id, active).await?;
     Ok(see_other(&format!("/console/chats/{id}")))
 }
 
@@ -235,7 +235,7 @@ pub async fn task(
     signed: Signed,
 ) -> ConsoleResult {
     let identity = signed.identity();
-    let detail = owner::task_detail(&app, Acting::Owner(&identity), &id).await?;
+    let detail = owner::task_detail(&app.tasks, Acting::Owner(&identity), &id).await?;
     let t = &detail.task;
     let body = html! {
         p { a href={ "/console/chats/" (t.chat_link_id) } { "Back to the chat link" } }
@@ -254,8 +254,8 @@ pub async fn cancel(
 ) -> ConsoleResult {
     signed.check_csrf(form.csrf.as_deref())?;
     let identity = signed.identity();
-    let detail = owner::task_detail(&app, Acting::Owner(&identity), &id).await?;
-    owner::cancel_task(&app, Acting::Owner(&identity), &id).await?;
+    let detail = owner::task_detail(&app.tasks, Acting::Owner(&identity), &id).await?;
+    owner::cancel_task(&app.tasks, Acting::Owner(&identity), &id).await?;
     Ok(see_other(&format!(
         "/console/chats/{}",
         detail.task.chat_link_id
@@ -269,7 +269,7 @@ pub async fn artifact(
     signed: Signed,
 ) -> ConsoleResult {
     let identity = signed.identity();
-    let content = owner::artifact(&app, Acting::Owner(&identity), &id, &artifact_id).await?;
+    let content = owner::artifact(&app.tasks, Acting::Owner(&identity), &id, &artifact_id).await?;
     let mut response = content.content.into_response();
     let headers = response.headers_mut();
     let mime = HeaderValue::from_str(&content.meta.mime)

@@ -26,11 +26,11 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use maud::{DOCTYPE, Markup, html};
 
-use crate::AppState;
 use crate::auth::OwnerIdentity;
 use crate::chat_tasks::{OWNER_REFRESH_SECS, TaskError};
+use crate::http::AppState;
 use crate::http::answers::{self, Answer};
-use crate::oauth::{base_url, signin};
+use crate::http::oauth::{base_url, signin};
 use crate::runs::RunError;
 use crate::store::{BrowserSessionRecord, OwnerRecord, StoreError, Timestamp};
 
@@ -135,7 +135,7 @@ impl Signed {
 
     /// Refuses a form whose CSRF token is not this session's.
     pub fn check_csrf(&self, posted: Option<&str>) -> Result<(), Refusal> {
-        if posted.is_some_and(|posted| signin::same_secret(&self.session.csrf, posted)) {
+        if posted.is_some_and(|posted| crate::oauth::same_secret(&self.session.csrf, posted)) {
             Ok(())
         } else {
             Err(Refusal::new(signin::csrf_refused()))
@@ -286,7 +286,7 @@ fn shell(status: StatusCode, title: &str, signed: Option<&Signed>, body: Markup)
             }
         }
     };
-    crate::oauth::pages::html_response(status, markup, CONSOLE_POLICY)
+    crate::http::oauth::pages::html_response(status, markup, CONSOLE_POLICY)
 }
 
 /// The console's content security policy: only its own script, only its own origin.
@@ -300,7 +300,8 @@ pub const FRAGMENT_HEADER: &str = "x-console-fragment";
 
 /// A fragment of a page (a list the script swaps in), with the same headers.
 pub fn fragment(markup: Markup) -> Response {
-    let mut response = crate::oauth::pages::html_response(StatusCode::OK, markup, CONSOLE_POLICY);
+    let mut response =
+        crate::http::oauth::pages::html_response(StatusCode::OK, markup, CONSOLE_POLICY);
     response
         .headers_mut()
         .insert(FRAGMENT_HEADER, HeaderValue::from_static("1"));

@@ -10,8 +10,8 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::{ConsoleResult, Refusal, Signed, csrf_field, not_found, see_other, when};
-use crate::AppState;
 use crate::desktops::{self, DesktopView};
+use crate::http::AppState;
 use crate::oauth::connections::{self, Connection, Revoked};
 use crate::store::{ChatLinkRecord, ProjectRecord, SessionSnapshot, Timestamp};
 
@@ -36,7 +36,7 @@ pub async fn owned_projects(
 }
 
 async fn cards(app: &AppState, owner_id: &str) -> Result<Vec<ProjectCard>, Refusal> {
-    let desktops = desktops::list(app, owner_id).await?;
+    let desktops = desktops::list(app.store.as_ref(), owner_id, app.clock.now()).await?;
     let mut cards = Vec::new();
     for project in owned_projects(app, owner_id).await? {
         cards.push(ProjectCard {
@@ -46,7 +46,8 @@ async fn cards(app: &AppState, owner_id: &str) -> Result<Vec<ProjectCard>, Refus
                 .cloned()
                 .collect(),
             sessions: app.store.sessions(&project.id, MAX_SESSIONS_SHOWN).await?,
-            connections: connections::list(app, Some(owner_id), Some(&project.id)).await?,
+            connections: connections::list(app.store.as_ref(), Some(owner_id), Some(&project.id))
+                .await?,
             links: app.store.chat_links(&project.id).await?,
             project,
         });
@@ -57,7 +58,7 @@ async fn cards(app: &AppState, owner_id: &str) -> Result<Vec<ProjectCard>, Refus
 /// `GET /console`.
 pub async fn page(State(app): State<Arc<AppState>>, signed: Signed) -> ConsoleResult {
     let cards = cards(&app, &signed.owner.id).await?;
-    let uses = desktops::last_uses(&app, &signed.owner.id).await?;
+    let uses = desktops::last_uses(app.store.as_ref(), &signed.owner.id).await?;
     let body = html! {
         @if cards.is_empty() {
             p { "You have no projects yet. The operator makes one with "
@@ -181,7 +182,14 @@ pub async fn revoke(
     Form(form): Form<CsrfForm>,
 ) -> ConsoleResult {
     signed.check_csrf(form.csrf.as_deref())?;
-    match connections::revoke(&app, Some(&signed.owner.id), &id).await? {
+    match connections::revoke(
+        app.store.as_ref(),
+        Some(&signed.owner.id),
+        &id,
+        app.clock.now(),
+    )
+    .await?
+    {
         Revoked::NotFound => Ok(not_found()),
         Revoked::Now | Revoked::Already => Ok(see_other("/console")),
     }

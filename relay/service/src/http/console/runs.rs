@@ -12,7 +12,7 @@ use super::{
     ConsoleResult, Signed, csrf_field, fragment as html_fragment, page as console_page, see_other,
     when,
 };
-use crate::AppState;
+use crate::http::AppState;
 use crate::runs::owner::{self, OwnerRunSummary, RunFilter, RunPage};
 use crate::store::ProjectRecord;
 use relay_protocol::RunStatus;
@@ -74,14 +74,17 @@ pub async fn page(
     signed: Signed,
 ) -> ConsoleResult {
     let project = project(&app, &signed, &id).await?;
-    let runs = owner::list_runs(&app, &signed.owner.id, &project.id, query.filter()).await?;
-    let names = owner::connection_names(&app, &signed.owner.id).await?;
-    let mut agents: Vec<(String, String)> =
-        crate::oauth::connections::list(&app, Some(&signed.owner.id), Some(&project.id))
-            .await?
-            .into_iter()
-            .map(|c| (c.id, c.client_name))
-            .collect();
+    let runs = owner::list_runs(&app.runs, &signed.owner.id, &project.id, query.filter()).await?;
+    let names = owner::connection_names(&app.runs, &signed.owner.id).await?;
+    let mut agents: Vec<(String, String)> = crate::oauth::connections::list(
+        app.store.as_ref(),
+        Some(&signed.owner.id),
+        Some(&project.id),
+    )
+    .await?
+    .into_iter()
+    .map(|c| (c.id, c.client_name))
+    .collect();
     for token in app.store.tokens_of_owner(&signed.owner.id).await? {
         if token.project_id.as_deref() == Some(&project.id)
             && token.kind == crate::store::TokenKind::Agent
@@ -205,7 +208,7 @@ pub async fn fragment(
     signed: Signed,
 ) -> ConsoleResult {
     let project = project(&app, &signed, &id).await?;
-    let runs = owner::list_runs(&app, &signed.owner.id, &project.id, query.filter()).await?;
+    let runs = owner::list_runs(&app.runs, &signed.owner.id, &project.id, query.filter()).await?;
     Ok(html_fragment(list(&signed, &project, &query, &runs)))
 }
 
@@ -215,7 +218,7 @@ pub async fn detail(
     Path(id): Path<String>,
     signed: Signed,
 ) -> ConsoleResult {
-    let run = owner::run_detail(&app, &signed.owner.id, &id).await?;
+    let run = owner::run_detail(&app.runs, &signed.owner.id, &id).await?;
     let s = &run.summary;
     let result = run
         .result
@@ -251,9 +254,9 @@ pub async fn cancel(
     Form(form): Form<CancelForm>,
 ) -> ConsoleResult {
     signed.check_csrf(form.csrf.as_deref())?;
-    let outcome = owner::cancel_run(&app, &signed.owner.id, &id).await?;
+    let outcome = owner::cancel_run(&app.runs, &signed.owner.id, &id).await?;
     if form.back.as_deref() == Some("list") {
-        let run = owner::run_detail(&app, &signed.owner.id, &id).await?;
+        let run = owner::run_detail(&app.runs, &signed.owner.id, &id).await?;
         return Ok(see_other(&format!(
             "/console/projects/{}/runs",
             run.summary.project_id

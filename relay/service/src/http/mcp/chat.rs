@@ -11,10 +11,10 @@ use super::tools::{
     CLAIM_LINKED_CHAT_TASK, GET_LINKED_CHAT_TASK, LIST_LINKED_CHAT_TASKS,
     SUBMIT_LINKED_CHAT_RESULT, ToolSpec, UPLOAD_LINKED_CHAT_ARTIFACT,
 };
-use crate::AppState;
 use crate::auth::AgentIdentity;
 use crate::chat_tasks::TaskError;
 use crate::chat_tasks::agent::{self, SubmitRequest, UploadRequest};
+use crate::http::AppState;
 
 /// Whether `name` is one of the chat task tools.
 pub(super) fn is_chat_tool(name: &str) -> bool {
@@ -61,15 +61,17 @@ async fn call(
         LIST_LINKED_CHAT_TASKS => {
             let input: inputs::ListLinkedChatTasks =
                 decode(spec.name, arguments).map_err(invalid)?;
-            encode(&agent::list_tasks(app, agent, &input.chat_link_id).await?)
+            encode(&agent::list_tasks(&app.tasks, agent, &input.chat_link_id).await?)
         }
         GET_LINKED_CHAT_TASK => {
             let input: inputs::LinkedChatTask = decode(spec.name, arguments).map_err(invalid)?;
-            encode(&agent::get_task(app, agent, &input.chat_link_id, &input.task_id).await?)
+            encode(&agent::get_task(&app.tasks, agent, &input.chat_link_id, &input.task_id).await?)
         }
         CLAIM_LINKED_CHAT_TASK => {
             let input: inputs::LinkedChatTask = decode(spec.name, arguments).map_err(invalid)?;
-            encode(&agent::claim_task(app, agent, &input.chat_link_id, &input.task_id).await?)
+            encode(
+                &agent::claim_task(&app.tasks, agent, &input.chat_link_id, &input.task_id).await?,
+            )
         }
         SUBMIT_LINKED_CHAT_RESULT => {
             let input: inputs::SubmitLinkedChatResult =
@@ -81,7 +83,7 @@ async fn call(
                 status: &input.status,
                 result: &input.result,
             };
-            encode(&agent::submit_result(app, agent, request).await?)
+            encode(&agent::submit_result(&app.tasks, agent, request).await?)
         }
         UPLOAD_LINKED_CHAT_ARTIFACT => {
             let input: inputs::UploadLinkedChatArtifact =
@@ -95,7 +97,7 @@ async fn call(
                 mime: &input.mime,
                 content: &input.content,
             };
-            encode(&agent::upload_artifact(app, agent, request).await?)
+            encode(&agent::upload_artifact(&app.tasks, agent, request).await?)
         }
         other => Err(TaskError::Invalid(format!("unknown tool `{other}`"))),
     }

@@ -16,10 +16,10 @@ use serde_json::{Value, json};
 
 use super::legacy_sessions::SessionId;
 use super::tools;
-use crate::AppState;
 use crate::auth::AgentIdentity;
-use crate::edge::Agent;
-use crate::oauth;
+use crate::http::AppState;
+use crate::http::edge::Agent;
+use crate::http::oauth;
 
 /// Largest MCP request body accepted.
 pub const MAX_MCP_BODY_BYTES: usize = 1024 * 1024;
@@ -150,8 +150,8 @@ fn rate_limited(
     wait: std::time::Duration,
     call: Option<Option<Value>>,
 ) -> Response {
-    let error = crate::runs::QuotaError::from_rate(app.rate.limit(), wait);
-    let retry_after = error.retry_after_secs().to_string();
+    let error = crate::http::rate::RateLimited::new(app.rate.limit(), wait);
+    let retry_after = error.retry_after_secs.to_string();
     let mut response = match call {
         Some(id) => {
             let mut result = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);

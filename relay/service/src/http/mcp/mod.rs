@@ -35,15 +35,15 @@ use self::tools::{
     ToolSpec,
 };
 use super::AppState;
-use super::auth::{self, AgentIdentity};
 use super::oauth;
-use super::runs::{self, RunError, RunRequest};
-use super::sessions;
+use crate::auth::{self, AgentIdentity};
+use crate::runs::{self, RunError, RunRequest};
+use crate::sessions;
 
 pub use self::http::MAX_MCP_BODY_BYTES;
 
 /// Path of the MCP endpoint.
-pub use crate::MCP_PATH;
+pub use crate::http::MCP_PATH;
 
 const INSTRUCTIONS: &str = "Graphs run on the owner's desktop, not here. list_graph_sessions shows what the owner shares; \
 run_graph_session queues a run and returns a command_id at once; get_graph_run reads progress and the result \
@@ -75,7 +75,7 @@ pub fn routes(app: Arc<AppState>) -> Router {
         .with_max_request_body_bytes(MAX_MCP_BODY_BYTES)
         .with_cancellation_token(app.shutdown.child_token())
         // The router checks Host and Origin on every route against the public URL
-        // (`crate::origin`); rmcp's fixed host list would only break deployments behind a
+        // (`crate::http::origin`); rmcp's fixed host list would only break deployments behind a
         // public name.
         .disable_allowed_hosts();
     let service: StreamableHttpService<GraphTools, NeverSessionManager> =
@@ -248,7 +248,7 @@ impl ServerHandler for GraphTools {
         if let Some(refusal) = tasks::missing_scope(agent, auth::Scope::Read, "tasks/get") {
             return Err(refusal);
         }
-        let view = runs::get_run(&self.app, agent, &request.task_id)
+        let view = runs::get_run(&self.app.runs, agent, &request.task_id)
             .await
             .map_err(errors::run_rpc_error)?;
         // A task still working tells a client that asked for progress where it stands (tokens
@@ -276,7 +276,7 @@ impl ServerHandler for GraphTools {
             return Err(refusal);
         }
         // A finished run is left as it is and the answer is the same ack.
-        runs::cancel_run(&self.app, agent, &request.task_id)
+        runs::cancel_run(&self.app.runs, agent, &request.task_id)
             .await
             .map(|_| ())
             .map_err(errors::run_rpc_error)
@@ -290,7 +290,7 @@ impl ServerHandler for GraphTools {
         let agent = agent_of(&context)?;
         // An unknown or foreign id is -32602 like for the other methods; a run never asks
         // for input, so there is nothing to update on a known one either.
-        runs::get_run(&self.app, agent, &request.task_id)
+        runs::get_run(&self.app.runs, agent, &request.task_id)
             .await
             .map_err(errors::run_rpc_error)?;
         Err(ErrorData::invalid_params(
@@ -380,7 +380,7 @@ impl GraphTools {
                                 None => Box::pin(async {}),
                             }
                         };
-                    runs::get_run_watching(app, agent, &id, wait, Some(&on_change))
+                    runs::get_run_watching(&app.runs, agent, &id, wait, Some(&on_change))
                         .await
                         .map(|view| {
                             let text = run_text(&view);
@@ -390,7 +390,7 @@ impl GraphTools {
                 Err(message) => Err(invalid(message)),
             },
             CANCEL_GRAPH_RUN => match decode::<inputs::CancelGraphRun>(spec.name, arguments) {
-                Ok(input) => runs::cancel_run(app, agent, &input.command_id)
+                Ok(input) => runs::cancel_run(&app.runs, agent, &input.command_id)
                     .await
                     .map(|outcome| (to_value(&outcome), outcome.message.clone())),
                 Err(message) => Err(invalid(message)),
@@ -408,8 +408,13 @@ impl GraphTools {
         agent: &AgentIdentity,
         input: inputs::ListGraphSessions,
     ) -> Result<(Value, String), RunError> {
-        let list =
-            sessions::list_sessions(&self.app, agent, &input.project_id, input.limit).await?;
+        let list = sessions::list_sessions(
+            self.app.store.as_ref(),
+            agent,
+            &input.project_id,
+            input.limit,
+        )
+        .await?;
         let mut text = match list.sessions.len() {
             0 => "No graph sessions are shared with this project yet; the owner shares them from the desktop.".to_owned(),
             1 => "1 graph session is shared with this project.".to_owned(),
@@ -428,7 +433,7 @@ impl GraphTools {
         input: inputs::RunGraphSession,
     ) -> Result<(Value, String), RunError> {
         let request = run_request(input);
-        let ticket = runs::queue_run(&self.app, agent, request).await?;
+        let ticket = runs::queue_run(&self.app.runs, agent, request).await?;
         let text = if ticket.replayed {
             format!(
                 "This idempotency key already queued run {} (status {}); no second run was started. Check it with get_graph_run.",

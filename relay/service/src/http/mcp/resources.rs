@@ -2,7 +2,7 @@
 //! run (`relay://runs/{command_id}`). `resources/read` answers the same JSON as
 //! `list_linked_chat_tasks` and `get_graph_run`; a `subscriptions/listen` stream that names
 //! them gets `notifications/resources/updated` when they change, driven by
-//! [`crate::notify`] (the same wake-ups as the long polls, carried across replicas on
+//! [`crate::store::notify`] (the same wake-ups as the long polls, carried across replicas on
 //! PostgreSQL), never by polling the store. A stream from a client that declared the tasks
 //! extension also gets `notifications/tasks` for the runs it names.
 
@@ -18,11 +18,11 @@ use rmcp::model::{
 use rmcp::service::SubscriptionContext;
 use serde_json::json;
 
-use crate::AppState;
 use crate::auth::AgentIdentity;
 use crate::chat_tasks::agent as chat_agent;
-use crate::notify::{Subscription, Topic};
+use crate::http::AppState;
 use crate::runs;
+use crate::store::notify::{Subscription, Topic};
 
 use super::errors;
 
@@ -134,13 +134,13 @@ pub async fn read(
 ) -> Result<ReadResourceResult, ErrorData> {
     let resource = ResourceUri::parse(uri).ok_or_else(|| not_found(uri))?;
     let body = match &resource {
-        ResourceUri::Inbox(id) => match chat_agent::list_tasks(app, agent, id).await {
+        ResourceUri::Inbox(id) => match chat_agent::list_tasks(&app.tasks, agent, id).await {
             Ok(inbox) => serde_json::to_string(&inbox).map_err(internal)?,
             Err(error) => {
                 return Err(errors::task_resource_error(error).unwrap_or_else(|| not_found(uri)));
             }
         },
-        ResourceUri::Run(id) => match runs::get_run(app, agent, id).await {
+        ResourceUri::Run(id) => match runs::get_run(&app.runs, agent, id).await {
             Ok(view) => serde_json::to_string(&view).map_err(internal)?,
             Err(error) => {
                 return Err(errors::run_resource_error(error).unwrap_or_else(|| not_found(uri)));
@@ -162,11 +162,11 @@ async fn topic(
     resource: &ResourceUri,
 ) -> Result<Option<Topic>, ErrorData> {
     match resource {
-        ResourceUri::Inbox(id) => match chat_agent::list_tasks(app, agent, id).await {
+        ResourceUri::Inbox(id) => match chat_agent::list_tasks(&app.tasks, agent, id).await {
             Ok(_) => Ok(Some(Topic::ChatLink(id.clone()))),
             Err(error) => errors::task_resource_error(error).map_or(Ok(None), Err),
         },
-        ResourceUri::Run(id) => match runs::get_run(app, agent, id).await {
+        ResourceUri::Run(id) => match runs::get_run(&app.runs, agent, id).await {
             Ok(view) => Ok(Some(Topic::Run(view.command_id))),
             Err(error) => errors::run_resource_error(error).map_or(Ok(None), Err),
         },
@@ -265,7 +265,7 @@ async fn send_task_status(
     context: &SubscriptionContext,
     command_id: &str,
 ) {
-    let Ok(view) = runs::get_run(app, agent, command_id).await else {
+    let Ok(view) = runs::get_run(&app.runs, agent, command_id).await else {
         return;
     };
     let task = super::tasks::detailed(app, &view, super::run_result(&view));

@@ -17,8 +17,8 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, DetailedTask, JsonObject, Task, TaskPayload, TaskStatus};
 use serde_json::Value;
 
-use crate::AppState;
 use crate::auth::{AgentIdentity, Scope};
+use crate::http::AppState;
 use crate::runs::{self, RunError, RunRequest, RunView};
 use relay_protocol::RunStatus;
 
@@ -50,8 +50,8 @@ pub(super) async fn create(
     agent: &AgentIdentity,
     request: RunRequest,
 ) -> Result<Task, RunError> {
-    let ticket = runs::queue_run(app, agent, request).await?;
-    let view = runs::get_run(app, agent, &ticket.command_id.to_string()).await?;
+    let ticket = runs::queue_run(&app.runs, agent, request).await?;
+    let view = runs::get_run(&app.runs, agent, &ticket.command_id.to_string()).await?;
     Ok(task_of(app, &view))
 }
 

@@ -14,12 +14,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use url::Url;
 
-use super::clients::{self, Client, ClientError};
 use super::pages::{self, ConsentView};
-use super::signin::{self, csrf_refused, random_hex, same_secret, sign_in_page, unavailable};
+use super::signin::{self, csrf_refused, random_hex, sign_in_page, unavailable};
 use super::{AUTHORIZE_PATH, CODE_TTL, base_url, resource_url};
-use crate::AppState;
 use crate::auth::{Scope, hash_token};
+use crate::http::AppState;
+use crate::oauth::clients::{self, Client, ClientError};
+use crate::oauth::same_secret;
 use crate::store::{AuthCodeRecord, BrowserSessionRecord, OwnerRecord, StoreError};
 
 /// Longest authorization request query accepted.
@@ -121,10 +122,10 @@ async fn client_and_redirect(app: &AppState, params: &Params) -> Result<(Client,
             "The request names no client_id. Start the connection again from the chat app.",
         )
     })?;
-    let client = match clients::client(app, client_id).await {
+    let client = match clients::client(&app.clients, client_id).await {
         Ok(client) => client,
-        Err(ClientError::Unknown(message)) => return Err(page_refusal(&message)),
         Err(ClientError::Store(error)) => return Err(Refusal::Page(Box::new(unavailable(&error)))),
+        Err(refused) => return Err(page_refusal(&refused.to_string())),
     };
     let redirect_uri = match param(params, "redirect_uri") {
         Some(uri) => uri.to_owned(),

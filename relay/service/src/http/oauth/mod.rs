@@ -1,21 +1,17 @@
-//! The service's own OAuth 2.1 authorization server, in MCP's profile: metadata (RFC 8414,
-//! RFC 9728), dynamic registration (RFC 7591) and client ID metadata documents, the owner's
-//! sign-in and consent pages, PKCE-bound single-use codes, rotating refresh tokens, revocation
-//! (RFC 7009), and the `WWW-Authenticate` challenges that point hosts at all of it.
-//!
-//! A grant is a connected agent on one project (see [`crate::store::auth`]); everything that is
-//! per agent holds for it, and operator-minted agent tokens keep working beside it.
+//! The service's own OAuth 2.1 authorization server over HTTP, in MCP's profile: metadata
+//! (RFC 8414, RFC 9728), dynamic registration (RFC 7591), the owner's sign-in and consent
+//! pages, PKCE-bound single-use codes, rotating refresh tokens, revocation (RFC 7009), and the
+//! `WWW-Authenticate` challenges that point hosts at all of it. What it keeps and decides about
+//! clients and grants is the domain's [`crate::oauth`].
 
 pub mod authorize;
+pub mod client_auth;
 pub mod pages;
+pub mod register;
 pub mod signin;
 pub mod token;
 
-// The domain's OAuth rooms, by their paths from before the move (`super::clients`).
-pub use crate::oauth::{cimd, clients, connections, password};
-
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -24,9 +20,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
-use super::AppState;
-use super::MCP_PATH;
-use super::auth::{AuthError, Scope};
+use super::rate::RateLimiter;
+use super::{AppState, MCP_PATH};
+use crate::auth::{AuthError, Scope};
+// The lifetimes the endpoints grant, by the domain's word.
+use crate::oauth::clients::AUTH_METHODS;
+use crate::oauth::{BROWSER_SESSION_IDLE, CODE_TTL, REFRESH_TOKEN_TTL};
 
 /// The RFC 9728 well-known path; the resource's path (`/mcp`) may follow it.
 pub const PROTECTED_RESOURCE_PATH: &str = "/.well-known/oauth-protected-resource";
@@ -45,34 +44,29 @@ pub const SIGN_IN_PATH: &str = "/oauth/sign-in";
 /// A one-time sign-in link opens here.
 pub const SIGN_IN_LINK_PATH: &str = "/oauth/sign-in/link";
 
-/// How long an access token works unless `relay serve --access-token-ttl` says otherwise.
-pub const DEFAULT_ACCESS_TOKEN_TTL: Duration = Duration::from_secs(3600);
-/// How long a refresh token works (it rotates on every use).
-pub const REFRESH_TOKEN_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
-/// How long an authorization code works.
-pub const CODE_TTL: Duration = Duration::from_secs(60);
-/// How long a signed-in browser stays signed in without a request.
-pub const BROWSER_SESSION_IDLE: Duration = Duration::from_secs(12 * 3600);
-/// How long a registration that was never used lives.
-pub const UNUSED_CLIENT_TTL: Duration = Duration::from_secs(24 * 3600);
+/// The URL that opens the one-time sign-in link with `secret` (`relay admin owner
+/// sign-in-link`), on the service at `base`.
+pub fn sign_in_link_url(base: &str, secret: &str) -> String {
+    format!(
+        "{}{SIGN_IN_LINK_PATH}?link={secret}",
+        base.trim_end_matches('/')
+    )
+}
 
-/// What the authorization server keeps in memory: the sign-in throttle, the cache of client ID
-/// metadata documents, and the per-address registration rate.
+/// What the authorization server's endpoints keep in memory: the sign-in throttle and the
+/// per-address registration rate.
 pub struct OAuthState {
     /// Failed sign-ins per account and per client address.
     pub throttle: signin::Throttle,
-    /// Fetched client ID metadata documents.
-    pub documents: cimd::DocumentCache,
     /// Registrations per client address.
-    pub registrations: crate::rate::RateLimiter,
+    pub registrations: RateLimiter,
 }
 
 impl Default for OAuthState {
     fn default() -> Self {
         OAuthState {
             throttle: signin::Throttle::default(),
-            documents: cimd::DocumentCache::default(),
-            registrations: crate::rate::RateLimiter::new(Some(clients::REGISTRATION_RATE)),
+            registrations: RateLimiter::new(Some(register::REGISTRATION_RATE)),
         }
     }
 }
@@ -98,24 +92,10 @@ pub fn routes(app: Arc<AppState>) -> Router {
             SIGN_IN_LINK_PATH,
             get(signin::link_page).post(signin::use_link),
         )
-        .route(REGISTER_PATH, post(clients::register))
+        .route(REGISTER_PATH, post(register::register))
         .route(TOKEN_PATH, post(token::token))
         .route(REVOKE_PATH, post(token::revoke))
         .with_state(app)
-}
-
-/// Removes lapsed browser sessions, links, unused registrations, expired codes and tokens.
-pub async fn sweep(
-    app: &AppState,
-) -> Result<crate::store::AuthSweepCounts, crate::store::StoreError> {
-    let now = app.clock.now();
-    app.store
-        .sweep_auth(crate::store::AuthSweep {
-            now,
-            idle_before: now.saturating_sub(BROWSER_SESSION_IDLE),
-            unused_clients_before: now.saturating_sub(UNUSED_CLIENT_TTL),
-        })
-        .await
 }
 
 /// The MCP resource this server issues tokens for: `<public-url>/mcp`.
@@ -178,8 +158,8 @@ pub async fn authorization_server_metadata(
         "response_modes_supported": ["query"],
         "grant_types_supported": ["authorization_code", "refresh_token"],
         "code_challenge_methods_supported": ["S256"],
-        "token_endpoint_auth_methods_supported": clients::AUTH_METHODS,
-        "revocation_endpoint_auth_methods_supported": clients::AUTH_METHODS,
+        "token_endpoint_auth_methods_supported": AUTH_METHODS,
+        "revocation_endpoint_auth_methods_supported": AUTH_METHODS,
         "scopes_supported": Scope::ALL.map(Scope::as_str),
         "client_id_metadata_document_supported": true,
         "authorization_response_iss_parameter_supported": true,

@@ -18,10 +18,11 @@ use relay_protocol::clock::Timestamp;
 use serde::Deserialize;
 
 use super::pages::{self, SignInView};
-use super::{BROWSER_SESSION_IDLE, SIGN_IN_LINK_PATH, SIGN_IN_PATH, base_url, password};
-use crate::AppState;
+use super::{BROWSER_SESSION_IDLE, SIGN_IN_LINK_PATH, SIGN_IN_PATH, base_url};
 use crate::auth::{hash_token, hex};
+use crate::http::AppState;
 use crate::http::answers;
+use crate::oauth::{password, same_secret};
 use crate::store::{BrowserSessionRecord, OwnerRecord, StoreError};
 
 /// Failed attempts allowed before the throttle starts.
@@ -78,15 +79,6 @@ pub fn random_hex(bytes: usize) -> Result<String, StoreError> {
     let mut secret = vec![0u8; bytes];
     getrandom::fill(&mut secret).map_err(StoreError::Randomness)?;
     Ok(hex(&secret))
-}
-
-/// Whether two secrets are equal, in time independent of where they differ.
-pub fn same_secret(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
 }
 
 /// The signed-in owner of this browser, if any; the session counts as used now.
@@ -227,7 +219,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Peer {
 
 /// The address a request came from (the proxy's view with `--trust-proxy`).
 pub fn client_ip(app: &AppState, headers: &HeaderMap, peer: Option<SocketAddr>) -> Option<IpAddr> {
-    crate::origin::client_address(&app.config, headers, peer)
+    crate::http::origin::client_address(&app.config, headers, peer)
 }
 
 /// `POST /oauth/sign-in`.

@@ -16,12 +16,13 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::authorize::same_resource;
-use super::clients::{self, Client};
+use super::client_auth::presented;
 use super::signin::random_hex;
 use super::{REFRESH_TOKEN_TTL, base_url, resource_url};
-use crate::AppState;
 use crate::auth::{Scope, hash_token};
+use crate::http::AppState;
 use crate::http::answers;
+use crate::oauth::clients::{self, Client, ClientAuthError, ClientError};
 use crate::store::auth::grant_token_hash;
 use crate::store::{
     AuthCodeRecord, IssuedTokens, OAuthTokenKind, OAuthTokenRecord, RedeemOutcome, RotateOutcome,
@@ -150,7 +151,7 @@ fn verifier_matches(verifier: &str, challenge: &str) -> bool {
         && verifier
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
-        && super::signin::same_secret(&s256(verifier), challenge)
+        && crate::oauth::same_secret(&s256(verifier), challenge)
 }
 
 async fn authenticated_client(
@@ -159,10 +160,14 @@ async fn authenticated_client(
     form: &Map<String, Value>,
 ) -> Result<Client, TokenError> {
     let presented =
-        clients::presented(headers, form).map_err(|e| TokenError::new("invalid_client", e))?;
-    clients::authenticate(app, &presented)
+        presented(headers, form).map_err(|e| TokenError::new("invalid_client", e.to_string()))?;
+    clients::authenticate(&app.clients, &presented)
         .await
-        .map_err(|e| TokenError::new("invalid_client", e))
+        .map_err(|error| match error {
+            // The store failing is not the client's fault: answered as unavailable.
+            ClientAuthError::Client(ClientError::Store(error)) => TokenError::from(error),
+            other => TokenError::new("invalid_client", other.to_string()),
+        })
 }
 
 /// `POST /oauth/token`.

@@ -17,7 +17,7 @@ use super::{
     Store, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use crate::chat_tasks::machine::{TaskDecision, TaskEvent, transition};
-use crate::chat_tasks::model::{HostKind, TaskId, TaskStatus};
+use crate::model::{HostKind, TaskId, TaskStatus};
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
 

@@ -7,7 +7,7 @@ use tokio_postgres::Row;
 
 use super::core::{at, at_opt, corrupt, get, in_row, ms};
 use super::{PostgresStore, backend};
-use crate::chat_tasks::model::TaskId;
+use crate::model::TaskId;
 use crate::store::{
     ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, ClaimResult, StoreError,
     SweepCounts, TaskInsertOutcome, TaskRecord,

@@ -6,7 +6,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{FromSql, ToSql};
 
 use super::{PostgresStore, backend, prepared};
-use crate::chat_tasks::model::TaskId;
+use crate::model::TaskId;
 use crate::store::{
     ArtifactInsertOutcome, ArtifactRecord, AuthCodeRecord, AuthSweep, AuthSweepCounts, BoxError,
     BrowserSessionRecord, ChatLinkRecord, ClaimAttempt, ClaimResult, CommandQuery, CommandRecord,

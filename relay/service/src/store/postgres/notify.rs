@@ -22,9 +22,9 @@ use super::backend;
 use super::tls::{self, MakeRustls};
 use relay_protocol::clock::{Clock, SystemClock, Timestamp};
 
-use crate::metrics::{Histogram, LAG_BUCKETS, SharedHistogram};
-use crate::notify::{LocalNotifier, Notifier, Subscription, Topic};
 use crate::store::StoreError;
+use crate::store::histogram::{Histogram, SharedHistogram};
+use crate::store::notify::{LAG_BUCKETS, LocalNotifier, Notifier, Subscription, Topic};
 
 /// Notifications waiting to be sent at most; past it they are dropped (a waiter's deadline
 /// still ends its wait).

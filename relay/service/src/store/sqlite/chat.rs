@@ -7,7 +7,7 @@
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use super::{SqliteStore, backend, corrupt, in_row, ms, ts};
-use crate::chat_tasks::model::TaskId;
+use crate::model::TaskId;
 use crate::store::{
     ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, StoreError, StoreFuture,
     SweepCounts, TaskInsertOutcome, TaskRecord,
