@@ -52,7 +52,7 @@ impl From<RunError> for DesktopError {
         match error {
             RunError::NotFound => DesktopError::NotFound(command_not_found()),
             RunError::Invalid(message) => DesktopError::BadRequest(message),
-            // Answered as the run functions answer them (`http::answers::run_answer`).
+            // The edge answers these as it answers the run functions' own refusals.
             error @ (RunError::IdempotencyConflict
             | RunError::Contended
             | RunError::Quota(_)
