@@ -334,7 +334,12 @@ impl StoreError {
     }
 
     /// Logs the failure for the operator, at ERROR, with the cause and what to do about it.
+    /// A value the caller sent that cannot be stored is the caller's matter: logged at INFO.
     pub fn log(&self, context: &str) {
+        if let StoreError::Invalid(_) = self {
+            tracing::info!(error = %self, "{context}: refused a value it cannot store");
+            return;
+        }
         match self.fault() {
             Some(fault) => tracing::error!(
                 error = %self,
