@@ -9,6 +9,7 @@
 pub mod cimd;
 pub mod clients;
 pub mod connections;
+pub mod metadata;
 pub mod password;
 
 use std::time::Duration;

@@ -113,10 +113,10 @@ pub async fn heard_from(
 pub struct DesktopStatus {
     /// Heard from within the last two poll intervals (40 s).
     pub online: bool,
-    /// When it was last heard from; `null` if never.
+    /// When it was last heard from; null if never.
     #[schemars(with = "Option<String>")]
     pub last_seen_at: Option<Timestamp>,
-    /// Why it starts no run now, e.g. `disk full: ...`; `null` when nothing keeps it.
+    /// Why it starts no run now, like "disk full: 1 GiB free"; null when nothing keeps it.
     pub problem: Option<String>,
 }
 

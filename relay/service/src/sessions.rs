@@ -34,8 +34,7 @@ pub struct SessionList {
     pub last_sync_at: Option<Timestamp>,
 }
 
-/// The shape of one listed session (a [`SessionMeta`] as it serializes), for the tool's
-/// `outputSchema`.
+/// One shared session as the desktop's last sync described it.
 #[derive(Serialize, schemars::JsonSchema)]
 #[allow(dead_code)] // Only its schema is used.
 struct SessionEntry {
@@ -51,7 +50,7 @@ struct SessionEntry {
     version: String,
     /// The session's status on the desktop.
     status: String,
-    /// The JSON Schema (draft 2020-12) that run_graph_session's `arguments` must fit, when
+    /// The JSON Schema (draft 2020-12) that the arguments of run_graph_session must fit, when
     /// the graph declares one.
     #[serde(skip_serializing_if = "Option::is_none")]
     args_schema: Option<serde_json::Map<String, serde_json::Value>>,

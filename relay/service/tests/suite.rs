@@ -48,3 +48,5 @@ mod task_expiry;
 mod task_limits;
 mod tenant_isolation;
 mod tool_arguments;
+mod tool_descriptions;
+mod tool_registry;

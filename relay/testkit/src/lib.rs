@@ -355,9 +355,9 @@ pub async fn call(client: &McpClient, tool: &str, arguments: Value) -> CallToolR
 
 /// A successful answer's `structuredContent` fits the tool's `outputSchema`.
 pub fn check_output(tool: &str, result: &CallToolResult) {
-    let schema = relay_service::http::mcp::tools::spec(tool)
-        .map(relay_service::http::mcp::tools::definition)
-        .and_then(|definition| definition.output_schema);
+    let schema = relay_service::http::mcp::standard_tools()
+        .definition(tool)
+        .and_then(|definition| definition.output_schema.clone());
     let (Some(schema), Some(structured)) = (schema, &result.structured_content) else {
         return;
     };

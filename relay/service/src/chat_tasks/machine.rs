@@ -287,6 +287,48 @@ mod tests {
         assert_eq!(lapsed.claim_id.as_deref(), Some("claim-2"));
     }
 
+    /// The store's conformance suite states the sweep's moves without this machine (the store
+    /// floor imports nothing of the domain but its vocabulary); here the machine is held to it.
+    #[cfg(feature = "conformance")]
+    #[test]
+    fn the_sweep_rules_of_the_store_suite_are_the_machines() {
+        let by_machine = |task: &TaskRecord, now| {
+            [TaskEvent::Expire, TaskEvent::LeaseLapsed]
+                .into_iter()
+                .fold(task.clone(), |task, event| {
+                    match transition(&task, event, now) {
+                        TaskDecision::Write(next) => *next,
+                        _ => task,
+                    }
+                })
+        };
+        let expired_claim = {
+            let mut task = task(TaskStatus::Claimed);
+            task.lease_until = Some(T0.saturating_add(DAY * 2));
+            task
+        };
+        let unleased = {
+            let mut task = task(TaskStatus::Claimed);
+            task.lease_until = None;
+            task
+        };
+        let mut tasks: Vec<TaskRecord> = TaskStatus::ALL.into_iter().map(task).collect();
+        tasks.extend([expired_claim, unleased]);
+        for task in tasks.iter_mut().filter(|t| t.status != TaskStatus::Queued) {
+            task.claimed_at = Some(T0);
+        }
+        for task in &tasks {
+            for now in [at(1), at(60), at(61), T0.saturating_add(DAY), at(0)] {
+                assert_eq!(
+                    crate::store::conformance::swept(task, now),
+                    by_machine(task, now),
+                    "{} at {now}",
+                    task.status
+                );
+            }
+        }
+    }
+
     #[test]
     fn another_link_learns_nothing() {
         for status in TaskStatus::ALL {

@@ -13,16 +13,29 @@ fn is_false(value: &bool) -> bool {
     !*value
 }
 
+/// A task status in a tool's output schema: one of the statuses' wire words.
+fn task_status_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let words: Vec<String> = TaskStatus::ALL.iter().map(ToString::to_string).collect();
+    schemars::json_schema!({"type": "string", "enum": words})
+}
+
+/// An open task's status in a tool's output schema: queued or claimed.
+fn open_status_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let words = [TaskStatus::Queued, TaskStatus::Claimed].map(|s| s.to_string());
+    schemars::json_schema!({"type": "string", "enum": words})
+}
+
 /// One open task in the chat's inbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct InboxItem {
     /// The task.
     #[schemars(with = "String")]
     pub task_id: TaskId,
-    /// `queued` or `claimed`.
-    #[schemars(with = "String")]
+    /// Its status: queued or claimed.
+    #[schemars(schema_with = "open_status_schema")]
     pub status: TaskStatus,
-    /// The goal, cut to [`GOAL_PREVIEW_BYTES`] of JSON text (ending in `…` when cut).
+    /// The start of the goal, ending in an ellipsis when cut (the whole goal comes with the
+    /// claim).
     pub goal: String,
 }
 
@@ -40,7 +53,7 @@ impl InboxItem {
 /// `list_linked_chat_tasks`: the link's open tasks, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Inbox {
-    /// Open tasks, at most `INBOX_LIMIT`.
+    /// Open tasks, oldest first, as many as one answer lists.
     pub tasks: Vec<InboxItem>,
     /// Present (true) when more open tasks wait than were listed.
     #[serde(skip_serializing_if = "is_false")]
@@ -54,7 +67,7 @@ pub struct TaskView {
     #[schemars(with = "String")]
     pub task_id: TaskId,
     /// Its status.
-    #[schemars(with = "String")]
+    #[schemars(schema_with = "task_status_schema")]
     pub status: TaskStatus,
     /// The whole goal.
     pub goal: String,
@@ -101,7 +114,7 @@ pub struct ClaimView {
     pub task_id: TaskId,
     /// The fencing token: submit and upload must carry it.
     pub claim_id: String,
-    /// When the claim lapses unless the result is submitted; `null` without a lease.
+    /// When the claim lapses unless the result is submitted; null without a lease.
     #[schemars(with = "Option<String>")]
     pub lease_until: Option<Timestamp>,
     /// True when this link already held the claim and got it back.

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -196,13 +196,15 @@ impl IntoResponse for AgentRejection {
     }
 }
 
-impl FromRequestParts<Arc<AppState>> for Agent {
+impl<S> FromRequestParts<S> for Agent
+where
+    Arc<AppState>: FromRef<S>,
+    S: Send + Sync,
+{
     type Rejection = AgentRejection;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        app: &Arc<AppState>,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let app = &Arc::<AppState>::from_ref(state);
         let token = bearer_token(parts.headers.get(header::AUTHORIZATION));
         match authenticate(&app.tokens, token)
             .await

@@ -252,8 +252,13 @@ impl AppState {
 /// probes beside them; all of it counted ([`metrics`]) and traced with a request id
 /// ([`request_log`]).
 pub fn router(app: Arc<AppState>) -> Router {
+    router_with_tools(app, mcp::standard_tools())
+}
+
+/// [`router`] with `tools` as its MCP tools (a test adds one of its own).
+pub fn router_with_tools(app: Arc<AppState>, tools: mcp::tools::Registry) -> Router {
     let routes = Router::new()
-        .merge(mcp::routes(app.clone()))
+        .merge(mcp::routes(app.clone(), tools))
         .merge(desktop_api::routes(app.clone()))
         .merge(owner_api::routes(app.clone()))
         .merge(oauth::routes(app.clone()))

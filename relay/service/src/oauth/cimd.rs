@@ -12,9 +12,7 @@ use relay_protocol::clock::Timestamp;
 use serde_json::Value;
 use url::Url;
 
-use super::clients::{
-    Client, ClientError, Clients, RedirectUriError, check_redirect_uri, client_name,
-};
+use super::metadata::{Client, RedirectUriError, check_redirect_uri, client_name};
 
 /// How long a fetch may take, connection included.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -159,23 +157,20 @@ pub enum DocumentError {
     AuthMethod(String),
 }
 
-/// The client the document at `url` describes, from the cache or fetched now.
-pub async fn client(clients: &Clients, url: &str) -> Result<Client, ClientError> {
-    let now = clients.clock.now();
-    if let Some(client) = clients.documents().get(url, now) {
+/// The client the document at `url` describes, from `documents` or fetched at `now` (and kept
+/// there as long as it may be); `dev` lets it live on internal addresses.
+pub async fn client(
+    documents: &DocumentCache,
+    now: Timestamp,
+    dev: bool,
+    url: &str,
+) -> Result<Client, DocumentError> {
+    if let Some(client) = documents.get(url, now) {
         return Ok(client);
     }
-    let (client, freshness) =
-        fetch(url, clients.dev)
-            .await
-            .map_err(|source| ClientError::Document {
-                url: url.to_owned(),
-                source,
-            })?;
+    let (client, freshness) = fetch(url, dev).await?;
     if !freshness.is_zero() {
-        clients
-            .documents()
-            .put(url, client.clone(), now.saturating_add(freshness), now);
+        documents.put(url, client.clone(), now.saturating_add(freshness), now);
     }
     Ok(client)
 }

@@ -156,14 +156,20 @@ pub struct RunRequest {
     pub max_tokens: Option<i64>,
 }
 
+/// A run status in a tool's output schema: a string, one of the statuses' wire words.
+pub fn run_status_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let words: Vec<&str> = RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+    schemars::json_schema!({"type": "string", "enum": words})
+}
+
 /// The answer to queueing a run.
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Ticket {
-    /// The run's id; pass it to `get_graph_run` and `cancel_graph_run`.
+    /// The run's id; pass it to get_graph_run and cancel_graph_run.
     #[schemars(with = "String")]
     pub command_id: CommandId,
-    /// The run's status (`queued` unless this is a replay of an older request).
-    #[schemars(with = "String")]
+    /// The run's status: queued, unless this is a replay of an older request.
+    #[schemars(schema_with = "run_status_schema")]
     pub status: RunStatus,
     /// True when the idempotency key returned an existing run.
     pub replayed: bool,
@@ -181,7 +187,7 @@ pub struct RunView {
     #[schemars(with = "String")]
     pub graph_session_id: GraphSessionId,
     /// Its status.
-    #[schemars(with = "String")]
+    #[schemars(schema_with = "run_status_schema")]
     pub status: RunStatus,
     /// Whether a cancel was requested.
     pub cancel_requested: bool,
@@ -194,12 +200,12 @@ pub struct RunView {
     /// When it ended: on the desktop, for a run the desktop finished.
     #[schemars(with = "Option<String>")]
     pub finished_at: Option<Timestamp>,
-    /// When the service received the desktop's result (later than `finished_at` after an
-    /// outage); `null` until then, and for runs the service ended itself.
+    /// When the service received the desktop's result (later than finished_at after an
+    /// outage); null until then, and for runs the service ended itself.
     #[schemars(with = "Option<String>")]
     pub delivered_at: Option<Timestamp>,
-    /// Why the run waits, while it does: `owner approval of fs.write` while the desktop's owner
-    /// is asked, `desktop: disk full` while the desktop starts no run.
+    /// Why the run waits, while it does: "owner approval of fs.write" while the desktop's
+    /// owner is asked, "desktop: disk full" while the desktop starts no run.
     pub waiting_for: Option<String>,
     /// When that wait ends by itself (an unanswered approval is denied then).
     #[schemars(with = "Option<String>")]
@@ -221,13 +227,13 @@ pub struct RunView {
     pub reported_cost: Option<f64>,
     /// Why it failed or was cancelled.
     pub error: Option<String>,
-    /// When to look again, in seconds; `null` once the run has ended.
+    /// When to look again, in seconds; null once the run has ended.
     pub poll_after_seconds: Option<u64>,
-    /// The token cap the agent asked for with `max_tokens`, if any.
+    /// The token cap the agent asked for with max_tokens, if any.
     pub max_tokens: Option<u64>,
     /// The token cap the desktop runs it with, once started: the owner's cap for the
-    /// session (or the desktop's default), lowered to `max_tokens` if the agent asked for
-    /// less. When it is below `max_tokens`, the owner's cap won.
+    /// session (or the desktop's default), lowered to max_tokens if the agent asked for
+    /// less. When it is below max_tokens, the owner's cap won.
     pub token_cap: Option<u64>,
 }
 
@@ -312,7 +318,7 @@ pub struct CancelOutcome {
     #[schemars(with = "String")]
     pub command_id: CommandId,
     /// Its status after the cancel.
-    #[schemars(with = "String")]
+    #[schemars(schema_with = "run_status_schema")]
     pub status: RunStatus,
     /// Whether a cancel is now requested.
     pub cancel_requested: bool,

@@ -5,41 +5,20 @@
 use rmcp::ErrorData;
 use rmcp::model::CallToolResult;
 
-use super::error_result;
+use super::tools::{ToolError, error_result};
 use crate::chat_tasks::TaskError;
 use crate::runs::{self, RunError};
 
-/// A refused graph tool call, as the tool error the model reads: what was wrong and whether
-/// retrying helps. A store failure is logged for the operator and told as its cause.
-pub(super) fn run_tool_error(error: RunError, tool: &str) -> CallToolResult {
+/// A refused tool call, as the tool error the model reads: the refusal in the domain's words
+/// ([`ToolError`]'s conversions name every variant), or for a store failure its cause and
+/// whether retrying helps, logged for the operator.
+pub(super) fn tool_error_result(error: ToolError, tool: &str) -> CallToolResult {
     match error {
-        RunError::Store(error) => {
+        ToolError::Store(error) => {
             error.log(&format!("tool {tool} failed"));
             error_result(&error.agent_message())
         }
-        RunError::NotFound
-        | RunError::Invalid(_)
-        | RunError::IdempotencyConflict
-        | RunError::Contended
-        | RunError::Quota(_)
-        | RunError::Revoked => error_result(&error.to_string()),
-    }
-}
-
-/// A refused chat task tool call, as the tool error the model reads.
-pub(super) fn task_tool_error(error: TaskError, tool: &str) -> CallToolResult {
-    match error {
-        TaskError::Store(error) => {
-            error.log(&format!("tool {tool} failed"));
-            error_result(&error.agent_message())
-        }
-        TaskError::Invalid(_)
-        | TaskError::LinkNotFound
-        | TaskError::TaskNotFound
-        | TaskError::ArtifactNotFound
-        | TaskError::Refused(_)
-        | TaskError::Conflict(_)
-        | TaskError::Contended => error_result(&error.to_string()),
+        ToolError::Refused(message) => error_result(&message),
     }
 }
 
@@ -109,11 +88,10 @@ mod tests {
 
     use rmcp::model::{CallToolResult, ErrorCode};
 
-    use super::{
-        run_resource_error, run_rpc_error, run_tool_error, task_resource_error, task_tool_error,
-    };
+    use super::{run_resource_error, run_rpc_error, task_resource_error, tool_error_result};
     use crate::chat_tasks::TaskError;
     use crate::chat_tasks::machine::Refusal;
+    use crate::http::mcp::tools::ToolError;
     use crate::runs::{QuotaError, RunError};
     use crate::store::{Damage, Fault, StoreError};
 
@@ -180,7 +158,7 @@ mod tests {
     fn run_tool_error_over_every_variant() {
         for (name, error) in run_errors() {
             let message = error.to_string();
-            let told = text(&run_tool_error(error, "get_graph_run"));
+            let told = text(&tool_error_result(ToolError::from(error), "get_graph_run"));
             let words = expected_text(name);
             if words.is_empty() {
                 assert_eq!(told, message, "{name}: the domain's sentence");
@@ -195,7 +173,10 @@ mod tests {
     fn task_tool_error_over_every_variant() {
         for (name, error) in task_errors() {
             let message = error.to_string();
-            let told = text(&task_tool_error(error, "claim_linked_chat_task"));
+            let told = text(&tool_error_result(
+                ToolError::from(error),
+                "claim_linked_chat_task",
+            ));
             let words = expected_text(name);
             if words.is_empty() {
                 assert_eq!(told, message, "{name}: the domain's sentence");

@@ -14,9 +14,10 @@ use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::Mcp;
 use super::legacy_sessions::SessionId;
-use super::tools;
-use crate::auth::AgentIdentity;
+use super::tools::{Registry, insufficient_scope_result};
+use crate::auth::{AgentIdentity, Scope};
 use crate::http::AppState;
 use crate::http::edge::Agent;
 use crate::http::oauth;
@@ -42,16 +43,23 @@ struct PeekParams {
 /// Authenticates every `/mcp` request and puts the agent's identity in its extensions, where
 /// rmcp hands it to the tools (inside `http::request::Parts`).
 pub async fn gate(
-    State(app): State<Arc<AppState>>,
+    State(mcp): State<Mcp>,
     Agent(agent): Agent,
     request: Request,
     next: Next,
 ) -> Response {
-    let base = oauth::base_url(&app, request.headers());
+    let app = &mcp.app;
+    let base = oauth::base_url(app, request.headers());
     let (mut parts, body) = request.into_parts();
     let mut lists_tools = false;
     let body = if parts.method == Method::POST {
-        match read_message(&app, &agent, &base, body, &mut parts).await {
+        let checks = Checks {
+            app,
+            tools: &mcp.tools,
+            agent: &agent,
+            base: &base,
+        };
+        match read_message(&checks, body, &mut parts).await {
             Ok((body, lists)) => {
                 lists_tools = lists;
                 body
@@ -60,7 +68,7 @@ pub async fn gate(
         }
     } else {
         if let Err(wait) = app.rate.check(&agent.token_id) {
-            return rate_limited(&app, wait, None);
+            return rate_limited(app, wait, None);
         }
         body
     };
@@ -80,16 +88,29 @@ pub async fn gate(
     }
 }
 
+/// What the gate checks a message against: the service (the token's rate), the tools (each
+/// one's scope), the agent, and the base URL its challenges name.
+struct Checks<'a> {
+    app: &'a AppState,
+    tools: &'a Registry,
+    agent: &'a AgentIdentity,
+    base: &'a str,
+}
+
 /// Reads a POST's JSON-RPC message within the body limit and checks what the gate checks
 /// before rmcp sees it: one message (no batch), JSON, the token's rate, the tool's scope.
 /// Returns the body to pass on and whether it lists tools, or the refusal to answer.
 async fn read_message(
-    app: &AppState,
-    agent: &AgentIdentity,
-    base: &str,
+    checks: &Checks<'_>,
     body: Body,
     parts: &mut axum::http::request::Parts,
 ) -> Result<(Body, bool), Box<Response>> {
+    let Checks {
+        app,
+        tools,
+        agent,
+        base,
+    } = *checks;
     let Ok(bytes) = axum::body::to_bytes(body, MAX_MCP_BODY_BYTES).await else {
         let body = json!({
             "jsonrpc": "2.0",
@@ -127,14 +148,11 @@ async fn read_message(
             }
             Some("tools/list") => lists_tools = true,
             Some("tools/call") => {
-                let spec = peek
-                    .params
-                    .and_then(|p| p.name)
-                    .and_then(|n| tools::spec(&n));
-                if let Some(spec) = spec
-                    && !agent.has_scope(spec.scope)
+                let name = peek.params.and_then(|p| p.name).unwrap_or_default();
+                if let Some(scope) = tools.scope(&name)
+                    && !agent.has_scope(scope)
                 {
-                    return Err(Box::new(insufficient_scope(base, spec, peek.id)));
+                    return Err(Box::new(insufficient_scope(base, &name, scope, peek.id)));
                 }
             }
             _ => {}
@@ -280,8 +298,8 @@ fn invalid_request(message: &str) -> Response {
 
 /// 403 with the `insufficient_scope` challenge; the body is the JSON-RPC answer a host reading
 /// in-band sees: an `isError` result with `_meta["mcp/www_authenticate"]`.
-fn insufficient_scope(base: &str, spec: &tools::ToolSpec, id: Option<Value>) -> Response {
-    let mut result = super::insufficient_scope_result(spec, base);
+fn insufficient_scope(base: &str, name: &str, scope: Scope, id: Option<Value>) -> Response {
+    let mut result = insufficient_scope_result(name, scope, base);
     result.result_type = None;
     let body = json!({
         "jsonrpc": "2.0",
@@ -289,9 +307,9 @@ fn insufficient_scope(base: &str, spec: &tools::ToolSpec, id: Option<Value>) -> 
         "result": result,
     });
     let mut response = (StatusCode::FORBIDDEN, axum::Json(body)).into_response();
-    if let Ok(challenge) = HeaderValue::from_str(&oauth::insufficient_scope_challenge(
-        base, spec.name, spec.scope,
-    )) {
+    if let Ok(challenge) =
+        HeaderValue::from_str(&oauth::insufficient_scope_challenge(base, name, scope))
+    {
         response
             .headers_mut()
             .insert(header::WWW_AUTHENTICATE, challenge);

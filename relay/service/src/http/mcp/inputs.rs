@@ -1,136 +1,22 @@
-//! Every tool's arguments as a Rust type. The tool's `inputSchema` is derived from the type
-//! (schemars), and a call's arguments are decoded into it: first the strict checks with
-//! messages written for the agent (an unknown argument, a missing one, a wrong JSON type, each
-//! named), read off the same schema, then serde. The domain functions check ranges and formats
-//! with their own messages; the schema states the same bounds for hosts.
+//! A tool's schemas, derived from its Rust types (schemars), and the decoding of a call's
+//! arguments into its input type: first the strict checks with messages written for the agent
+//! (an unknown argument, a missing one, a wrong JSON type, each named), read off the input
+//! schema, then serde. The domain functions check ranges and formats with their own messages;
+//! the schema states the same bounds for hosts.
 
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use rmcp::model::JsonObject;
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use schemars::transform::{RecursiveTransform, Transform};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::tools::{
-    ArgumentError, CANCEL_GRAPH_RUN, CLAIM_LINKED_CHAT_TASK, GET_GRAPH_RUN, GET_LINKED_CHAT_TASK,
-    LIST_GRAPH_SESSIONS, LIST_LINKED_CHAT_TASKS, RUN_GRAPH_SESSION, SUBMIT_LINKED_CHAT_RESULT,
-    UPLOAD_LINKED_CHAT_ARTIFACT,
-};
-use crate::chat_tasks::{
-    MAX_ARTIFACT_ID_CHARS, MAX_ARTIFACT_NAME_CHARS, MAX_MIME_CHARS, MAX_TASK_RESULT_CHARS,
-};
-use crate::runs::{IDEMPOTENCY_KEY_CHARS, MAX_GET_WAIT};
-use crate::sessions::LIST_LIMIT;
-
-/// `list_graph_sessions`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ListGraphSessions {
-    /// This connection's project (the only one it may list).
-    pub project_id: String,
-    /// How many sessions to list (20 when left out).
-    #[schemars(range(min = *LIST_LIMIT.start(), max = *LIST_LIMIT.end()))]
-    pub limit: Option<i64>,
-}
-
-/// `run_graph_session`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RunGraphSession {
-    /// A session listed by list_graph_sessions.
-    pub graph_session_id: String,
-    /// The graph's arguments; they must fit the session's args_schema when it has one.
-    #[serde(default)]
-    pub arguments: Map<String, Value>,
-    /// One key per intended run; retry with the same key after a lost response.
-    #[schemars(length(min = *IDEMPOTENCY_KEY_CHARS.start(), max = *IDEMPOTENCY_KEY_CHARS.end()))]
-    pub idempotency_key: String,
-    /// A token cap for this run, below the owner's (which always applies).
-    #[schemars(range(min = 1))]
-    pub max_tokens: Option<i64>,
-}
-
-/// `get_graph_run`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct GetGraphRun {
-    /// The run's command_id from run_graph_session.
-    pub command_id: String,
-    /// Wait up to this many seconds for the run to finish (0 when left out).
-    #[schemars(range(min = 0, max = MAX_GET_WAIT.as_secs()))]
-    pub wait_seconds: Option<i64>,
-}
-
-/// `cancel_graph_run`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CancelGraphRun {
-    /// The run's command_id from run_graph_session.
-    pub command_id: String,
-}
-
-/// `list_linked_chat_tasks`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ListLinkedChatTasks {
-    /// The chat link the owner connected this chat with.
-    pub chat_link_id: String,
-}
-
-/// `get_linked_chat_task` and `claim_linked_chat_task`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LinkedChatTask {
-    /// The chat link the owner connected this chat with.
-    pub chat_link_id: String,
-    /// A task listed by list_linked_chat_tasks.
-    pub task_id: String,
-}
-
-/// `submit_linked_chat_result`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SubmitLinkedChatResult {
-    /// The chat link the owner connected this chat with.
-    pub chat_link_id: String,
-    /// The claimed task.
-    pub task_id: String,
-    /// The claim_id claim_linked_chat_task returned.
-    pub claim_id: String,
-    /// `completed` with the answer, or `failed` with the reason.
-    #[schemars(extend("enum" = ["completed", "failed"]))]
-    pub status: String,
-    /// The answer, or why the task failed.
-    #[schemars(length(max = MAX_TASK_RESULT_CHARS))]
-    pub result: String,
-}
-
-/// `upload_linked_chat_artifact`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct UploadLinkedChatArtifact {
-    /// The chat link the owner connected this chat with.
-    pub chat_link_id: String,
-    /// The claimed task.
-    pub task_id: String,
-    /// The claim_id claim_linked_chat_task returned.
-    pub claim_id: String,
-    /// A stable id of your choosing; reuse it when retrying.
-    #[schemars(length(min = 1, max = MAX_ARTIFACT_ID_CHARS), regex(pattern = "^[A-Za-z0-9._:-]+$"))]
-    pub artifact_id: String,
-    /// The file's name.
-    #[schemars(length(min = 1, max = MAX_ARTIFACT_NAME_CHARS))]
-    pub name: String,
-    /// Its media type, like text/markdown.
-    #[schemars(length(max = MAX_MIME_CHARS))]
-    pub mime: String,
-    /// The text content.
-    pub content: String,
-}
+/// Why a call's arguments do not fit the tool's contract, in words for the agent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ArgumentError(pub String);
 
 /// The `inputSchema` of type `T`: draft 2020-12, optional fields without a `null` type, no
 /// integer `format` noise, no root title or description.
@@ -162,56 +48,68 @@ fn schema_of<T: JsonSchema>() -> Value {
     value
 }
 
-/// The schemas, by tool name, derived once.
-static SCHEMAS: LazyLock<HashMap<&'static str, Arc<JsonObject>>> = LazyLock::new(|| {
-    let schemas = [
-        (LIST_GRAPH_SESSIONS, schema_of::<ListGraphSessions>()),
-        (RUN_GRAPH_SESSION, schema_of::<RunGraphSession>()),
-        (GET_GRAPH_RUN, schema_of::<GetGraphRun>()),
-        (CANCEL_GRAPH_RUN, schema_of::<CancelGraphRun>()),
-        (LIST_LINKED_CHAT_TASKS, schema_of::<ListLinkedChatTasks>()),
-        (GET_LINKED_CHAT_TASK, schema_of::<LinkedChatTask>()),
-        (CLAIM_LINKED_CHAT_TASK, schema_of::<LinkedChatTask>()),
-        (
-            SUBMIT_LINKED_CHAT_RESULT,
-            schema_of::<SubmitLinkedChatResult>(),
-        ),
-        (
-            UPLOAD_LINKED_CHAT_ARTIFACT,
-            schema_of::<UploadLinkedChatArtifact>(),
-        ),
-    ];
-    schemas
-        .into_iter()
-        .map(|(name, schema)| match schema {
-            Value::Object(map) => (name, Arc::new(map)),
-            _ => (name, Arc::new(JsonObject::new())),
-        })
-        .collect()
-});
-
-/// Tool `name`'s `inputSchema` (an empty object schema for an unknown name).
-pub fn input_schema(name: &str) -> Arc<JsonObject> {
-    SCHEMAS.get(name).cloned().unwrap_or_default()
+/// The `inputSchema` of type `T`, as a JSON object.
+pub fn input_schema_of<T: JsonSchema>() -> Arc<JsonObject> {
+    match schema_of::<T>() {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    }
 }
 
-/// The argument names tool `name` accepts, in the schema's order.
-pub fn argument_names(name: &str) -> Vec<String> {
-    SCHEMAS
-        .get(name)
-        .and_then(|schema| schema.get("properties"))
+/// The `outputSchema` of type `T`: rmcp's (draft 2020-12), without the number `format`s
+/// schemars adds (`uint64`, `double`), which JSON Schema does not define and validators warn
+/// about.
+pub fn output_schema_of<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    let tool =
+        rmcp::model::Tool::new("", "", Arc::new(JsonObject::new())).with_output_schema::<T>();
+    let mut schema = Value::Object(
+        tool.output_schema
+            .map(|schema| schema.as_ref().clone())
+            .unwrap_or_default(),
+    );
+    drop_number_formats(&mut schema);
+    match schema {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+/// Removes every `format` of a number or integer schema, at any depth.
+fn drop_number_formats(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            let numeric = match map.get("type") {
+                Some(Value::String(kind)) => kind == "integer" || kind == "number",
+                Some(Value::Array(kinds)) => kinds.iter().any(|k| k == "integer" || k == "number"),
+                _ => false,
+            };
+            if numeric {
+                map.remove("format");
+            }
+            map.values_mut().for_each(drop_number_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_number_formats),
+        _ => {}
+    }
+}
+
+/// The argument names `schema` accepts, in its order.
+fn argument_names(schema: &JsonObject) -> Vec<String> {
+    schema
+        .get("properties")
         .and_then(Value::as_object)
         .map(|properties| properties.keys().cloned().collect())
         .unwrap_or_default()
 }
 
-/// Decodes a call's `arguments` for tool `name` into `T`, refusing (with a message for the
-/// agent) an unknown argument, a missing required one and a value of the wrong JSON type.
+/// Decodes a call's `arguments` for tool `name`, whose input schema is `schema`, into `T`,
+/// refusing (with a message for the agent) an unknown argument, a missing required one and a
+/// value of the wrong JSON type.
 pub fn decode<T: DeserializeOwned>(
-    name: &'static str,
+    name: &str,
+    schema: &JsonObject,
     arguments: &Map<String, Value>,
 ) -> Result<T, ArgumentError> {
-    let schema = input_schema(name);
     let properties = schema
         .get("properties")
         .and_then(Value::as_object)
@@ -220,7 +118,7 @@ pub fn decode<T: DeserializeOwned>(
     if let Some(unknown) = arguments.keys().find(|key| !properties.contains_key(*key)) {
         return Err(ArgumentError(format!(
             "unknown argument `{unknown}`: {name} accepts only {}",
-            argument_names(name).join(", ")
+            argument_names(schema).join(", ")
         )));
     }
     let required: Vec<&str> = schema
@@ -268,30 +166,53 @@ fn check_type(key: &str, property: &Value, value: &Value) -> Result<(), Argument
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
     use serde_json::json;
 
+    /// Arguments shaped like `run_graph_session`'s.
+    #[derive(Debug, Deserialize, JsonSchema)]
+    #[allow(dead_code)] // Decoded for the checks; not every field is read.
+    #[serde(deny_unknown_fields)]
+    struct Run {
+        graph_session_id: String,
+        #[serde(default)]
+        arguments: Map<String, Value>,
+        idempotency_key: String,
+        max_tokens: Option<i64>,
+    }
+
     #[test]
-    fn every_tool_has_a_closed_derived_schema() {
-        for tool in super::super::tools::TOOLS {
-            let schema = input_schema(tool.name);
-            assert_eq!(schema.get("type"), Some(&json!("object")), "{}", tool.name);
-            assert_eq!(
-                schema.get("additionalProperties"),
-                Some(&json!(false)),
-                "{}",
-                tool.name
-            );
-            assert!(!argument_names(tool.name).is_empty(), "{}", tool.name);
+    fn a_derived_schema_is_closed_and_plain() {
+        let schema = input_schema_of::<Run>();
+        assert_eq!(schema.get("type"), Some(&json!("object")));
+        assert_eq!(schema.get("additionalProperties"), Some(&json!(false)));
+        assert_eq!(
+            schema["properties"]["max_tokens"],
+            json!({"type": "integer"})
+        );
+        assert!(schema.get("title").is_none());
+    }
+
+    #[test]
+    fn output_schemas_have_no_number_formats() {
+        #[derive(JsonSchema)]
+        #[allow(dead_code)] // Only its schema is used.
+        struct Out {
+            count: u64,
+            cost: Option<f64>,
         }
+        let schema = Value::Object(output_schema_of::<Out>().as_ref().clone());
+        assert!(!schema.to_string().contains("format"), "{schema}");
     }
 
     #[test]
     fn decoding_names_what_is_wrong() {
+        let schema = input_schema_of::<Run>();
         let decode_run = |value: Value| {
             let Value::Object(map) = value else {
                 panic!("an object")
             };
-            decode::<RunGraphSession>(RUN_GRAPH_SESSION, &map)
+            decode::<Run>("run_graph_session", &schema, &map)
         };
         let ok = decode_run(
             json!({"graph_session_id": "gs", "idempotency_key": "k", "max_tokens": null}),

@@ -15,7 +15,7 @@ use rmcp::service::Peer;
 use crate::runs::RunView;
 
 /// Sends the progress of one waiting request.
-pub(super) struct ProgressSender {
+pub struct ProgressSender {
     token: ProgressToken,
     peer: Peer<RoleServer>,
     /// The last step sent: progress only ever grows.
@@ -23,7 +23,7 @@ pub(super) struct ProgressSender {
 }
 
 impl ProgressSender {
-    pub(super) fn new(token: ProgressToken, peer: Peer<RoleServer>) -> Self {
+    pub fn new(token: ProgressToken, peer: Peer<RoleServer>) -> Self {
         ProgressSender {
             token,
             peer,
@@ -84,7 +84,7 @@ impl ProgressSender {
 
     /// Sends the progress of `view` as it stands, moved or not (`tasks/get` of a task that
     /// is still working: one notification before the answer).
-    pub(super) fn send_now(&self, view: &RunView) -> BoxFuture<'static, ()> {
+    pub fn send_now(&self, view: &RunView) -> BoxFuture<'static, ()> {
         let (step, param) = self.param(view);
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         *last = (*last).max(step);
@@ -93,7 +93,7 @@ impl ProgressSender {
     }
 
     /// Sends the progress of `view` if it moved; a client that went away is no error.
-    pub(super) fn send(&self, view: &RunView) -> BoxFuture<'static, ()> {
+    pub fn send(&self, view: &RunView) -> BoxFuture<'static, ()> {
         Self::deliver(self.peer.clone(), self.next(view))
     }
 

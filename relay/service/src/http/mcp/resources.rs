@@ -268,7 +268,7 @@ async fn send_task_status(
     let Ok(view) = runs::get_run(&app.runs, agent, command_id).await else {
         return;
     };
-    let task = super::tasks::detailed(app, &view, super::run_result(&view));
+    let task = super::tasks::detailed(app, &view, super::graph::run_result(&view));
     let mut notification = ServerNotification::TaskStatusNotification(TaskStatusNotification::new(
         TaskStatusNotificationParams::new(task),
     ));

@@ -1,45 +1,33 @@
-//! The tools (four for graph runs, five for linked chat tasks): names, descriptions, argument
-//! schemas, annotations, scopes, and the checking of the arguments an agent sends.
+//! The tool registry: each tool is declared once, as one type implementing [`McpTool`] (name,
+//! title, description, scope, hints, the type its arguments decode into, the type its answer
+//! serializes from, and what it does), and a [`Registry`] built from those types gives
+//! `tools/list`, the dispatch of `tools/call` and the scope of every call, with no table by
+//! name beside it. rmcp's `ToolRouter` and its `ToolBase`/`AsyncTool` traits are the model;
+//! the service keeps its own because `tools/list` carries `securitySchemes` (see [`super::http`])
+//! and a call needs the agent's identity and the progress of a waiting run.
 
-use rmcp::model::{MetaObject, Tool, ToolAnnotations};
+use std::future::Future;
+
+use futures_util::future::BoxFuture;
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject, Tool, ToolAnnotations};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use crate::auth::Scope;
-use crate::chat_tasks::view;
-use crate::chat_tasks::{
-    GOAL_PREVIEW_BYTES, INBOX_LIMIT, LINK_NOT_FOUND, MAX_ARTIFACT_BYTES, MAX_ARTIFACT_ID_CHARS,
-    MAX_ARTIFACTS_PER_TASK, MAX_TASK_RESULT_CHARS, NOT_CLAIMABLE, STALE_CLAIM, TASK_CANCELLED,
-    TASK_EXPIRED, TASK_NOT_FOUND,
-};
-use crate::runs::{IDEMPOTENCY_KEY_CHARS, MAX_GET_WAIT, RUN_NOT_FOUND};
-use crate::sessions::LIST_LIMIT;
+use super::inputs::{ArgumentError, decode, input_schema_of, output_schema_of};
+use super::progress::ProgressSender;
+use crate::auth::{AgentIdentity, Scope};
+use crate::chat_tasks::TaskError;
+use crate::http::AppState;
+use crate::http::oauth::insufficient_scope_challenge;
+use crate::runs::RunError;
+use crate::store::StoreError;
 
-/// `list_graph_sessions`.
-pub const LIST_GRAPH_SESSIONS: &str = "list_graph_sessions";
-/// `run_graph_session`.
-pub const RUN_GRAPH_SESSION: &str = "run_graph_session";
-/// `get_graph_run`.
-pub const GET_GRAPH_RUN: &str = "get_graph_run";
-/// `cancel_graph_run`.
-pub const CANCEL_GRAPH_RUN: &str = "cancel_graph_run";
-/// `list_linked_chat_tasks`.
-pub const LIST_LINKED_CHAT_TASKS: &str = "list_linked_chat_tasks";
-/// `get_linked_chat_task`.
-pub const GET_LINKED_CHAT_TASK: &str = "get_linked_chat_task";
-/// `claim_linked_chat_task`.
-pub const CLAIM_LINKED_CHAT_TASK: &str = "claim_linked_chat_task";
-/// `submit_linked_chat_result`.
-pub const SUBMIT_LINKED_CHAT_RESULT: &str = "submit_linked_chat_result";
-/// `upload_linked_chat_artifact`.
-pub const UPLOAD_LINKED_CHAT_ARTIFACT: &str = "upload_linked_chat_artifact";
-
-/// One tool's contract.
-#[derive(Debug, Clone, Copy)]
-pub struct ToolSpec {
-    /// Tool name.
-    pub name: &'static str,
-    /// The scope a token needs to call it.
-    pub scope: Scope,
+/// What a tool promises about its effects, stated on every tool so no host falls back to the
+/// specification's defaults (which assume a destructive, open-world tool).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hints {
     /// Whether it only reads.
     pub read_only: bool,
     /// Whether a write may destroy or replace something (hosts ask before such calls).
@@ -51,176 +39,274 @@ pub struct ToolSpec {
     pub open_world: bool,
 }
 
-/// The tools, in listing order: the graph tools first, then the chat task tools.
-pub const TOOLS: [ToolSpec; 9] = [
-    ToolSpec {
-        name: LIST_GRAPH_SESSIONS,
-        scope: Scope::Read,
+impl Hints {
+    /// A tool that only reads the relay.
+    pub const READ: Hints = Hints {
         read_only: true,
         destructive: false,
         idempotent: true,
         open_world: false,
-    },
-    ToolSpec {
-        name: RUN_GRAPH_SESSION,
-        scope: Scope::Run,
-        read_only: false,
-        destructive: true,
-        idempotent: false,
-        open_world: true,
-    },
-    ToolSpec {
-        name: GET_GRAPH_RUN,
-        scope: Scope::Read,
-        read_only: true,
-        destructive: false,
-        idempotent: true,
-        open_world: false,
-    },
-    ToolSpec {
-        name: CANCEL_GRAPH_RUN,
-        scope: Scope::Run,
-        read_only: false,
-        destructive: true,
-        idempotent: true,
-        open_world: false,
-    },
-    ToolSpec {
-        name: LIST_LINKED_CHAT_TASKS,
-        scope: Scope::Read,
-        read_only: true,
-        destructive: false,
-        idempotent: true,
-        open_world: false,
-    },
-    ToolSpec {
-        name: GET_LINKED_CHAT_TASK,
-        scope: Scope::Read,
-        read_only: true,
-        destructive: false,
-        idempotent: true,
-        open_world: false,
-    },
-    ToolSpec {
-        name: CLAIM_LINKED_CHAT_TASK,
-        scope: Scope::Run,
-        read_only: false,
-        destructive: false,
-        idempotent: true,
-        open_world: false,
-    },
-    ToolSpec {
-        name: SUBMIT_LINKED_CHAT_RESULT,
-        scope: Scope::Run,
-        read_only: false,
-        destructive: false,
-        idempotent: true,
-        open_world: false,
-    },
-    ToolSpec {
-        name: UPLOAD_LINKED_CHAT_ARTIFACT,
-        scope: Scope::Run,
-        read_only: false,
-        destructive: false,
-        idempotent: true,
-        open_world: false,
-    },
-];
-
-/// The spec of tool `name`.
-pub fn spec(name: &str) -> Option<&'static ToolSpec> {
-    TOOLS.iter().find(|tool| tool.name == name)
+    };
 }
 
-/// The tool's human-readable name, for hosts that label tool calls.
-pub fn title(name: &str) -> &'static str {
-    match name {
-        LIST_GRAPH_SESSIONS => "List shared graph sessions",
-        RUN_GRAPH_SESSION => "Run a graph session on the owner's desktop",
-        GET_GRAPH_RUN => "Get a graph run's status and result",
-        CANCEL_GRAPH_RUN => "Cancel a graph run",
-        LIST_LINKED_CHAT_TASKS => "List this chat's assigned tasks",
-        GET_LINKED_CHAT_TASK => "Get an assigned task",
-        CLAIM_LINKED_CHAT_TASK => "Claim an assigned task",
-        SUBMIT_LINKED_CHAT_RESULT => "Submit an assigned task's result",
-        UPLOAD_LINKED_CHAT_ARTIFACT => "Attach a file to an assigned task",
-        _ => "",
+/// What a tool call runs with: the service, the calling agent, and where a waiting call sends
+/// its progress (when the request asked for it).
+pub struct ToolContext<'a> {
+    /// The service's state.
+    pub app: &'a AppState,
+    /// Who calls.
+    pub agent: &'a AgentIdentity,
+    /// The request's progress notifications, if it carried a `progressToken`.
+    pub progress: Option<&'a ProgressSender>,
+}
+
+/// A tool's answer: the value (its `structuredContent`, which the tool's `outputSchema`
+/// describes) and the text block beside it.
+pub struct Answer<T> {
+    value: T,
+    text: Option<String>,
+    failed: bool,
+}
+
+impl<T> Answer<T> {
+    /// The value, with its JSON as the text.
+    pub fn json(value: T) -> Self {
+        Answer {
+            value,
+            text: None,
+            failed: false,
+        }
+    }
+
+    /// The value, with `text` in words.
+    pub fn with_text(value: T, text: String) -> Self {
+        Answer {
+            value,
+            text: Some(text),
+            failed: false,
+        }
+    }
+
+    /// The same answer marked as an error result (the tool ran and reports a failure, like a
+    /// run that failed), still with its value.
+    pub fn failed(mut self) -> Self {
+        self.failed = true;
+        self
     }
 }
 
-fn description(name: &str) -> String {
-    match name {
-        LIST_GRAPH_SESSIONS => format!(
-            "List the Graph sessions the owner's desktop shares with this connected project, as of the desktop's last sync. \
-             The list is usually empty until the owner shares a session from the desktop. \
-             Rejected: a project_id other than this connection's project, and a limit outside {}–{}.",
-            LIST_LIMIT.start(),
-            LIST_LIMIT.end()
-        ),
-        RUN_GRAPH_SESSION => format!(
-            "Queue a Graph run on the owner's online desktop in a connected project. \
-             Retrieve progress and result with get_graph_run. \
-             The desktop can go offline, and local tool approvals still apply. \
-             Returns a ticket (command_id, status \"queued\") at once, before the graph starts; check get_graph_run after about one desktop poll interval (20 s). \
-             idempotency_key is required: after a lost response, retry with the same key to get the same run back instead of a second run. \
-             arguments must fit the session's args_schema when list_graph_sessions shows one. \
-             max_tokens (optional) lowers the run's token cap; the owner's cap for the session still applies, so asking for more than it runs at the owner's cap (get_graph_run shows token_cap). \
-             Rejected: a graph_session_id not shared with this project (see list_graph_sessions), an idempotency_key outside {}–{} characters, \
-             arguments that do not fit the session's args_schema (the message names the failing path), \
-             arguments other than graph_session_id, arguments, idempotency_key and max_tokens, and a key already used with different arguments.",
-            IDEMPOTENCY_KEY_CHARS.start(),
-            IDEMPOTENCY_KEY_CHARS.end()
-        ),
-        GET_GRAPH_RUN => format!(
-            "Get the status (queued, running, completed, failed, cancelled), timestamps and result of a Graph run started by this Connected agent with run_graph_session. \
-             Runs usually take about a minute: look first about 20 s after queueing, then every 15 s or so (poll_after_seconds says when); \
-             or pass wait_seconds (at most {max_wait}) and the call waits for the run to finish, answering as soon as it has. \
-             A result too large to post shows result_truncated: true; the full result stays on the owner's desktop. \
-             A run not started by this Connected agent, an unknown id and a malformed id all get \"{RUN_NOT_FOUND}\".",
-            max_wait = MAX_GET_WAIT.as_secs()
-        ),
-        CANCEL_GRAPH_RUN => format!(
-            "Cancel a Graph run started by this Connected agent. \
-             A queued run is cancelled at once and never starts; a running run gets a cancel flag that the desktop reads within seconds, and it ends as cancelled. \
-             A run that already finished is left unchanged (the answer says so), and a cancelled run cannot complete. \
-             A run not started by this Connected agent, an unknown id and a malformed id all get \"{RUN_NOT_FOUND}\"."
-        ),
-        LIST_LINKED_CHAT_TASKS => format!(
-            "List the tasks the owner assigned to this linked chat that are still open (queued or claimed), oldest first, at most {INBOX_LIMIT} (more: true when others wait). \
-             Each shows task_id, status and the start of the goal (at most {GOAL_PREVIEW_BYTES} bytes; the whole goal comes with claim_linked_chat_task or get_linked_chat_task). \
-             An empty list means nothing is waiting: tell the user and stop, do not poll in a loop. \
-             To work on a task: claim_linked_chat_task, do the work, then submit_linked_chat_result with the claim_id. \
-             Rejected: a chat_link_id that is not linked to this connection's project (\"{LINK_NOT_FOUND}\")."
-        ),
-        GET_LINKED_CHAT_TASK => format!(
-            "Get one task of this linked chat in full: status (queued, claimed, completed, failed, cancelled, expired), the whole goal, expires_at (24 h after it was assigned), lease_until while claimed, and the result once submitted. \
-             Rejected: a task of another chat link, an unknown id and a malformed id all get \"{TASK_NOT_FOUND}\"."
-        ),
-        CLAIM_LINKED_CHAT_TASK => format!(
-            "Claim a queued task of this linked chat before working on it. Returns claim_id (pass it to submit_linked_chat_result and upload_linked_chat_artifact), lease_until and the whole goal. \
-             Claiming a task this chat link already holds returns the same claim again (replayed: true), so a repeated call is safe. \
-             The claim lapses at lease_until: submit before then, or the task goes back to the queue and a later claim gets a new claim_id. \
-             Rejected: a task that is not this chat link's, or does not exist (\"{NOT_CLAIMABLE}\"), and a finished, cancelled or expired task (\"{NOT_CLAIMABLE}: task is ...\"). A rejected claim will not succeed on retry."
-        ),
-        SUBMIT_LINKED_CHAT_RESULT => format!(
-            "Submit the outcome of a claimed task: status \"completed\" with the answer as result, or \"failed\" with the reason as result (at most {MAX_TASK_RESULT_CHARS} characters). \
-             Sending the identical submit again (e.g. after a lost response) returns ok with replayed: true; the first result is kept. \
-             Rejected, and not worth retrying: a stale claim_id (\"{STALE_CLAIM}\", or its lease lapsed), a cancelled task (\"{TASK_CANCELLED}\": a cancelled task cannot be completed), an expired task (\"{TASK_EXPIRED}\"), and a different status or result for a task already finished. \
-             Tell the user what was rejected instead of resubmitting."
-        ),
-        UPLOAD_LINKED_CHAT_ARTIFACT => format!(
-            "Attach a text file (a report, a patch, a table) to a claimed task before submitting it: content at most {MAX_ARTIFACT_BYTES} bytes, at most {MAX_ARTIFACTS_PER_TASK} artifacts per task. \
-             Choose a stable artifact_id (1 to {MAX_ARTIFACT_ID_CHARS} characters of letters, digits, '.', '_', ':', '-') and reuse it when retrying: the same content again is a no-op (replayed: true). \
-             Rejected: different content under an artifact_id already used, a stale claim_id (\"{STALE_CLAIM}\"), a cancelled (\"{TASK_CANCELLED}\") or expired task, and a task already finished."
-        ),
-        _ => String::new(),
+/// Why a tool call was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// Refused for a reason the agent reads (and acts on): the message says what to do.
+    #[error("{0}")]
+    Refused(String),
+    /// The store failed; the agent gets a short retry message, the operator the details.
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<ArgumentError> for ToolError {
+    fn from(error: ArgumentError) -> Self {
+        ToolError::Refused(error.0)
     }
 }
 
-/// The JSON Schema of tool `name`'s arguments, derived from its input type
-/// ([`super::inputs`]).
-pub fn input_schema(name: &str) -> Value {
-    Value::Object(super::inputs::input_schema(name).as_ref().clone())
+impl From<RunError> for ToolError {
+    /// Every refusal of the run functions is the agent's to read, in the domain's own words; a
+    /// store failure is told as its cause ([`super::errors::tool_error_result`]).
+    fn from(error: RunError) -> Self {
+        match error {
+            RunError::Store(error) => ToolError::Store(error),
+            RunError::NotFound
+            | RunError::Invalid(_)
+            | RunError::IdempotencyConflict
+            | RunError::Contended
+            | RunError::Quota(_)
+            | RunError::Revoked => ToolError::Refused(error.to_string()),
+        }
+    }
+}
+
+impl From<TaskError> for ToolError {
+    /// As for [`RunError`]: the domain's words, or the store failure's cause.
+    fn from(error: TaskError) -> Self {
+        match error {
+            TaskError::Store(error) => ToolError::Store(error),
+            TaskError::Invalid(_)
+            | TaskError::LinkNotFound
+            | TaskError::TaskNotFound
+            | TaskError::ArtifactNotFound
+            | TaskError::Refused(_)
+            | TaskError::Conflict(_)
+            | TaskError::Contended => ToolError::Refused(error.to_string()),
+        }
+    }
+}
+
+/// One MCP tool, declared in one place.
+pub trait McpTool: Send + Sync + 'static {
+    /// The arguments: decoded strictly (an unknown, missing or mistyped argument is named to
+    /// the agent) and the source of the tool's `inputSchema`.
+    type Input: DeserializeOwned + JsonSchema + Send + 'static;
+    /// The answer: the source of the tool's `outputSchema`.
+    type Output: Serialize + JsonSchema + Send + 'static;
+    /// The tool's name.
+    const NAME: &'static str;
+    /// Its human-readable name, for hosts that label tool calls.
+    const TITLE: &'static str;
+    /// The scope a token needs to call it.
+    const SCOPE: Scope;
+    /// What it promises about its effects.
+    const HINTS: Hints;
+
+    /// What it does, for the model: plain sentences.
+    fn description() -> String;
+
+    /// Runs it for `cx.agent`.
+    fn call(
+        cx: ToolContext<'_>,
+        input: Self::Input,
+    ) -> impl Future<Output = Result<Answer<Self::Output>, ToolError>> + Send;
+}
+
+/// A call with its arguments, type-erased: decode (against the tool's input schema), run,
+/// encode.
+type Call = for<'a> fn(
+    ToolContext<'a>,
+    &'a JsonObject,
+    &'a Map<String, Value>,
+) -> BoxFuture<'a, CallToolResult>;
+
+/// One registered tool: its definition as listed, its scope, and its call.
+struct Route {
+    definition: Tool,
+    scope: Scope,
+    call: Call,
+}
+
+/// The tools a service offers, in listing order.
+#[derive(Default)]
+pub struct Registry {
+    routes: Vec<Route>,
+}
+
+impl Registry {
+    /// No tools yet.
+    pub fn new() -> Self {
+        Registry::default()
+    }
+
+    /// The registry with tool `T` added after the others.
+    ///
+    /// # Panics
+    /// If a tool of the same name is registered already: two tools cannot share a name.
+    pub fn with<T: McpTool>(mut self) -> Self {
+        assert!(
+            self.route(T::NAME).is_none(),
+            "two tools are named {}",
+            T::NAME
+        );
+        self.routes.push(Route {
+            definition: definition::<T>(),
+            scope: T::SCOPE,
+            call: call::<T>,
+        });
+        self
+    }
+
+    fn route(&self, name: &str) -> Option<&Route> {
+        self.routes
+            .iter()
+            .find(|route| route.definition.name == name)
+    }
+
+    /// Every tool's definition, in listing order.
+    pub fn definitions(&self) -> Vec<Tool> {
+        self.routes
+            .iter()
+            .map(|route| route.definition.clone())
+            .collect()
+    }
+
+    /// Tool `name`'s definition.
+    pub fn definition(&self, name: &str) -> Option<&Tool> {
+        self.route(name).map(|route| &route.definition)
+    }
+
+    /// The scope tool `name` needs.
+    pub fn scope(&self, name: &str) -> Option<Scope> {
+        self.route(name).map(|route| route.scope)
+    }
+
+    /// The tools' names, in listing order.
+    pub fn names(&self) -> Vec<&str> {
+        self.routes
+            .iter()
+            .map(|route| route.definition.name.as_ref())
+            .collect()
+    }
+
+    /// Calls tool `name` with `arguments` (`None`: no such tool). The caller checked the
+    /// scope ([`Registry::scope`]).
+    pub async fn call(
+        &self,
+        name: &str,
+        cx: ToolContext<'_>,
+        arguments: &Map<String, Value>,
+    ) -> Option<CallToolResult> {
+        let route = self.route(name)?;
+        Some((route.call)(cx, &route.definition.input_schema, arguments).await)
+    }
+}
+
+/// The rmcp definition of tool `T`; `securitySchemes` rides in `_meta` and is copied to the
+/// top level of `tools/list` on the way out (rmcp's `Tool` has no field for it).
+fn definition<T: McpTool>() -> Tool {
+    let annotations = ToolAnnotations::new()
+        .read_only(T::HINTS.read_only)
+        .destructive(T::HINTS.destructive)
+        .idempotent(T::HINTS.idempotent)
+        .open_world(T::HINTS.open_world);
+    let mut meta = Map::new();
+    meta.insert("securitySchemes".into(), security_schemes(T::SCOPE));
+    let mut tool = Tool::new(T::NAME, T::description(), input_schema_of::<T::Input>())
+        .with_title(T::TITLE)
+        .with_annotations(annotations)
+        .with_meta(MetaObject(meta));
+    tool.output_schema = Some(output_schema_of::<T::Output>());
+    tool
+}
+
+fn call<'a, T: McpTool>(
+    cx: ToolContext<'a>,
+    schema: &'a JsonObject,
+    arguments: &'a Map<String, Value>,
+) -> BoxFuture<'a, CallToolResult> {
+    Box::pin(async move {
+        let outcome = match decode::<T::Input>(T::NAME, schema, arguments) {
+            Ok(input) => T::call(cx, input).await,
+            Err(refusal) => Err(refusal.into()),
+        };
+        match outcome {
+            Ok(answer) => encode(answer),
+            Err(error) => super::errors::tool_error_result(error, T::NAME),
+        }
+    })
+}
+
+/// The tool result of `answer`.
+pub(super) fn encode<T: Serialize>(answer: Answer<T>) -> CallToolResult {
+    let value = serde_json::to_value(&answer.value).unwrap_or(Value::Null);
+    let mut result = if answer.failed {
+        CallToolResult::structured_error(value)
+    } else {
+        CallToolResult::structured(value)
+    };
+    if let Some(text) = answer.text {
+        result.content = vec![ContentBlock::text(text)];
+    }
+    result
 }
 
 /// `[{"type": "oauth2", "scopes": [scope]}]`: how a host learns which scope a tool needs.
@@ -228,51 +314,30 @@ pub fn security_schemes(scope: Scope) -> Value {
     json!([{"type": "oauth2", "scopes": [scope.as_str()]}])
 }
 
-/// The rmcp definition of a tool; `securitySchemes` rides in `_meta` and is copied to the
-/// top level of `tools/list` on the way out (rmcp's `Tool` has no field for it).
-pub fn definition(spec: &ToolSpec) -> Tool {
-    // Every hint is stated on every tool, so no host falls back to the spec's defaults
-    // (which assume a destructive, open-world tool).
-    let annotations = ToolAnnotations::new()
-        .read_only(spec.read_only)
-        .destructive(spec.destructive)
-        .idempotent(spec.idempotent)
-        .open_world(spec.open_world);
+/// A tool error the model can read: the message as text and as `structuredContent.error`.
+pub fn error_result(message: &str) -> CallToolResult {
+    let mut result = CallToolResult::structured_error(json!({ "error": message }));
+    result.content = vec![ContentBlock::text(message)];
+    result
+}
+
+/// The in-band form of a 403 for tool `name`, which needs `scope`: an error result carrying
+/// the challenge in `_meta["mcp/www_authenticate"]`, for hosts that read it there.
+pub fn insufficient_scope_result(name: &str, scope: Scope, base_url: &str) -> CallToolResult {
+    let message = format!(
+        "This connection's token lacks the {scope} scope that {name} needs: ask the owner for a token with that scope."
+    );
+    let mut result = CallToolResult::structured_error(json!({
+        "error": "insufficient_scope",
+        "required_scope": scope.as_str(),
+        "message": message,
+    }));
+    result.content = vec![ContentBlock::text(message)];
     let mut meta = Map::new();
-    meta.insert("securitySchemes".into(), security_schemes(spec.scope));
-    let tool = Tool::new(
-        spec.name,
-        description(spec.name),
-        super::inputs::input_schema(spec.name),
-    )
-    .with_title(title(spec.name))
-    .with_annotations(annotations)
-    .with_meta(MetaObject(meta));
-    with_output_schema(tool)
+    meta.insert(
+        "mcp/www_authenticate".into(),
+        json!([insufficient_scope_challenge(base_url, name, scope)]),
+    );
+    result.meta = Some(MetaObject(meta));
+    result
 }
-
-/// The tool with the `outputSchema` derived from the type its successful answer serializes.
-fn with_output_schema(tool: Tool) -> Tool {
-    match tool.name.as_ref() {
-        LIST_GRAPH_SESSIONS => tool.with_output_schema::<crate::sessions::SessionList>(),
-        RUN_GRAPH_SESSION => tool.with_output_schema::<crate::runs::Ticket>(),
-        GET_GRAPH_RUN => tool.with_output_schema::<crate::runs::RunView>(),
-        CANCEL_GRAPH_RUN => tool.with_output_schema::<crate::runs::CancelOutcome>(),
-        LIST_LINKED_CHAT_TASKS => tool.with_output_schema::<view::Inbox>(),
-        GET_LINKED_CHAT_TASK => tool.with_output_schema::<view::TaskView>(),
-        CLAIM_LINKED_CHAT_TASK => tool.with_output_schema::<view::ClaimView>(),
-        SUBMIT_LINKED_CHAT_RESULT => tool.with_output_schema::<view::SubmitAck>(),
-        UPLOAD_LINKED_CHAT_ARTIFACT => tool.with_output_schema::<view::UploadAck>(),
-        _ => tool,
-    }
-}
-
-/// All definitions, in listing order.
-pub fn definitions() -> Vec<Tool> {
-    TOOLS.iter().map(definition).collect()
-}
-
-/// Why a call's arguments do not fit the tool's contract, in words for the agent.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ArgumentError(pub String);

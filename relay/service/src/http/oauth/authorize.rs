@@ -19,7 +19,8 @@ use super::signin::{self, csrf_refused, random_hex, sign_in_page, unavailable};
 use super::{AUTHORIZE_PATH, CODE_TTL, base_url, resource_url};
 use crate::auth::{Scope, hash_token};
 use crate::http::AppState;
-use crate::oauth::clients::{self, Client, ClientError};
+use crate::oauth::clients::{self, ClientError};
+use crate::oauth::metadata::{Client, redirect_matches};
 use crate::oauth::same_secret;
 use crate::store::{AuthCodeRecord, BrowserSessionRecord, OwnerRecord, StoreError};
 
@@ -139,7 +140,7 @@ async fn client_and_redirect(app: &AppState, params: &Params) -> Result<(Client,
     if !client
         .redirect_uris
         .iter()
-        .any(|registered| clients::redirect_matches(registered, &redirect_uri))
+        .any(|registered| redirect_matches(registered, &redirect_uri))
     {
         return Err(page_refusal(&format!(
             "The redirect URI `{redirect_uri}` is not one that {} registered. Nothing was sent to it.",

@@ -22,7 +22,8 @@ use super::{REFRESH_TOKEN_TTL, base_url, resource_url};
 use crate::auth::{Scope, hash_token};
 use crate::http::AppState;
 use crate::http::answers;
-use crate::oauth::clients::{self, Client, ClientAuthError, ClientError};
+use crate::oauth::clients::{self, ClientAuthError, ClientError};
+use crate::oauth::metadata::Client;
 use crate::store::auth::grant_token_hash;
 use crate::store::{
     AuthCodeRecord, IssuedTokens, OAuthTokenKind, OAuthTokenRecord, RedeemOutcome, RotateOutcome,

@@ -1,0 +1,303 @@
+//! The four graph tools: list the shared sessions, queue a run, read it (waiting if asked),
+//! cancel it. Each decodes its arguments, calls one function of [`crate::runs`] or
+//! [`crate::sessions`], and answers the value with a short text for the model.
+
+use std::time::Duration;
+
+use rmcp::model::CallToolResult;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::inputs::ArgumentError;
+use super::tools::{Answer, Hints, McpTool, ToolContext, ToolError};
+use crate::auth::Scope;
+use crate::runs::{
+    self, CancelOutcome, IDEMPOTENCY_KEY_CHARS, MAX_GET_WAIT, RUN_NOT_FOUND, RunRequest, RunView,
+    Ticket,
+};
+use crate::sessions::{self, LIST_LIMIT, SessionList};
+
+/// `list_graph_sessions`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListGraphSessionsInput {
+    /// This connection's project (the only one it may list).
+    pub project_id: String,
+    /// How many sessions to list (20 when left out).
+    #[schemars(range(min = *LIST_LIMIT.start(), max = *LIST_LIMIT.end()))]
+    pub limit: Option<i64>,
+}
+
+/// `list_graph_sessions`.
+pub struct ListGraphSessions;
+
+impl McpTool for ListGraphSessions {
+    type Input = ListGraphSessionsInput;
+    type Output = SessionList;
+    const NAME: &'static str = "list_graph_sessions";
+    const TITLE: &'static str = "List shared graph sessions";
+    const SCOPE: Scope = Scope::Read;
+    const HINTS: Hints = Hints::READ;
+
+    fn description() -> String {
+        format!(
+            "List the Graph sessions the owner's desktop shares with this connected project, as of the desktop's last sync. \
+             The list is usually empty until the owner shares a session from the desktop. \
+             Rejected: a project_id other than this connection's project, and a limit outside {}–{}.",
+            LIST_LIMIT.start(),
+            LIST_LIMIT.end()
+        )
+    }
+
+    async fn call(
+        cx: ToolContext<'_>,
+        input: Self::Input,
+    ) -> Result<Answer<SessionList>, ToolError> {
+        let store = cx.app.store.as_ref();
+        let list = sessions::list_sessions(store, cx.agent, &input.project_id, input.limit).await?;
+        let mut text = match list.sessions.len() {
+            0 => "No graph sessions are shared with this project yet; the owner shares them from the desktop.".to_owned(),
+            1 => "1 graph session is shared with this project.".to_owned(),
+            n => format!("{n} graph sessions are shared with this project."),
+        };
+        match list.last_sync_at {
+            Some(at) => text.push_str(&format!(" The desktop last synced at {at}.")),
+            None => text.push_str(" The desktop has not synced this project yet."),
+        }
+        Ok(Answer::with_text(list, text))
+    }
+}
+
+/// `run_graph_session`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunGraphSessionInput {
+    /// A session listed by list_graph_sessions.
+    pub graph_session_id: String,
+    /// The graph's arguments; they must fit the session's args_schema when it has one.
+    #[serde(default)]
+    pub arguments: Map<String, Value>,
+    /// One key per intended run; retry with the same key after a lost response.
+    #[schemars(length(min = *IDEMPOTENCY_KEY_CHARS.start(), max = *IDEMPOTENCY_KEY_CHARS.end()))]
+    pub idempotency_key: String,
+    /// A token cap for this run, below the owner's (which always applies).
+    #[schemars(range(min = 1))]
+    pub max_tokens: Option<i64>,
+}
+
+impl From<RunGraphSessionInput> for RunRequest {
+    fn from(input: RunGraphSessionInput) -> Self {
+        RunRequest {
+            graph_session_id: input.graph_session_id,
+            idempotency_key: input.idempotency_key,
+            arguments: input.arguments,
+            max_tokens: input.max_tokens,
+        }
+    }
+}
+
+/// `run_graph_session`. A client that declared the tasks extension gets the run as a task
+/// instead (`super::tasks`).
+pub struct RunGraphSession;
+
+impl McpTool for RunGraphSession {
+    type Input = RunGraphSessionInput;
+    type Output = Ticket;
+    const NAME: &'static str = "run_graph_session";
+    const TITLE: &'static str = "Run a graph session on the owner's desktop";
+    const SCOPE: Scope = Scope::Run;
+    const HINTS: Hints = Hints {
+        read_only: false,
+        destructive: true,
+        idempotent: false,
+        open_world: true,
+    };
+
+    fn description() -> String {
+        format!(
+            "Queue a Graph run on the owner's online desktop in a connected project. \
+             Retrieve progress and result with get_graph_run. \
+             The desktop can go offline, and local tool approvals still apply. \
+             Returns a ticket (command_id, status \"queued\") at once, before the graph starts; check get_graph_run after about one desktop poll interval (20 s). \
+             idempotency_key is required: after a lost response, retry with the same key to get the same run back instead of a second run. \
+             arguments must fit the session's args_schema when list_graph_sessions shows one. \
+             max_tokens (optional) lowers the run's token cap; the owner's cap for the session still applies, so asking for more than it runs at the owner's cap (get_graph_run shows token_cap). \
+             Rejected: a graph_session_id not shared with this project (see list_graph_sessions), an idempotency_key outside {}–{} characters, \
+             arguments that do not fit the session's args_schema (the message names the failing path), \
+             arguments other than graph_session_id, arguments, idempotency_key and max_tokens, and a key already used with different arguments.",
+            IDEMPOTENCY_KEY_CHARS.start(),
+            IDEMPOTENCY_KEY_CHARS.end()
+        )
+    }
+
+    async fn call(cx: ToolContext<'_>, input: Self::Input) -> Result<Answer<Ticket>, ToolError> {
+        let ticket = runs::queue_run(&cx.app.runs, cx.agent, input.into()).await?;
+        let text = if ticket.replayed {
+            format!(
+                "This idempotency key already queued run {} (status {}); no second run was started. Check it with get_graph_run.",
+                ticket.command_id, ticket.status
+            )
+        } else {
+            format!(
+                "Queued run {}. The desktop picks it up on its next pass; check get_graph_run in about {} s.",
+                ticket.command_id, ticket.poll_after_seconds
+            )
+        };
+        Ok(Answer::with_text(ticket, text))
+    }
+}
+
+/// `get_graph_run`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetGraphRunInput {
+    /// The run's command_id from run_graph_session.
+    pub command_id: String,
+    /// Wait up to this many seconds for the run to finish (0 when left out).
+    #[schemars(range(min = 0, max = MAX_GET_WAIT.as_secs()))]
+    pub wait_seconds: Option<i64>,
+}
+
+/// `get_graph_run`.
+pub struct GetGraphRun;
+
+impl McpTool for GetGraphRun {
+    type Input = GetGraphRunInput;
+    type Output = RunView;
+    const NAME: &'static str = "get_graph_run";
+    const TITLE: &'static str = "Get a graph run's status and result";
+    const SCOPE: Scope = Scope::Read;
+    const HINTS: Hints = Hints::READ;
+
+    fn description() -> String {
+        format!(
+            "Get the status (queued, running, completed, failed, cancelled), timestamps and result of a Graph run started by this Connected agent with run_graph_session. \
+             Runs usually take about a minute: look first about 20 s after queueing, then every 15 s or so (poll_after_seconds says when); \
+             or pass wait_seconds (at most {max_wait}) and the call waits for the run to finish, answering as soon as it has. \
+             A result too large to post shows result_truncated: true; the full result stays on the owner's desktop. \
+             A run not started by this Connected agent, an unknown id and a malformed id all get \"{RUN_NOT_FOUND}\".",
+            max_wait = MAX_GET_WAIT.as_secs()
+        )
+    }
+
+    async fn call(cx: ToolContext<'_>, input: Self::Input) -> Result<Answer<RunView>, ToolError> {
+        let wait = wait_seconds(input.wait_seconds)?;
+        let progress = cx.progress;
+        let on_change = |view: &RunView| -> futures_util::future::BoxFuture<'static, ()> {
+            match progress {
+                Some(sender) => sender.send(view),
+                None => Box::pin(async {}),
+            }
+        };
+        let view = runs::get_run_watching(
+            &cx.app.runs,
+            cx.agent,
+            &input.command_id,
+            wait,
+            Some(&on_change),
+        )
+        .await?;
+        let text = run_text(&view);
+        Ok(Answer::with_text(view, text))
+    }
+}
+
+/// `get_graph_run`'s optional `wait_seconds`: 0 to [`MAX_GET_WAIT`].
+fn wait_seconds(seconds: Option<i64>) -> Result<Duration, ArgumentError> {
+    let max = MAX_GET_WAIT.as_secs();
+    match seconds {
+        None => Ok(Duration::ZERO),
+        Some(seconds) => u64::try_from(seconds)
+            .ok()
+            .filter(|s| *s <= max)
+            .map(Duration::from_secs)
+            .ok_or_else(|| ArgumentError(format!("wait_seconds must be from 0 to {max}"))),
+    }
+}
+
+/// The tool result a finished task inlines for `view`: `get_graph_run`'s answer, except that a
+/// failed run is an error result (the tool ran and reported an error; SEP-2663 keeps a failed
+/// task for protocol errors).
+pub fn run_result(view: &RunView) -> CallToolResult {
+    let answer = Answer::with_text(view.clone(), run_text(view));
+    if view.status == relay_protocol::RunStatus::Failed {
+        super::tools::encode(answer.failed())
+    } else {
+        super::tools::encode(answer)
+    }
+}
+
+fn run_text(view: &RunView) -> String {
+    let mut text = format!("Run {} is {}.", view.command_id, view.status);
+    if let Some(error) = &view.error {
+        text.push_str(&format!(" Error: {error}"));
+    }
+    if let Some(waiting) = &view.waiting_for {
+        text.push_str(&format!(" It waits for {waiting}"));
+        if let Some(until) = view.waiting_until {
+            text.push_str(&format!(" (until {until})"));
+        }
+        text.push('.');
+    }
+    if !view.status.is_terminal() && !view.desktop.online {
+        text.push_str(" The desktop is offline: the run moves once it is back.");
+    }
+    if view.result_truncated {
+        text.push_str(" The result was too large to post; it is on the owner's desktop.");
+    }
+    if let (Some(cap), Some(asked)) = (view.token_cap, view.max_tokens)
+        && cap < asked
+    {
+        text.push_str(&format!(
+            " It runs with the owner's token cap of {cap}, below the {asked} asked for."
+        ));
+    }
+    if let Some(seconds) = view.poll_after_seconds {
+        text.push_str(&format!(" Check again in about {seconds} s."));
+    }
+    text
+}
+
+/// `cancel_graph_run`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelGraphRunInput {
+    /// The run's command_id from run_graph_session.
+    pub command_id: String,
+}
+
+/// `cancel_graph_run`.
+pub struct CancelGraphRun;
+
+impl McpTool for CancelGraphRun {
+    type Input = CancelGraphRunInput;
+    type Output = CancelOutcome;
+    const NAME: &'static str = "cancel_graph_run";
+    const TITLE: &'static str = "Cancel a graph run";
+    const SCOPE: Scope = Scope::Run;
+    const HINTS: Hints = Hints {
+        read_only: false,
+        destructive: true,
+        idempotent: true,
+        open_world: false,
+    };
+
+    fn description() -> String {
+        format!(
+            "Cancel a Graph run started by this Connected agent. \
+             A queued run is cancelled at once and never starts; a running run gets a cancel flag that the desktop reads within seconds, and it ends as cancelled. \
+             A run that already finished is left unchanged (the answer says so), and a cancelled run cannot complete. \
+             A run not started by this Connected agent, an unknown id and a malformed id all get \"{RUN_NOT_FOUND}\"."
+        )
+    }
+
+    async fn call(
+        cx: ToolContext<'_>,
+        input: Self::Input,
+    ) -> Result<Answer<CancelOutcome>, ToolError> {
+        let outcome = runs::cancel_run(&cx.app.runs, cx.agent, &input.command_id).await?;
+        let text = outcome.message.clone();
+        Ok(Answer::with_text(outcome, text))
+    }
+}
