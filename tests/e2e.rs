@@ -22,6 +22,7 @@ mod desktop_pickup;
 mod desktop_tells;
 mod disk_full;
 mod malformed_commands;
+mod module_direction;
 mod nested_consent;
 mod outbox;
 mod pass_skipping;

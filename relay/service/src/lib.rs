@@ -26,5 +26,4 @@ pub mod sessions;
 pub mod store;
 
 // The service as the binary, the simulator and the tests start it.
-pub use http::{AppState, MCP_PATH, ServiceConfig, router, serve};
-pub use store::Store;
+pub use http::{AppState, ServiceConfig, router, serve};

@@ -2,6 +2,7 @@
 //! run's outcome reports (an uncaught rejection with its `code`, a limit by name, a syntax
 //! error with line and column).
 
+use crate::meta::NO_DEFAULT_EXPORT;
 use crate::{MAX_ERROR_CHARS, MAX_RESULT_BYTES, MAX_SCRIPT_BYTES};
 
 /// The start of [`ScriptError::ArgsNotJson`]'s text.
@@ -33,9 +34,7 @@ pub enum ScriptError {
     #[error("the graph is waiting for a promise that nothing will ever settle")]
     Stalled,
     /// The module has no callable default export.
-    #[error(
-        "the graph has no default export function: write `export default async function (args, g) {{ ... }}`"
-    )]
+    #[error("{NO_DEFAULT_EXPORT}")]
     NoDefaultExport,
     /// The graph's `meta` export is missing or invalid (the sentence `runner check` prints).
     #[error("{0}")]

@@ -5,6 +5,10 @@ use std::fmt;
 
 /// Longest accepted `meta.name`, in characters.
 pub const MAX_NAME_CHARS: usize = 200;
+
+/// What a graph without a callable default export is told (as a meta refusal and as a
+/// script error alike).
+pub(crate) const NO_DEFAULT_EXPORT: &str = "the graph has no default export function: write `export default async function (args, g) { ... }`";
 /// Longest accepted `meta.slug`, in characters.
 pub const MAX_SLUG_CHARS: usize = 64;
 /// Longest accepted `meta.version`, in characters.
@@ -54,9 +58,7 @@ impl fmt::Display for MetaError {
                 "the graph has no meta export: add `export const meta = {{ name, slug, version, description }}`"
             ),
             MetaError::Invalid(e) => write!(f, "invalid meta: {e}"),
-            MetaError::NoDefaultExport => {
-                write!(f, "{}", crate::ScriptError::NoDefaultExport)
-            }
+            MetaError::NoDefaultExport => f.write_str(NO_DEFAULT_EXPORT),
             MetaError::Args(e) => write!(f, "invalid meta: {e}"),
         }
     }

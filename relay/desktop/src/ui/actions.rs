@@ -16,13 +16,6 @@ use crate::state::{ApprovalStatus, StateError};
 use relay_protocol::GraphSessionId;
 use runner::host::approvals::Policy;
 
-/// The tools the relay has, by name (the policies page offers a select for each).
-pub(crate) fn known_tools() -> Vec<String> {
-    runner::host::tools::ToolRegistry::standard(None)
-        .map(|tools| tools.specs().into_iter().map(|spec| spec.name).collect())
-        .unwrap_or_default()
-}
-
 /// Why an action was refused: its status and what to tell the owner.
 pub(crate) struct Refused(StatusCode, String);
 
@@ -172,7 +165,7 @@ pub(crate) async fn policies(
     super::blocking(move || {
         let form = Form::checked(&signed, &body)?;
         let mut changes = Vec::new();
-        for tool in known_tools() {
+        for tool in super::known_tools() {
             if let Some(value) = form.first(&tool) {
                 let policy: Policy = value.parse().map_err(bad_request)?;
                 changes.push((tool, policy));

@@ -255,6 +255,13 @@ fn redeem(page: &Page, token: &str) -> Response {
     }
 }
 
+/// The tools the relay has, by name (the policies page offers a select for each).
+pub(crate) fn known_tools() -> Vec<String> {
+    runner::host::tools::ToolRegistry::standard(None)
+        .map(|tools| tools.specs().into_iter().map(|spec| spec.name).collect())
+        .unwrap_or_default()
+}
+
 /// The headers every answer carries: no framing, no caching, no script, no sniffing.
 pub(crate) fn secured(mut response: Response) -> Response {
     let headers = response.headers_mut();

@@ -219,7 +219,7 @@ pub(crate) async fn policies(
             p.muted { "What a remotely started run may do with each tool: run it, ask you first (under Pending approvals), or refuse it. A tool with no policy set is denied." }
             form method="post" action="/policies" {
                 (csrf_field(&signed))
-                @for (n, tool) in super::actions::known_tools().iter().enumerate() {
+                @for (n, tool) in super::known_tools().iter().enumerate() {
                     @let id = format!("policy-{n}");
                     @let current = policy.get(tool).as_str();
                     span.field {

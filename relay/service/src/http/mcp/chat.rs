@@ -1,5 +1,5 @@
 //! The five linked chat task tools: decode the arguments, call one function of
-//! [`chat_tasks::agent`], encode. Their answers are compact JSON, and the text copy is that
+//! [`crate::chat_tasks::agent`], encode. Their answers are compact JSON, and the text copy is that
 //! same JSON: every read lands in the conversation's context.
 
 use schemars::JsonSchema;

@@ -41,15 +41,12 @@ use self::inputs::decode;
 use self::tools::{
     McpTool, Registry, ToolContext, ToolError, error_result, insufficient_scope_result,
 };
-use super::AppState;
 use super::oauth;
+use super::{AppState, MCP_PATH};
 use crate::auth::{self, AgentIdentity};
 use crate::runs;
 
 pub use self::http::MAX_MCP_BODY_BYTES;
-
-/// Path of the MCP endpoint.
-pub use crate::http::MCP_PATH;
 
 const INSTRUCTIONS: &str = "Graphs run on the owner's desktop, not here. list_graph_sessions shows what the owner shares; \
 run_graph_session queues a run and returns a command_id at once; get_graph_run reads progress and the result \

@@ -3,7 +3,7 @@
 //! serializes from, and what it does), and a [`Registry`] built from those types gives
 //! `tools/list`, the dispatch of `tools/call` and the scope of every call, with no table by
 //! name beside it. rmcp's `ToolRouter` and its `ToolBase`/`AsyncTool` traits are the model;
-//! the service keeps its own because `tools/list` carries `securitySchemes` (see [`super::http`])
+//! the service keeps its own because `tools/list` carries `securitySchemes` (the gate copies them)
 //! and a call needs the agent's identity and the progress of a waiting run.
 
 use std::future::Future;

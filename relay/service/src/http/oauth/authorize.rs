@@ -69,16 +69,25 @@ fn page_refusal(text: &str) -> Refusal {
     )))
 }
 
-fn parse_query(raw: &str) -> Result<HashMap<String, String>, String> {
+/// Why an authorization request's query cannot be read (shown on the refusal page).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum QueryError {
+    /// The query is longer than [`MAX_QUERY_BYTES`].
+    #[error("the request is longer than {MAX_QUERY_BYTES} bytes")]
+    TooLong,
+    /// A parameter is given twice (RFC 6749 §3.1: it may appear at most once).
+    #[error("the parameter `{0}` appears more than once")]
+    Repeated(String),
+}
+
+fn parse_query(raw: &str) -> Result<HashMap<String, String>, QueryError> {
     if raw.len() > MAX_QUERY_BYTES {
-        return Err(format!(
-            "the request is longer than {MAX_QUERY_BYTES} bytes"
-        ));
+        return Err(QueryError::TooLong);
     }
     let mut params = HashMap::new();
     for (key, value) in url::form_urlencoded::parse(raw.as_bytes()) {
         if params.insert(key.to_string(), value.into_owned()).is_some() {
-            return Err(format!("the parameter `{key}` appears more than once"));
+            return Err(QueryError::Repeated(key.into_owned()));
         }
     }
     Ok(params)
@@ -95,7 +104,7 @@ fn param<'a>(params: &'a Params, name: &str) -> Option<&'a str> {
 
 /// Checks an authorization request given as its query string.
 pub async fn check(app: &AppState, base: &str, raw: &str) -> Result<AuthorizeRequest, Refusal> {
-    let params = parse_query(raw).map_err(|e| page_refusal(&e))?;
+    let params = parse_query(raw).map_err(|e| page_refusal(&e.to_string()))?;
     let (client, redirect_uri) = client_and_redirect(app, &params).await?;
     let state = param(&params, "state").map(str::to_owned);
     match check_parameters(&params, base) {
@@ -107,11 +116,11 @@ pub async fn check(app: &AppState, base: &str, raw: &str) -> Result<AuthorizeReq
             scopes,
             resource,
         }),
-        Err((error, description)) => Err(Refusal::Redirect {
+        Err(refused) => Err(Refusal::Redirect {
             redirect_uri,
             state,
-            error,
-            description,
+            error: refused.code(),
+            description: refused.to_string(),
         }),
     }
 }
@@ -153,59 +162,78 @@ async fn client_and_redirect(app: &AppState, params: &Params) -> Result<(Client,
 /// What a checked request asks for: the PKCE challenge, the scopes and the resource.
 type Asked = (String, Vec<Scope>, Option<String>);
 
-/// The rest of the request, or the RFC 6749 error and its description.
-fn check_parameters(params: &Params, base: &str) -> Result<Asked, (&'static str, String)> {
+/// Why an authorization request is refused once its client and redirect URI are known good:
+/// answered on the redirect URI as RFC 6749 §4.1.2.1's `error` ([`AuthorizeError::code`]) and
+/// `error_description` (the text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum AuthorizeError {
+    /// Not the code flow.
+    #[error("response_type must be `code`")]
+    ResponseType,
+    /// No PKCE challenge.
+    #[error("code_challenge is required (PKCE with S256)")]
+    NoChallenge,
+    /// A PKCE method other than S256.
+    #[error("code_challenge_method must be S256 (plain is refused)")]
+    ChallengeMethod,
+    /// A challenge that is not a base64url SHA-256.
+    #[error("code_challenge must be the 43-character base64url SHA-256 of the verifier")]
+    BadChallenge,
+    /// A scope this server does not offer.
+    #[error("scope `{0}` is not offered: osfoundry:read and osfoundry:run are")]
+    Scope(String),
+    /// A resource other than this MCP endpoint (named here).
+    #[error("this server issues tokens for {0} only")]
+    Target(String),
+}
+
+impl AuthorizeError {
+    /// The RFC 6749 (and RFC 8707) error code.
+    fn code(&self) -> &'static str {
+        match self {
+            AuthorizeError::ResponseType => "unsupported_response_type",
+            AuthorizeError::NoChallenge
+            | AuthorizeError::ChallengeMethod
+            | AuthorizeError::BadChallenge => "invalid_request",
+            AuthorizeError::Scope(_) => "invalid_scope",
+            AuthorizeError::Target(_) => "invalid_target",
+        }
+    }
+}
+
+/// The rest of the request, or why it is refused.
+fn check_parameters(params: &Params, base: &str) -> Result<Asked, AuthorizeError> {
     if param(params, "response_type") != Some("code") {
-        return Err((
-            "unsupported_response_type",
-            "response_type must be `code`".into(),
-        ));
+        return Err(AuthorizeError::ResponseType);
     }
     let Some(code_challenge) = param(params, "code_challenge") else {
-        return Err((
-            "invalid_request",
-            "code_challenge is required (PKCE with S256)".into(),
-        ));
+        return Err(AuthorizeError::NoChallenge);
     };
     if param(params, "code_challenge_method") != Some("S256") {
-        return Err((
-            "invalid_request",
-            "code_challenge_method must be S256 (plain is refused)".into(),
-        ));
+        return Err(AuthorizeError::ChallengeMethod);
     }
     if code_challenge.len() != 43
         || !code_challenge
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     {
-        return Err((
-            "invalid_request",
-            "code_challenge must be the 43-character base64url SHA-256 of the verifier".into(),
-        ));
+        return Err(AuthorizeError::BadChallenge);
     }
     let scopes = requested_scopes(param(params, "scope"))?;
     let resource = param(params, "resource").map(str::to_owned);
     if let Some(resource) = &resource
         && !same_resource(resource, &resource_url(base))
     {
-        return Err((
-            "invalid_target",
-            format!("this server issues tokens for {} only", resource_url(base)),
-        ));
+        return Err(AuthorizeError::Target(resource_url(base)));
     }
     Ok((code_challenge.to_owned(), scopes, resource))
 }
 
 /// The scopes a request names (both when it names none).
-fn requested_scopes(text: Option<&str>) -> Result<Vec<Scope>, (&'static str, String)> {
+fn requested_scopes(text: Option<&str>) -> Result<Vec<Scope>, AuthorizeError> {
     let mut scopes = Vec::new();
     for word in text.unwrap_or_default().split_whitespace() {
-        let scope = Scope::parse(word).ok_or_else(|| {
-            (
-                "invalid_scope",
-                format!("scope `{word}` is not offered: osfoundry:read and osfoundry:run are"),
-            )
-        })?;
+        let scope = Scope::parse(word).ok_or_else(|| AuthorizeError::Scope(word.to_owned()))?;
         if !scopes.contains(&scope) {
             scopes.push(scope);
         }
