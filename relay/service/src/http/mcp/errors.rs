@@ -1,26 +1,13 @@
-//! How MCP answers a refusal of the domain: one function per error type and per kind of
-//! answer (a tool error the model reads, a JSON-RPC error of the tasks methods, a resource
-//! that cannot be read), each an exhaustive match, so a new variant gets a deliberate answer.
+//! How MCP answers a refusal of the domain outside a tool call: one function per error type
+//! and per kind of answer (a JSON-RPC error of the tasks methods, a resource that cannot be
+//! read), each an exhaustive match, so a new variant gets a deliberate answer. A tool call's
+//! refusals are `tools::ToolError`s, rendered by `tools::tool_error_result`; this file's tests
+//! hold both to every variant.
 
 use rmcp::ErrorData;
-use rmcp::model::CallToolResult;
 
-use super::tools::{ToolError, error_result};
 use crate::chat_tasks::TaskError;
 use crate::runs::{self, RunError};
-
-/// A refused tool call, as the tool error the model reads: the refusal in the domain's words
-/// ([`ToolError`]'s conversions name every variant), or for a store failure its cause and
-/// whether retrying helps, logged for the operator.
-pub(super) fn tool_error_result(error: ToolError, tool: &str) -> CallToolResult {
-    match error {
-        ToolError::Store(error) => {
-            error.log(&format!("tool {tool} failed"));
-            error_result(&error.agent_message())
-        }
-        ToolError::Refused(message) => error_result(&message),
-    }
-}
 
 /// A refused tasks method (`tasks/get`, `tasks/cancel`, a task-augmented call), as its
 /// JSON-RPC error: -32602 for what the request named or sent, -32600 for what the request may
@@ -88,10 +75,10 @@ mod tests {
 
     use rmcp::model::{CallToolResult, ErrorCode};
 
-    use super::{run_resource_error, run_rpc_error, task_resource_error, tool_error_result};
+    use super::{run_resource_error, run_rpc_error, task_resource_error};
     use crate::chat_tasks::TaskError;
     use crate::chat_tasks::machine::Refusal;
-    use crate::http::mcp::tools::ToolError;
+    use crate::http::mcp::tools::{ToolError, tool_error_result};
     use crate::runs::{QuotaError, RunError};
     use crate::store::{Damage, Fault, StoreError};
 

@@ -373,7 +373,7 @@ impl GraphTools {
         match tasks::create(&self.mcp.app, agent, request).await {
             Ok(task) => CallToolResponse::Task(CreateTaskResult::new(task)),
             Err(error) => {
-                errors::tool_error_result(ToolError::from(error), RunGraphSession::NAME).into()
+                tools::tool_error_result(ToolError::from(error), RunGraphSession::NAME).into()
             }
         }
     }
