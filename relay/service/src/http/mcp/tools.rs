@@ -114,7 +114,7 @@ impl From<ArgumentError> for ToolError {
 
 impl From<RunError> for ToolError {
     /// Every refusal of the run functions is the agent's to read, in the domain's own words; a
-    /// store failure is told as its cause ([`tool_error_result`]).
+    /// store failure is told as its cause (`tool_error_result`).
     fn from(error: RunError) -> Self {
         match error {
             RunError::Store(error) => ToolError::Store(error),
