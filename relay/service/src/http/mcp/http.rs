@@ -8,7 +8,6 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use futures_util::{Stream, StreamExt};
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use serde::Deserialize;
@@ -317,29 +316,27 @@ fn insufficient_scope(base: &str, name: &str, scope: Scope, id: Option<Value>) -
     response
 }
 
-/// Copies `_meta.securitySchemes` of each listed tool to its top level, in a JSON or an SSE
-/// answer. rmcp's `Tool` has no such field and its tower service only accepts a
-/// `ServerHandler`, so the answer is amended here, on the wire.
+/// Copies `_meta.securitySchemes` of each listed tool to its top level. rmcp's `Tool` has no
+/// such field and its tower service only takes a `ServerHandler` (whose `list_tools` answers
+/// the closed `ListToolsResult`), so the answer is amended here, on the wire. It is always JSON:
+/// the service is configured with `with_json_response`, and rmcp answers a request whose first
+/// message is its response (as `tools/list`'s is) as JSON; anything else passes unchanged.
 async fn hoist_security_schemes(response: Response) -> Response {
     let (mut parts, body) = response.into_parts();
-    let content_type = parts
+    let json = parts
         .headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    if content_type.starts_with("application/json") {
-        let Ok(bytes) = axum::body::to_bytes(body, MAX_LISTING_BYTES).await else {
-            return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-        };
-        let bytes = rewrite_json(&bytes).map(Bytes::from).unwrap_or(bytes);
-        parts.headers.remove(header::CONTENT_LENGTH);
-        Response::from_parts(parts, Body::from(bytes))
-    } else if content_type.starts_with("text/event-stream") {
-        Response::from_parts(parts, Body::from_stream(rewrite_sse(body)))
-    } else {
-        Response::from_parts(parts, body)
+        .is_some_and(|v| v.to_ascii_lowercase().starts_with("application/json"));
+    if !json {
+        return Response::from_parts(parts, body);
     }
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_LISTING_BYTES).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let bytes = rewrite_json(&bytes).map(Bytes::from).unwrap_or(bytes);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(bytes))
 }
 
 /// The message with schemes hoisted, or `None` when it needs no change.
@@ -360,86 +357,12 @@ fn rewrite_json(text: &[u8]) -> Option<Vec<u8>> {
     changed.then(|| serde_json::to_vec(&message).ok()).flatten()
 }
 
-fn rewrite_event(event: &[u8]) -> Vec<u8> {
-    let Ok(text) = std::str::from_utf8(event) else {
-        return event.to_vec();
-    };
-    let mut out = String::with_capacity(text.len() + 256);
-    for line in text.split_inclusive('\n') {
-        let rewritten = line
-            .strip_prefix("data:")
-            .map(|data| data.trim())
-            .and_then(|data| rewrite_json(data.as_bytes()))
-            .and_then(|json| String::from_utf8(json).ok());
-        match rewritten {
-            Some(json) => {
-                out.push_str("data: ");
-                out.push_str(&json);
-                out.push('\n');
-            }
-            None => out.push_str(line),
-        }
-    }
-    out.into_bytes()
-}
-
-/// End of the first complete SSE event in `buffer` (after its blank line).
-fn event_end(buffer: &[u8]) -> Option<usize> {
-    let lf = buffer.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-    let crlf = buffer
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| i + 4);
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-fn rewrite_sse(body: Body) -> impl Stream<Item = Result<Bytes, axum::Error>> + Send {
-    struct State {
-        inner: axum::body::BodyDataStream,
-        buffer: Vec<u8>,
-        done: bool,
-    }
-    let state = State {
-        inner: body.into_data_stream(),
-        buffer: Vec::new(),
-        done: false,
-    };
-    futures_util::stream::unfold(state, |mut state| async move {
-        loop {
-            if let Some(end) = event_end(&state.buffer) {
-                let event: Vec<u8> = state.buffer.drain(..end).collect();
-                return Some((Ok(Bytes::from(rewrite_event(&event))), state));
-            }
-            // An event larger than any listing is passed on as it is rather than buffered on.
-            if state.done || state.buffer.len() > MAX_LISTING_BYTES {
-                if state.buffer.is_empty() {
-                    return None;
-                }
-                let rest = std::mem::take(&mut state.buffer);
-                return Some((Ok(Bytes::from(rest)), state));
-            }
-            match state.inner.next().await {
-                Some(Ok(chunk)) => state.buffer.extend_from_slice(&chunk),
-                Some(Err(error)) => {
-                    state.done = true;
-                    state.buffer.clear();
-                    return Some((Err(error), state));
-                }
-                None => state.done = true,
-            }
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn hoists_schemes_in_json_and_sse() {
+    fn hoists_schemes_in_a_listing() {
         let message = json!({"jsonrpc": "2.0", "id": 1, "result": {"tools": [
             {"name": "a", "_meta": {"securitySchemes": [{"type": "oauth2", "scopes": ["x"]}]}},
             {"name": "b"}
@@ -456,18 +379,5 @@ mod tests {
                 .is_none()
         );
         assert!(rewrite_json(b"{\"result\":{}}").is_none());
-
-        let event = format!("id: 0\ndata: {message}\n\n");
-        let out = String::from_utf8(rewrite_event(event.as_bytes())).unwrap();
-        assert!(out.starts_with("id: 0\ndata: {"));
-        assert!(out.contains("\"securitySchemes\""));
-        assert!(out.ends_with("\n\n"));
-    }
-
-    #[test]
-    fn finds_event_ends() {
-        assert_eq!(event_end(b"data: x\n\nmore"), Some(9));
-        assert_eq!(event_end(b"data: x\r\n\r\n"), Some(11));
-        assert_eq!(event_end(b"data: x\n"), None);
     }
 }
