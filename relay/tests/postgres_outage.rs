@@ -92,6 +92,12 @@ async fn sync_is_refused_for_now(http: &reqwest::Client, base: &str, token: &str
         "{:?}",
         sync.headers()
     );
+    let body: serde_json::Value = sync.json().await.expect("the error shape");
+    assert_eq!(
+        body["cause"],
+        relay_protocol::cause::UNAVAILABLE,
+        "a database that does not answer is named so: {body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -730,7 +730,12 @@ pub struct ServiceOutcome {
     pub error: Option<String>,
 }
 
-/// The body of every non-2xx desktop API answer.
+/// The body of every non-2xx desktop API answer (and owner API answer).
+///
+/// Every refusal the service's API answers carries a [`cause`](ErrorBody::cause), one word of
+/// [`cause`](mod@cause) a client can act on without reading the text. Every 429 and every 503
+/// also carries `Retry-After` (seconds): the service asks to be asked again, no sooner. A 500
+/// carries none: retrying does not help until the operator acts (the cause says why).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
     /// What was wrong and what to do.
@@ -738,10 +743,50 @@ pub struct ErrorBody {
     /// The command's status, when the refusal is about it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<RunStatus>,
-    /// When the service's storage failed: which way (`disk_full`, `read_only`, `missing`,
-    /// `corrupt`, `busy`).
+    /// Which kind of refusal, one of [`cause`](mod@cause)'s words (`None` only from a service
+    /// older than the words).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<String>,
+}
+
+/// The words of [`ErrorBody::cause`], with the status each comes with.
+pub mod cause {
+    /// 400: the request is wrong; sending it again unchanged fails again.
+    pub const BAD_REQUEST: &str = "bad_request";
+    /// 413: the body is larger than the endpoint takes.
+    pub const TOO_LARGE: &str = "too_large";
+    /// 401: the token is missing, unknown, expired, revoked or of another kind.
+    pub const UNAUTHORIZED: &str = "unauthorized";
+    /// 401: the token was revoked while the service held the request.
+    pub const REVOKED: &str = "revoked";
+    /// 403: not this token's (a project of another owner, or of another project's token).
+    pub const FORBIDDEN: &str = "forbidden";
+    /// 404: unknown, or another owner's (the same answer).
+    pub const NOT_FOUND: &str = "not_found";
+    /// 409: contradicts what is recorded; `status` says the command's status when it is about
+    /// one.
+    pub const CONFLICT: &str = "conflict";
+    /// 429 with `Retry-After`: the token is past its request rate.
+    pub const RATE_LIMITED: &str = "rate_limited";
+    /// 429 with `Retry-After`: a queue quota is full.
+    pub const QUOTA: &str = "quota";
+    /// 503 with `Retry-After`: concurrent writers kept winning; a retry will get through.
+    pub const CONTENDED: &str = "contended";
+    /// 503 with `Retry-After`: the service's database does not answer (down, restarting, no
+    /// connection free).
+    pub const UNAVAILABLE: &str = "unavailable";
+    /// 503 with `Retry-After`: the disk holding the service's database is full.
+    pub const DISK_FULL: &str = "disk_full";
+    /// 503 with `Retry-After`: the service's database is busy (a lock held too long).
+    pub const BUSY: &str = "busy";
+    /// 500: the service's database cannot be written (read-only).
+    pub const READ_ONLY: &str = "read_only";
+    /// 500: the service's database file is missing.
+    pub const MISSING: &str = "missing";
+    /// 500: the service's database, or the stored object the request is about, is damaged.
+    pub const CORRUPT: &str = "corrupt";
+    /// 500: the service failed in a way a retry does not fix (its log says how).
+    pub const INTERNAL: &str = "internal";
 }
 
 /// Checks an `execution_id`: non-empty, at most [`MAX_EXECUTION_ID_CHARS`] characters.

@@ -164,7 +164,7 @@ pub async fn create_project(
 /// Every project with its owner, oldest first.
 pub async fn list_projects(admin: &Admin) -> Result<Vec<ProjectInfo>, AdminError> {
     let owners = admin.store.owners().await?;
-    let projects = admin.store.projects().await?;
+    let projects = admin.store.all_projects().await?;
     Ok(projects
         .into_iter()
         .map(|project| {

@@ -290,17 +290,18 @@ async fn oauth_grant(tokens: &Tokens, hash: &str) -> Result<TokenRecord, AuthErr
 
 fn identity_of(record: TokenRecord) -> Result<Identity, AuthError> {
     let corrupt = |what: &str| {
-        AuthError::Store(StoreError::Corrupt(format!(
-            "token {} has no {what}",
-            record.id
-        )))
+        AuthError::Store(
+            crate::store::Damage::of(what, "an agent token must have one")
+                .in_row("tokens", &record.id)
+                .into(),
+        )
     };
     Ok(match record.kind {
         TokenKind::Agent => Identity::Agent(AgentIdentity {
             project_id: record
                 .project_id
                 .clone()
-                .ok_or_else(|| corrupt("project"))?,
+                .ok_or_else(|| corrupt("project_id"))?,
             agent_name: record.agent_name.clone().unwrap_or_default(),
             scopes: record
                 .scopes

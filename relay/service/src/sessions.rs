@@ -231,18 +231,19 @@ async fn check_project(
     desktop: &DesktopIdentity,
     project_id: &str,
 ) -> Result<(), DesktopError> {
-    let project = runs.store.project(project_id).await?;
+    let project = runs
+        .store
+        .project_of_owner(&desktop.owner_id, project_id)
+        .await?;
     match (&project, &desktop.project_id) {
-        (Some(project), Some(only))
-            if project.owner_id == desktop.owner_id && *only != project.id =>
-        {
+        (Some(project), Some(only)) if *only != project.id => {
             Err(DesktopError::Forbidden(format!(
                 "this desktop token was minted for project `{only}` only, not `{}`: mint one for it (`relay admin token create --desktop --project {}`) or one for all of the owner's projects (`--desktop --owner NAME`)",
                 project.id, project.id
             )))
         }
-        (Some(project), _) if desktop.reaches(project) => Ok(()),
-        _ => Err(DesktopError::Forbidden(format!(
+        (Some(_), _) => Ok(()),
+        (None, _) => Err(DesktopError::Forbidden(format!(
             "project `{project_id}` is not one of this desktop's owner's projects: check the project id, or use the desktop token of the project's owner"
         ))),
     }
@@ -255,7 +256,7 @@ pub async fn served_projects(
     desktop: &DesktopIdentity,
 ) -> Result<ProjectsResponse, DesktopError> {
     let projects = store
-        .projects()
+        .projects_of_owner(&desktop.owner_id)
         .await?
         .into_iter()
         .filter(|project| desktop.reaches(project))
@@ -335,7 +336,7 @@ async fn sync_answer(
             && command.cancel_requested
             && runs
                 .store
-                .project(&command.project_id)
+                .project_of_owner(&desktop.owner_id, &command.project_id)
                 .await?
                 .is_some_and(|p| desktop.reaches(&p))
         {

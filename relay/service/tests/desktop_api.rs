@@ -309,3 +309,95 @@ async fn completion_limits_are_enforced_at_the_edge() {
     );
     service.stop().await;
 }
+
+/// Every refusal of the desktop API names its cause in the body (429 and 503, which also say
+/// when to come back in `Retry-After`: the next test and `relay/tests/postgres_outage.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_names_its_cause_and_when_to_come_back() {
+    use relay_protocol::cause;
+    let Setup {
+        service,
+        project,
+        desktop,
+        client,
+    } = setup(Era::Current).await;
+    let id = queue(&client, "cause-key").await;
+    desktop.sync(&project, &[1]).await;
+    assert_eq!(desktop.started(&id, "exec-1").await.0, 200);
+    let other = service.project("q", "bob").await;
+    let stranger = Desktop {
+        token: "grd_not-a-token".into(),
+        ..service.desktop(&project).await
+    };
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let huge = json!({"execution_id": "x".repeat(MAX_DESKTOP_BODY_BYTES)});
+    let answers = [
+        (
+            400,
+            cause::BAD_REQUEST,
+            desktop.started("not-a-uuid", "e").await,
+        ),
+        (401, cause::UNAUTHORIZED, stranger.started(&id, "e").await),
+        (
+            403,
+            cause::FORBIDDEN,
+            desktop
+                .sync_raw(&json!({"project_id": other, "sessions": []}))
+                .await,
+        ),
+        (404, cause::NOT_FOUND, desktop.started(&unknown, "e").await),
+        (409, cause::CONFLICT, desktop.started(&id, "exec-2").await),
+        (413, cause::TOO_LARGE, desktop.complete(&id, &huge).await),
+    ];
+    for (status, expected, (got, body)) in answers {
+        assert_eq!(
+            (got, body["cause"].as_str()),
+            (status, Some(expected)),
+            "{body}"
+        );
+    }
+    service.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_desktop_past_its_rate_is_told_when_to_come_back() {
+    let config = relay_service::ServiceConfig {
+        rate_limit: Some(relay_service::http::rate::RateLimit {
+            per_second: 1,
+            burst: 1,
+        }),
+        ..relay_service::ServiceConfig::default()
+    };
+    let service = TestService::start_with_config(config).await;
+    let project = service.project("p", "alice").await;
+    let desktop = service.desktop(&project).await;
+    let sync = || {
+        common::http_client()
+            .post(format!(
+                "{}{}/sync",
+                service.base,
+                relay_protocol::DESKTOP_API_PREFIX
+            ))
+            .bearer_auth(&desktop.token)
+            .json(&json!({"project_id": project, "sessions": []}))
+            .send()
+    };
+    assert_eq!(sync().await.expect("answered").status(), 200);
+    // The bucket refills one request a second; of a few requests sent back to back, one is
+    // refused however slow the machine.
+    let mut limited = None;
+    for _ in 0..20 {
+        let answer = sync().await.expect("answered");
+        if answer.status() != 200 {
+            limited = Some(answer);
+            break;
+        }
+    }
+    let limited = limited.expect("a request past the rate is refused");
+    assert_eq!(limited.status(), 429);
+    let wait = limited.headers()["retry-after"].to_str().expect("seconds");
+    assert!(wait.parse::<u64>().is_ok_and(|s| s >= 1), "{wait}");
+    let body: Value = limited.json().await.expect("json");
+    assert_eq!(body["cause"], relay_protocol::cause::RATE_LIMITED, "{body}");
+    service.stop().await;
+}

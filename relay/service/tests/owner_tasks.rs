@@ -18,10 +18,22 @@ struct Owner {
 }
 
 impl Owner {
+    /// `path` of the owner API (under `/owner/v1`).
     async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.send_to(method, &format!("/owner/v1{path}"), body)
+            .await
+    }
+
+    /// `path` of the service, with the owner's token.
+    async fn send_to(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let mut request = self
             .http
-            .request(method, format!("{}/owner{path}", self.base))
+            .request(method, format!("{}{path}", self.base))
             .bearer_auth(&self.token);
         if let Some(body) = body {
             request = request.json(&body);
@@ -288,5 +300,77 @@ async fn owner_request_bodies_are_bounded() {
         answer["error"].as_str().unwrap_or("").contains("too large"),
         "the owner API's JSON error object: {answer}"
     );
+    chat.service.stop().await;
+}
+
+/// The owner API lives under `/owner/v1` alone: every unversioned path of earlier releases
+/// answers 404 and changes nothing, while the same request under `/owner/v1` is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unversioned_owner_paths_answer_404() {
+    use reqwest::Method;
+    let chat = chat_setup(ServiceConfig::default()).await;
+    let owner = owner(&chat.service, &chat.project).await;
+    let task = chat
+        .service
+        .assign_goal(&chat.link, "Stays queued", "old-paths-1")
+        .await;
+    let link = &chat.link;
+    let assign = json!({"goal": "A second task", "idempotency_key": "old-paths-2"});
+    let requests = [
+        (
+            Method::POST,
+            "/chat-links".to_owned(),
+            Some(json!({"project_id": chat.project, "host": "claude"})),
+        ),
+        (
+            Method::PUT,
+            format!("/chat-links/{link}/event-subscription"),
+            Some(json!({"active": true})),
+        ),
+        (Method::GET, format!("/chat-links/{link}/tasks"), None),
+        (
+            Method::POST,
+            format!("/chat-links/{link}/tasks"),
+            Some(assign),
+        ),
+        (Method::GET, format!("/tasks/{task}"), None),
+        (Method::GET, format!("/tasks/{task}/artifacts/none"), None),
+        (
+            Method::POST,
+            format!("/tasks/{task}/cancel"),
+            Some(json!({})),
+        ),
+    ];
+    for (method, path, body) in &requests {
+        let (status, answer) = owner
+            .send_to(method.clone(), &format!("/owner{path}"), body.clone())
+            .await;
+        assert_eq!(status, 404, "{method} /owner{path} is gone: {answer}");
+        assert_eq!(
+            answer, "",
+            "no route, not the API's own refusal: {method} /owner{path}"
+        );
+    }
+    let stored = chat.service.stored_task(&task).await;
+    assert_eq!(
+        stored.status.as_str(),
+        "queued",
+        "the old cancel changed nothing"
+    );
+    let (_, list) = owner.get(&format!("/chat-links/{link}/tasks")).await;
+    assert_eq!(
+        list["tasks"].as_array().map(Vec::len),
+        Some(1),
+        "the old assign made no task: {list}"
+    );
+    for (method, path, body) in requests {
+        let (status, answer) = owner.send(method.clone(), &path, body).await;
+        if path.contains("/artifacts/") {
+            assert_eq!(status, 404, "{answer}");
+            assert_eq!(answer["error"], "artifact not found on this task");
+        } else {
+            assert_eq!(status, 200, "{method} /owner/v1{path}: {answer}");
+        }
+    }
     chat.service.stop().await;
 }

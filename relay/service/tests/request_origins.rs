@@ -52,7 +52,7 @@ impl Routes {
                 .header("content-type", "application/json")
                 .body(INITIALIZE),
             "owner" => http
-                .get(format!("{base}/owner/chat-links/{}/tasks", self.link))
+                .get(format!("{base}/owner/v1/chat-links/{}/tasks", self.link))
                 .bearer_auth(&self.owner),
             "desktop" => http
                 .post(format!("{base}/external-assistants/graph-relays/sync"))

@@ -119,10 +119,11 @@ pub async fn get_task(
 
 fn claim_view(task: &TaskRecord, replayed: bool) -> Result<ClaimView, TaskError> {
     let claim_id = task.claim_id.clone().ok_or_else(|| {
-        TaskError::Store(crate::store::StoreError::Corrupt(format!(
-            "claimed task {} has no claim id",
-            task.id
-        )))
+        TaskError::Store(
+            crate::store::Damage::of("claim_id", "a claimed task must have one")
+                .in_row("chat_tasks", &task.id.to_string())
+                .into(),
+        )
     })?;
     Ok(ClaimView {
         task_id: task.id,

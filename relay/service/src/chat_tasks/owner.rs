@@ -44,8 +44,11 @@ async fn may_use_project(
     let Acting::Owner(owner) = acting else {
         return Ok(tasks.store.project(project_id).await?.is_some());
     };
-    let project = tasks.store.project(project_id).await?;
-    Ok(project.is_some_and(|project| project.owner_id == owner.owner_id))
+    let project = tasks
+        .store
+        .project_of_owner(&owner.owner_id, project_id)
+        .await?;
+    Ok(project.is_some())
 }
 
 /// The link `chat_link_id` if the one acting may manage it.

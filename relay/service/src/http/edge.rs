@@ -1,7 +1,8 @@
 //! What every HTTP API of the service does alike at its edge: who is asking ([`Agent`] for MCP,
 //! [`Desktop`], [`Owner`]), the body ([`JsonBody`]), and one error type ([`ApiError`]) that
-//! answers every refusal of the JSON APIs as `{"error": "...", "status"?: "..."}`. A handler is
-//! then decode → one domain function → respond.
+//! answers every refusal of the JSON APIs as `{"error": "...", "status"?: "...", "cause":
+//! "..."}` with `Retry-After` on every 429 and 503 ([`super::answers`] decides each). A
+//! handler is then decode → one domain function → respond.
 
 use std::sync::Arc;
 
@@ -10,7 +11,7 @@ use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use relay_protocol::{ErrorBody, RunStatus};
+use relay_protocol::{ErrorBody, cause};
 use serde::de::DeserializeOwned;
 
 use super::rate::RateLimited;
@@ -20,6 +21,8 @@ use crate::auth::{
 use crate::chat_tasks::TaskError;
 use crate::http::{AppState, oauth};
 use crate::runs::{DesktopError, RunError};
+
+use super::answers::{self, Answer, BUSY_RETRY_AFTER_SECS};
 
 /// Why a request to a JSON API was refused; its [`IntoResponse`] is the one error shape.
 #[derive(Debug)]
@@ -38,6 +41,8 @@ pub enum ApiError {
     RateLimited(RateLimited),
     /// The object does not exist, or is another owner's (the same answer).
     NotFound(String),
+    /// A refusal of the run functions (the owner API's runs).
+    Run(RunError),
     /// The store failed.
     Store(crate::store::StoreError),
 }
@@ -62,12 +67,7 @@ impl From<DesktopError> for ApiError {
 
 impl From<RunError> for ApiError {
     fn from(error: RunError) -> Self {
-        match error {
-            RunError::NotFound => ApiError::NotFound(RunError::NotFound.to_string()),
-            RunError::Invalid(message) => ApiError::BadRequest(message),
-            RunError::Store(error) => ApiError::Store(error),
-            other => ApiError::Desktop(DesktopError::Run(other)),
-        }
+        ApiError::Run(error)
     }
 }
 
@@ -77,173 +77,39 @@ impl From<TaskError> for ApiError {
     }
 }
 
-/// How a refusal is answered.
-struct Answer {
-    status: StatusCode,
-    message: String,
-    run_status: Option<RunStatus>,
-    retry_after: Option<u64>,
-    cause: Option<&'static str>,
-}
-
-impl Answer {
-    fn new(status: StatusCode, message: String, run_status: Option<RunStatus>) -> Self {
-        Answer {
-            status,
-            message,
-            run_status,
-            retry_after: None,
-            cause: None,
-        }
-    }
-}
-
-/// Seconds a client is told to wait after a busy database.
-const BUSY_RETRY_AFTER_SECS: u64 = 5;
-/// Seconds a client is told to wait after a full disk (freeing space takes an operator).
-const DISK_FULL_RETRY_AFTER_SECS: u64 = 30;
-
-/// A store failure as an answer, logged for the operator with its cause and remedy: 503 with
-/// `Retry-After` for a cause that passes (a busy lock, a full disk), 500 naming the cause for
-/// one that needs the operator's hand (read-only, missing, damaged), and 503 with `fallback`
-/// for one without a name (a database that does not answer).
-fn store_answer(error: &crate::store::StoreError, context: &str, fallback: &str) -> Answer {
-    error.log(context);
-    let Some(fault) = error.fault() else {
-        let mut answer = Answer::new(StatusCode::SERVICE_UNAVAILABLE, fallback.to_owned(), None);
-        // Most often the database is down or restarting: worth a retry, as for a busy one.
-        answer.retry_after = Some(BUSY_RETRY_AFTER_SECS);
-        return answer;
-    };
-    let mut answer = if fault.transient() {
-        let mut answer = Answer::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "{}: the service cannot record this now; retry after Retry-After seconds",
-                fault.describe()
-            ),
-            None,
-        );
-        answer.retry_after = Some(match fault {
-            crate::store::Fault::DiskFull => DISK_FULL_RETRY_AFTER_SECS,
-            _ => BUSY_RETRY_AFTER_SECS,
-        });
-        answer
-    } else {
-        Answer::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!(
-                "{}: retrying does not help until the service's operator repairs it",
-                fault.describe()
-            ),
-            None,
-        )
-    };
-    answer.cause = Some(fault.as_str());
-    answer
-}
-
 impl ApiError {
     /// How this refusal is answered.
-    fn parts(self) -> Answer {
+    fn answer(self) -> Answer {
         match self {
-            ApiError::Auth(AuthError::Store(error)) => store_answer(
-                &error,
-                "token check failed",
-                "the service cannot check tokens right now; retry later",
-            ),
-            ApiError::Auth(error) => Answer::new(StatusCode::UNAUTHORIZED, error.to_string(), None),
-            ApiError::BadRequest(message) => Answer::new(StatusCode::BAD_REQUEST, message, None),
+            ApiError::Auth(error) => answers::auth_answer(error),
+            ApiError::Desktop(error) => answers::desktop_answer(error),
+            ApiError::Task(error) => answers::task_answer(error),
+            ApiError::Run(error) => answers::run_answer(error, "owner request failed"),
+            ApiError::BadRequest(message) => {
+                Answer::new(StatusCode::BAD_REQUEST, cause::BAD_REQUEST, message)
+            }
             ApiError::TooLarge(message) => {
-                Answer::new(StatusCode::PAYLOAD_TOO_LARGE, message, None)
+                Answer::new(StatusCode::PAYLOAD_TOO_LARGE, cause::TOO_LARGE, message)
             }
-            ApiError::RateLimited(error) => {
-                let mut answer =
-                    Answer::new(StatusCode::TOO_MANY_REQUESTS, error.to_string(), None);
-                answer.retry_after = Some(error.retry_after_secs);
-                answer
+            ApiError::RateLimited(error) => answers::rate_answer(&error),
+            ApiError::NotFound(message) => {
+                Answer::new(StatusCode::NOT_FOUND, cause::NOT_FOUND, message)
             }
-            ApiError::NotFound(message) => Answer::new(StatusCode::NOT_FOUND, message, None),
-            ApiError::Store(error) => store_answer(
-                &error,
-                "owner request failed",
-                "the service cannot answer this right now; retry later",
-            ),
-            ApiError::Desktop(error) => desktop_parts(error),
-            ApiError::Task(error) => task_parts(error),
+            ApiError::Store(error) => answers::store_answer(&error, "request failed"),
         }
-    }
-}
-
-fn desktop_parts(error: DesktopError) -> Answer {
-    match error {
-        DesktopError::BadRequest(message) => Answer::new(StatusCode::BAD_REQUEST, message, None),
-        DesktopError::Forbidden(message) => Answer::new(StatusCode::FORBIDDEN, message, None),
-        DesktopError::NotFound(message) => Answer::new(StatusCode::NOT_FOUND, message, None),
-        DesktopError::Revoked => Answer::new(
-            StatusCode::UNAUTHORIZED,
-            DesktopError::Revoked.to_string(),
-            None,
-        ),
-        DesktopError::Conflict { message, status } => {
-            Answer::new(StatusCode::CONFLICT, message, Some(status))
-        }
-        DesktopError::Run(RunError::Contended) => Answer::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            RunError::Contended.to_string(),
-            None,
-        ),
-        DesktopError::Run(RunError::Store(error)) => store_answer(
-            &error,
-            "desktop request failed",
-            "the service cannot record this right now; retry later",
-        ),
-        // Nothing the caller did, and worth a retry, so 503 rather than 500.
-        DesktopError::Run(error) => {
-            tracing::error!(%error, "desktop request failed");
-            Answer::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the service cannot record this right now; retry later".to_owned(),
-                None,
-            )
-        }
-    }
-}
-
-fn task_parts(error: TaskError) -> Answer {
-    let answer = |status, message| Answer::new(status, message, None);
-    match error {
-        TaskError::Invalid(message) => answer(StatusCode::BAD_REQUEST, message),
-        TaskError::LinkNotFound | TaskError::TaskNotFound | TaskError::ArtifactNotFound => {
-            answer(StatusCode::NOT_FOUND, error.to_string())
-        }
-        TaskError::Conflict(_) | TaskError::Refused(_) => {
-            answer(StatusCode::CONFLICT, error.to_string())
-        }
-        TaskError::Contended => answer(StatusCode::SERVICE_UNAVAILABLE, error.to_string()),
-        TaskError::Store(error) => store_answer(
-            &error,
-            "owner request failed",
-            "the service cannot record this right now; retry later",
-        ),
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let answer = self.parts();
+        let answer = self.answer();
         let body = ErrorBody {
-            error: answer.message,
+            error: answer.message.clone(),
             status: answer.run_status,
-            cause: answer.cause.map(str::to_owned),
+            cause: Some(answer.cause.to_owned()),
         };
-        let mut response = (answer.status, axum::Json(body)).into_response();
-        if let Some(seconds) = answer.retry_after
-            && let Ok(value) = axum::http::HeaderValue::from_str(&seconds.to_string())
-        {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
-        }
-        response
+        let response = (answer.status, axum::Json(body)).into_response();
+        answers::with_retry_after(response, &answer)
     }
 }
 

@@ -7,6 +7,7 @@
 //! [`AppState`]. The router needs no sockets ([`router`] is a tower service), so tests and the
 //! simulator can call it in-process; [`serve`] runs it on a TCP listener.
 
+pub mod answers;
 pub mod console;
 pub mod desktop_api;
 pub mod edge;

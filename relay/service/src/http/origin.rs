@@ -438,9 +438,17 @@ impl Refusal {
     /// The answer: 403 or 421, as a JSON-RPC error on `/mcp` and in the APIs' error shape
     /// (`{"error": …}`) elsewhere.
     pub fn into_response(self, path: &str) -> Response {
-        let (status, message) = match self {
-            Refusal::Origin(message) => (StatusCode::FORBIDDEN, message),
-            Refusal::Host(message) => (StatusCode::MISDIRECTED_REQUEST, message),
+        let (status, cause, message) = match self {
+            Refusal::Origin(message) => (
+                StatusCode::FORBIDDEN,
+                relay_protocol::cause::FORBIDDEN,
+                message,
+            ),
+            Refusal::Host(message) => (
+                StatusCode::MISDIRECTED_REQUEST,
+                relay_protocol::cause::BAD_REQUEST,
+                message,
+            ),
         };
         if path == MCP_PATH || path.starts_with(&format!("{MCP_PATH}/")) {
             let body = json!({
@@ -453,7 +461,7 @@ impl Refusal {
             let body = ErrorBody {
                 error: message,
                 status: None,
-                cause: None,
+                cause: Some(cause.to_owned()),
             };
             (status, axum::Json(body)).into_response()
         }

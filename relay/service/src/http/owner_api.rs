@@ -1,4 +1,5 @@
-//! The owner's HTTP API for linked chat tasks (owner token, JSON, size-limited bodies).
+//! The owner's HTTP API, every route under `/owner/v1` (owner token, JSON, size-limited bodies):
+//! chat links and their tasks, connections, runs, desktops.
 //! Handlers decode, call one function of [`chat_tasks::owner`](crate::chat_tasks::owner), encode.
 
 use std::sync::Arc;
@@ -19,12 +20,14 @@ use crate::oauth::connections;
 use crate::runs::CancelOutcome;
 use crate::runs::owner::{self as runs_owner, OwnerRunDetail, RunFilter, RunPage};
 
-/// Path prefix of the owner API.
-pub const OWNER_API_PREFIX: &str = "/owner";
+/// Path prefix of the owner API: every owner route is under it, and nothing else of the
+/// owner's is served (the unversioned `/owner/chat-links…` and `/owner/tasks/…` of earlier
+/// releases answer 404).
+pub const OWNER_API_PREFIX: &str = "/owner/v1";
 /// Largest owner request body: a goal is at most a few thousand characters.
 pub const MAX_OWNER_BODY_BYTES: usize = 64 * 1024;
 
-/// `POST /owner/chat-links` body.
+/// `POST /owner/v1/chat-links` body.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateLinkRequest {
@@ -37,7 +40,7 @@ pub struct CreateLinkRequest {
     pub event_subscription: bool,
 }
 
-/// `PUT /owner/chat-links/{id}/event-subscription` body.
+/// `PUT /owner/v1/chat-links/{id}/event-subscription` body.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubscriptionRequest {
@@ -45,7 +48,7 @@ pub struct SubscriptionRequest {
     pub active: bool,
 }
 
-/// `POST /owner/chat-links/{id}/tasks` body.
+/// `POST /owner/v1/chat-links/{id}/tasks` body.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AssignBody {
@@ -74,15 +77,15 @@ pub fn routes(app: Arc<AppState>) -> Router {
             &format!("{p}/tasks/{{id}}/artifacts/{{artifact_id}}"),
             get(artifact),
         )
-        .route(&format!("{p}/v1/connections"), get(list_connections))
+        .route(&format!("{p}/connections"), get(list_connections))
         .route(
-            &format!("{p}/v1/connections/{{id}}/revoke"),
+            &format!("{p}/connections/{{id}}/revoke"),
             post(revoke_connection),
         )
-        .route(&format!("{p}/v1/projects/{{id}}/runs"), get(list_runs))
-        .route(&format!("{p}/v1/runs/{{id}}"), get(run_detail))
-        .route(&format!("{p}/v1/runs/{{id}}/cancel"), post(cancel_run))
-        .route(&format!("{p}/v1/desktops"), get(list_desktops))
+        .route(&format!("{p}/projects/{{id}}/runs"), get(list_runs))
+        .route(&format!("{p}/runs/{{id}}"), get(run_detail))
+        .route(&format!("{p}/runs/{{id}}/cancel"), post(cancel_run))
+        .route(&format!("{p}/desktops"), get(list_desktops))
         .layer(DefaultBodyLimit::max(MAX_OWNER_BODY_BYTES))
         .with_state(app)
 }

@@ -48,11 +48,13 @@ pub async fn list(
     owner_id: Option<&str>,
     project: Option<&str>,
 ) -> Result<Vec<Connection>, StoreError> {
+    // An owner's request reads that owner's tokens only; every owner's is the operator's list.
+    let owners = match owner_id {
+        Some(id) => store.owner(id).await?.into_iter().collect(),
+        None => store.owners().await?,
+    };
     let mut connections = Vec::new();
-    for owner in store.owners().await? {
-        if owner_id.is_some_and(|only| only != owner.id) {
-            continue;
-        }
+    for owner in owners {
         for token in store.tokens_of_owner(&owner.id).await? {
             if let Some(found) = connection(token, &owner)
                 && project.is_none_or(|p| p == found.project_id)

@@ -52,7 +52,12 @@ impl From<RunError> for DesktopError {
         match error {
             RunError::NotFound => DesktopError::NotFound(command_not_found()),
             RunError::Invalid(message) => DesktopError::BadRequest(message),
-            other => DesktopError::Run(other),
+            // The edge answers these as it answers the run functions' own refusals.
+            error @ (RunError::IdempotencyConflict
+            | RunError::Contended
+            | RunError::Quota(_)
+            | RunError::Revoked
+            | RunError::Store(_)) => DesktopError::Run(error),
         }
     }
 }
@@ -78,7 +83,10 @@ async fn desktop_command(
         .command(id)
         .await?
         .ok_or_else(|| DesktopError::NotFound(command_not_found()))?;
-    let project = runs.store.project(&command.project_id).await?;
+    let project = runs
+        .store
+        .project_of_owner(&desktop.owner_id, &command.project_id)
+        .await?;
     match project {
         Some(project) if desktop.reaches(&project) => Ok(command),
         _ => Err(DesktopError::NotFound(command_not_found())),

@@ -145,9 +145,9 @@ fn summary(command: &CommandRecord, names: &HashMap<String, String>) -> OwnerRun
 pub async fn owns_project(runs: &Runs, owner_id: &str, project_id: &str) -> Result<bool, RunError> {
     Ok(runs
         .store
-        .project(project_id)
+        .project_of_owner(owner_id, project_id)
         .await?
-        .is_some_and(|project| project.owner_id == owner_id))
+        .is_some())
 }
 
 fn cursor(command: &CommandRecord) -> String {

@@ -34,31 +34,176 @@ pub use sqlite::SqliteStore;
 /// The future every store method returns (boxed so `dyn Store` works).
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// A storage failure; never caused by the caller's input.
+/// An error a store keeps as the source of a [`StoreError`] it has no type of its own for.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A storage failure. Each variant keeps the underlying error as its source; only
+/// [`StoreError::Invalid`] is caused by the caller's input.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The database failed.
+    /// SQLite failed for a cause without a name (the named ones are [`StoreError::Fault`]).
+    #[error("database error: {context}{source}")]
+    Sqlite {
+        /// What the store was doing, ending in `": "`, or empty.
+        context: String,
+        /// SQLite's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// PostgreSQL failed for a cause without a name (the named ones are [`StoreError::Fault`]).
+    #[error("database error: {detail}")]
+    Postgres {
+        /// PostgreSQL's code and message, or the client's error with its causes.
+        detail: String,
+        /// tokio-postgres's error.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// No PostgreSQL connection could be had from the pool (the database does not answer, or
+    /// every connection stayed busy).
+    #[error("database error: no database connection: {0}")]
+    Pool(#[source] deadpool_postgres::PoolError),
+    /// The PostgreSQL connection pool could not be built.
+    #[error("database error: cannot make a connection pool: {0}")]
+    PoolBuild(#[source] deadpool_postgres::BuildError),
+    /// The SQLite connection pool was closed while a call waited for it.
+    #[error("database error: the connection pool is closed")]
+    PoolClosed(#[source] tokio::sync::AcquireError),
+    /// The blocking task running a SQLite call panicked or was cancelled.
+    #[error("database error: database task failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
+    /// A value could not be encoded for storage (or an answer built from stored values).
+    #[error("cannot encode {what}: {source}")]
+    Encode {
+        /// What was being encoded.
+        what: &'static str,
+        /// serde_json's error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The store is set up wrongly (its URL, TLS settings, schema or channel name), or the
+    /// database does not behave as the store needs (WAL refused): the message says which.
+    #[error("database error: {message}")]
+    Setup {
+        /// What is wrong and what to change.
+        message: String,
+        /// The underlying error, where there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// A row the store just wrote could not be read back in the same transaction: a bug of
+    /// the store or a database that does not keep its promises.
     #[error("database error: {0}")]
-    Backend(String),
-    /// A stored row could not be read back (corrupt or from a newer schema).
+    Inconsistent(&'static str),
+    /// The system could not supply random bytes for a new secret or id.
+    #[error("the system has no randomness: {0}")]
+    Randomness(#[source] getrandom::Error),
+    /// A stored row could not be decoded: [`Damage`] names it.
     #[error("stored data is unreadable: {0}")]
-    Corrupt(String),
-    /// The stored data contradicts the request (e.g. a name already taken).
+    Corrupt(Box<Damage>),
+    /// The caller's value cannot be stored as given (e.g. a number past the column's range);
+    /// nothing was written. The message says which value.
     #[error("{0}")]
-    Conflict(String),
+    Invalid(String),
     /// Storage failed for a named cause: a full disk, a read-only or missing file, a damaged
     /// database, a lock held too long.
     #[error("{fault}: {detail}")]
     Fault {
         /// Which.
         fault: Fault,
-        /// The database's own words.
+        /// The database's own words (with what the store was doing, if it says).
         detail: String,
+        /// The database's error.
+        #[source]
+        source: BoxError,
     },
-    /// The database was refused when opened (empty, damaged, foreign, newer): the message says
-    /// what to do.
-    #[error("{0}")]
-    Unusable(String),
+    /// The database was refused when opened (empty, damaged, foreign, newer), or a copy of it
+    /// failed: the error (kept whole, with its own source) says what to do.
+    #[error(transparent)]
+    Unusable(BoxError),
+}
+
+/// A stored object that cannot be decoded: which one (its table and key), which part of it,
+/// and why. Retrying cannot help; the object has to be repaired or removed.
+#[derive(Debug)]
+pub struct Damage {
+    /// The table holding it (empty until the row's decoder names it).
+    pub table: &'static str,
+    /// Its key (e.g. the command id), as stored.
+    pub id: String,
+    /// Which part could not be decoded (a column, a field).
+    pub what: String,
+    /// Why.
+    pub source: BoxError,
+}
+
+impl Damage {
+    /// Damage to `what` of a row not named yet: the row's decoder adds its table and key
+    /// ([`Damage::in_row`]).
+    pub fn of(what: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Damage {
+            table: "",
+            id: String::new(),
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
+    /// This damage, named as part of the row `id` of `table` unless it already names one.
+    #[must_use]
+    pub fn in_row(mut self, table: &'static str, id: &str) -> Self {
+        if self.table.is_empty() {
+            self.table = table;
+            id.clone_into(&mut self.id);
+        }
+        self
+    }
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !self.table.is_empty() {
+            write!(f, "{} row {}: ", self.table, self.id)?;
+        }
+        write!(f, "{}: {}", self.what, self.source)
+    }
+}
+
+impl std::error::Error for Damage {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// Whether a PostgreSQL failure without a named fault passes by itself: the connection
+/// closed or could not be made (an I/O error under it), or the server says so by the class of
+/// its SQLSTATE (08 connection exception, 57 operator intervention such as a restart, 40 a
+/// rolled-back transaction, 53 insufficient resources). A statement the server refused for
+/// another reason, or a client-side encoding error, fails the same way every time.
+fn postgres_retry_helps(error: &tokio_postgres::Error) -> bool {
+    if let Some(db) = error.as_db_error() {
+        return matches!(db.code().code().get(..2), Some("08" | "57" | "40" | "53"));
+    }
+    let mut cause = std::error::Error::source(error);
+    while let Some(inner) = cause {
+        if inner.is::<std::io::Error>() {
+            return true;
+        }
+        cause = inner.source();
+    }
+    error.is_closed()
+}
+
+/// How a row keyed by a secret's hash is named in a [`Damage`]: enough of the hash to find the
+/// row, not the whole of it.
+pub(crate) fn hash_key(hash: &str) -> String {
+    format!("{}…", hash.get(..12).unwrap_or(hash))
+}
+
+impl From<Damage> for StoreError {
+    fn from(damage: Damage) -> Self {
+        StoreError::Corrupt(Box::new(damage))
+    }
 }
 
 impl StoreError {
@@ -67,15 +212,100 @@ impl StoreError {
         match self {
             StoreError::Fault { fault, .. } => Some(*fault),
             StoreError::Corrupt(_) => Some(Fault::Corrupt),
+            StoreError::Sqlite { .. }
+            | StoreError::Postgres { .. }
+            | StoreError::Pool(_)
+            | StoreError::PoolBuild(_)
+            | StoreError::PoolClosed(_)
+            | StoreError::Task(_)
+            | StoreError::Encode { .. }
+            | StoreError::Setup { .. }
+            | StoreError::Inconsistent(_)
+            | StoreError::Randomness(_)
+            | StoreError::Invalid(_)
+            | StoreError::Unusable(_) => None,
+        }
+    }
+
+    /// A store set up wrongly, with no underlying error: `message` says what to change.
+    pub fn setup(message: impl Into<String>) -> Self {
+        StoreError::Setup {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A store set up wrongly, as `source` shows: `message` says what to change.
+    pub fn setup_from(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        StoreError::Setup {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// Whether the same call may succeed later without anyone repairing anything: a database
+    /// that does not answer (down, restarting, every connection busy), a lock or a full disk
+    /// that clears, a transaction the database rolled back. Never for damage, the caller's
+    /// input, a refused statement or a setting that needs a hand.
+    pub fn retry_helps(&self) -> bool {
+        match self {
+            StoreError::Fault { fault, .. } => fault.transient(),
+            StoreError::Sqlite { source, .. } => matches!(
+                source.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::SystemIoFailure | rusqlite::ErrorCode::OutOfMemory)
+            ),
+            StoreError::Postgres { source, .. } => postgres_retry_helps(source),
+            StoreError::Pool(_) | StoreError::PoolClosed(_) => true,
+            StoreError::Task(error) => error.is_cancelled(),
+            StoreError::PoolBuild(_)
+            | StoreError::Encode { .. }
+            | StoreError::Setup { .. }
+            | StoreError::Inconsistent(_)
+            | StoreError::Randomness(_)
+            | StoreError::Corrupt(_)
+            | StoreError::Invalid(_)
+            | StoreError::Unusable(_) => false,
+        }
+    }
+
+    /// The damaged object, when a stored row could not be decoded.
+    pub fn damage(&self) -> Option<&Damage> {
+        match self {
+            StoreError::Corrupt(damage) => Some(damage),
             _ => None,
+        }
+    }
+
+    /// This error as part of the row `id` of `table`: damage that names no row yet is named
+    /// as that row's; every other error is unchanged.
+    #[must_use]
+    pub fn in_row(self, table: &'static str, id: &str) -> Self {
+        match self {
+            StoreError::Corrupt(damage) => StoreError::Corrupt(Box::new(damage.in_row(table, id))),
+            other => other,
         }
     }
 
     /// What a connected agent is told: which cause, and whether retrying can help.
     pub fn agent_message(&self) -> String {
+        if let StoreError::Invalid(message) = self {
+            return format!(
+                "The relay service cannot store this: {message}. Nothing was recorded; retrying the same request does not help."
+            );
+        }
+        if let Some(damage) = self.damage() {
+            return format!(
+                "The relay service's stored data is damaged: {} row {} cannot be read (cause: corrupt). Retrying does not help until its operator repairs or removes it.",
+                damage.table, damage.id
+            );
+        }
         let (what, retry) = match self.fault() {
-            None => {
+            None if self.retry_helps() => {
                 return "The relay service could not reach its database; try again shortly."
+                    .to_owned();
+            }
+            None => {
+                return "The relay service failed to do this (its operator's log says why); retrying does not help until it is fixed."
                     .to_owned();
             }
             Some(Fault::DiskFull) => (
@@ -104,7 +334,12 @@ impl StoreError {
     }
 
     /// Logs the failure for the operator, at ERROR, with the cause and what to do about it.
+    /// A value the caller sent that cannot be stored is the caller's matter: logged at INFO.
     pub fn log(&self, context: &str) {
+        if let StoreError::Invalid(_) = self {
+            tracing::info!(error = %self, "{context}: refused a value it cannot store");
+            return;
+        }
         match self.fault() {
             Some(fault) => tracing::error!(
                 error = %self,
@@ -562,8 +797,18 @@ pub trait Store: Send + Sync + 'static {
     fn insert_project(&self, project: ProjectRecord) -> StoreFuture<'_, ()>;
     /// The project with this id.
     fn project<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<ProjectRecord>>;
-    /// Every project, oldest first (ties by id).
-    fn projects(&self) -> StoreFuture<'_, Vec<ProjectRecord>>;
+    /// Every owner's projects, oldest first (ties by id): for the operator's listing only
+    /// (`relay admin project list`); a request lists one owner's
+    /// ([`Store::projects_of_owner`]).
+    fn all_projects(&self) -> StoreFuture<'_, Vec<ProjectRecord>>;
+    /// The owner's projects, oldest first (ties by id), filtered in the query.
+    fn projects_of_owner<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<ProjectRecord>>;
+    /// The project with this id if it is the owner's (another owner's reads as missing).
+    fn project_of_owner<'a>(
+        &'a self,
+        owner_id: &'a str,
+        id: &'a str,
+    ) -> StoreFuture<'a, Option<ProjectRecord>>;
     /// Every owner, by name.
     fn owners(&self) -> StoreFuture<'_, Vec<OwnerRecord>>;
     /// Stores a new token.

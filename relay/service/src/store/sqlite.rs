@@ -12,8 +12,8 @@ use serde_json::{Map, Value};
 use tokio::sync::Semaphore;
 
 use super::{
-    ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, CommandQuery,
-    CommandRecord, InsertOutcome, OpenCounts, OwnerRecord, PresenceRecord, ProjectRecord,
+    ArtifactInsertOutcome, ArtifactRecord, BoxError, ChatLinkRecord, ClaimAttempt, CommandQuery,
+    CommandRecord, Damage, InsertOutcome, OpenCounts, OwnerRecord, PresenceRecord, ProjectRecord,
     QueueLimit, QueueQuota, SessionRecord, SessionSnapshot, Store, StoreError, StoreFuture,
     SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
@@ -211,7 +211,7 @@ impl SqliteStore {
                     let context = format!("cannot open the database {}", path.display());
                     with_context(backend(error), &context)
                 }
-                other => StoreError::Unusable(other.to_string()),
+                other => StoreError::Unusable(other.into()),
             })?;
         if let relay_sqlite::Check::Unfinished(limit) = opened.check {
             tracing::warn!(
@@ -237,7 +237,7 @@ impl SqliteStore {
     pub async fn backup_into(&self, target: PathBuf) -> Result<(), StoreError> {
         self.call(move |connection| {
             relay_sqlite::backup_into(connection, &target)
-                .map_err(|e| StoreError::Unusable(e.to_string()))
+                .map_err(|e| StoreError::Unusable(e.into()))
         })
         .await
     }
@@ -271,14 +271,14 @@ impl SqliteStore {
                 .clone()
                 .acquire_owned()
                 .await
-                .map_err(|_| StoreError::Backend("the connection pool is closed".into()))?;
+                .map_err(StoreError::PoolClosed)?;
             if pool.path.is_none() {
                 // An in-memory database does no I/O: its statements take microseconds, less than
                 // handing them to another thread would.
                 let Some(mut connection) = pool.idle.lock().ok().and_then(|mut idle| idle.pop())
                 else {
-                    return Err(StoreError::Backend(
-                        "the in-memory connection is missing".into(),
+                    return Err(StoreError::Inconsistent(
+                        "the in-memory connection is missing",
                     ));
                 };
                 let result = work(&mut connection);
@@ -301,9 +301,7 @@ impl SqliteStore {
                 drop(permit);
                 result
             });
-            blocking
-                .await
-                .map_err(|e| StoreError::Backend(format!("database task failed: {e}")))?
+            blocking.await.map_err(StoreError::Task)?
         })
     }
 }
@@ -332,9 +330,10 @@ fn open_connection(path: Option<&Path>) -> Result<Connection, StoreError> {
     if path.is_some() {
         let mode = relay_sqlite::use_wal(&connection, BUSY_TIMEOUT).map_err(backend)?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::Backend(format!(
-                "the database refused WAL mode (got {mode})"
-            )));
+            return Err(StoreError::Setup {
+                message: format!("the database refused WAL mode (got {mode})"),
+                source: None,
+            });
         }
     }
     prepare(&connection).map_err(backend)?;
@@ -352,40 +351,104 @@ fn prepare(connection: &Connection) -> rusqlite::Result<()> {
 
 fn with_context(error: StoreError, context: &str) -> StoreError {
     match error {
-        StoreError::Fault { fault, detail } => StoreError::Fault {
+        StoreError::Fault {
+            fault,
+            detail,
+            source,
+        } => StoreError::Fault {
             fault,
             detail: format!("{context}: {detail}"),
+            source,
         },
-        StoreError::Backend(detail) => StoreError::Backend(format!("{context}: {detail}")),
+        StoreError::Sqlite {
+            context: inner,
+            source,
+        } => StoreError::Sqlite {
+            context: format!("{context}: {inner}"),
+            source,
+        },
         other => other,
     }
 }
 
 fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
     relay_sqlite::migrate(connection, MIGRATIONS).map_err(|e| match e {
-        MigrateError::Newer { found, known } => StoreError::Corrupt(format!(
-            "the database has schema version {found}, newer than this build knows ({known}): upgrade relay"
-        )),
+        MigrateError::Newer { found, known } => StoreError::Unusable(
+            format!(
+                "the database has schema version {found}, newer than this build knows ({known}): upgrade relay"
+            )
+            .into(),
+        ),
         MigrateError::Sqlite(e) => backend(e),
     })
 }
 
+/// A rusqlite error as a [`StoreError`]: a named fault, damage a row decoder found, or
+/// SQLite's own error kept as the source.
 fn backend(error: rusqlite::Error) -> StoreError {
+    let error = match damage_of(error) {
+        Ok(damage) => return damage.into(),
+        Err(error) => error,
+    };
     match relay_sqlite::Fault::of(&error) {
         Some(fault) => StoreError::Fault {
             fault,
             detail: error.to_string(),
+            source: Box::new(error),
         },
-        None => StoreError::Backend(error.to_string()),
+        None => StoreError::Sqlite {
+            context: String::new(),
+            source: error,
+        },
     }
 }
 
-fn corrupt(what: &str, detail: impl std::fmt::Display) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(
-        0,
-        rusqlite::types::Type::Text,
-        format!("{what}: {detail}").into(),
-    )
+/// Decodes row `id` of `table` with `decode`: a value in it that cannot be read (a column of
+/// another type, text that is not UTF-8, a field that does not parse) is damage naming the row.
+fn in_row<T>(
+    table: &'static str,
+    id: &str,
+    decode: impl FnOnce() -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    decode().map_err(|error| match damage_of(error) {
+        Ok(damage) => damaged(damage.in_row(table, id)),
+        Err(error) => error,
+    })
+}
+
+/// The damage `error` reports when it is a failure to decode a stored value; otherwise the
+/// error back.
+fn damage_of(error: rusqlite::Error) -> Result<Damage, rusqlite::Error> {
+    match error {
+        rusqlite::Error::FromSqlConversionFailure(column, kind, source) => {
+            match source.downcast::<Damage>() {
+                Ok(damage) => Ok(*damage),
+                Err(source) => Ok(Damage::of(format!("column {column} ({kind})"), source)),
+            }
+        }
+        rusqlite::Error::InvalidColumnType(column, name, kind) => Ok(Damage::of(
+            format!("column {column} ({name})"),
+            format!("it holds {kind}, not what the store writes there"),
+        )),
+        rusqlite::Error::IntegralValueOutOfRange(column, value) => Ok(Damage::of(
+            format!("column {column}"),
+            format!("{value} is out of range"),
+        )),
+        rusqlite::Error::Utf8Error(column, error) => {
+            Ok(Damage::of(format!("column {column}"), error))
+        }
+        other => Err(other),
+    }
+}
+
+/// `damage` as the error a row decoder returns; [`backend`] turns it back into damage.
+fn damaged(damage: Damage) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Null, Box::new(damage))
+}
+
+/// Damage to `what` in the row being decoded.
+fn corrupt(what: &str, why: impl Into<BoxError>) -> rusqlite::Error {
+    damaged(Damage::of(what, why))
 }
 
 fn ts(value: Option<i64>) -> Option<Timestamp> {
@@ -397,104 +460,118 @@ fn ms(value: Option<Timestamp>) -> Option<i64> {
 }
 
 fn token_from_row(row: &Row<'_>) -> rusqlite::Result<TokenRecord> {
-    let kind: String = row.get(1)?;
-    let scopes: String = row.get(6)?;
-    Ok(TokenRecord {
-        id: row.get(0)?,
-        kind: TokenKind::parse(&kind).ok_or_else(|| corrupt("token kind", &kind))?,
-        token_hash: row.get(2)?,
-        owner_id: row.get(3)?,
-        project_id: row.get(4)?,
-        agent_name: row.get(5)?,
-        scopes: scopes.split_whitespace().map(str::to_owned).collect(),
-        created_at: Timestamp::from_unix_millis(row.get(7)?),
-        revoked_at: ts(row.get(8)?),
-        client_id: row.get(9)?,
+    let key: String = row.get(0)?;
+    in_row("tokens", &key, || {
+        let kind: String = row.get(1)?;
+        let scopes: String = row.get(6)?;
+        Ok(TokenRecord {
+            id: key.clone(),
+            kind: TokenKind::parse(&kind)
+                .ok_or_else(|| corrupt("kind", format!("`{kind}` is not a token kind")))?,
+            token_hash: row.get(2)?,
+            owner_id: row.get(3)?,
+            project_id: row.get(4)?,
+            agent_name: row.get(5)?,
+            scopes: scopes.split_whitespace().map(str::to_owned).collect(),
+            created_at: Timestamp::from_unix_millis(row.get(7)?),
+            revoked_at: ts(row.get(8)?),
+            client_id: row.get(9)?,
+        })
     })
 }
 
 fn owner_from_row(row: &Row<'_>) -> rusqlite::Result<OwnerRecord> {
-    Ok(OwnerRecord {
-        id: row.get(0)?,
-        name: row.get(1)?,
-        created_at: Timestamp::from_unix_millis(row.get(2)?),
+    let key: String = row.get(0)?;
+    in_row("owners", &key, || {
+        Ok(OwnerRecord {
+            id: key.clone(),
+            name: row.get(1)?,
+            created_at: Timestamp::from_unix_millis(row.get(2)?),
+        })
     })
 }
 
 fn project_from_row(row: &Row<'_>) -> rusqlite::Result<ProjectRecord> {
-    Ok(ProjectRecord {
-        id: row.get(0)?,
-        owner_id: row.get(1)?,
-        name: row.get(2)?,
-        created_at: Timestamp::from_unix_millis(row.get(3)?),
+    let key: String = row.get(0)?;
+    in_row("projects", &key, || {
+        Ok(ProjectRecord {
+            id: key.clone(),
+            owner_id: row.get(1)?,
+            name: row.get(2)?,
+            created_at: Timestamp::from_unix_millis(row.get(3)?),
+        })
     })
 }
 
 fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRecord> {
     let id: String = row.get(0)?;
-    Ok(SessionRecord {
-        meta: SessionMeta {
-            graph_session_id: id.parse().map_err(|e| corrupt("graph session id", e))?,
-            name: row.get(1)?,
-            description: row.get(2)?,
-            slug: row.get(3)?,
-            version: row.get(4)?,
-            status: row.get(5)?,
-            args_schema: row
-                .get::<_, Option<String>>(7)?
-                .map(|text| serde_json::from_str(&text))
-                .transpose()
-                .map_err(|e| corrupt("session argument schema", e))?,
-        },
-        synced_at: Timestamp::from_unix_millis(row.get(6)?),
+    in_row("graph_sessions", &id, || {
+        Ok(SessionRecord {
+            meta: SessionMeta {
+                graph_session_id: id.parse().map_err(|e| corrupt("id", e))?,
+                name: row.get(1)?,
+                description: row.get(2)?,
+                slug: row.get(3)?,
+                version: row.get(4)?,
+                status: row.get(5)?,
+                args_schema: row
+                    .get::<_, Option<String>>(7)?
+                    .map(|text| serde_json::from_str(&text))
+                    .transpose()
+                    .map_err(|e| corrupt("args_schema", e))?,
+            },
+            synced_at: Timestamp::from_unix_millis(row.get(6)?),
+        })
     })
 }
 
 pub(super) fn command_from_row(row: &Row<'_>) -> rusqlite::Result<CommandRecord> {
     let id: String = row.get(0)?;
-    let graph_session_id: String = row.get(3)?;
-    let arguments: String = row.get(5)?;
-    let status: String = row.get(8)?;
-    let result: Option<String> = row.get(11)?;
-    let total_tokens: Option<i64> = row.get(13)?;
-    let report: Option<String> = row.get(23)?;
-    Ok(CommandRecord {
-        id: id.parse().map_err(|e| corrupt("command id", e))?,
-        project_id: row.get(1)?,
-        agent_id: row.get(2)?,
-        graph_session_id: graph_session_id
-            .parse()
-            .map_err(|e| corrupt("graph session id", e))?,
-        slug: row.get(4)?,
-        arguments: serde_json::from_str::<Map<String, Value>>(&arguments)
-            .map_err(|e| corrupt("command arguments", e))?,
-        idempotency_key: row.get(6)?,
-        request_hash: row.get(7)?,
-        status: status.parse().map_err(|e| corrupt("run status", e))?,
-        cancel_requested: row.get(9)?,
-        execution_id: row.get(10)?,
-        result: result
-            .map(|text| serde_json::from_str(&text))
-            .transpose()
-            .map_err(|e| corrupt("run result", e))?,
-        result_truncated: row.get(12)?,
-        total_tokens: total_tokens
-            .map(u64::try_from)
-            .transpose()
-            .map_err(|e| corrupt("total tokens", e))?,
-        reported_cost: row.get(14)?,
-        error: row.get(15)?,
-        completion_hash: row.get(16)?,
-        created_at: Timestamp::from_unix_millis(row.get(17)?),
-        started_at: ts(row.get(18)?),
-        finished_at: ts(row.get(19)?),
-        last_seen_at: ts(row.get(20)?),
-        updated_at: Timestamp::from_unix_millis(row.get(21)?),
-        delivered_at: ts(row.get(22)?),
-        // A report is advice for the agent: one that cannot be read is left out.
-        report: report.and_then(|text| serde_json::from_str(&text).ok()),
-        max_tokens: from_sql_tokens(row.get(24)?),
-        token_cap: from_sql_tokens(row.get(25)?),
+    in_row("commands", &id, || {
+        let graph_session_id: String = row.get(3)?;
+        let arguments: String = row.get(5)?;
+        let status: String = row.get(8)?;
+        let result: Option<String> = row.get(11)?;
+        let total_tokens: Option<i64> = row.get(13)?;
+        let report: Option<String> = row.get(23)?;
+        Ok(CommandRecord {
+            id: id.parse().map_err(|e| corrupt("id", e))?,
+            project_id: row.get(1)?,
+            agent_id: row.get(2)?,
+            graph_session_id: graph_session_id
+                .parse()
+                .map_err(|e| corrupt("graph_session_id", e))?,
+            slug: row.get(4)?,
+            arguments: serde_json::from_str::<Map<String, Value>>(&arguments)
+                .map_err(|e| corrupt("arguments", e))?,
+            idempotency_key: row.get(6)?,
+            request_hash: row.get(7)?,
+            status: status.parse().map_err(|e| corrupt("status", e))?,
+            cancel_requested: row.get(9)?,
+            execution_id: row.get(10)?,
+            result: result
+                .map(|text| serde_json::from_str(&text))
+                .transpose()
+                .map_err(|e| corrupt("result", e))?,
+            result_truncated: row.get(12)?,
+            total_tokens: total_tokens
+                .map(u64::try_from)
+                .transpose()
+                .map_err(|e| corrupt("total_tokens", e))?,
+            reported_cost: row.get(14)?,
+            error: row.get(15)?,
+            completion_hash: row.get(16)?,
+            created_at: Timestamp::from_unix_millis(row.get(17)?),
+            started_at: ts(row.get(18)?),
+            finished_at: ts(row.get(19)?),
+            last_seen_at: ts(row.get(20)?),
+            updated_at: Timestamp::from_unix_millis(row.get(21)?),
+            delivered_at: ts(row.get(22)?),
+            // A report is advice for the agent: one that cannot be read is left out.
+            report: report.and_then(|text| serde_json::from_str(&text).ok()),
+            max_tokens: from_sql_tokens(row.get(24)?),
+            token_cap: from_sql_tokens(row.get(25)?),
+        })
     })
 }
 
@@ -507,7 +584,7 @@ fn to_sql_tokens(total_tokens: Option<u64>) -> Result<Option<i64>, StoreError> {
     total_tokens
         .map(i64::try_from)
         .transpose()
-        .map_err(|_| StoreError::Conflict("total_tokens is too large to store".into()))
+        .map_err(|_| StoreError::Invalid("total_tokens is too large to store".into()))
 }
 
 fn select_command(
@@ -596,7 +673,7 @@ impl Store for SqliteStore {
         })
     }
 
-    fn projects(&self) -> StoreFuture<'_, Vec<ProjectRecord>> {
+    fn all_projects(&self) -> StoreFuture<'_, Vec<ProjectRecord>> {
         self.call(move |connection| {
             connection
                 .prepare(
@@ -607,6 +684,42 @@ impl Store for SqliteStore {
                         .query_map([], project_from_row)?
                         .collect::<rusqlite::Result<Vec<_>>>()
                 })
+                .map_err(backend)
+        })
+    }
+
+    fn projects_of_owner<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<ProjectRecord>> {
+        let owner_id = owner_id.to_owned();
+        self.call(move |connection| {
+            connection
+                .prepare_cached(
+                    "SELECT id, owner_id, name, created_at FROM projects WHERE owner_id = ?1 \
+                     ORDER BY created_at, id",
+                )
+                .and_then(|mut statement| {
+                    statement
+                        .query_map([owner_id], project_from_row)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(backend)
+        })
+    }
+
+    fn project_of_owner<'a>(
+        &'a self,
+        owner_id: &'a str,
+        id: &'a str,
+    ) -> StoreFuture<'a, Option<ProjectRecord>> {
+        let (owner_id, id) = (owner_id.to_owned(), id.to_owned());
+        self.call(move |connection| {
+            connection
+                .query_row(
+                    "SELECT id, owner_id, name, created_at FROM projects \
+                     WHERE id = ?1 AND owner_id = ?2",
+                    [id, owner_id],
+                    project_from_row,
+                )
+                .optional()
                 .map_err(backend)
         })
     }
@@ -944,8 +1057,11 @@ impl Store for SqliteStore {
         quota: QueueQuota,
     ) -> StoreFuture<'_, InsertOutcome> {
         self.call(move |connection| {
-            let arguments = serde_json::to_string(&command.arguments)
-                .map_err(|e| StoreError::Backend(format!("cannot encode arguments: {e}")))?;
+            let arguments =
+                serde_json::to_string(&command.arguments).map_err(|source| StoreError::Encode {
+                    what: "arguments",
+                    source,
+                })?;
             let transaction = connection
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(backend)?;
@@ -989,7 +1105,7 @@ impl Store for SqliteStore {
                 .map_err(backend)?;
             let stored = select_command(&transaction, command.id)
                 .map_err(backend)?
-                .ok_or_else(|| StoreError::Backend("inserted command vanished".into()))?;
+                .ok_or(StoreError::Inconsistent("inserted command vanished"))?;
             transaction.commit().map_err(backend)?;
             Ok(InsertOutcome::Created(stored))
         })
@@ -1034,7 +1150,10 @@ impl Store for SqliteStore {
                 .as_ref()
                 .map(serde_json::to_string)
                 .transpose()
-                .map_err(|e| StoreError::Backend(format!("cannot encode result: {e}")))?;
+                .map_err(|source| StoreError::Encode {
+                    what: "result",
+                    source,
+                })?;
             let changed = connection
                 .execute(
                     "UPDATE commands SET status = ?1, cancel_requested = ?2, execution_id = ?3, \
@@ -1128,7 +1247,7 @@ impl Store for SqliteStore {
             ids.iter()
                 .map(|id| {
                     id.parse()
-                        .map_err(|e| StoreError::Corrupt(format!("command id: {e}")))
+                        .map_err(|e| StoreError::from(Damage::of("id", e).in_row("commands", id)))
                 })
                 .collect()
         })

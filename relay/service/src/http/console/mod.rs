@@ -29,6 +29,7 @@ use maud::{DOCTYPE, Markup, html};
 use crate::auth::OwnerIdentity;
 use crate::chat_tasks::{OWNER_REFRESH_SECS, TaskError};
 use crate::http::AppState;
+use crate::http::answers::{self, Answer};
 use crate::http::oauth::{base_url, signin};
 use crate::runs::RunError;
 use crate::store::{BrowserSessionRecord, OwnerRecord, StoreError, Timestamp};
@@ -193,45 +194,36 @@ impl IntoResponse for Refusal {
     }
 }
 
+impl Refusal {
+    /// A page for `answer`: the console's one not-found page for a 404, else a message with
+    /// the answer's status and `Retry-After`.
+    pub fn answer(answer: &Answer) -> Self {
+        if answer.status == StatusCode::NOT_FOUND {
+            return Refusal::new(not_found());
+        }
+        let (title, text) = answers::for_person(answer);
+        Refusal::new(answers::with_retry_after(
+            message(answer.status, title, &text),
+            answer,
+        ))
+    }
+}
+
 impl From<StoreError> for Refusal {
     fn from(error: StoreError) -> Self {
-        Refusal::new(signin::unavailable(&error))
+        Refusal::answer(&answers::store_answer(&error, "console request failed"))
     }
 }
 
 impl From<RunError> for Refusal {
     fn from(error: RunError) -> Self {
-        match error {
-            RunError::NotFound => Refusal::new(not_found()),
-            RunError::Invalid(text) => {
-                Refusal::new(message(StatusCode::BAD_REQUEST, "Check the request", &text))
-            }
-            RunError::Store(error) => error.into(),
-            other => Refusal::new(message(
-                StatusCode::CONFLICT,
-                "Try again",
-                &other.to_string(),
-            )),
-        }
+        Refusal::answer(&answers::run_answer(error, "console request failed"))
     }
 }
 
 impl From<TaskError> for Refusal {
     fn from(error: TaskError) -> Self {
-        match error {
-            TaskError::LinkNotFound | TaskError::TaskNotFound | TaskError::ArtifactNotFound => {
-                Refusal::new(not_found())
-            }
-            TaskError::Invalid(text) => {
-                Refusal::new(message(StatusCode::BAD_REQUEST, "Check the form", &text))
-            }
-            TaskError::Store(error) => error.into(),
-            other => Refusal::new(message(
-                StatusCode::CONFLICT,
-                "Not done",
-                &other.to_string(),
-            )),
-        }
+        Refusal::answer(&answers::task_answer(error))
     }
 }
 

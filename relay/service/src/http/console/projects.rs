@@ -32,13 +32,7 @@ pub async fn owned_projects(
     app: &AppState,
     owner_id: &str,
 ) -> Result<Vec<ProjectRecord>, crate::store::StoreError> {
-    Ok(app
-        .store
-        .projects()
-        .await?
-        .into_iter()
-        .filter(|project| project.owner_id == owner_id)
-        .collect())
+    app.store.projects_of_owner(owner_id).await
 }
 
 async fn cards(app: &AppState, owner_id: &str) -> Result<Vec<ProjectCard>, Refusal> {

@@ -60,9 +60,9 @@ async fn project(
     signed: &Signed,
     id: &str,
 ) -> Result<ProjectRecord, super::Refusal> {
-    match app.store.project(id).await? {
-        Some(project) if project.owner_id == signed.owner.id => Ok(project),
-        _ => Err(super::Refusal::new(super::not_found())),
+    match app.store.project_of_owner(&signed.owner.id, id).await? {
+        Some(project) => Ok(project),
+        None => Err(super::Refusal::new(super::not_found())),
     }
 }
 

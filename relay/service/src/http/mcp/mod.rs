@@ -3,6 +3,7 @@
 //! [`Registry`] ([`standard_tools`] in the product).
 
 pub mod chat;
+mod errors;
 pub mod graph;
 mod http;
 pub mod inputs;
@@ -37,11 +38,13 @@ use self::graph::{
     CancelGraphRun, GetGraphRun, ListGraphSessions, RunGraphSession, RunGraphSessionInput,
 };
 use self::inputs::decode;
-use self::tools::{McpTool, Registry, ToolContext, error_result, insufficient_scope_result};
+use self::tools::{
+    McpTool, Registry, ToolContext, ToolError, error_result, insufficient_scope_result,
+};
 use super::oauth;
 use super::{AppState, MCP_PATH};
 use crate::auth::{self, AgentIdentity};
-use crate::runs::{self, RunError};
+use crate::runs;
 
 pub use self::http::MAX_MCP_BODY_BYTES;
 
@@ -278,7 +281,7 @@ impl ServerHandler for GraphTools {
         }
         let view = runs::get_run(&self.mcp.app.runs, agent, &request.task_id)
             .await
-            .map_err(tasks::run_error)?;
+            .map_err(errors::run_rpc_error)?;
         // A task still working tells a client that asked for progress where it stands (tokens
         // used and cap, agents, tools, the last event) before the answer.
         if !view.status.is_terminal()
@@ -309,7 +312,7 @@ impl ServerHandler for GraphTools {
         runs::cancel_run(&self.mcp.app.runs, agent, &request.task_id)
             .await
             .map(|_| ())
-            .map_err(tasks::run_error)
+            .map_err(errors::run_rpc_error)
     }
 
     async fn update_task(
@@ -322,7 +325,7 @@ impl ServerHandler for GraphTools {
         // for input, so there is nothing to update on a known one either.
         runs::get_run(&self.mcp.app.runs, agent, &request.task_id)
             .await
-            .map_err(tasks::run_error)?;
+            .map_err(errors::run_rpc_error)?;
         Err(ErrorData::invalid_params(
             "this task never asks for input (a graph run takes its arguments when it is queued): there is nothing to update",
             None,
@@ -369,12 +372,9 @@ impl GraphTools {
         };
         match tasks::create(&self.mcp.app, agent, request).await {
             Ok(task) => CallToolResponse::Task(CreateTaskResult::new(task)),
-            Err(RunError::Store(error)) => {
-                tracing::error!(%error, tool = RunGraphSession::NAME, "store failed");
-                error_result("The relay service could not reach its database; try again shortly.")
-                    .into()
+            Err(error) => {
+                tools::tool_error_result(ToolError::from(error), RunGraphSession::NAME).into()
             }
-            Err(error) => error_result(&error.to_string()).into(),
         }
     }
 }

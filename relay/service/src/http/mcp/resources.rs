@@ -19,10 +19,12 @@ use rmcp::service::SubscriptionContext;
 use serde_json::json;
 
 use crate::auth::AgentIdentity;
-use crate::chat_tasks::{TaskError, agent as chat_agent};
+use crate::chat_tasks::agent as chat_agent;
 use crate::http::AppState;
-use crate::runs::{self, RunError};
+use crate::runs;
 use crate::store::notify::{Subscription, Topic};
+
+use super::errors;
 
 const INBOX_PREFIX: &str = "relay://chat-links/";
 const INBOX_SUFFIX: &str = "/tasks";
@@ -76,10 +78,11 @@ fn not_found(uri: &str) -> ErrorData {
     )
 }
 
-fn internal(error: impl std::fmt::Display) -> ErrorData {
-    tracing::error!(%error, "store failed in a resources method");
+/// A resource's JSON could not be encoded (never expected: every field is plain data).
+fn internal(error: serde_json::Error) -> ErrorData {
+    tracing::error!(%error, "cannot encode a resource");
     ErrorData::internal_error(
-        "The relay service could not reach its database; try again shortly.",
+        "The relay service could not encode this resource; retrying does not help.",
         None,
     )
 }
@@ -90,7 +93,7 @@ pub async fn list(app: &AppState, agent: &AgentIdentity) -> Result<ListResources
         .store
         .chat_links(&agent.project_id)
         .await
-        .map_err(internal)?;
+        .map_err(|error| errors::store_failure(&error))?;
     let resources = links
         .iter()
         .map(|link| {
@@ -133,13 +136,15 @@ pub async fn read(
     let body = match &resource {
         ResourceUri::Inbox(id) => match chat_agent::list_tasks(&app.tasks, agent, id).await {
             Ok(inbox) => serde_json::to_string(&inbox).map_err(internal)?,
-            Err(TaskError::Store(error)) => return Err(internal(error)),
-            Err(_) => return Err(not_found(uri)),
+            Err(error) => {
+                return Err(errors::task_resource_error(error).unwrap_or_else(|| not_found(uri)));
+            }
         },
         ResourceUri::Run(id) => match runs::get_run(&app.runs, agent, id).await {
             Ok(view) => serde_json::to_string(&view).map_err(internal)?,
-            Err(RunError::Store(error)) => return Err(internal(error)),
-            Err(_) => return Err(not_found(uri)),
+            Err(error) => {
+                return Err(errors::run_resource_error(error).unwrap_or_else(|| not_found(uri)));
+            }
         },
     };
     // Live state: read again (or subscribe) rather than cache.
@@ -159,13 +164,11 @@ async fn topic(
     match resource {
         ResourceUri::Inbox(id) => match chat_agent::list_tasks(&app.tasks, agent, id).await {
             Ok(_) => Ok(Some(Topic::ChatLink(id.clone()))),
-            Err(TaskError::Store(error)) => Err(internal(error)),
-            Err(_) => Ok(None),
+            Err(error) => errors::task_resource_error(error).map_or(Ok(None), Err),
         },
         ResourceUri::Run(id) => match runs::get_run(&app.runs, agent, id).await {
             Ok(view) => Ok(Some(Topic::Run(view.command_id))),
-            Err(RunError::Store(error)) => Err(internal(error)),
-            Err(_) => Ok(None),
+            Err(error) => errors::run_resource_error(error).map_or(Ok(None), Err),
         },
     }
 }

@@ -26,28 +26,6 @@ use relay_protocol::RunStatus;
 /// store (none is purged today), so this is a floor the service can promise, not a deadline.
 pub const TASK_TTL: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 
-/// Why a tasks method was refused, as the JSON-RPC error to answer.
-pub(super) fn run_error(error: RunError) -> ErrorData {
-    match error {
-        // Unknown, malformed and foreign ids alike: -32602, naming nothing about the run.
-        RunError::NotFound => ErrorData::invalid_params(
-            format!(
-                "{}: no task with this id was created by this agent",
-                runs::RUN_NOT_FOUND
-            ),
-            None,
-        ),
-        RunError::Store(error) => {
-            tracing::error!(%error, "store failed in a tasks method");
-            ErrorData::internal_error(
-                "The relay service could not reach its database; try again shortly.",
-                None,
-            )
-        }
-        other => ErrorData::invalid_params(other.to_string(), None),
-    }
-}
-
 /// The refusal for a token without the scope a tasks method needs.
 pub(super) fn missing_scope(
     agent: &AgentIdentity,

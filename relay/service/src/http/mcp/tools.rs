@@ -113,19 +113,33 @@ impl From<ArgumentError> for ToolError {
 }
 
 impl From<RunError> for ToolError {
+    /// Every refusal of the run functions is the agent's to read, in the domain's own words; a
+    /// store failure is told as its cause (`tool_error_result`).
     fn from(error: RunError) -> Self {
         match error {
             RunError::Store(error) => ToolError::Store(error),
-            other => ToolError::Refused(other.to_string()),
+            RunError::NotFound
+            | RunError::Invalid(_)
+            | RunError::IdempotencyConflict
+            | RunError::Contended
+            | RunError::Quota(_)
+            | RunError::Revoked => ToolError::Refused(error.to_string()),
         }
     }
 }
 
 impl From<TaskError> for ToolError {
+    /// As for [`RunError`]: the domain's words, or the store failure's cause.
     fn from(error: TaskError) -> Self {
         match error {
             TaskError::Store(error) => ToolError::Store(error),
-            other => ToolError::Refused(other.to_string()),
+            TaskError::Invalid(_)
+            | TaskError::LinkNotFound
+            | TaskError::TaskNotFound
+            | TaskError::ArtifactNotFound
+            | TaskError::Refused(_)
+            | TaskError::Conflict(_)
+            | TaskError::Contended => ToolError::Refused(error.to_string()),
         }
     }
 }
@@ -276,11 +290,7 @@ fn call<'a, T: McpTool>(
         };
         match outcome {
             Ok(answer) => encode(answer),
-            Err(ToolError::Store(error)) => {
-                error.log(&format!("tool {} failed", T::NAME));
-                error_result(&error.agent_message())
-            }
-            Err(ToolError::Refused(message)) => error_result(&message),
+            Err(error) => tool_error_result(error, T::NAME),
         }
     })
 }
@@ -302,6 +312,19 @@ pub(super) fn encode<T: Serialize>(answer: Answer<T>) -> CallToolResult {
 /// `[{"type": "oauth2", "scopes": [scope]}]`: how a host learns which scope a tool needs.
 pub fn security_schemes(scope: Scope) -> Value {
     json!([{"type": "oauth2", "scopes": [scope.as_str()]}])
+}
+
+/// A refused tool call, as the tool error the model reads: the refusal in the domain's words
+/// ([`ToolError`]'s conversions name every variant), or for a store failure its cause and
+/// whether retrying helps, logged for the operator.
+pub(crate) fn tool_error_result(error: ToolError, tool: &str) -> CallToolResult {
+    match error {
+        ToolError::Store(error) => {
+            error.log(&format!("tool {tool} failed"));
+            error_result(&error.agent_message())
+        }
+        ToolError::Refused(message) => error_result(&message),
+    }
 }
 
 /// A tool error the model can read: the message as text and as `structuredContent.error`.

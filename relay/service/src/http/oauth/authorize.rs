@@ -304,10 +304,9 @@ async fn owner_projects(
 ) -> Result<Vec<(String, String)>, StoreError> {
     Ok(app
         .store
-        .projects()
+        .projects_of_owner(owner_id)
         .await?
         .into_iter()
-        .filter(|p| p.owner_id == owner_id)
         .map(|p| (p.id, p.name))
         .collect())
 }
@@ -453,21 +452,12 @@ pub async fn consent(
     }
 }
 
-async fn grant_code(
-    app: &AppState,
-    base: &str,
+/// The scopes the owner ticked, each one the app asked for, sorted; else the page saying what
+/// was wrong.
+fn chosen_scopes(
     request: &AuthorizeRequest,
-    owner: &OwnerRecord,
     form: &ConsentForm,
-) -> Result<Response, StoreError> {
-    let projects = owner_projects(app, &owner.id).await?;
-    if !projects.iter().any(|(id, _)| *id == form.project) {
-        return Ok(pages::message(
-            StatusCode::FORBIDDEN,
-            "Not your project",
-            "That project is not one of yours. Nothing was granted.",
-        ));
-    }
+) -> Result<Vec<Scope>, Box<Response>> {
     let mut scopes = Vec::new();
     for text in &form.scopes {
         match Scope::parse(text) {
@@ -477,24 +467,50 @@ async fn grant_code(
                 }
             }
             _ => {
-                return Ok(pages::message(
+                return Err(Box::new(pages::message(
                     StatusCode::BAD_REQUEST,
                     "Connect a chat app",
                     &format!(
                         "`{text}` is not a permission this app asked for. Nothing was granted."
                     ),
-                ));
+                )));
             }
         }
     }
     if scopes.is_empty() {
-        return Ok(pages::message(
+        return Err(Box::new(pages::message(
             StatusCode::BAD_REQUEST,
             "Connect a chat app",
             "Choose at least one permission, or Deny. Go back to change it.",
-        ));
+        )));
     }
     scopes.sort();
+    Ok(scopes)
+}
+
+async fn grant_code(
+    app: &AppState,
+    base: &str,
+    request: &AuthorizeRequest,
+    owner: &OwnerRecord,
+    form: &ConsentForm,
+) -> Result<Response, StoreError> {
+    if app
+        .store
+        .project_of_owner(&owner.id, &form.project)
+        .await?
+        .is_none()
+    {
+        return Ok(pages::message(
+            StatusCode::FORBIDDEN,
+            "Not your project",
+            "That project is not one of yours. Nothing was granted.",
+        ));
+    }
+    let scopes = match chosen_scopes(request, form) {
+        Ok(scopes) => scopes,
+        Err(refusal) => return Ok(*refusal),
+    };
     let code = format!("grac_{}", random_hex(32)?);
     let now = app.clock.now();
     app.store

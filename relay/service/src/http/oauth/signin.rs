@@ -21,6 +21,7 @@ use super::pages::{self, SignInView};
 use super::{BROWSER_SESSION_IDLE, SIGN_IN_LINK_PATH, SIGN_IN_PATH, base_url};
 use crate::auth::{hash_token, hex};
 use crate::http::AppState;
+use crate::http::answers;
 use crate::oauth::{password, same_secret};
 use crate::store::{BrowserSessionRecord, OwnerRecord, StoreError};
 
@@ -76,8 +77,7 @@ pub fn cookie(headers: &HeaderMap, base: &str, name: &str) -> Option<String> {
 /// `bytes` random bytes as hex.
 pub fn random_hex(bytes: usize) -> Result<String, StoreError> {
     let mut secret = vec![0u8; bytes];
-    getrandom::fill(&mut secret)
-        .map_err(|e| StoreError::Backend(format!("the system has no randomness: {e}")))?;
+    getrandom::fill(&mut secret).map_err(StoreError::Randomness)?;
     Ok(hex(&secret))
 }
 
@@ -182,14 +182,11 @@ pub fn sign_in_page(
     response
 }
 
-/// The page for a failure of the service itself (never the caller's fault).
+/// The page for a store failure: its status, text and `Retry-After` as the APIs answer it.
 pub fn unavailable(error: &StoreError) -> Response {
-    tracing::error!(%error, "sign-in or authorization failed");
-    pages::message(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "Try again",
-        "The service cannot complete this right now. Try again in a moment.",
-    )
+    let answer = answers::store_answer(error, "sign-in or authorization failed");
+    let (title, text) = answers::for_person(&answer);
+    answers::with_retry_after(pages::message(answer.status, title, &text), &answer)
 }
 
 /// The sign-in form's fields.

@@ -21,6 +21,7 @@ use super::signin::random_hex;
 use super::{REFRESH_TOKEN_TTL, base_url, resource_url};
 use crate::auth::{Scope, hash_token};
 use crate::http::AppState;
+use crate::http::answers;
 use crate::oauth::clients::{self, ClientAuthError, ClientError};
 use crate::oauth::metadata::Client;
 use crate::store::auth::grant_token_hash;
@@ -41,6 +42,8 @@ struct TokenError {
     status: StatusCode,
     code: &'static str,
     description: String,
+    /// `Retry-After` seconds, for a failure that passes.
+    retry_after: Option<u64>,
 }
 
 impl TokenError {
@@ -53,6 +56,7 @@ impl TokenError {
             },
             code,
             description: description.into(),
+            retry_after: None,
         }
     }
 
@@ -62,12 +66,26 @@ impl TokenError {
 }
 
 impl From<StoreError> for TokenError {
+    /// The store's answer ([`answers::store_answer`]) in RFC 6749's words:
+    /// `temporarily_unavailable` (503, with `Retry-After`) when it passes, `invalid_request`
+    /// for a value that cannot be stored, `server_error` (500) when retrying does not help.
     fn from(error: StoreError) -> Self {
-        tracing::error!(%error, "the token endpoint failed");
+        let answer = answers::store_answer(&error, "the token endpoint failed");
+        let code = match answer.status {
+            StatusCode::BAD_REQUEST => "invalid_request",
+            StatusCode::SERVICE_UNAVAILABLE => "temporarily_unavailable",
+            _ => "server_error",
+        };
+        let description = if answer.retry_after.is_some() {
+            "the service cannot issue tokens right now; retry after Retry-After seconds".to_owned()
+        } else {
+            answer.message
+        };
         TokenError {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            code: "temporarily_unavailable",
-            description: "the service cannot issue tokens right now; retry later".into(),
+            status: answer.status,
+            code,
+            description,
+            retry_after: answer.retry_after,
         }
     }
 }
@@ -81,6 +99,9 @@ impl IntoResponse for TokenError {
             .into_response();
         let headers = response.headers_mut();
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if let Some(seconds) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
         if self.status == StatusCode::UNAUTHORIZED {
             headers.insert(
                 header::WWW_AUTHENTICATE,

@@ -4,6 +4,8 @@
 //! panics with a message naming the broken promise.
 
 mod auth;
+mod errors;
+mod tenants;
 
 use std::sync::Arc;
 
@@ -163,6 +165,10 @@ where
     token_uses_are_per_owner_and_never_move_back(make().as_ref()).await;
     presence_keeps_its_problem_until_a_sync_says_otherwise(make().as_ref()).await;
     run_reports_land_on_their_running_execution_only(make().as_ref()).await;
+    tenants::projects_are_listed_per_owner(make().as_ref()).await;
+    tenants::a_project_is_read_for_its_owner_only(make().as_ref()).await;
+    errors::a_refused_write_keeps_the_database_error_as_its_source(make().as_ref()).await;
+    errors::a_value_out_of_range_is_invalid_input(make().as_ref()).await;
     auth::run_all(&make).await;
 }
 
@@ -322,7 +328,7 @@ pub async fn unrevoked_tokens_are_read_at_once(store: &dyn Store) {
 /// Projects list oldest first, owners by name, and an owner's tokens (revoked too) oldest first
 /// without another owner's.
 pub async fn projects_owners_and_tokens_are_listed_in_order(store: &dyn Store) {
-    assert!(store.projects().await.expect("list projects").is_empty());
+    assert!(store.all_projects().await.expect("list").is_empty());
     assert!(store.owners().await.expect("list owners").is_empty());
     let zoe = store.ensure_owner("zoe", T0).await.expect("ensure owner");
     let ann = store
@@ -344,7 +350,7 @@ pub async fn projects_owners_and_tokens_are_listed_in_order(store: &dyn Store) {
         made.push(project);
     }
     made.reverse();
-    assert_eq!(store.projects().await.expect("list projects"), made);
+    assert_eq!(store.all_projects().await.expect("list projects"), made);
     assert_eq!(
         store.owners().await.expect("list owners"),
         [ann.clone(), zoe.clone()]

@@ -4,8 +4,9 @@
 
 use tokio_postgres::Row;
 
-use super::core::{INSERT_TOKEN, at, at_opt, corrupt, get, ms, refs, token_params};
+use super::core::{INSERT_TOKEN, at, at_opt, corrupt, get, in_row, ms, refs, token_params};
 use super::{PostgresStore, backend};
+use crate::store::hash_key;
 use crate::store::{
     AuthCodeRecord, AuthSweep, AuthSweepCounts, BrowserSessionRecord, IssuedTokens,
     OAuthClientRecord, OAuthTokenKind, OAuthTokenRecord, RedeemOutcome, RotateOutcome,
@@ -81,66 +82,82 @@ const INSERT_OAUTH_TOKEN: &str = "INSERT INTO oauth_tokens (token_hash, kind, gr
     created_at, expires_at, used_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
 pub(super) fn session_from_row(row: &Row) -> Result<BrowserSessionRecord, StoreError> {
-    Ok(BrowserSessionRecord {
-        id_hash: get(row, 0)?,
-        owner_id: get(row, 1)?,
-        csrf: get(row, 2)?,
-        created_at: at(row, 3)?,
-        last_seen_at: at(row, 4)?,
-        ended_at: at_opt(row, 5)?,
+    let key: String = get(row, 0)?;
+    in_row("browser_sessions", &hash_key(&key), || {
+        Ok(BrowserSessionRecord {
+            id_hash: key.clone(),
+            owner_id: get(row, 1)?,
+            csrf: get(row, 2)?,
+            created_at: at(row, 3)?,
+            last_seen_at: at(row, 4)?,
+            ended_at: at_opt(row, 5)?,
+        })
     })
 }
 
 fn link_from_row(row: &Row) -> Result<SignInLinkRecord, StoreError> {
-    Ok(SignInLinkRecord {
-        token_hash: get(row, 0)?,
-        owner_id: get(row, 1)?,
-        created_at: at(row, 2)?,
-        expires_at: at(row, 3)?,
-        used_at: at_opt(row, 4)?,
+    let key: String = get(row, 0)?;
+    in_row("sign_in_links", &hash_key(&key), || {
+        Ok(SignInLinkRecord {
+            token_hash: key.clone(),
+            owner_id: get(row, 1)?,
+            created_at: at(row, 2)?,
+            expires_at: at(row, 3)?,
+            used_at: at_opt(row, 4)?,
+        })
     })
 }
 
 fn client_from_row(row: &Row) -> Result<OAuthClientRecord, StoreError> {
-    let metadata: String = get(row, 2)?;
-    Ok(OAuthClientRecord {
-        id: get(row, 0)?,
-        secret_hash: get(row, 1)?,
-        metadata: serde_json::from_str(&metadata).map_err(|e| corrupt("client metadata", e))?,
-        created_at: at(row, 3)?,
-        used_at: at_opt(row, 4)?,
+    let key: String = get(row, 0)?;
+    in_row("oauth_clients", &key, || {
+        let metadata: String = get(row, 2)?;
+        Ok(OAuthClientRecord {
+            id: key.clone(),
+            secret_hash: get(row, 1)?,
+            metadata: serde_json::from_str(&metadata).map_err(|e| corrupt("metadata", e))?,
+            created_at: at(row, 3)?,
+            used_at: at_opt(row, 4)?,
+        })
     })
 }
 
 fn code_from_row(row: &Row) -> Result<AuthCodeRecord, StoreError> {
-    let scopes: String = get(row, 8)?;
-    Ok(AuthCodeRecord {
-        code_hash: get(row, 0)?,
-        client_id: get(row, 1)?,
-        client_name: get(row, 2)?,
-        redirect_uri: get(row, 3)?,
-        code_challenge: get(row, 4)?,
-        resource: get(row, 5)?,
-        owner_id: get(row, 6)?,
-        project_id: get(row, 7)?,
-        scopes: scopes.split_whitespace().map(str::to_owned).collect(),
-        created_at: at(row, 9)?,
-        expires_at: at(row, 10)?,
-        used_at: at_opt(row, 11)?,
-        grant_id: get(row, 12)?,
+    let key: String = get(row, 0)?;
+    in_row("oauth_codes", &hash_key(&key), || {
+        let scopes: String = get(row, 8)?;
+        Ok(AuthCodeRecord {
+            code_hash: key.clone(),
+            client_id: get(row, 1)?,
+            client_name: get(row, 2)?,
+            redirect_uri: get(row, 3)?,
+            code_challenge: get(row, 4)?,
+            resource: get(row, 5)?,
+            owner_id: get(row, 6)?,
+            project_id: get(row, 7)?,
+            scopes: scopes.split_whitespace().map(str::to_owned).collect(),
+            created_at: at(row, 9)?,
+            expires_at: at(row, 10)?,
+            used_at: at_opt(row, 11)?,
+            grant_id: get(row, 12)?,
+        })
     })
 }
 
 fn oauth_token_from_row(row: &Row) -> Result<OAuthTokenRecord, StoreError> {
-    let kind: String = get(row, 1)?;
-    Ok(OAuthTokenRecord {
-        token_hash: get(row, 0)?,
-        kind: OAuthTokenKind::parse(&kind).ok_or_else(|| corrupt("oauth token kind", &kind))?,
-        grant_id: get(row, 2)?,
-        created_at: at(row, 3)?,
-        expires_at: at(row, 4)?,
-        used_at: at_opt(row, 5)?,
-        revoked_at: at_opt(row, 6)?,
+    let key: String = get(row, 0)?;
+    in_row("oauth_tokens", &hash_key(&key), || {
+        let kind: String = get(row, 1)?;
+        Ok(OAuthTokenRecord {
+            token_hash: key.clone(),
+            kind: OAuthTokenKind::parse(&kind)
+                .ok_or_else(|| corrupt("kind", format!("`{kind}` is not an OAuth token kind")))?,
+            grant_id: get(row, 2)?,
+            created_at: at(row, 3)?,
+            expires_at: at(row, 4)?,
+            used_at: at_opt(row, 5)?,
+            revoked_at: at_opt(row, 6)?,
+        })
     })
 }
 

@@ -5,7 +5,7 @@
 
 use tokio_postgres::Row;
 
-use super::core::{at, at_opt, corrupt, get, ms};
+use super::core::{at, at_opt, corrupt, get, in_row, ms};
 use super::{PostgresStore, backend};
 use crate::model::TaskId;
 use crate::store::{
@@ -74,50 +74,62 @@ const DUE_GUARD: &str = "SELECT 1 FROM chat_tasks WHERE status = 'claimed' AND l
 
 fn task_from_row(row: &Row) -> Result<TaskRecord, StoreError> {
     let id: String = get(row, 0)?;
-    let status: String = get(row, 4)?;
-    Ok(TaskRecord {
-        id: id.parse().map_err(|e| corrupt("task id", e))?,
-        chat_link_id: get(row, 1)?,
-        goal: get(row, 2)?,
-        idempotency_key: get(row, 3)?,
-        status: status.parse().map_err(|e| corrupt("task status", e))?,
-        claim_id: get(row, 5)?,
-        lease_until: at_opt(row, 6)?,
-        claimed_at: at_opt(row, 7)?,
-        result: get(row, 8)?,
-        result_hash: get(row, 9)?,
-        created_at: at(row, 10)?,
-        updated_at: at(row, 11)?,
-        finished_at: at_opt(row, 12)?,
-        expires_at: at(row, 13)?,
+    in_row("chat_tasks", &id, || {
+        let status: String = get(row, 4)?;
+        Ok(TaskRecord {
+            id: id.parse().map_err(|e| corrupt("id", e))?,
+            chat_link_id: get(row, 1)?,
+            goal: get(row, 2)?,
+            idempotency_key: get(row, 3)?,
+            status: status.parse().map_err(|e| corrupt("status", e))?,
+            claim_id: get(row, 5)?,
+            lease_until: at_opt(row, 6)?,
+            claimed_at: at_opt(row, 7)?,
+            result: get(row, 8)?,
+            result_hash: get(row, 9)?,
+            created_at: at(row, 10)?,
+            updated_at: at(row, 11)?,
+            finished_at: at_opt(row, 12)?,
+            expires_at: at(row, 13)?,
+        })
     })
 }
 
 pub(super) fn link_from_row(row: &Row) -> Result<ChatLinkRecord, StoreError> {
-    let host: String = get(row, 2)?;
-    Ok(ChatLinkRecord {
-        id: get(row, 0)?,
-        project_id: get(row, 1)?,
-        host: host.parse().map_err(|e| corrupt("host kind", e))?,
-        event_subscription: get(row, 3)?,
-        created_at: at(row, 4)?,
+    let key: String = get(row, 0)?;
+    in_row("chat_links", &key, || {
+        let host: String = get(row, 2)?;
+        Ok(ChatLinkRecord {
+            id: key.clone(),
+            project_id: get(row, 1)?,
+            host: host.parse().map_err(|e| corrupt("host", e))?,
+            event_subscription: get(row, 3)?,
+            created_at: at(row, 4)?,
+        })
     })
 }
 
 fn artifact_from_row(row: &Row) -> Result<ArtifactRecord, StoreError> {
     let task_id: String = get(row, 0)?;
-    let size: i64 = get(row, 6)?;
-    Ok(ArtifactRecord {
-        task_id: task_id.parse().map_err(|e| corrupt("task id", e))?,
-        artifact_id: get(row, 1)?,
-        claim_id: get(row, 2)?,
-        name: get(row, 3)?,
-        mime: get(row, 4)?,
-        content: get(row, 5)?,
-        size_bytes: u64::try_from(size).map_err(|e| corrupt("artifact size", e))?,
-        sha256: get(row, 7)?,
-        created_at: at(row, 8)?,
-    })
+    let artifact_id: String = get(row, 1)?;
+    in_row(
+        "chat_task_artifacts",
+        &format!("{task_id}/{artifact_id}"),
+        || {
+            let size: i64 = get(row, 6)?;
+            Ok(ArtifactRecord {
+                task_id: task_id.parse().map_err(|e| corrupt("task_id", e))?,
+                artifact_id: artifact_id.clone(),
+                claim_id: get(row, 2)?,
+                name: get(row, 3)?,
+                mime: get(row, 4)?,
+                content: get(row, 5)?,
+                size_bytes: u64::try_from(size).map_err(|e| corrupt("size_bytes", e))?,
+                sha256: get(row, 7)?,
+                created_at: at(row, 8)?,
+            })
+        },
+    )
 }
 
 fn limit(value: usize) -> i64 {
@@ -198,7 +210,7 @@ impl PostgresStore {
                 task_from_row,
             )
             .await?
-            .ok_or_else(|| StoreError::Backend("the task of this key vanished".into()))?;
+            .ok_or(StoreError::Inconsistent("the task of this key vanished"))?;
         Ok(TaskInsertOutcome::Existing(existing))
     }
 
@@ -413,7 +425,7 @@ impl PostgresStore {
         max_per_task: usize,
     ) -> Result<ArtifactInsertOutcome, StoreError> {
         let size = i64::try_from(artifact.size_bytes)
-            .map_err(|_| StoreError::Backend("artifact too large to store".into()))?;
+            .map_err(|_| StoreError::Invalid("the artifact is too large to store".into()))?;
         let task_id = artifact.task_id.to_string();
         let mut client = self.client().await?;
         let transaction = client.transaction().await.map_err(backend)?;

@@ -8,12 +8,12 @@ use tokio_postgres::types::{FromSql, ToSql};
 use super::{PostgresStore, backend, prepared};
 use crate::model::TaskId;
 use crate::store::{
-    ArtifactInsertOutcome, ArtifactRecord, AuthCodeRecord, AuthSweep, AuthSweepCounts,
+    ArtifactInsertOutcome, ArtifactRecord, AuthCodeRecord, AuthSweep, AuthSweepCounts, BoxError,
     BrowserSessionRecord, ChatLinkRecord, ClaimAttempt, ClaimResult, CommandQuery, CommandRecord,
-    InsertOutcome, IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OpenCounts, OwnerRecord,
-    PresenceRecord, ProjectRecord, QueueLimit, QueueQuota, RedeemOutcome, RotateOutcome,
-    SessionRecord, SessionSnapshot, SignInLinkRecord, Store, StoreError, StoreFuture, SweepCounts,
-    TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    Damage, InsertOutcome, IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OpenCounts,
+    OwnerRecord, PresenceRecord, ProjectRecord, QueueLimit, QueueQuota, RedeemOutcome,
+    RotateOutcome, SessionRecord, SessionSnapshot, SignInLinkRecord, Store, StoreError,
+    StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
@@ -109,9 +109,25 @@ pub(super) const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_sessio
 pub(super) const TOKEN_COLUMNS: &str = "id, kind, token_hash, owner_id, project_id, agent_name, \
     scopes, created_at, revoked_at, client_id";
 
-/// Column `index` of `row`.
+/// Column `index` of `row`; a value that does not decode as `T` is damage, which the row's
+/// decoder ([`in_row`]) names.
 pub(super) fn get<'r, T: FromSql<'r>>(row: &'r Row, index: usize) -> Result<T, StoreError> {
-    row.try_get(index).map_err(backend)
+    row.try_get(index).map_err(|error| {
+        let column = row
+            .columns()
+            .get(index)
+            .map_or_else(|| format!("column {index}"), |c| c.name().to_owned());
+        Damage::of(column, error).into()
+    })
+}
+
+/// Decodes row `id` of `table` with `decode`, naming the row in any damage found in it.
+pub(super) fn in_row<T>(
+    table: &'static str,
+    id: &str,
+    decode: impl FnOnce() -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    decode().map_err(|error| error.in_row(table, id))
 }
 
 /// A timestamp column.
@@ -129,8 +145,9 @@ pub(super) fn ms(value: Option<Timestamp>) -> Option<i64> {
     value.map(Timestamp::unix_millis)
 }
 
-pub(super) fn corrupt(what: &str, detail: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("{what}: {detail}"))
+/// Damage to `what` in the row being decoded.
+pub(super) fn corrupt(what: &str, why: impl Into<BoxError>) -> StoreError {
+    Damage::of(what, why).into()
 }
 
 fn to_count(value: usize) -> i64 {
@@ -138,19 +155,23 @@ fn to_count(value: usize) -> i64 {
 }
 
 pub(super) fn token_from_row(row: &Row) -> Result<TokenRecord, StoreError> {
-    let kind: String = get(row, 1)?;
-    let scopes: String = get(row, 6)?;
-    Ok(TokenRecord {
-        id: get(row, 0)?,
-        kind: TokenKind::parse(&kind).ok_or_else(|| corrupt("token kind", &kind))?,
-        token_hash: get(row, 2)?,
-        owner_id: get(row, 3)?,
-        project_id: get(row, 4)?,
-        agent_name: get(row, 5)?,
-        scopes: scopes.split_whitespace().map(str::to_owned).collect(),
-        created_at: at(row, 7)?,
-        revoked_at: at_opt(row, 8)?,
-        client_id: get(row, 9)?,
+    let key: String = get(row, 0)?;
+    in_row("tokens", &key, || {
+        let kind: String = get(row, 1)?;
+        let scopes: String = get(row, 6)?;
+        Ok(TokenRecord {
+            id: key.clone(),
+            kind: TokenKind::parse(&kind)
+                .ok_or_else(|| corrupt("kind", format!("`{kind}` is not a token kind")))?,
+            token_hash: get(row, 2)?,
+            owner_id: get(row, 3)?,
+            project_id: get(row, 4)?,
+            agent_name: get(row, 5)?,
+            scopes: scopes.split_whitespace().map(str::to_owned).collect(),
+            created_at: at(row, 7)?,
+            revoked_at: at_opt(row, 8)?,
+            client_id: get(row, 9)?,
+        })
     })
 }
 
@@ -182,86 +203,96 @@ pub(super) const INSERT_TOKEN: &str = "INSERT INTO tokens (id, kind, token_hash,
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
 fn owner_from_row(row: &Row) -> Result<OwnerRecord, StoreError> {
-    Ok(OwnerRecord {
-        id: get(row, 0)?,
-        name: get(row, 1)?,
-        created_at: at(row, 2)?,
+    let key: String = get(row, 0)?;
+    in_row("owners", &key, || {
+        Ok(OwnerRecord {
+            id: key.clone(),
+            name: get(row, 1)?,
+            created_at: at(row, 2)?,
+        })
     })
 }
 
 fn project_from_row(row: &Row) -> Result<ProjectRecord, StoreError> {
-    Ok(ProjectRecord {
-        id: get(row, 0)?,
-        owner_id: get(row, 1)?,
-        name: get(row, 2)?,
-        created_at: at(row, 3)?,
+    let key: String = get(row, 0)?;
+    in_row("projects", &key, || {
+        Ok(ProjectRecord {
+            id: key.clone(),
+            owner_id: get(row, 1)?,
+            name: get(row, 2)?,
+            created_at: at(row, 3)?,
+        })
     })
 }
 
 fn session_from_row(row: &Row) -> Result<SessionRecord, StoreError> {
     let id: String = get(row, 0)?;
-    Ok(SessionRecord {
-        meta: SessionMeta {
-            graph_session_id: id.parse().map_err(|e| corrupt("graph session id", e))?,
-            name: get(row, 1)?,
-            description: get(row, 2)?,
-            slug: get(row, 3)?,
-            version: get(row, 4)?,
-            status: get(row, 5)?,
-            args_schema: get::<Option<String>>(row, 7)?
-                .map(|text| serde_json::from_str(&text))
-                .transpose()
-                .map_err(|e| corrupt("session argument schema", e))?,
-        },
-        synced_at: at(row, 6)?,
+    in_row("graph_sessions", &id, || {
+        Ok(SessionRecord {
+            meta: SessionMeta {
+                graph_session_id: id.parse().map_err(|e| corrupt("id", e))?,
+                name: get(row, 1)?,
+                description: get(row, 2)?,
+                slug: get(row, 3)?,
+                version: get(row, 4)?,
+                status: get(row, 5)?,
+                args_schema: get::<Option<String>>(row, 7)?
+                    .map(|text| serde_json::from_str(&text))
+                    .transpose()
+                    .map_err(|e| corrupt("args_schema", e))?,
+            },
+            synced_at: at(row, 6)?,
+        })
     })
 }
 
 pub(super) fn command_from_row(row: &Row) -> Result<CommandRecord, StoreError> {
     let id: String = get(row, 0)?;
-    let graph_session_id: String = get(row, 3)?;
-    let arguments: String = get(row, 5)?;
-    let status: String = get(row, 8)?;
-    let result: Option<String> = get(row, 11)?;
-    let total_tokens: Option<i64> = get(row, 13)?;
-    let report: Option<String> = get(row, 23)?;
-    Ok(CommandRecord {
-        id: id.parse().map_err(|e| corrupt("command id", e))?,
-        project_id: get(row, 1)?,
-        agent_id: get(row, 2)?,
-        graph_session_id: graph_session_id
-            .parse()
-            .map_err(|e| corrupt("graph session id", e))?,
-        slug: get(row, 4)?,
-        arguments: serde_json::from_str::<Map<String, Value>>(&arguments)
-            .map_err(|e| corrupt("command arguments", e))?,
-        idempotency_key: get(row, 6)?,
-        request_hash: get(row, 7)?,
-        status: status.parse().map_err(|e| corrupt("run status", e))?,
-        cancel_requested: get(row, 9)?,
-        execution_id: get(row, 10)?,
-        result: result
-            .map(|text| serde_json::from_str(&text))
-            .transpose()
-            .map_err(|e| corrupt("run result", e))?,
-        result_truncated: get(row, 12)?,
-        total_tokens: total_tokens
-            .map(u64::try_from)
-            .transpose()
-            .map_err(|e| corrupt("total tokens", e))?,
-        reported_cost: get(row, 14)?,
-        error: get(row, 15)?,
-        completion_hash: get(row, 16)?,
-        created_at: at(row, 17)?,
-        started_at: at_opt(row, 18)?,
-        finished_at: at_opt(row, 19)?,
-        last_seen_at: at_opt(row, 20)?,
-        updated_at: at(row, 21)?,
-        delivered_at: at_opt(row, 22)?,
-        // A report is advice for the agent: one that cannot be read is left out.
-        report: report.and_then(|text| serde_json::from_str(&text).ok()),
-        max_tokens: get::<Option<i64>>(row, 24)?.and_then(|n| u64::try_from(n).ok()),
-        token_cap: get::<Option<i64>>(row, 25)?.and_then(|n| u64::try_from(n).ok()),
+    in_row("commands", &id, || {
+        let graph_session_id: String = get(row, 3)?;
+        let arguments: String = get(row, 5)?;
+        let status: String = get(row, 8)?;
+        let result: Option<String> = get(row, 11)?;
+        let total_tokens: Option<i64> = get(row, 13)?;
+        let report: Option<String> = get(row, 23)?;
+        Ok(CommandRecord {
+            id: id.parse().map_err(|e| corrupt("id", e))?,
+            project_id: get(row, 1)?,
+            agent_id: get(row, 2)?,
+            graph_session_id: graph_session_id
+                .parse()
+                .map_err(|e| corrupt("graph_session_id", e))?,
+            slug: get(row, 4)?,
+            arguments: serde_json::from_str::<Map<String, Value>>(&arguments)
+                .map_err(|e| corrupt("arguments", e))?,
+            idempotency_key: get(row, 6)?,
+            request_hash: get(row, 7)?,
+            status: status.parse().map_err(|e| corrupt("status", e))?,
+            cancel_requested: get(row, 9)?,
+            execution_id: get(row, 10)?,
+            result: result
+                .map(|text| serde_json::from_str(&text))
+                .transpose()
+                .map_err(|e| corrupt("result", e))?,
+            result_truncated: get(row, 12)?,
+            total_tokens: total_tokens
+                .map(u64::try_from)
+                .transpose()
+                .map_err(|e| corrupt("total_tokens", e))?,
+            reported_cost: get(row, 14)?,
+            error: get(row, 15)?,
+            completion_hash: get(row, 16)?,
+            created_at: at(row, 17)?,
+            started_at: at_opt(row, 18)?,
+            finished_at: at_opt(row, 19)?,
+            last_seen_at: at_opt(row, 20)?,
+            updated_at: at(row, 21)?,
+            delivered_at: at_opt(row, 22)?,
+            // A report is advice for the agent: one that cannot be read is left out.
+            report: report.and_then(|text| serde_json::from_str(&text).ok()),
+            max_tokens: get::<Option<i64>>(row, 24)?.and_then(|n| u64::try_from(n).ok()),
+            token_cap: get::<Option<i64>>(row, 25)?.and_then(|n| u64::try_from(n).ok()),
+        })
     })
 }
 
@@ -302,7 +333,7 @@ fn to_sql_tokens(total_tokens: Option<u64>) -> Result<Option<i64>, StoreError> {
     total_tokens
         .map(i64::try_from)
         .transpose()
-        .map_err(|_| StoreError::Conflict("total_tokens is too large to store".into()))
+        .map_err(|_| StoreError::Invalid("total_tokens is too large to store".into()))
 }
 
 impl PostgresStore {
@@ -483,8 +514,11 @@ impl PostgresStore {
         command: CommandRecord,
         quota: QueueQuota,
     ) -> Result<InsertOutcome, StoreError> {
-        let arguments = serde_json::to_string(&command.arguments)
-            .map_err(|e| StoreError::Backend(format!("cannot encode arguments: {e}")))?;
+        let arguments =
+            serde_json::to_string(&command.arguments).map_err(|source| StoreError::Encode {
+                what: "arguments",
+                source,
+            })?;
         let mut client = self.client().await?;
         let transaction = client.transaction().await.map_err(backend)?;
         // The project's row lock serialises the inserts that count against its quotas (an
@@ -549,7 +583,10 @@ impl PostgresStore {
             .as_ref()
             .map(serde_json::to_string)
             .transpose()
-            .map_err(|e| StoreError::Backend(format!("cannot encode result: {e}")))?;
+            .map_err(|source| StoreError::Encode {
+                what: "result",
+                source,
+            })?;
         let changed = self
             .execute(
                 "UPDATE commands SET status = $1, cancel_requested = $2, execution_id = $3, \
@@ -597,7 +634,10 @@ impl PostgresStore {
             )
             .await?;
         ids.iter()
-            .map(|id| id.parse().map_err(|e| corrupt("command id", e)))
+            .map(|id| {
+                id.parse()
+                    .map_err(|e| corrupt("id", e).in_row("commands", id))
+            })
             .collect()
     }
 }
@@ -622,12 +662,40 @@ impl Store for PostgresStore {
         })
     }
 
-    fn projects(&self) -> StoreFuture<'_, Vec<ProjectRecord>> {
+    fn all_projects(&self) -> StoreFuture<'_, Vec<ProjectRecord>> {
         Box::pin(self.query_rows(
             "SELECT id, owner_id, name, created_at FROM projects ORDER BY created_at, id",
             &[],
             project_from_row,
         ))
+    }
+
+    fn projects_of_owner<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<ProjectRecord>> {
+        Box::pin(async move {
+            self.query_rows(
+                "SELECT id, owner_id, name, created_at FROM projects WHERE owner_id = $1 \
+                 ORDER BY created_at, id",
+                &[&owner_id],
+                project_from_row,
+            )
+            .await
+        })
+    }
+
+    fn project_of_owner<'a>(
+        &'a self,
+        owner_id: &'a str,
+        id: &'a str,
+    ) -> StoreFuture<'a, Option<ProjectRecord>> {
+        Box::pin(async move {
+            self.query_row(
+                "SELECT id, owner_id, name, created_at FROM projects \
+                 WHERE id = $1 AND owner_id = $2",
+                &[&id, &owner_id],
+                project_from_row,
+            )
+            .await
+        })
     }
 
     fn owners(&self) -> StoreFuture<'_, Vec<OwnerRecord>> {

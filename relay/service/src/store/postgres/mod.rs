@@ -61,11 +61,21 @@ fn backend(error: tokio_postgres::Error) -> StoreError {
                 tls_hint(code, db.message())
             );
             match fault_of_sqlstate(db.code().code()) {
-                Some(fault) => StoreError::Fault { fault, detail },
-                None => StoreError::Backend(detail),
+                Some(fault) => StoreError::Fault {
+                    fault,
+                    detail,
+                    source: Box::new(error),
+                },
+                None => StoreError::Postgres {
+                    detail,
+                    source: error,
+                },
             }
         }
-        None => StoreError::Backend(format!("PostgreSQL: {}", with_causes(&error))),
+        None => StoreError::Postgres {
+            detail: format!("PostgreSQL: {}", with_causes(&error)),
+            source: error,
+        },
     }
 }
 
@@ -138,7 +148,12 @@ impl PostgresStore {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_')
             {
-                return Err(StoreError::Backend(format!("bad schema name `{schema}`")));
+                return Err(StoreError::Setup {
+                    message: format!(
+                        "bad schema name `{schema}`: use only ASCII letters, digits and `_`"
+                    ),
+                    source: None,
+                });
             }
             config.options(format!("-c search_path={schema}"));
         }
@@ -152,7 +167,7 @@ impl PostgresStore {
         let pool = Pool::builder(manager)
             .max_size(MAX_CONNECTIONS)
             .build()
-            .map_err(|e| StoreError::Backend(format!("cannot make a connection pool: {e}")))?;
+            .map_err(StoreError::PoolBuild)?;
         let store = PostgresStore { pool };
         store.migrate(schema).await?;
         Ok(store)
@@ -162,7 +177,7 @@ impl PostgresStore {
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(|e| match e {
             deadpool_postgres::PoolError::Backend(error) => backend(error),
-            other => StoreError::Backend(format!("no database connection: {other}")),
+            other => StoreError::Pool(other),
         })
     }
 
@@ -200,10 +215,13 @@ impl PostgresStore {
         };
         let applied = usize::try_from(applied).unwrap_or(usize::MAX);
         if applied > MIGRATIONS.len() {
-            return Err(StoreError::Corrupt(format!(
-                "the database has schema version {applied}, newer than this build knows ({}): upgrade relay",
-                MIGRATIONS.len()
-            )));
+            return Err(StoreError::Unusable(
+                format!(
+                    "the database has schema version {applied}, newer than this build knows ({}): upgrade relay",
+                    MIGRATIONS.len()
+                )
+                .into(),
+            ));
         }
         for migration in &MIGRATIONS[applied..] {
             transaction

@@ -62,7 +62,12 @@ impl PgNotifier {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_')
         {
-            return Err(StoreError::Backend(format!("bad channel name `{channel}`")));
+            return Err(StoreError::Setup {
+                message: format!(
+                    "bad channel name `{channel}`: use only ASCII letters, digits and `_`"
+                ),
+                source: None,
+            });
         }
         let tls::Target { config, tls } = tls::parse_url(url)?;
         let link = Link { config, tls };

@@ -62,7 +62,7 @@ impl SslMode {
             "verify-ca" => SslMode::VerifyCa,
             "verify-full" => SslMode::VerifyFull,
             other => {
-                return Err(StoreError::Backend(format!(
+                return Err(StoreError::setup(format!(
                     "sslmode `{other}` is not one of disable, prefer, require, verify-ca, verify-full"
                 )));
             }
@@ -92,7 +92,7 @@ pub struct Target {
 pub fn parse_url(url: &str) -> Result<Target, StoreError> {
     let (rest, mode, root) = split_tls_params(url)?;
     let mut config = tokio_postgres::Config::from_str(&rest).map_err(|e| {
-        StoreError::Backend(format!("`{}` is not a PostgreSQL URL: {e}", redact(url)))
+        StoreError::setup_from(format!("`{}` is not a PostgreSQL URL: {e}", redact(url)), e)
     })?;
     let mode = mode.unwrap_or(SslMode::Prefer);
     config.ssl_mode(match mode {
@@ -163,7 +163,7 @@ fn roots_for(mode: SslMode, named: Option<String>) -> Result<Roots, StoreError> 
     match (mode, named) {
         (SslMode::Disable | SslMode::Prefer, _) => Ok(Roots::Unchecked),
         (SslMode::VerifyFull, Some(name)) if name == "system" => Ok(Roots::System),
-        (_, Some(name)) if name == "system" => Err(StoreError::Backend(format!(
+        (_, Some(name)) if name == "system" => Err(StoreError::setup(format!(
             "sslrootcert=system needs sslmode=verify-full (not {}), as libpq has it",
             mode.name()
         ))),
@@ -174,7 +174,7 @@ fn roots_for(mode: SslMode, named: Option<String>) -> Result<Roots, StoreError> 
         }),
         (SslMode::VerifyCa | SslMode::VerifyFull, None) => match default {
             Some(file) if file.is_file() => Ok(Roots::File(file)),
-            _ => Err(StoreError::Backend(format!(
+            _ => Err(StoreError::setup(format!(
                 "sslmode={} needs trusted roots: add sslrootcert=FILE (a PEM file) or sslrootcert=system to the URL (there is no ~/.postgresql/root.crt)",
                 mode.name()
             ))),
@@ -192,11 +192,11 @@ fn load_roots(roots: &Roots) -> Result<Option<RootCertStore>, StoreError> {
             let certs = CertificateDer::pem_file_iter(path)
                 .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
                 .map_err(|e| {
-                    StoreError::Backend(format!("cannot read sslrootcert {shown}: {e}"))
+                    StoreError::setup_from(format!("cannot read sslrootcert {shown}: {e}"), e)
                 })?;
             let (added, _) = store.add_parsable_certificates(certs);
             if added == 0 {
-                return Err(StoreError::Backend(format!(
+                return Err(StoreError::setup(format!(
                     "sslrootcert {shown} holds no usable certificate"
                 )));
             }
@@ -205,7 +205,7 @@ fn load_roots(roots: &Roots) -> Result<Option<RootCertStore>, StoreError> {
             let found = rustls_native_certs::load_native_certs();
             let (added, _) = store.add_parsable_certificates(found.certs);
             if added == 0 {
-                return Err(StoreError::Backend(
+                return Err(StoreError::setup(
                     "sslrootcert=system: this machine has no usable root certificates".to_owned(),
                 ));
             }
@@ -239,7 +239,7 @@ impl MakeRustls {
         let algorithms = provider.signature_verification_algorithms;
         let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| StoreError::Backend(format!("cannot set up TLS: {e}")))?;
+            .map_err(|e| StoreError::setup_from(format!("cannot set up TLS: {e}"), e))?;
         let mut config = match (mode, store) {
             (SslMode::VerifyFull, Some(store)) => {
                 builder.with_root_certificates(store).with_no_client_auth()

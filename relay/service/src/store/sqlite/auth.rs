@@ -7,7 +7,8 @@
 
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
-use super::{SqliteStore, TOKEN_COLUMNS, backend, corrupt, ms, ts};
+use super::{SqliteStore, TOKEN_COLUMNS, backend, corrupt, in_row, ms, ts};
+use crate::store::hash_key;
 use crate::store::{
     AuthCodeRecord, AuthSweep, AuthSweepCounts, BrowserSessionRecord, IssuedTokens,
     OAuthClientRecord, OAuthTokenKind, OAuthTokenRecord, OwnerRecord, RedeemOutcome, RotateOutcome,
@@ -87,66 +88,82 @@ fn at(row: &Row<'_>, index: usize) -> rusqlite::Result<Timestamp> {
 }
 
 pub(super) fn session_from_row(row: &Row<'_>) -> rusqlite::Result<BrowserSessionRecord> {
-    Ok(BrowserSessionRecord {
-        id_hash: row.get(0)?,
-        owner_id: row.get(1)?,
-        csrf: row.get(2)?,
-        created_at: at(row, 3)?,
-        last_seen_at: at(row, 4)?,
-        ended_at: ts(row.get(5)?),
+    let key: String = row.get(0)?;
+    in_row("browser_sessions", &hash_key(&key), || {
+        Ok(BrowserSessionRecord {
+            id_hash: key.clone(),
+            owner_id: row.get(1)?,
+            csrf: row.get(2)?,
+            created_at: at(row, 3)?,
+            last_seen_at: at(row, 4)?,
+            ended_at: ts(row.get(5)?),
+        })
     })
 }
 
 fn link_from_row(row: &Row<'_>) -> rusqlite::Result<SignInLinkRecord> {
-    Ok(SignInLinkRecord {
-        token_hash: row.get(0)?,
-        owner_id: row.get(1)?,
-        created_at: at(row, 2)?,
-        expires_at: at(row, 3)?,
-        used_at: ts(row.get(4)?),
+    let key: String = row.get(0)?;
+    in_row("sign_in_links", &hash_key(&key), || {
+        Ok(SignInLinkRecord {
+            token_hash: key.clone(),
+            owner_id: row.get(1)?,
+            created_at: at(row, 2)?,
+            expires_at: at(row, 3)?,
+            used_at: ts(row.get(4)?),
+        })
     })
 }
 
 fn client_from_row(row: &Row<'_>) -> rusqlite::Result<OAuthClientRecord> {
-    let metadata: String = row.get(2)?;
-    Ok(OAuthClientRecord {
-        id: row.get(0)?,
-        secret_hash: row.get(1)?,
-        metadata: serde_json::from_str(&metadata).map_err(|e| corrupt("client metadata", e))?,
-        created_at: at(row, 3)?,
-        used_at: ts(row.get(4)?),
+    let key: String = row.get(0)?;
+    in_row("oauth_clients", &key, || {
+        let metadata: String = row.get(2)?;
+        Ok(OAuthClientRecord {
+            id: key.clone(),
+            secret_hash: row.get(1)?,
+            metadata: serde_json::from_str(&metadata).map_err(|e| corrupt("metadata", e))?,
+            created_at: at(row, 3)?,
+            used_at: ts(row.get(4)?),
+        })
     })
 }
 
 fn code_from_row(row: &Row<'_>) -> rusqlite::Result<AuthCodeRecord> {
-    let scopes: String = row.get(8)?;
-    Ok(AuthCodeRecord {
-        code_hash: row.get(0)?,
-        client_id: row.get(1)?,
-        client_name: row.get(2)?,
-        redirect_uri: row.get(3)?,
-        code_challenge: row.get(4)?,
-        resource: row.get(5)?,
-        owner_id: row.get(6)?,
-        project_id: row.get(7)?,
-        scopes: scopes.split_whitespace().map(str::to_owned).collect(),
-        created_at: at(row, 9)?,
-        expires_at: at(row, 10)?,
-        used_at: ts(row.get(11)?),
-        grant_id: row.get(12)?,
+    let key: String = row.get(0)?;
+    in_row("oauth_codes", &hash_key(&key), || {
+        let scopes: String = row.get(8)?;
+        Ok(AuthCodeRecord {
+            code_hash: key.clone(),
+            client_id: row.get(1)?,
+            client_name: row.get(2)?,
+            redirect_uri: row.get(3)?,
+            code_challenge: row.get(4)?,
+            resource: row.get(5)?,
+            owner_id: row.get(6)?,
+            project_id: row.get(7)?,
+            scopes: scopes.split_whitespace().map(str::to_owned).collect(),
+            created_at: at(row, 9)?,
+            expires_at: at(row, 10)?,
+            used_at: ts(row.get(11)?),
+            grant_id: row.get(12)?,
+        })
     })
 }
 
 fn oauth_token_from_row(row: &Row<'_>) -> rusqlite::Result<OAuthTokenRecord> {
-    let kind: String = row.get(1)?;
-    Ok(OAuthTokenRecord {
-        token_hash: row.get(0)?,
-        kind: OAuthTokenKind::parse(&kind).ok_or_else(|| corrupt("oauth token kind", &kind))?,
-        grant_id: row.get(2)?,
-        created_at: at(row, 3)?,
-        expires_at: at(row, 4)?,
-        used_at: ts(row.get(5)?),
-        revoked_at: ts(row.get(6)?),
+    let key: String = row.get(0)?;
+    in_row("oauth_tokens", &hash_key(&key), || {
+        let kind: String = row.get(1)?;
+        Ok(OAuthTokenRecord {
+            token_hash: key.clone(),
+            kind: OAuthTokenKind::parse(&kind)
+                .ok_or_else(|| corrupt("kind", format!("`{kind}` is not an OAuth token kind")))?,
+            grant_id: row.get(2)?,
+            created_at: at(row, 3)?,
+            expires_at: at(row, 4)?,
+            used_at: ts(row.get(5)?),
+            revoked_at: ts(row.get(6)?),
+        })
     })
 }
 

@@ -6,7 +6,7 @@
 
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
-use super::{SqliteStore, backend, corrupt, ms, ts};
+use super::{SqliteStore, backend, corrupt, in_row, ms, ts};
 use crate::model::TaskId;
 use crate::store::{
     ArtifactInsertOutcome, ArtifactRecord, ChatLinkRecord, ClaimAttempt, StoreError, StoreFuture,
@@ -91,50 +91,62 @@ const REQUEUE_LAPSED: &str = "UPDATE chat_tasks SET status = 'queued', claim_id 
 
 fn task_from_row(row: &Row<'_>) -> rusqlite::Result<TaskRecord> {
     let id: String = row.get(0)?;
-    let status: String = row.get(4)?;
-    Ok(TaskRecord {
-        id: id.parse().map_err(|e| corrupt("task id", e))?,
-        chat_link_id: row.get(1)?,
-        goal: row.get(2)?,
-        idempotency_key: row.get(3)?,
-        status: status.parse().map_err(|e| corrupt("task status", e))?,
-        claim_id: row.get(5)?,
-        lease_until: ts(row.get(6)?),
-        claimed_at: ts(row.get(7)?),
-        result: row.get(8)?,
-        result_hash: row.get(9)?,
-        created_at: Timestamp::from_unix_millis(row.get(10)?),
-        updated_at: Timestamp::from_unix_millis(row.get(11)?),
-        finished_at: ts(row.get(12)?),
-        expires_at: Timestamp::from_unix_millis(row.get(13)?),
+    in_row("chat_tasks", &id, || {
+        let status: String = row.get(4)?;
+        Ok(TaskRecord {
+            id: id.parse().map_err(|e| corrupt("id", e))?,
+            chat_link_id: row.get(1)?,
+            goal: row.get(2)?,
+            idempotency_key: row.get(3)?,
+            status: status.parse().map_err(|e| corrupt("status", e))?,
+            claim_id: row.get(5)?,
+            lease_until: ts(row.get(6)?),
+            claimed_at: ts(row.get(7)?),
+            result: row.get(8)?,
+            result_hash: row.get(9)?,
+            created_at: Timestamp::from_unix_millis(row.get(10)?),
+            updated_at: Timestamp::from_unix_millis(row.get(11)?),
+            finished_at: ts(row.get(12)?),
+            expires_at: Timestamp::from_unix_millis(row.get(13)?),
+        })
     })
 }
 
 pub(super) fn link_from_row(row: &Row<'_>) -> rusqlite::Result<ChatLinkRecord> {
-    let host: String = row.get(2)?;
-    Ok(ChatLinkRecord {
-        id: row.get(0)?,
-        project_id: row.get(1)?,
-        host: host.parse().map_err(|e| corrupt("host kind", e))?,
-        event_subscription: row.get(3)?,
-        created_at: Timestamp::from_unix_millis(row.get(4)?),
+    let key: String = row.get(0)?;
+    in_row("chat_links", &key, || {
+        let host: String = row.get(2)?;
+        Ok(ChatLinkRecord {
+            id: key.clone(),
+            project_id: row.get(1)?,
+            host: host.parse().map_err(|e| corrupt("host", e))?,
+            event_subscription: row.get(3)?,
+            created_at: Timestamp::from_unix_millis(row.get(4)?),
+        })
     })
 }
 
 fn artifact_from_row(row: &Row<'_>) -> rusqlite::Result<ArtifactRecord> {
     let task_id: String = row.get(0)?;
-    let size: i64 = row.get(6)?;
-    Ok(ArtifactRecord {
-        task_id: task_id.parse().map_err(|e| corrupt("task id", e))?,
-        artifact_id: row.get(1)?,
-        claim_id: row.get(2)?,
-        name: row.get(3)?,
-        mime: row.get(4)?,
-        content: row.get(5)?,
-        size_bytes: u64::try_from(size).map_err(|e| corrupt("artifact size", e))?,
-        sha256: row.get(7)?,
-        created_at: Timestamp::from_unix_millis(row.get(8)?),
-    })
+    let artifact_id: String = row.get(1)?;
+    in_row(
+        "chat_task_artifacts",
+        &format!("{task_id}/{artifact_id}"),
+        || {
+            let size: i64 = row.get(6)?;
+            Ok(ArtifactRecord {
+                task_id: task_id.parse().map_err(|e| corrupt("task_id", e))?,
+                artifact_id: artifact_id.clone(),
+                claim_id: row.get(2)?,
+                name: row.get(3)?,
+                mime: row.get(4)?,
+                content: row.get(5)?,
+                size_bytes: u64::try_from(size).map_err(|e| corrupt("size_bytes", e))?,
+                sha256: row.get(7)?,
+                created_at: Timestamp::from_unix_millis(row.get(8)?),
+            })
+        },
+    )
 }
 
 fn insert_link_row(connection: &Connection, link: &ChatLinkRecord) -> rusqlite::Result<usize> {
@@ -476,7 +488,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, ArtifactInsertOutcome> {
         self.call(move |connection| {
             let size = i64::try_from(artifact.size_bytes)
-                .map_err(|_| StoreError::Backend("artifact too large to store".into()))?;
+                .map_err(|_| StoreError::Invalid("the artifact is too large to store".into()))?;
             let max = i64::try_from(max_per_task).unwrap_or(i64::MAX);
             // One statement: the claim check, the count limit and the insert cannot be split
             // by a concurrent re-claim or upload.
