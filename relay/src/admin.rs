@@ -10,7 +10,7 @@ use relay_service::{AppState, ServiceConfig};
 use runner::trace::for_terminal;
 use serde::Serialize;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 use relay_service::store::SqliteStore;
@@ -260,7 +260,7 @@ fn token_target(create: TokenCreateArgs) -> Result<TokenTarget> {
 /// Runs one `relay admin` command against the service's database.
 pub(crate) async fn run(args: AdminArgs) -> Result<()> {
     match args.command {
-        AdminCommand::Db(command) => db(&args.db, command).await,
+        AdminCommand::Db(command) => db(&args.db, args.json, command).await,
         command => on_state(&args.db, args.json, command).await,
     }
 }
@@ -275,7 +275,7 @@ async fn on_state(db_arg: &DbArg, json: bool, command: AdminCommand) -> Result<(
         AdminCommand::Task(command) => task(&app, args.json, command).await,
         AdminCommand::Owner(command) => owner_command(&app, args.json, command).await,
         AdminCommand::Connection(command) => connection(&app, args.json, command).await,
-        AdminCommand::Db(command) => db(db_arg, command).await,
+        AdminCommand::Db(command) => db(db_arg, json, command).await,
     }
 }
 
@@ -286,8 +286,11 @@ struct Json {
 
 /// `relay admin db …` on the service's SQLite file (never opened as the service's state: a
 /// restore needs it closed, and a check must not touch it).
-async fn db(db: &DbArg, command: DbCommand) -> Result<()> {
-    let target = db.target();
+async fn db(db: &DbArg, json: bool, command: DbCommand) -> Result<()> {
+    let target = db.target()?;
+    if matches!(command, DbCommand::Version) {
+        return db_version(&target, json).await;
+    }
     if is_postgres_url(&target) {
         bail!(
             "`relay admin db` works on the SQLite file; for PostgreSQL use its own tools (pg_dump, pg_restore, amcheck)"
@@ -315,7 +318,29 @@ async fn db(db: &DbArg, command: DbCommand) -> Result<()> {
         }
         DbCommand::Check { file } => db_cli::check(&file),
         DbCommand::Restore { file } => db_cli::restore(&file, &path),
+        DbCommand::Version => db_version(&target, json).await,
     }
+}
+
+/// `relay admin db version`: the database's schema version against this build's, read
+/// without migrating or changing it.
+async fn db_version(target: &str, json: bool) -> Result<()> {
+    if !is_postgres_url(target) {
+        return db_cli::sqlite_version(Path::new(target), SqliteStore::SCHEMA_VERSION, json);
+    }
+    let found = relay_service::store::PostgresStore::schema_version(target)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot read the schema version of {}",
+                relay_service::store::postgres::redact(target)
+            )
+        })?;
+    db_cli::Versions {
+        found,
+        speaks: relay_service::store::PostgresStore::SCHEMA_VERSION,
+    }
+    .report(json)
 }
 
 async fn owner_command(app: &AppState, json: bool, command: OwnerCommand) -> Result<()> {

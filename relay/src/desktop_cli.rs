@@ -452,6 +452,9 @@ fn db(path: &Path, command: &crate::db_cli::DbCommand) -> Result<()> {
         }
         DbCommand::Check { file } => crate::db_cli::check(file),
         DbCommand::Restore { file } => crate::db_cli::restore(file, path),
+        DbCommand::Version => {
+            crate::db_cli::sqlite_version(path, DesktopState::SCHEMA_VERSION, false)
+        }
     }
 }
 

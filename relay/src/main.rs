@@ -4,12 +4,14 @@
 #![allow(rustdoc::bare_urls)]
 
 mod admin;
+mod config;
 mod db_cli;
 mod demo;
 mod desktop_cli;
 mod desktop_lists;
 mod desktop_projects;
 mod dev;
+mod logging;
 mod serve;
 
 use std::process::ExitCode;
@@ -32,7 +34,7 @@ static MALLOC_CONF: &u8 =
     &b"background_thread:true,max_background_threads:1,dirty_decay_ms:100,muzzy_decay_ms:0\0"[0];
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// The graph relay: queue chat agents' graph runs for owners' desktops.
 #[derive(Debug, Parser)]
@@ -45,6 +47,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the service: MCP at /mcp, the desktop API, OAuth metadata.
+    #[command(after_help = config::PRECEDENCE)]
     Serve(serve::ServeArgs),
     /// Operator actions on the service's database: projects, tokens, chat links and tasks.
     Admin(admin::AdminArgs),
@@ -62,49 +65,79 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Cli::parse()).await {
+    let cli = match parse() {
+        Ok(Some(cli)) => cli,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(error) => return fail(&error),
+    };
+    match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            // One line with each cause said once (anyhow's own report repeats causes that
-            // carry their source's message).
-            eprintln!("error: {}", runner::output::error_line(error.as_ref()));
-            ExitCode::FAILURE
-        }
+        Err(error) => fail(&error),
     }
 }
 
+fn fail(error: &anyhow::Error) -> ExitCode {
+    // One line with each cause said once (anyhow's own report repeats causes that carry their
+    // source's message).
+    eprintln!("error: {}", runner::output::error_line(error.as_ref()));
+    ExitCode::FAILURE
+}
+
+/// The command line, with `relay serve`'s config file under its flags; `None` when it was
+/// answered already (`relay serve --print-config`). clap's own errors, `--help` and
+/// `--version` exit here.
+fn parse() -> Result<Option<Cli>> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let command = Cli::command().version(version()).long_version(version());
+    let (mut command, file) = config::with_file(command, &args)?;
+    let matches = command
+        .try_get_matches_from_mut(&args)
+        .unwrap_or_else(|error| error.exit());
+    if let Some(("serve", serve)) = matches.subcommand()
+        && serve.get_flag("print_config")
+        && let Some(definition) = command.find_subcommand("serve")
+    {
+        print!("{}", config::print(definition, serve, file.as_ref()));
+        return Ok(None);
+    }
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    Ok(Some(cli))
+}
+
+/// `relay --version`: the version and the database schema versions this build speaks.
+fn version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| {
+        format!(
+            "{} (schema versions: service database {} on SQLite, {} on PostgreSQL; desktop state {})",
+            env!("CARGO_PKG_VERSION"),
+            relay_service::store::SqliteStore::SCHEMA_VERSION,
+            relay_service::store::PostgresStore::SCHEMA_VERSION,
+            relay_desktop::state::DesktopState::SCHEMA_VERSION,
+        )
+    })
+}
+
 async fn run(cli: Cli) -> Result<()> {
-    let default_level = match cli.command {
-        Command::Serve(_) => "info",
+    let default = match cli.command {
+        Command::Serve(_) => logging::SERVE_DEFAULT,
         Command::Admin(_) | Command::Bench(_) => "warn",
         Command::Desktop(_) => "info",
         Command::Demo(_) => "warn",
         Command::Sim(_) => "error",
     };
-    let json =
-        matches!(&cli.command, Command::Serve(args) if args.log_format == serve::LogFormat::Json);
-    let log = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        // Reporting a failed log write goes to stderr too and panics when stderr is gone (a
-        // closed pipe); the service must keep serving without its log.
-        .log_internal_errors(false)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        );
-    if json {
-        // One object a line, the event's fields at its top level and the request's span
-        // (its request_id, method and route) under "span".
-        log.json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
-            .init();
-    } else {
-        // Colour only on a terminal, and never with NO_COLOR set (https://no-color.org): a
-        // redirected log gets plain text.
-        log.with_ansi(colour_on_stderr()).init();
-    }
+    let (json, mcp_messages) = match &cli.command {
+        Command::Serve(args) => (
+            args.log_format == serve::LogFormat::Json,
+            args.log_mcp_messages,
+        ),
+        _ => (false, true),
+    };
+    logging::init(&logging::LogSetup {
+        default,
+        json,
+        mcp_messages,
+    });
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
         Command::Admin(args) => admin::run(args).await,
@@ -113,11 +146,4 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Sim(args) => dev::sim(args),
         Command::Bench(command) => dev::bench(command).await,
     }
-}
-
-/// Whether log lines on stderr may carry colour codes.
-fn colour_on_stderr() -> bool {
-    use std::io::IsTerminal as _;
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
-    !no_color && std::io::stderr().is_terminal()
 }

@@ -216,7 +216,7 @@ pub enum OpenError {
         path: PathBuf,
     },
     /// The file was migrated by a newer build.
-    #[error("{} has schema version {found}, newer than this build knows ({known}): upgrade relay", path.display())]
+    #[error("{} has schema version {found}, newer than this build speaks ({known}); it was left unchanged: run a build that speaks version {found} (`relay --version` names the versions a build speaks)", path.display())]
     Newer {
         /// The file.
         path: PathBuf,
@@ -302,7 +302,8 @@ pub fn open_checked(
             restore: options.restore,
         });
     }
-    use_wal(&connection, options.busy_timeout).map_err(sqlite)?;
+    // Refused before anything is written: a file from a newer build (or no build of ours) is
+    // left exactly as it was, not even switched to WAL.
     let version: i64 = connection
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .map_err(sqlite)?;
@@ -311,6 +312,15 @@ pub fn open_checked(
             path: path.to_owned(),
         });
     }
+    let found = usize::try_from(version).unwrap_or(usize::MAX);
+    if found > migrations.len() {
+        return Err(OpenError::Newer {
+            path: path.to_owned(),
+            found,
+            known: migrations.len(),
+        });
+    }
+    use_wal(&connection, options.busy_timeout).map_err(sqlite)?;
     migrate(&mut connection, migrations).map_err(|e| match e {
         MigrateError::Newer { found, known } => OpenError::Newer {
             path: path.to_owned(),
@@ -320,6 +330,24 @@ pub fn open_checked(
         MigrateError::Sqlite(error) => sqlite(error),
     })?;
     Ok(Opened { connection, check })
+}
+
+/// The schema version of the existing file at `path` (`PRAGMA user_version`; 0 for a SQLite
+/// file without one), read without changing the file.
+pub fn schema_version(path: &Path) -> Result<usize, OpenError> {
+    let sqlite = |error| OpenError::Sqlite {
+        path: path.to_owned(),
+        error,
+    };
+    let connection = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sqlite)?;
+    let version: i64 = connection
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(sqlite)?;
+    Ok(usize::try_from(version).unwrap_or(usize::MAX))
 }
 
 /// Builds a new database under a temporary name beside `path` and links it into place, unless
@@ -508,4 +536,69 @@ fn take_out_of_use(target: &Path) -> Result<(), CopyError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> OpenOptions {
+        OpenOptions {
+            busy_timeout: Duration::from_secs(1),
+            check_limit: Duration::from_secs(10),
+            restore: "a backup",
+        }
+    }
+
+    fn journal_mode(path: &Path) -> String {
+        Connection::open(path)
+            .and_then(|c| c.query_row("PRAGMA journal_mode", [], |row| row.get(0)))
+            .expect("journal mode")
+    }
+
+    #[test]
+    fn a_file_from_a_newer_build_is_refused_and_left_unchanged() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("newer.db");
+        {
+            let connection = Connection::open(&path).expect("create");
+            connection
+                .execute_batch("CREATE TABLE t (x); PRAGMA user_version = 3;")
+                .expect("schema");
+        }
+        let before = std::fs::read(&path).expect("bytes");
+        let refused = open_checked(&path, &["CREATE TABLE a (x);"], &options());
+        assert!(
+            matches!(
+                refused,
+                Err(OpenError::Newer {
+                    found: 3,
+                    known: 1,
+                    ..
+                })
+            ),
+            "{:?}",
+            refused.err().map(|e| e.to_string())
+        );
+        assert_eq!(
+            std::fs::read(&path).expect("bytes"),
+            before,
+            "not a byte changed"
+        );
+        assert_eq!(journal_mode(&path), "delete", "not switched to WAL");
+        assert_eq!(schema_version(&path).expect("version"), 3);
+    }
+
+    #[test]
+    fn an_older_file_is_migrated_and_its_version_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("older.db");
+        let one = ["CREATE TABLE a (x);"];
+        drop(open_checked(&path, &one, &options()).expect("created"));
+        assert_eq!(schema_version(&path).expect("version"), 1);
+        let two = ["CREATE TABLE a (x);", "CREATE TABLE b (x);"];
+        drop(open_checked(&path, &two, &options()).expect("migrated"));
+        assert_eq!(schema_version(&path).expect("version"), 2);
+        assert_eq!(journal_mode(&path), "wal");
+    }
 }

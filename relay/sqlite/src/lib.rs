@@ -20,7 +20,7 @@ mod checked;
 
 pub use checked::{
     Check, CopyError, DEFAULT_CHECK_LIMIT, Fault, OpenError, OpenOptions, Opened, backup_into,
-    check_file, integrity_check, open_checked, quick_check, restore,
+    check_file, integrity_check, open_checked, quick_check, restore, schema_version,
 };
 
 /// Opens (creating if needed) the database at `path`. A missing file is created first with

@@ -360,6 +360,9 @@ const SHARING_VERSION: &str = "sharing_version";
 const FOLDER: &str = "folder";
 
 impl DesktopState {
+    /// The schema version this build migrates a state file to.
+    pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
+
     /// Opens the state file at `path` with its checks ([`relay_sqlite::open_checked`]: created
     /// only where no file exists; an empty, damaged or foreign file is refused, see
     /// [`StateError::Unusable`]) and migrates it.

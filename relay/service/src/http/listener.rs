@@ -11,11 +11,20 @@
 //! - At most [`ConnectionLimits::max_connections`] connections at once, and at most
 //!   [`ConnectionLimits::max_per_address`] from one client address; one past a cap is closed
 //!   as soon as it is accepted, so one address cannot starve the others.
+//! - A connection from a trusted proxy's range ([`crate::http::proxy`]) carries many clients:
+//!   it is not capped per address; instead each forwarded client may have at most
+//!   [`ConnectionLimits::max_per_address`] requests in flight through it (past it, 429).
+//! - Refusals are counted ([`Front::stats`], `/metrics`) and logged, at most one WARN line per
+//!   [`REFUSAL_LOG_INTERVAL`] with how many were refused since the last one.
+//! - A stop answers nothing itself: it stops accepting, lets every connection finish its
+//!   request in flight (held ones are answered at once by the service's shutdown) and close,
+//!   and closes whatever is still open after the drain timeout.
 
 use std::collections::HashMap;
-use std::future::Future;
+use std::future::{Future, Ready};
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -23,10 +32,15 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::future::Either;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio_util::sync::CancellationToken;
-use tower::ServiceExt;
+use tower::{Service, ServiceExt};
+
+use crate::http::proxy::TrustedProxies;
 
 /// The listener's own address, in the extensions of every request that came over one (beside
 /// `ConnectInfo`, the peer's): the Host check needs its port.
@@ -74,56 +88,254 @@ impl Default for ConnectionLimits {
     }
 }
 
-/// The connections open now, in all and per address.
-#[derive(Default)]
-struct Open {
-    total: usize,
-    by_address: HashMap<IpAddr, usize>,
+/// How often at most a refused connection is logged; the line says how many were refused
+/// since the one before.
+pub const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+/// Forwarded clients whose requests in flight are counted at most (past it, a new client's
+/// request is refused like one past its cap, until others finish).
+pub const MAX_FORWARDED_CLIENTS: usize = 100_000;
+
+/// Why a connection or request was refused at the front.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// [`ConnectionLimits::max_connections`] were open.
+    TotalCap,
+    /// The peer had [`ConnectionLimits::max_per_address`] connections open.
+    PerAddress,
+    /// A client behind a trusted proxy had [`ConnectionLimits::max_per_address`] requests in
+    /// flight.
+    PerClient,
 }
 
-/// Counts one open connection until dropped.
-struct Admitted {
-    open: Arc<Mutex<Open>>,
-    address: IpAddr,
-}
+impl Refused {
+    /// Every reason, in the order of [`FrontStats::refused`].
+    pub const ALL: [Refused; 3] = [Refused::TotalCap, Refused::PerAddress, Refused::PerClient];
 
-impl Drop for Admitted {
-    fn drop(&mut self) {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        open.total = open.total.saturating_sub(1);
-        if let Some(n) = open.by_address.get_mut(&self.address) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                open.by_address.remove(&self.address);
+    /// The `reason` label of `relay_connections_refused_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refused::TotalCap => "max_connections",
+            Refused::PerAddress => "per_address",
+            Refused::PerClient => "per_client",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Refused::TotalCap => {
+                "connection refused: --max-connections are open; raise it (and `ulimit -n`) if the machine can hold more"
+            }
+            Refused::PerAddress => {
+                "connection refused: this address has --max-connections-per-address open; behind a proxy, name its addresses with --trusted-proxy"
+            }
+            Refused::PerClient => {
+                "request refused (429): this client has --max-connections-per-address requests in flight through the proxy"
             }
         }
     }
 }
 
-fn admit(open: &Arc<Mutex<Open>>, address: IpAddr, limits: &ConnectionLimits) -> Option<Admitted> {
-    let mut state = open.lock().unwrap_or_else(|p| p.into_inner());
-    let from_address = state.by_address.get(&address).copied().unwrap_or(0);
-    if state.total >= limits.max_connections || from_address >= limits.max_per_address {
-        return None;
+/// What the front counts: connections open, refusals by reason, requests in flight per
+/// forwarded client; shared with `/metrics` and the drain line.
+#[derive(Debug, Default)]
+pub struct FrontStats {
+    open: AtomicUsize,
+    refused: [AtomicU64; 3],
+    log: Mutex<RefusalLog>,
+}
+
+#[derive(Debug, Default)]
+struct RefusalLog {
+    last: Option<tokio::time::Instant>,
+    unlogged: u64,
+}
+
+impl FrontStats {
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Connections (or, for [`Refused::PerClient`], requests) refused since start.
+    pub fn refused(&self, reason: Refused) -> u64 {
+        self.refused[reason as usize].load(Ordering::Relaxed)
+    }
+
+    fn note_refusal(&self, reason: Refused, address: IpAddr) {
+        self.refused[reason as usize].fetch_add(1, Ordering::Relaxed);
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        let now = tokio::time::Instant::now();
+        if log
+            .last
+            .is_some_and(|last| now.duration_since(last) < REFUSAL_LOG_INTERVAL)
+        {
+            log.unlogged += 1;
+            return;
+        }
+        let before = std::mem::take(&mut log.unlogged);
+        log.last = Some(now);
+        drop(log);
+        tracing::warn!(
+            reason = reason.label(),
+            client = %address,
+            refused_before_unlogged = before,
+            "{}",
+            reason.describe()
+        );
+    }
+}
+
+/// The connections open now, in all and per address, and the requests in flight of each
+/// client behind a trusted proxy.
+#[derive(Default)]
+struct Open {
+    total: usize,
+    by_address: HashMap<IpAddr, usize>,
+    by_client: HashMap<IpAddr, usize>,
+}
+
+/// What the accept loop and every connection share.
+struct Shared {
+    limits: ConnectionLimits,
+    proxies: TrustedProxies,
+    stats: Arc<FrontStats>,
+    open: Mutex<Open>,
+}
+
+impl Shared {
+    fn open(&self) -> std::sync::MutexGuard<'_, Open> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// How the front treats connections: its limits, the proxies it trusts, and where it counts.
+pub struct Front {
+    /// Times and caps.
+    pub limits: ConnectionLimits,
+    /// Peers whose connections carry many clients.
+    pub proxies: TrustedProxies,
+    /// Where connections and refusals are counted.
+    pub stats: Arc<FrontStats>,
+    /// How long a stop waits for connections to finish before closing them.
+    pub drain_timeout: Duration,
+}
+
+impl Front {
+    /// A front with `limits`, no trusted proxy, its own counts and `drain_timeout`.
+    pub fn new(limits: ConnectionLimits, drain_timeout: Duration) -> Front {
+        Front {
+            limits,
+            proxies: TrustedProxies::default(),
+            stats: Arc::default(),
+            drain_timeout,
+        }
+    }
+}
+
+/// Counts one open connection (or, with `client`, one forwarded client's request) until
+/// dropped.
+struct Admitted {
+    shared: Arc<Shared>,
+    address: IpAddr,
+    /// Whether this is a forwarded client's request rather than a connection.
+    client: bool,
+    /// Whether the connection counts against its address's cap.
+    capped: bool,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut open = self.shared.open();
+        let table = if self.client {
+            &mut open.by_client
+        } else {
+            open.total = open.total.saturating_sub(1);
+            self.shared.stats.open.fetch_sub(1, Ordering::Relaxed);
+            if !self.capped {
+                return;
+            }
+            &mut open.by_address
+        };
+        if let Some(n) = table.get_mut(&self.address) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                table.remove(&self.address);
+            }
+        }
+    }
+}
+
+fn admit(shared: &Arc<Shared>, address: IpAddr) -> Result<Admitted, Refused> {
+    let limits = &shared.limits;
+    let capped = !shared.proxies.uncapped(address);
+    let mut state = shared.open();
+    if state.total >= limits.max_connections {
+        return Err(Refused::TotalCap);
+    }
+    if capped {
+        let from_address = state.by_address.entry(address).or_default();
+        if *from_address >= limits.max_per_address {
+            return Err(Refused::PerAddress);
+        }
+        *from_address += 1;
     }
     state.total += 1;
-    *state.by_address.entry(address).or_default() += 1;
-    Some(Admitted {
-        open: open.clone(),
+    shared.stats.open.fetch_add(1, Ordering::Relaxed);
+    Ok(Admitted {
+        shared: shared.clone(),
         address,
+        client: false,
+        capped,
     })
 }
 
-/// Serves `router` on `listener` under `limits` until `shutdown` completes; then every
-/// connection is asked to close once its request in flight is answered.
+/// Counts one request in flight of `client`, a forwarded client of a trusted proxy.
+fn admit_client(shared: &Arc<Shared>, client: IpAddr) -> Result<Admitted, Refused> {
+    let mut state = shared.open();
+    let known = state.by_client.contains_key(&client);
+    if !known && state.by_client.len() >= MAX_FORWARDED_CLIENTS {
+        return Err(Refused::PerClient);
+    }
+    let in_flight = state.by_client.entry(client).or_default();
+    if *in_flight >= shared.limits.max_per_address {
+        return Err(Refused::PerClient);
+    }
+    *in_flight += 1;
+    Ok(Admitted {
+        shared: shared.clone(),
+        address: client,
+        client: true,
+        capped: true,
+    })
+}
+
+/// How a stop went: the connections open when it began, and those still open at the drain
+/// timeout (closed then, their requests unanswered).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drained {
+    /// Connections open when the stop began.
+    pub connections: usize,
+    /// Connections closed at the drain timeout.
+    pub cut: usize,
+}
+
+/// Serves `router` on `listener` as `front` says until `shutdown` completes; then every
+/// connection is asked to close once its request in flight is answered, and those still open
+/// after `front.drain_timeout` are closed.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
-    limits: ConnectionLimits,
+    front: Front,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let open = Arc::new(Mutex::new(Open::default()));
+) -> std::io::Result<Drained> {
+    let shared = Arc::new(Shared {
+        limits: front.limits,
+        proxies: front.proxies,
+        stats: front.stats,
+        open: Mutex::default(),
+    });
     let stopping = CancellationToken::new();
+    let cut = CancellationToken::new();
     let connections = tokio_util::task::TaskTracker::new();
     tokio::pin!(shutdown);
     loop {
@@ -140,46 +352,74 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let Some(admitted) = admit(&open, peer.ip(), &limits) else {
-            tracing::debug!(%peer, "connection refused: at the connection cap");
-            drop(stream);
-            continue;
+        let admitted = match admit(&shared, peer.ip()) {
+            Ok(admitted) => admitted,
+            Err(reason) => {
+                shared.stats.note_refusal(reason, peer.ip());
+                drop(stream);
+                continue;
+            }
+        };
+        let stop = Stop {
+            graceful: stopping.clone(),
+            cut: cut.clone(),
         };
         connections.spawn(serve_connection(
             stream,
             peer,
             router.clone(),
-            limits,
-            stopping.clone(),
+            stop,
             admitted,
         ));
     }
+    drop(listener);
+    let at_stop = shared.stats.open();
     stopping.cancel();
     connections.close();
-    connections.wait().await;
-    Ok(())
+    let finished = tokio::time::timeout(front.drain_timeout, connections.wait()).await;
+    let left = if finished.is_ok() {
+        0
+    } else {
+        let left = shared.stats.open();
+        cut.cancel();
+        connections.wait().await;
+        left
+    };
+    Ok(Drained {
+        connections: at_stop,
+        cut: left,
+    })
+}
+
+/// A connection's two stops: finish the request in flight and close, or close now.
+struct Stop {
+    graceful: CancellationToken,
+    cut: CancellationToken,
 }
 
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     router: Router,
-    limits: ConnectionLimits,
-    stopping: CancellationToken,
-    _admitted: Admitted,
+    stop: Stop,
+    admitted: Admitted,
 ) {
+    let limits = admitted.shared.limits;
     let local = stream.local_addr().ok().map(LocalAddr);
-    let service = TowerToHyperService::new(router.map_request(
-        move |mut request: hyper::Request<hyper::body::Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            if let Some(local) = local {
-                request.extensions_mut().insert(local);
-            }
-            // Here rather than as a router layer, which would box every request's future once
-            // more for as long as it is held.
-            request.map(|body| Body::new(DeadlineBody::new(body, limits.body_read_timeout)))
-        },
-    ));
+    let routed = router.map_request(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        request.extensions_mut().insert(ConnectInfo(peer));
+        if let Some(local) = local {
+            request.extensions_mut().insert(local);
+        }
+        // Here rather than as a router layer, which would box every request's future once
+        // more for as long as it is held.
+        request.map(|body| Body::new(DeadlineBody::new(body, limits.body_read_timeout)))
+    });
+    let through_proxy = !admitted.capped;
+    let service = TowerToHyperService::new(PerClient {
+        inner: routed,
+        shared: through_proxy.then(|| (admitted.shared.clone(), peer)),
+    });
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
@@ -189,11 +429,15 @@ async fn serve_connection(
     tokio::pin!(connection);
     tokio::select! {
         result = connection.as_mut() => log_end(result),
-        () = stopping.cancelled() => {
+        () = stop.graceful.cancelled() => {
             connection.as_mut().graceful_shutdown();
-            log_end(connection.await);
+            tokio::select! {
+                result = connection.as_mut() => log_end(result),
+                () = stop.cut.cancelled() => {}
+            }
         }
     }
+    drop(admitted);
 }
 
 fn log_end(result: Result<(), hyper::Error>) {
@@ -202,6 +446,86 @@ fn log_end(result: Result<(), hyper::Error>) {
         // service's failures.
         tracing::debug!(%error, "connection ended");
     }
+}
+
+/// The router of one connection; on a trusted proxy's connection (`shared` set) each request
+/// is first admitted against its forwarded client's cap.
+#[derive(Clone)]
+struct PerClient<S> {
+    inner: S,
+    shared: Option<(Arc<Shared>, SocketAddr)>,
+}
+
+impl<S, B> Service<hyper::Request<B>> for PerClient<S>
+where
+    S: Service<hyper::Request<B>, Response = Response>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Either<Ready<Result<Response, S::Error>>, Slotted<S::Future>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: hyper::Request<B>) -> Self::Future {
+        let Some((shared, peer)) = &self.shared else {
+            return Either::Right(Slotted {
+                inner: self.inner.call(request),
+                _slot: None,
+            });
+        };
+        let client = shared
+            .proxies
+            .client(request.headers(), Some(*peer))
+            .unwrap_or(peer.ip());
+        match admit_client(shared, client) {
+            Ok(slot) => Either::Right(Slotted {
+                inner: self.inner.call(request),
+                _slot: Some(slot),
+            }),
+            Err(reason) => {
+                shared.stats.note_refusal(reason, client);
+                Either::Left(std::future::ready(Ok(too_many_in_flight(
+                    shared.limits.max_per_address,
+                ))))
+            }
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request's answer, holding its client's place until it is ready (or dropped).
+    struct Slotted<F> {
+        #[pin]
+        inner: F,
+        _slot: Option<Admitted>,
+    }
+}
+
+impl<F: Future> Future for Slotted<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.project().inner.poll(cx)
+    }
+}
+
+/// 429 for a forwarded client past its requests in flight.
+fn too_many_in_flight(cap: usize) -> Response {
+    let body = relay_protocol::ErrorBody {
+        error: format!(
+            "too many requests in flight from this client address ({cap} at once through the proxy): retry when one has finished"
+        ),
+        status: None,
+        cause: Some(relay_protocol::cause::RATE_LIMITED.to_owned()),
+    };
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, "1")],
+        axum::Json(body),
+    )
+        .into_response()
 }
 
 /// A body that fails once its deadline passes before it has ended.

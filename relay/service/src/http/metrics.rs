@@ -10,9 +10,11 @@
 //! Route labels are the matched route's template (`/api/desktop/commands/:id/started`), never
 //! the raw path, so ids cannot multiply the series; a request no route matched is `unmatched`.
 
+mod process;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +26,10 @@ use axum::routing::get;
 
 use crate::held::HeldKind;
 use crate::http::AppState;
+use crate::http::listener::Refused;
 use crate::store::histogram::Histogram;
+use crate::store::{OpenCounts, StoreStats};
+use relay_protocol::clock::Timestamp;
 
 /// The metrics path.
 pub const METRICS_PATH: &str = "/metrics";
@@ -34,9 +39,10 @@ pub const METRICS_PATH: &str = "/metrics";
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 
 /// Upper bounds (seconds) of the request latency buckets: from a cached read to a long poll's
-/// full 25 s wait.
-pub const LATENCY_BUCKETS: [f64; 13] = [
-    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+/// full 25 s wait and past a `get_graph_run`'s longest, 45 s
+/// ([`crate::runs::MAX_GET_WAIT`]).
+pub const LATENCY_BUCKETS: [f64; 16] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 45.0, 60.0, 120.0,
 ];
 
 /// The routes and methods a replica counts at most: past it new (route, method) pairs are
@@ -71,11 +77,13 @@ fn render_histogram(histogram: &Histogram, text: &mut String, name: &str, labels
     let _ = writeln!(text, "{name}_count{} {}", braces(labels), histogram.count());
 }
 
-/// One route and method's answers: how many per status, and how long they took.
+/// One route and method's answers: how many per status, and how long they took; and the
+/// requests whose client went away before the answer.
 #[derive(Debug)]
 struct RouteStats {
     statuses: BTreeMap<u16, u64>,
     latency: Histogram,
+    aborted: u64,
 }
 
 /// Requests answered since start, by route template and method.
@@ -85,6 +93,18 @@ pub struct Requests(Mutex<BTreeMap<(String, &'static str), RouteStats>>);
 impl Requests {
     /// Counts one answer of `route` to `method` with `status` after `took`.
     pub fn record(&self, route: &str, method: &Method, status: u16, took: Duration) {
+        self.with(route, method, |stats| {
+            *stats.statuses.entry(status).or_default() += 1;
+            stats.latency.observe(took);
+        });
+    }
+
+    /// Counts one request of `route` to `method` whose client went away before its answer.
+    pub fn record_aborted(&self, route: &str, method: &Method) {
+        self.with(route, method, |stats| stats.aborted += 1);
+    }
+
+    fn with(&self, route: &str, method: &Method, change: impl FnOnce(&mut RouteStats)) {
         let mut routes = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let mut key = (route_label(route), method_label(method));
         if !routes.contains_key(&key) && routes.len() >= MAX_SERIES {
@@ -93,9 +113,9 @@ impl Requests {
         let stats = routes.entry(key).or_insert_with(|| RouteStats {
             statuses: BTreeMap::new(),
             latency: Histogram::new(&LATENCY_BUCKETS),
+            aborted: 0,
         });
-        *stats.statuses.entry(status).or_default() += 1;
-        stats.latency.observe(took);
+        change(stats);
     }
 
     fn render(&self, text: &mut String) {
@@ -114,6 +134,20 @@ impl Requests {
                     escape(route)
                 );
             }
+        }
+        family(
+            text,
+            "relay_http_requests_aborted_total",
+            "counter",
+            "Requests whose client went away before the answer, by matched route template and method.",
+        );
+        for ((route, method), stats) in routes.iter().filter(|(_, s)| s.aborted > 0) {
+            let _ = writeln!(
+                text,
+                "relay_http_requests_aborted_total{{route=\"{}\",method=\"{method}\"}} {}",
+                escape(route),
+                stats.aborted
+            );
         }
         family(
             text,
@@ -222,6 +256,102 @@ impl Claims {
     }
 }
 
+/// What an MCP tool call came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ToolOutcome {
+    /// The tool answered a result.
+    Ok,
+    /// The tool answered a tool error (`isError`): a refusal of the domain, bad arguments.
+    ToolError,
+    /// Refused before the tool ran: a missing scope, an unknown tool.
+    Refused,
+    /// Refused because the token is past its request rate.
+    RateLimited,
+}
+
+impl ToolOutcome {
+    /// The `result` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            ToolOutcome::Ok => "ok",
+            ToolOutcome::ToolError => "tool_error",
+            ToolOutcome::Refused => "refused",
+            ToolOutcome::RateLimited => "rate_limited",
+        }
+    }
+}
+
+/// The `tool` label of a call naming no tool the service has.
+pub const UNKNOWN_TOOL: &str = "unknown";
+
+/// MCP tool calls since start, by tool and outcome. Callers pass a tool name of the registry
+/// or [`UNKNOWN_TOOL`], so the series are bounded by the registry.
+#[derive(Debug, Default)]
+pub struct ToolCalls(Mutex<BTreeMap<(String, ToolOutcome), u64>>);
+
+impl ToolCalls {
+    /// Counts one call of `tool` that came to `outcome`.
+    pub fn record(&self, tool: &str, outcome: ToolOutcome) {
+        let mut calls = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut key = (tool.to_owned(), outcome);
+        if !calls.contains_key(&key) && calls.len() >= MAX_SERIES {
+            key.0 = UNKNOWN_TOOL.to_owned();
+        }
+        *calls.entry(key).or_default() += 1;
+    }
+
+    /// How many calls of `tool` came to `outcome`.
+    pub fn count(&self, tool: &str, outcome: ToolOutcome) -> u64 {
+        let calls = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        calls.get(&(tool.to_owned(), outcome)).copied().unwrap_or(0)
+    }
+
+    fn render(&self, text: &mut String) {
+        let calls = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        family(
+            text,
+            "relay_mcp_tool_calls_total",
+            "counter",
+            "MCP tool calls, by tool and result: ok, tool_error (the tool answered isError), refused (missing scope, unknown tool), rate_limited.",
+        );
+        for ((tool, outcome), count) in calls.iter() {
+            let _ = writeln!(
+                text,
+                "relay_mcp_tool_calls_total{{tool=\"{}\",result=\"{}\"}} {count}",
+                escape(tool),
+                outcome.label()
+            );
+        }
+    }
+}
+
+/// A count of things open now (event streams), each held by an [`OpenGuard`].
+#[derive(Debug, Default)]
+pub struct OpenCount(Arc<AtomicUsize>);
+
+/// Counts one open thing until dropped.
+#[derive(Debug)]
+pub struct OpenGuard(Arc<AtomicUsize>);
+
+impl OpenCount {
+    /// Counts one more until the guard is dropped.
+    pub fn enter(&self) -> OpenGuard {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        OpenGuard(self.0.clone())
+    }
+
+    /// How many are open now.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// This replica's counters, histograms and held requests.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -229,6 +359,17 @@ pub struct Metrics {
     pub requests: Requests,
     /// Claims made.
     pub claims: Claims,
+    /// MCP tool calls by outcome.
+    pub tools: ToolCalls,
+    /// MCP `subscriptions/listen` event streams open now.
+    pub streams: OpenCount,
+}
+
+impl Metrics {
+    /// MCP event streams open now.
+    pub fn streams(&self) -> usize {
+        self.streams.get()
+    }
 }
 
 /// The metrics route (for the separate metrics listener).
@@ -275,10 +416,26 @@ pub async fn render(app: &AppState) -> String {
     let mut text = String::new();
     app.metrics.requests.render(&mut text);
     app.metrics.claims.render(&mut text);
+    app.metrics.tools.render(&mut text);
     render_store_gauges(app, &mut text).await;
-    let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    render_store_stats(&app.store.stats(), &mut text);
+    render_held(app, &mut text);
+    render_front(app, &mut text);
+    render_build_info(&mut text);
+    process::render(&mut text);
+    text
+}
+
+/// A count as a sample value.
+fn count(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+/// What this replica holds open: held requests, event streams, 2025-era MCP sessions, what
+/// the held requests wait on, and the wake-ups' lag.
+fn render_held(app: &AppState, text: &mut String) {
     gauge(
-        &mut text,
+        text,
         "relay_held_requests",
         "Requests held open now: desktops' long-poll syncs and agents' waiting get_graph_run calls.",
         &[
@@ -293,34 +450,141 @@ pub async fn render(app: &AppState) -> String {
         ],
     );
     gauge(
-        &mut text,
+        text,
+        "relay_mcp_event_streams",
+        "MCP subscriptions/listen event streams open now.",
+        &[("", count(app.metrics.streams()))],
+    );
+    gauge(
+        text,
+        "relay_mcp_sessions",
+        "2025-era MCP sessions (Mcp-Session-Id) open in this replica.",
+        &[("", count(app.mcp_sessions.count(None)))],
+    );
+    gauge(
+        text,
         "relay_wakeup_topics",
         "Topics (projects, runs) that held requests wait on in this process.",
         &[("", count(app.notifier.topics()))],
     );
     gauge(
-        &mut text,
+        text,
         "relay_watched_tokens",
         "Tokens of held requests checked together for revocation.",
         &[("", count(app.runs.held.watched_tokens()))],
     );
     if let Some(lag) = app.notifier.lag() {
         family(
-            &mut text,
+            text,
             "relay_notify_lag_seconds",
             "histogram",
             "From a wake-up's NOTIFY on one replica to its arrival at this replica's listener (across machines this includes their clocks' difference).",
         );
-        render_histogram(&lag, &mut text, "relay_notify_lag_seconds", "");
+        render_histogram(&lag, text, "relay_notify_lag_seconds", "");
     }
-    text
+}
+
+/// The listener's connections open and refused.
+fn render_front(app: &AppState, text: &mut String) {
+    gauge(
+        text,
+        "relay_connections_open",
+        "Client connections open now.",
+        &[("", count(app.front.open()))],
+    );
+    family(
+        text,
+        "relay_connections_refused_total",
+        "counter",
+        "Connections closed as soon as accepted, by the cap that refused them (max_connections, per_address), and requests a forwarded client made past its cap through a trusted proxy (per_client, answered 429).",
+    );
+    for reason in Refused::ALL {
+        let _ = writeln!(
+            text,
+            "relay_connections_refused_total{{reason=\"{}\"}} {}",
+            reason.label(),
+            app.front.refused(reason)
+        );
+    }
+}
+
+/// The store's call latency and connection pool.
+fn render_store_stats(stats: &StoreStats, text: &mut String) {
+    family(
+        text,
+        "relay_store_call_duration_seconds",
+        "histogram",
+        "How long store calls took, waiting for a pooled connection included.",
+    );
+    render_histogram(
+        &stats.latency,
+        text,
+        "relay_store_call_duration_seconds",
+        "",
+    );
+    gauge(
+        text,
+        "relay_store_pool_connections",
+        "The store's connection pool: the most it opens (max), open now (open), in use by a call now (in_use).",
+        &[
+            ("{state=\"max\"}", stats.pool_max),
+            ("{state=\"open\"}", stats.pool_open),
+            ("{state=\"in_use\"}", stats.pool_in_use),
+        ],
+    );
+    gauge(
+        text,
+        "relay_store_pool_waiting",
+        "Store calls waiting for a pooled connection now.",
+        &[("", stats.pool_waiting)],
+    );
+}
+
+/// `relay_build_info`: the version and the schema versions this build speaks.
+fn render_build_info(text: &mut String) {
+    family(
+        text,
+        "relay_build_info",
+        "gauge",
+        "Always 1: the build's version and the database schema versions it speaks.",
+    );
+    let _ = writeln!(
+        text,
+        "relay_build_info{{version=\"{}\",sqlite_schema=\"{}\",postgres_schema=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        crate::store::SqliteStore::SCHEMA_VERSION,
+        crate::store::PostgresStore::SCHEMA_VERSION,
+    );
+}
+
+/// The desktops online and the queue's oldest run, database-wide.
+fn render_operating_gauges(open: &OpenCounts, now: Timestamp, text: &mut String) {
+    gauge(
+        text,
+        "relay_desktops_online",
+        "Projects whose desktop was heard from within two poll intervals, database-wide.",
+        &[("", open.desktops_online)],
+    );
+    let age = open.oldest_queued_at.map_or(0.0, |queued| {
+        now.saturating_duration_since(queued).as_secs_f64()
+    });
+    family(
+        text,
+        "relay_oldest_queued_run_age_seconds",
+        "gauge",
+        "How long the oldest run still queued has waited for its desktop (0: none queued), database-wide.",
+    );
+    let _ = writeln!(text, "relay_oldest_queued_run_age_seconds {age}");
 }
 
 /// The open runs and chat tasks by status, read from the store (database-wide); on a store
 /// failure `relay_store_up` is 0 and the gauges are left out rather than reported as zero.
 async fn render_store_gauges(app: &AppState, text: &mut String) {
-    match app.store.open_counts().await {
+    let now = app.clock.now();
+    let online_since = now.saturating_sub(crate::presence::OFFLINE_AFTER);
+    match app.store.open_counts(online_since).await {
         Ok(open) => {
+            render_operating_gauges(&open, now, text);
             gauge(
                 text,
                 "relay_store_up",

@@ -18,6 +18,7 @@ pub mod oauth;
 pub mod ops;
 pub mod origin;
 pub mod owner_api;
+pub mod proxy;
 pub mod rate;
 pub mod request_log;
 
@@ -43,6 +44,9 @@ use relay_protocol::clock::Clock;
 /// How often [`serve`] fails runs whose desktop went silent (reads also check lazily).
 pub const SILENCE_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
+/// How long a stop waits for requests in flight by default (`--drain-timeout`).
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(8);
+
 /// Where the MCP endpoint is served (the OAuth metadata names it as the protected resource).
 pub const MCP_PATH: &str = "/mcp";
 
@@ -66,9 +70,16 @@ pub struct ServiceConfig {
     /// Origins besides the public URL's whose requests are taken (normalised, like
     /// `https://app.example.com`; `relay serve --allowed-origin`).
     pub allowed_origins: Vec<String>,
-    /// Whether a proxy in front sets `X-Forwarded-Host`, `-Proto` and `-For`; without it they
-    /// are ignored (`relay serve --trust-proxy`).
+    /// Whether every peer is a proxy that sets `X-Forwarded-Host`, `-Proto` and `-For`
+    /// (`relay serve --trust-proxy`); otherwise only [`ServiceConfig::trusted_proxies`]' are
+    /// read.
     pub trust_proxy: bool,
+    /// The address ranges of the proxies in front (`relay serve --trusted-proxy`): their
+    /// `X-Forwarded-*` headers count, and their connections are not capped per address.
+    pub trusted_proxies: Vec<proxy::Cidr>,
+    /// How long a stop waits for requests in flight once held ones are answered
+    /// (`relay serve --drain-timeout`); past it the connections left are closed.
+    pub drain_timeout: Duration,
     /// Whether the listener is on a loopback address, so the loopback names with its port are
     /// served hosts besides the public URL's (set by `relay serve` from the bound address).
     pub listen_loopback: bool,
@@ -112,6 +123,14 @@ impl ServiceConfig {
         }
     }
 
+    /// Which peers speak for their clients.
+    pub fn proxies(&self) -> proxy::TrustedProxies {
+        proxy::TrustedProxies {
+            any: self.trust_proxy,
+            ranges: self.trusted_proxies.clone(),
+        }
+    }
+
     /// The chat task tunables in it.
     pub fn task_config(&self) -> TaskConfig {
         TaskConfig {
@@ -136,6 +155,8 @@ impl Default for ServiceConfig {
             dev: false,
             allowed_origins: Vec::new(),
             trust_proxy: false,
+            trusted_proxies: Vec::new(),
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             listen_loopback: false,
             task_lease: tasks.lease,
             task_sweep: tasks.sweep,
@@ -184,6 +205,11 @@ pub struct AppState {
     pub metrics: metrics::Metrics,
     /// What the last periodic structure check found wrong with the database, if anything.
     pub db_damage: ops::DbDamage,
+    /// The listener's connections and refusals (`/metrics`, the drain line).
+    pub front: Arc<listener::FrontStats>,
+    /// Cancelled once a stop has drained (or when the service ends): what must outlive the
+    /// shutdown's answers, rmcp's own streams, ends then.
+    pub drained: CancellationToken,
 }
 
 impl AppState {
@@ -230,6 +256,8 @@ impl AppState {
             oauth: oauth::OAuthState::default(),
             metrics: metrics::Metrics::default(),
             db_damage: ops::DbDamage::default(),
+            front: Arc::default(),
+            drained: CancellationToken::new(),
             config,
         })
     }
@@ -269,7 +297,10 @@ pub fn router_with_tools(app: Arc<AppState>, tools: mcp::tools::Registry) -> Rou
     request_log::layer(routes, app, Some(checks)).merge(probes)
 }
 
-/// Serves [`router`] on `listener` until `shutdown` resolves, sweeping silent runs meanwhile.
+/// Serves [`router`] on `listener` until `shutdown` resolves, sweeping silent runs meanwhile;
+/// then drains: stops accepting, answers every held request (long polls, waiting
+/// `get_graph_run` calls, event streams) with what it has, lets requests in flight finish for
+/// up to [`ServiceConfig::drain_timeout`], and logs one line saying what was drained.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: Arc<AppState>,
@@ -277,22 +308,87 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let sweeper = tokio::spawn(sweep_silent_runs(app.clone()));
     let checker = tokio::spawn(ops::check_database_periodically(app.clone()));
-    let stop = app.shutdown.clone();
-    let result = listener::serve(
-        listener,
-        router(app.clone()),
-        app.config.connections,
+    let front = listener::Front {
+        limits: app.config.connections,
+        proxies: app.config.proxies(),
+        stats: app.front.clone(),
+        drain_timeout: app.config.drain_timeout,
+    };
+    let draining = Arc::new(std::sync::Mutex::new(None));
+    let stop = {
+        let (app, draining) = (app.clone(), draining.clone());
         async move {
             shutdown.await;
-            // Open MCP streams would otherwise hold the graceful shutdown forever.
-            stop.cancel();
-        },
-    )
-    .await;
+            let held = Draining::begin(&app);
+            *draining.lock().unwrap_or_else(|p| p.into_inner()) = Some(held);
+            // Held requests answer what they have now; open MCP streams end.
+            app.shutdown.cancel();
+        }
+    };
+    let result = listener::serve(listener, router(app.clone()), front, stop).await;
     app.shutdown.cancel();
+    app.drained.cancel();
     sweeper.abort();
     checker.abort();
-    result
+    let began = draining.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let (Ok(drained), Some(began)) = (&result, began) {
+        began.log(*drained);
+    }
+    result.map(|_| ())
+}
+
+/// What was held when a stop began, for the drain line.
+struct Draining {
+    syncs: usize,
+    waits: usize,
+    streams: usize,
+    watch: relay_protocol::clock::Stopwatch,
+}
+
+impl Draining {
+    fn begin(app: &AppState) -> Draining {
+        use crate::held::HeldKind;
+        Draining {
+            syncs: app.runs.held.count(HeldKind::Sync),
+            waits: app.runs.held.count(HeldKind::RunWait),
+            streams: app.metrics.streams(),
+            watch: relay_protocol::clock::Stopwatch::start(),
+        }
+    }
+
+    /// The one line a stop leaves: what it answered and closed, and what it had to cut.
+    fn log(self, drained: listener::Drained) {
+        let took_ms = u64::try_from(self.watch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if drained.cut == 0 {
+            tracing::info!(
+                held_syncs = self.syncs,
+                waiting_get_graph_run = self.waits,
+                event_streams = self.streams,
+                connections = drained.connections,
+                took_ms,
+                "drained: {} held long polls, {} waiting get_graph_run calls and {} event streams answered; {} connections closed",
+                self.syncs,
+                self.waits,
+                self.streams,
+                drained.connections
+            );
+        } else {
+            tracing::warn!(
+                held_syncs = self.syncs,
+                waiting_get_graph_run = self.waits,
+                event_streams = self.streams,
+                connections = drained.connections,
+                cut = drained.cut,
+                took_ms,
+                "drain timed out: {} held long polls, {} waiting get_graph_run calls and {} event streams answered; {} of {} connections still busy were closed (raise --drain-timeout if requests need longer)",
+                self.syncs,
+                self.waits,
+                self.streams,
+                drained.cut,
+                drained.connections
+            );
+        }
+    }
 }
 
 async fn sweep_silent_runs(app: Arc<AppState>) {

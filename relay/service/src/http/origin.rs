@@ -11,9 +11,11 @@
 //!   loopback names on any port (a TLS proxy on loopback may front it; a rebinding page can
 //!   only make a browser send its own, non-loopback name). A request without any Host passes (HTTP/1.0,
 //!   in-process calls); it cannot have come from a browser.
-//! - `X-Forwarded-*` count only with [`ServiceConfig::trust_proxy`]: then `X-Forwarded-Host`
-//!   stands for Host, `X-Forwarded-Proto` for the scheme and `X-Forwarded-For` (its right-most
-//!   address, the one the proxy appended) for the client ([`client_address`]).
+//! - `X-Forwarded-*` count only from a trusted proxy ([`crate::http::proxy`]: any peer with
+//!   [`ServiceConfig::trust_proxy`], a peer in [`ServiceConfig::trusted_proxies`]): then
+//!   `X-Forwarded-Host` stands for Host, `X-Forwarded-Proto` for the scheme and
+//!   `X-Forwarded-For` (its right-most address, the one the proxy appended) for the client
+//!   ([`client_address`]).
 
 use std::fmt;
 use std::future::Ready;
@@ -21,7 +23,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::future::Either;
@@ -30,6 +32,7 @@ use serde_json::json;
 use tower::{Layer, Service};
 
 use crate::http::listener::LocalAddr;
+use crate::http::proxy::TrustedProxies;
 use crate::http::{MCP_PATH, ServiceConfig};
 
 /// The longest header value repeated in a refusal; longer ones are cut.
@@ -41,7 +44,6 @@ const MAX_HOST_CHARS: usize = 255;
 
 const X_FORWARDED_HOST: &str = "x-forwarded-host";
 const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
-const X_FORWARDED_FOR: &str = "x-forwarded-for";
 
 /// Why a text is not an origin (`--allowed-origin`) or an authority.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -228,42 +230,15 @@ fn first_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     (!first.is_empty()).then_some(first)
 }
 
-/// The client's address: the connection's peer, or with [`ServiceConfig::trust_proxy`] the
-/// right-most valid address in `X-Forwarded-For` (the one the proxy appended; entries left of
-/// it are whatever the client wrote), falling back to the peer.
+/// The client's address: the connection's peer, or from a trusted proxy the right-most valid
+/// address in `X-Forwarded-For` (the one the proxy appended; entries left of it are whatever
+/// the client wrote), falling back to the peer.
 pub fn client_address(
     config: &ServiceConfig,
     headers: &HeaderMap,
     peer: Option<SocketAddr>,
 ) -> Option<IpAddr> {
-    if config.trust_proxy {
-        let forwarded = headers
-            .get_all(X_FORWARDED_FOR)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|value| value.split(','))
-            .filter_map(forwarded_ip)
-            .next_back();
-        if forwarded.is_some() {
-            return forwarded;
-        }
-    }
-    peer.map(|peer| peer.ip())
-}
-
-/// One `X-Forwarded-For` entry as an address: `1.2.3.4`, `2001:db8::1`, or either with a port.
-fn forwarded_ip(entry: &str) -> Option<IpAddr> {
-    let entry = entry.trim();
-    entry
-        .parse::<IpAddr>()
-        .ok()
-        .or_else(|| entry.parse::<SocketAddr>().ok().map(|a| a.ip()))
-        .or_else(|| {
-            entry
-                .strip_prefix('[')
-                .and_then(|e| e.strip_suffix(']'))
-                .and_then(|e| e.parse().ok())
-        })
+    config.proxies().client(headers, peer)
 }
 
 /// What the checks allow, worked out once from the configuration.
@@ -273,7 +248,7 @@ pub struct Policy {
     public: Option<Origin>,
     /// The operator's `--allowed-origin`s.
     allowed: Vec<Origin>,
-    trust_proxy: bool,
+    proxies: TrustedProxies,
     listen_loopback: bool,
 }
 
@@ -309,17 +284,16 @@ impl Policy {
         Policy {
             public,
             allowed,
-            trust_proxy: config.trust_proxy,
+            proxies: config.proxies(),
             listen_loopback: config.listen_loopback,
         }
     }
 
     /// Whether the request is secure as far as the relay can tell: `X-Forwarded-Proto` behind
-    /// a trusted proxy, else the public URL's scheme (a proxy in front that passes Host on
-    /// without a port speaks that scheme to the client).
-    fn secure(&self, headers: &HeaderMap) -> bool {
-        let forwarded = self
-            .trust_proxy
+    /// a trusted proxy (`forwarded`), else the public URL's scheme (a proxy in front that
+    /// passes Host on without a port speaks that scheme to the client).
+    fn secure(&self, headers: &HeaderMap, forwarded: bool) -> bool {
+        let forwarded = forwarded
             .then(|| first_value(headers, X_FORWARDED_PROTO))
             .flatten();
         match forwarded {
@@ -333,16 +307,18 @@ impl Policy {
         self.public.as_ref().is_none_or(Origin::is_loopback)
     }
 
-    /// Checks a request's `Origin` and Host; `local` is the listener's address when the
-    /// request came over one.
+    /// Checks a request's `Origin` and Host; `local` is the listener's address and `peer` the
+    /// connection's when the request came over one.
     pub fn check(
         &self,
         headers: &HeaderMap,
         uri_authority: Option<&str>,
         local: Option<SocketAddr>,
+        peer: Option<SocketAddr>,
     ) -> Result<(), Refusal> {
         self.check_origin(headers)?;
-        self.check_host(headers, uri_authority, local)
+        let forwarded = self.proxies.trusts(peer.map(|peer| peer.ip()));
+        self.check_host(headers, uri_authority, local, forwarded)
     }
 
     fn check_origin(&self, headers: &HeaderMap) -> Result<(), Refusal> {
@@ -372,9 +348,9 @@ impl Policy {
         headers: &HeaderMap,
         uri_authority: Option<&str>,
         local: Option<SocketAddr>,
+        trusted: bool,
     ) -> Result<(), Refusal> {
-        let forwarded = self
-            .trust_proxy
+        let forwarded = trusted
             .then(|| first_value(headers, X_FORWARDED_HOST))
             .flatten();
         let host = forwarded.or_else(|| {
@@ -387,7 +363,7 @@ impl Policy {
             return Ok(());
         };
         if let Ok(authority) = Authority::parse(host)
-            && self.serves(&authority, headers, local)
+            && self.serves(&authority, self.secure(headers, trusted), local)
         {
             return Ok(());
         }
@@ -407,16 +383,11 @@ impl Policy {
         )))
     }
 
-    fn serves(
-        &self,
-        authority: &Authority,
-        headers: &HeaderMap,
-        local: Option<SocketAddr>,
-    ) -> bool {
+    fn serves(&self, authority: &Authority, secure: bool, local: Option<SocketAddr>) -> bool {
         if self
             .public
             .as_ref()
-            .is_some_and(|public| public.serves(authority, self.secure(headers)))
+            .is_some_and(|public| public.serves(authority, secure))
         {
             return true;
         }
@@ -518,8 +489,12 @@ where
 
     fn call(&mut self, request: Request) -> Self::Future {
         let local = request.extensions().get::<LocalAddr>().map(|local| local.0);
+        let peer = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(peer)| *peer);
         let authority = request.uri().authority().map(|a| a.as_str());
-        match self.policy.check(request.headers(), authority, local) {
+        match self.policy.check(request.headers(), authority, local, peer) {
             Ok(()) => Either::Right(self.inner.call(request)),
             Err(refusal) => {
                 tracing::debug!(?refusal, "request refused by the origin and host checks");

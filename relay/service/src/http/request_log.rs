@@ -1,17 +1,23 @@
 //! Every request gets an id (`x-request-id`: the caller's if it sent a sensible one, else a
 //! fresh UUID), echoed in the answer and carried by a span around the request, so every log
 //! line the request causes names it. The span also names the method and the matched route
-//! template (never the raw path or query, which may carry ids and codes). With
-//! `RUST_LOG=tower_http=debug` each answer is logged with its status and latency.
+//! template (never the raw path or query, which may carry ids and codes).
+//!
+//! Each request leaves one access line (target [`ACCESS_TARGET`]) with its status, duration
+//! and client address: INFO when answered, WARN when refused (403, 421, 429, or a
+//! [`Refusal`] the handler marked, like a rate-limited tool call or a failed sign-in), and
+//! INFO with `aborted` when the client went away first. With `RUST_LOG=tower_http=debug`
+//! `tower_http`'s own lines are added.
 
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{ConnectInfo, MatchedPath, Request};
 use axum::http::{HeaderName, HeaderValue, Method};
 use relay_protocol::clock::Stopwatch;
 use tower::{Layer, Service};
@@ -27,9 +33,46 @@ use tracing::{Level, Span};
 use crate::http::AppState;
 use crate::http::metrics::UNMATCHED_ROUTE;
 use crate::http::origin::CheckOrigin;
+use crate::http::proxy::TrustedProxies;
 
 /// The header.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The target of the access lines (`RUST_LOG=…,relay::access=warn` keeps only refusals).
+pub const ACCESS_TARGET: &str = "relay::access";
+
+/// Why a request was refused, in its answer's extensions: its access line is then a WARN that
+/// names it. 403, 421 and 429 answers are refusals without a mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal(pub &'static str);
+
+impl Refusal {
+    /// A tool call past its token's rate (answered 200 with an in-band tool error).
+    pub const RATE_LIMITED: Refusal = Refusal("rate_limited");
+    /// A sign-in with a wrong name or password.
+    pub const SIGN_IN_FAILED: Refusal = Refusal("sign_in_failed");
+    /// A sign-in refused by the failed-sign-in throttle.
+    pub const SIGN_IN_THROTTLED: Refusal = Refusal("sign_in_throttled");
+
+    /// The refusal an answer carries: its mark, else its status's.
+    fn of<B>(response: &axum::http::Response<B>) -> Option<Refusal> {
+        if let Some(mark) = response.extensions().get::<Refusal>() {
+            return Some(*mark);
+        }
+        match response.status().as_u16() {
+            403 => Some(Refusal("forbidden")),
+            421 => Some(Refusal("misdirected")),
+            429 => Some(Refusal("rate_limited")),
+            _ => None,
+        }
+    }
+
+    /// `response` marked with this refusal.
+    pub fn mark<B>(self, mut response: axum::http::Response<B>) -> axum::http::Response<B> {
+        response.extensions_mut().insert(self);
+        response
+    }
+}
 
 /// The longest caller-sent id taken; a longer one is replaced by a fresh id.
 pub const MAX_REQUEST_ID_LEN: usize = 128;
@@ -52,9 +95,10 @@ pub fn acceptable_id(id: &[u8]) -> bool {
 /// dropped, an id is set, the request is logged in its span, echoed and counted; then its
 /// origin and host are checked.
 pub fn layer(router: Router, app: Arc<AppState>, origin: Option<CheckOrigin>) -> Router {
+    let proxies = Arc::new(app.config.proxies());
     router.layer(
         tower::ServiceBuilder::new()
-            .layer(Observe { app })
+            .layer(Observe { app, proxies })
             .option_layer(origin),
     )
 }
@@ -70,6 +114,7 @@ pub fn layer(router: Router, app: Arc<AppState>, origin: Option<CheckOrigin>) ->
 #[derive(Clone)]
 struct Observe {
     app: Arc<AppState>,
+    proxies: Arc<TrustedProxies>,
 }
 
 impl<S> Layer<S> for Observe {
@@ -79,6 +124,7 @@ impl<S> Layer<S> for Observe {
         Observed {
             inner,
             app: self.app.clone(),
+            proxies: self.proxies.clone(),
         }
     }
 }
@@ -87,6 +133,7 @@ impl<S> Layer<S> for Observe {
 struct Observed<S> {
     inner: S,
     app: Arc<AppState>,
+    proxies: Arc<TrustedProxies>,
 }
 
 impl<S, B> Service<Request> for Observed<S>
@@ -106,6 +153,11 @@ where
         let request_id = set_request_id(&mut request);
         let route = request.extensions().get::<MatchedPath>().cloned();
         let method = request.method().clone();
+        let peer = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(peer)| *peer);
+        let client = self.proxies.client(request.headers(), peer);
         let watch = Stopwatch::start();
         let span = request_span(&request_id, &method, route.as_ref());
         let inner = {
@@ -118,7 +170,9 @@ where
             request_id,
             route,
             method,
+            client,
             watch,
+            answered: false,
             app: self.app.clone(),
         }
     }
@@ -158,15 +212,72 @@ fn set_request_id(request: &mut Request) -> HeaderValue {
 }
 
 pin_project_lite::pin_project! {
-    /// A request's answer: logged, echoed and counted when it is ready.
+    /// A request's answer: logged, echoed and counted when it is ready; logged and counted as
+    /// aborted when dropped before (its client went away).
     struct Counted<F> {
         #[pin]
         inner: F,
         request_id: HeaderValue,
         route: Option<MatchedPath>,
         method: Method,
+        client: Option<IpAddr>,
         watch: Stopwatch,
+        answered: bool,
         app: Arc<AppState>,
+    }
+
+    impl<F> PinnedDrop for Counted<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if *this.answered {
+                return;
+            }
+            let route = this.route.as_ref().map_or(UNMATCHED_ROUTE, MatchedPath::as_str);
+            this.app.metrics.requests.record_aborted(route, this.method);
+            let span = request_span(this.request_id, this.method, this.route.as_ref());
+            let _entered = span.enter();
+            tracing::info!(
+                target: ACCESS_TARGET,
+                aborted = true,
+                duration_ms = millis(this.watch.elapsed()),
+                client = %Client(*this.client),
+                "client went away before the answer"
+            );
+        }
+    }
+}
+
+/// A client address as the access line shows it (`-` for none: an in-process call).
+struct Client(Option<IpAddr>);
+
+impl std::fmt::Display for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(address) => address.fmt(f),
+            None => f.write_str("-"),
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The access line of an answered request.
+fn log_access<B>(response: &axum::http::Response<B>, latency: Duration, client: Option<IpAddr>) {
+    let status = response.status().as_u16();
+    let duration_ms = millis(latency);
+    let client = Client(client);
+    match Refusal::of(response) {
+        Some(Refusal(refusal)) => tracing::warn!(
+            target: ACCESS_TARGET,
+            status,
+            duration_ms,
+            %client,
+            refusal,
+            "refused"
+        ),
+        None => tracing::info!(target: ACCESS_TARGET, status, duration_ms, %client, "answered"),
     }
 }
 
@@ -182,6 +293,7 @@ where
         let span = request_span(this.request_id, this.method, this.route.as_ref());
         let _entered = span.enter();
         let answer = std::task::ready!(this.inner.poll(cx));
+        *this.answered = true;
         let latency = this.watch.elapsed();
         let mut response = match answer {
             Ok(response) => response,
@@ -194,6 +306,7 @@ where
             }
         };
         log_response(&response, latency, &span);
+        log_access(&response, latency, *this.client);
         if let Some(current) = response.headers().get(&REQUEST_ID) {
             if response.extensions().get::<RequestId>().is_none() {
                 let current = RequestId::new(current.clone());

@@ -717,15 +717,44 @@ pub struct OpenCounts {
     pub tasks_queued: u64,
     /// Chat tasks a chat holds a claim on.
     pub tasks_claimed: u64,
+    /// Projects whose desktop was heard from at or after the `online_since` asked for.
+    pub desktops_online: u64,
+    /// When the oldest run still queued was queued.
+    pub oldest_queued_at: Option<Timestamp>,
 }
 
 /// The SQL both stores count open runs and tasks with: each count is a range of an index that
-/// leads with `status` (`commands_running`, `chat_tasks_by_lease`), never a scan of history.
+/// leads with `status` (`commands_running`, `chat_tasks_by_lease`), never a scan of history;
+/// the presence count reads one row per project. `$1`: the earliest time a desktop counted as
+/// online was heard from (Unix milliseconds).
 pub(crate) const OPEN_COUNTS: &str = "SELECT \
     (SELECT COUNT(*) FROM commands WHERE status = 'queued'), \
     (SELECT COUNT(*) FROM commands WHERE status = 'running'), \
     (SELECT COUNT(*) FROM chat_tasks WHERE status = 'queued'), \
-    (SELECT COUNT(*) FROM chat_tasks WHERE status = 'claimed')";
+    (SELECT COUNT(*) FROM chat_tasks WHERE status = 'claimed'), \
+    (SELECT COUNT(*) FROM desktop_presence WHERE seen_at >= $1), \
+    (SELECT MIN(created_at) FROM commands WHERE status = 'queued')";
+
+/// How a store's connections are used and how long its calls take (`/metrics`).
+#[derive(Debug, Clone)]
+pub struct StoreStats {
+    /// How long store calls took, waiting for a connection included.
+    pub latency: histogram::Histogram,
+    /// Connections the pool may open.
+    pub pool_max: u64,
+    /// Connections open now.
+    pub pool_open: u64,
+    /// Connections in use by a call now.
+    pub pool_in_use: u64,
+    /// Calls waiting for a connection now.
+    pub pool_waiting: u64,
+}
+
+/// Upper bounds (seconds) of the store call latency buckets: from a cached read to a call that
+/// waited out a busy lock or a slow network.
+pub const STORE_LATENCY_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
 
 /// What one lazy sweep changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -951,8 +980,11 @@ pub trait Store: Send + Sync + 'static {
         project_id: &'a str,
         limit: usize,
     ) -> StoreFuture<'a, Vec<CommandRecord>>;
-    /// How many runs and chat tasks are open, by status, database-wide.
-    fn open_counts(&self) -> StoreFuture<'_, OpenCounts>;
+    /// How many runs and chat tasks are open, by status, database-wide; how many desktops were
+    /// heard from since `online_since`; when the oldest queued run was queued.
+    fn open_counts(&self, online_since: Timestamp) -> StoreFuture<'_, OpenCounts>;
+    /// How the store's connections are used now and how long its calls have taken.
+    fn stats(&self) -> StoreStats;
     /// Moves every running command last seen before `cutoff` to `failed` with `error`;
     /// returns their ids.
     fn fail_silent_runs<'a>(

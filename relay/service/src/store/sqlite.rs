@@ -186,9 +186,31 @@ struct Pool {
     path: Option<PathBuf>,
     idle: Mutex<Vec<Connection>>,
     permits: Arc<Semaphore>,
+    /// How many permits there are.
+    size: usize,
+    /// Calls waiting for a permit now.
+    waiting: std::sync::atomic::AtomicUsize,
+    /// How long calls took, the wait for a permit included.
+    latency: super::histogram::SharedHistogram,
+}
+
+impl Pool {
+    fn new(path: Option<PathBuf>, connection: Connection, size: usize) -> Pool {
+        Pool {
+            path,
+            idle: Mutex::new(vec![connection]),
+            permits: Arc::new(Semaphore::new(size)),
+            size,
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+            latency: super::histogram::SharedHistogram::new(&super::STORE_LATENCY_BUCKETS),
+        }
+    }
 }
 
 impl SqliteStore {
+    /// The schema version this build migrates a SQLite database to.
+    pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
+
     /// Opens the database at `path` with its checks ([`relay_sqlite::open_checked`]: created
     /// and migrated only where no file exists; an empty, damaged or foreign file is refused) and
     /// the default limit on the open check. Blocking: call it before serving, or from a
@@ -223,11 +245,11 @@ impl SqliteStore {
         let connection = opened.connection;
         prepare(&connection).map_err(backend)?;
         Ok(SqliteStore {
-            pool: Arc::new(Pool {
-                path: Some(path.to_owned()),
-                idle: Mutex::new(vec![connection]),
-                permits: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
-            }),
+            pool: Arc::new(Pool::new(
+                Some(path.to_owned()),
+                connection,
+                MAX_CONNECTIONS,
+            )),
         })
     }
 
@@ -246,11 +268,7 @@ impl SqliteStore {
     pub fn open_in_memory() -> Result<Self, StoreError> {
         let connection = open_connection(None)?;
         Ok(SqliteStore {
-            pool: Arc::new(Pool {
-                path: None,
-                idle: Mutex::new(vec![connection]),
-                permits: Arc::new(Semaphore::new(1)),
-            }),
+            pool: Arc::new(Pool::new(None, connection, 1)),
         })
     }
 
@@ -262,16 +280,17 @@ impl SqliteStore {
     {
         let pool = self.pool.clone();
         Box::pin(async move {
+            let watch = relay_protocol::clock::Stopwatch::start();
             // The permit and the connection travel into the blocking task and come back to the
             // pool when it ends, even if the caller stopped waiting (a long poll's deadline, a
             // cancelled request): an in-memory database lives in its one connection, and a
             // connection lost with a dropped future would lose the database.
-            let permit = pool
-                .permits
-                .clone()
-                .acquire_owned()
-                .await
-                .map_err(StoreError::PoolClosed)?;
+            pool.waiting
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let permit = pool.permits.clone().acquire_owned().await;
+            pool.waiting
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            let permit = permit.map_err(StoreError::PoolClosed)?;
             if pool.path.is_none() {
                 // An in-memory database does no I/O: its statements take microseconds, less than
                 // handing them to another thread would.
@@ -282,6 +301,7 @@ impl SqliteStore {
                     ));
                 };
                 let result = work(&mut connection);
+                pool.latency.observe(watch.elapsed());
                 if let Ok(mut idle) = pool.idle.lock() {
                     idle.push(connection);
                 }
@@ -295,6 +315,7 @@ impl SqliteStore {
                     None => open_connection(pool.path.as_deref())?,
                 };
                 let result = work(&mut connection);
+                pool.latency.observe(watch.elapsed());
                 if let Ok(mut idle) = pool.idle.lock() {
                     idle.push(connection);
                 }
@@ -1318,20 +1339,38 @@ impl Store for SqliteStore {
         self.tasks_due_impl(now)
     }
 
-    fn open_counts(&self) -> StoreFuture<'_, OpenCounts> {
-        self.call(|connection| {
+    fn open_counts(&self, online_since: Timestamp) -> StoreFuture<'_, OpenCounts> {
+        self.call(move |connection| {
             connection
-                .query_row(super::OPEN_COUNTS, [], |row| {
+                .query_row(super::OPEN_COUNTS, [online_since.unix_millis()], |row| {
                     let count = |i| row.get::<_, i64>(i).map(|n| u64::try_from(n).unwrap_or(0));
                     Ok(OpenCounts {
                         runs_queued: count(0)?,
                         runs_running: count(1)?,
                         tasks_queued: count(2)?,
                         tasks_claimed: count(3)?,
+                        desktops_online: count(4)?,
+                        oldest_queued_at: row
+                            .get::<_, Option<i64>>(5)?
+                            .map(Timestamp::from_unix_millis),
                     })
                 })
                 .map_err(backend)
         })
+    }
+
+    fn stats(&self) -> super::StoreStats {
+        let pool = &self.pool;
+        let in_use = pool.size.saturating_sub(pool.permits.available_permits());
+        let idle = pool.idle.lock().map_or(0, |idle| idle.len());
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        super::StoreStats {
+            latency: pool.latency.snapshot(),
+            pool_max: count(pool.size),
+            pool_open: count(idle + in_use),
+            pool_in_use: count(in_use),
+            pool_waiting: count(pool.waiting.load(std::sync::atomic::Ordering::Relaxed)),
+        }
     }
 
     fn sweep_tasks(&self, now: Timestamp) -> StoreFuture<'_, SweepCounts> {

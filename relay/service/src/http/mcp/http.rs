@@ -19,7 +19,9 @@ use super::tools::{Registry, insufficient_scope_result};
 use crate::auth::{AgentIdentity, Scope};
 use crate::http::AppState;
 use crate::http::edge::Agent;
+use crate::http::metrics::{ToolOutcome, UNKNOWN_TOOL};
 use crate::http::oauth;
+use crate::http::request_log::Refusal;
 
 /// Largest MCP request body accepted.
 pub const MAX_MCP_BODY_BYTES: usize = 1024 * 1024;
@@ -134,10 +136,15 @@ async fn read_message(
     }
     if let Err(wait) = app.rate.check(&agent.token_id) {
         let id = peek.as_ref().ok().and_then(|p| p.id.clone());
-        let is_call = peek
+        let called = peek
             .as_ref()
-            .is_ok_and(|p| p.method.as_deref() == Some("tools/call"));
-        return Err(Box::new(rate_limited(app, wait, is_call.then_some(id))));
+            .ok()
+            .filter(|p| p.method.as_deref() == Some("tools/call"))
+            .map(|p| tool_label(tools, p.params.as_ref().and_then(|p| p.name.as_deref())));
+        if let Some(tool) = called {
+            app.metrics.tools.record(tool, ToolOutcome::RateLimited);
+        }
+        return Err(Box::new(rate_limited(app, wait, called.map(|_| id))));
     }
     let mut lists_tools = false;
     if let Ok(peek) = peek {
@@ -151,6 +158,7 @@ async fn read_message(
                 if let Some(scope) = tools.scope(&name)
                     && !agent.has_scope(scope)
                 {
+                    app.metrics.tools.record(&name, ToolOutcome::Refused);
                     return Err(Box::new(insufficient_scope(base, &name, scope, peek.id)));
                 }
             }
@@ -158,6 +166,12 @@ async fn read_message(
         }
     }
     Ok((Body::from(bytes), lists_tools))
+}
+
+/// `name` as the metrics' tool label: a tool of the registry, else [`UNKNOWN_TOOL`].
+fn tool_label<'a>(tools: &'a Registry, name: Option<&str>) -> &'a str {
+    name.and_then(|name| tools.names().into_iter().find(|known| *known == name))
+        .unwrap_or(UNKNOWN_TOOL)
 }
 
 /// A request past its token's rate: a tool call gets an in-band tool error (what a model reads),
@@ -174,7 +188,7 @@ fn rate_limited(
             let mut result = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);
             result.result_type = None;
             let body = json!({"jsonrpc": "2.0", "id": id.unwrap_or(Value::Null), "result": result});
-            (StatusCode::OK, axum::Json(body)).into_response()
+            Refusal::RATE_LIMITED.mark((StatusCode::OK, axum::Json(body)).into_response())
         }
         None => (StatusCode::TOO_MANY_REQUESTS, error.to_string()).into_response(),
     };

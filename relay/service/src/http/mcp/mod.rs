@@ -41,6 +41,7 @@ use self::inputs::decode;
 use self::tools::{
     McpTool, Registry, ToolContext, ToolError, error_result, insufficient_scope_result,
 };
+use super::metrics::{ToolOutcome, UNKNOWN_TOOL};
 use super::oauth;
 use super::{AppState, MCP_PATH};
 use crate::auth::{self, AgentIdentity};
@@ -94,7 +95,10 @@ pub fn routes(app: Arc<AppState>, tools: Registry) -> Router {
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_max_request_body_bytes(MAX_MCP_BODY_BYTES)
-        .with_cancellation_token(app.shutdown.child_token())
+        // Not the shutdown: rmcp drops the answer of every request in flight when its token is
+        // cancelled (a 500), and a stop must answer held calls (`held`) with what they have.
+        // rmcp's streams end once the stop has drained.
+        .with_cancellation_token(app.drained.child_token())
         // The router checks Host and Origin on every route against the public URL
         // (`crate::http::origin`); rmcp's fixed host list would only break deployments behind a
         // public name.
@@ -155,6 +159,11 @@ impl ServerHandler for GraphTools {
     ) -> Result<CallToolResponse, ErrorData> {
         let tools = &self.mcp.tools;
         let Some(scope) = tools.scope(&request.name) else {
+            self.mcp
+                .app
+                .metrics
+                .tools
+                .record(UNKNOWN_TOOL, ToolOutcome::Refused);
             return Err(ErrorData::invalid_params(
                 format!(
                     "unknown tool `{}`: the tools are {}",
@@ -168,6 +177,9 @@ impl ServerHandler for GraphTools {
         let parts = context.extensions.get::<axum::http::request::Parts>();
         let agent = agent_of(&context)?;
         if !agent.has_scope(scope) {
+            app.metrics
+                .tools
+                .record(&request.name, ToolOutcome::Refused);
             let base = parts
                 .map(|p| oauth::base_url(app, &p.headers))
                 .unwrap_or_default();
@@ -180,7 +192,13 @@ impl ServerHandler for GraphTools {
             .is_some_and(|capabilities| capabilities.supports_tasks());
         // The one call the registry does not model: a run asked for as a task.
         if request.name == RunGraphSession::NAME && declared_tasks {
-            return Ok(self.run_as_task(agent, arguments).await);
+            let response = self.run_as_task(agent, arguments).await;
+            let outcome = match &response {
+                CallToolResponse::Task(_) => ToolOutcome::Ok,
+                _ => ToolOutcome::ToolError,
+            };
+            app.metrics.tools.record(&request.name, outcome);
+            return Ok(response);
         }
         let progress = context
             .meta
@@ -191,11 +209,29 @@ impl ServerHandler for GraphTools {
             agent,
             progress: progress.as_ref(),
         };
-        let result = tools.call(&request.name, cx, arguments).await;
+        let call = tools.call(&request.name, cx, arguments);
+        // A client that hung up (or cancelled the request) releases a waiting call at once;
+        // rmcp cancels the context's token then, but would let the handler run on.
+        let result = if request.name == GetGraphRun::NAME {
+            tokio::select! {
+                result = call => result,
+                () = context.ct.cancelled() => {
+                    return Err(ErrorData::internal_error("the client went away", None));
+                }
+            }
+        } else {
+            call.await
+        };
         // The scope lookup above found the tool, so the registry has it.
-        Ok(result
-            .unwrap_or_else(|| error_result(&format!("unknown tool `{}`", request.name)))
-            .into())
+        let result =
+            result.unwrap_or_else(|| error_result(&format!("unknown tool `{}`", request.name)));
+        let outcome = if result.is_error == Some(true) {
+            ToolOutcome::ToolError
+        } else {
+            ToolOutcome::Ok
+        };
+        app.metrics.tools.record(&request.name, outcome);
+        Ok(result.into())
     }
 
     async fn list_resources(
@@ -237,6 +273,7 @@ impl ServerHandler for GraphTools {
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let _open = self.mcp.app.metrics.streams.enter();
         let request = context.request_context();
         let agent = agent_of(request)?;
         if let Some(refusal) =

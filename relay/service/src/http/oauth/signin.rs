@@ -22,6 +22,7 @@ use super::{BROWSER_SESSION_IDLE, SIGN_IN_LINK_PATH, SIGN_IN_PATH, base_url};
 use crate::auth::{hash_token, hex};
 use crate::http::AppState;
 use crate::http::answers;
+use crate::http::request_log::Refusal;
 use crate::oauth::{password, same_secret};
 use crate::store::{BrowserSessionRecord, OwnerRecord, StoreError};
 
@@ -250,14 +251,14 @@ pub async fn sign_in(
     };
     let Some(owner) = owner else {
         app.oauth.throttle.fail(&keys, app.clock.now());
-        return sign_in_page(
+        return Refusal::SIGN_IN_FAILED.mark(sign_in_page(
             &app,
             &headers,
             StatusCode::UNAUTHORIZED,
             &return_to,
             &username,
             Some("Wrong owner name or password."),
-        );
+        ));
     };
     app.oauth.throttle.succeed(&keys[..1]);
     let cookie = match start_session(&app, &base, &owner.id).await {
@@ -316,7 +317,7 @@ fn throttled(
     if let Ok(value) = HeaderValue::from_str(&format!("{seconds:.0}")) {
         response.headers_mut().insert(header::RETRY_AFTER, value);
     }
-    response
+    Refusal::SIGN_IN_THROTTLED.mark(response)
 }
 
 /// A hash no password matches, checked when the account is unknown so that a wrong name

@@ -701,18 +701,20 @@ pub async fn heartbeat_touches_only_running_commands(store: &dyn Store) {
 }
 
 /// The open counts (`/metrics`) count queued and running runs, queued and claimed tasks, and
-/// nothing finished.
+/// nothing finished; the desktops heard from since the time asked, and when the oldest queued
+/// run was queued.
 pub async fn open_runs_and_tasks_are_counted_by_status(store: &dyn Store) {
     use super::OpenCounts;
     assert_eq!(
-        store.open_counts().await.expect("count"),
+        store.open_counts(at(0)).await.expect("count"),
         OpenCounts::default()
     );
     let runs = seed(store).await;
     let mut commands = Vec::new();
-    for key in ["key-open1", "key-open2", "key-open3"] {
-        commands.push(insert_new(store, command(&runs, &runs.agent_id, key, at(0))).await);
+    for (key, queued_at) in [("key-open1", 40), ("key-open2", 30), ("key-open3", 50)] {
+        commands.push(insert_new(store, command(&runs, &runs.agent_id, key, at(queued_at))).await);
     }
+    // The second and third leave the queue: the oldest queued is the first, at 40 s.
     for (queued, status) in commands[1..]
         .iter()
         .zip([RunStatus::Running, RunStatus::Completed])
@@ -721,6 +723,7 @@ pub async fn open_runs_and_tasks_are_counted_by_status(store: &dyn Store) {
         next.status = status;
         assert!(store.update_command(queued, &next).await.expect("update"));
     }
+    let other = seed(store).await;
     let seed = chat_seed(store).await;
     let first = new_task(store, task(&seed.link, "key-open-t1", at(0))).await;
     new_task(store, task(&seed.link, "key-open-t2", at(0))).await;
@@ -729,15 +732,35 @@ pub async fn open_runs_and_tasks_are_counted_by_status(store: &dyn Store) {
         .await
         .expect("claim")
         .expect("claimed");
+    store
+        .record_presence(&runs.project_id, at(100), Some(None))
+        .await
+        .expect("presence");
+    store
+        .record_presence(&other.project_id, at(60), Some(None))
+        .await
+        .expect("presence");
+    let expected = OpenCounts {
+        runs_queued: 1,
+        runs_running: 1,
+        tasks_queued: 1,
+        tasks_claimed: 1,
+        desktops_online: 1,
+        oldest_queued_at: Some(at(40)),
+    };
     assert_eq!(
-        store.open_counts().await.expect("count"),
-        OpenCounts {
-            runs_queued: 1,
-            runs_running: 1,
-            tasks_queued: 1,
-            tasks_claimed: 1,
-        },
-        "the completed run is not counted"
+        store.open_counts(at(90)).await.expect("count"),
+        expected,
+        "the completed run is not counted; the desktop last heard at 60 s is offline at 90 s"
+    );
+    assert_eq!(
+        store
+            .open_counts(at(60))
+            .await
+            .expect("count")
+            .desktops_online,
+        2,
+        "heard from at the very time asked counts"
     );
 }
 

@@ -1111,12 +1111,12 @@ impl Store for PostgresStore {
         Box::pin(self.tasks_due_impl(now))
     }
 
-    fn open_counts(&self) -> StoreFuture<'_, OpenCounts> {
+    fn open_counts(&self, online_since: Timestamp) -> StoreFuture<'_, OpenCounts> {
         Box::pin(async move {
             let row = self
                 .client()
                 .await?
-                .query_one(crate::store::OPEN_COUNTS, &[])
+                .query_one(crate::store::OPEN_COUNTS, &[&online_since.unix_millis()])
                 .await
                 .map_err(backend)?;
             let count = |i| row.get::<_, i64>(i).try_into().unwrap_or(0);
@@ -1125,8 +1125,17 @@ impl Store for PostgresStore {
                 runs_running: count(1),
                 tasks_queued: count(2),
                 tasks_claimed: count(3),
+                desktops_online: count(4),
+                oldest_queued_at: row
+                    .try_get::<_, Option<i64>>(5)
+                    .map_err(backend)?
+                    .map(Timestamp::from_unix_millis),
             })
         })
+    }
+
+    fn stats(&self) -> crate::store::StoreStats {
+        self.pool_stats()
     }
 
     fn sweep_tasks(&self, now: Timestamp) -> StoreFuture<'_, SweepCounts> {

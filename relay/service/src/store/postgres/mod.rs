@@ -42,6 +42,36 @@ const MIGRATIONS: &[&str] = &[
 #[derive(Clone)]
 pub struct PostgresStore {
     pool: Pool,
+    /// How long calls held (and waited for) a pooled connection.
+    latency: std::sync::Arc<super::histogram::SharedHistogram>,
+}
+
+/// A pooled connection that records, when it goes back, how long the call waited for it and
+/// held it: every store call takes one connection, so that is the call's latency.
+pub(super) struct Timed {
+    object: deadpool_postgres::Object,
+    watch: relay_protocol::clock::Stopwatch,
+    latency: std::sync::Arc<super::histogram::SharedHistogram>,
+}
+
+impl std::ops::Deref for Timed {
+    type Target = deadpool_postgres::Object;
+
+    fn deref(&self) -> &Self::Target {
+        &self.object
+    }
+}
+
+impl std::ops::DerefMut for Timed {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.object
+    }
+}
+
+impl Drop for Timed {
+    fn drop(&mut self) {
+        self.latency.observe(self.watch.elapsed());
+    }
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -134,6 +164,9 @@ pub fn is_postgres_url(text: &str) -> bool {
 }
 
 impl PostgresStore {
+    /// The schema version this build migrates a PostgreSQL database to.
+    pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
+
     /// Connects to the database at `url` (a libpq URL) and migrates it.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         Self::connect_in_schema(url, None).await
@@ -157,28 +190,71 @@ impl PostgresStore {
             }
             config.options(format!("-c search_path={schema}"));
         }
-        let manager = Manager::from_config(
-            config,
-            tls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(MAX_CONNECTIONS)
-            .build()
-            .map_err(StoreError::PoolBuild)?;
-        let store = PostgresStore { pool };
+        let pool = build_pool(config, tls, MAX_CONNECTIONS)?;
+        let store = PostgresStore {
+            pool,
+            latency: std::sync::Arc::new(super::histogram::SharedHistogram::new(
+                &super::STORE_LATENCY_BUCKETS,
+            )),
+        };
         store.migrate(schema).await?;
         Ok(store)
     }
 
-    /// A pooled connection.
-    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
-        self.pool.get().await.map_err(|e| match e {
+    /// The schema version of the database at `url` (`None`: it has no relay schema yet), read
+    /// without migrating or otherwise changing it.
+    pub async fn schema_version(url: &str) -> Result<Option<usize>, StoreError> {
+        let tls::Target { config, tls } = tls::parse_url(url)?;
+        let pool = build_pool(config, tls, 1)?;
+        let client = pool.get().await.map_err(|e| match e {
             deadpool_postgres::PoolError::Backend(error) => backend(error),
             other => StoreError::Pool(other),
+        })?;
+        match client
+            .query_opt("SELECT version FROM relay_schema", &[])
+            .await
+        {
+            Ok(row) => {
+                let version = match row {
+                    Some(row) => row.try_get::<_, i32>(0).map_err(backend)?,
+                    None => 0,
+                };
+                Ok(Some(usize::try_from(version).unwrap_or(0)))
+            }
+            Err(error)
+                if error.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) =>
+            {
+                Ok(None)
+            }
+            Err(error) => Err(backend(error)),
+        }
+    }
+
+    /// A pooled connection, timed until it goes back.
+    async fn client(&self) -> Result<Timed, StoreError> {
+        let watch = relay_protocol::clock::Stopwatch::start();
+        let object = self.pool.get().await.map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(error) => backend(error),
+            other => StoreError::Pool(other),
+        })?;
+        Ok(Timed {
+            object,
+            watch,
+            latency: self.latency.clone(),
         })
+    }
+
+    /// How the pool is used now and how long calls took.
+    pub(super) fn pool_stats(&self) -> super::StoreStats {
+        let status = self.pool.status();
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        super::StoreStats {
+            latency: self.latency.snapshot(),
+            pool_max: count(status.max_size),
+            pool_open: count(status.size),
+            pool_in_use: count(status.size.saturating_sub(status.available)),
+            pool_waiting: count(status.waiting),
+        }
     }
 
     async fn migrate(&self, schema: Option<&str>) -> Result<(), StoreError> {
@@ -217,7 +293,7 @@ impl PostgresStore {
         if applied > MIGRATIONS.len() {
             return Err(StoreError::Unusable(
                 format!(
-                    "the database has schema version {applied}, newer than this build knows ({}): upgrade relay",
+                    "the database has schema version {applied}, newer than this build speaks ({}); it was left unchanged: run a build that speaks version {applied} (`relay --version` names the versions a build speaks)",
                     MIGRATIONS.len()
                 )
                 .into(),
@@ -236,6 +312,25 @@ impl PostgresStore {
             .map_err(backend)?;
         transaction.commit().await.map_err(backend)
     }
+}
+
+/// A pool of at most `size` connections to `config`'s database.
+fn build_pool(
+    config: tokio_postgres::Config,
+    tls: tls::MakeRustls,
+    size: usize,
+) -> Result<Pool, StoreError> {
+    let manager = Manager::from_config(
+        config,
+        tls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .build()
+        .map_err(StoreError::PoolBuild)
 }
 
 /// `url` without its password, for messages and logs.
