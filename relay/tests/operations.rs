@@ -176,7 +176,7 @@ fn free_address() -> String {
 
 /// One scrape of `/metrics`: every line is a comment, a sample or blank (a parser of its own
 /// reads it; nothing is skipped as unreadable), and its samples.
-async fn scrape(http: &reqwest::Client, url: &str) -> Vec<prometheus_parse::Sample> {
+pub(crate) async fn scrape(http: &reqwest::Client, url: &str) -> Vec<prometheus_parse::Sample> {
     let answer = http.get(url).send().await.expect("metrics answer");
     assert_eq!(answer.status(), 200);
     let content_type = answer.headers()[reqwest::header::CONTENT_TYPE].clone();
@@ -203,7 +203,11 @@ async fn scrape(http: &reqwest::Client, url: &str) -> Vec<prometheus_parse::Samp
 }
 
 /// The value of the counter or gauge `name` whose labels include `labels` (0 when absent).
-fn value(samples: &[prometheus_parse::Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn value(
+    samples: &[prometheus_parse::Sample],
+    name: &str,
+    labels: &[(&str, &str)],
+) -> f64 {
     samples
         .iter()
         .filter(|s| s.metric == name)
@@ -234,7 +238,7 @@ fn observations(samples: &[prometheus_parse::Sample], name: &str, labels: &[(&st
 }
 
 /// A project with a desktop token and an agent token (run and read) in the database `db`.
-fn demo_project(db: &std::path::Path) -> (String, String, String) {
+pub(crate) fn demo_project(db: &std::path::Path) -> (String, String, String) {
     let project = plain(&relay(db, &["project", "create", "Demo"]));
     let desktop_token = plain(&relay(
         db,

@@ -14,6 +14,7 @@ mod desktop_providers;
 #[path = "../../runner/tests/common/doc_commands.rs"]
 mod doc_commands;
 mod docs;
+mod drain;
 /// The real local model (`scripts/local-llm.sh`), as the runner's tests find it.
 #[allow(dead_code)]
 #[path = "../../runner/tests/common/llm.rs"]
@@ -25,4 +26,5 @@ mod owner_cli;
 mod postgres_cli;
 mod postgres_outage;
 mod replicas;
+mod served;
 mod storage_faults;

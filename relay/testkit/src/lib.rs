@@ -4,6 +4,7 @@
 pub mod chat;
 pub mod desktop_page;
 pub mod oauth;
+pub mod proxy;
 pub mod raw;
 pub mod schema;
 pub mod tmpfs;
