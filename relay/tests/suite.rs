@@ -25,6 +25,7 @@ mod operations;
 mod owner_cli;
 mod postgres_cli;
 mod postgres_outage;
+mod proxy_limits;
 mod replicas;
 mod served;
 mod storage_faults;
