@@ -526,3 +526,131 @@ async fn request_ids_are_echoed_and_on_every_json_log_line_of_their_request() {
         }
     }
 }
+
+/// What an alert is written on: each tool call counted by tool and outcome (a rate-limited
+/// call as `rate_limited`, though its HTTP answer is a 200; a missing scope as `refused`; a
+/// domain refusal as `tool_error`), and the families of the process, the build, the store and
+/// its pool, the front's connections, the desktops online, the queue's oldest run and the MCP
+/// sessions and streams; the latency buckets go past the longest wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_tool_outcomes_and_have_the_series_alerts_need() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    let (project, desktop_token, agent_token) = demo_project(&db);
+    let reader = plain(&relay(
+        &db,
+        &[
+            "token",
+            "create",
+            "--agent",
+            "reader",
+            "--project",
+            &project,
+            "--scope",
+            "osfoundry:read",
+        ],
+    ));
+    let args = ["--rate-per-token", "1", "--rate-burst", "4"];
+    let served = crate::served::Served::start(db.to_str().expect("utf-8"), &args, &[]).await;
+    let desktop = common::Desktop {
+        http: common::http_client(),
+        base: served.base.clone(),
+        token: desktop_token,
+    };
+    desktop.sync(&project, &[1]).await;
+    let http = common::http_client();
+    let mcp = format!("{}/mcp", served.base);
+    let call = async |token: &str, tool: &str, arguments: serde_json::Value| {
+        crate::served::call_tool(&http, &mcp, token, tool, arguments).await
+    };
+    let queued = call(
+        &agent_token,
+        "run_graph_session",
+        common::run_args(1, "metrics-outcomes", json!({})),
+    )
+    .await
+    .expect("answered");
+    assert_eq!(queued.1["result"]["isError"], false, "{}", queued.1);
+    let unknown = json!({"command_id": uuid::Uuid::new_v4().to_string()});
+    let missing = call(&agent_token, "get_graph_run", unknown)
+        .await
+        .expect("answered");
+    assert_eq!(missing.1["result"]["isError"], true, "{}", missing.1);
+    let refused = call(
+        &reader,
+        "run_graph_session",
+        common::run_args(1, "metrics-refused", json!({})),
+    )
+    .await
+    .expect("answered");
+    assert_eq!(refused.0, 403, "{}", refused.1);
+    let limited = loop {
+        let answer = call(
+            &agent_token,
+            "list_graph_sessions",
+            json!({"project_id": project}),
+        )
+        .await
+        .expect("answered");
+        if answer.1["result"]["isError"] == true {
+            break answer;
+        }
+    };
+    assert_eq!(
+        limited.0, 200,
+        "the rate-limited call is an in-band tool error"
+    );
+    let samples = scrape(&http, &served.metrics).await;
+    let tool = |name: &str, result: &str| {
+        value(
+            &samples,
+            "relay_mcp_tool_calls_total",
+            &[("tool", name), ("result", result)],
+        )
+    };
+    assert_eq!(tool("run_graph_session", "ok"), 1.0);
+    assert_eq!(tool("get_graph_run", "tool_error"), 1.0);
+    assert_eq!(tool("run_graph_session", "refused"), 1.0);
+    assert_eq!(tool("list_graph_sessions", "rate_limited"), 1.0);
+    assert_eq!(value(&samples, "relay_desktops_online", &[]), 1.0);
+    assert!(value(&samples, "relay_oldest_queued_run_age_seconds", &[]) >= 0.0);
+    assert_eq!(value(&samples, "relay_build_info", &[]), 1.0);
+    assert!(observations(&samples, "relay_store_call_duration_seconds", &[]) > 0.0);
+    assert!(
+        value(
+            &samples,
+            "relay_store_pool_connections",
+            &[("state", "max")]
+        ) >= 1.0
+    );
+    assert!(value(&samples, "process_resident_memory_bytes", &[]) > 0.0);
+    assert!(value(&samples, "process_open_fds", &[]) > 0.0);
+    for family in [
+        "relay_store_pool_waiting",
+        "relay_connections_open",
+        "relay_connections_refused_total",
+        "relay_mcp_sessions",
+        "relay_mcp_event_streams",
+        "process_cpu_seconds_total",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        assert!(samples.iter().any(|s| s.metric == family), "no {family}");
+    }
+    let buckets = samples
+        .iter()
+        .find_map(|s| match &s.value {
+            prometheus_parse::Value::Histogram(buckets)
+                if s.metric == "relay_http_request_duration_seconds" =>
+            {
+                Some(buckets.iter().map(|b| b.less_than).collect::<Vec<f64>>())
+            }
+            _ => None,
+        })
+        .expect("a request latency histogram");
+    let longest_wait = relay_service::runs::MAX_GET_WAIT.as_secs_f64();
+    assert!(
+        buckets.iter().any(|b| b.is_finite() && *b > longest_wait),
+        "{buckets:?}"
+    );
+}

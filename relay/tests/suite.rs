@@ -22,6 +22,7 @@ mod llm;
 mod long_poll_load;
 mod oauth_clients;
 mod operations;
+mod operator_log;
 mod owner_cli;
 mod postgres_cli;
 mod postgres_outage;
