@@ -83,11 +83,14 @@ pub(crate) fn with_file(
             (id.clone(), values)
         })
         .collect();
-    let command = command.mut_subcommand(SERVE, |mut serve| {
-        for (id, values) in defaults {
-            serve = serve.mut_arg(id, |arg| arg.default_values(values));
-        }
-        serve
+    // Every argument in place (`mut_arg` would move the changed ones to the end of `--help`).
+    let command = command.mut_subcommand(SERVE, |serve| {
+        serve.mut_args(
+            |arg| match defaults.iter().find(|(id, _)| arg.get_id() == id) {
+                Some((_, values)) => arg.default_values(values.clone()),
+                None => arg,
+            },
+        )
     });
     Ok((command, Some(settings)))
 }

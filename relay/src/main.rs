@@ -97,6 +97,7 @@ fn parse() -> Result<Option<Cli>> {
         && serve.get_flag("print_config")
         && let Some(definition) = command.find_subcommand("serve")
     {
+        serve::database_variables()?;
         print!("{}", config::print(definition, serve, file.as_ref()));
         return Ok(None);
     }

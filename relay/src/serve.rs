@@ -37,23 +37,29 @@ impl DbArg {
     /// else `relay.db`. `RELAY_DB` and `RELAY_DATABASE_URL` naming different databases is an
     /// error: one of them was meant, and a replica must not quietly use the other.
     pub(crate) fn target(&self) -> Result<String> {
-        let variable = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let (db, url) = (variable("RELAY_DB"), variable("RELAY_DATABASE_URL"));
-        if let (Some(db), Some(url)) = (&db, &url)
-            && db != url
-        {
-            anyhow::bail!(
-                "RELAY_DB ({}) and RELAY_DATABASE_URL ({}) name different databases: unset the one not meant (or give --db)",
-                redact(db),
-                redact(url)
-            );
-        }
+        let url = database_variables()?;
         Ok(self
             .db
             .clone()
             .or(url)
             .unwrap_or_else(|| "relay.db".to_owned()))
     }
+}
+
+/// `RELAY_DATABASE_URL`, after checking that `RELAY_DB` names no other database.
+pub(crate) fn database_variables() -> Result<Option<String>> {
+    let variable = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let (db, url) = (variable("RELAY_DB"), variable("RELAY_DATABASE_URL"));
+    if let (Some(db), Some(url)) = (&db, &url)
+        && db != url
+    {
+        anyhow::bail!(
+            "RELAY_DB ({}) and RELAY_DATABASE_URL ({}) name different databases: unset the one not meant (or give --db)",
+            redact(db),
+            redact(url)
+        );
+    }
+    Ok(url)
 }
 
 #[derive(Debug, Args)]
