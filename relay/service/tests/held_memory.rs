@@ -3,8 +3,9 @@
 //! long-poll `sync` waiting over a real loopback connection. The clients run on the test's
 //! thread, whose allocations are not counted, so the figure is the service's alone.
 //!
-//! The service logs as `relay serve` does (the fmt subscriber at `info`, here into a sink), so
-//! what the subscriber keeps for a request's span counts too.
+//! The service logs as `relay serve` does (the fmt subscriber with its default filter, the
+//! relay's lines at `info` and the libraries' at `warn`, here into a sink), so what the
+//! subscriber keeps for a request's span counts too.
 //!
 //! `relay bench long-polls` measures the same thing from outside, as resident memory; this
 //! test names the parts (`--nocapture` prints them) and fails when the held state outgrows its
@@ -140,7 +141,8 @@ fn service_runtime() -> tokio::runtime::Runtime {
         tracing_subscriber::fmt()
             .with_writer(std::io::sink)
             .log_internal_errors(false)
-            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            // `relay serve`'s default filter (`relay/src/logging.rs`).
+            .with_env_filter(tracing_subscriber::EnvFilter::new("warn,relay=info"))
             .init();
     });
     tokio::runtime::Builder::new_multi_thread()
