@@ -621,6 +621,7 @@ impl Relay {
             known: known.to_vec(),
             sessions_unchanged: unchanged,
             problem: self.problem(),
+            sharing_version: None,
         }
     }
 
@@ -765,6 +766,7 @@ impl Relay {
             known: Vec::new(),
             sessions_unchanged: false,
             problem: self.problem(),
+            sharing_version: None,
         };
         let answer = self.api.sync(&request).await;
         self.watch_auth(&answer);
@@ -823,6 +825,7 @@ impl Relay {
                 known: Vec::new(),
                 sessions_unchanged: false,
                 problem: self.problem(),
+                sharing_version: None,
             };
             let delivered = match self.api.sync(&request).await {
                 Ok(_) => {
