@@ -32,6 +32,35 @@ pub(super) const SHARING_VERSION_MIGRATION: &str = r#"
 ALTER TABLE project_syncs ADD COLUMN sharing_version BIGINT;
 "#;
 
+/// What the snapshot held for `project_id` (its row locked by the caller's transaction) says
+/// of one at `version` ([`SnapshotWrite::decide`]); an unchanged one moves the sync time here.
+async fn held_snapshot(
+    transaction: &tokio_postgres::Transaction<'_>,
+    project_id: &str,
+    version: Option<i64>,
+    now: Timestamp,
+) -> Result<SnapshotWrite, StoreError> {
+    let held: Option<i64> = transaction
+        .query_opt(
+            "SELECT sharing_version FROM project_syncs WHERE project_id = $1",
+            &[&project_id],
+        )
+        .await
+        .map_err(backend)?
+        .and_then(|row| row.get(0));
+    let write = SnapshotWrite::decide(held, version);
+    if write == SnapshotWrite::Unchanged {
+        transaction
+            .execute(
+                "UPDATE project_syncs SET synced_at = $2 WHERE project_id = $1",
+                &[&project_id, &now.unix_millis()],
+            )
+            .await
+            .map_err(backend)?;
+    }
+    Ok(write)
+}
+
 /// Owners, projects, tokens, session snapshots, commands (migration 1).
 pub(super) const MIGRATION: &str = r#"
 CREATE TABLE owners (
@@ -414,25 +443,10 @@ impl PostgresStore {
             )
             .await
             .map_err(backend)?;
-        let held: Option<i64> = transaction
-            .query_opt(
-                "SELECT sharing_version FROM project_syncs WHERE project_id = $1",
-                &[&project_id],
-            )
-            .await
-            .map_err(backend)?
-            .and_then(|row| row.get(0));
-        let write = SnapshotWrite::decide(held, version);
+        let write = held_snapshot(&transaction, project_id, version, now).await?;
         match write {
             SnapshotWrite::Stale => return Ok(write),
             SnapshotWrite::Unchanged => {
-                transaction
-                    .execute(
-                        "UPDATE project_syncs SET synced_at = $2 WHERE project_id = $1",
-                        &[&project_id, &now.unix_millis()],
-                    )
-                    .await
-                    .map_err(backend)?;
                 transaction.commit().await.map_err(backend)?;
                 return Ok(write);
             }
