@@ -189,7 +189,9 @@ impl Relay {
     }
 
     /// Tells the service at once what is shared now (SPEC.md §2, withdrawal), outside the
-    /// loop: see [`Relay::tell_sharing`].
+    /// loop: the withdrawals of disabled projects first, then the snapshot of each enabled
+    /// one. The service drops what is gone from `list_graph_sessions` and cancels its queued
+    /// runs.
     pub async fn consent_pass(&self) {
         self.tell_sharing(&Tell::default(), None).await;
     }
