@@ -3,7 +3,9 @@
 //! no runtime worker makes one: every call is a closure sent to the one thread that serves the
 //! open state file, and its answer comes back over a oneshot (the shape of `tokio-rusqlite`'s
 //! `Connection::call`). The thread runs calls in the order they were sent and ends when the
-//! last handle is dropped.
+//! last handle is dropped. Its queue has no bound of its own and needs none: every caller
+//! awaits its call before making the next, except the two that cannot wait (a sync answer's
+//! note of the queue, and a dropped approval's expiry), one per answer or approval.
 //!
 //! An in-memory state (tests, the simulator) does no I/O and no other process can lock it: its
 //! calls run right where they are made. That is also what tokio's paused time needs, since a
