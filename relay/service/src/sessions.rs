@@ -7,9 +7,9 @@ use serde::Serialize;
 use crate::auth::{AgentIdentity, DesktopIdentity};
 use crate::held::HeldKind;
 use crate::runs::{DesktopError, RunError, Runs};
+use crate::store::SnapshotWrite;
 use crate::store::Store;
 use crate::store::notify::{Subscription, Topic};
-use crate::store::SnapshotWrite;
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{
     CommandId, MAX_SERVED_PROJECTS, MAX_SYNC_ANSWER_BYTES, MAX_SYNC_COMMANDS, ProjectsResponse,

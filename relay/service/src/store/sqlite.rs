@@ -14,8 +14,8 @@ use tokio::sync::Semaphore;
 use super::{
     ArtifactInsertOutcome, ArtifactRecord, BoxError, ChatLinkRecord, ClaimAttempt, CommandQuery,
     CommandRecord, Damage, InsertOutcome, OpenCounts, OwnerRecord, PresenceRecord, ProjectRecord,
-    QueueLimit, QueueQuota, SessionRecord, SessionSnapshot, SnapshotWrite, Store, StoreError, StoreFuture,
-    SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    QueueLimit, QueueQuota, SessionRecord, SessionSnapshot, SnapshotWrite, Store, StoreError,
+    StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use super::{
     AuthCodeRecord, AuthSweep, AuthSweepCounts, BrowserSessionRecord, IssuedTokens,

@@ -12,8 +12,8 @@ use crate::store::{
     BrowserSessionRecord, ChatLinkRecord, ClaimAttempt, ClaimResult, CommandQuery, CommandRecord,
     Damage, InsertOutcome, IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OpenCounts,
     OwnerRecord, PresenceRecord, ProjectRecord, QueueLimit, QueueQuota, RedeemOutcome,
-    RotateOutcome, SessionRecord, SessionSnapshot, SignInLinkRecord, SnapshotWrite, Store, StoreError,
-    StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    RotateOutcome, SessionRecord, SessionSnapshot, SignInLinkRecord, SnapshotWrite, Store,
+    StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
