@@ -37,12 +37,17 @@ pub(crate) struct FileSettings {
 }
 
 /// The file `relay serve` is to read, if `args` (the whole command line) is a `serve` that
-/// names one (`--config FILE`, `--config=FILE`) or `RELAY_CONFIG` does.
+/// names one (`--config FILE`, `--config=FILE`) or `RELAY_CONFIG` does. `--help` reads none:
+/// it states the built-in defaults, and works where the file is not (yet) there.
 fn named_file(args: &[OsString]) -> Option<PathBuf> {
     if args.get(1).is_none_or(|a| a != SERVE) {
         return None;
     }
-    let mut rest = args.iter().skip(2).take_while(|a| *a != "--");
+    let options = || args.iter().skip(2).take_while(|a| *a != "--");
+    if options().any(|a| a == "--help" || a == "-h") {
+        return None;
+    }
+    let mut rest = options();
     while let Some(arg) = rest.next() {
         if arg == "--config" {
             return rest.next().map(PathBuf::from);

@@ -211,7 +211,7 @@ async fn the_default_log_is_one_line_per_request_with_its_id_and_a_warn_per_refu
     let (project, desktop_token, agent) = owner_project(&db);
     // A burst of exactly the calls below, refilled slowly: the next call is rate limited.
     let args = ["--rate-per-token", "1", "--rate-burst", "110"];
-    let served = Served::start(db.to_str().expect("utf-8"), &args, &[]).await;
+    let mut served = Served::start(db.to_str().expect("utf-8"), &args, &[]).await;
     let id = finished_run(&served, &project, &desktop_token, &agent).await;
     let lines = lines_of_calls(&served, (&agent, &project), &id, CALLS).await;
     assert!(
@@ -225,6 +225,9 @@ async fn the_default_log_is_one_line_per_request_with_its_id_and_a_warn_per_refu
     }
     let mut secrets = connection(&served.base, &project).await;
     refusals(&served, &agent, &project).await;
+    // Each refusal's line is written before its answer leaves; the test's reader of the log
+    // may still be behind, so the last refusal's line is waited for.
+    served.wait_for_line("refusal=\"forbidden\"").await;
     let log = served.log();
     let text = log.join("\n");
     assert_eq!(

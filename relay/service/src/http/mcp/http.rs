@@ -270,7 +270,7 @@ fn no_such_session() -> Response {
 }
 
 /// [`no_such_session`]'s text.
-pub const NO_SUCH_SESSION: &str = "Not Found: no such MCP session (it was never opened, has ended, belongs to another token, or was opened on another replica of this service). Initialize again to open a new one. 2025-era sessions (Mcp-Session-Id) live in the replica that opened them: behind a load balancer, route by the Mcp-Session-Id header (sticky routing), or use the stateless 2026 protocol, which any replica serves.";
+pub const NO_SUCH_SESSION: &str = "Not Found: no such MCP session (it was never opened, has ended, belongs to another token, or was opened on another replica of this service). Initialize again to open a new one. 2025-era sessions (Mcp-Session-Id) live in the replica that opened them: behind a load balancer, route each client address to one replica (sticky routing, like nginx's ip_hash; a hash of the Mcp-Session-Id header does not work, as initialize has none), or use the stateless 2026 protocol, which any replica serves.";
 
 /// `body` with every lone UTF-16 surrogate escape replaced by `\ufffd`. A JS client's
 /// `JSON.stringify` writes a string holding half an emoji (a cut model reply, say) as
