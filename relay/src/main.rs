@@ -48,7 +48,7 @@ struct Cli {
 enum Command {
     /// Run the service: MCP at /mcp, the desktop API, OAuth metadata.
     #[command(after_help = config::PRECEDENCE)]
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Operator actions on the service's database: projects, tokens, chat links and tasks.
     Admin(admin::AdminArgs),
     /// The desktop relay and its owner's controls: sessions, sharing, approvals, history.
@@ -140,7 +140,7 @@ async fn run(cli: Cli) -> Result<()> {
         mcp_messages,
     });
     match cli.command {
-        Command::Serve(args) => serve::run(args).await,
+        Command::Serve(args) => serve::run(*args).await,
         Command::Admin(args) => admin::run(args).await,
         Command::Desktop(args) => desktop_cli::run(args).await,
         Command::Demo(args) => demo::run(args).await,

@@ -1,14 +1,15 @@
 //! A stop drains: SIGTERM and SIGHUP stop accepting, answer every held request with what it
-//! has (a waiting `get_graph_run` gets the run's view, a desktop's long poll its sync answer),
-//! let requests in flight finish, log one line with what was drained, and exit cleanly; a
-//! rolling restart of three replicas on PostgreSQL costs no client an error. A client that
-//! hangs up releases its wait at once.
+//! has (a waiting `get_graph_run` gets the run's view, a desktop's long poll its sync answer,
+//! an MCP event stream its listen request's result), let requests in flight finish, log one
+//! line with what was drained, and exit cleanly; a rolling restart of three replicas on
+//! PostgreSQL costs no client an error. A client that hangs up releases its wait at once.
 
 use std::net::IpAddr;
 
 use relay_protocol::clock::Stopwatch;
 use serde_json::{Value, json};
 
+use crate::common::raw::RawClient;
 use crate::common::{self, Desktop};
 use crate::operations::demo_project;
 use crate::served::{Served, call_tool, client_from, run_view, wait_for_run};
@@ -112,8 +113,9 @@ async fn assert_all_answered(held: Held, id: &str, project: &str) {
     }
 }
 
-/// Stops `served` with `signal` and checks its clean exit and its drain line.
-async fn stop(served: &mut Served, signal: &str) {
+/// Stops `served` with `signal` and checks its clean exit and its drain line (which counts
+/// `streams` MCP event streams ended besides the held requests).
+async fn stop(served: &mut Served, signal: &str, streams: usize) {
     served.signal(signal);
     let exit = served.exited().await;
     assert!(
@@ -123,8 +125,9 @@ async fn stop(served: &mut Served, signal: &str) {
     let log = served.log();
     let drained: Vec<&String> = log.iter().filter(|l| l.contains("drained")).collect();
     assert_eq!(drained.len(), 1, "one drain line:\n{}", log.join("\n"));
+    // "drained", not "drain timed out": every held request and stream ended on its own.
     let expected = format!(
-        "drained: {POLLS_PER_REPLICA} held long polls, {WAITS_PER_REPLICA} waiting get_graph_run calls"
+        "drained: {POLLS_PER_REPLICA} held long polls, {WAITS_PER_REPLICA} waiting get_graph_run calls and {streams} event streams answered"
     );
     assert!(drained[0].contains(&expected), "{}", drained[0]);
     assert!(
@@ -151,8 +154,26 @@ async fn sigterm_and_sighup_answer_waiting_calls_and_long_polls_with_what_they_h
         desktop.sync(&project, &[1]).await;
         let id = queue(&served, &agent_token, &format!("drain-{signal}")).await;
         let held = hold(&served, (&agent_token, &desktop_token), &project, &id, 0).await;
-        stop(&mut served, signal).await;
+        // An MCP event stream open on the run is answered and ends too.
+        let listener = RawClient::new(&format!("{}/mcp", served.base), &agent_token, false);
+        let mut stream = listener.listen(&[&format!("relay://runs/{id}")]).await;
+        served
+            .wait_for_metrics("the stream open", |samples| {
+                crate::operations::value(samples, "relay_mcp_event_streams", &[]) == 1.0
+            })
+            .await;
+        stop(&mut served, signal, 1).await;
         assert_all_answered(held, &id, &project).await;
+        // The listen request's own answer ends the stream: a normal end, not a cut.
+        let answer = stream.next(crate::served::PATIENCE).await;
+        assert!(
+            answer
+                .as_ref()
+                .is_some_and(|a| a["id"] == 1 && a["result"]["resultType"] == "complete"),
+            "{answer:?}"
+        );
+        let after = stream.next(crate::served::PATIENCE).await;
+        assert!(after.is_none(), "the stream ended, not {after:?}");
     }
 }
 
@@ -236,7 +257,7 @@ async fn a_rolling_restart_of_three_replicas_costs_no_client_an_error() {
     for (n, signal) in ["TERM", "HUP", "TERM"].into_iter().enumerate() {
         let first = n * (WAITS_PER_REPLICA + POLLS_PER_REPLICA);
         let held = hold(&replicas[n], tokens, &admin.project, &id, first).await;
-        stop(&mut replicas[n], signal).await;
+        stop(&mut replicas[n], signal, 0).await;
         assert_all_answered(held, &id, &admin.project).await;
         let replacement = Served::start(&db, &args, &[]).await;
         let (status, answer) = call_tool(

@@ -531,71 +531,33 @@ async fn request_ids_are_echoed_and_on_every_json_log_line_of_their_request() {
     }
 }
 
-/// What an alert is written on: each tool call counted by tool and outcome (a rate-limited
-/// call as `rate_limited`, though its HTTP answer is a 200; a missing scope as `refused`; a
-/// domain refusal as `tool_error`), and the families of the process, the build, the store and
-/// its pool, the front's connections, the desktops online, the queue's oldest run and the MCP
-/// sessions and streams; the latency buckets go past the longest wait.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_count_tool_outcomes_and_have_the_series_alerts_need() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("relay.db");
-    let (project, desktop_token, agent_token) = demo_project(&db);
-    let reader = plain(&relay(
-        &db,
-        &[
-            "token",
-            "create",
-            "--agent",
-            "reader",
-            "--project",
-            &project,
-            "--scope",
-            "osfoundry:read",
-        ],
-    ));
-    let args = ["--rate-per-token", "1", "--rate-burst", "4"];
-    let served = crate::served::Served::start(db.to_str().expect("utf-8"), &args, &[]).await;
-    let desktop = common::Desktop {
-        http: common::http_client(),
-        base: served.base.clone(),
-        token: desktop_token,
-    };
-    desktop.sync(&project, &[1]).await;
+/// One tool call of each outcome through `served`: a run queued (`ok`), an unknown run read
+/// (`tool_error`), a run asked for by `reader`, which may only read (`refused`), and calls of
+/// `agent` until one is past its rate (`rate_limited`, answered 200 with an in-band error).
+async fn one_call_of_each_outcome(
+    served: &crate::served::Served,
+    project: &str,
+    agent: &str,
+    reader: &str,
+) {
     let http = common::http_client();
     let mcp = format!("{}/mcp", served.base);
     let call = async |token: &str, tool: &str, arguments: serde_json::Value| {
-        crate::served::call_tool(&http, &mcp, token, tool, arguments).await
+        crate::served::call_tool(&http, &mcp, token, tool, arguments)
+            .await
+            .expect("answered")
     };
-    let queued = call(
-        &agent_token,
-        "run_graph_session",
-        common::run_args(1, "metrics-outcomes", json!({})),
-    )
-    .await
-    .expect("answered");
+    let run = common::run_args(1, "metrics-outcomes", json!({}));
+    let queued = call(agent, "run_graph_session", run).await;
     assert_eq!(queued.1["result"]["isError"], false, "{}", queued.1);
     let unknown = json!({"command_id": uuid::Uuid::new_v4().to_string()});
-    let missing = call(&agent_token, "get_graph_run", unknown)
-        .await
-        .expect("answered");
+    let missing = call(agent, "get_graph_run", unknown).await;
     assert_eq!(missing.1["result"]["isError"], true, "{}", missing.1);
-    let refused = call(
-        &reader,
-        "run_graph_session",
-        common::run_args(1, "metrics-refused", json!({})),
-    )
-    .await
-    .expect("answered");
+    let run = common::run_args(1, "metrics-refused", json!({}));
+    let refused = call(reader, "run_graph_session", run).await;
     assert_eq!(refused.0, 403, "{}", refused.1);
     let limited = loop {
-        let answer = call(
-            &agent_token,
-            "list_graph_sessions",
-            json!({"project_id": project}),
-        )
-        .await
-        .expect("answered");
+        let answer = call(agent, "list_graph_sessions", json!({"project_id": project})).await;
         if answer.1["result"]["isError"] == true {
             break answer;
         }
@@ -604,32 +566,21 @@ async fn metrics_count_tool_outcomes_and_have_the_series_alerts_need() {
         limited.0, 200,
         "the rate-limited call is an in-band tool error"
     );
-    let samples = scrape(&http, &served.metrics).await;
-    let tool = |name: &str, result: &str| {
-        value(
-            &samples,
-            "relay_mcp_tool_calls_total",
-            &[("tool", name), ("result", result)],
-        )
-    };
-    assert_eq!(tool("run_graph_session", "ok"), 1.0);
-    assert_eq!(tool("get_graph_run", "tool_error"), 1.0);
-    assert_eq!(tool("run_graph_session", "refused"), 1.0);
-    assert_eq!(tool("list_graph_sessions", "rate_limited"), 1.0);
-    assert_eq!(value(&samples, "relay_desktops_online", &[]), 1.0);
-    assert!(value(&samples, "relay_oldest_queued_run_age_seconds", &[]) >= 0.0);
-    assert_eq!(value(&samples, "relay_build_info", &[]), 1.0);
-    assert!(observations(&samples, "relay_store_call_duration_seconds", &[]) > 0.0);
-    assert!(
-        value(
-            &samples,
-            "relay_store_pool_connections",
-            &[("state", "max")]
-        ) >= 1.0
-    );
-    assert!(value(&samples, "process_resident_memory_bytes", &[]) > 0.0);
-    assert!(value(&samples, "process_open_fds", &[]) > 0.0);
+}
+
+/// The families an alert is written on are there: the process, the build, the store and its
+/// pool, the front's connections, the desktops online, the queue's oldest run, the MCP
+/// sessions and streams; the request latency buckets go past the longest wait.
+fn assert_alert_series(samples: &[prometheus_parse::Sample]) {
+    assert_eq!(value(samples, "relay_desktops_online", &[]), 1.0);
+    assert_eq!(value(samples, "relay_build_info", &[]), 1.0);
+    assert!(observations(samples, "relay_store_call_duration_seconds", &[]) > 0.0);
+    let pool_max = value(samples, "relay_store_pool_connections", &[("state", "max")]);
+    assert!(pool_max >= 1.0, "{pool_max}");
+    assert!(value(samples, "process_resident_memory_bytes", &[]) > 0.0);
+    assert!(value(samples, "process_open_fds", &[]) > 0.0);
     for family in [
+        "relay_oldest_queued_run_age_seconds",
         "relay_store_pool_waiting",
         "relay_connections_open",
         "relay_connections_refused_total",
@@ -657,4 +608,49 @@ async fn metrics_count_tool_outcomes_and_have_the_series_alerts_need() {
         buckets.iter().any(|b| b.is_finite() && *b > longest_wait),
         "{buckets:?}"
     );
+}
+
+/// What an alert is written on: each tool call counted by tool and outcome (a rate-limited
+/// call as `rate_limited`, though its HTTP answer is a 200; a missing scope as `refused`; a
+/// domain refusal as `tool_error`), and the series [`assert_alert_series`] names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_tool_outcomes_and_have_the_series_alerts_need() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    let (project, desktop_token, agent_token) = demo_project(&db);
+    let reader = plain(&relay(
+        &db,
+        &[
+            "token",
+            "create",
+            "--agent",
+            "reader",
+            "--project",
+            &project,
+            "--scope",
+            "osfoundry:read",
+        ],
+    ));
+    let args = ["--rate-per-token", "1", "--rate-burst", "4"];
+    let served = crate::served::Served::start(db.to_str().expect("utf-8"), &args, &[]).await;
+    let desktop = common::Desktop {
+        http: common::http_client(),
+        base: served.base.clone(),
+        token: desktop_token,
+    };
+    desktop.sync(&project, &[1]).await;
+    one_call_of_each_outcome(&served, &project, &agent_token, &reader).await;
+    let samples = scrape(&common::http_client(), &served.metrics).await;
+    let tool = |name: &str, result: &str| {
+        value(
+            &samples,
+            "relay_mcp_tool_calls_total",
+            &[("tool", name), ("result", result)],
+        )
+    };
+    assert_eq!(tool("run_graph_session", "ok"), 1.0);
+    assert_eq!(tool("get_graph_run", "tool_error"), 1.0);
+    assert_eq!(tool("run_graph_session", "refused"), 1.0);
+    assert_eq!(tool("list_graph_sessions", "rate_limited"), 1.0);
+    assert_alert_series(&samples);
 }

@@ -159,19 +159,7 @@ impl ServerHandler for GraphTools {
     ) -> Result<CallToolResponse, ErrorData> {
         let tools = &self.mcp.tools;
         let Some(scope) = tools.scope(&request.name) else {
-            self.mcp
-                .app
-                .metrics
-                .tools
-                .record(UNKNOWN_TOOL, ToolOutcome::Refused);
-            return Err(ErrorData::invalid_params(
-                format!(
-                    "unknown tool `{}`: the tools are {}",
-                    request.name,
-                    tools.names().join(", ")
-                ),
-                None,
-            ));
+            return Err(self.unknown_tool(&request.name));
         };
         let app = &self.mcp.app;
         let parts = context.extensions.get::<axum::http::request::Parts>();
@@ -386,6 +374,23 @@ fn agent_of(context: &RequestContext<RoleServer>) -> Result<&AgentIdentity, Erro
 }
 
 impl GraphTools {
+    /// The refusal of a call naming no tool of the registry (counted as refused).
+    fn unknown_tool(&self, name: &str) -> ErrorData {
+        let tools = &self.mcp.tools;
+        self.mcp
+            .app
+            .metrics
+            .tools
+            .record(UNKNOWN_TOOL, ToolOutcome::Refused);
+        ErrorData::invalid_params(
+            format!(
+                "unknown tool `{name}`: the tools are {}",
+                tools.names().join(", ")
+            ),
+            None,
+        )
+    }
+
     /// `run_graph_session` for a client that declared the tasks extension: the run as a task
     /// (a flat `CreateTaskResult`), or the same tool error as without tasks when nothing was
     /// queued.
