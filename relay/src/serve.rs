@@ -197,7 +197,8 @@ pub(crate) struct LimitArgs {
     /// Connections open at once, in all.
     #[arg(long, env = "RELAY_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_connections: u64,
-    /// Connections open at once from one client address (raise it behind a proxy).
+    /// Connections open at once from one client address; behind a --trusted-proxy, requests
+    /// in flight of one forwarded client (past it: 429), the proxy itself uncapped.
     #[arg(long, env = "RELAY_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = DEFAULT_MAX_PER_ADDRESS as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_connections_per_address: u64,
     /// Runs one agent may have queued and not yet started.
