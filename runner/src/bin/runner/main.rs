@@ -1,5 +1,10 @@
 //! `runner`: run and test graph scripts locally. The result goes to stdout, the live trace to
 //! stderr. Exit codes: 0 completed, 1 failed, 3 cancelled, 2 usage error.
+//!
+//! The clap types live here, not in the library: `flags.rs` holds the ones the `relay` binary
+//! shares.
+
+mod flags;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use runner::cli::ProviderArgs;
+use flags::{ENGINES, ProviderArgs};
 use runner::engine::boa::BoaEngine;
 use runner::engine::wasm::{MAX_COMPONENT_BYTES, WasmEngine, WasmLimits};
 use runner::engine::{Engine, EngineKind};
@@ -119,7 +124,7 @@ struct ReportArgs {
 #[derive(clap::Args)]
 struct EngineArgs {
     /// The engine: `wasm` (the sandbox) or `boa` (in-process, for quick local iteration).
-    #[arg(long, value_enum, default_value_t = EngineKind::Wasm)]
+    #[arg(long, value_parser = ENGINES, default_value_t = EngineKind::Wasm)]
     engine: EngineKind,
     /// Wasm only: a deterministic instruction budget (wasmtime fuel units) for the whole run,
     /// nested graphs included.
@@ -307,7 +312,7 @@ struct RunArgs {
 
 fn main() -> ExitCode {
     // RUST_LOG, or its old name RUNNER_LOG (kept as an alias).
-    let filter = runner::cli::log_filter(
+    let filter = log_filter(
         std::env::var("RUST_LOG").ok().as_deref(),
         std::env::var("RUNNER_LOG").ok().as_deref(),
     );
@@ -368,6 +373,18 @@ fn main() -> ExitCode {
     // share) must not keep the process from exiting.
     runtime.shutdown_timeout(Duration::from_secs(1));
     code
+}
+
+/// The log filter, in `tracing`'s `EnvFilter` syntax: `RUST_LOG`, as everywhere else;
+/// `RUNNER_LOG` (its old name) when `RUST_LOG` is unset or empty; else `warn`.
+fn log_filter(rust_log: Option<&str>, runner_log: Option<&str>) -> String {
+    [rust_log, runner_log]
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .find(|filter| !filter.is_empty())
+        .unwrap_or("warn")
+        .to_owned()
 }
 
 fn usage_error(error: &anyhow::Error) -> ExitCode {
@@ -877,5 +894,18 @@ fn init(name: &Path) -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(EXIT_USAGE)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rust_log_wins_and_runner_log_is_its_alias() {
+        assert_eq!(log_filter(Some("debug"), Some("trace")), "debug");
+        assert_eq!(log_filter(None, Some("trace")), "trace");
+        assert_eq!(log_filter(Some(" "), Some("trace")), "trace");
+        assert_eq!(log_filter(None, None), "warn");
     }
 }
