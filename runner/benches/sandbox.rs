@@ -17,7 +17,9 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use runner::engine::Engine;
 use runner::engine::boa::BoaEngine;
-use runner::engine::wasm::{GUEST_SHA256, GUEST_WASM, Source, WasmEngine, WasmLimits};
+use runner::engine::wasm::{
+    ComponentCache, GUEST_SHA256, GUEST_WASM, Source, WasmEngine, WasmLimits,
+};
 use runner::host::mock::MockProvider;
 use runner::run::{RunOptions, RunRequest, RunStatus, run_graph};
 use serde_json::json;
@@ -86,6 +88,12 @@ async fn run(script: &str, options: &RunOptions) {
     assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
 }
 
+/// A cache of one component over the disk cache in `dir` (none: no disk cache), so every load
+/// from a new one compiles or reads the disk.
+fn fresh(dir: Option<&std::path::Path>) -> ComponentCache {
+    ComponentCache::with_disk_cache(1, dir.map(std::path::Path::to_path_buf))
+}
+
 /// Compiling the guest with no cache at all (what the very first run on a machine pays).
 fn cold_start(c: &mut Criterion) {
     let mut group = c.benchmark_group("cold_start");
@@ -93,9 +101,9 @@ fn cold_start(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(40));
     group.bench_function("compile_guest_no_cache", |b| {
         b.iter(|| {
-            let (_, source) =
-                WasmEngine::load_uncached(GUEST_WASM, GUEST_SHA256, WasmLimits::default(), None)
-                    .expect("compiles");
+            let (_, source) = fresh(None)
+                .load(GUEST_WASM, GUEST_SHA256, WasmLimits::default())
+                .expect("compiles");
             assert_eq!(source, Source::Compiled);
         });
     });
@@ -103,8 +111,9 @@ fn cold_start(c: &mut Criterion) {
     // evaluated, then compile the snapshot.
     group.bench_function("pre_initialize_and_compile_no_cache", |b| {
         b.iter(|| {
-            let (_, source) =
-                WasmEngine::generic_uncached(WasmLimits::default(), None).expect("pre-initializes");
+            let (_, source) = fresh(None)
+                .load_generic(WasmLimits::default())
+                .expect("pre-initializes");
             assert_eq!(source, Source::Compiled);
         });
     });
@@ -114,12 +123,14 @@ fn cold_start(c: &mut Criterion) {
 /// Loading the compiled guest from the disk cache (a new process's first run).
 fn disk_cache_load(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (_, source) = WasmEngine::generic_uncached(WasmLimits::default(), Some(dir.path()))
+    let (_, source) = fresh(Some(dir.path()))
+        .load_generic(WasmLimits::default())
         .expect("primes the cache");
     assert_eq!(source, Source::Compiled);
     c.bench_function("disk_cache_load", |b| {
         b.iter(|| {
-            let (_, source) = WasmEngine::generic_uncached(WasmLimits::default(), Some(dir.path()))
+            let (_, source) = fresh(Some(dir.path()))
+                .load_generic(WasmLimits::default())
                 .expect("loads");
             assert_eq!(source, Source::Disk);
         });
@@ -132,9 +143,9 @@ fn disk_cache_load(c: &mut Criterion) {
 fn cached_start(c: &mut Criterion) {
     let rt = runtime();
     let wasm: Arc<dyn Engine> = Arc::new(WasmEngine::new(WasmLimits::default()).expect("sandbox"));
-    let (plain, _) =
-        WasmEngine::load_uncached(GUEST_WASM, GUEST_SHA256, WasmLimits::default(), None)
-            .expect("compiles");
+    let (plain, _) = fresh(None)
+        .load(GUEST_WASM, GUEST_SHA256, WasmLimits::default())
+        .expect("compiles");
     let plain: Arc<dyn Engine> = Arc::new(plain);
     let boa: Arc<dyn Engine> = Arc::new(BoaEngine::default());
     let mut group = c.benchmark_group("cached_start");
@@ -162,8 +173,9 @@ fn compiled_graph_start(c: &mut Criterion) {
             ))
             .expect("builds");
         let hash = format!("bench-compiled-{graph}-{}", bytes.len());
-        let (engine, _) =
-            WasmEngine::load_uncached(&bytes, &hash, WasmLimits::default(), None).expect("loads");
+        let (engine, _) = fresh(None)
+            .load(&bytes, &hash, WasmLimits::default())
+            .expect("loads");
         let options = options(Arc::new(engine));
         group.bench_function(graph, |b| b.iter(|| rt.block_on(run("", &options))));
     }
@@ -221,13 +233,13 @@ fn loop_1e6(c: &mut Criterion) {
     // An alternative guest (built with other settings) to compare against, when given.
     if let Some(path) = std::env::var_os("BENCH_ALT_GUEST") {
         let bytes = std::fs::read(&path).expect("BENCH_ALT_GUEST is readable");
-        let (alt, _) = WasmEngine::load_uncached(
-            &bytes,
-            &format!("bench-alt-guest-{}", bytes.len()),
-            WasmLimits::default(),
-            None,
-        )
-        .expect("the alternative guest loads");
+        let (alt, _) = fresh(None)
+            .load(
+                &bytes,
+                &format!("bench-alt-guest-{}", bytes.len()),
+                WasmLimits::default(),
+            )
+            .expect("the alternative guest loads");
         engines.push(("boa_in_wasm_alt_guest", Arc::new(alt)));
     }
     engines.extend(variants());
@@ -288,9 +300,8 @@ fn variants() -> Vec<(&'static str, Arc<dyn Engine>)> {
         if settings.split(',').any(|s| s == "fuel") {
             limits.fuel = Some(u64::MAX / 4);
         }
-        let engine =
-            WasmEngine::load_uncached_configured(&bytes, limits, &|c| configure(c, settings))
-                .expect("the variant loads");
+        let engine = WasmEngine::load_configured(&bytes, limits, &|c| configure(c, settings))
+            .expect("the variant loads");
         engines.push((
             Box::leak(name.to_owned().into_boxed_str()),
             Arc::new(engine),

@@ -30,7 +30,7 @@ use std::time::SystemTime;
 use graph_js::{Meta, MetaError};
 use relay_protocol::text::hex;
 use runner::engine::Engine;
-use runner::engine::EngineError;
+use runner::engine::{ComponentError, EngineError};
 use runner::engine::wasm::{GUEST_SHA256, MAX_COMPONENT_BYTES, WasmEngine, WasmLimits};
 use runner::host::Invocation;
 use runner::host::approvals::BoxFuture;
@@ -516,7 +516,7 @@ impl Engine for CompiledEngine {
         }
     }
 
-    fn for_component(&self, bytes: &[u8]) -> Result<Arc<dyn Engine>, String> {
+    fn for_component(&self, bytes: &[u8]) -> Result<Arc<dyn Engine>, ComponentError> {
         self.generic.for_component(bytes)
     }
 }

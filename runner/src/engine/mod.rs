@@ -6,7 +6,7 @@ pub mod wasm;
 
 use std::sync::Arc;
 
-pub use crate::host::engine::{Engine, EngineError};
+pub use crate::host::engine::{ComponentError, Engine, EngineError};
 
 /// Which engine to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -15,13 +15,16 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use flags::{ENGINES, ProviderArgs};
 use runner::engine::boa::BoaEngine;
-use runner::engine::wasm::{MAX_COMPONENT_BYTES, WasmEngine, WasmLimits};
+use runner::engine::wasm::{
+    ComponentCache, DEFAULT_MAX_COMPONENTS, MAX_COMPONENT_BYTES, WasmLimits,
+};
 use runner::engine::{Engine, EngineKind};
 use runner::host::agents::AgentProvider;
 use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
 use runner::host::events::{EventSink, NullSink};
 use runner::host::graphs::{
-    Catalog, CatalogError, DESCRIBE_TIMEOUT, Described, FolderCatalog, WASM_MAGIC, describe_within,
+    Catalog, CatalogError, DESCRIBE_TIMEOUT, DescribeError, Described, FolderCatalog, WASM_MAGIC,
+    describe_within,
 };
 use runner::host::mock::MockProvider;
 use runner::host::time::ClockSetting;
@@ -149,11 +152,14 @@ impl EngineArgs {
         }
     }
 
-    /// The engine for a graph file: a compiled component always runs in the wasm engine.
+    /// The engine for a graph file: a compiled component always runs in the wasm engine. The
+    /// wasm engine's components (the guest, a compiled graph, the built components of the
+    /// graphs folder) are kept in one cache for the process.
     fn build(&self, component: Option<&[u8]>) -> anyhow::Result<Arc<dyn Engine>> {
         if self.engine == EngineKind::Boa && self.fuel.is_some() {
             bail!("--fuel applies to the wasm engine only");
         }
+        let components = || ComponentCache::new(DEFAULT_MAX_COMPONENTS);
         if let Some(bytes) = component {
             if self.engine == EngineKind::Boa {
                 bail!("a compiled component runs in the wasm engine; drop --engine boa");
@@ -162,7 +168,7 @@ impl EngineArgs {
             return Ok(Arc::new(slow_notice(
                 "compiling the component",
                 "seconds, cached afterwards",
-                || WasmEngine::for_component(bytes, limits),
+                || components().component(bytes, limits),
             )?));
         }
         Ok(match self.engine {
@@ -171,7 +177,7 @@ impl EngineArgs {
                 Arc::new(slow_notice(
                     "preparing the sandbox",
                     "about 10 s on the first run on this machine, cached afterwards",
-                    || WasmEngine::new(limits),
+                    || components().generic(limits),
                 )?)
             }
             EngineKind::Boa => Arc::new(BoaEngine::default()),
@@ -415,15 +421,15 @@ async fn check_run_args(
     script: &Arc<str>,
     args: &Value,
     timeout: Duration,
-) -> anyhow::Result<Result<runner::Meta, String>> {
+) -> anyhow::Result<Result<runner::Meta, DescribeError>> {
     let described = describe_within(engine.as_ref(), script.clone(), timeout).await;
     match &described {
-        Ok(Ok(meta)) => runner::args::check(meta, args, "args")
+        Ok(meta) => runner::args::check(meta, args, "args")
             .map_err(|reason| anyhow::anyhow!("--args: {reason}"))?,
-        Ok(Err(error @ runner::MetaError::Args(_))) => bail!("{error}"),
-        Ok(Err(_)) | Err(_) => {}
+        Err(DescribeError::Meta(error @ runner::MetaError::Args(_))) => bail!("{error}"),
+        Err(_) => {}
     }
-    Ok(described.and_then(|meta| meta.map_err(|e| e.to_string())))
+    Ok(described)
 }
 
 /// The approval policy the `--allow`, `--ask` and `--deny` flags give.
