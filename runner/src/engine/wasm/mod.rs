@@ -119,12 +119,6 @@ impl WasmEngine {
         }
     }
 
-    /// The built component `bytes` in a cache of its own: for the desktop relay's compiled
-    /// graphs until they load through a [`ComponentCache`] (the next commit removes this).
-    pub fn for_component_uncached(bytes: &[u8], limits: WasmLimits) -> Result<Self, WasmError> {
-        ComponentCache::new(1).component(bytes, limits)
-    }
-
     /// `bytes` compiled by an engine of its own whose wasmtime settings `configure` changes
     /// after the production ones, in no cache. Only for benchmarks that compare engine settings
     /// side by side (`BENCH_VARIANTS` in `benches/sandbox.rs`); runs never use it.
