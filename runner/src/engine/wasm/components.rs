@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use sha2::Digest;
@@ -141,11 +141,6 @@ impl ComponentCache {
             Ok(Arc::new(loaded))
         })?;
         Ok((WasmEngine::of(loaded, limits, self.clone()), source))
-    }
-
-    /// The disk cache's folder.
-    pub fn disk_cache(&self) -> Option<&Path> {
-        self.shared.dir.as_deref()
     }
 }
 
