@@ -10,6 +10,10 @@
 //! each with its own guest and engine settings (see [`variants`]), and `BENCH_PAIRS=N` runs N
 //! interleaved rounds instead of 15. `-- loop_1e6/none` skips criterion's samples and runs only
 //! the rounds.
+//!
+//! `BENCH_START_RUNS=N` times N starts of each kind by the process's CPU time as well as the wall
+//! clock (see [`start_cpu`]): the figure to compare two builds by on a machine busy with other
+//! work.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -158,6 +162,51 @@ fn cached_start(c: &mut Criterion) {
         }
     }
     group.finish();
+}
+
+/// Starts timed by the process's CPU time as well as the wall clock, when `BENCH_START_RUNS=N`
+/// asks for N runs of each: the generic engine's (trivial and typical graph) and a compiled
+/// graph's. On a machine shared with other work the wall clock moves with the load, the CPU time
+/// (all of the process's threads: the runtime's, the epoch ticker's) much less, which makes two
+/// builds comparable run after run.
+fn start_cpu(_: &mut Criterion) {
+    let Some(runs) = std::env::var("BENCH_START_RUNS")
+        .ok()
+        .and_then(|n| n.parse::<u32>().ok())
+    else {
+        return;
+    };
+    let rt = runtime();
+    let wasm: Arc<dyn Engine> = Arc::new(WasmEngine::new(WasmLimits::default()).expect("sandbox"));
+    let mut cases: Vec<(String, Arc<dyn Engine>, &str)> = Vec::new();
+    for (graph, script) in [("trivial", TRIVIAL), ("typical", TYPICAL)] {
+        cases.push((format!("wasm/{graph}"), wasm.clone(), script));
+        let bytes = rt
+            .block_on(runner::engine::wasm::build_component(
+                &with_meta(script),
+                WasmLimits::default(),
+            ))
+            .expect("builds");
+        let hash = format!("bench-start-cpu-{graph}-{}", bytes.len());
+        let (engine, _) = fresh(None)
+            .load(&bytes, &hash, WasmLimits::default())
+            .expect("loads");
+        cases.push((format!("compiled/{graph}"), Arc::new(engine), ""));
+    }
+    for (name, engine, script) in cases {
+        let options = options(engine);
+        rt.block_on(run(script, &options));
+        let (cpu, wall) = (process_cpu(), runner::clock::Stopwatch::start());
+        for _ in 0..runs {
+            rt.block_on(run(script, &options));
+        }
+        let per_run = |total: Duration| total.as_secs_f64() * 1000.0 / f64::from(runs);
+        println!(
+            "start_cpu {name}: {runs} runs, wall {:.3} ms a run, on-CPU {:.3} ms a run",
+            per_run(wall.elapsed()),
+            per_run(process_cpu().saturating_sub(cpu))
+        );
+    }
 }
 
 /// A component from `runner build` (prelude loaded, graph parsed and evaluated by wizer).
@@ -401,6 +450,7 @@ fn report_ratios(clock: &str, names: &[&str], times: &[Vec<Duration>]) {
 
 criterion_group!(
     benches,
+    start_cpu,
     cached_start,
     compiled_graph_start,
     host_call_round_trip,
