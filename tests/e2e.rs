@@ -31,4 +31,5 @@ mod private_files;
 mod result_bounding;
 mod session_identity;
 mod token_caps;
+mod typed_errors;
 mod withdrawal;

@@ -595,7 +595,7 @@ pub(crate) struct DemoArgs {
     #[arg(long, value_name = "SLUG")]
     check: Option<String>,
     /// The engine that runs the graphs.
-    #[arg(long, value_enum, default_value_t = runner::engine::EngineKind::Wasm)]
+    #[arg(long, value_parser = crate::runner_flags::ENGINES, default_value_t = runner::engine::EngineKind::Wasm)]
     engine: runner::engine::EngineKind,
 }
 

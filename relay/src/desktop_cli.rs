@@ -14,7 +14,6 @@ use relay_protocol::GraphSessionId;
 use relay_protocol::clock::{Clock, SystemClock};
 use relay_service::auth::{token_kind, token_prefix};
 use relay_service::store::TokenKind;
-use runner::cli::ProviderArgs;
 use runner::engine::EngineKind;
 use runner::host::agents::{AgentProvider, NoProvider};
 use runner::host::approvals::Policy;
@@ -22,6 +21,8 @@ use runner::host::mock::MockProvider;
 use runner::input::read_script;
 use runner::trace::for_terminal;
 use tokio_util::sync::CancellationToken;
+
+use crate::runner_flags::{ENGINES, ProviderArgs};
 
 /// Prints a line on stdout; a closed pipe (`relay desktop history | head -1`) ends the command
 /// quietly and successfully, as the reader has all it wanted.
@@ -262,7 +263,7 @@ struct RunArgs {
     #[arg(long = "long-poll")]
     long_poll: bool,
     /// The engine: the wasm sandbox, or boa in-process (trusted graphs only).
-    #[arg(long, value_enum, default_value_t = EngineKind::Wasm)]
+    #[arg(long, value_parser = ENGINES, default_value_t = EngineKind::Wasm)]
     engine: EngineKind,
     /// Run every graph from its script: do not compile shared graphs into components of
     /// their own (kept in `<state>.compiled/`; wasm engine only).

@@ -12,6 +12,11 @@ mod desktop_lists;
 mod desktop_projects;
 mod dev;
 mod logging;
+/// The runner's flags this binary shares with `runner` (the provider flags, the engine and
+/// provider value names): one source compiled into both binaries, so clap stays out of the
+/// runner's library.
+#[path = "../../runner/src/bin/runner/flags.rs"]
+mod runner_flags;
 mod serve;
 
 use std::process::ExitCode;

@@ -10,6 +10,10 @@
 //! each with its own guest and engine settings (see [`variants`]), and `BENCH_PAIRS=N` runs N
 //! interleaved rounds instead of 15. `-- loop_1e6/none` skips criterion's samples and runs only
 //! the rounds.
+//!
+//! `BENCH_START_RUNS=N` times N starts of each kind by the process's CPU time as well as the wall
+//! clock (see [`start_cpu`]): the figure to compare two builds by on a machine busy with other
+//! work.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +21,9 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use runner::engine::Engine;
 use runner::engine::boa::BoaEngine;
-use runner::engine::wasm::{GUEST_SHA256, GUEST_WASM, Source, WasmEngine, WasmLimits};
+use runner::engine::wasm::{
+    ComponentCache, GUEST_SHA256, GUEST_WASM, Source, WasmEngine, WasmLimits,
+};
 use runner::host::mock::MockProvider;
 use runner::run::{RunOptions, RunRequest, RunStatus, run_graph};
 use serde_json::json;
@@ -86,6 +92,12 @@ async fn run(script: &str, options: &RunOptions) {
     assert_eq!(outcome.status, RunStatus::Completed, "{outcome:?}");
 }
 
+/// A cache of one component over the disk cache in `dir` (none: no disk cache), so every load
+/// from a new one compiles or reads the disk.
+fn fresh(dir: Option<&std::path::Path>) -> ComponentCache {
+    ComponentCache::with_disk_cache(1, dir.map(std::path::Path::to_path_buf))
+}
+
 /// Compiling the guest with no cache at all (what the very first run on a machine pays).
 fn cold_start(c: &mut Criterion) {
     let mut group = c.benchmark_group("cold_start");
@@ -93,9 +105,9 @@ fn cold_start(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(40));
     group.bench_function("compile_guest_no_cache", |b| {
         b.iter(|| {
-            let (_, source) =
-                WasmEngine::load_uncached(GUEST_WASM, GUEST_SHA256, WasmLimits::default(), None)
-                    .expect("compiles");
+            let (_, source) = fresh(None)
+                .load(GUEST_WASM, GUEST_SHA256, WasmLimits::default())
+                .expect("compiles");
             assert_eq!(source, Source::Compiled);
         });
     });
@@ -103,8 +115,9 @@ fn cold_start(c: &mut Criterion) {
     // evaluated, then compile the snapshot.
     group.bench_function("pre_initialize_and_compile_no_cache", |b| {
         b.iter(|| {
-            let (_, source) =
-                WasmEngine::generic_uncached(WasmLimits::default(), None).expect("pre-initializes");
+            let (_, source) = fresh(None)
+                .load_generic(WasmLimits::default())
+                .expect("pre-initializes");
             assert_eq!(source, Source::Compiled);
         });
     });
@@ -114,12 +127,14 @@ fn cold_start(c: &mut Criterion) {
 /// Loading the compiled guest from the disk cache (a new process's first run).
 fn disk_cache_load(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (_, source) = WasmEngine::generic_uncached(WasmLimits::default(), Some(dir.path()))
+    let (_, source) = fresh(Some(dir.path()))
+        .load_generic(WasmLimits::default())
         .expect("primes the cache");
     assert_eq!(source, Source::Compiled);
     c.bench_function("disk_cache_load", |b| {
         b.iter(|| {
-            let (_, source) = WasmEngine::generic_uncached(WasmLimits::default(), Some(dir.path()))
+            let (_, source) = fresh(Some(dir.path()))
+                .load_generic(WasmLimits::default())
                 .expect("loads");
             assert_eq!(source, Source::Disk);
         });
@@ -132,9 +147,9 @@ fn disk_cache_load(c: &mut Criterion) {
 fn cached_start(c: &mut Criterion) {
     let rt = runtime();
     let wasm: Arc<dyn Engine> = Arc::new(WasmEngine::new(WasmLimits::default()).expect("sandbox"));
-    let (plain, _) =
-        WasmEngine::load_uncached(GUEST_WASM, GUEST_SHA256, WasmLimits::default(), None)
-            .expect("compiles");
+    let (plain, _) = fresh(None)
+        .load(GUEST_WASM, GUEST_SHA256, WasmLimits::default())
+        .expect("compiles");
     let plain: Arc<dyn Engine> = Arc::new(plain);
     let boa: Arc<dyn Engine> = Arc::new(BoaEngine::default());
     let mut group = c.benchmark_group("cached_start");
@@ -147,6 +162,51 @@ fn cached_start(c: &mut Criterion) {
         }
     }
     group.finish();
+}
+
+/// Starts timed by the process's CPU time as well as the wall clock, when `BENCH_START_RUNS=N`
+/// asks for N runs of each: the generic engine's (trivial and typical graph) and a compiled
+/// graph's. On a machine shared with other work the wall clock moves with the load, the CPU time
+/// (all of the process's threads: the runtime's, the epoch ticker's) much less, which makes two
+/// builds comparable run after run.
+fn start_cpu(_: &mut Criterion) {
+    let Some(runs) = std::env::var("BENCH_START_RUNS")
+        .ok()
+        .and_then(|n| n.parse::<u32>().ok())
+    else {
+        return;
+    };
+    let rt = runtime();
+    let wasm: Arc<dyn Engine> = Arc::new(WasmEngine::new(WasmLimits::default()).expect("sandbox"));
+    let mut cases: Vec<(String, Arc<dyn Engine>, &str)> = Vec::new();
+    for (graph, script) in [("trivial", TRIVIAL), ("typical", TYPICAL)] {
+        cases.push((format!("wasm/{graph}"), wasm.clone(), script));
+        let bytes = rt
+            .block_on(runner::engine::wasm::build_component(
+                &with_meta(script),
+                WasmLimits::default(),
+            ))
+            .expect("builds");
+        let hash = format!("bench-start-cpu-{graph}-{}", bytes.len());
+        let (engine, _) = fresh(None)
+            .load(&bytes, &hash, WasmLimits::default())
+            .expect("loads");
+        cases.push((format!("compiled/{graph}"), Arc::new(engine), ""));
+    }
+    for (name, engine, script) in cases {
+        let options = options(engine);
+        rt.block_on(run(script, &options));
+        let (cpu, wall) = (process_cpu(), runner::clock::Stopwatch::start());
+        for _ in 0..runs {
+            rt.block_on(run(script, &options));
+        }
+        let per_run = |total: Duration| total.as_secs_f64() * 1000.0 / f64::from(runs);
+        println!(
+            "start_cpu {name}: {runs} runs, wall {:.3} ms a run, on-CPU {:.3} ms a run",
+            per_run(wall.elapsed()),
+            per_run(process_cpu().saturating_sub(cpu))
+        );
+    }
 }
 
 /// A component from `runner build` (prelude loaded, graph parsed and evaluated by wizer).
@@ -162,8 +222,9 @@ fn compiled_graph_start(c: &mut Criterion) {
             ))
             .expect("builds");
         let hash = format!("bench-compiled-{graph}-{}", bytes.len());
-        let (engine, _) =
-            WasmEngine::load_uncached(&bytes, &hash, WasmLimits::default(), None).expect("loads");
+        let (engine, _) = fresh(None)
+            .load(&bytes, &hash, WasmLimits::default())
+            .expect("loads");
         let options = options(Arc::new(engine));
         group.bench_function(graph, |b| b.iter(|| rt.block_on(run("", &options))));
     }
@@ -221,13 +282,13 @@ fn loop_1e6(c: &mut Criterion) {
     // An alternative guest (built with other settings) to compare against, when given.
     if let Some(path) = std::env::var_os("BENCH_ALT_GUEST") {
         let bytes = std::fs::read(&path).expect("BENCH_ALT_GUEST is readable");
-        let (alt, _) = WasmEngine::load_uncached(
-            &bytes,
-            &format!("bench-alt-guest-{}", bytes.len()),
-            WasmLimits::default(),
-            None,
-        )
-        .expect("the alternative guest loads");
+        let (alt, _) = fresh(None)
+            .load(
+                &bytes,
+                &format!("bench-alt-guest-{}", bytes.len()),
+                WasmLimits::default(),
+            )
+            .expect("the alternative guest loads");
         engines.push(("boa_in_wasm_alt_guest", Arc::new(alt)));
     }
     engines.extend(variants());
@@ -288,9 +349,8 @@ fn variants() -> Vec<(&'static str, Arc<dyn Engine>)> {
         if settings.split(',').any(|s| s == "fuel") {
             limits.fuel = Some(u64::MAX / 4);
         }
-        let engine =
-            WasmEngine::load_uncached_configured(&bytes, limits, &|c| configure(c, settings))
-                .expect("the variant loads");
+        let engine = WasmEngine::load_configured(&bytes, limits, &|c| configure(c, settings))
+            .expect("the variant loads");
         engines.push((
             Box::leak(name.to_owned().into_boxed_str()),
             Arc::new(engine),
@@ -390,6 +450,7 @@ fn report_ratios(clock: &str, names: &[&str], times: &[Vec<Duration>]) {
 
 criterion_group!(
     benches,
+    start_cpu,
     cached_start,
     compiled_graph_start,
     host_call_round_trip,

@@ -14,16 +14,23 @@ pub fn checked(meta: Meta) -> Result<Meta, MetaError> {
     Ok(meta)
 }
 
+/// Why a graph's arguments were refused before it ran.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgsError {
+    /// `meta.args` is not a usable JSON Schema (the graph has to fix its meta).
+    #[error(transparent)]
+    Schema(#[from] graph_args::SchemaError),
+    /// The arguments do not fit the schema: the first failing path and why.
+    #[error("the arguments do not fit the graph's meta.args schema: {0}; nothing was run")]
+    Mismatch(#[source] graph_args::Mismatch),
+}
+
 /// Checks `args` against `meta.args` (nothing to check without one). The message names the
 /// failing path under `root` (`args` for `--args`, the case's `args` for a test).
-pub fn check(meta: &Meta, args: &Value, root: &str) -> Result<(), String> {
+pub fn check(meta: &Meta, args: &Value, root: &str) -> Result<(), ArgsError> {
     let Some(schema) = &meta.args else {
         return Ok(());
     };
-    let schema = ArgsSchema::compile(schema).map_err(|e| e.to_string())?;
-    schema.validate(args, root).map_err(|mismatch| {
-        format!(
-            "the arguments do not fit the graph's meta.args schema: {mismatch}; nothing was run"
-        )
-    })
+    let schema = ArgsSchema::compile(schema)?;
+    schema.validate(args, root).map_err(ArgsError::Mismatch)
 }

@@ -6,12 +6,11 @@
 //! - [`testing`] runs `*.test.json` cases; [`trace`] prints events for people; [`input`] reads
 //!   the files a person names, with a size bound; [`scaffold`] writes `runner init`'s graph;
 //!   [`report`] writes `runner test --json` and `--junit`; [`progress`] says how far slow work is.
-//! - `cli` (feature `cli`, on by default) holds the clap side: the provider flags and the clap
-//!   value names of the engine and provider kinds; without it the library pulls in no clap.
+//!
+//! The library's types are plain: clap lives in the binaries (`src/bin/runner/`; its
+//! `flags.rs` is shared with the `relay` binary), behind the `cli` feature the binary requires.
 
 pub mod args;
-#[cfg(feature = "cli")]
-pub mod cli;
 pub mod clock;
 pub mod engine;
 pub mod host;

@@ -31,6 +31,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::args::ArgsError;
 use crate::host::agents::AgentProvider;
 use crate::host::approvals::{
     ApprovalPolicy, ApprovalRequest, Approver, BoxFuture, Decision, Policy,
@@ -39,8 +40,8 @@ use crate::host::engine::Engine;
 use crate::host::events::{CollectingSink, EventSink, FanOut};
 use crate::host::graphs::{Catalog, DESCRIBE_TIMEOUT, FolderCatalog};
 use crate::host::mock::{MockError, MockProvider};
-use crate::host::time::ClockSetting;
-use crate::host::tools::{Folder, ToolRegistry};
+use crate::host::time::{ClockSetting, ClockSettingError};
+use crate::host::tools::{Folder, ToolRegistry, UnknownTool};
 use crate::input::{InputError, MAX_DATA_FILE_BYTES, read_script, read_text_at_most};
 use crate::run::{RunOptions, RunOutcome, RunRequest, RunStatus, run_graph};
 use graph_js::{Failure, FailureCode};
@@ -99,10 +100,10 @@ fn parse_test_file(text: &str) -> Result<(Option<String>, Vec<TestCase>), TestFi
 
 /// What is wrong with the text of a test file.
 #[derive(Debug, thiserror::Error)]
-enum TestFileError {
+pub enum TestFileError {
     /// Not JSON, or a case that does not fit the format.
     #[error("{0}")]
-    Json(serde_json::Error),
+    Json(#[source] serde_json::Error),
     /// JSON, but not an object.
     #[error("expected a JSON object: one case, or {{\"graph\": ..., \"cases\": [...]}}")]
     NotAnObject,
@@ -117,6 +118,7 @@ enum TestFileError {
         /// ` ("its name")`, when it has one.
         name: String,
         /// What does not fit.
+        #[source]
         reason: serde_json::Error,
     },
 }
@@ -162,17 +164,41 @@ enum CaseError {
     },
     /// The case's `args` do not fit the graph's `meta.args` schema.
     #[error("{0}")]
-    Args(String),
+    Args(#[source] ArgsError),
     /// The case's `clock` is not a clock.
     #[error("clock: {0}")]
-    Clock(String),
+    Clock(#[source] ClockSettingError),
     /// `allow`, `ask`, `approve` or `deny` names a tool that does not exist.
     #[error("{list}: {reason}")]
     Policy {
         /// The list that names it.
         list: &'static str,
         /// Which tool, and the known ones.
-        reason: String,
+        #[source]
+        reason: UnknownTool,
+    },
+}
+
+/// Why the cases of a test file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadTestFileError {
+    /// The file could not be read (missing, too large, not text).
+    #[error("cannot read the test file {path}: {reason}")]
+    Read {
+        /// The test file.
+        path: String,
+        /// Why not.
+        #[source]
+        reason: InputError,
+    },
+    /// The file is not a test file: fix what the reason names.
+    #[error("the test file {path} is not valid: {reason}")]
+    Invalid {
+        /// The test file.
+        path: String,
+        /// What is wrong with its text.
+        #[source]
+        reason: TestFileError,
     },
 }
 
@@ -449,11 +475,18 @@ pub struct FileCase {
 }
 
 /// The cases of the test file `file`, each with its graph, or why the file cannot be read.
-pub fn read_test_file(file: &Path) -> Result<Vec<FileCase>, String> {
-    let text = read_text_at_most(file, MAX_DATA_FILE_BYTES)
-        .map_err(|e| format!("cannot read the test file {}: {e}", file.display()))?;
-    let (default_graph, cases) = parse_test_file(&text)
-        .map_err(|e| format!("the test file {} is not valid: {e}", file.display()))?;
+pub fn read_test_file(file: &Path) -> Result<Vec<FileCase>, ReadTestFileError> {
+    let path = || file.display().to_string();
+    let text =
+        read_text_at_most(file, MAX_DATA_FILE_BYTES).map_err(|reason| ReadTestFileError::Read {
+            path: path(),
+            reason,
+        })?;
+    let (default_graph, cases) =
+        parse_test_file(&text).map_err(|reason| ReadTestFileError::Invalid {
+            path: path(),
+            reason,
+        })?;
     let base = file.parent().unwrap_or(Path::new("."));
     let stem = file_stem(file);
     Ok(cases

@@ -1,6 +1,9 @@
-//! The compiled-component cache on disk: a corrupt, truncated or foreign entry is a miss (the
+//! The compiled-component caches. On disk: a corrupt, truncated or foreign entry is a miss (the
 //! component is compiled again and the entry rewritten), never a crash; a valid entry loads
-//! without compiling and is marked as used, so pruning keeps it.
+//! without compiling and is marked as used, so pruning keeps it. In memory (`ComponentCache`, an
+//! object its caller owns): bounded, the least recently used dropped first and loaded again
+//! from disk; one component compiled once for callers asking at the same time; one wasmtime
+//! engine for every component of one configuration.
 
 use crate::common;
 
@@ -11,11 +14,15 @@ use std::time::Duration;
 use runner::clock::wall_now;
 
 use runner::RunStatus;
-use runner::engine::wasm::{GUEST_SHA256, GUEST_WASM, Source, WasmEngine, WasmLimits};
+use runner::engine::wasm::{
+    ComponentCache, GUEST_SHA256, GUEST_WASM, Source, WasmEngine, WasmLimits,
+};
 use serde_json::json;
 
 fn load(dir: &Path) -> (WasmEngine, Source) {
-    WasmEngine::load_uncached(GUEST_WASM, GUEST_SHA256, WasmLimits::default(), Some(dir))
+    // A new cache each time: nothing in memory, so the disk decides.
+    ComponentCache::with_disk_cache(1, Some(dir.to_path_buf()))
+        .load(GUEST_WASM, GUEST_SHA256, WasmLimits::default())
         .expect("the sandbox loads whatever the cache holds")
 }
 
@@ -100,4 +107,82 @@ async fn loading_an_entry_marks_it_used() {
         modified > wall_now() - Duration::from_secs(3600),
         "the entry's last use is now"
     );
+}
+
+/// Limits with fuel on: compiled code of its own, so another key of the same component.
+fn with_fuel() -> WasmLimits {
+    WasmLimits {
+        fuel: Some(u64::MAX / 4),
+        ..WasmLimits::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_cache_keeps_its_bound_and_loads_what_it_dropped_from_disk() {
+    let cache = ComponentCache::new(1);
+    let (first, _) = cache.load_generic(WasmLimits::default()).expect("loads");
+    let (again, source) = cache.load_generic(WasmLimits::default()).expect("loads");
+    assert_eq!(source, Source::Memory, "kept in memory");
+    let (fuel, source) = cache.load_generic(with_fuel()).expect("loads");
+    assert_ne!(source, Source::Memory, "another key");
+    assert_eq!(cache.len(), 1, "one at most");
+    let (_, source) = cache.load_generic(WasmLimits::default()).expect("loads");
+    assert_eq!(
+        source,
+        Source::Disk,
+        "dropped from memory, read from disk again"
+    );
+    // Engines handed out before keep running whatever the cache dropped.
+    for engine in [first, again, fuel] {
+        runs(engine).await;
+    }
+    let two = ComponentCache::new(2);
+    two.load_generic(WasmLimits::default()).expect("loads");
+    two.load_generic(with_fuel()).expect("loads");
+    let (_, source) = two.load_generic(WasmLimits::default()).expect("loads");
+    assert_eq!(source, Source::Memory, "room for both");
+    assert_eq!(two.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_at_the_same_time_share_one_load() {
+    let cache = ComponentCache::new(4);
+    let barrier = std::sync::Barrier::new(4);
+    let sources: Vec<Source> = std::thread::scope(|scope| {
+        let loads: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| {
+                    barrier.wait();
+                    cache.load_generic(WasmLimits::default()).expect("loads").1
+                })
+            })
+            .collect();
+        loads
+            .into_iter()
+            .map(|load| load.join().expect("no panic"))
+            .collect()
+    });
+    let loaded = sources.iter().filter(|s| **s != Source::Memory).count();
+    assert_eq!(loaded, 1, "one load, the others waited for it: {sources:?}");
+    assert_eq!(cache.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn components_of_one_configuration_share_one_wasmtime_engine() {
+    let cache = ComponentCache::new(4);
+    let generic = cache.generic(WasmLimits::default()).expect("loads");
+    let (plain, _) = cache
+        .load(GUEST_WASM, GUEST_SHA256, WasmLimits::default())
+        .expect("loads");
+    let (fuel, _) = cache.load_generic(with_fuel()).expect("loads");
+    // Another cache, the same configuration: still the same engine.
+    let other = ComponentCache::new(1)
+        .generic(WasmLimits::default())
+        .expect("loads");
+    assert!(wasmtime::Engine::same(generic.wasmtime(), plain.wasmtime()));
+    assert!(wasmtime::Engine::same(generic.wasmtime(), other.wasmtime()));
+    assert!(!wasmtime::Engine::same(generic.wasmtime(), fuel.wasmtime()));
+    for engine in [generic, plain, fuel, other] {
+        runs(engine).await;
+    }
 }

@@ -6,6 +6,9 @@
 //! one fails until the table says so too.
 //!
 //! To print the table: `cargo test -p runner --test suite sandbox_table -- --nocapture`.
+//!
+//! The limits table's rows (docs/limits.md) on the wasm engine's caches and clock are checked
+//! the same way: generated from the constants that enforce them.
 
 use crate::hostile;
 
@@ -92,4 +95,30 @@ fn every_case_is_run_by_one_test_of_its_guarantee() {
     assert_eq!(ids.len(), CASES.len(), "case ids are unique");
     // The issue asks for at least 25 hostile scripts.
     assert!(CASES.len() >= 25, "{}", CASES.len());
+}
+
+/// The limits table's rows on the epoch tick and the in-memory component cache, from the
+/// constants the code enforces.
+fn cache_rows() -> [String; 2] {
+    use runner::engine::wasm::{DEFAULT_MAX_COMPONENTS, EPOCH_TICK};
+    [
+        format!(
+            "| wasm: deadline and cancel granularity | {} ms epoch tick | `engine/wasm/limits.rs` |",
+            EPOCH_TICK.as_millis()
+        ),
+        format!(
+            "| wasm: compiled components kept in memory | {DEFAULT_MAX_COMPONENTS} per `ComponentCache` (the runner CLI's; the desktop's compiled graphs', as many as it keeps loaded), the least recently used dropped first and read from the disk cache when asked for again | `engine/wasm/components.rs` |"
+        ),
+    ]
+}
+
+#[test]
+fn the_limits_table_has_the_cache_limits_the_code_enforces() {
+    let doc = include_str!("../../docs/limits.md");
+    for row in cache_rows() {
+        assert!(
+            doc.contains(&row),
+            "docs/limits.md's limits table lacks the row the code gives; replace it with:\n\n{row}"
+        );
+    }
 }

@@ -29,9 +29,10 @@ use std::time::SystemTime;
 
 use graph_js::{Meta, MetaError};
 use relay_protocol::text::hex;
-use runner::engine::Engine;
-use runner::engine::EngineError;
-use runner::engine::wasm::{GUEST_SHA256, MAX_COMPONENT_BYTES, WasmEngine, WasmLimits};
+use runner::engine::wasm::{
+    ComponentCache, GUEST_SHA256, MAX_COMPONENT_BYTES, WasmEngine, WasmLimits,
+};
+use runner::engine::{ComponentError, Engine, EngineError};
 use runner::host::Invocation;
 use runner::host::approvals::BoxFuture;
 use sha2::Digest;
@@ -139,6 +140,8 @@ pub struct CompiledGraphs {
     building: Mutex<HashSet<String>>,
     /// Most loaded at once ([`MAX_LOADED`] unless set).
     max_loaded: usize,
+    /// The compiled components of the loaded artifacts, as many at most.
+    components: ComponentCache,
     /// Counts uses, for `Loaded::used`.
     uses: std::sync::atomic::AtomicU64,
     /// One build or load at a time on the whole desktop: a build takes seconds of CPU, a load
@@ -202,6 +205,7 @@ impl CompiledGraphs {
             failed: Mutex::default(),
             building: Mutex::default(),
             max_loaded: MAX_LOADED,
+            components: ComponentCache::new(MAX_LOADED),
             uses: Default::default(),
             builds: tokio::sync::Semaphore::new(1),
         }
@@ -210,6 +214,7 @@ impl CompiledGraphs {
     /// The same, keeping at most `max_loaded` (at least 1) loaded at once.
     pub fn with_max_loaded(mut self, max_loaded: usize) -> Self {
         self.max_loaded = max_loaded.max(1);
+        self.components = ComponentCache::new(self.max_loaded);
         self
     }
 
@@ -412,10 +417,11 @@ impl CompiledGraphs {
     async fn load_existing(&self, path: &Path) -> Option<WasmEngine> {
         let limits = self.limits;
         let file = path.to_path_buf();
+        let components = self.components.clone();
         let loaded = tokio::task::spawn_blocking(move || {
             // Not there, or not readable: there is nothing to load, and a build replaces it.
             let bytes = std::fs::read(&file).ok()?;
-            Some(load(&bytes, limits))
+            Some(load(&components, &bytes, limits))
         })
         .await
         .unwrap_or_else(|e| Some(Err(CompileError::Stopped(e.to_string()))))?;
@@ -442,6 +448,7 @@ impl CompiledGraphs {
         let limits = self.limits;
         let script = script.to_owned();
         let path = path.to_path_buf();
+        let components = self.components.clone();
         tokio::task::spawn_blocking(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
@@ -457,20 +464,27 @@ impl CompiledGraphs {
             }
             runner::output::replace_file(&path, &bytes)
                 .map_err(|source| CompileError::Write { path, source })?;
-            load(&bytes, limits)
+            load(&components, &bytes, limits)
         })
         .await
         .unwrap_or_else(|e| Err(CompileError::Stopped(e.to_string())))
     }
 }
 
-/// An artifact's bytes loaded as an engine (compiled by wasmtime, or from its disk cache),
-/// outside the process-wide component map: an artifact no session needs any more is freed.
-fn load(bytes: &[u8], limits: WasmLimits) -> Result<WasmEngine, CompileError> {
+/// An artifact's bytes loaded as an engine through `components` (from memory, wasmtime's disk
+/// cache, or compiled), which keeps as many as the desktop keeps loaded and drops the least
+/// recently used: an artifact no session needs any more is freed.
+fn load(
+    components: &ComponentCache,
+    bytes: &[u8],
+    limits: WasmLimits,
+) -> Result<WasmEngine, CompileError> {
     if !bytes.starts_with(runner::host::graphs::WASM_MAGIC) {
         return Err(CompileError::NotAComponent);
     }
-    WasmEngine::for_component_uncached(bytes, limits).map_err(|e| CompileError::Load(e.into()))
+    components
+        .component(bytes, limits)
+        .map_err(|e| CompileError::Load(e.into()))
 }
 
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
@@ -516,7 +530,7 @@ impl Engine for CompiledEngine {
         }
     }
 
-    fn for_component(&self, bytes: &[u8]) -> Result<Arc<dyn Engine>, String> {
+    fn for_component(&self, bytes: &[u8]) -> Result<Arc<dyn Engine>, ComponentError> {
         self.generic.for_component(bytes)
     }
 }

@@ -5,8 +5,85 @@
 
 use serde_json::Value;
 
+/// Where a value breaks a schema, and how.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{path}: {problem}")]
+pub struct Mismatch {
+    /// The place in the value: `$`, `$.items[2].id`.
+    pub path: String,
+    /// What is wrong there (boxed: it may hold the values it names).
+    pub problem: Box<Problem>,
+}
+
+/// How a value breaks a schema.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Problem {
+    /// The schema is `false`.
+    #[error("no value is allowed here")]
+    Forbidden,
+    /// A `$ref` that points nowhere in the schema.
+    #[error("unresolvable $ref {0}")]
+    UnresolvableRef(String),
+    /// Not of the one `type`.
+    #[error("{value} is not of type {expected}")]
+    Type {
+        /// The value.
+        value: Value,
+        /// The type.
+        expected: String,
+    },
+    /// Of none of the `type`s.
+    #[error("{value} is none of the types {expected:?}")]
+    Types {
+        /// The value.
+        value: Value,
+        /// The types.
+        expected: Vec<Value>,
+    },
+    /// Not one of the `enum`.
+    #[error("{value} is not one of {options:?}")]
+    NotInEnum {
+        /// The value.
+        value: Value,
+        /// The options.
+        options: Vec<Value>,
+    },
+    /// Not the `const`.
+    #[error("{value} is not {constant}")]
+    NotConst {
+        /// The value.
+        value: Value,
+        /// The constant.
+        constant: Value,
+    },
+    /// Fits too few (or, for `oneOf`, too many) of the `anyOf`/`oneOf` options.
+    #[error("{value} fits {fits} of the {keyword} options")]
+    Options {
+        /// The value.
+        value: Value,
+        /// How many it fits.
+        fits: usize,
+        /// `anyOf` or `oneOf`.
+        keyword: &'static str,
+    },
+    /// A `required` property is missing.
+    #[error("the required `{0}` is missing")]
+    MissingRequired(String),
+    /// A property the schema does not have, where `additionalProperties` is `false`.
+    #[error("not in the schema")]
+    NotInSchema,
+}
+
+/// `Err` of `problem` at `path`.
+fn fail(path: &str, problem: Problem) -> Result<(), Mismatch> {
+    Err(Mismatch {
+        path: path.to_owned(),
+        problem: Box::new(problem),
+    })
+}
+
 /// Where `value` breaks `schema`, or `Ok` when it fits.
-pub fn check(schema: &Value, value: &Value) -> Result<(), String> {
+pub fn check(schema: &Value, value: &Value) -> Result<(), Mismatch> {
     at(schema, schema, value, "$")
 }
 
@@ -23,11 +100,11 @@ fn type_fits(name: &str, value: &Value) -> bool {
     }
 }
 
-fn at(root: &Value, schema: &Value, value: &Value, path: &str) -> Result<(), String> {
+fn at(root: &Value, schema: &Value, value: &Value, path: &str) -> Result<(), Mismatch> {
     let Some(schema) = schema.as_object() else {
         // `true` accepts anything; `false` nothing.
         return if schema == &Value::Bool(false) {
-            Err(format!("{path}: no value is allowed here"))
+            fail(path, Problem::Forbidden)
         } else {
             Ok(())
         };
@@ -35,9 +112,11 @@ fn at(root: &Value, schema: &Value, value: &Value, path: &str) -> Result<(), Str
     if let Some(reference) = schema.get("$ref").and_then(Value::as_str) {
         let target = reference
             .strip_prefix('#')
-            .and_then(|pointer| root.pointer(pointer))
-            .ok_or_else(|| format!("{path}: unresolvable $ref {reference}"))?;
-        at(root, target, value, path)?;
+            .and_then(|pointer| root.pointer(pointer));
+        match target {
+            Some(target) => at(root, target, value, path)?,
+            None => fail(path, Problem::UnresolvableRef(reference.to_owned()))?,
+        }
     }
     scalar(schema, value, path)?;
     combined(root, schema, value, path)?;
@@ -57,10 +136,16 @@ fn scalar(
     schema: &serde_json::Map<String, Value>,
     value: &Value,
     path: &str,
-) -> Result<(), String> {
+) -> Result<(), Mismatch> {
     match schema.get("type") {
         Some(Value::String(name)) if !type_fits(name, value) => {
-            return Err(format!("{path}: {value} is not of type {name}"));
+            return fail(
+                path,
+                Problem::Type {
+                    value: value.clone(),
+                    expected: name.clone(),
+                },
+            );
         }
         Some(Value::Array(names))
             if !names
@@ -68,19 +153,37 @@ fn scalar(
                 .filter_map(Value::as_str)
                 .any(|n| type_fits(n, value)) =>
         {
-            return Err(format!("{path}: {value} is none of the types {names:?}"));
+            return fail(
+                path,
+                Problem::Types {
+                    value: value.clone(),
+                    expected: names.clone(),
+                },
+            );
         }
         _ => {}
     }
     if let Some(options) = schema.get("enum").and_then(Value::as_array)
         && !options.contains(value)
     {
-        return Err(format!("{path}: {value} is not one of {options:?}"));
+        return fail(
+            path,
+            Problem::NotInEnum {
+                value: value.clone(),
+                options: options.clone(),
+            },
+        );
     }
     if let Some(constant) = schema.get("const")
         && constant != value
     {
-        return Err(format!("{path}: {value} is not {constant}"));
+        return fail(
+            path,
+            Problem::NotConst {
+                value: value.clone(),
+                constant: constant.clone(),
+            },
+        );
     }
     Ok(())
 }
@@ -91,15 +194,22 @@ fn combined(
     schema: &serde_json::Map<String, Value>,
     value: &Value,
     path: &str,
-) -> Result<(), String> {
-    for (key, need) in [("anyOf", 1), ("oneOf", 1)] {
-        if let Some(options) = schema.get(key).and_then(Value::as_array) {
+) -> Result<(), Mismatch> {
+    for (keyword, need) in [("anyOf", 1), ("oneOf", 1)] {
+        if let Some(options) = schema.get(keyword).and_then(Value::as_array) {
             let fits = options
                 .iter()
                 .filter(|option| at(root, option, value, path).is_ok())
                 .count();
-            if fits < need || (key == "oneOf" && fits > 1) {
-                return Err(format!("{path}: {value} fits {fits} of the {key} options"));
+            if fits < need || (keyword == "oneOf" && fits > 1) {
+                return fail(
+                    path,
+                    Problem::Options {
+                        value: value.clone(),
+                        fits,
+                        keyword,
+                    },
+                );
             }
         }
     }
@@ -120,7 +230,7 @@ fn properties(
     schema: &serde_json::Map<String, Value>,
     object: &serde_json::Map<String, Value>,
     path: &str,
-) -> Result<(), String> {
+) -> Result<(), Mismatch> {
     let properties = schema.get("properties").and_then(Value::as_object);
     for name in schema
         .get("required")
@@ -130,7 +240,7 @@ fn properties(
     {
         let name = name.as_str().unwrap_or_default();
         if !object.contains_key(name) {
-            return Err(format!("{path}: the required `{name}` is missing"));
+            return fail(path, Problem::MissingRequired(name.to_owned()));
         }
     }
     for (name, field) in object {
@@ -139,7 +249,7 @@ fn properties(
             Some(property) => at(root, property, field, &here)?,
             None => match schema.get("additionalProperties") {
                 Some(Value::Bool(false)) => {
-                    return Err(format!("{here}: not in the schema"));
+                    return fail(&here, Problem::NotInSchema);
                 }
                 Some(extra) => at(root, extra, field, &here)?,
                 None => {}
@@ -168,7 +278,8 @@ mod tests {
         });
         assert!(check(&schema, &json!({"id": "x", "kind": "a", "n": null})).is_ok());
         assert!(check(&schema, &json!({"id": "x", "kind": "c"})).is_err());
-        assert!(check(&schema, &json!({"kind": "a"})).is_err());
+        let missing = check(&schema, &json!({"kind": "a"})).expect_err("id is required");
+        assert_eq!(missing.to_string(), "$: the required `id` is missing");
         assert!(check(&schema, &json!({"id": 1, "kind": "a"})).is_err());
         assert!(check(&schema, &json!({"id": "x", "kind": "a", "n": 1.5})).is_err());
     }

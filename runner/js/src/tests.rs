@@ -109,10 +109,17 @@ pub(crate) fn with_meta(script: &str) -> String {
     }
 }
 
-fn run_with(script: &str, host: ScriptedHost) -> Result<serde_json::Value, String> {
+fn run_with(script: &str, host: ScriptedHost) -> Result<serde_json::Value, ScriptError> {
     run(&with_meta(script), "{}", Box::new(host), &Limits::default())
-        .map_err(|e| e.to_string())
         .map(|text| serde_json::from_str(&text).expect("result is JSON"))
+}
+
+/// The sentence a run that must fail fails with.
+fn failure(script: &str, host: ScriptedHost) -> String {
+    match run_with(script, host) {
+        Ok(value) => panic!("the graph completed with {value}"),
+        Err(e) => e.to_string(),
+    }
 }
 
 fn run_ok(script: &str) -> serde_json::Value {
@@ -177,11 +184,10 @@ fn refusals_reject_with_a_code() {
 
 #[test]
 fn an_uncaught_rejection_fails_the_run_with_its_code() {
-    let err = run_with(
+    let err = failure(
         "export default async function (args, g) { await g.tool('fs.write', {}); }",
         ScriptedHost::default(),
-    )
-    .unwrap_err();
+    );
     assert_eq!(err, "denied: not allowed");
 }
 
@@ -223,11 +229,10 @@ fn replacing_prelude_functions_changes_nothing_on_the_host() {
 
 #[test]
 fn syntax_errors_name_line_and_column() {
-    let err = run_with(
+    let err = failure(
         "export default async function () {\n  return 1 +;\n}",
         ScriptedHost::default(),
-    )
-    .unwrap_err();
+    );
     assert!(err.starts_with("syntax error"), "{err}");
     assert!(err.contains("line 2"), "{err}");
 }
@@ -266,20 +271,18 @@ fn every_form_of_default_export_runs() {
 fn a_broken_async_arrow_keeps_its_own_syntax_error() {
     // Still wrong once the export is moved: the error is boa's first one, not one about the
     // moved text.
-    let err = run_with(
+    let err = failure(
         "export default async (args, g) => {\n  return 1 +;\n}",
         ScriptedHost::default(),
-    )
-    .unwrap_err();
+    );
     assert!(err.starts_with("syntax error"), "{err}");
     assert!(err.contains("line 1"), "{err}");
     assert!(!err.contains("__graphrelay"), "{err}");
     // Two default exports stay an error.
-    let err = run_with(
+    let err = failure(
         "export default async () => 1;\nexport default async function () { return 2; }",
         ScriptedHost::default(),
-    )
-    .unwrap_err();
+    );
     assert!(err.starts_with("syntax error"), "{err}");
     // `async` as a plain name after `export default` is left alone.
     assert_eq!(
@@ -290,11 +293,10 @@ fn a_broken_async_arrow_keeps_its_own_syntax_error() {
 
 #[test]
 fn a_timer_set_at_module_top_level_fails_there() {
-    let err = run_with(
+    let err = failure(
         "setTimeout(() => {}, 1);\nexport default function () { return 1; }",
         ScriptedHost::default(),
-    )
-    .unwrap_err();
+    );
     assert!(
         err.contains("setTimeout: host work cannot start at module top level"),
         "{err}"
@@ -303,11 +305,10 @@ fn a_timer_set_at_module_top_level_fails_there() {
         "let code;\ntry { setTimeout(() => {}, 1); } catch (e) { code = e.code; }\nexport default () => code;",
     );
     assert_eq!(out, serde_json::json!("invalid"));
-    let err = run_with(
+    let err = failure(
         "setInterval(() => {}, 1);\nexport default function () { return 1; }",
         ScriptedHost::default(),
-    )
-    .unwrap_err();
+    );
     assert!(
         err.contains("setInterval: host work cannot start at module top level"),
         "{err}"
@@ -345,41 +346,37 @@ fn a_run_refuses_a_graph_whose_meta_describe_refuses() {
 
 #[test]
 fn a_missing_default_export_is_explained() {
-    let err = run_with(
+    let err = failure(
         "export const meta = {name: 'N', slug: 'n', version: '1'};",
         ScriptedHost::default(),
-    )
-    .unwrap_err();
+    );
     assert!(err.contains("no default export"), "{err}");
 }
 
 #[test]
 fn an_infinite_loop_hits_the_loop_limit() {
-    let err = run_with(
+    let err = failure(
         "export default function () { while (true) {} }",
         ScriptedHost::default(),
-    )
-    .unwrap_err();
+    );
     assert!(err.contains("loop iteration limit"), "{err}");
 }
 
 #[test]
 fn the_loop_limit_cannot_be_caught() {
-    let err = run_with(
+    let err = failure(
         "export default function () { for (let i = 0; i < 3; i++) { try { while (true) {} } catch (e) {} } return 'escaped'; }",
         ScriptedHost::default(),
-    )
-    .unwrap_err();
+    );
     assert!(err.contains("loop iteration limit"), "{err}");
 }
 
 #[test]
 fn unbounded_recursion_hits_the_recursion_limit() {
-    let err = run_with(
+    let err = failure(
         "function f() { return f() + 1; } export default () => f();",
         ScriptedHost::default(),
-    )
-    .unwrap_err();
+    );
     assert!(err.contains("recursion limit"), "{err}");
 }
 
@@ -389,21 +386,19 @@ fn an_endless_promise_chain_is_interrupted_by_the_host() {
         interrupt_after_jobs: Some("cancelled: stop".to_owned()),
         ..ScriptedHost::default()
     };
-    let err = run_with(
+    let err = failure(
         "function f() { return Promise.resolve().then(f); } export default () => f();",
         host,
-    )
-    .unwrap_err();
+    );
     assert_eq!(err, "cancelled: stop");
 }
 
 #[test]
 fn awaiting_a_promise_nothing_settles_is_an_error_not_a_hang() {
-    let err = run_with(
+    let err = failure(
         "export default () => new Promise(() => {});",
         ScriptedHost::default(),
-    )
-    .unwrap_err();
+    );
     assert!(err.contains("nothing will ever settle"), "{err}");
 }
 
@@ -427,21 +422,19 @@ fn imports_and_outside_capabilities_are_absent() {
             "undefined"
         ])
     );
-    let err = run_with(
+    let err = failure(
         "import fs from 'fs'; export default () => 1;",
         ScriptedHost::default(),
-    )
-    .unwrap_err();
+    );
     assert!(err.contains("module"), "{err}");
 }
 
 #[test]
 fn a_result_over_the_limit_is_refused() {
-    let err = run_with(
+    let err = failure(
         "export default () => { let s = 'x'; while (s.length < 11 * 1024 * 1024) s = s + s; return s; }",
         ScriptedHost::default(),
-    )
-    .unwrap_err();
+    );
     assert!(err.contains("result limit exceeded"), "{err}");
 }
 
@@ -560,11 +553,11 @@ fn a_number_json_cannot_hold_is_named_as_itself_in_messages() {
             "g.agent.maxTokens must be a positive integer, got 0.5"
         ])
     );
-    let thrown = run_with(
+    let thrown = failure(
         "export default async function () { throw NaN; }",
         ScriptedHost::default(),
     );
-    assert_eq!(thrown, Err("NaN".to_owned()));
+    assert_eq!(thrown, "NaN");
 }
 
 #[test]

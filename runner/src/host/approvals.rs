@@ -41,16 +41,21 @@ impl Policy {
 }
 
 impl FromStr for Policy {
-    type Err = String;
+    type Err = UnknownPolicy;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "allow" => Ok(Policy::Allow),
             "ask" => Ok(Policy::Ask),
             "deny" => Ok(Policy::Deny),
-            other => Err(format!("unknown policy `{other}`: use allow, ask or deny")),
+            other => Err(UnknownPolicy(other.to_owned())),
         }
     }
 }
+
+/// A policy name that is none of `allow`, `ask` and `deny`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown policy `{0}`: use allow, ask or deny")]
+pub struct UnknownPolicy(pub String);
 
 /// The policy per tool name. Tools not listed are denied.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -29,13 +29,26 @@ pub trait Engine: Send + Sync {
     /// An engine for the built component `bytes` (`runner build` output, which holds its own
     /// graph: run and describe it with an empty script), with this engine's limits. An engine
     /// that cannot run components says why.
-    fn for_component(&self, bytes: &[u8]) -> Result<Arc<dyn Engine>, String> {
+    fn for_component(&self, bytes: &[u8]) -> Result<Arc<dyn Engine>, ComponentError> {
         let _ = bytes;
-        Err(format!(
-            "a built component runs in the wasm engine, not in {}; run with --engine wasm",
-            self.name()
-        ))
+        Err(ComponentError::Unsupported {
+            engine: self.name(),
+        })
     }
+}
+
+/// Why an engine gave no engine for a built component.
+#[derive(Debug, thiserror::Error)]
+pub enum ComponentError {
+    /// This engine runs no components (boa in-process).
+    #[error("a built component runs in the wasm engine, not in {engine}; run with --engine wasm")]
+    Unsupported {
+        /// The engine asked.
+        engine: &'static str,
+    },
+    /// The component could not be compiled or loaded (the engine's own error says why).
+    #[error(transparent)]
+    Load(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Why an engine's run of a graph failed. The text is the sentence the run's outcome reports.

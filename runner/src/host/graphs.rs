@@ -9,8 +9,8 @@ use std::time::Duration;
 use graph_js::{Failure, Meta, MetaError};
 
 use super::approvals::BoxFuture;
-use super::engine::Engine;
-use crate::input::{read_at_most, read_script};
+use super::engine::{ComponentError, Engine};
+use crate::input::{InputError, read_at_most, read_script};
 
 /// The first bytes of every WebAssembly binary.
 pub const WASM_MAGIC: &[u8] = b"\0asm";
@@ -81,7 +81,7 @@ fn not_found(slug: &str, place: &str, known: &[&str]) -> Failure {
 #[derive(Debug, Default, Clone)]
 pub struct FolderCatalog {
     graphs: BTreeMap<String, GraphSource>,
-    skipped: Vec<(PathBuf, String)>,
+    skipped: Vec<(PathBuf, Arc<GraphFileError>)>,
 }
 
 impl FolderCatalog {
@@ -124,7 +124,7 @@ impl FolderCatalog {
             };
             match read {
                 Ok(source) => catalog.add_loaded(source, &path)?,
-                Err(e) => catalog.skipped.push((path, e)),
+                Err(e) => catalog.skipped.push((path, Arc::new(e))),
             }
         }
         Ok(catalog)
@@ -161,7 +161,7 @@ impl FolderCatalog {
     }
 
     /// Files that were not loaded, with the reason.
-    pub fn skipped(&self) -> &[(PathBuf, String)] {
+    pub fn skipped(&self) -> &[(PathBuf, Arc<GraphFileError>)] {
         &self.skipped
     }
 
@@ -208,32 +208,49 @@ fn build_pair(first: &Path, second: &Path) -> Option<bool> {
     }
 }
 
+/// Why a file of a graphs folder is not in its catalog.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphFileError {
+    /// The file could not be read (gone, too large, not text).
+    #[error(transparent)]
+    Read(#[from] InputError),
+    /// A `.wasm` file that is no WebAssembly component.
+    #[error(
+        "it is not a WebAssembly component (it does not start with \\0asm); build one with `runner build GRAPH.js -o {path}`"
+    )]
+    NotAComponent {
+        /// The file.
+        path: String,
+    },
+    /// The run's engine gave no engine for the component.
+    #[error(transparent)]
+    Component(#[from] ComponentError),
+    /// Its `meta` could not be read.
+    #[error(transparent)]
+    Describe(#[from] DescribeError),
+}
+
 /// One graph file read and described (a `.wasm` file on an engine of its own), or why not.
 async fn read_graph_file(
     path: &Path,
     engine: &dyn Engine,
     timeout: Duration,
-) -> Result<GraphSource, String> {
-    let (script, own_engine): (Arc<str>, Option<Arc<dyn Engine>>) = if path
-        .extension()
-        .is_some_and(|x| x == "wasm")
-    {
-        let bytes = read_at_most(path, MAX_COMPONENT_BYTES).map_err(|e| e.to_string())?;
-        if !bytes.starts_with(WASM_MAGIC) {
-            return Err(format!(
-                "it is not a WebAssembly component (it does not start with \\0asm); build one with `runner build GRAPH.js -o {}`",
-                path.display()
-            ));
-        }
-        // The component holds its graph: it runs and describes with an empty script.
-        ("".into(), Some(engine.for_component(&bytes)?))
-    } else {
-        (read_script(path).map_err(|e| e.to_string())?.into(), None)
-    };
+) -> Result<GraphSource, GraphFileError> {
+    let (script, own_engine): (Arc<str>, Option<Arc<dyn Engine>>) =
+        if path.extension().is_some_and(|x| x == "wasm") {
+            let bytes = read_at_most(path, MAX_COMPONENT_BYTES)?;
+            if !bytes.starts_with(WASM_MAGIC) {
+                return Err(GraphFileError::NotAComponent {
+                    path: path.display().to_string(),
+                });
+            }
+            // The component holds its graph: it runs and describes with an empty script.
+            ("".into(), Some(engine.for_component(&bytes)?))
+        } else {
+            (read_script(path)?.into(), None)
+        };
     let describer = own_engine.as_deref().unwrap_or(engine);
-    let meta = describe_within(describer, script.clone(), timeout)
-        .await?
-        .map_err(|e| e.to_string())?;
+    let meta = describe_within(describer, script.clone(), timeout).await?;
     Ok(GraphSource {
         meta,
         script,
@@ -242,21 +259,27 @@ async fn read_graph_file(
     })
 }
 
-/// `engine`'s reading of `script`'s meta (or why it has none), or, when that takes longer than
-/// `timeout`, the sentence a folder load skips the file with.
+/// Why a graph's `meta` could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DescribeError {
+    /// The graph has no valid `meta` (or does not parse, or fails at top level).
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    /// Reading it took longer than it may: its top-level code runs too long.
+    #[error("reading its meta took longer than {} s", .0.as_secs_f64())]
+    TimedOut(Duration),
+}
+
+/// `engine`'s reading of `script`'s meta, or why it has none, within `timeout`.
 pub async fn describe_within(
     engine: &dyn Engine,
     script: Arc<str>,
     timeout: Duration,
-) -> Result<Result<Meta, MetaError>, String> {
+) -> Result<Meta, DescribeError> {
     tokio::time::timeout(timeout, engine.describe(script))
         .await
-        .map_err(|_| {
-            format!(
-                "reading its meta took longer than {} s",
-                timeout.as_secs_f64()
-            )
-        })
+        .map_err(|_| DescribeError::TimedOut(timeout))?
+        .map_err(DescribeError::Meta)
 }
 
 /// A graph file already read and described (the one `runner run` runs): loading its folder
@@ -267,14 +290,14 @@ pub struct Described {
     pub path: PathBuf,
     /// Its text as described (empty for a built component, which this does not cover).
     pub script: Arc<str>,
-    /// Its meta, or why it has none, in a folder load's words.
-    pub meta: Result<Meta, String>,
+    /// Its meta, or why it has none.
+    pub meta: Result<Meta, DescribeError>,
 }
 
 impl Described {
     /// The graph a folder load reads from `path`, when it is this one: a script at the same
     /// file that still reads the same.
-    fn reuse(&self, path: &Path) -> Option<Result<GraphSource, String>> {
+    fn reuse(&self, path: &Path) -> Option<Result<GraphSource, GraphFileError>> {
         let script = path.extension().is_some_and(|x| x == "js") && !self.script.is_empty();
         let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
             (Ok(a), Ok(b)) => a == b,
@@ -283,7 +306,8 @@ impl Described {
         if !script || !same(&self.path, path) || read_script(path).ok()? != *self.script {
             return None;
         }
-        Some(self.meta.clone().map(|meta| GraphSource {
+        let meta = self.meta.clone().map_err(GraphFileError::Describe);
+        Some(meta.map(|meta| GraphSource {
             meta,
             script: self.script.clone(),
             file: Some(path.display().to_string().into()),
@@ -458,7 +482,7 @@ mod tests {
         let engine = Counting::default();
         let script: Arc<str> = graph("run").into();
         let meta = engine.describe(script.clone()).await.expect("meta");
-        let described = |meta: Result<Meta, String>| Described {
+        let described = |meta: Result<Meta, DescribeError>| Described {
             path: dir.path().join(".").join("run.js"),
             script: script.clone(),
             meta,
@@ -474,9 +498,12 @@ mod tests {
         assert_eq!(catalog.slugs().collect::<Vec<_>>(), ["other", "run"]);
         assert_eq!(count(), 2, "run.js was described once, other.js once");
         // Why the graph has no meta is the folder's reason to skip it.
-        let catalog = load(described(Err("no meta here".into()))).await;
+        let catalog = load(described(Err(MetaError::Missing.into()))).await;
         assert_eq!(catalog.slugs().collect::<Vec<_>>(), ["other"]);
-        assert_eq!(catalog.skipped()[0].1, "no meta here");
+        assert_eq!(
+            catalog.skipped()[0].1.to_string(),
+            MetaError::Missing.to_string()
+        );
         assert_eq!(count(), 3);
         // A file that changed since is described again.
         std::fs::write(&run, graph("renamed")).expect("run.js");

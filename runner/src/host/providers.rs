@@ -212,7 +212,8 @@ impl AgentProvider for ProviderSet {
 }
 
 /// What the agent-provider flags of `runner run`, `runner test` and `relay desktop run` say
-/// (their parser is `runner::cli::ProviderArgs`, behind the `cli` feature), as plain options.
+/// (their parser is `ProviderArgs` in the binaries' `runner/src/bin/runner/flags.rs`), as plain
+/// options.
 #[derive(Debug, Clone, Default)]
 pub struct ProviderOptions {
     /// A real agent provider (`--provider`).

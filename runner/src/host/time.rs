@@ -38,23 +38,32 @@ pub enum ClockSetting {
     Fixed(i64),
 }
 
+/// Why a text is not a [`ClockSetting`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClockSettingError {
+    /// Neither `real` nor `fixed:…`.
+    #[error(
+        "the clock must be `real` or `fixed:` and a UTC time such as fixed:2026-01-01T00:00:00Z, got {0:?}"
+    )]
+    Unknown(String),
+    /// `fixed:` and a time that is not a UTC time in the one accepted form.
+    #[error("{0:?} is not a UTC time like 2026-01-01T00:00:00Z (YYYY-MM-DDTHH:MM:SS[.sss]Z)")]
+    NotUtc(String),
+}
+
 impl ClockSetting {
     /// `real`, or `fixed:` and a UTC time (`fixed:2026-01-01T00:00:00Z`, fractions of a second
     /// allowed).
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, ClockSettingError> {
         if text == "real" {
             return Ok(Self::Real);
         }
         let Some(time) = text.strip_prefix("fixed:") else {
-            return Err(format!(
-                "the clock must be `real` or `fixed:` and a UTC time such as fixed:2026-01-01T00:00:00Z, got {text:?}"
-            ));
+            return Err(ClockSettingError::Unknown(text.to_owned()));
         };
-        parse_utc_ms(time).map(Self::Fixed).ok_or_else(|| {
-            format!(
-                "{time:?} is not a UTC time like 2026-01-01T00:00:00Z (YYYY-MM-DDTHH:MM:SS[.sss]Z)"
-            )
-        })
+        parse_utc_ms(time)
+            .map(Self::Fixed)
+            .ok_or_else(|| ClockSettingError::NotUtc(time.to_owned()))
     }
 }
 
@@ -68,8 +77,8 @@ impl std::fmt::Display for ClockSetting {
 }
 
 impl std::str::FromStr for ClockSetting {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+    type Err = ClockSettingError;
+    fn from_str(text: &str) -> Result<Self, ClockSettingError> {
         Self::parse(text)
     }
 }

@@ -101,12 +101,29 @@ impl ToolRegistry {
 
     /// Refuses a tool name in a policy (`--allow`, `--ask`, `--deny`, a test case's lists) that
     /// no tool has, naming the nearest known one: a typo would otherwise allow nothing.
-    pub fn check_known<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Result<(), String> {
+    pub fn check_known<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), UnknownTool> {
         match names.into_iter().find(|n| !self.tools.contains_key(*n)) {
-            Some(unknown) => Err(self.unknown_message(unknown)),
+            Some(unknown) => Err(UnknownTool {
+                name: unknown.to_owned(),
+                message: self.unknown_message(unknown),
+            }),
             None => Ok(()),
         }
     }
+}
+
+/// A tool name in an approval policy that no tool has: the message names the nearest known
+/// tool and lists them all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct UnknownTool {
+    /// The name as given.
+    pub name: String,
+    /// `there is no tool called NAME; did you mean NEAREST? The known tools are ...`.
+    message: String,
 }
 
 /// The candidate nearest to `name` by edit distance (the first of equals, in the given order).
@@ -496,7 +513,11 @@ mod tests {
         let refused = tools
             .check_known(["fs.read", "fs.lst"])
             .expect_err("a typo");
-        assert!(refused.contains("did you mean fs.list?"), "{refused}");
+        assert_eq!(refused.name, "fs.lst");
+        assert!(
+            refused.to_string().contains("did you mean fs.list?"),
+            "{refused}"
+        );
     }
 
     #[tokio::test]

@@ -8,7 +8,7 @@ pub mod server;
 use std::sync::Arc;
 
 use runner::RunStatus;
-use runner::engine::wasm::{WasmEngine, WasmLimits, build_component};
+use runner::engine::wasm::{ComponentCache, DEFAULT_MAX_COMPONENTS, WasmLimits, build_component};
 use runner::engine::{Engine, EngineKind};
 use runner::host::events::{CollectingSink, Event, EventKind};
 use runner::host::mock::MockProvider;
@@ -78,7 +78,12 @@ pub async fn compiled(script: &str) -> Arc<dyn Engine> {
     let bytes = build_component(script, WasmLimits::default())
         .await
         .expect("the graph builds");
-    Arc::new(WasmEngine::for_component(&bytes, WasmLimits::default()).expect("it loads"))
+    let components = ComponentCache::new(DEFAULT_MAX_COMPONENTS);
+    Arc::new(
+        components
+            .component(&bytes, WasmLimits::default())
+            .expect("it loads"),
+    )
 }
 
 /// Runs `script` in both engines; each must complete with `expected`.

@@ -35,7 +35,9 @@ impl DesktopState {
             let mut policy = runner::host::approvals::ApprovalPolicy::default();
             for row in rows {
                 let (tool, value) = row?;
-                let parsed = value.parse().map_err(StateError::Invalid)?;
+                let parsed = value
+                    .parse::<runner::host::approvals::Policy>()
+                    .map_err(|e| StateError::Invalid(e.to_string()))?;
                 policy.set(tool, parsed);
             }
             Ok(policy)

@@ -178,7 +178,9 @@ pub(crate) async fn policies(
             let mut changes = Vec::new();
             for tool in super::known_tools() {
                 if let Some(value) = form.first(&tool) {
-                    let policy: Policy = value.parse().map_err(bad_request)?;
+                    let policy = value
+                        .parse::<Policy>()
+                        .map_err(|e| bad_request(e.to_string()))?;
                     changes.push((tool, policy));
                 }
             }

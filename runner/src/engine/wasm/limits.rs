@@ -1,13 +1,10 @@
-//! The sandbox's limits ([`WasmLimits`]) and what enforces them outside the guest's own code:
-//! the wasmtime settings they become (epoch interruption, fuel, stack), the epoch ticker, the
-//! memory and table limiter, and each instance's share of the run's fuel budget.
+//! The sandbox's limits ([`WasmLimits`]) and what enforces them outside the guest's own code
+//! (the wasmtime settings they become are in `engines.rs`): the memory and table limiter, and
+//! each instance's share of the run's fuel budget.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmtime::Config;
-
-use super::{WasmError, setup};
 use crate::host::RunShared;
 
 /// How often the epoch advances: the granularity of deadlines and cancellation.
@@ -119,49 +116,4 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
     ) -> wasmtime::Result<bool> {
         Ok(desired <= MAX_TABLE_ELEMENTS)
     }
-}
-
-/// A wasmtime engine configured for `limits`, with its epoch ticker running.
-pub(super) fn new_engine(limits: WasmLimits) -> Result<wasmtime::Engine, WasmError> {
-    new_engine_configured(limits, &|_| {})
-}
-
-/// Like [`new_engine`], with `configure` changing the settings last (for benchmarks that compare
-/// engine settings side by side: see [`super::WasmEngine::load_uncached_configured`]).
-pub(super) fn new_engine_configured(
-    limits: WasmLimits,
-    configure: &dyn Fn(&mut Config),
-) -> Result<wasmtime::Engine, WasmError> {
-    let mut config = Config::new();
-    config
-        .epoch_interruption(true)
-        // boa calls through function tables all the time; tables filled at instantiation save
-        // the lazy-init check on every indirect call: loops run about 5 % faster for about
-        // 0.1 ms more per start (`cargo bench -p runner --bench sandbox`).
-        .table_lazy_init(false)
-        .consume_fuel(limits.fuel.is_some())
-        .max_wasm_stack(limits.wasm_stack_bytes)
-        // The fiber that runs wasm must hold the whole wasm stack plus host frames.
-        .async_stack_size(limits.wasm_stack_bytes + 2 * 1024 * 1024);
-    configure(&mut config);
-    let engine = wasmtime::Engine::new(&config).map_err(setup)?;
-    // Without the ticker no deadline, cancel or shared fuel budget would ever take effect.
-    start_epoch_ticker(&engine)
-        .map_err(|e| WasmError::Setup(format!("cannot start the epoch ticker thread: {e}")))?;
-    Ok(engine)
-}
-
-/// Advances the engine's epoch every [`EPOCH_TICK`] until the engine is dropped.
-fn start_epoch_ticker(engine: &wasmtime::Engine) -> std::io::Result<()> {
-    let weak = engine.weak();
-    std::thread::Builder::new()
-        .name("wasm-epoch".into())
-        .spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(EPOCH_TICK);
-            }
-        })
-        .map(drop)
 }

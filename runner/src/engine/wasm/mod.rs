@@ -8,41 +8,43 @@
 //! the trace) and the graph's `host` interface; no filesystem or sockets are linked at all.
 //!
 //! Compiling the guest takes seconds, so compiled artifacts are cached on disk (keyed by the
-//! guest's hash and the engine's compatibility hash, checked with a checksum) and in memory.
+//! guest's hash and the engine's compatibility hash, checked with a checksum) and in memory, in
+//! a [`ComponentCache`] its caller owns; all components compiled for one configuration share
+//! one wasmtime engine, and one thread ticks every engine's epoch.
 //!
-//! One job per file: `limits` holds the sandbox's limits and the wasmtime settings
-//! they become; `bindings` the guest component and its glue to the host interface; `instance`
-//! one instance's store (limits applied, traps described); `cache` the compiled-component disk
-//! cache; `snapshot` pre-initialization with wizer (the generic guest's snapshot and `runner
-//! build`). This file loads components and implements [`Engine`].
+//! One job per file: `limits` holds the sandbox's limits; `engines` the wasmtime engines (one
+//! per configuration) and their epoch ticker; `bindings` the guest component and its glue to
+//! the host interface; `instance` one instance's store (limits applied, traps described);
+//! `cache` the compiled-component disk cache; `components` the in-memory cache; `snapshot`
+//! pre-initialization with wizer (the generic guest's snapshot and `runner build`). This file
+//! loads components and implements [`Engine`].
 
 mod bindings;
 mod cache;
+mod components;
+mod engines;
 mod instance;
 mod limits;
 mod snapshot;
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use graph_js::{FailureCode, Meta, MetaError};
-use sha2::Digest;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{AsContextMut, Store};
 
 use crate::host::Invocation;
 use crate::host::approvals::BoxFuture;
-use crate::host::engine::{Engine, EngineError};
+use crate::host::engine::{ComponentError, Engine, EngineError};
 use bindings::{Graph, GraphPre, HostState, link_wasi};
 use cache::compile_cached;
 use instance::{count_fuel, describe_invocation, describe_trap};
-use limits::{new_engine, new_engine_configured};
-use snapshot::{blank_key, build_blank};
 
 pub use bindings::{GUEST_SHA256, GUEST_WASM};
 pub use cache::{CACHE_MAX_AGE, Source, default_cache_dir};
+pub use components::{ComponentCache, DEFAULT_MAX_COMPONENTS};
 pub use limits::{
     DEFAULT_MEMORY_BYTES, DEFAULT_WASM_STACK_BYTES, EPOCH_TICK, MAX_CAPTURED_OUTPUT_BYTES,
     MAX_TABLE_ELEMENTS, RUN_MEMORY_FACTOR, WasmLimits,
@@ -54,7 +56,7 @@ pub use crate::host::graphs::MAX_COMPONENT_BYTES;
 pub const DESCRIBE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Why the sandbox could not be set up.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum WasmError {
     /// wasmtime refused the configuration or the component.
     #[error("cannot set up the wasm sandbox: {0}")]
@@ -71,149 +73,11 @@ struct Loaded {
     pre: GraphPre<HostState>,
 }
 
-/// What splits the in-memory component cache: the component's hash, whether fuel is on, and
-/// the wasm stack size.
-type LoadKey = (String, bool, usize);
-
-/// The wasm engine: one compiled component (the generic guest, or a compiled graph).
-#[derive(Clone)]
-pub struct WasmEngine {
-    loaded: Arc<Loaded>,
-    limits: WasmLimits,
-}
-
-impl WasmEngine {
-    /// The generic guest with `limits`, pre-initialized (see [`Self::generic_uncached`]) and
-    /// cached in memory and on disk.
-    pub fn new(limits: WasmLimits) -> Result<Self, WasmError> {
-        let cache_dir = default_cache_dir();
-        let blank = blank_key();
-        let loaded = Self::load_with(&blank, limits, cache_dir.as_deref(), &mut build_blank);
-        match loaded {
-            Ok((engine, _)) => Ok(engine),
-            Err(e) => {
-                tracing::warn!(
-                    "cannot pre-initialize the generic guest ({e}); runs start without the snapshot"
-                );
-                Self::load(GUEST_WASM, GUEST_SHA256, limits, cache_dir.as_deref()).map(|(e, _)| e)
-            }
-        }
-    }
-
-    /// The generic guest pre-initialized with wizer: boa's intrinsics created and the prelude
-    /// evaluated in the snapshot, so a run only parses and evaluates its own script. Never from
-    /// or into this process's memory; from the cache in `cache_dir` or built now (a snapshot
-    /// and two compilations: seconds). For measuring start-up.
-    pub fn generic_uncached(
-        limits: WasmLimits,
-        cache_dir: Option<&Path>,
-    ) -> Result<(Self, Source), WasmError> {
-        Self::load_uncached_with(&blank_key(), limits, cache_dir, &mut build_blank)
-    }
-
-    /// A component (`runner build` output) with `limits`.
-    pub fn for_component(bytes: &[u8], limits: WasmLimits) -> Result<Self, WasmError> {
-        let hash = hex(&sha2::Sha256::digest(bytes));
-        Self::load(bytes, &hash, limits, default_cache_dir().as_deref()).map(|(e, _)| e)
-    }
-
-    /// Like [`Self::for_component`], but outside this process's map of loaded components
-    /// (compiled, or read from the disk cache): for callers that keep their own engines and
-    /// free them (the desktop relay's compiled graphs).
-    pub fn for_component_uncached(bytes: &[u8], limits: WasmLimits) -> Result<Self, WasmError> {
-        let hash = hex(&sha2::Sha256::digest(bytes));
-        Self::load_uncached(bytes, &hash, limits, default_cache_dir().as_deref()).map(|(e, _)| e)
-    }
-
-    /// Loads `bytes` (whose SHA-256 is `hash`), from memory, the cache in `cache_dir`, or by
-    /// compiling, and says which.
-    pub fn load(
-        bytes: &[u8],
-        hash: &str,
-        limits: WasmLimits,
-        cache_dir: Option<&Path>,
-    ) -> Result<(Self, Source), WasmError> {
-        Self::load_with(hash, limits, cache_dir, &mut || Ok(bytes.to_vec()))
-    }
-
-    /// Like [`Self::load`], with the component's bytes produced only when they must be compiled.
-    fn load_with(
-        hash: &str,
-        limits: WasmLimits,
-        cache_dir: Option<&Path>,
-        bytes: &mut dyn FnMut() -> Result<Vec<u8>, WasmError>,
-    ) -> Result<(Self, Source), WasmError> {
-        static LOADED: OnceLock<Mutex<HashMap<LoadKey, Arc<Loaded>>>> = OnceLock::new();
-        // One load at a time: threads asking for the same component at once wait for the first
-        // instead of each compiling it (seconds of CPU each).
-        static LOADING: Mutex<()> = Mutex::new(());
-        // Fuel changes the compiled code and the stack size is an engine setting; the memory cap
-        // is applied per store, so it does not split the cache.
-        let key = (
-            hash.to_owned(),
-            limits.fuel.is_some(),
-            limits.wasm_stack_bytes,
-        );
-        let loaded_map = LOADED.get_or_init(Default::default);
-        let found = |map: &Mutex<HashMap<LoadKey, Arc<Loaded>>>| {
-            lock(map).get(&key).map(|loaded| Self {
-                loaded: loaded.clone(),
-                limits,
-            })
-        };
-        if let Some(engine) = found(loaded_map) {
-            return Ok((engine, Source::Memory));
-        }
-        let _loading = lock(&LOADING);
-        if let Some(engine) = found(loaded_map) {
-            return Ok((engine, Source::Memory));
-        }
-        let (engine, source) = Self::load_uncached_with(hash, limits, cache_dir, bytes)?;
-        lock(loaded_map).insert(key, engine.loaded.clone());
-        Ok((engine, source))
-    }
-
-    /// Like [`Self::load`], but never from or into this process's memory: the component comes
-    /// from the cache in `cache_dir` or is compiled. For measuring start-up, and for callers
-    /// that keep their own engines.
-    pub fn load_uncached(
-        bytes: &[u8],
-        hash: &str,
-        limits: WasmLimits,
-        cache_dir: Option<&Path>,
-    ) -> Result<(Self, Source), WasmError> {
-        Self::load_uncached_with(hash, limits, cache_dir, &mut || Ok(bytes.to_vec()))
-    }
-
-    /// Like [`Self::load_uncached`] with no cache, compiled by an engine whose wasmtime settings
-    /// `configure` changes after the production ones. Only for benchmarks that compare engine
-    /// settings side by side (`BENCH_VARIANTS` in `benches/sandbox.rs`); runs never use it.
-    #[doc(hidden)]
-    pub fn load_uncached_configured(
-        bytes: &[u8],
-        limits: WasmLimits,
-        configure: &dyn Fn(&mut wasmtime::Config),
-    ) -> Result<Self, WasmError> {
-        let engine = new_engine_configured(limits, configure)?;
-        Self::loaded(engine, limits, "bench-configured", None, &mut || {
-            Ok(bytes.to_vec())
-        })
-        .map(|(engine, _)| engine)
-    }
-
-    fn load_uncached_with(
-        hash: &str,
-        limits: WasmLimits,
-        cache_dir: Option<&Path>,
-        bytes: &mut dyn FnMut() -> Result<Vec<u8>, WasmError>,
-    ) -> Result<(Self, Source), WasmError> {
-        Self::loaded(new_engine(limits)?, limits, hash, cache_dir, bytes)
-    }
-
-    /// The component compiled (or loaded from `cache_dir`) and linked in `engine`.
-    fn loaded(
+impl Loaded {
+    /// The component compiled (or loaded from the disk cache in `cache_dir`) and linked in
+    /// `engine`, and where it came from.
+    fn compile(
         engine: wasmtime::Engine,
-        limits: WasmLimits,
         hash: &str,
         cache_dir: Option<&Path>,
         bytes: &mut dyn FnMut() -> Result<Vec<u8>, WasmError>,
@@ -225,8 +89,50 @@ impl WasmEngine {
             .map_err(setup)?;
         let pre =
             GraphPre::new(linker.instantiate_pre(&component).map_err(setup)?).map_err(setup)?;
-        let loaded = Arc::new(Loaded { engine, pre });
-        Ok((Self { loaded, limits }, source))
+        Ok((Self { engine, pre }, source))
+    }
+}
+
+/// The wasm engine: one compiled component (the generic guest, or a compiled graph), from the
+/// [`ComponentCache`] that made it.
+#[derive(Clone)]
+pub struct WasmEngine {
+    loaded: Arc<Loaded>,
+    limits: WasmLimits,
+    /// Where the built components it is asked for ([`Engine::for_component`]) come from.
+    cache: ComponentCache,
+}
+
+impl WasmEngine {
+    /// The pre-initialized generic guest with `limits` (see [`ComponentCache::generic`]), from
+    /// a cache of its own over the disk cache. Callers that make several engines share one
+    /// [`ComponentCache`] instead.
+    pub fn new(limits: WasmLimits) -> Result<Self, WasmError> {
+        ComponentCache::new(DEFAULT_MAX_COMPONENTS).generic(limits)
+    }
+
+    fn of(loaded: Arc<Loaded>, limits: WasmLimits, cache: ComponentCache) -> Self {
+        Self {
+            loaded,
+            limits,
+            cache,
+        }
+    }
+
+    /// `bytes` compiled by an engine of its own whose wasmtime settings `configure` changes
+    /// after the production ones, in no cache. Only for benchmarks that compare engine settings
+    /// side by side (`BENCH_VARIANTS` in `benches/sandbox.rs`); runs never use it.
+    #[doc(hidden)]
+    pub fn load_configured(
+        bytes: &[u8],
+        limits: WasmLimits,
+        configure: &dyn Fn(&mut wasmtime::Config),
+    ) -> Result<Self, WasmError> {
+        let engine = engines::configured(limits, configure)?;
+        let (loaded, _) =
+            Loaded::compile(engine, "bench-configured", None, &mut || Ok(bytes.to_vec()))?;
+        let cache = ComponentCache::with_disk_cache(1, None);
+        Ok(Self::of(Arc::new(loaded), limits, cache))
     }
 
     /// The wasmtime engine (for `runner build`).
@@ -262,16 +168,6 @@ impl WasmEngine {
     fn new_store(&self, invocation: Invocation) -> Result<Store<HostState>, EngineError> {
         instance::new_store(&self.loaded.engine, self.limits, invocation)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl Engine for WasmEngine {
@@ -320,10 +216,11 @@ impl Engine for WasmEngine {
         })
     }
 
-    fn for_component(&self, bytes: &[u8]) -> Result<Arc<dyn Engine>, String> {
-        Self::for_component(bytes, self.limits)
+    fn for_component(&self, bytes: &[u8]) -> Result<Arc<dyn Engine>, ComponentError> {
+        self.cache
+            .component(bytes, self.limits)
             .map(|engine| Arc::new(engine) as Arc<dyn Engine>)
-            .map_err(|e| e.to_string())
+            .map_err(|e| ComponentError::Load(Box::new(e)))
     }
 }
 

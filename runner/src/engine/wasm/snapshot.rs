@@ -9,8 +9,9 @@ use wasmtime::Store;
 use wasmtime::component::{Component, HasSelf, Linker};
 
 use super::bindings::{GUEST_SHA256, GUEST_WASM, Graph, HostState, link_wasi};
+use super::engines::engine_for;
 use super::instance::{describe_invocation, describe_trap, new_store};
-use super::limits::{WasmLimits, new_engine};
+use super::limits::WasmLimits;
 use super::{WasmError, setup};
 
 /// Names the pre-initialized generic guest in the caches; the suffix changes when what the
@@ -83,7 +84,7 @@ async fn pre_initialize(script: &str, limits: WasmLimits) -> Result<Vec<u8>, Bui
     let (context, instrumented) = wizer
         .instrument_component(GUEST_WASM)
         .map_err(|e| BuildError::Snapshot(format!("{e:#}")))?;
-    let engine = new_engine(limits)?;
+    let engine = engine_for(limits)?;
     let component = Component::new(&engine, &instrumented).map_err(setup)?;
     let mut linker = Linker::<HostState>::new(&engine);
     link_wasi(&mut linker).map_err(setup)?;

@@ -1,5 +1,10 @@
 //! `runner`: run and test graph scripts locally. The result goes to stdout, the live trace to
 //! stderr. Exit codes: 0 completed, 1 failed, 3 cancelled, 2 usage error.
+//!
+//! The clap types live here, not in the library: `flags.rs` holds the ones the `relay` binary
+//! shares.
+
+mod flags;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,15 +13,18 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
-use runner::cli::ProviderArgs;
+use flags::{ENGINES, ProviderArgs};
 use runner::engine::boa::BoaEngine;
-use runner::engine::wasm::{MAX_COMPONENT_BYTES, WasmEngine, WasmLimits};
+use runner::engine::wasm::{
+    ComponentCache, DEFAULT_MAX_COMPONENTS, MAX_COMPONENT_BYTES, WasmLimits,
+};
 use runner::engine::{Engine, EngineKind};
 use runner::host::agents::AgentProvider;
 use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
 use runner::host::events::{EventSink, NullSink};
 use runner::host::graphs::{
-    Catalog, CatalogError, DESCRIBE_TIMEOUT, Described, FolderCatalog, WASM_MAGIC, describe_within,
+    Catalog, CatalogError, DESCRIBE_TIMEOUT, DescribeError, Described, FolderCatalog, WASM_MAGIC,
+    describe_within,
 };
 use runner::host::mock::MockProvider;
 use runner::host::time::ClockSetting;
@@ -119,7 +127,7 @@ struct ReportArgs {
 #[derive(clap::Args)]
 struct EngineArgs {
     /// The engine: `wasm` (the sandbox) or `boa` (in-process, for quick local iteration).
-    #[arg(long, value_enum, default_value_t = EngineKind::Wasm)]
+    #[arg(long, value_parser = ENGINES, default_value_t = EngineKind::Wasm)]
     engine: EngineKind,
     /// Wasm only: a deterministic instruction budget (wasmtime fuel units) for the whole run,
     /// nested graphs included.
@@ -144,11 +152,14 @@ impl EngineArgs {
         }
     }
 
-    /// The engine for a graph file: a compiled component always runs in the wasm engine.
+    /// The engine for a graph file: a compiled component always runs in the wasm engine. The
+    /// wasm engine's components (the guest, a compiled graph, the built components of the
+    /// graphs folder) are kept in one cache for the process.
     fn build(&self, component: Option<&[u8]>) -> anyhow::Result<Arc<dyn Engine>> {
         if self.engine == EngineKind::Boa && self.fuel.is_some() {
             bail!("--fuel applies to the wasm engine only");
         }
+        let components = || ComponentCache::new(DEFAULT_MAX_COMPONENTS);
         if let Some(bytes) = component {
             if self.engine == EngineKind::Boa {
                 bail!("a compiled component runs in the wasm engine; drop --engine boa");
@@ -157,7 +168,7 @@ impl EngineArgs {
             return Ok(Arc::new(slow_notice(
                 "compiling the component",
                 "seconds, cached afterwards",
-                || WasmEngine::for_component(bytes, limits),
+                || components().component(bytes, limits),
             )?));
         }
         Ok(match self.engine {
@@ -166,7 +177,7 @@ impl EngineArgs {
                 Arc::new(slow_notice(
                     "preparing the sandbox",
                     "about 10 s on the first run on this machine, cached afterwards",
-                    || WasmEngine::new(limits),
+                    || components().generic(limits),
                 )?)
             }
             EngineKind::Boa => Arc::new(BoaEngine::default()),
@@ -307,7 +318,7 @@ struct RunArgs {
 
 fn main() -> ExitCode {
     // RUST_LOG, or its old name RUNNER_LOG (kept as an alias).
-    let filter = runner::cli::log_filter(
+    let filter = log_filter(
         std::env::var("RUST_LOG").ok().as_deref(),
         std::env::var("RUNNER_LOG").ok().as_deref(),
     );
@@ -370,6 +381,18 @@ fn main() -> ExitCode {
     code
 }
 
+/// The log filter, in `tracing`'s `EnvFilter` syntax: `RUST_LOG`, as everywhere else;
+/// `RUNNER_LOG` (its old name) when `RUST_LOG` is unset or empty; else `warn`.
+fn log_filter(rust_log: Option<&str>, runner_log: Option<&str>) -> String {
+    [rust_log, runner_log]
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .find(|filter| !filter.is_empty())
+        .unwrap_or("warn")
+        .to_owned()
+}
+
 fn usage_error(error: &anyhow::Error) -> ExitCode {
     eprintln!("error: {}", runner::output::error_line(error.as_ref()));
     ExitCode::from(EXIT_USAGE)
@@ -398,15 +421,15 @@ async fn check_run_args(
     script: &Arc<str>,
     args: &Value,
     timeout: Duration,
-) -> anyhow::Result<Result<runner::Meta, String>> {
+) -> anyhow::Result<Result<runner::Meta, DescribeError>> {
     let described = describe_within(engine.as_ref(), script.clone(), timeout).await;
     match &described {
-        Ok(Ok(meta)) => runner::args::check(meta, args, "args")
+        Ok(meta) => runner::args::check(meta, args, "args")
             .map_err(|reason| anyhow::anyhow!("--args: {reason}"))?,
-        Ok(Err(error @ runner::MetaError::Args(_))) => bail!("{error}"),
-        Ok(Err(_)) | Err(_) => {}
+        Err(DescribeError::Meta(error @ runner::MetaError::Args(_))) => bail!("{error}"),
+        Err(_) => {}
     }
-    Ok(described.and_then(|meta| meta.map_err(|e| e.to_string())))
+    Ok(described)
 }
 
 /// The approval policy the `--allow`, `--ask` and `--deny` flags give.
@@ -877,5 +900,18 @@ fn init(name: &Path) -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(EXIT_USAGE)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rust_log_wins_and_runner_log_is_its_alias() {
+        assert_eq!(log_filter(Some("debug"), Some("trace")), "debug");
+        assert_eq!(log_filter(None, Some("trace")), "trace");
+        assert_eq!(log_filter(Some(" "), Some("trace")), "trace");
+        assert_eq!(log_filter(None, None), "warn");
     }
 }
