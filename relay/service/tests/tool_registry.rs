@@ -54,7 +54,10 @@ impl McpTool for Echo {
             return Err(ToolError::Refused("say some words".into()));
         }
         let said = format!("{} says {}", cx.agent.agent_name, input.words);
-        Ok(Answer::with_text(Echoed { said: said.clone() }, said))
+        Ok(Answer::with_hint(
+            Echoed { said },
+            Some("Say more.".to_owned()),
+        ))
     }
 }
 
