@@ -57,7 +57,8 @@ struct SessionEntry {
     args_schema: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
-/// The session statuses a desktop may sync: it shares only active sessions.
+/// The session statuses a desktop may sync: it shares only active sessions (one that leaves the
+/// status out is stored as active).
 pub const SESSION_STATUSES: [&str; 1] = ["active"];
 
 fn session_status_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -142,7 +143,7 @@ async fn first_answer(
     check_project(runs, desktop, &request.project_id).await?;
     let SyncRequest {
         project_id,
-        sessions,
+        mut sessions,
         wait_ms,
         running,
         known,
@@ -157,6 +158,10 @@ async fn first_answer(
     )
     .await;
     if !sessions_unchanged {
+        // A desktop that leaves the status out shares the session all the same.
+        for session in sessions.iter_mut().filter(|s| s.status.is_empty()) {
+            SESSION_STATUSES[0].clone_into(&mut session.status);
+        }
         let shared: Vec<_> = sessions
             .iter()
             .map(|s| s.graph_session_id.clone())
@@ -195,7 +200,7 @@ async fn first_answer(
 /// status one the agents' listing declares.
 fn check_args_schemas(sessions: &[SessionMeta]) -> Result<(), DesktopError> {
     for session in sessions {
-        if !SESSION_STATUSES.contains(&session.status.as_str()) {
+        if !session.status.is_empty() && !SESSION_STATUSES.contains(&session.status.as_str()) {
             return Err(DesktopError::BadRequest(format!(
                 "{}: status `{}` is not one this service lists (it takes {}); share the session as active",
                 session.graph_session_id,

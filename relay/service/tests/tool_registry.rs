@@ -161,10 +161,7 @@ async fn a_tool_added_in_one_place_is_listed_dispatched_and_scope_checked() {
     let (status, denied) = mcp(&with_echo, &read_only, "tools/call", call(json!("hi"))).await;
     assert_eq!(status, 403, "{denied}");
     assert_eq!(denied["result"]["isError"], true);
-    assert_eq!(
-        denied["result"]["structuredContent"]["required_scope"],
-        "osfoundry:run"
-    );
+    common::assert_scope_refusal(&denied, "osfoundry:run");
     let challenge = denied["www_authenticate"].as_str().expect("a challenge");
     assert!(
         challenge.contains("insufficient_scope") && challenge.contains("osfoundry:run"),
@@ -184,3 +181,4 @@ async fn a_tool_added_in_one_place_is_listed_dispatched_and_scope_checked() {
     let (_, unknown) = mcp(&router(app), &full, "tools/call", call(json!("hi"))).await;
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
 }
+

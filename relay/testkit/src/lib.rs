@@ -397,6 +397,20 @@ pub fn err(result: &CallToolResult) -> String {
     text(result)
 }
 
+/// An in-band 403 as JSON-RPC `body`: an error whose text and `_meta` challenge name the
+/// missing `scope`, and no `structuredContent` (it could not fit the tool's output schema).
+pub fn assert_scope_refusal(body: &Value, scope: &str) {
+    let result = &body["result"];
+    assert_eq!(result["isError"], true, "{body}");
+    assert!(result.get("structuredContent").is_none(), "{body}");
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains(scope), "{body}");
+    let challenge = result["_meta"]["mcp/www_authenticate"][0]
+        .as_str()
+        .unwrap_or_default();
+    assert!(challenge.contains(&format!("scope=\"{scope}\"")), "{body}");
+}
+
 /// The first text content.
 pub fn text(result: &CallToolResult) -> String {
     result
