@@ -36,6 +36,7 @@ const MIGRATIONS: &[&str] = &[
     console::MIGRATION,
     presence::MIGRATION,
     core::ARGS_AND_CAPS_MIGRATION,
+    core::SHARING_VERSION_MIGRATION,
     auth::CONNECTIONS_MIGRATION,
     presence::LONG_POLLS_MIGRATION,
 ];
