@@ -20,8 +20,8 @@ use sha2::Digest;
 
 use crate::cli::{plain, relay};
 
-const OWNER: &str = "alice";
-const PASSWORD: &str = "correct horse battery staple";
+pub(crate) const OWNER: &str = "alice";
+pub(crate) const PASSWORD: &str = "correct horse battery staple";
 const PROJECT_NAME: &str = "Demo";
 const SCOPES: [&str; 2] = ["osfoundry:read", "osfoundry:run"];
 /// The Python client's name when it registers; the connection is listed under it.
@@ -34,7 +34,7 @@ const LOG_LINES_KEPT: usize = 200;
 
 /// `Some(value)` of `variable`, or `None` after saying why the test is skipped; with
 /// `require` set to `1`, the missing client fails the test instead.
-fn client_or_skip<T>(found: Option<T>, require: &str, what: &str) -> Option<T> {
+pub(crate) fn client_or_skip<T>(found: Option<T>, require: &str, what: &str) -> Option<T> {
     if found.is_some() {
         return found;
     }
@@ -64,7 +64,7 @@ fn chromium_or_skip() -> Option<PathBuf> {
 }
 
 /// An owner with a password and one project, all through `relay admin`; returns the project id.
-fn owner_with_project(db: &Path) -> String {
+pub(crate) fn owner_with_project(db: &Path) -> String {
     let project = plain(&relay(
         db,
         &["project", "create", PROJECT_NAME, "--owner", OWNER],
@@ -93,14 +93,14 @@ fn owner_with_project(db: &Path) -> String {
 }
 
 /// `relay serve` on a loopback port, killed when dropped; its log is kept for failure messages.
-struct Serve {
+pub(crate) struct Serve {
     child: std::process::Child,
-    base: String,
+    pub(crate) base: String,
     log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Serve {
-    async fn start(db: &Path, extra: &[&str]) -> Serve {
+    pub(crate) async fn start(db: &Path, extra: &[&str]) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_relay"))
             .args(["serve", "--listen", "127.0.0.1:0", "--db"])
             .arg(db)
@@ -139,7 +139,7 @@ impl Serve {
         Serve { child, base, log }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.log.lock().expect("log").join("\n")
     }
 }
@@ -152,7 +152,7 @@ impl Drop for Serve {
 }
 
 /// `relay admin connection list --project PROJECT --json`.
-fn connections(db: &Path, project: &str) -> Vec<Value> {
+pub(crate) fn connections(db: &Path, project: &str) -> Vec<Value> {
     let listed = plain(&relay(
         db,
         &["connection", "list", "--project", project, "--json"],

@@ -19,6 +19,7 @@ mod docs;
 #[path = "../../runner/tests/common/llm.rs"]
 mod llm;
 mod long_poll_load;
+mod node_clients;
 mod oauth_clients;
 mod operations;
 mod owner_cli;

@@ -27,6 +27,10 @@ pub const PRESENCE_WRITE_INTERVAL: Duration = Duration::from_secs(10);
 pub const OFFLINE_AFTER: Duration = Duration::from_secs(2 * DESKTOP_POLL_INTERVAL_SECS);
 /// Projects whose last write [`PresenceWrites`] remembers at most (past it, it starts over).
 const MAX_REMEMBERED: usize = 10_000;
+/// How long a long poll keeps its desktop counted as long-polling: a long-polling desktop's
+/// timed passes (its outbox, the fallback) come between its long polls and must not flip the
+/// mode agents are told about at each pass. Longer than a held poll (25 s) and a timed pass.
+pub const LONG_POLL_MEMORY: Duration = Duration::from_secs(60);
 
 /// What a sync says of its desktop beside that it was heard from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -41,9 +45,26 @@ pub struct SyncState {
 #[derive(Debug, Default)]
 pub struct PresenceWrites {
     written: Mutex<HashMap<String, (Timestamp, SyncState)>>,
+    long_polled: Mutex<HashMap<String, Timestamp>>,
 }
 
 impl PresenceWrites {
+    /// Whether `project_id`'s desktop counts as long-polling after a sync at `now` that is a
+    /// long poll (`long_poll`) or a timed pass: a timed pass within [`LONG_POLL_MEMORY`] of
+    /// the last long poll this replica saw keeps the mode.
+    pub fn long_polls(&self, project_id: &str, now: Timestamp, long_poll: bool) -> bool {
+        let mut seen = self.long_polled.lock().unwrap_or_else(|p| p.into_inner());
+        if long_poll {
+            if seen.len() >= MAX_REMEMBERED && !seen.contains_key(project_id) {
+                seen.clear();
+            }
+            seen.insert(project_id.to_owned(), now);
+            return true;
+        }
+        seen.get(project_id)
+            .is_some_and(|last| now.saturating_duration_since(*last) <= LONG_POLL_MEMORY)
+    }
+
     /// Whether hearing from `project_id`'s desktop at `now` should be written: the last write
     /// is [`PRESENCE_WRITE_INTERVAL`] old, or `state` (when known: `Some`) differs from the
     /// one written. If so it counts as written.
@@ -103,9 +124,9 @@ pub async fn heard_from(
     sync: Option<(Option<&DesktopProblem>, bool)>,
 ) {
     let now = presence.clock.now();
-    let state = sync.map(|(problem, long_polls)| SyncState {
+    let state = sync.map(|(problem, long_poll)| SyncState {
         problem: problem.and_then(|p| serde_json::to_string(p).ok()),
-        long_polls,
+        long_polls: presence.writes.long_polls(project_id, now, long_poll),
     });
     if !presence.writes.due(project_id, now, state.as_ref()) {
         return;
@@ -212,6 +233,24 @@ mod tests {
         );
         assert!(writes.due("p", later(PRESENCE_WRITE_INTERVAL * 2), None));
         assert!(writes.due("q", later(Duration::from_secs(8)), None));
+    }
+
+    #[test]
+    fn timed_passes_between_long_polls_keep_the_long_poll_mode() {
+        let writes = PresenceWrites::default();
+        let t0 = Timestamp::from_unix_millis(1_000_000);
+        let later = |d: Duration| t0.saturating_add(d);
+        assert!(!writes.long_polls("p", t0, false), "timed passes only");
+        assert!(writes.long_polls("p", later(Duration::from_secs(1)), true));
+        assert!(
+            writes.long_polls("p", later(Duration::from_secs(21)), false),
+            "a timed pass between long polls"
+        );
+        assert!(!writes.long_polls("q", later(Duration::from_secs(21)), false));
+        assert!(
+            !writes.long_polls("p", later(LONG_POLL_MEMORY + Duration::from_secs(2)), false),
+            "a desktop that stopped long-polling"
+        );
     }
 
     #[test]

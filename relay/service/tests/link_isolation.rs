@@ -184,4 +184,3 @@ async fn raw_call(
         .expect("request");
     common::decode(response).await
 }
-

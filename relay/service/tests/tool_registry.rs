@@ -181,4 +181,3 @@ async fn a_tool_added_in_one_place_is_listed_dispatched_and_scope_checked() {
     let (_, unknown) = mcp(&router(app), &full, "tools/call", call(json!("hi"))).await;
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
 }
-

@@ -15,8 +15,7 @@ use super::{
     ArtifactInsertOutcome, ArtifactRecord, BoxError, ChatLinkRecord, ClaimAttempt, CommandQuery,
     CommandRecord, Damage, InsertOutcome, OpenCounts, OwnerRecord, PresenceRecord, PresenceSync,
     ProjectRecord, QueueLimit, QueueQuota, SessionRecord, SessionSnapshot, SnapshotWrite, Store,
-    StoreError,
-    StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use super::{
     AuthCodeRecord, AuthSweep, AuthSweepCounts, BrowserSessionRecord, IssuedTokens,

@@ -15,8 +15,7 @@ use super::{
     ArtifactInsertOutcome, ArtifactRecord, BrowserSessionRecord, ChatLinkRecord, ClaimAttempt,
     ClaimResult, CommandQuery, CommandRecord, InsertOutcome, PresenceSync, ProjectRecord,
     QueueLimit, QueueQuota, SessionSnapshot, SnapshotWrite, Store, SweepCounts, TaskInsertOutcome,
-    TaskRecord, TokenKind,
-    TokenRecord,
+    TaskRecord, TokenKind, TokenRecord,
 };
 use crate::model::{HostKind, TaskId, TaskStatus};
 use relay_protocol::clock::Timestamp;

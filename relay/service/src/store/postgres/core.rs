@@ -13,8 +13,8 @@ use crate::store::{
     Damage, InsertOutcome, IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OpenCounts,
     OwnerRecord, PresenceRecord, PresenceSync, ProjectRecord, QueueLimit, QueueQuota,
     RedeemOutcome, RotateOutcome, SessionRecord, SessionSnapshot, SignInLinkRecord, SnapshotWrite,
-    Store,
-    StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    Store, StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind,
+    TokenRecord,
 };
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
