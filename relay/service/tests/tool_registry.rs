@@ -114,6 +114,16 @@ async fn agent_token(app: &Arc<AppState>, project: &str, scopes: &[&str]) -> Str
 #[tokio::test]
 async fn a_tool_added_in_one_place_is_listed_dispatched_and_scope_checked() {
     let common::InProcess { app, project, .. } = common::in_process().await;
+    // With a chat link, so all nine standard tools are listed.
+    relay_service::chat_tasks::owner::create_link(
+        &app.tasks,
+        relay_service::chat_tasks::owner::Acting::Operator,
+        &project,
+        "claude",
+        false,
+    )
+    .await
+    .expect("chat link");
     let full = agent_token(&app, &project, &["osfoundry:read", "osfoundry:run"]).await;
     let read_only = agent_token(&app, &project, &["osfoundry:read"]).await;
     let with_echo =
@@ -148,7 +158,11 @@ async fn a_tool_added_in_one_place_is_listed_dispatched_and_scope_checked() {
         answer["result"]["structuredContent"]["said"],
         "tester says hello"
     );
-    assert_eq!(answer["result"]["content"][0]["text"], "tester says hello");
+    // The text is the structured content's JSON.
+    assert_eq!(
+        answer["result"]["content"][0]["text"],
+        r#"{"said":"tester says hello"}"#
+    );
     let (_, refused) = mcp(&with_echo, &full, "tools/call", call(json!(""))).await;
     assert_eq!(refused["result"]["isError"], true, "{refused}");
     assert_eq!(refused["result"]["content"][0]["text"], "say some words");

@@ -411,14 +411,35 @@ pub fn assert_scope_refusal(body: &Value, scope: &str) {
     assert!(challenge.contains(&format!("scope=\"{scope}\"")), "{body}");
 }
 
-/// The first text content.
+/// Every text content, one block a line: a success's JSON and then its hint, or an error's
+/// message.
 pub fn text(result: &CallToolResult) -> String {
     result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text())
+        .map(|t| t.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The first text content parsed as JSON, which must be the result's structured content: a
+/// host that hands its model only `content` gives it the same data.
+pub fn text_json(result: &CallToolResult) -> Value {
+    let first = result
         .content
         .first()
         .and_then(|c| c.as_text())
         .map(|t| t.text.clone())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let parsed: Value = serde_json::from_str(&first)
+        .unwrap_or_else(|e| panic!("the first text block is not JSON ({e}): {first}"));
+    assert_eq!(
+        Some(&parsed),
+        result.structured_content.as_ref(),
+        "the text is the structured content"
+    );
+    parsed
 }
 
 /// A run request for session `n` under `key`.
