@@ -372,7 +372,10 @@ async fn run_status(service: &TestService, token: &str, command: &str) -> String
     if answer.is_error == Some(true) {
         crate::common::text(&answer)
     } else {
-        ok(&answer)["status"].as_str().unwrap_or_default().to_owned()
+        ok(&answer)["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 }
 
@@ -404,7 +407,10 @@ async fn authorizing_the_same_client_again_keeps_its_runs_and_keys_and_one_revok
     // (client, owner, project) reads the first grant's run and gets it back for its key.
     let second = oauth::connect(&Browser::new(), &app, "ann", PASSWORD, &project).await;
     assert_ne!(first.access, second.access);
-    assert_eq!(run_status(&service, &second.access, command).await, "queued");
+    assert_eq!(
+        run_status(&service, &second.access, command).await,
+        "queued"
+    );
     let again = queue_under(&service, &second.access, "key-reauthorized").await;
     assert_eq!(again["command_id"], command, "{again}");
     assert_eq!(again["replayed"], true, "{again}");
