@@ -172,3 +172,43 @@ async fn listening_to_a_task_id_tells_its_end_exactly_once() {
     );
     service.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_chat_link_tools_list_is_the_graph_tools_within_ten_kilobytes() {
+    let service = TestService::start().await;
+    let project = service.project("p", "alice").await;
+    let token = service.full_agent(&project).await;
+    let client = RawClient::new(&service.mcp_url(), &token, false);
+    let listed = |client: &RawClient| {
+        let request = client.post("tools/list", json!({}));
+        async move {
+            let body = request.send().await.expect("answered");
+            body.text().await.expect("body")
+        }
+    };
+    let body = listed(&client).await;
+    let answer: Value = serde_json::from_str(&body).expect("a JSON answer");
+    let names: Vec<&str> = answer["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "list_graph_sessions",
+            "run_graph_session",
+            "get_graph_run",
+            "cancel_graph_run"
+        ]
+    );
+    // Every conversation of the connection carries this list.
+    assert!(body.len() <= 10 * 1024, "{} bytes", body.len());
+    // A chat link brings the chat-task tools.
+    service.link_chat(&project, "claude").await;
+    let body = listed(&client).await;
+    let answer: Value = serde_json::from_str(&body).expect("a JSON answer");
+    assert_eq!(answer["result"]["tools"].as_array().map(Vec::len), Some(9));
+    service.stop().await;
+}

@@ -211,7 +211,7 @@ pub struct RunView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub finished_at: Option<Timestamp>,
-    /// When the service received the desktop's result (after finished_at if the desktop was cut off).
+    /// When the service received the desktop's result.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub delivered_at: Option<Timestamp>,
@@ -251,7 +251,7 @@ pub struct RunView {
     /// The token cap asked for with max_tokens.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
-    /// The token cap the desktop runs it with, once started (the owner's cap, lowered to max_tokens).
+    /// The token cap it runs with, once started (the owner's, or max_tokens if lower).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_cap: Option<u64>,
 }

@@ -119,13 +119,12 @@ impl McpTool for RunGraphSession {
             "Queue a Graph run on the owner's online desktop in a connected project. \
              Retrieve progress and result with get_graph_run. \
              The desktop can go offline, and local tool approvals still apply. \
-             Returns a ticket (command_id, status \"queued\") at once, before the graph starts: then call get_graph_run with wait_seconds {max_wait}, which waits for the result instead of you. \
-             idempotency_key is required: after a lost response, retry with the same key to get the same run back instead of a second run. \
-             arguments must fit the session's args_schema when list_graph_sessions shows one. \
-             max_tokens (optional) lowers the run's token cap; the owner's cap for the session still applies, so asking for more than it runs at the owner's cap (get_graph_run shows token_cap). \
-             Rejected: a graph_session_id not shared with this project (see list_graph_sessions), an idempotency_key outside {}–{} characters, \
+             Returns a ticket (command_id) at once: then call get_graph_run with wait_seconds {max_wait}, which waits for the result instead of you. \
+             After a lost response, retry with the same idempotency_key to get the same run back, not a second run. \
+             max_tokens lowers the run's token cap below the owner's (get_graph_run shows token_cap). \
+             Rejected: a graph_session_id not shared with this project, an idempotency_key outside {}–{} characters, \
              arguments that do not fit the session's args_schema (the message names the failing path), \
-             arguments other than graph_session_id, arguments, idempotency_key and max_tokens, and a key already used with different arguments.",
+             other arguments, and a key already used with different arguments.",
             IDEMPOTENCY_KEY_CHARS.start(),
             IDEMPOTENCY_KEY_CHARS.end(),
             max_wait = MAX_GET_WAIT.as_secs(),
@@ -172,7 +171,7 @@ impl McpTool for GetGraphRun {
 
     fn description() -> String {
         format!(
-            "Get the status (queued, running, completed, failed, cancelled), timestamps and result of a Graph run started by this connection with run_graph_session. \
+            "Get the status, timestamps and result of a Graph run this connection started. \
              Pass wait_seconds (at most {max_wait}) and the call waits for the run to finish, answering as soon as it has: use that instead of waiting yourself, and call again while the run is not finished. \
              A result too large to post shows result_truncated: true; the full result stays on the owner's desktop. \
              A run not started by this connection, an unknown id and a malformed id all get \"{RUN_NOT_FOUND}\".",

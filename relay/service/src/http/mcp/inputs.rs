@@ -73,6 +73,7 @@ pub fn output_schema_of<T: JsonSchema + 'static>() -> Arc<JsonObject> {
         .into_root_schema_for::<T>()
         .to_value();
     portable(&mut schema);
+    within_context_budget(&mut schema);
     debug_assert!(
         !mentions_null(&schema),
         "an answer field may be null: serialize it with skip_serializing_if: {schema}"
@@ -84,6 +85,35 @@ pub fn output_schema_of<T: JsonSchema + 'static>() -> Arc<JsonObject> {
             Arc::new(map)
         }
         _ => Arc::new(JsonObject::new()),
+    }
+}
+
+/// Keeps the descriptions of an answer's top-level fields and drops those of the fields nested
+/// in them: the answer's JSON reaches the model anyway, and every conversation carries the
+/// tools' list (issue 42 holds the graph tools' list to 10 KB).
+fn within_context_budget(schema: &mut Value) {
+    fn without_descriptions(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                map.remove("description");
+                map.values_mut().for_each(without_descriptions);
+            }
+            Value::Array(items) => items.iter_mut().for_each(without_descriptions),
+            _ => {}
+        }
+    }
+    let Some(Value::Object(fields)) = schema.get_mut("properties") else {
+        return;
+    };
+    for field in fields.values_mut() {
+        let Value::Object(field) = field else {
+            continue;
+        };
+        for (key, value) in field.iter_mut() {
+            if key != "description" {
+                without_descriptions(value);
+            }
+        }
     }
 }
 
