@@ -52,7 +52,7 @@ async fn missing_or_bad_token_gets_401_pointing_at_the_metadata() {
         // authorizes again instead of retrying.
         let expected = match token {
             None => format!("Bearer {metadata}"),
-            Some(_) => format!("Bearer error=\"invalid_token\", error_description=\""),
+            Some(_) => "Bearer error=\"invalid_token\", error_description=\"".to_owned(),
         };
         let response = post_mcp(
             &service,

@@ -232,8 +232,7 @@ fn without_notes(schema: &Value) -> Value {
 async fn check_listing(era: Era) {
     let service = TestService::start().await;
     let project = service.project("p", "alice").await;
-    // The chat-task tools are listed only where the project has a chat link.
-    service.link_chat(&project, "claude").await;
+    service.link_chat(&project, "claude").await; // the chat-task tools need a chat link
     let token = service.full_agent(&project).await;
     let client = mcp_client(&service.mcp_url(), &token, era).await;
     let tools = client.list_all_tools().await.expect("list tools");
@@ -271,8 +270,8 @@ async fn check_listing(era: Era) {
          The desktop can go offline, and local tool approvals still apply."
     ));
     assert!(run.contains("Rejected"));
-    for tool in ["get_graph_run", "cancel_graph_run"] {
-        let description = listed
+    let description = |tool: &str| {
+        listed
             .as_array()
             .unwrap()
             .iter()
@@ -280,19 +279,13 @@ async fn check_listing(era: Era) {
             .unwrap()["description"]
             .as_str()
             .unwrap()
-            .to_owned();
-        assert!(description.contains(RUN_NOT_FOUND), "{tool}");
+            .to_owned()
+    };
+    for tool in ["get_graph_run", "cancel_graph_run"] {
+        assert!(description(tool).contains(RUN_NOT_FOUND), "{tool}");
     }
     for (tool, warnings) in REJECTIONS {
-        let description = listed
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["name"] == tool)
-            .unwrap()["description"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let description = description(tool);
         for warning in warnings {
             assert!(
                 description.contains(warning),

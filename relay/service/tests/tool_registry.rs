@@ -111,19 +111,23 @@ async fn agent_token(app: &Arc<AppState>, project: &str, scopes: &[&str]) -> Str
         .token
 }
 
-#[tokio::test]
-async fn a_tool_added_in_one_place_is_listed_dispatched_and_scope_checked() {
-    let common::InProcess { app, project, .. } = common::in_process().await;
-    // With a chat link, so all nine standard tools are listed.
+/// A chat link on `project`, so all nine standard tools are listed.
+async fn link_a_chat(app: &relay_service::AppState, project: &str) {
     relay_service::chat_tasks::owner::create_link(
         &app.tasks,
         relay_service::chat_tasks::owner::Acting::Operator,
-        &project,
+        project,
         "claude",
         false,
     )
     .await
     .expect("chat link");
+}
+
+#[tokio::test]
+async fn a_tool_added_in_one_place_is_listed_dispatched_and_scope_checked() {
+    let common::InProcess { app, project, .. } = common::in_process().await;
+    link_a_chat(&app, &project).await;
     let full = agent_token(&app, &project, &["osfoundry:read", "osfoundry:run"]).await;
     let read_only = agent_token(&app, &project, &["osfoundry:read"]).await;
     let with_echo =
