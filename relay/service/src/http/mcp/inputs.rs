@@ -310,14 +310,15 @@ mod tests {
         #[derive(serde::Serialize, JsonSchema)]
         #[allow(dead_code)] // Only its schema is used.
         struct Inner {
-            /// Two
-            /// lines.
+            /// Nested: left out of the listing.
             #[serde(skip_serializing_if = "Option::is_none")]
             at: Option<String>,
         }
         #[derive(serde::Serialize, JsonSchema)]
         #[allow(dead_code)] // Only its schema is used.
         struct Out {
+            /// Two
+            /// lines.
             count: u64,
             #[serde(skip_serializing_if = "Option::is_none")]
             cost: Option<f64>,
@@ -328,11 +329,9 @@ mod tests {
         assert_eq!(
             schema["properties"],
             json!({
-                "count": {"type": "integer", "minimum": 0},
+                "count": {"type": "integer", "minimum": 0, "description": "Two lines."},
                 "cost": {"type": "number"},
-                "inner": {"type": "object", "properties": {
-                    "at": {"type": "string", "description": "Two lines."}
-                }}
+                "inner": {"type": "object", "properties": {"at": {"type": "string"}}}
             }),
             "{schema}"
         );
