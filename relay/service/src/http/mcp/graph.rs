@@ -229,6 +229,21 @@ pub fn run_result(view: &RunView) -> CallToolResult {
 /// What to do next with the run in `view`, in one sentence, where the JSON alone leaves it
 /// open: how to keep waiting for a run not finished, where a result too large to post is.
 fn run_hint(view: &RunView) -> Option<String> {
+    // The owner's cap below the one asked for is said in words too: the model asked for more.
+    let capped = match (view.token_cap, view.max_tokens) {
+        (Some(cap), Some(asked)) if cap < asked => Some(format!(
+            "It runs with the owner's token cap of {cap}, below the {asked} asked for."
+        )),
+        _ => None,
+    };
+    match (next_step(view), capped) {
+        (Some(step), Some(capped)) => Some(format!("{step} {capped}")),
+        (step, capped) => step.or(capped),
+    }
+}
+
+/// What to do next about the run, if anything.
+fn next_step(view: &RunView) -> Option<String> {
     let wait = MAX_GET_WAIT.as_secs();
     if view.status.is_terminal() {
         return view.result_truncated.then(|| {
