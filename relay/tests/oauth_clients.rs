@@ -20,8 +20,8 @@ use sha2::Digest;
 
 use crate::cli::{plain, relay};
 
-const OWNER: &str = "alice";
-const PASSWORD: &str = "correct horse battery staple";
+pub(crate) const OWNER: &str = "alice";
+pub(crate) const PASSWORD: &str = "correct horse battery staple";
 const PROJECT_NAME: &str = "Demo";
 const SCOPES: [&str; 2] = ["osfoundry:read", "osfoundry:run"];
 /// The Python client's name when it registers; the connection is listed under it.
@@ -34,7 +34,7 @@ const LOG_LINES_KEPT: usize = 200;
 
 /// `Some(value)` of `variable`, or `None` after saying why the test is skipped; with
 /// `require` set to `1`, the missing client fails the test instead.
-fn client_or_skip<T>(found: Option<T>, require: &str, what: &str) -> Option<T> {
+pub(crate) fn client_or_skip<T>(found: Option<T>, require: &str, what: &str) -> Option<T> {
     if found.is_some() {
         return found;
     }
@@ -64,7 +64,7 @@ fn chromium_or_skip() -> Option<PathBuf> {
 }
 
 /// An owner with a password and one project, all through `relay admin`; returns the project id.
-fn owner_with_project(db: &Path) -> String {
+pub(crate) fn owner_with_project(db: &Path) -> String {
     let project = plain(&relay(
         db,
         &["project", "create", PROJECT_NAME, "--owner", OWNER],
@@ -93,14 +93,14 @@ fn owner_with_project(db: &Path) -> String {
 }
 
 /// `relay serve` on a loopback port, killed when dropped; its log is kept for failure messages.
-struct Serve {
+pub(crate) struct Serve {
     child: std::process::Child,
-    base: String,
+    pub(crate) base: String,
     log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Serve {
-    async fn start(db: &Path, extra: &[&str]) -> Serve {
+    pub(crate) async fn start(db: &Path, extra: &[&str]) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_relay"))
             .args(["serve", "--listen", "127.0.0.1:0", "--db"])
             .arg(db)
@@ -139,7 +139,7 @@ impl Serve {
         Serve { child, base, log }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.log.lock().expect("log").join("\n")
     }
 }
@@ -152,7 +152,7 @@ impl Drop for Serve {
 }
 
 /// `relay admin connection list --project PROJECT --json`.
-fn connections(db: &Path, project: &str) -> Vec<Value> {
+pub(crate) fn connections(db: &Path, project: &str) -> Vec<Value> {
     let listed = plain(&relay(
         db,
         &["connection", "list", "--project", project, "--json"],
@@ -624,4 +624,107 @@ async fn list_graph_sessions(
     let answer: Value = serde_json::from_str(json.trim()).expect("JSON-RPC response");
     assert_ne!(answer["result"]["isError"], true, "{answer}");
     answer["result"]["structuredContent"].clone()
+}
+
+/// The status `/mcp` answers a `tools/list` with `token`.
+async fn mcp_status(http: &reqwest::Client, base: &str, token: &str) -> u16 {
+    http.post(format!("{base}/mcp"))
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/list")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {}}}}),
+        )
+        .send()
+        .await
+        .expect("MCP answered")
+        .status()
+        .as_u16()
+}
+
+/// The project's desktop shares one session, through the desktop API; returns its id.
+async fn share_one_session(db: &Path, base: &str, project: &str) -> String {
+    let token = plain(&relay(
+        db,
+        &["token", "create", "--desktop", "--project", project],
+    ));
+    let session = format!("gs_{:032x}", 1);
+    let response = relay_testkit::http_client()
+        .post(format!("{base}/external-assistants/graph-relays/sync"))
+        .bearer_auth(token)
+        .json(&json!({"project_id": project, "sessions": [
+            {"graph_session_id": session, "name": "g", "slug": "g", "status": "active"}]}))
+        .send()
+        .await
+        .expect("sync");
+    assert_eq!(response.status().as_u16(), 200, "the desktop synced");
+    session
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_authorized_twice_is_one_connection_with_its_runs_and_keys() {
+    let Some(python) = python_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    let project = owner_with_project(&db);
+    let serve = Serve::start(&db, &[]).await;
+    let session = share_one_session(&db, &serve.base, &project).await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/mcp_oauth_client.py");
+    let run = tokio::process::Command::new(&python)
+        .arg(&script)
+        .args([
+            "--base",
+            &serve.base,
+            "--owner",
+            OWNER,
+            "--password",
+            PASSWORD,
+        ])
+        .args([
+            "--project",
+            &project,
+            "--reauthorize-with-session",
+            &session,
+        ])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(PYTHON_TIMEOUT, run)
+        .await
+        .expect("the Python client finishes within its timeout")
+        .expect("run the Python client");
+    assert!(
+        output.status.success(),
+        "the Python client failed:\n{}\n--- relay serve's log:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        serve.log()
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report: Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("one JSON line");
+    // One registration, two authorizations: the second grant reads the first one's run and
+    // gets the same run back for the same key.
+    assert_eq!(report["registrations"], 1, "{report}");
+    assert_eq!(report["authorizations"], 2, "{report}");
+    let command = &report["first_command"];
+    assert_eq!(report["second_read"]["command_id"], *command, "{report}");
+    assert_eq!(report["second_read"]["status"], "queued", "{report}");
+    assert_eq!(report["second_ticket"]["command_id"], *command, "{report}");
+    assert_eq!(report["second_ticket"]["replayed"], true, "{report}");
+
+    let connection = assert_one_connection(&db, &project, PYTHON_CLIENT_NAME);
+    assert_eq!(connection["grants"], 2, "{connection}");
+    let id = connection["id"].as_str().expect("connection id");
+    plain(&relay(&db, &["connection", "revoke", id]));
+    let http = relay_testkit::http_client();
+    for token in report["access_tokens"].as_array().expect("tokens") {
+        let token = token.as_str().expect("a token");
+        assert_eq!(mcp_status(&http, &serve.base, token).await, 401, "{token}");
+    }
+    drop(serve);
 }

@@ -21,6 +21,7 @@ mod drain;
 #[path = "../../runner/tests/common/llm.rs"]
 mod llm;
 mod long_poll_load;
+mod node_clients;
 mod oauth_clients;
 mod operations;
 mod operator_log;

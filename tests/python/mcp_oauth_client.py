@@ -13,6 +13,10 @@ failure.
 
     python mcp_oauth_client.py --base http://127.0.0.1:PORT --owner alice --password '...' \
         --project PROJECT_ID --sleep-seconds 4
+
+With `--reauthorize-with-session GS_ID` it instead authorizes the same registered client twice
+for the project, as a host that lost its tokens does, queues a run of that session under one
+idempotency key from the first grant, and reads it and queues it again from the second.
 """
 
 from __future__ import annotations
@@ -367,18 +371,85 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def connect_once(
+    base: str, owner: Owner, storage: CountingStorage, redirect_uri: str, mode: str, calls
+) -> Any:
+    """One MCP session through the SDK's OAuth client over `storage`; `calls(client)`'s answer."""
+    metadata = OAuthClientMetadata(
+        client_name=CLIENT_NAME,
+        redirect_uris=[redirect_uri],
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        token_endpoint_auth_method="none",
+    )
+    provider = OAuthClientProvider(
+        server_url=f"{base}/mcp",
+        client_metadata=metadata,
+        storage=storage,
+        redirect_handler=owner.redirect_handler,
+        callback_handler=owner.callback_handler,
+    )
+    mcp_http = httpx2.AsyncClient(auth=provider, timeout=httpx2.Timeout(30.0, read=300.0))
+    async with mcp_http, Client(streamable_http_client(f"{base}/mcp", http_client=mcp_http), mode=mode) as client:
+        return await calls(client)
+
+
+async def run_reauthorized(args: argparse.Namespace) -> dict[str, Any]:
+    """The same registered client authorized twice for the same project, as a host that lost its
+    tokens does: the second grant reads the first grant's run and gets it back for its key."""
+    base = args.base.rstrip("/")
+    redirect_uri = f"http://127.0.0.1:{free_loopback_port()}/callback"
+    key = "python-reauthorized-key"
+    queue = {"graph_session_id": args.session, "arguments": {}, "idempotency_key": key}
+    first_storage = CountingStorage()
+    async with httpx2.AsyncClient(timeout=30.0) as owner_http:
+        owner = Owner(owner_http, args.owner, args.password, args.project, redirect_uri)
+
+        async def first_calls(client: Any) -> Any:
+            return structured(await client.call_tool("run_graph_session", queue), "the first grant's run")
+
+        ticket = await connect_once(base, owner, first_storage, redirect_uri, args.mode, first_calls)
+        command = ticket["command_id"]
+        # The tokens are gone; the registration is kept (the same client asks again).
+        second_storage = CountingStorage(client_info=first_storage.client_info)
+
+        async def second_calls(client: Any) -> Any:
+            read = structured(
+                await client.call_tool("get_graph_run", {"command_id": command}), "the second grant's read"
+            )
+            again = structured(await client.call_tool("run_graph_session", queue), "the second grant's retry")
+            return read, again
+
+        read, again = await connect_once(base, owner, second_storage, redirect_uri, args.mode, second_calls)
+    return {
+        "client_id": first_storage.client_info.client_id if first_storage.client_info else None,
+        "registrations": first_storage.client_info_sets + second_storage.client_info_sets,
+        "authorizations": owner.authorizations,
+        "first_command": command,
+        "second_read": read,
+        "second_ticket": again,
+        "access_tokens": [first_storage.tokens[-1].access_token, second_storage.tokens[-1].access_token],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True, help="the service's base URL, without /mcp")
     parser.add_argument("--owner", required=True)
     parser.add_argument("--password", required=True)
     parser.add_argument("--project", required=True, help="the project id to consent to")
-    parser.add_argument("--sleep-seconds", type=float, required=True, help="longer than the access token lives")
+    parser.add_argument("--sleep-seconds", type=float, default=0.0, help="longer than the access token lives")
+    parser.add_argument(
+        "--reauthorize-with-session",
+        dest="session",
+        help="authorize the same client twice and queue a run of this graph session under one key from each grant",
+    )
     parser.add_argument("--mode", default="auto", help="the SDK's connect mode: auto (default) or legacy")
     parser.add_argument("--timeout-seconds", type=float, default=120.0, help="for the whole flow")
     args = parser.parse_args()
     try:
-        report = asyncio.run(asyncio.wait_for(run(args), args.timeout_seconds))
+        flow = run_reauthorized(args) if args.session else run(args)
+        report = asyncio.run(asyncio.wait_for(flow, args.timeout_seconds))
     except BaseException as error:  # noqa: BLE001 - every failure ends in one clear message
         traceback.print_exc(file=sys.stderr)
         print(f"mcp_oauth_client: error: {describe(error)}", file=sys.stderr)

@@ -270,6 +270,7 @@ pub async fn create_token(
         agent_name: agent_name.clone(),
         scopes: scopes.clone(),
         client_id: None,
+        connection_id: None,
         created_at: admin.clock.now(),
         revoked_at: None,
     };
@@ -303,6 +304,7 @@ pub async fn create_owner_desktop_token(
         agent_name: None,
         scopes: Vec::new(),
         client_id: None,
+        connection_id: None,
         created_at: admin.clock.now(),
         revoked_at: None,
     };

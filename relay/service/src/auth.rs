@@ -52,8 +52,13 @@ impl fmt::Display for Scope {
 /// A connected agent, as its token says: one agent on one project.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentIdentity {
-    /// The token's id: the identity that owns the runs it starts.
+    /// The token's id (for an OAuth access token, its grant's): what is revoked, rate-limited
+    /// and watched while a request waits.
     pub token_id: String,
+    /// The agent: the identity that owns the runs it starts and its idempotency keys. For an
+    /// operator-minted token its own id; for a grant its connection's, which every grant of
+    /// the same client, owner and project shares, so a new authorization keeps the runs.
+    pub agent_id: String,
     /// The agent's display name.
     pub agent_name: String,
     /// The one project it may use.
@@ -298,6 +303,10 @@ fn identity_of(record: TokenRecord) -> Result<Identity, AuthError> {
     };
     Ok(match record.kind {
         TokenKind::Agent => Identity::Agent(AgentIdentity {
+            agent_id: record
+                .connection_id
+                .clone()
+                .unwrap_or_else(|| record.id.clone()),
             project_id: record
                 .project_id
                 .clone()

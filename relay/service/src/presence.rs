@@ -19,7 +19,7 @@ use relay_protocol::{
 };
 use serde::Serialize;
 
-use crate::store::{CommandRecord, PresenceRecord, Store};
+use crate::store::{CommandRecord, PresenceRecord, PresenceSync, Store};
 
 /// A project's presence is written at most this often per replica while nothing changes.
 pub const PRESENCE_WRITE_INTERVAL: Duration = Duration::from_secs(10);
@@ -27,27 +27,57 @@ pub const PRESENCE_WRITE_INTERVAL: Duration = Duration::from_secs(10);
 pub const OFFLINE_AFTER: Duration = Duration::from_secs(2 * DESKTOP_POLL_INTERVAL_SECS);
 /// Projects whose last write [`PresenceWrites`] remembers at most (past it, it starts over).
 const MAX_REMEMBERED: usize = 10_000;
+/// How long a long poll keeps its desktop counted as long-polling: a long-polling desktop's
+/// timed passes (its outbox, the fallback) come between its long polls and must not flip the
+/// mode agents are told about at each pass. Longer than a held poll (25 s) and a timed pass.
+pub const LONG_POLL_MEMORY: Duration = Duration::from_secs(60);
 
-/// When (and with which problem) each project's presence was last written by this replica.
+/// What a sync says of its desktop beside that it was heard from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncState {
+    /// What keeps it from starting runs (a [`DesktopProblem`] as JSON text), if anything.
+    pub problem: Option<String>,
+    /// Whether it long-polls (then it picks a queued run up at once).
+    pub long_polls: bool,
+}
+
+/// When (and with which sync state) each project's presence was last written by this replica.
 #[derive(Debug, Default)]
 pub struct PresenceWrites {
-    written: Mutex<HashMap<String, (Timestamp, Option<String>)>>,
+    written: Mutex<HashMap<String, (Timestamp, SyncState)>>,
+    long_polled: Mutex<HashMap<String, Timestamp>>,
 }
 
 impl PresenceWrites {
+    /// Whether `project_id`'s desktop counts as long-polling after a sync at `now` that is a
+    /// long poll (`long_poll`) or a timed pass: a timed pass within [`LONG_POLL_MEMORY`] of
+    /// the last long poll this replica saw keeps the mode.
+    pub fn long_polls(&self, project_id: &str, now: Timestamp, long_poll: bool) -> bool {
+        let mut seen = self.long_polled.lock().unwrap_or_else(|p| p.into_inner());
+        if long_poll {
+            if seen.len() >= MAX_REMEMBERED && !seen.contains_key(project_id) {
+                seen.clear();
+            }
+            seen.insert(project_id.to_owned(), now);
+            return true;
+        }
+        seen.get(project_id)
+            .is_some_and(|last| now.saturating_duration_since(*last) <= LONG_POLL_MEMORY)
+    }
+
     /// Whether hearing from `project_id`'s desktop at `now` should be written: the last write
-    /// is [`PRESENCE_WRITE_INTERVAL`] old, or `problem` (when known: `Some`) differs from the
+    /// is [`PRESENCE_WRITE_INTERVAL`] old, or `state` (when known: `Some`) differs from the
     /// one written. If so it counts as written.
-    pub fn due(&self, project_id: &str, now: Timestamp, problem: Option<&Option<String>>) -> bool {
+    pub fn due(&self, project_id: &str, now: Timestamp, state: Option<&SyncState>) -> bool {
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((last, last_problem)) = written.get_mut(project_id) {
-            let changed = problem.is_some_and(|problem| problem != last_problem);
+        if let Some((last, last_state)) = written.get_mut(project_id) {
+            let changed = state.is_some_and(|state| state != last_state);
             if !changed && now.saturating_duration_since(*last) < PRESENCE_WRITE_INTERVAL {
                 return false;
             }
             *last = now;
-            if let Some(problem) = problem {
-                last_problem.clone_from(problem);
+            if let Some(state) = state {
+                last_state.clone_from(state);
             }
             return true;
         }
@@ -56,7 +86,7 @@ impl PresenceWrites {
         }
         written.insert(
             project_id.to_owned(),
-            (now, problem.cloned().unwrap_or_default()),
+            (now, state.cloned().unwrap_or_default()),
         );
         true
     }
@@ -84,21 +114,27 @@ impl Presence {
     }
 }
 
-/// Notes that `project_id`'s desktop was heard from now; a sync also says what keeps it from
-/// starting runs (`Some(problem)`), other requests leave that as it was (`None`). A failed
-/// write is logged, never the request's failure: presence is advice for the agent.
+/// Notes that `project_id`'s desktop was heard from now; a sync (`Some`) also says what keeps
+/// it from starting runs and whether it long-polls, other requests (`None`) leave those as they
+/// were. A failed write is logged, never the request's failure: presence is advice for the
+/// agent.
 pub async fn heard_from(
     presence: &Presence,
     project_id: &str,
-    problem: Option<Option<&DesktopProblem>>,
+    sync: Option<(Option<&DesktopProblem>, bool)>,
 ) {
     let now = presence.clock.now();
-    let problem: Option<Option<String>> =
-        problem.map(|p| p.and_then(|p| serde_json::to_string(p).ok()));
-    if !presence.writes.due(project_id, now, problem.as_ref()) {
+    let state = sync.map(|(problem, long_poll)| SyncState {
+        problem: problem.and_then(|p| serde_json::to_string(p).ok()),
+        long_polls: presence.writes.long_polls(project_id, now, long_poll),
+    });
+    if !presence.writes.due(project_id, now, state.as_ref()) {
         return;
     }
-    let stored = problem.as_ref().map(Option::as_deref);
+    let stored = state.as_ref().map(|state| PresenceSync {
+        problem: state.problem.as_deref(),
+        long_polls: state.long_polls,
+    });
     if let Err(error) = presence
         .store
         .record_presence(project_id, now, stored)
@@ -113,10 +149,12 @@ pub async fn heard_from(
 pub struct DesktopStatus {
     /// Heard from within the last two poll intervals (40 s).
     pub online: bool,
-    /// When it was last heard from; null if never.
+    /// When it was last heard from, unless never.
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub last_seen_at: Option<Timestamp>,
-    /// Why it starts no run now, like "disk full: 1 GiB free"; null when nothing keeps it.
+    /// Why it starts no run now, like "disk full: 1 GiB free".
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
 }
 
@@ -167,10 +205,14 @@ mod tests {
         let writes = PresenceWrites::default();
         let t0 = Timestamp::from_unix_millis(1_000_000);
         let later = |d: Duration| t0.saturating_add(d);
-        assert!(writes.due("p", t0, Some(&None)), "the first contact");
-        assert!(!writes.due("p", later(Duration::from_secs(1)), Some(&None)));
+        let fine = SyncState::default();
+        assert!(writes.due("p", t0, Some(&fine)), "the first contact");
+        assert!(!writes.due("p", later(Duration::from_secs(1)), Some(&fine)));
         assert!(!writes.due("p", later(Duration::from_secs(2)), None));
-        let full = Some("disk".to_owned());
+        let full = SyncState {
+            problem: Some("disk".to_owned()),
+            long_polls: false,
+        };
         assert!(
             writes.due("p", later(Duration::from_secs(3)), Some(&full)),
             "a new problem is written at once"
@@ -180,9 +222,35 @@ mod tests {
             "a request that says nothing of the problem does not change it"
         );
         assert!(!writes.due("p", later(Duration::from_secs(5)), Some(&full)));
-        assert!(writes.due("p", later(Duration::from_secs(6)), Some(&None)));
+        assert!(writes.due("p", later(Duration::from_secs(6)), Some(&fine)));
+        let polling = SyncState {
+            problem: None,
+            long_polls: true,
+        };
+        assert!(
+            writes.due("p", later(Duration::from_secs(7)), Some(&polling)),
+            "a change of polling mode is written at once"
+        );
         assert!(writes.due("p", later(PRESENCE_WRITE_INTERVAL * 2), None));
-        assert!(writes.due("q", later(Duration::from_secs(7)), None));
+        assert!(writes.due("q", later(Duration::from_secs(8)), None));
+    }
+
+    #[test]
+    fn timed_passes_between_long_polls_keep_the_long_poll_mode() {
+        let writes = PresenceWrites::default();
+        let t0 = Timestamp::from_unix_millis(1_000_000);
+        let later = |d: Duration| t0.saturating_add(d);
+        assert!(!writes.long_polls("p", t0, false), "timed passes only");
+        assert!(writes.long_polls("p", later(Duration::from_secs(1)), true));
+        assert!(
+            writes.long_polls("p", later(Duration::from_secs(21)), false),
+            "a timed pass between long polls"
+        );
+        assert!(!writes.long_polls("q", later(Duration::from_secs(21)), false));
+        assert!(
+            !writes.long_polls("p", later(LONG_POLL_MEMORY + Duration::from_secs(2)), false),
+            "a desktop that stopped long-polling"
+        );
     }
 
     #[test]
@@ -192,6 +260,7 @@ mod tests {
             project_id: "p".into(),
             seen_at: seen,
             problem: Some(r#"{"cause":"disk_full","detail":"1 MiB free"}"#.into()),
+            long_polls: false,
         };
         let status = DesktopStatus::of(Some(&presence), seen.saturating_add(OFFLINE_AFTER));
         assert!(status.online);

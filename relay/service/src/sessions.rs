@@ -49,12 +49,21 @@ struct SessionEntry {
     slug: String,
     /// The graph's version.
     version: String,
-    /// The session's status on the desktop.
+    /// The session's status on the desktop: a shared session is active.
+    #[schemars(schema_with = "session_status_schema")]
     status: String,
     /// The JSON Schema (draft 2020-12) that the arguments of run_graph_session must fit, when
     /// the graph declares one.
     #[serde(skip_serializing_if = "Option::is_none")]
     args_schema: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// The session statuses a desktop may sync: it shares only active sessions (one that leaves the
+/// status out is stored as active).
+pub const SESSION_STATUSES: [&str; 1] = ["active"];
+
+fn session_status_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "string", "enum": SESSION_STATUSES})
 }
 
 /// Lists up to `limit` sessions of `project_id`, which must be the agent's project.
@@ -135,7 +144,7 @@ async fn first_answer(
     check_project(runs, desktop, &request.project_id).await?;
     let SyncRequest {
         project_id,
-        sessions,
+        mut sessions,
         wait_ms,
         running,
         known,
@@ -143,8 +152,18 @@ async fn first_answer(
         problem,
         sharing_version,
     } = request;
-    crate::presence::heard_from(&runs.presence, &project_id, Some(problem.as_ref())).await;
+    let long_polls = wait_ms.is_some_and(|ms| ms > 0);
+    crate::presence::heard_from(
+        &runs.presence,
+        &project_id,
+        Some((problem.as_ref(), long_polls)),
+    )
+    .await;
     if !sessions_unchanged {
+        // A desktop that leaves the status out shares the session all the same.
+        for session in sessions.iter_mut().filter(|s| s.status.is_empty()) {
+            SESSION_STATUSES[0].clone_into(&mut session.status);
+        }
         let shared: Vec<_> = sessions
             .iter()
             .map(|s| s.graph_session_id.clone())
@@ -184,10 +203,19 @@ async fn first_answer(
     })))
 }
 
-/// Every session's argument schema must be one the service can check arguments against: a
-/// desktop checks `meta.args` before sharing, so a refusal here means a damaged sync.
+/// Every session's argument schema must be one the service can check arguments against (a
+/// desktop checks `meta.args` before sharing, so a refusal here means a damaged sync), and its
+/// status one the agents' listing declares.
 fn check_args_schemas(sessions: &[SessionMeta]) -> Result<(), DesktopError> {
     for session in sessions {
+        if !session.status.is_empty() && !SESSION_STATUSES.contains(&session.status.as_str()) {
+            return Err(DesktopError::BadRequest(format!(
+                "{}: status `{}` is not one this service lists (it takes {}); share the session as active",
+                session.graph_session_id,
+                session.status,
+                SESSION_STATUSES.join(", ")
+            )));
+        }
         if let Some(schema) = &session.args_schema {
             graph_args::ArgsSchema::compile(schema).map_err(|e| {
                 DesktopError::BadRequest(format!("{}: {e}", session.graph_session_id))

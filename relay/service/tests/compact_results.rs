@@ -37,7 +37,8 @@ async fn inbox_text(client: &McpClient, link: &str) -> String {
         json!({"chat_link_id": link}),
     )
     .await;
-    let text = text(&result);
+    // The JSON comes first; a hint, where there is one, is a second block.
+    let text = text(&result).lines().next().unwrap_or_default().to_owned();
     let structured = result.structured_content.clone().expect("structured");
     assert_eq!(
         serde_json::from_str::<Value>(&text).expect("the text is the JSON"),

@@ -141,10 +141,7 @@ async fn reading_needs_read_and_claiming_needs_run() {
     )
     .await;
     assert_eq!(status, 403);
-    assert_eq!(
-        body["result"]["structuredContent"]["required_scope"],
-        "osfoundry:run"
-    );
+    common::assert_scope_refusal(&body, "osfoundry:run");
     assert!(service.stored_task(&task).await.claim_id.is_none());
     let (status, body) = raw_call(
         &service,
@@ -154,10 +151,7 @@ async fn reading_needs_read_and_claiming_needs_run() {
     )
     .await;
     assert_eq!(status, 403);
-    assert_eq!(
-        body["result"]["structuredContent"]["required_scope"],
-        "osfoundry:read"
-    );
+    common::assert_scope_refusal(&body, "osfoundry:read");
     let claimed = claim(&runner, &link, &task).await;
     assert_eq!(claimed["replayed"], false);
     service.stop().await;

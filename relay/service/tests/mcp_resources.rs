@@ -132,18 +132,25 @@ async fn a_subscribed_run_sends_resource_updates_and_task_status() {
         .await;
     let id = created["taskId"].as_str().expect("task id").to_owned();
     let uri = format!("relay://runs/{id}");
-    let mut stream = client.listen(&[&uri]).await;
+    // The relay's resource and, by the tasks extension, the task itself.
+    let mut stream = client
+        .listen_to(json!({"resourceSubscriptions": [&uri], "taskIds": [&id]}))
+        .await;
 
     desktop.sync(&project, &[1]).await;
     assert_eq!(desktop.started(&id, "exec-1").await.0, 200);
-    let (update, status) = next_pair(&mut stream).await;
-    assert_eq!(update["params"]["uri"], json!(uri));
-    assert_eq!(status["params"]["taskId"], json!(id), "{status}");
-    assert_eq!(status["params"]["status"], "working");
+    // Queued and running are both `working`: the start changes the resource, not the task
+    // status, so only the resource update is sent.
+    let update = stream
+        .next(Duration::from_secs(10))
+        .await
+        .expect("resource update");
+    assert_eq!(update["params"]["uri"], json!(uri), "{update}");
 
     let completion = json!({"execution_id": "exec-1", "status": "completed", "result": {"ok": 1}, "total_tokens": 3, "reported_cost": 0.0});
     assert_eq!(desktop.complete(&id, &completion).await.0, 200);
     let (_, status) = next_pair(&mut stream).await;
+    assert_eq!(status["params"]["taskId"], json!(id), "{status}");
     assert_eq!(status["params"]["status"], "completed", "{status}");
     assert_eq!(
         status["params"]["result"]["structuredContent"]["result"],

@@ -4,6 +4,7 @@
 
 use crate::common;
 
+use common::chat::ChatService;
 use common::{Desktop, Era, McpClient, TestService, call, err, gs, mcp_client, ok, run_args, text};
 use relay_service::runs::RUN_NOT_FOUND;
 use serde_json::{Value, json};
@@ -27,7 +28,6 @@ fn graph_tools() -> Vec<Value> {
                     "project_id": {"type": "string"},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 50}
                 },
-                "required": ["project_id"],
                 "additionalProperties": false
             },
             "annotations": {"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false},
@@ -232,6 +232,7 @@ fn without_notes(schema: &Value) -> Value {
 async fn check_listing(era: Era) {
     let service = TestService::start().await;
     let project = service.project("p", "alice").await;
+    service.link_chat(&project, "claude").await; // the chat-task tools need a chat link
     let token = service.full_agent(&project).await;
     let client = mcp_client(&service.mcp_url(), &token, era).await;
     let tools = client.list_all_tools().await.expect("list tools");
@@ -269,8 +270,8 @@ async fn check_listing(era: Era) {
          The desktop can go offline, and local tool approvals still apply."
     ));
     assert!(run.contains("Rejected"));
-    for tool in ["get_graph_run", "cancel_graph_run"] {
-        let description = listed
+    let description = |tool: &str| {
+        listed
             .as_array()
             .unwrap()
             .iter()
@@ -278,19 +279,13 @@ async fn check_listing(era: Era) {
             .unwrap()["description"]
             .as_str()
             .unwrap()
-            .to_owned();
-        assert!(description.contains(RUN_NOT_FOUND), "{tool}");
+            .to_owned()
+    };
+    for tool in ["get_graph_run", "cancel_graph_run"] {
+        assert!(description(tool).contains(RUN_NOT_FOUND), "{tool}");
     }
     for (tool, warnings) in REJECTIONS {
-        let description = listed
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["name"] == tool)
-            .unwrap()["description"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let description = description(tool);
         for warning in warnings {
             assert!(
                 description.contains(warning),
@@ -372,6 +367,7 @@ async fn list_tools_now(service: &TestService, token: &str) -> Value {
 async fn tools_list_carries_top_level_security_schemes_on_the_wire() {
     let service = TestService::start().await;
     let project = service.project("p", "alice").await;
+    service.link_chat(&project, "claude").await;
     let token = service.full_agent(&project).await;
     let expected = expected_tools();
 
@@ -466,16 +462,18 @@ async fn run_get_cancel(era: Era) {
     assert_eq!(run["status"], "queued");
     assert_eq!(run["created_at"], "2026-11-08T09:30:00.000Z");
     assert_eq!(run["poll_after_seconds"], 20);
+    assert_eq!(run["result_truncated"], false);
+    // What a queued run does not have yet is left out rather than null, so every field keeps
+    // one type (portable schemas, Inspector --strict).
     for key in [
         "started_at",
         "finished_at",
         "result",
-        "result_truncated",
         "total_tokens",
         "reported_cost",
         "error",
     ] {
-        assert!(run.get(key).is_some(), "get_graph_run shows `{key}`");
+        assert!(run.get(key).is_none(), "a queued run has no `{key}`: {run}");
     }
 
     let commands = desktop.sync(&project, &[1, 2]).await;
@@ -633,7 +631,8 @@ async fn a_body_that_is_not_json_gets_a_json_rpc_parse_error() {
     }
     // The service is unaffected: a well-formed request right after is answered.
     let body = list_tools_now(&service, &token).await;
-    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(9));
+    // No chat link: the four graph tools.
+    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(4));
 }
 
 /// Opens a 2025-era session and returns its id.
@@ -712,6 +711,7 @@ async fn ending_a_session_answers_no_content_once_and_not_found_after() {
     // The other session still works.
     let (status, body) = list_in_session(&service, &token, &other).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(9));
+    // No chat link: the four graph tools.
+    assert_eq!(body["result"]["tools"].as_array().map(Vec::len), Some(4));
     service.stop().await;
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::common::oauth::{self, Browser};
 use crate::common::{Era, TestService, call, ok, try_mcp_client};
+use relay_protocol::clock::Clock;
 use relay_service::admin;
 use relay_service::oauth::connections;
 use serde_json::{Value, json};
@@ -359,4 +360,114 @@ async fn pages_cannot_be_framed_and_cookies_are_http_only() {
         cookie.starts_with("graphrelay_session=") && cookie.contains("HttpOnly"),
         "{cookie}"
     );
+}
+
+/// `get_graph_run` of `command` through `token`: its status, or the refusal's text.
+async fn run_status(service: &TestService, token: &str, command: &str) -> String {
+    let client = try_mcp_client(&service.mcp_url(), token, Era::Current)
+        .await
+        .expect("the token opens MCP");
+    let answer = call(&client, "get_graph_run", json!({"command_id": command})).await;
+    client.cancel().await.ok();
+    if answer.is_error == Some(true) {
+        crate::common::text(&answer)
+    } else {
+        ok(&answer)["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+/// `run_graph_session` of session 1 under `key` through `token`: its ticket.
+async fn queue_under(service: &TestService, token: &str, key: &str) -> Value {
+    let client = try_mcp_client(&service.mcp_url(), token, Era::Current)
+        .await
+        .expect("the token opens MCP");
+    let ticket = ok(&call(
+        &client,
+        "run_graph_session",
+        crate::common::run_args(1, key, json!({})),
+    )
+    .await);
+    client.cancel().await.ok();
+    ticket
+}
+
+#[tokio::test]
+async fn authorizing_the_same_client_again_keeps_its_runs_and_keys_and_one_revoke_ends_both() {
+    let (service, project) = service().await;
+    let desktop = service.desktop(&project).await;
+    desktop.sync(&project, &[1]).await;
+    let app = oauth::register(&service.base, "Claude").await;
+    let first = oauth::connect(&Browser::new(), &app, "ann", PASSWORD, &project).await;
+    let ticket = queue_under(&service, &first.access, "key-reauthorized").await;
+    let command = ticket["command_id"].as_str().expect("command id");
+    // The host lost its tokens and asks the owner again: a second grant of the same identity
+    // (client, owner, project) reads the first grant's run and gets it back for its key.
+    let second = oauth::connect(&Browser::new(), &app, "ann", PASSWORD, &project).await;
+    assert_ne!(first.access, second.access);
+    assert_eq!(
+        run_status(&service, &second.access, command).await,
+        "queued"
+    );
+    let again = queue_under(&service, &second.access, "key-reauthorized").await;
+    assert_eq!(again["command_id"], command, "{again}");
+    assert_eq!(again["replayed"], true, "{again}");
+    assert_eq!(run_status(&service, &first.access, command).await, "queued");
+
+    let listed = connections::list(service.app.store.as_ref(), None, None)
+        .await
+        .expect("list");
+    assert_eq!(listed.len(), 1, "one connection per identity: {listed:?}");
+    assert_eq!(listed[0].grants, 2, "{listed:?}");
+    let revoked = connections::revoke(
+        service.app.store.as_ref(),
+        None,
+        &listed[0].id,
+        service.clock.now(),
+    )
+    .await
+    .expect("revoke");
+    assert_eq!(revoked, connections::Revoked::Now);
+    for token in [&first.access, &second.access] {
+        assert_eq!(oauth::mcp_status(&service.base, token).await, 401);
+    }
+    for token in [&first.refresh, &second.refresh] {
+        let (status, answer) = app.refresh(token).await;
+        assert_eq!(status, 400, "{answer}");
+    }
+}
+
+#[tokio::test]
+async fn a_step_up_from_read_to_run_is_the_same_connection() {
+    let (service, project) = service().await;
+    let desktop = service.desktop(&project).await;
+    desktop.sync(&project, &[1]).await;
+    let app = oauth::register(&service.base, "Claude").await;
+    let browser = Browser::new();
+    let pkce = oauth::pkce();
+    let page = oauth::consent_page(&browser, &app, &pkce, "st-read", "ann", PASSWORD).await;
+    let answer = oauth::decide(
+        &browser,
+        &app.base,
+        &page,
+        &project,
+        &["osfoundry:read"],
+        "allow",
+    )
+    .await;
+    let code = answer.redirect_param("code").expect("a code");
+    let (status, read_only) = app.exchange(&code, &pkce.verifier).await;
+    assert_eq!(status, 200, "{read_only}");
+    let full = oauth::connect(&browser, &app, "ann", PASSWORD, &project).await;
+    let ticket = queue_under(&service, &full.access, "key-step-up").await;
+    let command = ticket["command_id"].as_str().expect("command id");
+    let read_only = read_only["access_token"].as_str().expect("access");
+    assert_eq!(run_status(&service, read_only, command).await, "queued");
+    let listed = connections::list(service.app.store.as_ref(), None, None)
+        .await
+        .expect("list");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].scopes, ["osfoundry:read", "osfoundry:run"]);
 }

@@ -79,3 +79,83 @@ async fn queued_and_finished_runs_survive_a_restart() {
     restarted.stop().await;
     drop(dir);
 }
+
+/// Takes the database at `db` back to the schema before connections (issue 42): no
+/// `connection_id` on tokens and no long-poll mode on presence, as the release before left it.
+fn as_before_connections(db: &std::path::Path) {
+    let connection = rusqlite::Connection::open(db).expect("open the database");
+    let version: i64 = connection
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .expect("schema version");
+    assert_eq!(
+        usize::try_from(version).ok(),
+        Some(relay_service::store::sqlite::migrations().len())
+    );
+    connection
+        .execute_batch(&format!(
+            "DROP INDEX tokens_by_connection; DROP INDEX grants_by_identity;
+             ALTER TABLE tokens DROP COLUMN connection_id;
+             ALTER TABLE desktop_presence DROP COLUMN long_polls;
+             PRAGMA user_version = {};",
+            version - 2
+        ))
+        .expect("take the schema back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgraded_database_keeps_each_grants_runs_readable_by_its_connection() {
+    let (service, project) = crate::oauth_flow::service().await;
+    let desktop = service.desktop(&project).await;
+    desktop.sync(&project, &[1]).await;
+    let app = common::oauth::register(&service.base, "Claude").await;
+    let browser = common::oauth::Browser::new();
+    let granted =
+        common::oauth::connect(&browser, &app, "ann", crate::oauth_flow::PASSWORD, &project).await;
+    let client = mcp_client(&service.mcp_url(), &granted.access, Era::Current).await;
+    let ticket = ok(&call(
+        &client,
+        "run_graph_session",
+        run_args(1, "before-upgrade", json!({})),
+    )
+    .await);
+    let id = ticket["command_id"]
+        .as_str()
+        .expect("command id")
+        .to_owned();
+    client.cancel().await.ok();
+
+    let db = service.db.clone();
+    let clock = service.clock.clone();
+    let _dir = service.stop().await;
+    as_before_connections(&db);
+    let upgraded = TestService::start_at(&db, clock, ServiceConfig::default()).await;
+    // The grant from before is its own connection: its token reads its run and replays its key,
+    // and a new grant of the same client, owner and project joins that connection.
+    let client = mcp_client(&upgraded.mcp_url(), &granted.access, Era::Current).await;
+    let run = ok(&call(&client, "get_graph_run", json!({"command_id": id})).await);
+    assert_eq!(run["status"], "queued", "{run}");
+    client.cancel().await.ok();
+    let app = common::oauth::App {
+        base: upgraded.base.clone(),
+        ..app
+    };
+    let again = common::oauth::connect(
+        &common::oauth::Browser::new(),
+        &app,
+        "ann",
+        crate::oauth_flow::PASSWORD,
+        &project,
+    )
+    .await;
+    let client = mcp_client(&upgraded.mcp_url(), &again.access, Era::Current).await;
+    let replay = ok(&call(
+        &client,
+        "run_graph_session",
+        run_args(1, "before-upgrade", json!({})),
+    )
+    .await);
+    assert_eq!(replay["command_id"], id.as_str(), "{replay}");
+    assert_eq!(replay["replayed"], true, "{replay}");
+    client.cancel().await.ok();
+    upgraded.stop().await;
+}

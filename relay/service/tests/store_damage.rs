@@ -37,6 +37,7 @@ async fn queued(store: &dyn Store) -> (CommandRecord, String) {
             agent_name: Some("agent".into()),
             scopes: vec!["osfoundry:run".into()],
             client_id: None,
+            connection_id: None,
             created_at: NOW,
             revoked_at: None,
         })

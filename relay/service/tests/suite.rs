@@ -9,6 +9,7 @@ use relay_testkit::chat as chat_support;
 mod access_isolation;
 mod artifacts;
 mod cancellation;
+mod chat_hosts;
 mod claim_race;
 mod compact_results;
 mod connections;

@@ -147,8 +147,10 @@ async fn list_limit_is_1_to_50() {
     )
     .await);
     assert!(message.contains("unknown argument `cursor`"));
-    let message = err(&call(&client, "list_graph_sessions", json!({})).await);
-    assert!(message.contains("needs the argument `project_id`"));
+    // Without project_id: the connection's own project.
+    let own = ok(&call(&client, "list_graph_sessions", json!({})).await);
+    assert_eq!(own["project_id"], project.as_str());
+    assert_eq!(own["sessions"].as_array().map(Vec::len), Some(20));
     service.stop().await;
 }
 

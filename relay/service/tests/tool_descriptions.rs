@@ -6,6 +6,7 @@
 use crate::common;
 
 use common::TestService;
+use common::chat::ChatService;
 use common::raw::RawClient;
 use serde_json::Value;
 
@@ -105,6 +106,8 @@ fn status_without_enum(name: &str, tool: &Value) -> Vec<String> {
 async fn every_description_in_tools_list_is_plain_sentences_and_every_schema_portable() {
     let service = TestService::start().await;
     let project = service.project("Notes", "ann").await;
+    // With a chat link, so the chat-task tools are listed (and checked) too.
+    service.link_chat(&project, "claude").await;
     let token = service.full_agent(&project).await;
     let client = RawClient::new(&service.mcp_url(), &token, false);
     let listed = client.result("tools/list", serde_json::json!({})).await;

@@ -54,7 +54,10 @@ impl McpTool for Echo {
             return Err(ToolError::Refused("say some words".into()));
         }
         let said = format!("{} says {}", cx.agent.agent_name, input.words);
-        Ok(Answer::with_text(Echoed { said: said.clone() }, said))
+        Ok(Answer::with_hint(
+            Echoed { said },
+            Some("Say more.".to_owned()),
+        ))
     }
 }
 
@@ -108,9 +111,23 @@ async fn agent_token(app: &Arc<AppState>, project: &str, scopes: &[&str]) -> Str
         .token
 }
 
+/// A chat link on `project`, so all nine standard tools are listed.
+async fn link_a_chat(app: &relay_service::AppState, project: &str) {
+    relay_service::chat_tasks::owner::create_link(
+        &app.tasks,
+        relay_service::chat_tasks::owner::Acting::Operator,
+        project,
+        "claude",
+        false,
+    )
+    .await
+    .expect("chat link");
+}
+
 #[tokio::test]
 async fn a_tool_added_in_one_place_is_listed_dispatched_and_scope_checked() {
     let common::InProcess { app, project, .. } = common::in_process().await;
+    link_a_chat(&app, &project).await;
     let full = agent_token(&app, &project, &["osfoundry:read", "osfoundry:run"]).await;
     let read_only = agent_token(&app, &project, &["osfoundry:read"]).await;
     let with_echo =
@@ -145,7 +162,11 @@ async fn a_tool_added_in_one_place_is_listed_dispatched_and_scope_checked() {
         answer["result"]["structuredContent"]["said"],
         "tester says hello"
     );
-    assert_eq!(answer["result"]["content"][0]["text"], "tester says hello");
+    // The text is the structured content's JSON.
+    assert_eq!(
+        answer["result"]["content"][0]["text"],
+        r#"{"said":"tester says hello"}"#
+    );
     let (_, refused) = mcp(&with_echo, &full, "tools/call", call(json!(""))).await;
     assert_eq!(refused["result"]["isError"], true, "{refused}");
     assert_eq!(refused["result"]["content"][0]["text"], "say some words");
@@ -158,10 +179,7 @@ async fn a_tool_added_in_one_place_is_listed_dispatched_and_scope_checked() {
     let (status, denied) = mcp(&with_echo, &read_only, "tools/call", call(json!("hi"))).await;
     assert_eq!(status, 403, "{denied}");
     assert_eq!(denied["result"]["isError"], true);
-    assert_eq!(
-        denied["result"]["structuredContent"]["required_scope"],
-        "osfoundry:run"
-    );
+    common::assert_scope_refusal(&denied, "osfoundry:run");
     let challenge = denied["www_authenticate"].as_str().expect("a challenge");
     assert!(
         challenge.contains("insufficient_scope") && challenge.contains("osfoundry:run"),

@@ -398,14 +398,49 @@ pub fn err(result: &CallToolResult) -> String {
     text(result)
 }
 
-/// The first text content.
+/// An in-band 403 as JSON-RPC `body`: an error whose text and `_meta` challenge name the
+/// missing `scope`, and no `structuredContent` (it could not fit the tool's output schema).
+pub fn assert_scope_refusal(body: &Value, scope: &str) {
+    let result = &body["result"];
+    assert_eq!(result["isError"], true, "{body}");
+    assert!(result.get("structuredContent").is_none(), "{body}");
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains(scope), "{body}");
+    let challenge = result["_meta"]["mcp/www_authenticate"][0]
+        .as_str()
+        .unwrap_or_default();
+    assert!(challenge.contains(&format!("scope=\"{scope}\"")), "{body}");
+}
+
+/// Every text content, one block a line: a success's JSON and then its hint, or an error's
+/// message.
 pub fn text(result: &CallToolResult) -> String {
     result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text())
+        .map(|t| t.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The first text content parsed as JSON, which must be the result's structured content: a
+/// host that hands its model only `content` gives it the same data.
+pub fn text_json(result: &CallToolResult) -> Value {
+    let first = result
         .content
         .first()
         .and_then(|c| c.as_text())
         .map(|t| t.text.clone())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let parsed: Value = serde_json::from_str(&first)
+        .unwrap_or_else(|e| panic!("the first text block is not JSON ({e}): {first}"));
+    assert_eq!(
+        Some(&parsed),
+        result.structured_content.as_ref(),
+        "the text is the structured content"
+    );
+    parsed
 }
 
 /// A run request for session `n` under `key`.

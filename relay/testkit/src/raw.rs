@@ -119,7 +119,18 @@ pub struct Listen {
 impl RawClient {
     /// Opens a `subscriptions/listen` stream for `uris` and waits for its acknowledgment.
     pub async fn listen(&self, uris: &[&str]) -> Listen {
-        let params = json!({"notifications": {"resourceSubscriptions": uris}});
+        self.listen_to(json!({"resourceSubscriptions": uris})).await
+    }
+
+    /// Opens a `subscriptions/listen` stream for the filter `notifications` (like
+    /// `{"taskIds": [id]}`) and waits for its acknowledgment.
+    pub async fn listen_to(&self, notifications: Value) -> Listen {
+        self.listen_acknowledged(notifications).await.0
+    }
+
+    /// [`Self::listen_to`], with the acknowledgment.
+    pub async fn listen_acknowledged(&self, notifications: Value) -> (Listen, Value) {
+        let params = json!({"notifications": notifications});
         let response = self
             .post("subscriptions/listen", params)
             .send()
@@ -138,7 +149,7 @@ impl RawClient {
             ack["method"], "notifications/subscriptions/acknowledged",
             "{ack}"
         );
-        listen
+        (listen, ack)
     }
 }
 

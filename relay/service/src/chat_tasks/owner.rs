@@ -14,6 +14,7 @@ use super::{
 };
 use crate::auth::OwnerIdentity;
 use crate::model::{HostKind, TaskId};
+use crate::store::notify::Topic;
 use crate::store::{ChatLinkRecord, TaskInsertOutcome, TaskRecord};
 
 /// On whose behalf an owner action runs.
@@ -118,6 +119,9 @@ pub async fn create_link(
         created_at: tasks.clock.now(),
     };
     tasks.store.insert_chat_link(link.clone()).await?;
+    tasks
+        .notifier
+        .notify(&Topic::ProjectLinks(link.project_id.clone()));
     tracing::info!(chat_link_id = %link.id, %host, "chat link created");
     Ok(ChatLinkView::of(&link))
 }

@@ -114,7 +114,8 @@ pub struct ClaimView {
     pub task_id: TaskId,
     /// The fencing token: submit and upload must carry it.
     pub claim_id: String,
-    /// When the claim lapses unless the result is submitted; null without a lease.
+    /// When the claim lapses unless the result is submitted; absent without a lease.
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub lease_until: Option<Timestamp>,
     /// True when this link already held the claim and got it back.

@@ -1,6 +1,11 @@
-//! Connections: the grants made through the authorization server, as `relay admin connection`
-//! and the owner API list and revoke them. Revoking one ends it on its next request (and ends
-//! what it holds: waits and long polls check their token).
+//! Connections: the chat apps an owner connected through the authorization server, as `relay
+//! admin connection` and the owner API list and revoke them. A connection is one client acting
+//! for one owner on one project: every grant that client is given again (after losing its
+//! tokens, or to add a scope) joins it, so its runs and idempotency keys stay its own.
+//! Revoking a connection ends every grant it holds on their next request (and ends what they
+//! hold: waits and long polls check their token).
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
@@ -10,35 +15,81 @@ use relay_protocol::clock::Timestamp;
 /// One connection as listed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Connection {
-    /// The grant's id (`connection revoke` takes it).
+    /// The connection's id (`connection revoke` takes it): its first grant's.
     pub id: String,
     /// The OAuth client.
     pub client_id: String,
-    /// The client's name, which the connected agent is named after.
+    /// The client's name, which the connected agent is named after (as of its latest grant).
     pub client_name: String,
     /// The one project it reaches.
     pub project_id: String,
     /// The owner who consented.
     pub owner: String,
-    /// What it may do.
+    /// What it may do: the scopes of its live grants (of all of them, once revoked).
     pub scopes: Vec<String>,
-    /// When the owner consented (RFC 3339).
+    /// How many grants (authorizations the owner allowed) it holds that are not revoked.
+    pub grants: usize,
+    /// When the owner first consented (RFC 3339).
     pub created_at: String,
-    /// When it was revoked (RFC 3339), if it was.
+    /// When its last grant was revoked (RFC 3339), once none is live.
     pub revoked_at: Option<String>,
+    /// The ids of its grants, oldest first (each grant's use is recorded under its own id).
+    #[serde(skip)]
+    pub grant_ids: Vec<String>,
 }
 
-fn connection(token: TokenRecord, owner: &OwnerRecord) -> Option<Connection> {
-    Some(Connection {
-        client_id: token.client_id?,
-        project_id: token.project_id?,
-        client_name: token.agent_name.unwrap_or_default(),
-        owner: owner.name.clone(),
-        scopes: token.scopes,
-        created_at: token.created_at.to_rfc3339(),
-        revoked_at: token.revoked_at.map(|t| t.to_rfc3339()),
-        id: token.id,
-    })
+/// The grants of one connection, oldest first, while they are gathered.
+struct Gathered {
+    owner: String,
+    grants: Vec<TokenRecord>,
+}
+
+impl Gathered {
+    fn connection(self, id: String) -> Option<Connection> {
+        let first = self.grants.first()?;
+        let latest = self.grants.last()?;
+        let live: Vec<&TokenRecord> = self
+            .grants
+            .iter()
+            .filter(|g| g.revoked_at.is_none())
+            .collect();
+        let counted: Vec<&TokenRecord> = if live.is_empty() {
+            self.grants.iter().collect()
+        } else {
+            live.clone()
+        };
+        let mut scopes: Vec<String> = counted.iter().flat_map(|g| g.scopes.clone()).collect();
+        scopes.sort();
+        scopes.dedup();
+        let revoked_at: Option<Timestamp> = if live.is_empty() {
+            self.grants.iter().filter_map(|g| g.revoked_at).max()
+        } else {
+            None
+        };
+        Some(Connection {
+            client_id: first.client_id.clone()?,
+            project_id: first.project_id.clone()?,
+            client_name: latest.agent_name.clone().unwrap_or_default(),
+            owner: self.owner,
+            scopes,
+            grants: live.len(),
+            created_at: first.created_at.to_rfc3339(),
+            revoked_at: revoked_at.map(|t| t.to_rfc3339()),
+            grant_ids: self.grants.iter().map(|g| g.id.clone()).collect(),
+            id,
+        })
+    }
+}
+
+/// The connection a grant belongs to (a grant stored before connections is its own).
+fn connection_of(token: &TokenRecord) -> Option<String> {
+    token.client_id.as_ref()?;
+    Some(
+        token
+            .connection_id
+            .clone()
+            .unwrap_or_else(|| token.id.clone()),
+    )
 }
 
 /// The connections of `owner_id` (every owner's with `None`), of `project` only if given,
@@ -49,19 +100,36 @@ pub async fn list(
     project: Option<&str>,
 ) -> Result<Vec<Connection>, StoreError> {
     // An owner's request reads that owner's tokens only; every owner's is the operator's list.
-    let owners = match owner_id {
+    let owners: Vec<OwnerRecord> = match owner_id {
         Some(id) => store.owner(id).await?.into_iter().collect(),
         None => store.owners().await?,
     };
     let mut connections = Vec::new();
     for owner in owners {
+        // Tokens come oldest first, so each connection's first grant opens its entry.
+        let mut order = Vec::new();
+        let mut gathered: BTreeMap<String, Gathered> = BTreeMap::new();
         for token in store.tokens_of_owner(&owner.id).await? {
-            if let Some(found) = connection(token, &owner)
-                && project.is_none_or(|p| p == found.project_id)
-            {
-                connections.push(found);
+            let Some(id) = connection_of(&token) else {
+                continue;
+            };
+            if project.is_some_and(|p| token.project_id.as_deref() != Some(p)) {
+                continue;
             }
+            let entry = gathered.entry(id.clone()).or_insert_with(|| {
+                order.push(id);
+                Gathered {
+                    owner: owner.name.clone(),
+                    grants: Vec::new(),
+                }
+            });
+            entry.grants.push(token);
         }
+        connections.extend(
+            order
+                .into_iter()
+                .filter_map(|id| gathered.remove(&id).and_then(|g| g.connection(id))),
+        );
     }
     Ok(connections)
 }
@@ -69,7 +137,7 @@ pub async fn list(
 /// What revoking a connection did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Revoked {
-    /// It was live and is revoked now.
+    /// It was live and is revoked now: every grant it held.
     Now,
     /// It was revoked before.
     Already,
@@ -77,7 +145,8 @@ pub enum Revoked {
     NotFound,
 }
 
-/// Revokes the connection `id` at `now`, if it is `owner_id`'s (any owner's with `None`).
+/// Revokes the connection `id` (a grant's id names its connection too) at `now`, if it is
+/// `owner_id`'s (any owner's with `None`): every grant it holds, with their tokens.
 pub async fn revoke(
     store: &dyn Store,
     owner_id: Option<&str>,
@@ -87,10 +156,13 @@ pub async fn revoke(
     let Some(token) = store.token(id).await? else {
         return Ok(Revoked::NotFound);
     };
-    if token.client_id.is_none() || owner_id.is_some_and(|only| only != token.owner_id) {
+    let Some(connection) = connection_of(&token) else {
+        return Ok(Revoked::NotFound);
+    };
+    if owner_id.is_some_and(|only| only != token.owner_id) {
         return Ok(Revoked::NotFound);
     }
-    Ok(if store.revoke_token(id, now).await? {
+    Ok(if store.revoke_connection(&connection, now).await? > 0 {
         Revoked::Now
     } else {
         Revoked::Already

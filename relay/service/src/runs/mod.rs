@@ -173,11 +173,20 @@ pub struct Ticket {
     pub status: RunStatus,
     /// True when the idempotency key returned an existing run.
     pub replayed: bool,
-    /// When to look first, in seconds: about one desktop poll interval.
+    /// When to look first, in seconds: a few when the desktop long-polls, else about one
+    /// desktop poll interval.
     pub poll_after_seconds: u64,
 }
 
-/// What an agent sees of a run.
+/// Any JSON value but `null` (a graph's result; a `null` result is left out), as a schema
+/// that names each type, so a client's validator and a model both see what may come.
+pub fn any_json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"anyOf": [
+        {"type": "object"}, {"type": "array"}, {"type": "string"}, {"type": "number"}, {"type": "boolean"}
+    ]})
+}
+
+/// What an agent sees of a run. A field without a value is left out.
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct RunView {
     /// The run's id.
@@ -195,45 +204,55 @@ pub struct RunView {
     #[schemars(with = "String")]
     pub created_at: Timestamp,
     /// When the desktop started it.
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub started_at: Option<Timestamp>,
-    /// When it ended: on the desktop, for a run the desktop finished.
+    /// When it ended (on the desktop, for a run the desktop finished).
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub finished_at: Option<Timestamp>,
-    /// When the service received the desktop's result (later than finished_at after an
-    /// outage); null until then, and for runs the service ended itself.
+    /// When the service received the desktop's result.
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub delivered_at: Option<Timestamp>,
-    /// Why the run waits, while it does: "owner approval of fs.write" while the desktop's
-    /// owner is asked, "desktop: disk full" while the desktop starts no run.
+    /// What the run waits for, like the owner's approval of a tool.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
     /// When that wait ends by itself (an unanswered approval is denied then).
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub waiting_until: Option<Timestamp>,
-    /// How far the running graph got, as its desktop last reported (at most every 2 s).
+    /// How far the running graph got, as its desktop last reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressView>,
     /// The project's desktop: online, last seen, and what keeps it from starting runs.
     pub desktop: crate::presence::DesktopStatus,
     /// Last change.
     #[schemars(with = "String")]
     pub updated_at: Timestamp,
-    /// The graph's result, when completed and small enough to post.
+    /// The graph's result, once completed (unless too large to post).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_json_schema")]
     pub result: Option<Value>,
     /// True when the result was too large to post; the full result is on the desktop.
     pub result_truncated: bool,
     /// Tokens metered.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub total_tokens: Option<u64>,
     /// Cost reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reported_cost: Option<f64>,
     /// Why it failed or was cancelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// When to look again, in seconds; null once the run has ended.
+    /// While it is not finished: when to look again, in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub poll_after_seconds: Option<u64>,
-    /// The token cap the agent asked for with max_tokens, if any.
+    /// The token cap asked for with max_tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
-    /// The token cap the desktop runs it with, once started: the owner's cap for the
-    /// session (or the desktop's default), lowered to max_tokens if the agent asked for
-    /// less. When it is below max_tokens, the owner's cap won.
+    /// The token cap it runs with, once started (the owner's, or max_tokens if lower).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub token_cap: Option<u64>,
 }
 
@@ -243,6 +262,7 @@ pub struct ProgressView {
     /// Tokens metered so far.
     pub tokens_used: u64,
     /// The run's token cap, if it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub token_cap: Option<u64>,
     /// Agent calls started.
     pub agents_started: u64,
@@ -250,7 +270,8 @@ pub struct ProgressView {
     pub agents_finished: u64,
     /// Tool calls made.
     pub tools_called: u64,
-    /// The label of the last agent or tool the trace shows.
+    /// The last agent or tool the trace shows.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub last_event: Option<String>,
 }
 
@@ -264,6 +285,26 @@ impl From<relay_protocol::RunProgress> for ProgressView {
             tools_called: progress.tools_called,
             last_event: progress.last_event,
         }
+    }
+}
+
+/// How soon an agent looks at a run again when its desktop long-polls: that desktop picks a
+/// queued run up at once, and a run can end within a second.
+pub const LONG_POLL_HINT: Duration = Duration::from_secs(2);
+
+/// When an agent should look at a run of the project whose desktop's presence is `presence`:
+/// [`LONG_POLL_HINT`] while that desktop is online and long-polls, else one poll interval
+/// (the tunable `poll_hint`).
+pub fn poll_after(runs: &Runs, presence: Option<&crate::store::PresenceRecord>) -> Duration {
+    let hint = runs.config.poll_hint;
+    let long_polling = presence.is_some_and(|presence| {
+        presence.long_polls
+            && crate::presence::DesktopStatus::of(Some(presence), runs.clock.now()).online
+    });
+    if long_polling {
+        hint.min(LONG_POLL_HINT)
+    } else {
+        hint
     }
 }
 
@@ -335,11 +376,13 @@ pub async fn queue_run(
     request: RunRequest,
 ) -> Result<Ticket, RunError> {
     let (graph_session_id, request_hash, max_tokens) = checked_run_request(&request)?;
+    let presence = runs.store.presence(&agent.project_id).await?;
+    let poll_after = poll_after(runs, presence.as_ref()).as_secs();
     let ticket = |command: &CommandRecord, replayed: bool| Ticket {
         command_id: command.id,
         status: command.status,
         replayed,
-        poll_after_seconds: runs.config.poll_hint.as_secs(),
+        poll_after_seconds: poll_after,
     };
     // The same key must name the same request, or it could stand for two different runs.
     let replay = |existing: CommandRecord| {
@@ -365,7 +408,7 @@ pub async fn queue_run(
     let (Some(session), None) = (session, &refusal) else {
         let existing = runs
             .store
-            .command_by_key(&agent.token_id, &request.idempotency_key)
+            .command_by_key(&agent.agent_id, &request.idempotency_key)
             .await?;
         return match existing {
             Some(existing) => replay(existing),
@@ -375,7 +418,7 @@ pub async fn queue_run(
     let mut command = CommandRecord::queued(
         CommandId::new_random(),
         agent.project_id.clone(),
-        agent.token_id.clone(),
+        agent.agent_id.clone(),
         graph_session_id,
         session.meta.slug,
         request.arguments,
@@ -387,14 +430,14 @@ pub async fn queue_run(
     let quota = runs.config.queue_quota;
     match runs.store.insert_command(command, quota).await? {
         InsertOutcome::Created(created) => {
-            tracing::info!(command_id = %created.id, agent = %agent.token_id, "run queued");
+            tracing::info!(command_id = %created.id, agent = %agent.agent_id, "run queued");
             runs.notifier
                 .notify(&Topic::Project(created.project_id.clone()));
             Ok(ticket(&created, false))
         }
         InsertOutcome::Existing(existing) => replay(existing),
         InsertOutcome::OverQuota(limit) => {
-            tracing::info!(agent = %agent.token_id, ?limit, "run refused: queue quota");
+            tracing::info!(agent = %agent.agent_id, ?limit, "run refused: queue quota");
             Err(RunError::Quota(queue_quota_error(
                 limit,
                 runs.config.poll_hint.as_secs(),
@@ -539,7 +582,12 @@ pub async fn get_run_watching(
     while !view.status.is_terminal() {
         tokio::select! {
             () = changes.changed() => {}
-            () = tokio::time::sleep_until(deadline) => break,
+            () = tokio::time::sleep_until(deadline) => {
+                // Nothing woke the wait, but time passed: the desktop's presence (online or
+                // not) is as of now, not as of the last change.
+                view = get_run(runs, agent, command_id).await?;
+                break;
+            }
             () = runs.held.shutting_down() => break,
             () = &mut revoked => return Err(RunError::Revoked),
         }
@@ -566,7 +614,7 @@ pub async fn get_run(
     let presence = runs.store.presence(&command.project_id).await?;
     Ok(RunView::of(
         &command,
-        runs.config.poll_hint,
+        poll_after(runs, presence.as_ref()),
         presence.as_ref(),
         runs.clock.now(),
     ))
@@ -618,7 +666,7 @@ async fn own_command(
     // someone else confirms nothing.
     let id: CommandId = command_id.parse().map_err(|_| RunError::NotFound)?;
     match runs.store.command(id).await? {
-        Some(command) if command.agent_id == agent.token_id => Ok(command),
+        Some(command) if command.agent_id == agent.agent_id => Ok(command),
         _ => Err(RunError::NotFound),
     }
 }

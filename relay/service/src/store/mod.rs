@@ -425,6 +425,11 @@ pub struct TokenRecord {
     /// The OAuth client of a grant (a connection made through the authorization server);
     /// `None` for operator-minted tokens.
     pub client_id: Option<String>,
+    /// The connection a grant belongs to: every live grant of one client for one owner and
+    /// project shares it (the id of the first one), so runs and idempotency keys survive a
+    /// new authorization. The store sets it when it stores a grant; `None` for
+    /// operator-minted tokens, whose own id is their identity.
+    pub connection_id: Option<String>,
     /// When it was minted.
     pub created_at: Timestamp,
     /// When it was revoked, if it was.
@@ -591,6 +596,17 @@ pub struct PresenceRecord {
     pub seen_at: Timestamp,
     /// The desktop's problem as JSON text (a [`relay_protocol::DesktopProblem`]), if any.
     pub problem: Option<String>,
+    /// Whether its last sync was a long poll (then it picks a queued run up at once).
+    pub long_polls: bool,
+}
+
+/// What a desktop's sync says of it, beside that it was heard from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PresenceSync<'a> {
+    /// Its problem as JSON text, or `None` when nothing keeps it from running work.
+    pub problem: Option<&'a str>,
+    /// Whether it long-polls.
+    pub long_polls: bool,
 }
 
 /// What inserting a command under an idempotency key did.
@@ -880,6 +896,13 @@ pub trait Store: Send + Sync + 'static {
     /// Revokes a token unless already revoked, and with a grant every access and refresh token
     /// of it; true when this call revoked it.
     fn revoke_token<'a>(&'a self, id: &'a str, now: Timestamp) -> StoreFuture<'a, bool>;
+    /// Revokes, in one step, every grant of the connection `connection_id` that is not revoked
+    /// yet and every access and refresh token of them; how many grants this call revoked.
+    fn revoke_connection<'a>(
+        &'a self,
+        connection_id: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, usize>;
 
     /// The owner named `name`.
     fn owner_by_name<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<OwnerRecord>>;
@@ -928,7 +951,9 @@ pub trait Store: Send + Sync + 'static {
     /// The code whose text hashes to `code_hash` (used or not).
     fn auth_code<'a>(&'a self, code_hash: &'a str) -> StoreFuture<'a, Option<AuthCodeRecord>>;
     /// In one step: marks the code used (if unused and unexpired at `now`), stores `grant`
-    /// and `tokens`, and records the grant on the code.
+    /// and `tokens`, and records the grant on the code. The grant joins the connection of the
+    /// live grants of the same client, owner and project if there are any (the first one's
+    /// id), else starts its own (its id); its `connection_id` as given is ignored.
     fn redeem_auth_code<'a>(
         &'a self,
         code_hash: &'a str,
@@ -1114,13 +1139,13 @@ pub trait Store: Send + Sync + 'static {
     /// When each token of the owner was last used, as recorded: (token id, time).
     fn token_uses<'a>(&'a self, owner_id: &'a str) -> StoreFuture<'a, Vec<(String, Timestamp)>>;
     /// Notes that the desktop of `project_id` was heard from at `seen_at` (never moving the
-    /// time back); with `problem: Some(..)` also replaces its problem (`Some(None)` clears
-    /// it), with `None` keeps it.
+    /// time back); a sync (`Some`) also replaces its problem and polling mode, any other
+    /// request (`None`) keeps them.
     fn record_presence<'a>(
         &'a self,
         project_id: &'a str,
         seen_at: Timestamp,
-        problem: Option<Option<&'a str>>,
+        sync: Option<PresenceSync<'a>>,
     ) -> StoreFuture<'a, ()>;
     /// The presence of `project_id`'s desktop, if it was ever heard from.
     fn presence<'a>(&'a self, project_id: &'a str) -> StoreFuture<'a, Option<PresenceRecord>>;

@@ -24,6 +24,8 @@ pub enum Topic {
     Run(CommandId),
     /// The chat link's inbox changed: a task was assigned, claimed, submitted or cancelled.
     ChatLink(String),
+    /// The project got a chat link (its agents' tool list grows by the chat task tools).
+    ProjectLinks(String),
 }
 
 impl Topic {
@@ -33,6 +35,7 @@ impl Topic {
             Topic::Project(id) => format!("project:{id}"),
             Topic::Run(id) => format!("run:{id}"),
             Topic::ChatLink(id) => format!("chat-link:{id}"),
+            Topic::ProjectLinks(id) => format!("project-links:{id}"),
         }
     }
 }

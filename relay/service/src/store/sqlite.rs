@@ -13,9 +13,9 @@ use tokio::sync::Semaphore;
 
 use super::{
     ArtifactInsertOutcome, ArtifactRecord, BoxError, ChatLinkRecord, ClaimAttempt, CommandQuery,
-    CommandRecord, Damage, InsertOutcome, OpenCounts, OwnerRecord, PresenceRecord, ProjectRecord,
-    QueueLimit, QueueQuota, SessionRecord, SessionSnapshot, SnapshotWrite, Store, StoreError,
-    StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    CommandRecord, Damage, InsertOutcome, OpenCounts, OwnerRecord, PresenceRecord, PresenceSync,
+    ProjectRecord, QueueLimit, QueueQuota, SessionRecord, SessionSnapshot, SnapshotWrite, Store,
+    StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use super::{
     AuthCodeRecord, AuthSweep, AuthSweepCounts, BrowserSessionRecord, IssuedTokens,
@@ -134,6 +134,8 @@ ALTER TABLE commands ADD COLUMN max_tokens INTEGER;
 ALTER TABLE commands ADD COLUMN token_cap INTEGER;
 "#,
     SHARING_VERSION_MIGRATION,
+    auth::CONNECTIONS_MIGRATION,
+    presence::LONG_POLLS_MIGRATION,
 ];
 
 /// The desktop's sharing version of each project's held snapshot (`NULL`: synced by a desktop
@@ -141,6 +143,13 @@ ALTER TABLE commands ADD COLUMN token_cap INTEGER;
 const SHARING_VERSION_MIGRATION: &str = r#"
 ALTER TABLE project_syncs ADD COLUMN sharing_version INTEGER;
 "#;
+
+/// The schema migrations, in order: for tests that build a database as an older release left
+/// it and open it with this one.
+#[cfg(feature = "conformance")]
+pub fn migrations() -> &'static [&'static str] {
+    MIGRATIONS
+}
 
 /// Which quota `command` would exceed, if any: counted inside the insert's transaction.
 fn queue_limit_reached(
@@ -180,7 +189,7 @@ const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_session_id, slug,
     token_cap";
 
 const TOKEN_COLUMNS: &str = "id, kind, token_hash, owner_id, project_id, agent_name, scopes, \
-    created_at, revoked_at, client_id";
+    created_at, revoked_at, client_id, connection_id";
 
 /// A [`Store`] over one SQLite database file (or one in-memory database).
 #[derive(Clone)]
@@ -504,6 +513,7 @@ fn token_from_row(row: &Row<'_>) -> rusqlite::Result<TokenRecord> {
             created_at: Timestamp::from_unix_millis(row.get(7)?),
             revoked_at: ts(row.get(8)?),
             client_id: row.get(9)?,
+            connection_id: row.get(10)?,
         })
     })
 }
@@ -770,7 +780,7 @@ impl Store for SqliteStore {
             connection
                 .execute(
                     &format!(
-                        "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+                        "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
                     ),
                     params![
                         token.id,
@@ -783,6 +793,7 @@ impl Store for SqliteStore {
                         token.created_at.unix_millis(),
                         ms(token.revoked_at),
                         token.client_id,
+                        token.connection_id,
                     ],
                 )
                 .map_err(backend)?;
@@ -861,6 +872,15 @@ impl Store for SqliteStore {
         self.call(move |connection| {
             auth::revoke_token_and_grant(connection, &id, now).map_err(backend)
         })
+    }
+
+    fn revoke_connection<'a>(
+        &'a self,
+        connection_id: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, usize> {
+        let id = connection_id.to_owned();
+        self.call(move |connection| auth::revoke_connection(connection, &id, now).map_err(backend))
     }
 
     fn owner_by_name<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<OwnerRecord>> {
@@ -1459,12 +1479,12 @@ impl Store for SqliteStore {
         &'a self,
         project_id: &'a str,
         seen_at: Timestamp,
-        problem: Option<Option<&'a str>>,
+        sync: Option<PresenceSync<'a>>,
     ) -> StoreFuture<'a, ()> {
         self.record_presence_impl(
             project_id.to_owned(),
             seen_at,
-            problem.map(|p| p.map(str::to_owned)),
+            sync.map(|sync| (sync.problem.map(str::to_owned), sync.long_polls)),
         )
     }
 

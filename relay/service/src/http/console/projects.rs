@@ -115,13 +115,14 @@ fn connections_table(
         @if list.is_empty() { p.muted { "No chat app is connected." } }
         @else {
             table {
-                thead { tr { th { "Client" } th { "Scopes" } th { "Created" } th { "Last used" } th { "" } } }
+                thead { tr { th { "Client" } th { "Scopes" } th { "Grants" } th { "Created" } th { "Last used" } th { "" } } }
                 tbody { @for c in list {
                     tr {
                         td data-label="Client" { (c.client_name) }
                         td data-label="Scopes" { (c.scopes.join(" ")) }
+                        td data-label="Grants" { (c.grants) }
                         td data-label="Created" { (c.created_at.split('.').next().unwrap_or_default().replace('T', " ")) }
-                        td data-label="Last used" { (when(uses.get(&c.id).copied())) }
+                        td data-label="Last used" { (when(c.grant_ids.iter().filter_map(|id| uses.get(id).copied()).max())) }
                         td {
                             @if c.revoked_at.is_some() { span.muted { "revoked" } }
                             @else {

@@ -52,6 +52,7 @@ impl McpTool for ListLinkedChatTasks {
     const TITLE: &'static str = "List this chat's assigned tasks";
     const SCOPE: Scope = Scope::Read;
     const HINTS: Hints = Hints::READ;
+    const NEEDS_CHAT_LINK: bool = true;
 
     fn description() -> String {
         format!(
@@ -65,7 +66,11 @@ impl McpTool for ListLinkedChatTasks {
 
     async fn call(cx: ToolContext<'_>, input: LinkInput) -> Result<Answer<Inbox>, ToolError> {
         let inbox = agent::list_tasks(&cx.app.tasks, cx.agent, &input.chat_link_id).await?;
-        Ok(Answer::json(inbox))
+        let hint = inbox
+            .tasks
+            .is_empty()
+            .then(|| "Nothing waits: tell the user and stop, do not poll.".to_owned());
+        Ok(Answer::with_hint(inbox, hint))
     }
 }
 
@@ -79,6 +84,7 @@ impl McpTool for GetLinkedChatTask {
     const TITLE: &'static str = "Get an assigned task";
     const SCOPE: Scope = Scope::Read;
     const HINTS: Hints = Hints::READ;
+    const NEEDS_CHAT_LINK: bool = true;
 
     fn description() -> String {
         format!(
@@ -104,6 +110,7 @@ impl McpTool for ClaimLinkedChatTask {
     const TITLE: &'static str = "Claim an assigned task";
     const SCOPE: Scope = Scope::Run;
     const HINTS: Hints = REPEATABLE_WRITE;
+    const NEEDS_CHAT_LINK: bool = true;
 
     fn description() -> String {
         format!(
@@ -158,6 +165,7 @@ impl McpTool for SubmitLinkedChatResult {
     const TITLE: &'static str = "Submit an assigned task's result";
     const SCOPE: Scope = Scope::Run;
     const HINTS: Hints = REPEATABLE_WRITE;
+    const NEEDS_CHAT_LINK: bool = true;
 
     fn description() -> String {
         format!(
@@ -214,6 +222,7 @@ impl McpTool for UploadLinkedChatArtifact {
     const TITLE: &'static str = "Attach a file to an assigned task";
     const SCOPE: Scope = Scope::Run;
     const HINTS: Hints = REPEATABLE_WRITE;
+    const NEEDS_CHAT_LINK: bool = true;
 
     fn description() -> String {
         format!(

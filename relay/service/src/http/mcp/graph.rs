@@ -22,8 +22,8 @@ use crate::sessions::{self, LIST_LIMIT, SessionList};
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListGraphSessionsInput {
-    /// This connection's project (the only one it may list).
-    pub project_id: String,
+    /// This connection's project; left out, the connection's own (the only one it may list).
+    pub project_id: Option<String>,
     /// How many sessions to list (20 when left out).
     #[schemars(range(min = *LIST_LIMIT.start(), max = *LIST_LIMIT.end()))]
     pub limit: Option<i64>,
@@ -42,8 +42,9 @@ impl McpTool for ListGraphSessions {
 
     fn description() -> String {
         format!(
-            "List the Graph sessions the owner's desktop shares with this connected project, as of the desktop's last sync. \
-             The list is usually empty until the owner shares a session from the desktop. \
+            "List the Graph sessions the owner's desktop shares with this connection's project, as of the desktop's last sync, each with the graph_session_id and args_schema run_graph_session takes. \
+             Call it with no arguments: project_id defaults to the connection's project (the server's instructions name it). \
+             The list is empty until the owner shares a graph from the desktop. \
              Rejected: a project_id other than this connection's project, and a limit outside {}–{}.",
             LIST_LIMIT.start(),
             LIST_LIMIT.end()
@@ -55,17 +56,16 @@ impl McpTool for ListGraphSessions {
         input: Self::Input,
     ) -> Result<Answer<SessionList>, ToolError> {
         let store = cx.app.store.as_ref();
-        let list = sessions::list_sessions(store, cx.agent, &input.project_id, input.limit).await?;
-        let mut text = match list.sessions.len() {
-            0 => "No graph sessions are shared with this project yet; the owner shares them from the desktop.".to_owned(),
-            1 => "1 graph session is shared with this project.".to_owned(),
-            n => format!("{n} graph sessions are shared with this project."),
+        let project_id = input.project_id.as_deref().unwrap_or(&cx.agent.project_id);
+        let list = sessions::list_sessions(store, cx.agent, project_id, input.limit).await?;
+        let hint = match (list.sessions.is_empty(), list.last_sync_at) {
+            (false, _) => "Start one with run_graph_session: its graph_session_id, arguments that fit its args_schema, and a new idempotency_key.".to_owned(),
+            (true, Some(at)) => format!(
+                "No graph is shared with this project yet (the desktop last synced at {at}): the owner shares graphs from the desktop."
+            ),
+            (true, None) => "The owner's desktop has not synced this project yet: ask the owner to start relay desktop and share a graph.".to_owned(),
         };
-        match list.last_sync_at {
-            Some(at) => text.push_str(&format!(" The desktop last synced at {at}.")),
-            None => text.push_str(" The desktop has not synced this project yet."),
-        }
-        Ok(Answer::with_text(list, text))
+        Ok(Answer::with_hint(list, Some(hint)))
     }
 }
 
@@ -119,32 +119,31 @@ impl McpTool for RunGraphSession {
             "Queue a Graph run on the owner's online desktop in a connected project. \
              Retrieve progress and result with get_graph_run. \
              The desktop can go offline, and local tool approvals still apply. \
-             Returns a ticket (command_id, status \"queued\") at once, before the graph starts; check get_graph_run after about one desktop poll interval (20 s). \
-             idempotency_key is required: after a lost response, retry with the same key to get the same run back instead of a second run. \
-             arguments must fit the session's args_schema when list_graph_sessions shows one. \
-             max_tokens (optional) lowers the run's token cap; the owner's cap for the session still applies, so asking for more than it runs at the owner's cap (get_graph_run shows token_cap). \
-             Rejected: a graph_session_id not shared with this project (see list_graph_sessions), an idempotency_key outside {}–{} characters, \
+             Returns a ticket (command_id) at once: then call get_graph_run with wait_seconds {max_wait}, which waits for the result instead of you. \
+             After a lost response, retry with the same idempotency_key to get the same run back, not a second run. \
+             max_tokens lowers the run's token cap below the owner's (get_graph_run shows token_cap). \
+             Rejected: a graph_session_id not shared with this project, an idempotency_key outside {}–{} characters, \
              arguments that do not fit the session's args_schema (the message names the failing path), \
-             arguments other than graph_session_id, arguments, idempotency_key and max_tokens, and a key already used with different arguments.",
+             other arguments, and a key already used with different arguments.",
             IDEMPOTENCY_KEY_CHARS.start(),
-            IDEMPOTENCY_KEY_CHARS.end()
+            IDEMPOTENCY_KEY_CHARS.end(),
+            max_wait = MAX_GET_WAIT.as_secs(),
         )
     }
 
     async fn call(cx: ToolContext<'_>, input: Self::Input) -> Result<Answer<Ticket>, ToolError> {
         let ticket = runs::queue_run(&cx.app.runs, cx.agent, input.into()).await?;
-        let text = if ticket.replayed {
+        let wait = MAX_GET_WAIT.as_secs();
+        let hint = if ticket.replayed {
             format!(
-                "This idempotency key already queued run {} (status {}); no second run was started. Check it with get_graph_run.",
-                ticket.command_id, ticket.status
+                "This idempotency_key already queued this run, so no second run was started: call get_graph_run with its command_id and wait_seconds {wait} to follow it."
             )
         } else {
             format!(
-                "Queued run {}. The desktop picks it up on its next pass; check get_graph_run in about {} s.",
-                ticket.command_id, ticket.poll_after_seconds
+                "Call get_graph_run with this command_id and wait_seconds {wait}: it waits for the result instead of you."
             )
         };
-        Ok(Answer::with_text(ticket, text))
+        Ok(Answer::with_hint(ticket, Some(hint)))
     }
 }
 
@@ -172,11 +171,10 @@ impl McpTool for GetGraphRun {
 
     fn description() -> String {
         format!(
-            "Get the status (queued, running, completed, failed, cancelled), timestamps and result of a Graph run started by this Connected agent with run_graph_session. \
-             Runs usually take about a minute: look first about 20 s after queueing, then every 15 s or so (poll_after_seconds says when); \
-             or pass wait_seconds (at most {max_wait}) and the call waits for the run to finish, answering as soon as it has. \
+            "Get the status, timestamps and result of a Graph run this connection started. \
+             Pass wait_seconds (at most {max_wait}) and the call waits for the run to finish, answering as soon as it has: use that instead of waiting yourself, and call again while the run is not finished. \
              A result too large to post shows result_truncated: true; the full result stays on the owner's desktop. \
-             A run not started by this Connected agent, an unknown id and a malformed id all get \"{RUN_NOT_FOUND}\".",
+             A run not started by this connection, an unknown id and a malformed id all get \"{RUN_NOT_FOUND}\".",
             max_wait = MAX_GET_WAIT.as_secs()
         )
     }
@@ -198,8 +196,8 @@ impl McpTool for GetGraphRun {
             Some(&on_change),
         )
         .await?;
-        let text = run_text(&view);
-        Ok(Answer::with_text(view, text))
+        let hint = run_hint(&view);
+        Ok(Answer::with_hint(view, hint))
     }
 }
 
@@ -220,7 +218,7 @@ fn wait_seconds(seconds: Option<i64>) -> Result<Duration, ArgumentError> {
 /// failed run is an error result (the tool ran and reported an error; SEP-2663 keeps a failed
 /// task for protocol errors).
 pub fn run_result(view: &RunView) -> CallToolResult {
-    let answer = Answer::with_text(view.clone(), run_text(view));
+    let answer = Answer::with_hint(view.clone(), run_hint(view));
     if view.status == relay_protocol::RunStatus::Failed {
         super::tools::encode(answer.failed())
     } else {
@@ -228,35 +226,42 @@ pub fn run_result(view: &RunView) -> CallToolResult {
     }
 }
 
-fn run_text(view: &RunView) -> String {
-    let mut text = format!("Run {} is {}.", view.command_id, view.status);
-    if let Some(error) = &view.error {
-        text.push_str(&format!(" Error: {error}"));
+/// What to do next with the run in `view`, in one sentence, where the JSON alone leaves it
+/// open: how to keep waiting for a run not finished, where a result too large to post is.
+fn run_hint(view: &RunView) -> Option<String> {
+    // The owner's cap below the one asked for is said in words too: the model asked for more.
+    let capped = match (view.token_cap, view.max_tokens) {
+        (Some(cap), Some(asked)) if cap < asked => Some(format!(
+            "It runs with the owner's token cap of {cap}, below the {asked} asked for."
+        )),
+        _ => None,
+    };
+    match (next_step(view), capped) {
+        (Some(step), Some(capped)) => Some(format!("{step} {capped}")),
+        (step, capped) => step.or(capped),
     }
-    if let Some(waiting) = &view.waiting_for {
-        text.push_str(&format!(" It waits for {waiting}"));
-        if let Some(until) = view.waiting_until {
-            text.push_str(&format!(" (until {until})"));
-        }
-        text.push('.');
+}
+
+/// What to do next about the run, if anything.
+fn next_step(view: &RunView) -> Option<String> {
+    let wait = MAX_GET_WAIT.as_secs();
+    if view.status.is_terminal() {
+        return view.result_truncated.then(|| {
+            "The result was too large to post: the full result is on the owner's desktop."
+                .to_owned()
+        });
     }
-    if !view.status.is_terminal() && !view.desktop.online {
-        text.push_str(" The desktop is offline: the run moves once it is back.");
-    }
-    if view.result_truncated {
-        text.push_str(" The result was too large to post; it is on the owner's desktop.");
-    }
-    if let (Some(cap), Some(asked)) = (view.token_cap, view.max_tokens)
-        && cap < asked
-    {
-        text.push_str(&format!(
-            " It runs with the owner's token cap of {cap}, below the {asked} asked for."
-        ));
-    }
-    if let Some(seconds) = view.poll_after_seconds {
-        text.push_str(&format!(" Check again in about {seconds} s."));
-    }
-    text
+    Some(if !view.desktop.online {
+        format!(
+            "The owner's desktop is offline, so the run waits until it is back: tell the user, and call get_graph_run with wait_seconds {wait} later."
+        )
+    } else if let Some(waiting) = &view.waiting_for {
+        format!(
+            "It waits for {waiting}: call get_graph_run again with wait_seconds {wait} to keep waiting."
+        )
+    } else {
+        format!("Not finished yet: call get_graph_run again with wait_seconds {wait}.")
+    })
 }
 
 /// `cancel_graph_run`'s arguments.
@@ -285,10 +290,10 @@ impl McpTool for CancelGraphRun {
 
     fn description() -> String {
         format!(
-            "Cancel a Graph run started by this Connected agent. \
+            "Cancel a Graph run started by this connection. \
              A queued run is cancelled at once and never starts; a running run gets a cancel flag that the desktop reads within seconds, and it ends as cancelled. \
              A run that already finished is left unchanged (the answer says so), and a cancelled run cannot complete. \
-             A run not started by this Connected agent, an unknown id and a malformed id all get \"{RUN_NOT_FOUND}\"."
+             A run not started by this connection, an unknown id and a malformed id all get \"{RUN_NOT_FOUND}\"."
         )
     }
 
@@ -297,7 +302,6 @@ impl McpTool for CancelGraphRun {
         input: Self::Input,
     ) -> Result<Answer<CancelOutcome>, ToolError> {
         let outcome = runs::cancel_run(&cx.app.runs, cx.agent, &input.command_id).await?;
-        let text = outcome.message.clone();
-        Ok(Answer::with_text(outcome, text))
+        Ok(Answer::json(outcome))
     }
 }

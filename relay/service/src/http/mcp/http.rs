@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use super::Mcp;
 use super::legacy_sessions::SessionId;
+use super::listen;
 use super::tools::{Registry, insufficient_scope_result};
 use crate::auth::{AgentIdentity, Scope};
 use crate::http::AppState;
@@ -52,7 +53,7 @@ pub async fn gate(
     let app = &mcp.app;
     let base = oauth::base_url(app, request.headers());
     let (mut parts, body) = request.into_parts();
-    let mut lists_tools = false;
+    let mut kind = Kind::Other;
     let body = if parts.method == Method::POST {
         let checks = Checks {
             app,
@@ -61,8 +62,8 @@ pub async fn gate(
             base: &base,
         };
         match read_message(&checks, body, &mut parts).await {
-            Ok((body, lists)) => {
-                lists_tools = lists;
+            Ok((body, found)) => {
+                kind = found;
                 body
             }
             Err(refusal) => return *refusal,
@@ -73,6 +74,14 @@ pub async fn gate(
         }
         body
     };
+    let listen_tasks = match &kind {
+        Kind::Listen(ids) => {
+            let accepted = listen::readable_tasks(app, &agent, ids).await;
+            parts.extensions.insert(accepted.clone());
+            Some(accepted)
+        }
+        _ => None,
+    };
     parts.extensions.insert(agent);
     let response = next.run(Request::from_parts(parts, body)).await;
     if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
@@ -82,11 +91,23 @@ pub async fn gate(
             "the body is not a JSON-RPC message this server can read (too deeply nested, or not an MCP request): send one JSON-RPC request object",
         );
     }
-    if lists_tools {
-        hoist_security_schemes(response).await
-    } else {
-        response
+    match (kind, listen_tasks) {
+        (Kind::ListsTools, _) => hoist_security_schemes(response).await,
+        (Kind::Listen(_), Some(accepted)) if response.status() == StatusCode::OK => {
+            listen::acknowledge_task_ids(response, &accepted)
+        }
+        _ => response,
     }
+}
+
+/// What the gate does besides passing a message on.
+enum Kind {
+    /// Nothing more.
+    Other,
+    /// `tools/list`: its answer gets the security schemes hoisted.
+    ListsTools,
+    /// `subscriptions/listen` naming these task ids (with the tasks extension declared).
+    Listen(Vec<String>),
 }
 
 /// What the gate checks a message against: the service (the token's rate), the tools (each
@@ -100,12 +121,12 @@ struct Checks<'a> {
 
 /// Reads a POST's JSON-RPC message within the body limit and checks what the gate checks
 /// before rmcp sees it: one message (no batch), JSON, the token's rate, the tool's scope.
-/// Returns the body to pass on and whether it lists tools, or the refusal to answer.
+/// Returns the body to pass on and what more the gate does with it, or the refusal to answer.
 async fn read_message(
     checks: &Checks<'_>,
     body: Body,
     parts: &mut axum::http::request::Parts,
-) -> Result<(Body, bool), Box<Response>> {
+) -> Result<(Body, Kind), Box<Response>> {
     let Checks {
         app,
         tools,
@@ -146,13 +167,21 @@ async fn read_message(
         }
         return Err(Box::new(rate_limited(app, wait, called.map(|_| id))));
     }
-    let mut lists_tools = false;
+    let mut kind = Kind::Other;
     if let Ok(peek) = peek {
         match peek.method.as_deref() {
             Some("initialize") => {
                 parts.extensions.insert(OpensSession);
             }
-            Some("tools/list") => lists_tools = true,
+            Some("tools/list") => kind = Kind::ListsTools,
+            Some("subscriptions/listen") => {
+                let params = serde_json::from_slice::<Value>(&bytes)
+                    .ok()
+                    .and_then(|message| message.get("params").cloned());
+                if let Some(ids) = params.as_ref().and_then(listen::requested_task_ids) {
+                    kind = Kind::Listen(ids);
+                }
+            }
             Some("tools/call") => {
                 let name = peek.params.and_then(|p| p.name).unwrap_or_default();
                 if let Some(scope) = tools.scope(&name)
@@ -165,7 +194,7 @@ async fn read_message(
             _ => {}
         }
     }
-    Ok((Body::from(bytes), lists_tools))
+    Ok((Body::from(bytes), kind))
 }
 
 /// `name` as the metrics' tool label: a tool of the registry, else [`UNKNOWN_TOOL`].

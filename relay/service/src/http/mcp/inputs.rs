@@ -56,26 +56,70 @@ pub fn input_schema_of<T: JsonSchema>() -> Arc<JsonObject> {
     }
 }
 
-/// The `outputSchema` of type `T`: rmcp's (draft 2020-12), without the number `format`s
-/// schemars adds (`uint64`, `double`), which JSON Schema does not define and validators warn
-/// about.
+/// The `outputSchema` of type `T`: draft 2020-12, describing what `T` serializes to, with
+/// subschemas inline, and portable: no number `format`s (`uint64` and `double` are not JSON
+/// Schema's, validators warn about them), no type arrays (a field without a value is left out
+/// of the answer, so an optional field is its value's type and not required), descriptions on
+/// one line.
+///
+/// # Panics
+/// In debug builds, if a field of `T` may be `null` (an `Option` serialized without
+/// `skip_serializing_if`): its schema would need a `null` type.
 pub fn output_schema_of<T: JsonSchema + 'static>() -> Arc<JsonObject> {
-    let tool =
-        rmcp::model::Tool::new("", "", Arc::new(JsonObject::new())).with_output_schema::<T>();
-    let mut schema = Value::Object(
-        tool.output_schema
-            .map(|schema| schema.as_ref().clone())
-            .unwrap_or_default(),
+    let mut settings = SchemaSettings::draft2020_12().for_serialize();
+    settings.inline_subschemas = true;
+    let mut schema = settings
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value();
+    portable(&mut schema);
+    within_context_budget(&mut schema);
+    debug_assert!(
+        !mentions_null(&schema),
+        "an answer field may be null: serialize it with skip_serializing_if: {schema}"
     );
-    drop_number_formats(&mut schema);
     match schema {
-        Value::Object(map) => Arc::new(map),
+        Value::Object(mut map) => {
+            map.remove("title");
+            map.remove("description");
+            Arc::new(map)
+        }
         _ => Arc::new(JsonObject::new()),
     }
 }
 
-/// Removes every `format` of a number or integer schema, at any depth.
-fn drop_number_formats(value: &mut Value) {
+/// Keeps the descriptions of an answer's top-level fields and drops those of the fields nested
+/// in them: the answer's JSON reaches the model anyway, and every conversation carries the
+/// tools' list (issue 42 holds the graph tools' list to 10 KB).
+fn within_context_budget(schema: &mut Value) {
+    fn without_descriptions(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                map.remove("description");
+                map.values_mut().for_each(without_descriptions);
+            }
+            Value::Array(items) => items.iter_mut().for_each(without_descriptions),
+            _ => {}
+        }
+    }
+    let Some(Value::Object(fields)) = schema.get_mut("properties") else {
+        return;
+    };
+    for field in fields.values_mut() {
+        let Value::Object(field) = field else {
+            continue;
+        };
+        for (key, value) in field.iter_mut() {
+            if key != "description" {
+                without_descriptions(value);
+            }
+        }
+    }
+}
+
+/// Makes `value` portable at any depth: drops number `format`s, drops the `null` alternative
+/// of every property that is not required, and puts descriptions on one line.
+fn portable(value: &mut Value) {
     match value {
         Value::Object(map) => {
             let numeric = match map.get("type") {
@@ -86,10 +130,78 @@ fn drop_number_formats(value: &mut Value) {
             if numeric {
                 map.remove("format");
             }
-            map.values_mut().for_each(drop_number_formats);
+            if let Some(Value::String(text)) = map.get_mut("description") {
+                *text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            }
+            let required: Vec<String> = map
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|names| {
+                    names
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default();
+            if let Some(Value::Object(properties)) = map.get_mut("properties") {
+                for (name, property) in properties.iter_mut() {
+                    if !required.contains(name) {
+                        drop_null(property);
+                    }
+                }
+            }
+            map.values_mut().for_each(portable);
         }
-        Value::Array(items) => items.iter_mut().for_each(drop_number_formats),
+        Value::Array(items) => items.iter_mut().for_each(portable),
         _ => {}
+    }
+}
+
+/// The schema of a field left out when it has no value: its `null` alternative removed, from a
+/// type array (`["string", "null"]` becomes `"string"`) or an `anyOf`.
+fn drop_null(schema: &mut Value) {
+    let Value::Object(map) = schema else {
+        return;
+    };
+    if let Some(Value::Array(types)) = map.get("type") {
+        let rest: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+        let single = match rest.as_slice() {
+            [one] => one.clone(),
+            _ => Value::Array(rest),
+        };
+        map.insert("type".into(), single);
+    }
+    let any_of = map.remove("anyOf");
+    if let Some(Value::Array(branches)) = any_of {
+        let mut rest: Vec<Value> = branches
+            .into_iter()
+            .filter(|branch| branch.get("type") != Some(&Value::from("null")))
+            .collect();
+        match (rest.len(), rest.pop()) {
+            (1, Some(Value::Object(only))) => map.extend(only),
+            (_, Some(last)) => {
+                rest.push(last);
+                map.insert("anyOf".into(), Value::Array(rest));
+            }
+            (_, None) => {}
+        }
+    }
+}
+
+/// Whether `schema` allows `null` anywhere.
+fn mentions_null(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => {
+            let null_type = match map.get("type") {
+                Some(Value::String(kind)) => kind == "null",
+                Some(Value::Array(kinds)) => kinds.iter().any(|k| k == "null"),
+                _ => false,
+            };
+            null_type || map.values().any(mentions_null)
+        }
+        Value::Array(items) => items.iter().any(mentions_null),
+        _ => false,
     }
 }
 
@@ -194,15 +306,36 @@ mod tests {
     }
 
     #[test]
-    fn output_schemas_have_no_number_formats() {
-        #[derive(JsonSchema)]
+    fn output_schemas_are_portable() {
+        #[derive(serde::Serialize, JsonSchema)]
+        #[allow(dead_code)] // Only its schema is used.
+        struct Inner {
+            /// Nested: left out of the listing.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            at: Option<String>,
+        }
+        #[derive(serde::Serialize, JsonSchema)]
         #[allow(dead_code)] // Only its schema is used.
         struct Out {
+            /// Two
+            /// lines.
             count: u64,
+            #[serde(skip_serializing_if = "Option::is_none")]
             cost: Option<f64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            inner: Option<Inner>,
         }
         let schema = Value::Object(output_schema_of::<Out>().as_ref().clone());
-        assert!(!schema.to_string().contains("format"), "{schema}");
+        assert_eq!(
+            schema["properties"],
+            json!({
+                "count": {"type": "integer", "minimum": 0, "description": "Two lines."},
+                "cost": {"type": "number"},
+                "inner": {"type": "object", "properties": {"at": {"type": "string"}}}
+            }),
+            "{schema}"
+        );
+        assert_eq!(schema["required"], json!(["count"]), "{schema}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod graph;
 mod http;
 pub mod inputs;
 pub mod legacy_sessions;
+mod listen;
 pub mod progress;
 mod resources;
 mod tasks;
@@ -17,11 +18,11 @@ use std::sync::Arc;
 
 use axum::Router;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CancelTaskParams, CreateTaskResult, GetTaskParams,
-    GetTaskResult, Implementation, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool,
-    UnsubscribeRequestParams, UpdateTaskParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CreateTaskResult, DiscoverResult,
+    GetTaskParams, GetTaskResult, Implementation, InitializeRequestParams, InitializeResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::service::SubscriptionContext;
@@ -49,11 +50,32 @@ use crate::runs;
 
 pub use self::http::MAX_MCP_BODY_BYTES;
 
-const INSTRUCTIONS: &str = "Graphs run on the owner's desktop, not here. list_graph_sessions shows what the owner shares; \
-run_graph_session queues a run and returns a command_id at once; get_graph_run reads progress and the result \
-(look about 20 s after queueing, then every 15 s); cancel_graph_run stops it. \
-Linked chat tasks are work the owner assigned to this chat (by chat_link_id): list_linked_chat_tasks shows what waits; \
-claim_linked_chat_task, do the work, then submit_linked_chat_result with the claim_id.";
+/// What the server tells a connection at `initialize` and `server/discover`: which project it
+/// acts for, and how the tools fit together, with the chat task tools only where the project
+/// has a chat link (they are listed only there).
+pub fn instructions(project_id: &str, project_name: Option<&str>, chat_links: bool) -> String {
+    let project = match project_name {
+        Some(name) => format!(
+            "the owner's project {} (project_id {project_id})",
+            serde_json::Value::from(name)
+        ),
+        None => format!("the owner's project {project_id}"),
+    };
+    let wait = runs::MAX_GET_WAIT.as_secs();
+    let mut text = format!(
+        "This connection acts for {project}. Graphs run on the owner's desktop, not here. \
+list_graph_sessions (no arguments needed) shows the graphs the owner shares; run_graph_session queues a run and returns its command_id at once; \
+get_graph_run with wait_seconds {wait} waits for the run and returns its result: call it instead of waiting yourself, and again while the run is not finished; \
+cancel_graph_run stops a run."
+    );
+    if chat_links {
+        text.push_str(
+            " Linked chat tasks are work the owner assigned to a chat (by chat_link_id): list_linked_chat_tasks shows what waits; \
+claim_linked_chat_task, do the work, then submit_linked_chat_result with the claim_id.",
+        );
+    }
+    text
+}
 
 /// The product's tools, in listing order: the graph tools first, then the chat task tools.
 pub fn standard_tools() -> Registry {
@@ -125,26 +147,61 @@ pub struct GraphTools {
 }
 
 impl ServerHandler for GraphTools {
+    /// Everything the server can do for a current-era (stateless) client: rmcp accepts a
+    /// `subscriptions/listen` filter only within these. A 2025-era session is told less at
+    /// `initialize` (see there).
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
+                .enable_tool_list_changed()
                 .enable_resources()
                 .enable_resources_subscribe()
                 .enable_tasks()
                 .build(),
         )
         .with_server_info(Implementation::new("graphrelay", env!("CARGO_PKG_VERSION")))
-        .with_instructions(INSTRUCTIONS)
+    }
+
+    /// A 2025-era session (`initialize`, `Mcp-Session-Id`): served statelessly like every
+    /// request, it has no stream for the server to push on (`GET /mcp` answers 405) and no
+    /// memory of the capabilities it declared. So it is offered only what it gets: tools and
+    /// resources to read, without subscriptions, list changes or tasks.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let mut info = self.negotiate_initialize(&request)?;
+        info.capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .build();
+        info.instructions = Some(self.instructions_for(agent_of(&context)?).await?);
+        Ok(info)
+    }
+
+    async fn discover(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        let instructions = self.instructions_for(agent_of(&context)?).await?;
+        Ok(DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.get_info().with_instructions(instructions),
+        ))
     }
 
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        let agent = agent_of(&context)?;
+        let chat_links = self.has_chat_links(agent).await?;
         Ok(ListToolsResult::with_all_items(
-            self.mcp.tools.definitions(),
+            self.mcp.tools.listed(chat_links),
         ))
     }
 
@@ -270,9 +327,12 @@ impl ServerHandler for GraphTools {
             return Err(refusal);
         }
         let tasks = request
-            .client_capabilities()
-            .is_some_and(|capabilities| capabilities.supports_tasks());
-        resources::listen(&self.mcp.app, agent, &context, tasks).await
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<listen::ListenTasks>())
+            .cloned()
+            .unwrap_or(listen::ListenTasks(Vec::new()));
+        listen::listen(&self.mcp.app, agent, &context, &tasks).await
     }
 
     /// 2025-era `resources/subscribe`: acknowledged with `{}`. This service keeps no 2025
@@ -389,6 +449,39 @@ impl GraphTools {
             ),
             None,
         )
+    }
+
+    /// Whether `agent`'s project has a chat link (then the chat task tools are listed). Not
+    /// asked when no tool needs one.
+    async fn has_chat_links(&self, agent: &AgentIdentity) -> Result<bool, ErrorData> {
+        if !self.mcp.tools.has_chat_tools() {
+            return Ok(false);
+        }
+        let links = self
+            .mcp
+            .app
+            .store
+            .chat_links(&agent.project_id)
+            .await
+            .map_err(|error| errors::store_failure(&error))?;
+        Ok(!links.is_empty())
+    }
+
+    /// The instructions for `agent`'s connection, naming its project.
+    async fn instructions_for(&self, agent: &AgentIdentity) -> Result<String, ErrorData> {
+        let project = self
+            .mcp
+            .app
+            .store
+            .project(&agent.project_id)
+            .await
+            .map_err(|error| errors::store_failure(&error))?;
+        let chat_links = self.has_chat_links(agent).await?;
+        Ok(instructions(
+            &agent.project_id,
+            project.as_ref().map(|p| p.name.as_str()),
+            chat_links,
+        ))
     }
 
     /// `run_graph_session` for a client that declared the tasks extension: the run as a task

@@ -1,28 +1,20 @@
 //! MCP resources that wake a host: a chat link's inbox (`relay://chat-links/{id}/tasks`) and a
 //! run (`relay://runs/{command_id}`). `resources/read` answers the same JSON as
 //! `list_linked_chat_tasks` and `get_graph_run`; a `subscriptions/listen` stream that names
-//! them gets `notifications/resources/updated` when they change, driven by
-//! [`crate::store::notify`] (the same wake-ups as the long polls, carried across replicas on
-//! PostgreSQL), never by polling the store. A stream from a client that declared the tasks
-//! extension also gets `notifications/tasks` for the runs it names.
+//! them gets `notifications/resources/updated` when they change (`super::listen`).
 
-use std::pin::Pin;
-
-use futures_util::future::select_all;
 use rmcp::ErrorData;
 use rmcp::model::{
-    CacheScope, GetMeta, ListResourceTemplatesResult, ListResourcesResult, ReadResourceResult,
-    Resource, ResourceContents, ResourceTemplate, ServerNotification, SubscriptionFilter,
-    TaskStatusNotification, TaskStatusNotificationParams,
+    CacheScope, ListResourceTemplatesResult, ListResourcesResult, ReadResourceResult, Resource,
+    ResourceContents, ResourceTemplate, SubscriptionFilter,
 };
-use rmcp::service::SubscriptionContext;
 use serde_json::json;
 
 use crate::auth::AgentIdentity;
 use crate::chat_tasks::agent as chat_agent;
 use crate::http::AppState;
 use crate::runs;
-use crate::store::notify::{Subscription, Topic};
+use crate::store::notify::Topic;
 
 use super::errors;
 
@@ -156,7 +148,7 @@ pub async fn read(
 }
 
 /// The topic that wakes `resource`'s subscribers, once `agent` may read it.
-async fn topic(
+pub(super) async fn topic(
     app: &AppState,
     agent: &AgentIdentity,
     resource: &ResourceUri,
@@ -174,8 +166,8 @@ async fn topic(
 }
 
 /// What a `subscriptions/listen` request may watch: resource updates of this service's URIs
-/// (at most [`MAX_SUBSCRIBED_URIS`]). Whether the agent may read each one is checked when the
-/// stream starts ([`listen`]).
+/// (at most [`MAX_SUBSCRIBED_URIS`]) and changes of the tool list. Whether the agent may read
+/// each resource is checked when the stream starts (`super::listen`).
 pub fn accepted(requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
     let uris: Vec<String> = requested
         .resource_subscriptions
@@ -187,102 +179,6 @@ pub fn accepted(requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
         .collect();
     let mut filter = SubscriptionFilter::new();
     filter.resource_subscriptions = Some(uris);
+    filter.tools_list_changed = requested.tools_list_changed.filter(|asked| *asked);
     Some(filter)
-}
-
-struct Watched {
-    uri: String,
-    resource: ResourceUri,
-    changes: Subscription,
-}
-
-/// Runs one `subscriptions/listen` stream until the client goes away or the service stops:
-/// every change of a watched resource the agent may read is one
-/// `notifications/resources/updated` (and, for a run with `tasks` declared, one
-/// `notifications/tasks` carrying what `tasks/get` answers then).
-pub async fn listen(
-    app: &AppState,
-    agent: &AgentIdentity,
-    context: &SubscriptionContext,
-    tasks: bool,
-) -> Result<(), ErrorData> {
-    let mut watched = Vec::new();
-    for uri in context.accepted().resource_subscriptions.iter().flatten() {
-        let Some(resource) = ResourceUri::parse(uri) else {
-            continue;
-        };
-        if let Some(topic) = topic(app, agent, &resource).await? {
-            watched.push(Watched {
-                uri: uri.clone(),
-                changes: app.notifier.subscribe(&topic),
-                resource,
-            });
-        } else {
-            tracing::debug!(%uri, "listen: not a resource of this agent; not watched");
-        }
-    }
-    if watched.is_empty() {
-        tokio::select! {
-            () = context.cancelled() => {}
-            () = app.shutdown.cancelled() => {}
-        }
-        return Ok(());
-    }
-    loop {
-        let changed = {
-            let waits: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = watched
-                .iter_mut()
-                .map(|w| Box::pin(w.changes.changed()) as Pin<Box<dyn Future<Output = ()> + Send>>)
-                .collect();
-            tokio::select! {
-                (_, index, _) = select_all(waits) => index,
-                () = context.cancelled() => return Ok(()),
-                () = app.shutdown.cancelled() => return Ok(()),
-            }
-        };
-        let Some(entry) = watched.get(changed) else {
-            continue;
-        };
-        if context
-            .sink()
-            .notify_resource_updated(entry.uri.clone())
-            .await
-            .is_err()
-        {
-            // The stream is gone.
-            return Ok(());
-        }
-        if tasks && let ResourceUri::Run(id) = &entry.resource {
-            send_task_status(app, agent, context, id).await;
-        }
-    }
-}
-
-/// `notifications/tasks` with the task as `tasks/get` would answer it now.
-async fn send_task_status(
-    app: &AppState,
-    agent: &AgentIdentity,
-    context: &SubscriptionContext,
-    command_id: &str,
-) {
-    let Ok(view) = runs::get_run(&app.runs, agent, command_id).await else {
-        return;
-    };
-    let task = super::tasks::detailed(app, &view, super::graph::run_result(&view));
-    let mut notification = ServerNotification::TaskStatusNotification(TaskStatusNotification::new(
-        TaskStatusNotificationParams::new(task),
-    ));
-    notification
-        .get_meta_mut()
-        .set_subscription_id(context.request_context().id.clone());
-    // rmcp's subscription sink does not route task notifications yet (it has no task filter),
-    // so this goes to the stream's peer directly, tagged with the stream's id like the rest.
-    let sent = context
-        .request_context()
-        .peer
-        .send_notification(notification)
-        .await;
-    if let Err(error) = sent {
-        tracing::debug!(%error, "a task status notification found no stream");
-    }
 }

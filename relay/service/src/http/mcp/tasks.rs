@@ -71,7 +71,12 @@ pub(super) fn task_of(app: &AppState, view: &RunView) -> Task {
     .with_ttl_ms(millis(TASK_TTL))
     .with_status_message(status_message(view));
     if !view.status.is_terminal() {
-        task = task.with_poll_interval_ms(millis(app.config.poll_hint).max(1));
+        // As often as the agent is told to look: seconds when the desktop long-polls.
+        let poll = view
+            .poll_after_seconds
+            .filter(|seconds| *seconds > 0)
+            .map_or(app.config.poll_hint, Duration::from_secs);
+        task = task.with_poll_interval_ms(millis(poll).max(1));
     }
     task
 }

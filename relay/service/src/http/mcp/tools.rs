@@ -61,10 +61,12 @@ pub struct ToolContext<'a> {
 }
 
 /// A tool's answer: the value (its `structuredContent`, which the tool's `outputSchema`
-/// describes) and the text block beside it.
+/// describes), whose compact JSON is also the first text block, and at most one short
+/// sentence of guidance (what to call next) as a second block. A host that hands the model
+/// only `content` gives it the same data as one that reads `structuredContent`.
 pub struct Answer<T> {
     value: T,
-    text: Option<String>,
+    hint: Option<String>,
     failed: bool,
 }
 
@@ -73,16 +75,16 @@ impl<T> Answer<T> {
     pub fn json(value: T) -> Self {
         Answer {
             value,
-            text: None,
+            hint: None,
             failed: false,
         }
     }
 
-    /// The value, with `text` in words.
-    pub fn with_text(value: T, text: String) -> Self {
+    /// The value, with its JSON as the text and `hint` (one short sentence) after it.
+    pub fn with_hint(value: T, hint: Option<String>) -> Self {
         Answer {
             value,
-            text: Some(text),
+            hint,
             failed: false,
         }
     }
@@ -159,6 +161,9 @@ pub trait McpTool: Send + Sync + 'static {
     const SCOPE: Scope;
     /// What it promises about its effects.
     const HINTS: Hints;
+    /// Whether it works on a linked chat's tasks, so that only a connection whose project has
+    /// a chat link lists it (every other conversation would carry its definition for nothing).
+    const NEEDS_CHAT_LINK: bool = false;
 
     /// What it does, for the model: plain sentences.
     fn description() -> String;
@@ -182,6 +187,7 @@ type Call = for<'a> fn(
 struct Route {
     definition: Tool,
     scope: Scope,
+    needs_chat_link: bool,
     call: Call,
 }
 
@@ -210,6 +216,7 @@ impl Registry {
         self.routes.push(Route {
             definition: definition::<T>(),
             scope: T::SCOPE,
+            needs_chat_link: T::NEEDS_CHAT_LINK,
             call: call::<T>,
         });
         self
@@ -227,6 +234,21 @@ impl Registry {
             .iter()
             .map(|route| route.definition.clone())
             .collect()
+    }
+
+    /// The definitions a connection lists, in listing order: every tool when its project has
+    /// a chat link, else those that need none.
+    pub fn listed(&self, chat_links: bool) -> Vec<Tool> {
+        self.routes
+            .iter()
+            .filter(|route| chat_links || !route.needs_chat_link)
+            .map(|route| route.definition.clone())
+            .collect()
+    }
+
+    /// Whether some tool is listed only where a chat link exists.
+    pub fn has_chat_tools(&self) -> bool {
+        self.routes.iter().any(|route| route.needs_chat_link)
     }
 
     /// Tool `name`'s definition.
@@ -295,16 +317,25 @@ fn call<'a, T: McpTool>(
     })
 }
 
-/// The tool result of `answer`.
+/// The tool result of `answer`: its value as `structuredContent` and, the same bytes, as the
+/// first text block; the hint, if any, as a second.
 pub(super) fn encode<T: Serialize>(answer: Answer<T>) -> CallToolResult {
-    let value = serde_json::to_value(&answer.value).unwrap_or(Value::Null);
+    let value = match serde_json::to_value(&answer.value) {
+        Ok(value) => value,
+        Err(error) => {
+            tracing::error!(%error, "a tool answer could not be encoded");
+            return error_result(
+                "The relay service could not encode this answer; retrying does not help.",
+            );
+        }
+    };
     let mut result = if answer.failed {
         CallToolResult::structured_error(value)
     } else {
         CallToolResult::structured(value)
     };
-    if let Some(text) = answer.text {
-        result.content = vec![ContentBlock::text(text)];
+    if let Some(hint) = answer.hint {
+        result.content.push(ContentBlock::text(hint));
     }
     result
 }
@@ -327,30 +358,25 @@ pub(crate) fn tool_error_result(error: ToolError, tool: &str) -> CallToolResult 
     }
 }
 
-/// A tool error the model can read: the message as text and as `structuredContent.error`.
+/// A tool error the model can read: `isError` with the message as its one text block and no
+/// `structuredContent`. A client validates any `structuredContent` against the tool's
+/// `outputSchema` (the TypeScript SDK throws when it does not fit, so the model would never
+/// see the message), and an error has no value of the answer's shape to give.
 pub fn error_result(message: &str) -> CallToolResult {
-    let mut result = CallToolResult::structured_error(json!({ "error": message }));
-    result.content = vec![ContentBlock::text(message)];
-    result
+    CallToolResult::error(vec![ContentBlock::text(message)])
 }
 
-/// The in-band form of a 403 for tool `name`, which needs `scope`: an error result carrying
-/// the challenge in `_meta["mcp/www_authenticate"]`, for hosts that read it there.
+/// The in-band form of a 403 for tool `name`, which needs `scope`: an error result whose text
+/// says what is missing, carrying the challenge in `_meta["mcp/www_authenticate"]` for hosts
+/// that read it there.
 pub fn insufficient_scope_result(name: &str, scope: Scope, base_url: &str) -> CallToolResult {
     let message = format!(
         "This connection's token lacks the {scope} scope that {name} needs: ask the owner for a token with that scope."
     );
-    let mut result = CallToolResult::structured_error(json!({
-        "error": "insufficient_scope",
-        "required_scope": scope.as_str(),
-        "message": message,
-    }));
-    result.content = vec![ContentBlock::text(message)];
     let mut meta = Map::new();
     meta.insert(
         "mcp/www_authenticate".into(),
         json!([insufficient_scope_challenge(base_url, name, scope)]),
     );
-    result.meta = Some(MetaObject(meta));
-    result
+    error_result(&message).with_meta(Some(MetaObject(meta)))
 }

@@ -166,9 +166,23 @@ pub async fn authorization_server_metadata(
     }))
 }
 
-/// 401 for a missing or bad token, pointing at the metadata.
+/// 401 for a missing or bad token: the challenge points at the metadata and names the scopes a
+/// client should ask for; for a token that was sent but does not work (unknown, expired,
+/// revoked, another kind) it says `error="invalid_token"` (RFC 6750 §3), which tells a client
+/// to refresh or authorize again rather than retry.
 pub fn unauthorized(base: &str, error: &AuthError) -> Response {
-    let challenge = format!("Bearer resource_metadata=\"{}\"", metadata_url(base));
+    let mut challenge = String::from("Bearer ");
+    if !matches!(error, AuthError::Missing) {
+        challenge.push_str(&format!(
+            "error=\"invalid_token\", error_description=\"{}\", ",
+            quoted(&error.to_string())
+        ));
+    }
+    let scopes = Scope::ALL.map(Scope::as_str).join(" ");
+    challenge.push_str(&format!(
+        "resource_metadata=\"{}\", scope=\"{scopes}\"",
+        metadata_url(base)
+    ));
     let mut response = (
         StatusCode::UNAUTHORIZED,
         Json(json!({
@@ -183,6 +197,14 @@ pub fn unauthorized(base: &str, error: &AuthError) -> Response {
             .insert(header::WWW_AUTHENTICATE, value);
     }
     response
+}
+
+/// `text` as the inside of a quoted-string: without `"` and `\`, and without what a header
+/// value cannot hold.
+fn quoted(text: &str) -> String {
+    text.chars()
+        .filter(|c| *c != '"' && *c != '\\' && !c.is_control())
+        .collect()
 }
 
 /// The `insufficient_scope` challenge for calling `spec` without its scope.

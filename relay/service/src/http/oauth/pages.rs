@@ -182,8 +182,8 @@ pub fn consent(view: &ConsentView<'_>) -> Response {
                 button type="submit" name="decision" value="allow" { "Allow" }
                 button type="submit" name="decision" value="deny" { "Deny" }
             }
-            p { small { "You can revoke this connection at any time: "
-                code { "relay admin connection revoke ID" } " or the owner API." } }
+            p { small { "You can revoke this connection at any time under Connections in your "
+                a href="/console" { "console" } "." } }
         },
     )
 }

@@ -319,6 +319,7 @@ async fn redeem_code(
         agent_name: Some(code.client_name.clone()),
         scopes: code.scopes.clone(),
         client_id: Some(client.id.clone()),
+        connection_id: None,
         created_at: now,
         revoked_at: None,
     };

@@ -28,6 +28,8 @@ where
     concurrent_redeems_have_one_winner(make()).await;
     refresh_tokens_rotate_once(make().as_ref()).await;
     revoking_a_grant_takes_its_tokens(make().as_ref()).await;
+    grants_of_one_identity_share_a_connection(make().as_ref()).await;
+    concurrent_grants_of_one_identity_share_one_connection(make()).await;
     the_auth_sweep_removes_only_what_lapsed(make().as_ref()).await;
 }
 
@@ -289,6 +291,7 @@ fn grant(owner: &Owner) -> TokenRecord {
         agent_name: Some("App".into()),
         scopes: vec!["osfoundry:read".into(), "osfoundry:run".into()],
         client_id: Some("grc_1".into()),
+        connection_id: None,
         created_at: at(1),
         revoked_at: None,
     }
@@ -328,10 +331,11 @@ pub async fn codes_redeem_once_and_name_their_grant(store: &dyn Store) {
         .await
         .expect("redeem");
     assert_eq!(outcome, RedeemOutcome::Issued);
-    assert_eq!(
-        store.token(&first.id).await.expect("read"),
-        Some(first.clone())
-    );
+    let stored = TokenRecord {
+        connection_id: Some(first.id.clone()),
+        ..first.clone()
+    };
+    assert_eq!(store.token(&first.id).await.expect("read"), Some(stored));
     let access = store
         .oauth_token("t1-access")
         .await
@@ -521,6 +525,127 @@ pub async fn revoking_a_grant_takes_its_tokens(store: &dyn Store) {
             .expect("read")
             .is_none()
     );
+}
+
+/// The connection of the grant stored under `id`.
+async fn connection_of(store: &dyn Store, id: &str) -> Option<String> {
+    store
+        .token(id)
+        .await
+        .expect("read grant")
+        .and_then(|grant| grant.connection_id)
+}
+
+/// A grant redeemed from a fresh code for `client` on `owner`'s project, at `when`.
+async fn redeemed_for(store: &dyn Store, owner: &Owner, client: &str, tag: &str) -> TokenRecord {
+    let code_hash = format!("code-{tag}");
+    let mut issued = code(owner, &code_hash, at(60));
+    issued.client_id = client.to_owned();
+    store.insert_auth_code(issued).await.expect("insert code");
+    let mut grant = grant(owner);
+    grant.client_id = Some(client.to_owned());
+    let outcome = store
+        .redeem_auth_code(&code_hash, at(1), grant.clone(), tokens(&grant.id, tag))
+        .await
+        .expect("redeem");
+    assert_eq!(outcome, RedeemOutcome::Issued);
+    grant
+}
+
+/// Checks that the grants of one client for one owner and project share the first one's
+/// connection while it lives, that another client or project starts its own, and that
+/// revoking a connection revokes every grant of it with their tokens, once.
+pub async fn grants_of_one_identity_share_a_connection(store: &dyn Store) {
+    let ann = owner(store, "ann").await;
+    let first = redeemed_for(store, &ann, "grc_a", "a1").await;
+    let again = redeemed_for(store, &ann, "grc_a", "a2").await;
+    let other_client = redeemed_for(store, &ann, "grc_b", "b1").await;
+    let elsewhere = owner(store, "ann-elsewhere").await;
+    let other_project = redeemed_for(store, &elsewhere, "grc_a", "e1").await;
+    assert_eq!(
+        connection_of(store, &first.id).await,
+        Some(first.id.clone())
+    );
+    assert_eq!(
+        connection_of(store, &again.id).await,
+        Some(first.id.clone()),
+        "authorizing again joins the connection"
+    );
+    for alone in [&other_client, &other_project] {
+        assert_eq!(
+            connection_of(store, &alone.id).await,
+            Some(alone.id.clone())
+        );
+    }
+    assert_eq!(
+        store
+            .revoke_connection(&first.id, at(9))
+            .await
+            .expect("revoke"),
+        2,
+        "both grants of the connection"
+    );
+    for hash in ["a1-access", "a1-refresh", "a2-access", "a2-refresh"] {
+        let token = store.oauth_token(hash).await.expect("read").expect("token");
+        assert_eq!(
+            token.revoked_at,
+            Some(at(9)),
+            "{hash} goes with its connection"
+        );
+    }
+    let kept = store
+        .oauth_token("b1-access")
+        .await
+        .expect("read")
+        .expect("token");
+    assert_eq!(kept.revoked_at, None, "another connection is kept");
+    assert_eq!(
+        store
+            .revoke_connection(&first.id, at(10))
+            .await
+            .expect("again"),
+        0
+    );
+    let after = redeemed_for(store, &ann, "grc_a", "a3").await;
+    assert_eq!(
+        connection_of(store, &after.id).await,
+        Some(after.id.clone()),
+        "after its revocation the identity starts a new connection"
+    );
+}
+
+/// Checks that grants of one identity redeemed at the same moment all join one connection.
+pub async fn concurrent_grants_of_one_identity_share_one_connection(store: Arc<dyn Store>) {
+    let ann = owner(store.as_ref(), "ann").await;
+    let mut grants = Vec::new();
+    for n in 0..8 {
+        let code_hash = format!("code-c{n}");
+        store
+            .insert_auth_code(code(&ann, &code_hash, at(60)))
+            .await
+            .expect("insert code");
+        grants.push((code_hash, grant(&ann), n));
+    }
+    let redeems = grants.iter().map(|(code_hash, grant, n)| {
+        let store = store.clone();
+        let (code_hash, grant) = (code_hash.clone(), grant.clone());
+        let tag = format!("c{n}");
+        tokio::spawn(async move {
+            store
+                .redeem_auth_code(&code_hash, at(1), grant.clone(), tokens(&grant.id, &tag))
+                .await
+        })
+    });
+    for outcome in futures_util::future::join_all(redeems).await {
+        let outcome = outcome.expect("task").expect("redeem");
+        assert_eq!(outcome, RedeemOutcome::Issued);
+    }
+    let mut connections = Vec::new();
+    for (_, grant, _) in &grants {
+        connections.push(connection_of(store.as_ref(), &grant.id).await);
+    }
+    connections.dedup();
+    assert_eq!(connections.len(), 1, "one connection: {connections:?}");
 }
 
 /// Two sessions (one idle), three clients (one old and unused), a grant whose access token

@@ -13,9 +13,9 @@ use serde_json::{Map, Value, json};
 
 use super::{
     ArtifactInsertOutcome, ArtifactRecord, BrowserSessionRecord, ChatLinkRecord, ClaimAttempt,
-    ClaimResult, CommandQuery, CommandRecord, InsertOutcome, ProjectRecord, QueueLimit, QueueQuota,
-    SessionSnapshot, SnapshotWrite, Store, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind,
-    TokenRecord,
+    ClaimResult, CommandQuery, CommandRecord, InsertOutcome, PresenceSync, ProjectRecord,
+    QueueLimit, QueueQuota, SessionSnapshot, SnapshotWrite, Store, SweepCounts, TaskInsertOutcome,
+    TaskRecord, TokenKind, TokenRecord,
 };
 use crate::model::{HostKind, TaskId, TaskStatus};
 use relay_protocol::clock::Timestamp;
@@ -76,6 +76,7 @@ async fn seed(store: &dyn Store) -> Seed {
                 agent_name: Some(name.into()),
                 scopes: vec!["osfoundry:read".into(), "osfoundry:run".into()],
                 client_id: None,
+                connection_id: None,
                 created_at: T0,
                 revoked_at: None,
             })
@@ -366,6 +367,7 @@ pub async fn projects_owners_and_tokens_are_listed_in_order(store: &dyn Store) {
         agent_name: None,
         scopes: Vec::new(),
         client_id: None,
+        connection_id: None,
         created_at: created,
         revoked_at: None,
     };
@@ -793,14 +795,16 @@ pub async fn open_runs_and_tasks_are_counted_by_status(store: &dyn Store) {
         .await
         .expect("claim")
         .expect("claimed");
-    store
-        .record_presence(&runs.project_id, at(100), Some(None))
-        .await
-        .expect("presence");
-    store
-        .record_presence(&other.project_id, at(60), Some(None))
-        .await
-        .expect("presence");
+    for (project, seconds) in [(&runs.project_id, 100), (&other.project_id, 60)] {
+        let synced = PresenceSync {
+            problem: None,
+            long_polls: false,
+        };
+        store
+            .record_presence(project, at(seconds), Some(synced))
+            .await
+            .expect("presence");
+    }
     let expected = OpenCounts {
         runs_queued: 1,
         runs_running: 1,
@@ -1774,15 +1778,21 @@ pub async fn token_uses_are_per_owner_and_never_move_back(store: &dyn Store) {
     );
 }
 
-/// A desktop's presence never moves back in time; its problem changes only when a sync says
-/// so (`Some`), and other requests (`None`) keep it.
+/// A desktop's presence never moves back in time; its problem and polling mode change only
+/// when a sync says so (`Some`), and other requests (`None`) keep them.
 pub async fn presence_keeps_its_problem_until_a_sync_says_otherwise(store: &dyn Store) {
     let seed = seed(store).await;
     let project = seed.project_id.as_str();
     assert_eq!(store.presence(project).await.expect("read"), None);
     let full = r#"{"cause":"disk_full","detail":"1 MiB free"}"#;
+    let sync = |problem, long_polls| {
+        Some(PresenceSync {
+            problem,
+            long_polls,
+        })
+    };
     store
-        .record_presence(project, at(10), Some(Some(full)))
+        .record_presence(project, at(10), sync(Some(full), true))
         .await
         .expect("sync with a problem");
     store
@@ -1792,12 +1802,16 @@ pub async fn presence_keeps_its_problem_until_a_sync_says_otherwise(store: &dyn 
     let read = store.presence(project).await.expect("read").expect("seen");
     assert_eq!(read.seen_at, at(10), "never moves back");
     assert_eq!(read.problem.as_deref(), Some(full), "kept by a heartbeat");
+    assert!(read.long_polls, "the mode is kept by a heartbeat");
     store
-        .record_presence(project, at(20), Some(None))
+        .record_presence(project, at(20), sync(None, false))
         .await
         .expect("a sync without a problem");
     let read = store.presence(project).await.expect("read").expect("seen");
-    assert_eq!((read.seen_at, read.problem), (at(20), None));
+    assert_eq!(
+        (read.seen_at, read.problem, read.long_polls),
+        (at(20), None, false)
+    );
 }
 
 /// A report lands only on a running command under its own execution id, survives the

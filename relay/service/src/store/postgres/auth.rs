@@ -193,7 +193,81 @@ async fn run(
     Ok(usize::try_from(changed).unwrap_or(usize::MAX))
 }
 
+/// Connections (migration 7): the grants of one client for one owner and project share a
+/// connection, the agent identity their runs and idempotency keys belong to. A grant made
+/// before it is a connection of its own, so its runs stay its own.
+pub(super) const CONNECTIONS_MIGRATION: &str = r#"
+ALTER TABLE tokens ADD COLUMN connection_id TEXT;
+UPDATE tokens SET connection_id = id WHERE client_id IS NOT NULL;
+CREATE INDEX tokens_by_connection ON tokens(connection_id) WHERE connection_id IS NOT NULL;
+CREATE INDEX grants_by_identity ON tokens(client_id, owner_id, project_id, created_at)
+    WHERE client_id IS NOT NULL AND revoked_at IS NULL;
+"#;
+
+/// The connection `grant` joins: that of the live grants of its client, owner and project
+/// (the oldest one's), or its own id. Under a transaction lock on the identity, so two grants
+/// of one identity redeemed at once across replicas cannot both start a connection.
+async fn connection_for(
+    transaction: &deadpool_postgres::Transaction<'_>,
+    grant: &TokenRecord,
+) -> Result<String, StoreError> {
+    let identity = format!(
+        "grant:{}:{}:{}",
+        grant.client_id.as_deref().unwrap_or_default(),
+        grant.owner_id,
+        grant.project_id.as_deref().unwrap_or_default()
+    );
+    transaction
+        .execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+            &[&identity],
+        )
+        .await
+        .map_err(backend)?;
+    let row = transaction
+        .query_opt(
+            "SELECT connection_id FROM tokens \
+             WHERE client_id = $1 AND owner_id = $2 AND project_id = $3 AND revoked_at IS NULL \
+               AND connection_id IS NOT NULL \
+             ORDER BY created_at, id LIMIT 1",
+            &[&grant.client_id, &grant.owner_id, &grant.project_id],
+        )
+        .await
+        .map_err(backend)?;
+    match row {
+        Some(row) => get(&row, 0),
+        None => Ok(grant.id.clone()),
+    }
+}
+
 impl PostgresStore {
+    /// Revokes every live grant of the connection and their OAuth tokens in one transaction.
+    pub(super) async fn revoke_connection_impl(
+        &self,
+        connection_id: &str,
+        now: Timestamp,
+    ) -> Result<usize, StoreError> {
+        let mut client = self.client().await?;
+        let transaction = client.transaction().await.map_err(backend)?;
+        transaction
+            .execute(
+                "UPDATE oauth_tokens SET revoked_at = $1 WHERE revoked_at IS NULL \
+                 AND grant_id IN (SELECT id FROM tokens WHERE connection_id = $2)",
+                &[&now.unix_millis(), &connection_id],
+            )
+            .await
+            .map_err(backend)?;
+        let revoked = transaction
+            .execute(
+                "UPDATE tokens SET revoked_at = $1 WHERE connection_id = $2 AND revoked_at IS NULL",
+                &[&now.unix_millis(), &connection_id],
+            )
+            .await
+            .map_err(backend)?;
+        transaction.commit().await.map_err(backend)?;
+        Ok(usize::try_from(revoked).unwrap_or(usize::MAX))
+    }
+
     pub(super) async fn revoke_token_and_grant(
         &self,
         id: &str,
@@ -431,6 +505,8 @@ impl PostgresStore {
                 _ => RedeemOutcome::Invalid,
             });
         }
+        let mut grant = grant;
+        grant.connection_id = Some(connection_for(&transaction, &grant).await?);
         let params = token_params(&grant);
         transaction
             .execute(INSERT_TOKEN, &refs(&params))

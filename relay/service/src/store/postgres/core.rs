@@ -11,9 +11,10 @@ use crate::store::{
     ArtifactInsertOutcome, ArtifactRecord, AuthCodeRecord, AuthSweep, AuthSweepCounts, BoxError,
     BrowserSessionRecord, ChatLinkRecord, ClaimAttempt, ClaimResult, CommandQuery, CommandRecord,
     Damage, InsertOutcome, IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OpenCounts,
-    OwnerRecord, PresenceRecord, ProjectRecord, QueueLimit, QueueQuota, RedeemOutcome,
-    RotateOutcome, SessionRecord, SessionSnapshot, SignInLinkRecord, SnapshotWrite, Store,
-    StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    OwnerRecord, PresenceRecord, PresenceSync, ProjectRecord, QueueLimit, QueueQuota,
+    RedeemOutcome, RotateOutcome, SessionRecord, SessionSnapshot, SignInLinkRecord, SnapshotWrite,
+    Store, StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind,
+    TokenRecord,
 };
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
@@ -142,7 +143,7 @@ pub(super) const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_sessio
     token_cap";
 
 pub(super) const TOKEN_COLUMNS: &str = "id, kind, token_hash, owner_id, project_id, agent_name, \
-    scopes, created_at, revoked_at, client_id";
+    scopes, created_at, revoked_at, client_id, connection_id";
 
 /// Column `index` of `row`; a value that does not decode as `T` is damage, which the row's
 /// decoder ([`in_row`]) names.
@@ -206,6 +207,7 @@ pub(super) fn token_from_row(row: &Row) -> Result<TokenRecord, StoreError> {
             created_at: at(row, 7)?,
             revoked_at: at_opt(row, 8)?,
             client_id: get(row, 9)?,
+            connection_id: get(row, 10)?,
         })
     })
 }
@@ -222,6 +224,7 @@ pub(super) fn token_params(token: &TokenRecord) -> Vec<Box<dyn ToSql + Sync + Se
         Box::new(token.created_at.unix_millis()),
         Box::new(ms(token.revoked_at)),
         Box::new(token.client_id.clone()),
+        Box::new(token.connection_id.clone()),
     ]
 }
 
@@ -234,8 +237,8 @@ pub(super) fn refs(params: &[Box<dyn ToSql + Sync + Send>]) -> Vec<&(dyn ToSql +
 }
 
 pub(super) const INSERT_TOKEN: &str = "INSERT INTO tokens (id, kind, token_hash, owner_id, \
-    project_id, agent_name, scopes, created_at, revoked_at, client_id) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+    project_id, agent_name, scopes, created_at, revoked_at, client_id, connection_id) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
 fn owner_from_row(row: &Row) -> Result<OwnerRecord, StoreError> {
     let key: String = get(row, 0)?;
@@ -808,6 +811,14 @@ impl Store for PostgresStore {
         Box::pin(self.revoke_token_and_grant(id, now))
     }
 
+    fn revoke_connection<'a>(
+        &'a self,
+        connection_id: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, usize> {
+        Box::pin(self.revoke_connection_impl(connection_id, now))
+    }
+
     fn owner_by_name<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<OwnerRecord>> {
         Box::pin(async move {
             self.query_row(
@@ -1239,9 +1250,9 @@ impl Store for PostgresStore {
         &'a self,
         project_id: &'a str,
         seen_at: Timestamp,
-        problem: Option<Option<&'a str>>,
+        sync: Option<PresenceSync<'a>>,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(self.record_presence_impl(project_id, seen_at, problem))
+        Box::pin(self.record_presence_impl(project_id, seen_at, sync))
     }
 
     fn presence<'a>(&'a self, project_id: &'a str) -> StoreFuture<'a, Option<PresenceRecord>> {

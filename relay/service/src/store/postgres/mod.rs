@@ -37,7 +37,16 @@ const MIGRATIONS: &[&str] = &[
     presence::MIGRATION,
     core::ARGS_AND_CAPS_MIGRATION,
     core::SHARING_VERSION_MIGRATION,
+    auth::CONNECTIONS_MIGRATION,
+    presence::LONG_POLLS_MIGRATION,
 ];
+
+/// The schema migrations, in order: for tests that build a database as an older release left
+/// it and open it with this one.
+#[cfg(feature = "conformance")]
+pub fn migrations() -> &'static [&'static str] {
+    MIGRATIONS
+}
 
 /// A [`Store`](super::Store) over one PostgreSQL database.
 #[derive(Clone)]

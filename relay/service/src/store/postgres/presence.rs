@@ -4,7 +4,7 @@
 
 use super::PostgresStore;
 use super::core::{at, get};
-use crate::store::{PresenceRecord, StoreError};
+use crate::store::{PresenceRecord, PresenceSync, StoreError};
 use relay_protocol::CommandId;
 use relay_protocol::clock::Timestamp;
 
@@ -19,23 +19,30 @@ ALTER TABLE commands ADD COLUMN delivered_at BIGINT;
 ALTER TABLE commands ADD COLUMN report TEXT;
 "#;
 
+/// Whether each project's desktop long-polls (migration 8).
+pub(super) const LONG_POLLS_MIGRATION: &str = r#"
+ALTER TABLE desktop_presence ADD COLUMN long_polls BOOLEAN NOT NULL DEFAULT FALSE;
+"#;
+
 impl PostgresStore {
     pub(super) async fn record_presence_impl(
         &self,
         project_id: &str,
         seen_at: Timestamp,
-        problem: Option<Option<&str>>,
+        sync: Option<PresenceSync<'_>>,
     ) -> Result<(), StoreError> {
-        let (replace, problem) = match problem {
-            Some(problem) => (true, problem),
-            None => (false, None),
+        let (replace, problem, long_polls) = match sync {
+            Some(sync) => (true, sync.problem, sync.long_polls),
+            None => (false, None, false),
         };
         self.execute(
-            "INSERT INTO desktop_presence (project_id, seen_at, problem) VALUES ($1, $2, $3) \
+            "INSERT INTO desktop_presence (project_id, seen_at, problem, long_polls) \
+             VALUES ($1, $2, $3, $5) \
              ON CONFLICT (project_id) DO UPDATE SET \
              seen_at = GREATEST(desktop_presence.seen_at, excluded.seen_at), \
-             problem = CASE WHEN $4 THEN excluded.problem ELSE desktop_presence.problem END",
-            &[&project_id, &seen_at.unix_millis(), &problem, &replace],
+             problem = CASE WHEN $4 THEN excluded.problem ELSE desktop_presence.problem END, \
+             long_polls = CASE WHEN $4 THEN excluded.long_polls ELSE desktop_presence.long_polls END",
+            &[&project_id, &seen_at.unix_millis(), &problem, &replace, &long_polls],
         )
         .await?;
         Ok(())
@@ -46,13 +53,15 @@ impl PostgresStore {
         project_id: &str,
     ) -> Result<Option<PresenceRecord>, StoreError> {
         self.query_row(
-            "SELECT project_id, seen_at, problem FROM desktop_presence WHERE project_id = $1",
+            "SELECT project_id, seen_at, problem, long_polls FROM desktop_presence \
+             WHERE project_id = $1",
             &[&project_id],
             |row| {
                 Ok(PresenceRecord {
                     project_id: get(row, 0)?,
                     seen_at: at(row, 1)?,
                     problem: get(row, 2)?,
+                    long_polls: get(row, 3)?,
                 })
             },
         )

@@ -74,6 +74,17 @@ CREATE TABLE oauth_tokens (
 CREATE INDEX oauth_tokens_by_grant ON oauth_tokens(grant_id);
 "#;
 
+/// Connections (migration 8): the grants of one client for one owner and project share a
+/// connection, the agent identity their runs and idempotency keys belong to. A grant made
+/// before it is a connection of its own, so its runs stay its own.
+pub(super) const CONNECTIONS_MIGRATION: &str = r#"
+ALTER TABLE tokens ADD COLUMN connection_id TEXT;
+UPDATE tokens SET connection_id = id WHERE client_id IS NOT NULL;
+CREATE INDEX tokens_by_connection ON tokens(connection_id) WHERE connection_id IS NOT NULL;
+CREATE INDEX grants_by_identity ON tokens(client_id, owner_id, project_id, created_at)
+    WHERE client_id IS NOT NULL AND revoked_at IS NULL;
+"#;
+
 pub(super) const SESSION_COLUMNS: &str =
     "id_hash, owner_id, csrf, created_at, last_seen_at, ended_at";
 const LINK_COLUMNS: &str = "token_hash, owner_id, created_at, expires_at, used_at";
@@ -186,6 +197,27 @@ pub(super) fn revoke_token_and_grant(
     Ok(changed == 1)
 }
 
+/// Revokes every live grant of the connection `connection_id` and their OAuth tokens, in one
+/// transaction; how many grants it revoked.
+pub(super) fn revoke_connection(
+    connection: &mut Connection,
+    connection_id: &str,
+    now: Timestamp,
+) -> rusqlite::Result<usize> {
+    let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    transaction.execute(
+        "UPDATE oauth_tokens SET revoked_at = ?1 WHERE revoked_at IS NULL \
+         AND grant_id IN (SELECT id FROM tokens WHERE connection_id = ?2)",
+        params![now.unix_millis(), connection_id],
+    )?;
+    let revoked = transaction.execute(
+        "UPDATE tokens SET revoked_at = ?1 WHERE connection_id = ?2 AND revoked_at IS NULL",
+        params![now.unix_millis(), connection_id],
+    )?;
+    transaction.commit()?;
+    Ok(revoked)
+}
+
 fn insert_oauth_token(
     connection: &Connection,
     token: &OAuthTokenRecord,
@@ -206,10 +238,24 @@ fn insert_oauth_token(
     )
 }
 
+/// Stores `grant` in the connection of the live grants of its client, owner and project (the
+/// oldest one's), or as a connection of its own. Called inside the redeeming transaction, which
+/// holds SQLite's write lock, so two grants of one identity cannot both start a connection.
 fn insert_grant(connection: &Connection, grant: &TokenRecord) -> rusqlite::Result<usize> {
+    let joined: Option<String> = connection
+        .query_row(
+            "SELECT connection_id FROM tokens \
+             WHERE client_id = ?1 AND owner_id = ?2 AND project_id = ?3 AND revoked_at IS NULL \
+               AND connection_id IS NOT NULL \
+             ORDER BY created_at, id LIMIT 1",
+            params![grant.client_id, grant.owner_id, grant.project_id],
+            |row| row.get(0),
+        )
+        .optional()?;
+    let connection_id = joined.unwrap_or_else(|| grant.id.clone());
     connection.execute(
         &format!(
-            "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+            "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
         ),
         params![
             grant.id,
@@ -222,6 +268,7 @@ fn insert_grant(connection: &Connection, grant: &TokenRecord) -> rusqlite::Resul
             grant.created_at.unix_millis(),
             ms(grant.revoked_at),
             grant.client_id,
+            connection_id,
         ],
     )
 }

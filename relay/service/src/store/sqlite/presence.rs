@@ -20,25 +20,38 @@ ALTER TABLE commands ADD COLUMN delivered_at INTEGER;
 ALTER TABLE commands ADD COLUMN report TEXT;
 "#;
 
+/// Whether each project's desktop long-polls (migration 9).
+pub(super) const LONG_POLLS_MIGRATION: &str = r#"
+ALTER TABLE desktop_presence ADD COLUMN long_polls INTEGER NOT NULL DEFAULT 0;
+"#;
+
 impl SqliteStore {
     pub(super) fn record_presence_impl(
         &self,
         project_id: String,
         seen_at: Timestamp,
-        problem: Option<Option<String>>,
+        sync: Option<(Option<String>, bool)>,
     ) -> StoreFuture<'static, ()> {
         self.call(move |connection| {
-            let (replace, problem) = match problem {
-                Some(problem) => (true, problem),
-                None => (false, None),
+            let (replace, problem, long_polls) = match sync {
+                Some((problem, long_polls)) => (true, problem, long_polls),
+                None => (false, None, false),
             };
             connection
                 .execute(
-                    "INSERT INTO desktop_presence (project_id, seen_at, problem) VALUES (?1, ?2, ?3) \
+                    "INSERT INTO desktop_presence (project_id, seen_at, problem, long_polls) \
+                     VALUES (?1, ?2, ?3, ?5) \
                      ON CONFLICT(project_id) DO UPDATE SET \
                      seen_at = max(seen_at, excluded.seen_at), \
-                     problem = CASE WHEN ?4 THEN excluded.problem ELSE problem END",
-                    params![project_id, seen_at.unix_millis(), problem, replace],
+                     problem = CASE WHEN ?4 THEN excluded.problem ELSE problem END, \
+                     long_polls = CASE WHEN ?4 THEN excluded.long_polls ELSE long_polls END",
+                    params![
+                        project_id,
+                        seen_at.unix_millis(),
+                        problem,
+                        replace,
+                        long_polls
+                    ],
                 )
                 .map_err(backend)?;
             Ok(())
@@ -52,7 +65,8 @@ impl SqliteStore {
         self.call(move |connection| {
             connection
                 .prepare_cached(
-                    "SELECT project_id, seen_at, problem FROM desktop_presence WHERE project_id = ?1",
+                    "SELECT project_id, seen_at, problem, long_polls FROM desktop_presence \
+                     WHERE project_id = ?1",
                 )
                 .and_then(|mut statement| {
                     statement
@@ -61,6 +75,7 @@ impl SqliteStore {
                                 project_id: row.get(0)?,
                                 seen_at: Timestamp::from_unix_millis(row.get(1)?),
                                 problem: row.get(2)?,
+                                long_polls: row.get(3)?,
                             })
                         })
                         .optional()
