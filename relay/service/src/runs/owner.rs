@@ -13,7 +13,7 @@ use super::Runs;
 use super::{CancelOutcome, RunError, cancel_command, fail_if_silent};
 use crate::store::{CommandQuery, CommandRecord, TokenRecord};
 use relay_protocol::clock::Timestamp;
-use relay_protocol::{CommandId, GraphSessionId, RunStatus};
+use relay_protocol::{CommandId, DamagedCommand, GraphSessionId, RunStatus};
 
 /// How many runs one page may hold.
 pub const RUN_PAGE_LIMITS: RangeInclusive<usize> = 1..=200;
@@ -95,6 +95,9 @@ pub struct RunPage {
     pub runs: Vec<OwnerRunSummary>,
     /// Pass as `before` for the next page; `null` on the last.
     pub next: Option<String>,
+    /// Runs of this page whose stored rows cannot be read, each named with what is damaged.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub damaged: Vec<DamagedCommand>,
 }
 
 /// The names of the owner's agent tokens, by id.
@@ -193,7 +196,7 @@ pub async fn list_runs(
         None => None,
     };
     // One more than the page tells whether another page follows.
-    let mut commands = runs
+    let read = runs
         .store
         .project_commands(CommandQuery {
             project_id: project_id.to_owned(),
@@ -203,12 +206,22 @@ pub async fn list_runs(
             limit: limit + 1,
         })
         .await?;
+    let damaged = read
+        .damaged
+        .iter()
+        .map(|damage| DamagedCommand {
+            command_id: damage.id.clone(),
+            error: super::damaged_run_message(damage),
+        })
+        .collect();
+    let mut commands = read.rows;
     let next = (commands.len() > limit).then(|| cursor(&commands[limit - 1]));
     commands.truncate(limit);
     let names = connection_names(runs, owner_id).await?;
     Ok(RunPage {
         runs: commands.iter().map(|c| summary(c, &names)).collect(),
         next,
+        damaged,
     })
 }
 

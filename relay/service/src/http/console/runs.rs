@@ -140,6 +140,11 @@ fn filters(project: &ProjectRecord, query: &RunsQuery, agents: &[(String, String
 /// The list the script replaces: a table of runs and the link to older ones.
 fn list(signed: &Signed, project: &ProjectRecord, query: &RunsQuery, runs: &RunPage) -> Markup {
     html! {
+        @for damaged in &runs.damaged {
+            p.error data-damaged-run=(damaged.command_id) {
+                strong { "Damaged run " code { (damaged.command_id) } ": " } (damaged.error)
+            }
+        }
         @if runs.runs.is_empty() { p.muted { "No runs." } }
         @else {
             table {
