@@ -6,6 +6,7 @@ use relay_testkit as common;
 mod bench_empty_polls;
 mod bench_replicas;
 mod cli;
+mod damaged_runs;
 mod desktop_failover;
 mod desktop_page;
 mod desktop_providers;
