@@ -12,7 +12,7 @@ use relay_protocol::{
 };
 
 use crate::api::{ApiError, RawCommand, SyncAnswer};
-use crate::outbox::Ended;
+use crate::ended::Ended;
 use crate::state::{Session, Snapshot, StateError};
 use crate::{Event, Relay, Tell, bounding};
 

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, DesktopApi, Started};
-use crate::outbox::Ended;
+use crate::ended::Ended;
 use crate::pass::PassState;
 use crate::state::{Session, StateError};
 use crate::trace::TraceKeeper;

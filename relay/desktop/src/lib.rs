@@ -30,6 +30,7 @@ pub mod state;
 pub mod ui;
 
 mod consent;
+mod ended;
 mod execution;
 mod long_poll;
 mod outbox;

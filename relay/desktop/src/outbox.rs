@@ -8,40 +8,12 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use serde_json::Value;
-
 use crate::Relay;
 use crate::api::ApiError;
+use crate::ended::{Ended, ServiceNote, Unrecorded};
 use crate::pass::PassState;
-use crate::state::{DesktopState, OutboxEntry, StateError};
-use relay_protocol::clock::Timestamp;
+use crate::state::{OutboxEntry, StateError};
 use relay_protocol::{CommandId, CompleteRequest, ServiceOutcome};
-
-/// A finished execution on its way to the service: what is posted, and what the history keeps.
-pub(crate) struct Ended {
-    pub(crate) command_id: CommandId,
-    /// What is posted (bounded).
-    pub(crate) completion: CompleteRequest,
-    /// The full result, which the history keeps even when the posted one had to leave it out.
-    pub(crate) full_result: Option<Value>,
-    /// The trace the history keeps.
-    pub(crate) trace: Option<Value>,
-    /// Already delivered while the engine wound down (a seen cancel): the history only.
-    pub(crate) delivered: bool,
-}
-
-impl Ended {
-    /// An end with no result or trace to keep, not delivered yet.
-    pub(crate) fn new(command_id: CommandId, completion: CompleteRequest) -> Self {
-        Ended {
-            command_id,
-            completion,
-            full_result: None,
-            trace: None,
-            delivered: false,
-        }
-    }
-}
 
 /// Where the record step left an end.
 pub(crate) enum Kept {
@@ -55,26 +27,6 @@ pub(crate) enum Kept {
     Unsent(CommandId, CompleteRequest),
 }
 
-/// An end the state could not take (its disk was full). The result is never dropped: it is
-/// posted (completions are idempotent) until delivered, kept in memory, and written to the
-/// history (or the outbox, if still undelivered) once writes work again.
-pub(crate) struct Unrecorded {
-    ended: Arc<Ended>,
-    finished_at: Timestamp,
-    delivered: bool,
-    /// What the service's answer adds to the history row: its own outcome, or its refusal.
-    note: Option<ServiceNote>,
-}
-
-/// What the service said about a completion that the history keeps.
-#[derive(Clone)]
-enum ServiceNote {
-    /// It had ended the run itself; this outcome stands.
-    Outcome(ServiceOutcome),
-    /// It refused the completion for good, with this message.
-    Refused(String),
-}
-
 /// How one post of a completion went.
 enum Posted {
     /// Acknowledged (2xx), maybe with the service's own outcome.
@@ -83,33 +35,6 @@ enum Posted {
     Refused(String),
     /// Not delivered; try again later.
     Failed(ApiError),
-}
-
-impl Unrecorded {
-    /// Writes the end: the history row only once it was delivered, or the history and the
-    /// outbox (which then delivers it) if not yet.
-    fn write(&self, state: &DesktopState) -> Result<(), StateError> {
-        let ended = &self.ended;
-        let (result, trace) = (ended.full_result.as_ref(), ended.trace.as_ref());
-        if !self.delivered {
-            return state.finish_execution(
-                &ended.command_id,
-                result,
-                trace,
-                &ended.completion,
-                self.finished_at,
-            );
-        }
-        state.record_end(result, trace, &ended.completion, self.finished_at)?;
-        let execution = &ended.completion.execution_id;
-        match &self.note {
-            Some(ServiceNote::Outcome(outcome)) => {
-                state.note_service_outcome_of(execution, outcome)
-            }
-            Some(ServiceNote::Refused(message)) => state.note_refused_of(execution, message),
-            None => Ok(()),
-        }
-    }
 }
 
 impl Relay {

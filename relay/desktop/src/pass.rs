@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::ApiError;
 use crate::consent::{Consent, SyncError};
-use crate::outbox::Unrecorded;
+use crate::ended::Unrecorded;
 use crate::state::StateError;
 use crate::{Event, MAX_SYNCS_PER_PROJECT_PASS, PROJECTS_REFRESH_INTERVAL, Relay, Tell, disk};
 
