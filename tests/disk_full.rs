@@ -284,6 +284,8 @@ async fn a_compiled_graph_that_would_cross_the_floor_is_not_written() {
         EngineKind::Boa.build().expect("boa"),
         config,
     );
+    // The service learns the graph is shared before it is asked to run it.
+    relay.pass(&Default::default()).await;
     let (stop, task) = harness::start(&relay);
     let command = world.queue(&session, "key-floor", json!({"unit": "x", "n": 3})).await;
     let run = world.wait_terminal(&command, Duration::from_secs(60)).await;

@@ -6,16 +6,14 @@
 //! stopped that never ran, and the run executes and completes once.
 
 use crate::harness;
-use crate::lost_answers::{COUNTS, executions};
+use crate::lost_answers::{executions, share_counts};
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use harness::World;
-use relay_protocol::clock::Timestamp;
 use relay_testkit::fault_proxy::{Fault, FaultProxy, Route, When};
-use runner::host::approvals::Policy;
 use serde_json::json;
 
 /// Long enough that the held request or answer is never let through while the test runs.
@@ -64,30 +62,6 @@ fn spawn_relay(world: &World, service: &str, name: &str) -> RelayProcess {
     RelayProcess { child, log }
 }
 
-/// Shares [`COUNTS`] with `fs.write` allowed in `folder`.
-fn share_counts(world: &World, folder: &Path) -> relay_protocol::GraphSessionId {
-    let meta = graph_js::describe(COUNTS, &Default::default()).expect("meta");
-    let now = Timestamp::from_unix_millis(1);
-    let session = world
-        .state
-        .upsert_session(&meta, COUNTS, None, now)
-        .expect("session");
-    world
-        .state
-        .share(&world.project, &session, now)
-        .expect("share");
-    world
-        .state
-        .set_project_enabled(&world.project, true, now)
-        .expect("enable");
-    world.state.set_folder(folder).expect("folder");
-    world
-        .state
-        .set_policy("fs.write", Policy::Allow)
-        .expect("policy");
-    session
-}
-
 async fn eventually(what: &str, relay: &RelayProcess, mut done: impl AsyncFnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while !done().await {
@@ -106,7 +80,7 @@ async fn eventually(what: &str, relay: &RelayProcess, mut done: impl AsyncFnMut(
 async fn killed_while_starting(fault: Fault, held_as: &str) {
     let world = World::new(json!({"replies": []})).await;
     let folder = tempfile::tempdir().expect("folder");
-    let session = share_counts(&world, folder.path());
+    let session = share_counts(&world, folder.path()).await;
     let proxy = FaultProxy::start(&world.service.base).await;
     proxy.set(Route::Started, fault, When::FirstPerPath);
     let command = world.queue(&session, "key-killed", json!({"n": 7})).await;
