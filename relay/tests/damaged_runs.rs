@@ -1,7 +1,7 @@
 //! Damage named as damage (issue 49): a queued run whose stored `arguments` are not a JSON
 //! object does not block its project: the desktop's sync hands out the project's other runs and
 //! names the damaged one; the agent's tools name it as damaged, not as something to retry; the
-//! owner's console names it; and `relay admin db check` finds it (its decode pass reads every
+//! owner's console names it and cancels it; and `relay admin db check` finds it (its decode pass reads every
 //! row), where SQLite's own integrity_check passes.
 
 use crate::common;
@@ -105,6 +105,36 @@ async fn a_damaged_run_is_named_everywhere_and_blocks_nothing_else() {
         "{}",
         list.body
     );
+
+    // The owner cancels it from there: it leaves the queue, and the sync stops naming it.
+    let csrf = list.input("csrf").expect("the page's csrf field");
+    let cancelled = browser
+        .post_form(
+            &format!("{}/console/runs/{damaged}/cancel", service.base),
+            &[("csrf", &csrf), ("back", "list"), ("project", &project)],
+        )
+        .await;
+    assert_eq!(cancelled.status, 303, "{}", cancelled.body);
+    assert_eq!(
+        cancelled.location.as_deref(),
+        Some(&*format!("/console/projects/{project}/runs"))
+    );
+    let (status, answer) = desktop
+        .sync_raw(&json!({"project_id": project, "sessions": [common::session(1)]}))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(answer.get("damaged").is_none(), "no longer queued: {answer}");
+    let raw = rusqlite::Connection::open(&db).expect("open");
+    let (status, error): (String, String) = raw
+        .query_row(
+            "SELECT status, error FROM commands WHERE id = ?1",
+            [&damaged],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .expect("the row");
+    assert_eq!(status, "cancelled");
+    assert!(error.contains("damaged"), "{error}");
+    drop(raw);
     service.stop().await;
 
     // `db check` finds it; SQLite's own check does not.

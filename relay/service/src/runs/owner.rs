@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::Runs;
 use super::{CancelOutcome, RunError, cancel_command, fail_if_silent};
-use crate::store::{CommandQuery, CommandRecord, TokenRecord};
+use crate::store::{CommandQuery, CommandRecord, StoreError, TokenRecord};
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, DamagedCommand, GraphSessionId, RunStatus};
 
@@ -264,6 +264,42 @@ pub async fn cancel_run(
     owner_id: &str,
     command_id: &str,
 ) -> Result<CancelOutcome, RunError> {
-    let command = owned_command(runs, owner_id, command_id).await?;
+    let command = match owned_command(runs, owner_id, command_id).await {
+        Err(RunError::Store(StoreError::Corrupt(damage))) => {
+            return cancel_damaged(runs, owner_id, damage).await;
+        }
+        read => read?,
+    };
     cancel_command(runs, command).await
+}
+
+/// What a damaged run that its owner cancelled says.
+const CANCELLED_DAMAGED: &str =
+    "Cancelled by its owner: the service's stored row of this run is damaged and cannot be read";
+
+/// Cancels a run whose row cannot be read, without reading it: the owner's way out of a run
+/// the desktop is never handed (its project's sync skips it).
+async fn cancel_damaged(
+    runs: &Runs,
+    owner_id: &str,
+    damage: Box<crate::store::Damage>,
+) -> Result<CancelOutcome, RunError> {
+    let id: CommandId = damage.id.parse().map_err(|_| RunError::NotFound)?;
+    let now = runs.clock.now();
+    let cancelled = runs
+        .store
+        .cancel_damaged_command(id, owner_id, CANCELLED_DAMAGED, now)
+        .await?;
+    if !cancelled {
+        // Not the owner's, or ended already: the damage is what there is to say.
+        return Err(RunError::Store(StoreError::Corrupt(damage)));
+    }
+    tracing::warn!(command_id = %id, "the owner cancelled a run whose stored row is damaged: {damage}");
+    Ok(CancelOutcome {
+        command_id: id,
+        status: RunStatus::Cancelled,
+        cancel_requested: true,
+        already_finished: false,
+        message: format!("{CANCELLED_DAMAGED}; nothing of it runs."),
+    })
 }

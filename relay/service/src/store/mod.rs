@@ -1015,6 +1015,17 @@ pub trait Store: Send + Sync + 'static {
         from: &'a CommandRecord,
         next: &'a CommandRecord,
     ) -> StoreFuture<'a, bool>;
+    /// Ends command `id`, whose row cannot be decoded, as cancelled with `error`, without
+    /// reading it: only while it is queued or running and in a project of `owner_id`; true
+    /// when it was ended. The owner's way out of a damaged run (the rest of its row stays as
+    /// it is, for the operator).
+    fn cancel_damaged_command<'a>(
+        &'a self,
+        id: CommandId,
+        owner_id: &'a str,
+        error: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool>;
     /// Records a heartbeat for a running command; true if it was running.
     fn touch_running(&self, id: CommandId, now: Timestamp) -> StoreFuture<'_, bool>;
     /// Up to `limit` queued commands of the project, oldest first (ties in insertion order);

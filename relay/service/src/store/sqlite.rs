@@ -1258,6 +1258,28 @@ impl Store for SqliteStore {
         })
     }
 
+    fn cancel_damaged_command<'a>(
+        &'a self,
+        id: CommandId,
+        owner_id: &'a str,
+        error: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool> {
+        let (owner_id, error) = (owner_id.to_owned(), error.to_owned());
+        self.call(move |connection| {
+            let changed = connection
+                .execute(
+                    "UPDATE commands SET status = 'cancelled', cancel_requested = 1, error = ?1, \
+                     finished_at = ?2, updated_at = ?2 \
+                     WHERE id = ?3 AND status IN ('queued', 'running') \
+                     AND project_id IN (SELECT id FROM projects WHERE owner_id = ?4)",
+                    params![error, now.unix_millis(), id.to_string(), owner_id],
+                )
+                .map_err(backend)?;
+            Ok(changed == 1)
+        })
+    }
+
     fn touch_running(&self, id: CommandId, now: Timestamp) -> StoreFuture<'_, bool> {
         self.call(move |connection| {
             let changed = connection

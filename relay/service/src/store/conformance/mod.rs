@@ -146,6 +146,7 @@ where
     queue_quota_counts_queued_commands_only(make().as_ref()).await;
     updates_are_conditional_on_the_state_read(make().as_ref()).await;
     updates_are_conditional_on_the_execution_read(make().as_ref()).await;
+    damaged_commands_are_cancelled_only_by_their_owner_while_open(make().as_ref()).await;
     queued_commands_are_oldest_first_and_bounded(make().as_ref()).await;
     heartbeat_touches_only_running_commands(make().as_ref()).await;
     open_runs_and_tasks_are_counted_by_status(make().as_ref()).await;
@@ -744,6 +745,35 @@ pub async fn updates_are_conditional_on_the_execution_read(store: &dyn Store) {
         "a write decided for exec-1 must not land on the run exec-2 started"
     );
     assert_eq!(store.command(queued.id).await.expect("read"), Some(second));
+}
+
+/// A damaged run is ended without being read, only by the owner of its project and only while
+/// it is open.
+pub async fn damaged_commands_are_cancelled_only_by_their_owner_while_open(store: &dyn Store) {
+    let seed = seed(store).await;
+    let queued = insert_new(store, command(&seed, &seed.agent_id, "key-0005", at(0))).await;
+    let stranger = store.ensure_owner("stranger", T0).await.expect("owner");
+    let cancel = |owner: &str| {
+        let owner = owner.to_owned();
+        async move {
+            store
+                .cancel_damaged_command(queued.id, &owner, "damaged", at(2))
+                .await
+                .expect("cancel")
+        }
+    };
+    assert!(!cancel(&stranger.id).await, "not another owner's run");
+    assert_eq!(
+        store.command(queued.id).await.expect("read").map(|c| c.status),
+        Some(RunStatus::Queued)
+    );
+    let owner = store.ensure_owner("owner", T0).await.expect("owner");
+    assert!(cancel(&owner.id).await, "the owner's queued run");
+    let ended = store.command(queued.id).await.expect("read").expect("row");
+    assert_eq!(ended.status, RunStatus::Cancelled);
+    assert_eq!(ended.error.as_deref(), Some("damaged"));
+    assert_eq!(ended.finished_at, Some(at(2)));
+    assert!(!cancel(&owner.id).await, "an ended run stays as it is");
 }
 
 /// Only queued commands are handed out, oldest first, at most `limit`.

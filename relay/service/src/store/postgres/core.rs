@@ -1040,6 +1040,27 @@ impl Store for PostgresStore {
         Box::pin(self.update_command_impl(from, next))
     }
 
+    fn cancel_damaged_command<'a>(
+        &'a self,
+        id: CommandId,
+        owner_id: &'a str,
+        error: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let changed = self
+                .execute(
+                    "UPDATE commands SET status = 'cancelled', cancel_requested = TRUE, error = $1, \
+                     finished_at = $2, updated_at = $2 \
+                     WHERE id = $3 AND status IN ('queued', 'running') \
+                     AND project_id IN (SELECT id FROM projects WHERE owner_id = $4)",
+                    &[&error, &now.unix_millis(), &id.to_string(), &owner_id],
+                )
+                .await?;
+            Ok(changed == 1)
+        })
+    }
+
     fn touch_running(&self, id: CommandId, now: Timestamp) -> StoreFuture<'_, bool> {
         Box::pin(async move {
             let changed = self
