@@ -214,7 +214,9 @@ fn desktop_cli(state: &Path) -> std::process::Command {
 
 /// Whether `text` names the full disk, the state file and what to do.
 fn names_the_full_disk(text: &str, state: &Path) -> bool {
-    text.contains("is full") && text.contains(&state.display().to_string()) && text.contains("free space on it")
+    text.contains("is full")
+        && text.contains(&state.display().to_string())
+        && text.contains("free space on it")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,27 +232,48 @@ async fn on_a_full_disk_run_and_the_lists_name_the_disk_and_the_file_and_lists_s
     drop(relay_on_small_disk(&world, &small.dir, &folder).await);
     let filler = fill(&small.dir);
 
-    for list in [&["history", "--json"][..], &["shares", "--json"], &["session", "list"]] {
+    for list in [
+        &["history", "--json"][..],
+        &["shares", "--json"],
+        &["session", "list"],
+    ] {
         let listed = desktop_cli(&state).args(list).output().expect("a list");
         let said = String::from_utf8_lossy(&listed.stderr);
-        assert!(listed.status.success(), "{list:?} works on a full disk: {said}");
+        assert!(
+            listed.status.success(),
+            "{list:?} works on a full disk: {said}"
+        );
         assert!(names_the_full_disk(&said, &state), "{list:?}: {said}");
     }
-    let shares = desktop_cli(&state).args(["shares", "--json"]).output().expect("shares");
+    let shares = desktop_cli(&state)
+        .args(["shares", "--json"])
+        .output()
+        .expect("shares");
     let shares: Value = serde_json::from_slice(&shares.stdout).expect("json");
-    assert_eq!(shares.as_array().map(Vec::len), Some(1), "read as it stands: {shares}");
+    assert_eq!(
+        shares.as_array().map(Vec::len),
+        Some(1),
+        "read as it stands: {shares}"
+    );
 
     let log = world.state_dir.path().join("run.log");
     let mut run = desktop_cli(&state)
-        .args(["run", "--service", &world.service.base, "--token", &world.desktop_token])
+        .args([
+            "run",
+            "--service",
+            &world.service.base,
+            "--token",
+            &world.desktop_token,
+        ])
         .args(["--engine", "boa"])
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log"))
         .spawn()
         .expect("relay desktop run");
-    eventually("`relay desktop run` names the full disk and the file", async || {
-        names_the_full_disk(&std::fs::read_to_string(&log).unwrap_or_default(), &state)
-    })
+    eventually(
+        "`relay desktop run` names the full disk and the file",
+        async || names_the_full_disk(&std::fs::read_to_string(&log).unwrap_or_default(), &state),
+    )
     .await;
     let _ = run.kill();
     let _ = run.wait();
@@ -267,9 +290,13 @@ async fn a_compiled_graph_that_would_cross_the_floor_is_not_written() {
     let state = DesktopState::open(&small.dir.join("desktop.db")).expect("state on the tmpfs");
     let now = Timestamp::from_unix_millis(1);
     let meta = graph_js::describe(harness::BIG, &Default::default()).expect("meta");
-    let session = state.upsert_session(&meta, harness::BIG, None, now).expect("session");
+    let session = state
+        .upsert_session(&meta, harness::BIG, None, now)
+        .expect("session");
     state.share(&world.project, &session, now).expect("share");
-    state.set_project_enabled(&world.project, true, now).expect("enable");
+    state
+        .set_project_enabled(&world.project, true, now)
+        .expect("enable");
     // Room for runs, not for a compiled graph besides.
     let free = relay_desktop::disk::free_bytes(&small.dir).expect("statvfs");
     let floor = free - 4 * 1024 * 1024;
@@ -287,7 +314,9 @@ async fn a_compiled_graph_that_would_cross_the_floor_is_not_written() {
     // The service learns the graph is shared before it is asked to run it.
     relay.pass(&Default::default()).await;
     let (stop, task) = harness::start(&relay);
-    let command = world.queue(&session, "key-floor", json!({"unit": "x", "n": 3})).await;
+    let command = world
+        .queue(&session, "key-floor", json!({"unit": "x", "n": 3}))
+        .await;
     let run = world.wait_terminal(&command, Duration::from_secs(60)).await;
     assert_eq!(run["status"], "completed", "{run}");
     let compiled = relay.compiled().expect("compiled graphs are on");
@@ -301,7 +330,10 @@ async fn a_compiled_graph_that_would_cross_the_floor_is_not_written() {
         .map(|dir| dir.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(artifacts.is_empty(), "nothing written: {artifacts:?}");
-    assert!(compiled.failure(harness::BIG).is_none(), "not a failure: tried again later");
+    assert!(
+        compiled.failure(harness::BIG).is_none(),
+        "not a failure: tried again later"
+    );
     let left = relay_desktop::disk::free_bytes(&small.dir).expect("statvfs");
     assert!(left >= floor, "{left} bytes left, floor {floor}");
 }

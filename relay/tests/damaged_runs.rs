@@ -50,13 +50,26 @@ async fn a_damaged_run_is_named_everywhere_and_blocks_nothing_else() {
     .await;
     let mut runs = Vec::new();
     for key in ["damage-1", "damage-2", "damage-3"] {
-        let ticket = ok(&call(&client, "run_graph_session", run_args(1, key, json!({"k": key}))).await);
+        let ticket = ok(&call(
+            &client,
+            "run_graph_session",
+            run_args(1, key, json!({"k": key})),
+        )
+        .await);
         runs.push(ticket["command_id"].as_str().expect("id").to_owned());
     }
     let damaged = runs[1].clone();
     damage_arguments(&db, &damaged);
 
-    // The sync hands out the other two and names the damaged one.
+    sync_skips_it(&desktop, &project, &runs, &damaged).await;
+    tools_name_it(&client, &damaged).await;
+    console_names_and_cancels_it(&service, &desktop, &project, &damaged, &db).await;
+    service.stop().await;
+    db_check_finds_it(&db, &damaged);
+}
+
+/// The sync hands out the other two and names the damaged one.
+async fn sync_skips_it(desktop: &common::Desktop, project: &str, runs: &[String], damaged: &str) {
     let (status, answer) = desktop
         .sync_raw(&json!({"project_id": project, "sessions": [common::session(1)]}))
         .await;
@@ -71,25 +84,48 @@ async fn a_damaged_run_is_named_everywhere_and_blocks_nothing_else() {
     assert_eq!(answer["damaged"][0]["command_id"], damaged, "{answer}");
     let said = answer["damaged"][0]["error"].as_str().unwrap_or_default();
     assert!(
-        said.contains("damaged") && said.contains("arguments") && said.contains("retrying does not help"),
+        said.contains("damaged")
+            && said.contains("arguments")
+            && said.contains("retrying does not help"),
         "{said}"
     );
     for other in [&runs[0], &runs[2]] {
-        assert_eq!(desktop.started(other, &format!("exec-{other}")).await.0, 200);
+        assert_eq!(
+            desktop.started(other, &format!("exec-{other}")).await.0,
+            200
+        );
     }
+}
 
-    // The agent's tools: damage, named, and no invitation to retry.
-    let read = err(&call(&client, "get_graph_run", json!({"command_id": damaged})).await);
-    let again = err(&call(&client, "run_graph_session", run_args(1, "damage-2", json!({"k": "damage-2"}))).await);
+/// The agent's tools: damage, named, and no invitation to retry.
+async fn tools_name_it(client: &common::McpClient, damaged: &str) {
+    let read = err(&call(client, "get_graph_run", json!({"command_id": damaged})).await);
+    let again = err(&call(
+        client,
+        "run_graph_session",
+        run_args(1, "damage-2", json!({"k": "damage-2"})),
+    )
+    .await);
     for message in [read, again] {
         assert!(
-            message.contains("damaged") && message.contains(&damaged) && message.contains("does not help"),
+            message.contains("damaged")
+                && message.contains(damaged)
+                && message.contains("does not help"),
             "{message}"
         );
         assert!(!message.contains("try again"), "{message}");
     }
+}
 
-    // The owner's console names it.
+/// The owner's console names it, and the owner cancels it from there: it leaves the queue, and
+/// the sync stops naming it.
+async fn console_names_and_cancels_it(
+    service: &TestService,
+    desktop: &common::Desktop,
+    project: &str,
+    damaged: &str,
+    db: &Path,
+) {
     admin::set_owner_password(&service.app.admin(), "ann", "console password 1".into())
         .await
         .expect("password");
@@ -101,17 +137,16 @@ async fn a_damaged_run_is_named_everywhere_and_blocks_nothing_else() {
         .await;
     assert_eq!(list.status, 200, "{}", list.body);
     assert!(
-        list.body.contains("Damaged run") && list.body.contains(&damaged),
+        list.body.contains("Damaged run") && list.body.contains(damaged),
         "{}",
         list.body
     );
 
-    // The owner cancels it from there: it leaves the queue, and the sync stops naming it.
     let csrf = list.input("csrf").expect("the page's csrf field");
     let cancelled = browser
         .post_form(
             &format!("{}/console/runs/{damaged}/cancel", service.base),
-            &[("csrf", &csrf), ("back", "list"), ("project", &project)],
+            &[("csrf", &csrf), ("back", "list"), ("project", project)],
         )
         .await;
     assert_eq!(cancelled.status, 303, "{}", cancelled.body);
@@ -123,22 +158,26 @@ async fn a_damaged_run_is_named_everywhere_and_blocks_nothing_else() {
         .sync_raw(&json!({"project_id": project, "sessions": [common::session(1)]}))
         .await;
     assert_eq!(status, 200, "{answer}");
-    assert!(answer.get("damaged").is_none(), "no longer queued: {answer}");
-    let raw = rusqlite::Connection::open(&db).expect("open");
+    assert!(
+        answer.get("damaged").is_none(),
+        "no longer queued: {answer}"
+    );
+    let raw = rusqlite::Connection::open(db).expect("open");
     let (status, error): (String, String) = raw
         .query_row(
             "SELECT status, error FROM commands WHERE id = ?1",
-            [&damaged],
+            [damaged],
             |row| Ok((row.get(0)?, row.get(1)?)),
         )
         .expect("the row");
     assert_eq!(status, "cancelled");
     assert!(error.contains("damaged"), "{error}");
     drop(raw);
-    service.stop().await;
+}
 
-    // `db check` finds it; SQLite's own check does not.
-    let conn = rusqlite::Connection::open(&db).expect("open");
+/// `db check` finds it; SQLite's own check does not.
+fn db_check_finds_it(db: &Path, damaged: &str) {
+    let conn = rusqlite::Connection::open(db).expect("open");
     let integrity: String = conn
         .query_row("PRAGMA integrity_check", [], |row| row.get(0))
         .expect("integrity_check");
@@ -146,13 +185,15 @@ async fn a_damaged_run_is_named_everywhere_and_blocks_nothing_else() {
     drop(conn);
     let checked = Command::new(env!("CARGO_BIN_EXE_relay"))
         .args(["admin", "db", "check"])
-        .arg(&db)
+        .arg(db)
         .output()
         .expect("relay admin db check");
     let text = String::from_utf8_lossy(&checked.stderr);
     assert_eq!(checked.status.code(), Some(1), "{text}");
     assert!(
-        text.contains(&format!("commands row {damaged}: column arguments: not a JSON object")),
+        text.contains(&format!(
+            "commands row {damaged}: column arguments: not a JSON object"
+        )),
         "{text}"
     );
 }

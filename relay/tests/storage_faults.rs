@@ -389,7 +389,10 @@ fn each_programs_db_tools_refuse_the_other_programs_file_and_an_empty_one() {
     let desktop_file = ["a desktop relay's state", "relay desktop db"];
 
     // Each program's own file passes its own check.
-    for own in [admin(&db, &["db", "check", db_text]), desktop(&state, &["db", "check", state_text])] {
+    for own in [
+        admin(&db, &["db", "check", db_text]),
+        desktop(&state, &["db", "check", state_text]),
+    ] {
         assert!(own.status.success(), "{}", stderr(&own));
         assert_eq!(String::from_utf8_lossy(&own.stdout).trim(), "ok");
     }
@@ -398,22 +401,38 @@ fn each_programs_db_tools_refuse_the_other_programs_file_and_an_empty_one() {
     refused_saying(&admin(&db, &["db", "check", state_text]), &desktop_file);
     refused_saying(&desktop(&state, &["db", "restore", db_text]), &service_file);
     refused_saying(&admin(&db, &["db", "restore", state_text]), &desktop_file);
-    refused_saying(&admin(&state, &["db", "backup", "/nonexistent/x.db"]), &desktop_file);
+    refused_saying(
+        &admin(&state, &["db", "backup", "/nonexistent/x.db"]),
+        &desktop_file,
+    );
     refused_saying(&desktop(&db, &["session", "list"]), &service_file);
     refused_saying(&admin(&state, &["project", "list"]), &desktop_file);
     // A backup restored over the other program's file is refused too, and that file stays.
     let backup = dir.path().join("desktop-backup.db");
     let copied = desktop(&state, &["db", "backup", backup.to_str().expect("utf-8")]);
     assert!(copied.status.success(), "{}", stderr(&copied));
-    refused_saying(&desktop(&db, &["db", "restore", backup.to_str().expect("utf-8")]), &service_file);
+    refused_saying(
+        &desktop(&db, &["db", "restore", backup.to_str().expect("utf-8")]),
+        &service_file,
+    );
     let listed = admin(&db, &["project", "list"]);
-    assert!(listed.status.success(), "the service's file is untouched: {}", stderr(&listed));
+    assert!(
+        listed.status.success(),
+        "the service's file is untouched: {}",
+        stderr(&listed)
+    );
     // An empty file fails both checks, as it fails to open.
     let empty = dir.path().join("empty.db");
     std::fs::write(&empty, b"").expect("empty file");
     let empty_text = empty.to_str().expect("utf-8");
-    refused_saying(&admin(&db, &["db", "check", empty_text]), &["is empty (0 bytes)"]);
-    refused_saying(&desktop(&state, &["db", "check", empty_text]), &["is empty (0 bytes)"]);
+    refused_saying(
+        &admin(&db, &["db", "check", empty_text]),
+        &["is empty (0 bytes)"],
+    );
+    refused_saying(
+        &desktop(&state, &["db", "check", empty_text]),
+        &["is empty (0 bytes)"],
+    );
 }
 
 #[test]
@@ -433,7 +452,10 @@ fn db_check_finds_rows_that_sqlite_passes_but_the_desktop_cannot_read() {
     let checked = desktop(&state, &["db", "check", state.to_str().expect("utf-8")]);
     refused_saying(
         &checked,
-        &["is damaged", "history row e-1: column arguments: not valid UTF-8"],
+        &[
+            "is damaged",
+            "history row e-1: column arguments: not valid UTF-8",
+        ],
     );
 }
 
@@ -462,6 +484,35 @@ impl Drop for ServeChild {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The probes on a full disk: not ready for what writes (a balancer sends nothing), reads
+/// still answered, the file named, alive all the same.
+async fn probes_say_degraded(desktop: &common::Desktop, db: &Path) {
+    let (status, ready) = probe(desktop, "/readyz").await;
+    assert_eq!(status, 503, "{ready}");
+    assert_eq!(
+        (
+            &ready["status"],
+            &ready["cause"],
+            &ready["reads"],
+            &ready["writes"]
+        ),
+        (
+            &json!("degraded"),
+            &json!("disk_full"),
+            &json!(true),
+            &json!(false)
+        ),
+        "{ready}"
+    );
+    assert!(
+        ready["error"]
+            .as_str()
+            .is_some_and(|e| e.contains(&db.display().to_string())),
+        "{ready}"
+    );
+    assert_eq!(probe(desktop, "/healthz").await.0, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -517,23 +568,15 @@ async fn a_full_disk_under_the_service_is_named_retryable_and_loses_nothing() {
             .is_some_and(|e| e.contains("disk holding the database is full")),
         "{body}"
     );
-    // The probes: not ready for what writes (a balancer sends nothing), alive all the same.
-    let (status, ready) = probe(&desktop, "/readyz").await;
-    assert_eq!(status, 503, "{ready}");
-    assert_eq!(
-        (&ready["status"], &ready["cause"], &ready["reads"], &ready["writes"]),
-        (&json!("degraded"), &json!("disk_full"), &json!(true), &json!(false)),
-        "{ready}"
-    );
-    assert!(
-        ready["error"].as_str().is_some_and(|e| e.contains(&db.display().to_string())),
-        "{ready}"
-    );
-    assert_eq!(probe(&desktop, "/healthz").await.0, 200);
+    probes_say_degraded(&desktop, &db).await;
     // Space returns: the same calls succeed, and nothing acknowledged before is lost.
     std::fs::remove_file(&filler).expect("free the space");
     let (status, ready) = probe(&desktop, "/readyz").await;
-    assert_eq!((status, &ready["status"]), (200, &json!("ready")), "{ready}");
+    assert_eq!(
+        (status, &ready["status"]),
+        (200, &json!("ready")),
+        "{ready}"
+    );
     let answer = call(&client, "run_graph_session", run_args(1, &key, big.clone())).await;
     acknowledged.push(ok(&answer)["command_id"].as_str().expect("id").to_owned());
     let (status, _, body) = desktop_sync(&desktop, &project, &[1, 2]).await;

@@ -418,7 +418,9 @@ impl CompiledGraphs {
                 self.remember(key, &engine, &path);
                 Ok(engine)
             }
-            Err(why @ CompileError::BelowFloor { .. }) => Err(self.skipped_for_room(key, &path, why)),
+            Err(why @ CompileError::BelowFloor { .. }) => {
+                Err(self.skipped_for_room(key, &path, why))
+            }
             Err(why) => {
                 tracing::warn!(
                     artifact = %path.display(),

@@ -89,11 +89,7 @@ fn read_table(
 ) -> rusqlite::Result<()> {
     let quoted = table.replace('"', "\"\"");
     let mut statement = conn.prepare(&format!("SELECT * FROM \"{quoted}\""))?;
-    let names: Vec<String> = statement
-        .column_names()
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
+    let names: Vec<String> = statement.column_names().map(str::to_owned).collect();
     let shapes: Vec<Option<Shape>> = names
         .iter()
         .map(|name| json.iter().find(|c| c.column == name).map(|c| c.shape))

@@ -120,7 +120,7 @@ impl Rules {
         let (fault, when) = *self.faults.get(&route)?;
         let picked = match when {
             When::FirstPerPath => self.paths.insert(path.to_owned()),
-            When::EveryNth(n) => (nth - 1) % n.max(1) == 0,
+            When::EveryNth(n) => (nth - 1).is_multiple_of(n.max(1)),
         };
         if picked {
             *self.faulted.entry(route).or_default() += 1;

@@ -764,7 +764,11 @@ pub async fn damaged_commands_are_cancelled_only_by_their_owner_while_open(store
     };
     assert!(!cancel(&stranger.id).await, "not another owner's run");
     assert_eq!(
-        store.command(queued.id).await.expect("read").map(|c| c.status),
+        store
+            .command(queued.id)
+            .await
+            .expect("read")
+            .map(|c| c.status),
         Some(RunStatus::Queued)
     );
     let owner = store.ensure_owner("owner", T0).await.expect("owner");
