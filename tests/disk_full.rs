@@ -1,7 +1,9 @@
 //! The desktop's state on a full disk (issue 33): a run that finishes while the state cannot
 //! be written is still delivered (the agent reads its result), kept in memory, and recorded
 //! once in the history when space returns; below the free-space floor no run starts and
-//! `get_graph_run` says why (`desktop: disk full`).
+//! `get_graph_run` says why (`desktop: disk full`). On a full disk `relay desktop run` and the
+//! lists name the disk and the file (the lists still work, read-only), and a compiled graph
+//! that would cross the floor is not written: its runs start on the generic engine (issue 49).
 //!
 //! The state lives on a small tmpfs of the test's own (root only). Where mounting is refused
 //! the test says so on stderr and checks nothing.
@@ -201,4 +203,137 @@ fn history_shows_it_once(state: &Path, command: &str, n: usize) {
     assert_eq!(rows.len(), 1, "{history}");
     assert_eq!(rows[0]["status"], "completed");
     assert_eq!(rows[0]["result"]["report"].as_str().map(str::len), Some(n));
+}
+
+/// `relay desktop --state STATE ARGS…`.
+fn desktop_cli(state: &Path) -> std::process::Command {
+    let mut command = std::process::Command::new(harness::relay_binary());
+    command.args(["desktop", "--state"]).arg(state);
+    command
+}
+
+/// Whether `text` names the full disk, the state file and what to do.
+fn names_the_full_disk(text: &str, state: &Path) -> bool {
+    text.contains("is full")
+        && text.contains(&state.display().to_string())
+        && text.contains("free space on it")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_full_disk_run_and_the_lists_name_the_disk_and_the_file_and_lists_still_work() {
+    let Some(small) = Tmpfs::mount("8m") else {
+        eprintln!("SKIPPED: the desktop's full-disk messages were not checked");
+        return;
+    };
+    let world = World::new(json!({"replies": []})).await;
+    let state = small.dir.join("desktop.db");
+    let folder = world.state_dir.path().join("shared");
+    std::fs::create_dir_all(&folder).expect("folder");
+    drop(relay_on_small_disk(&world, &small.dir, &folder).await);
+    let filler = fill(&small.dir);
+
+    for list in [
+        &["history", "--json"][..],
+        &["shares", "--json"],
+        &["session", "list"],
+    ] {
+        let listed = desktop_cli(&state).args(list).output().expect("a list");
+        let said = String::from_utf8_lossy(&listed.stderr);
+        assert!(
+            listed.status.success(),
+            "{list:?} works on a full disk: {said}"
+        );
+        assert!(names_the_full_disk(&said, &state), "{list:?}: {said}");
+    }
+    let shares = desktop_cli(&state)
+        .args(["shares", "--json"])
+        .output()
+        .expect("shares");
+    let shares: Value = serde_json::from_slice(&shares.stdout).expect("json");
+    assert_eq!(
+        shares.as_array().map(Vec::len),
+        Some(1),
+        "read as it stands: {shares}"
+    );
+
+    let log = world.state_dir.path().join("run.log");
+    let mut run = desktop_cli(&state)
+        .args([
+            "run",
+            "--service",
+            &world.service.base,
+            "--token",
+            &world.desktop_token,
+        ])
+        .args(["--engine", "boa"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("relay desktop run");
+    eventually(
+        "`relay desktop run` names the full disk and the file",
+        async || names_the_full_disk(&std::fs::read_to_string(&log).unwrap_or_default(), &state),
+    )
+    .await;
+    let _ = run.kill();
+    let _ = run.wait();
+    drop(filler);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compiled_graph_that_would_cross_the_floor_is_not_written() {
+    let Some(small) = Tmpfs::mount("16m") else {
+        eprintln!("SKIPPED: compiled graphs against the floor were not checked");
+        return;
+    };
+    let world = World::new(json!({"replies": []})).await;
+    let state = DesktopState::open(&small.dir.join("desktop.db")).expect("state on the tmpfs");
+    let now = Timestamp::from_unix_millis(1);
+    let meta = graph_js::describe(harness::BIG, &Default::default()).expect("meta");
+    let session = state
+        .upsert_session(&meta, harness::BIG, None, now)
+        .expect("session");
+    state.share(&world.project, &session, now).expect("share");
+    state
+        .set_project_enabled(&world.project, true, now)
+        .expect("enable");
+    // Room for runs, not for a compiled graph besides.
+    let free = relay_desktop::disk::free_bytes(&small.dir).expect("statvfs");
+    let floor = free - 4 * 1024 * 1024;
+    let config = DesktopConfig {
+        min_free_space: floor,
+        compiled_graphs: Some(runner::engine::wasm::WasmLimits::default()),
+        ..harness::fast_config()
+    };
+    let relay = world.relay_over(
+        state,
+        Arc::new(SystemClock),
+        EngineKind::Boa.build().expect("boa"),
+        config,
+    );
+    // The service learns the graph is shared before it is asked to run it.
+    relay.pass(&Default::default()).await;
+    let (stop, task) = harness::start(&relay);
+    let command = world
+        .queue(&session, "key-floor", json!({"unit": "x", "n": 3}))
+        .await;
+    let run = world.wait_terminal(&command, Duration::from_secs(60)).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let compiled = relay.compiled().expect("compiled graphs are on");
+    eventually("the build is skipped for the floor", async || {
+        compiled.waiting_for_room(harness::BIG)
+    })
+    .await;
+    stop.cancel();
+    task.await.expect("relay stops");
+    let artifacts: Vec<_> = std::fs::read_dir(compiled.dir())
+        .map(|dir| dir.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(artifacts.is_empty(), "nothing written: {artifacts:?}");
+    assert!(
+        compiled.failure(harness::BIG).is_none(),
+        "not a failure: tried again later"
+    );
+    let left = relay_desktop::disk::free_bytes(&small.dir).expect("statvfs");
+    assert!(left >= floor, "{left} bytes left, floor {floor}");
 }

@@ -106,7 +106,10 @@ async fn a_run_interrupted_by_a_crash_is_reported_failed_on_restart() {
         .await
         .parse()
         .expect("id");
-    // The crash: the relay recorded the start (history `running`, service told) and died.
+    // The crash: the relay recorded the start (history `running`, service told), its graph
+    // began, and it died. (One whose graph never began is handed back instead:
+    // `killed_starts.rs`.)
+    let at = relay_protocol::clock::Timestamp::from_unix_millis(5);
     world
         .state
         .begin_execution(
@@ -115,9 +118,13 @@ async fn a_run_interrupted_by_a_crash_is_reported_failed_on_restart() {
             &world.project,
             &session,
             "echo",
-            relay_protocol::clock::Timestamp::from_unix_millis(5),
+            at,
         )
         .expect("begin");
+    world
+        .state
+        .mark_began("exec-crashed", at)
+        .expect("the graph began");
     let desktop = world.service.desktop(&world.project).await;
     let (status, _) = desktop.started(&command.to_string(), "exec-crashed").await;
     assert_eq!(status, 200);

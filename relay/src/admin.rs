@@ -316,8 +316,16 @@ async fn db(db: &DbArg, json: bool, command: DbCommand) -> Result<()> {
             println!("{}", file.display());
             Ok(())
         }
-        DbCommand::Check { file } => db_cli::check(&file),
-        DbCommand::Restore { file } => db_cli::restore(&file, &path),
+        DbCommand::Check { file } => db_cli::check(
+            &file,
+            &relay_sqlite::Expected {
+                program: relay_sqlite::identity::SERVICE,
+                json: relay_service::store::sqlite::JSON_COLUMNS,
+            },
+        ),
+        DbCommand::Restore { file } => {
+            db_cli::restore(&file, &path, relay_sqlite::identity::SERVICE)
+        }
         DbCommand::Version => db_version(&target, json).await,
     }
 }

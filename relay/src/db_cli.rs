@@ -16,14 +16,16 @@ pub(crate) enum DbCommand {
         /// The new file.
         file: PathBuf,
     },
-    /// Run SQLite's integrity_check on FILE (a backup, or a stopped process's database); prints
-    /// `ok`, or the damage and exits 1.
+    /// Check FILE (a backup, or a stopped process's database): it must be this program's
+    /// database, pass SQLite's integrity_check, and every row must decode (text is UTF-8,
+    /// JSON columns parse); prints `ok`, or the damage and exits 1.
     Check {
         /// The file to check.
         file: PathBuf,
     },
-    /// Replace the (stopped) database with FILE, after FILE passes integrity_check; the file
-    /// replaced is kept beside it as DB.replaced.
+    /// Replace the (stopped) database with FILE, after FILE proves to be this program's
+    /// database and passes integrity_check; the file replaced is kept beside it as
+    /// DB.replaced.
     Restore {
         /// The checked copy to put in place.
         file: PathBuf,
@@ -103,24 +105,25 @@ pub(crate) fn sqlite_version(path: &Path, speaks: usize, json: bool) -> Result<(
     .report(json)
 }
 
-/// `db check FILE`.
-pub(crate) fn check(file: &Path) -> Result<()> {
-    match relay_sqlite::check_file(file)? {
+/// `db check FILE`, for `expected`'s files.
+pub(crate) fn check(file: &Path, expected: &relay_sqlite::Expected<'_>) -> Result<()> {
+    match relay_sqlite::check_file(file, expected)? {
         Check::Passed => {
             println!("ok");
             Ok(())
         }
         Check::Damaged(problems) => bail!(
-            "{} is damaged (integrity_check: {problems}): do not restore it",
-            file.display()
+            "{} is damaged ({problems}): do not restore it; restore an earlier backup that `{} check` passes",
+            file.display(),
+            expected.program.db_command
         ),
         Check::Unfinished(_) => bail!("the check of {} did not finish", file.display()),
     }
 }
 
-/// `db restore FILE` onto `target`.
-pub(crate) fn restore(file: &Path, target: &Path) -> Result<()> {
-    relay_sqlite::restore(file, target)?;
+/// `db restore FILE` onto `target`, `program`'s file.
+pub(crate) fn restore(file: &Path, target: &Path, program: relay_sqlite::Program) -> Result<()> {
+    relay_sqlite::restore(file, target, program)?;
     println!("{}", target.display());
     Ok(())
 }

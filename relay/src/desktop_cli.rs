@@ -393,9 +393,48 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     builder.create(dir)
 }
 
+impl DesktopCommand {
+    /// Whether the command only reads the state (a list): on a full disk it reads the file
+    /// without writing.
+    fn only_reads(&self) -> bool {
+        matches!(
+            self,
+            DesktopCommand::Shares { .. }
+                | DesktopCommand::Queue { .. }
+                | DesktopCommand::History { .. }
+                | DesktopCommand::Folder { dir: None }
+                | DesktopCommand::Session(SessionCommand::List { .. })
+                | DesktopCommand::Project(ProjectCommand::List)
+                | DesktopCommand::Approvals(ApprovalsCommand::List { .. })
+                | DesktopCommand::Policy(PolicyCommand::List)
+        )
+    }
+}
+
+/// Opens the state for `command`. On a full disk the owner is told so (naming the disk, the
+/// file and what to do), and a list reads the file without writing when it cannot be opened
+/// as usual.
+fn open_for(path: &Path, command: &DesktopCommand) -> Result<DesktopState> {
+    let full = relay_desktop::disk::full_state_disk(path);
+    if let Some(full) = &full {
+        hint(&format!("warning: {full}"));
+    }
+    match DesktopState::open(path) {
+        Ok(state) => Ok(state),
+        Err(_) if full.is_some() && command.only_reads() => DesktopState::open_read_only(path)
+            .with_context(|| format!("cannot read the desktop state {}", path.display())),
+        Err(e) => {
+            let why = match full {
+                Some(full) => format!("cannot use the desktop state: {full}"),
+                None => format!("cannot use the desktop state {}", path.display()),
+            };
+            Err(anyhow::Error::new(e).context(why))
+        }
+    }
+}
+
 async fn on_state(path: &Path, command: DesktopCommand) -> Result<()> {
-    let state = DesktopState::open(path)
-        .with_context(|| format!("cannot use the desktop state {}", path.display()))?;
+    let state = open_for(path, &command)?;
     let now = SystemClock.now();
     match command {
         DesktopCommand::Session(command) => session(&state, command).await?,
@@ -451,8 +490,16 @@ fn db(path: &Path, command: &crate::db_cli::DbCommand) -> Result<()> {
             println!("{}", file.display());
             Ok(())
         }
-        DbCommand::Check { file } => crate::db_cli::check(file),
-        DbCommand::Restore { file } => crate::db_cli::restore(file, path),
+        DbCommand::Check { file } => crate::db_cli::check(
+            file,
+            &relay_sqlite::Expected {
+                program: relay_sqlite::identity::DESKTOP,
+                json: relay_desktop::state::JSON_COLUMNS,
+            },
+        ),
+        DbCommand::Restore { file } => {
+            crate::db_cli::restore(file, path, relay_sqlite::identity::DESKTOP)
+        }
         DbCommand::Version => {
             crate::db_cli::sqlite_version(path, DesktopState::SCHEMA_VERSION, false)
         }

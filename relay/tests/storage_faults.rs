@@ -1,7 +1,10 @@
 //! Storage faults (issue 33): damaged and empty database files are refused at start by
 //! `relay serve` and `relay desktop run`; `relay admin db backup` copies a serving database
 //! with every run acknowledged before it began, and the copy restores to a working service; a
-//! full disk under the service is a named, retryable error, and nothing acknowledged is lost.
+//! full disk under the service is a named, retryable error, `/readyz` says `degraded`, and
+//! nothing acknowledged is lost; each program's `db` tools refuse the other program's file and
+//! an empty one, and `db check` finds rows SQLite's own checks pass but the program cannot read
+//! (issue 49).
 //!
 //! The full-disk test makes its own small filesystem: a tmpfs mounted for the test (root only)
 //! and unmounted by a guard even when the test fails. Where mounting is refused (not root) it
@@ -357,6 +360,105 @@ fn restore_refuses_a_damaged_copy_and_a_database_in_use() {
     assert_eq!(String::from_utf8_lossy(&listed.stdout).lines().count(), 20);
 }
 
+/// `relay desktop --state STATE ARGS…`, to its end.
+fn desktop(state: &Path, args: &[&str]) -> Output {
+    let mut all = vec!["desktop", "--state", state.to_str().expect("utf-8 path")];
+    all.extend_from_slice(args);
+    run_to_end(&all, Duration::from_secs(120))
+}
+
+/// Expects `output` to be a refusal (exit 1) whose message says all of `parts`.
+fn refused_saying(output: &Output, parts: &[&str]) {
+    let text = stderr(output);
+    assert_eq!(output.status.code(), Some(1), "{parts:?}: {text}");
+    for part in parts {
+        assert!(text.contains(part), "{part:?} in: {text}");
+    }
+}
+
+#[test]
+fn each_programs_db_tools_refuse_the_other_programs_file_and_an_empty_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (db, state) = (dir.path().join("relay.db"), dir.path().join("desktop.db"));
+    let made = admin(&db, &["project", "create", "p"]);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let made = desktop(&state, &["session", "list"]);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let (db_text, state_text) = (db.to_str().expect("utf-8"), state.to_str().expect("utf-8"));
+    let service_file = ["the relay service's database", "relay admin db"];
+    let desktop_file = ["a desktop relay's state", "relay desktop db"];
+
+    // Each program's own file passes its own check.
+    for own in [
+        admin(&db, &["db", "check", db_text]),
+        desktop(&state, &["db", "check", state_text]),
+    ] {
+        assert!(own.status.success(), "{}", stderr(&own));
+        assert_eq!(String::from_utf8_lossy(&own.stdout).trim(), "ok");
+    }
+    // The other's file: refused by check, restore, backup and opening, saying what it is.
+    refused_saying(&desktop(&state, &["db", "check", db_text]), &service_file);
+    refused_saying(&admin(&db, &["db", "check", state_text]), &desktop_file);
+    refused_saying(&desktop(&state, &["db", "restore", db_text]), &service_file);
+    refused_saying(&admin(&db, &["db", "restore", state_text]), &desktop_file);
+    refused_saying(
+        &admin(&state, &["db", "backup", "/nonexistent/x.db"]),
+        &desktop_file,
+    );
+    refused_saying(&desktop(&db, &["session", "list"]), &service_file);
+    refused_saying(&admin(&state, &["project", "list"]), &desktop_file);
+    // A backup restored over the other program's file is refused too, and that file stays.
+    let backup = dir.path().join("desktop-backup.db");
+    let copied = desktop(&state, &["db", "backup", backup.to_str().expect("utf-8")]);
+    assert!(copied.status.success(), "{}", stderr(&copied));
+    refused_saying(
+        &desktop(&db, &["db", "restore", backup.to_str().expect("utf-8")]),
+        &service_file,
+    );
+    let listed = admin(&db, &["project", "list"]);
+    assert!(
+        listed.status.success(),
+        "the service's file is untouched: {}",
+        stderr(&listed)
+    );
+    // An empty file fails both checks, as it fails to open.
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").expect("empty file");
+    let empty_text = empty.to_str().expect("utf-8");
+    refused_saying(
+        &admin(&db, &["db", "check", empty_text]),
+        &["is empty (0 bytes)"],
+    );
+    refused_saying(
+        &desktop(&state, &["db", "check", empty_text]),
+        &["is empty (0 bytes)"],
+    );
+}
+
+#[test]
+fn db_check_finds_rows_that_sqlite_passes_but_the_desktop_cannot_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("desktop.db");
+    let made = desktop(&state, &["session", "list"]);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let raw = rusqlite::Connection::open(&state).expect("open");
+    raw.execute_batch(
+        "INSERT INTO history (execution_id, command_id, channel, project_id, session_id, slug,
+            status, started_at, arguments, result)
+         VALUES ('e-1', 'c-1', 'ch', 'p', 's', 'g', 'completed', 1, CAST(X'7B2261223AFF7D' AS TEXT), '{\"ok\":1}');",
+    )
+    .expect("a row with bytes that are not UTF-8");
+    drop(raw);
+    let checked = desktop(&state, &["db", "check", state.to_str().expect("utf-8")]);
+    refused_saying(
+        &checked,
+        &[
+            "is damaged",
+            "history row e-1: column arguments: not valid UTF-8",
+        ],
+    );
+}
+
 /// Another process's hold on `db`: a `relay serve` that has started serving it.
 fn serving(db: &Path) -> ServeChild {
     let child = Command::new(env!("CARGO_BIN_EXE_relay"))
@@ -382,6 +484,35 @@ impl Drop for ServeChild {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The probes on a full disk: not ready for what writes (a balancer sends nothing), reads
+/// still answered, the file named, alive all the same.
+async fn probes_say_degraded(desktop: &common::Desktop, db: &Path) {
+    let (status, ready) = probe(desktop, "/readyz").await;
+    assert_eq!(status, 503, "{ready}");
+    assert_eq!(
+        (
+            &ready["status"],
+            &ready["cause"],
+            &ready["reads"],
+            &ready["writes"]
+        ),
+        (
+            &json!("degraded"),
+            &json!("disk_full"),
+            &json!(true),
+            &json!(false)
+        ),
+        "{ready}"
+    );
+    assert!(
+        ready["error"]
+            .as_str()
+            .is_some_and(|e| e.contains(&db.display().to_string())),
+        "{ready}"
+    );
+    assert_eq!(probe(desktop, "/healthz").await.0, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -437,8 +568,15 @@ async fn a_full_disk_under_the_service_is_named_retryable_and_loses_nothing() {
             .is_some_and(|e| e.contains("disk holding the database is full")),
         "{body}"
     );
+    probes_say_degraded(&desktop, &db).await;
     // Space returns: the same calls succeed, and nothing acknowledged before is lost.
     std::fs::remove_file(&filler).expect("free the space");
+    let (status, ready) = probe(&desktop, "/readyz").await;
+    assert_eq!(
+        (status, &ready["status"]),
+        (200, &json!("ready")),
+        "{ready}"
+    );
     let answer = call(&client, "run_graph_session", run_args(1, &key, big.clone())).await;
     acknowledged.push(ok(&answer)["command_id"].as_str().expect("id").to_owned());
     let (status, _, body) = desktop_sync(&desktop, &project, &[1, 2]).await;
@@ -472,6 +610,17 @@ async fn first_refused_run(
         acknowledged.push(ok(&answer)["command_id"].as_str().expect("id").to_owned());
     }
     None
+}
+
+/// `GET PATH` of the service (a probe): (status, body).
+async fn probe(desktop: &common::Desktop, path: &str) -> (u16, Value) {
+    let response = desktop
+        .http
+        .get(format!("{}{path}", desktop.base))
+        .send()
+        .await
+        .expect("probe");
+    common::decode(response).await
 }
 
 /// A desktop sync: (status, Retry-After seconds, body).

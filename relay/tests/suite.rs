@@ -7,6 +7,7 @@ mod bench_empty_polls;
 mod bench_replicas;
 mod cli;
 mod config_sources;
+mod damaged_runs;
 mod desktop_failover;
 mod desktop_page;
 mod desktop_providers;

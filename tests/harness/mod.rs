@@ -236,6 +236,30 @@ impl World {
         )
     }
 
+    /// A desktop relay over `state` that reaches the service at `base` (a proxy in front of
+    /// this world's service) over plain HTTP, with no injected faults of its own.
+    pub fn relay_through(
+        &self,
+        base: &str,
+        state: DesktopState,
+        clock: Arc<dyn relay_protocol::clock::Clock>,
+        engine: Arc<dyn Engine>,
+        config: DesktopConfig,
+    ) -> Arc<Relay> {
+        let http: Arc<dyn Transport> = Arc::new(HttpTransport::new(base).expect("transport"));
+        Relay::new(
+            state,
+            DesktopApi::new(http, &self.desktop_token),
+            clock,
+            Runtime {
+                engine,
+                provider: self.mock.clone(),
+                events: self.events.clone(),
+            },
+            config,
+        )
+    }
+
     /// A relay on the boa engine with fast intervals.
     pub fn relay(&self) -> Arc<Relay> {
         self.relay_with(EngineKind::Boa.build().expect("boa"), fast_config())

@@ -14,9 +14,10 @@ use serde_json::{Map, Value};
 
 use relay_protocol::{
     CommandId, CompleteRequest, CompleteResponse, ControlResponse, GraphSessionId,
-    MAX_SERVED_PROJECTS, ProjectsResponse, QueuedCommand, ReportResponse, RunReport, ServedProject,
-    StartedRequest, StartedResponse, SyncRequest, complete_path, control_path, display_name,
-    projects_path, report_path, started_path, sync_path,
+    MAX_SERVED_PROJECTS, ProjectsResponse, QueuedCommand, ReleasedRequest, ReleasedResponse,
+    ReportResponse, RunReport, ServedProject, StartedRequest, StartedResponse, SyncRequest,
+    complete_path, control_path, display_name, projects_path, released_path, report_path,
+    started_path, sync_path,
 };
 
 /// A boxed future.
@@ -336,6 +337,9 @@ pub struct SyncAnswer {
     /// Running commands (of those the request named) with a cancel request.
     #[serde(default)]
     pub cancel_requested: Vec<Value>,
+    /// Queued commands the service cannot read (damaged rows), which it does not hand out.
+    #[serde(default)]
+    pub damaged: Vec<relay_protocol::DamagedCommand>,
 }
 
 /// What `started` answered.
@@ -457,6 +461,20 @@ impl DesktopApi {
             }) => Ok(Started::Refused(message)),
             Err(other) => Err(other),
         }
+    }
+
+    /// Hands back a command this desktop reported started under `execution_id` and will not
+    /// run under it; the answer says where the command stands now.
+    pub async fn released(
+        &self,
+        id: &CommandId,
+        execution_id: &str,
+    ) -> Result<ReleasedResponse, ApiError> {
+        let body = serde_json::to_vec(&ReleasedRequest {
+            execution_id: execution_id.to_owned(),
+        })
+        .map_err(|e| ApiError::Malformed(e.to_string()))?;
+        self.call(Method::POST, released_path(id), Some(body)).await
     }
 
     /// Reads the cancel flag (and tells the service the desktop is alive).

@@ -85,6 +85,22 @@ pub enum CompileError {
     /// The build or load task ended before it finished (it panicked).
     #[error("the build stopped before it finished: {0}")]
     Stopped(String),
+    /// Writing the compiled graph would leave less than the free-space floor on the disk of
+    /// the desktop's state: runs need that room to be recorded. Tried again at a later run.
+    #[error(
+        "it would take about {} of the {} free on the disk of the desktop's state, below its floor of {} (--min-free-space); its runs start on the generic engine until there is room",
+        crate::disk::human(*needed),
+        crate::disk::human(*free),
+        crate::disk::human(*floor)
+    )]
+    BelowFloor {
+        /// The compiled graph's size (its estimate before a build).
+        needed: u64,
+        /// Free bytes on the disk.
+        free: u64,
+        /// The floor.
+        floor: u64,
+    },
 }
 
 /// The name a run on a compiled graph gives its engine in the trace.
@@ -107,6 +123,10 @@ struct Loaded {
     /// When it was last used (a counter): the least recently used is dropped first.
     used: u64,
 }
+
+/// What a compiled graph is taken to need on disk before it is built (measured: 7.8 MB for a
+/// typical graph); after a build its real size counts.
+pub const ESTIMATED_ARTIFACT_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Most compiled graphs kept loaded at once: each holds its compiled code (about 20 MB). One
 /// dropped is loaded again from its file (and wasmtime's cache) when a run needs it.
@@ -147,6 +167,11 @@ pub struct CompiledGraphs {
     /// One build or load at a time on the whole desktop: a build takes seconds of CPU, a load
     /// holds another compiled graph's code in memory.
     builds: tokio::sync::Semaphore,
+    /// The free-space floor of the desktop's state, which compiled graphs must not cross
+    /// (`None`: not checked).
+    floor: Option<u64>,
+    /// Graph versions skipped for the floor, so each is said once until it is built.
+    skipped: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for CompiledGraphs {
@@ -208,7 +233,21 @@ impl CompiledGraphs {
             components: ComponentCache::new(MAX_LOADED),
             uses: Default::default(),
             builds: tokio::sync::Semaphore::new(1),
+            floor: None,
+            skipped: Mutex::default(),
         }
+    }
+
+    /// The same, never writing a compiled graph that would leave less than `floor` bytes free
+    /// on the disk of its folder (the desktop's state): such a graph runs on the generic engine.
+    pub fn with_floor(mut self, floor: u64) -> Self {
+        self.floor = Some(floor);
+        self
+    }
+
+    /// Refuses to write `needed` bytes that would cross the floor.
+    fn room_for(&self, needed: u64) -> Result<(), CompileError> {
+        room_for(self.floor, &self.dir, needed)
     }
 
     /// The same, keeping at most `max_loaded` (at least 1) loaded at once.
@@ -264,6 +303,12 @@ impl CompiledGraphs {
                 self.generic.clone()
             }
         }
+    }
+
+    /// Whether `script`'s compiled graph is not built because it would cross the free-space
+    /// floor (it is tried again at a later run).
+    pub fn waiting_for_room(&self, script: &str) -> bool {
+        lock(&self.skipped).contains(&self.key(script))
     }
 
     /// Whether a run of `script` would start from its compiled graph now.
@@ -367,12 +412,19 @@ impl CompiledGraphs {
             self.remember(key, &engine, &path);
             return Ok(engine);
         }
+        if let Err(why) = self.room_for(ESTIMATED_ARTIFACT_BYTES) {
+            return Err(self.skipped_for_room(key, &path, why));
+        }
         let started = relay_protocol::clock::Stopwatch::start();
         match self.build(script, &path).await {
             Ok(engine) => {
+                lock(&self.skipped).remove(key);
                 tracing::info!(artifact = %path.display(), seconds = started.elapsed().as_secs_f64(), "compiled a shared graph");
                 self.remember(key, &engine, &path);
                 Ok(engine)
+            }
+            Err(why @ CompileError::BelowFloor { .. }) => {
+                Err(self.skipped_for_room(key, &path, why))
             }
             Err(why) => {
                 tracing::warn!(
@@ -384,6 +436,15 @@ impl CompiledGraphs {
                 Err(why)
             }
         }
+    }
+
+    /// A build skipped for the floor: said once (until the graph is built), not remembered as
+    /// failed, so a later run tries again when there is room.
+    fn skipped_for_room(&self, key: &str, path: &Path, why: CompileError) -> Arc<CompileError> {
+        if lock(&self.skipped).insert(key.to_owned()) {
+            tracing::warn!(artifact = %path.display(), "not compiling a shared graph: {why}");
+        }
+        Arc::new(why)
     }
 
     /// Keeps `engine` loaded as `key`'s, dropping the least recently used beyond the most
@@ -449,6 +510,7 @@ impl CompiledGraphs {
         let script = script.to_owned();
         let path = path.to_path_buf();
         let components = self.components.clone();
+        let (floor, dir) = (self.floor, self.dir.clone());
         tokio::task::spawn_blocking(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
@@ -462,6 +524,8 @@ impl CompiledGraphs {
                     bytes: bytes.len() as u64,
                 });
             }
+            // The real size counts once it is known.
+            room_for(floor, &dir, bytes.len() as u64)?;
             runner::output::replace_file(&path, &bytes)
                 .map_err(|source| CompileError::Write { path, source })?;
             load(&components, &bytes, limits)
@@ -469,6 +533,26 @@ impl CompiledGraphs {
         .await
         .unwrap_or_else(|e| Err(CompileError::Stopped(e.to_string())))
     }
+}
+
+/// Refuses to write `needed` bytes into `dir` when that would leave less than `floor` free on
+/// its disk.
+fn room_for(floor: Option<u64>, dir: &Path, needed: u64) -> Result<(), CompileError> {
+    let Some(floor) = floor else {
+        return Ok(());
+    };
+    // Before the folder exists, its parent's disk (the state's) is read.
+    let Ok(free) = crate::disk::free_bytes(dir) else {
+        return Ok(());
+    };
+    if free.saturating_sub(needed) < floor {
+        return Err(CompileError::BelowFloor {
+            needed,
+            free,
+            floor,
+        });
+    }
+    Ok(())
 }
 
 /// An artifact's bytes loaded as an engine through `components` (from memory, wasmtime's disk

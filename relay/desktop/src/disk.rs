@@ -51,6 +51,23 @@ pub fn disk_full(state: &Path, free: u64, floor: u64) -> DesktopProblem {
     }
 }
 
+/// Below this many free bytes the disk of the state counts as full: SQLite cannot even make
+/// the files it writes beside the state (its log and shared memory) on it.
+pub const FULL_BELOW: u64 = 1024 * 1024;
+
+/// When the disk holding the state file at `state` is full (less than [`FULL_BELOW`] free):
+/// what to tell the owner, naming the disk, the file and what to do.
+pub fn full_state_disk(state: &Path) -> Option<String> {
+    let free = free_bytes(state).ok()?;
+    (free < FULL_BELOW).then(|| {
+        format!(
+            "the disk holding the desktop state {} is full ({} free): free space on it (or move the state to another disk with --state); until then no run starts or is recorded, and lists are read without writing",
+            state.display(),
+            human(free)
+        )
+    })
+}
+
 /// Why a size (`--min-free-space`) was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SizeError {

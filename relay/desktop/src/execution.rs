@@ -67,23 +67,51 @@ pub(crate) struct Execution {
     request: RunRequest,
 }
 
-/// What a run left: its outcome, its trace for the history, and whether a seen cancel was
-/// already delivered while the engine wound down.
+/// How the service answered `started`, as the start step takes it.
+enum StartAnswer {
+    /// Run it (a replay of an earlier start under this execution counts).
+    Go {
+        /// The agent already asked to cancel.
+        cancel_requested: bool,
+    },
+    /// Do not run it, for this reason.
+    Refused(String),
+    /// The relay stopped before the service answered.
+    Stopped,
+}
+
+/// What a run left: its outcome, its trace for the history, and what became of a seen cancel
+/// reported while the engine wound down.
 pub(crate) struct Ran {
     outcome: RunOutcome,
     trace: Value,
-    delivered_early: bool,
+    early: Early,
+}
+
+/// A seen cancel's outcome, reported before the engine stopped.
+#[derive(Clone)]
+enum Early {
+    /// Not reported early.
+    None,
+    /// The service settled it.
+    Delivered,
+    /// Posted without an answer: the service may hold it, so the run's end is this same
+    /// completion (a repeat is then a replay, not a conflicting second outcome).
+    Posted(Box<CompleteRequest>),
 }
 
 impl Relay {
-    /// The start step: the execution's history row, then `started`. `None` when it does not
-    /// run now: the disk is below the floor, or the service refused or did not answer (the
-    /// command then stays queued there and comes back).
+    /// The start step: the execution's history row, then `started`, asked until the service
+    /// answers, always with the same execution id (a replayed answer is a go, so a lost answer
+    /// never strands the run), then the note that the graph begins. `None` when it does not
+    /// run now: the service refused (cancelled while queued, or ended), or the relay stopped
+    /// before it answered (then the command is handed back, or the next start does it).
     pub(crate) async fn start(
         &self,
         project: &str,
         command: &QueuedCommand,
         session: Session,
+        shutdown: &CancellationToken,
     ) -> Result<Option<Execution>, StateError> {
         let execution_id = uuid::Uuid::new_v4().to_string();
         let id = command.command_id;
@@ -98,18 +126,33 @@ impl Relay {
             .call(move |state| state.begin_command(&begun, &begun_project, &begun_command, now))
             .await?;
         let token_cap = session.run_token_cap(self.config.token_cap, command.max_tokens);
-        let cancel_requested = match self.api.started(&id, &execution_id, token_cap).await {
-            Ok(Started::Go { cancel_requested }) => cancel_requested,
-            Ok(Started::Refused(reason)) => {
+        let cancel_requested = match self
+            .started_until_answered(&id, &execution_id, token_cap, shutdown)
+            .await
+        {
+            StartAnswer::Go { cancel_requested } => cancel_requested,
+            StartAnswer::Refused(reason) => {
                 tracing::info!(%channel, "the service says not to run it: {reason}");
                 return self.forget_execution(execution_id).await;
             }
-            Err(e) => {
-                // The command stays queued on the service and comes back next pass.
-                tracing::warn!(%channel, "cannot report the start, not running it now: {e}");
-                return self.forget_execution(execution_id).await;
+            StartAnswer::Stopped => {
+                // The start may have landed: hand it back now if the service answers, else
+                // the next start of the relay does.
+                self.hand_back(&id, &execution_id).await;
+                return Ok(None);
             }
         };
+        let (began, now) = (execution_id.clone(), self.clock.now());
+        if let Err(e) = self
+            .state
+            .call(move |state| state.mark_began(&began, now))
+            .await
+        {
+            // Unnoted, a stop now would hand back a run that ran: it does not run now.
+            tracing::error!(%channel, "cannot note that the run begins, handing it back: {e}");
+            self.hand_back(&id, &execution_id).await;
+            return Err(e);
+        }
         tracing::info!(%channel, slug = %session.slug, execution = %execution_id, "running");
         let running = RunningCommand::new(id);
         if cancel_requested {
@@ -139,6 +182,36 @@ impl Relay {
             .call(move |state| state.forget_execution(&execution_id))
             .await?;
         Ok(None)
+    }
+
+    /// Asks `started` with the same execution id until the service answers it, waiting
+    /// [`crate::DesktopConfig::call_retry`] (doubling up to the poll interval, and at least
+    /// what a `Retry-After` asks) between tries, until the relay stops.
+    async fn started_until_answered(
+        &self,
+        id: &CommandId,
+        execution_id: &str,
+        token_cap: Option<u64>,
+        shutdown: &CancellationToken,
+    ) -> StartAnswer {
+        let mut wait = self.config.call_retry;
+        loop {
+            let error = match self.api.started(id, execution_id, token_cap).await {
+                Ok(Started::Go { cancel_requested }) => {
+                    return StartAnswer::Go { cancel_requested };
+                }
+                Ok(Started::Refused(reason)) => return StartAnswer::Refused(reason),
+                Err(e) if !e.is_retryable() => return StartAnswer::Refused(e.to_string()),
+                Err(e) => e,
+            };
+            let pause = wait.max(error.retry_after().unwrap_or_default());
+            tracing::warn!(command = %id, execution = execution_id, "no answer to `started` yet, asking again in {pause:?}: {error}");
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = shutdown.cancelled() => return StartAnswer::Stopped,
+            }
+            wait = (wait * 2).min(self.config.poll_interval.max(self.config.call_retry));
+        }
     }
 
     /// The run step: runs the graph with the control poll, the run reports, the token writer
@@ -182,11 +255,12 @@ impl Relay {
         } else {
             Some((&mut run).await)
         };
-        let delivered_early = early.is_none()
-            && running.cancel_seen()
-            && self
-                .report_cancel_early(pass, execution, trace.tokens())
-                .await;
+        let reported_early = if early.is_none() && running.cancel_seen() {
+            self.report_cancel_early(pass, execution, trace.tokens())
+                .await
+        } else {
+            Early::None
+        };
         let outcome = match early {
             Some(outcome) => outcome,
             None => run.await,
@@ -196,18 +270,19 @@ impl Relay {
         Ran {
             outcome,
             trace: trace.to_json(),
-            delivered_early,
+            early: reported_early,
         }
     }
 
     /// Posts the `cancelled` outcome of a run whose cancel was seen, before its engine stopped;
-    /// whether the service settled it (if not, the run's end goes through the outbox).
+    /// says whether the service settled it (if not, that same completion goes through the
+    /// outbox: its answer may have been lost after the service took it).
     async fn report_cancel_early(
         &self,
         pass: &mut PassState,
         execution: &Execution,
         tokens: u64,
-    ) -> bool {
+    ) -> Early {
         let completion = bounding::completion(
             &execution.id,
             CompletionStatus::Cancelled,
@@ -221,8 +296,14 @@ impl Relay {
             ..completion
         };
         tracing::info!(channel = %execution.channel, "cancel seen: reporting the outcome while the engine stops");
-        self.deliver(pass, &execution.running.id, &completion, 0)
+        if self
+            .deliver(pass, &execution.running.id, &completion, 0)
             .await
+        {
+            Early::Delivered
+        } else {
+            Early::Posted(Box::new(completion))
+        }
     }
 
     /// The engine a run of `script` starts on: its compiled graph when compiled graphs are on
@@ -321,7 +402,7 @@ impl Execution {
         let result = (status == CompletionStatus::Completed)
             .then(|| outcome.result.clone())
             .flatten();
-        let completion = bounding::completion(
+        let mut completion = bounding::completion(
             &self.id,
             status,
             result,
@@ -329,12 +410,16 @@ impl Execution {
             outcome.reported_cost,
             error.as_deref(),
         );
+        let cancelled = completion.status == CompletionStatus::Cancelled;
+        if let (true, Early::Posted(posted)) = (cancelled, ran.early.clone()) {
+            completion = *posted;
+        }
         tracing::info!(channel = %self.channel, status = ?completion.status, truncated = completion.result_truncated, "finished");
         Ended {
             full_result: outcome.result,
             trace: Some(ran.trace),
             // Already delivered: the history keeps the final figures.
-            delivered: ran.delivered_early && completion.status == CompletionStatus::Cancelled,
+            delivered: cancelled && matches!(ran.early, Early::Delivered),
             ..Ended::new(self.running.id, completion)
         }
     }

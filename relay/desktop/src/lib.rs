@@ -35,6 +35,7 @@ mod execution;
 mod long_poll;
 mod outbox;
 mod pass;
+mod recovery;
 mod trace;
 mod withdrawal;
 
@@ -58,6 +59,8 @@ use relay_protocol::{DESKTOP_POLL_INTERVAL_SECS, DesktopProblem, MAX_SYNC_WAIT_M
 
 /// The pass interval: the protocol's poll interval, which the service's hints assume.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(DESKTOP_POLL_INTERVAL_SECS);
+/// The first wait before a desktop call that must be answered is asked again.
+pub const DEFAULT_CALL_RETRY: Duration = Duration::from_secs(1);
 /// How often a running command's cancel flag is read.
 pub const DEFAULT_CONTROL_INTERVAL: Duration = Duration::from_secs(3);
 /// How often the loop looks for sharing changes made by `relay desktop share` and friends.
@@ -122,6 +125,9 @@ pub struct DesktopConfig {
     /// No run starts while the disk holding the state file has less than this many bytes
     /// free ([`disk::DEFAULT_MIN_FREE_SPACE`] unless set).
     pub min_free_space: u64,
+    /// A desktop call that must be answered (`started`) is asked again after this long, the
+    /// wait doubling up to the poll interval (and never shorter than a `Retry-After`).
+    pub call_retry: Duration,
     /// Reports on a running command (what it waits for, how far it got) go out at most this
     /// often.
     pub report_interval: Duration,
@@ -147,6 +153,7 @@ impl Default for DesktopConfig {
             jitter_seed: None,
             min_free_space: disk::DEFAULT_MIN_FREE_SPACE,
             report_interval: report::REPORT_INTERVAL,
+            call_retry: DEFAULT_CALL_RETRY,
             compiled_graphs: None,
         }
     }
@@ -219,11 +226,14 @@ impl Relay {
             .compiled_graphs
             .zip(state.path())
             .map(|(limits, path)| {
-                Arc::new(compiled::CompiledGraphs::new(
-                    compiled::artifact_dir(path),
-                    limits,
-                    runtime.engine.clone(),
-                ))
+                Arc::new(
+                    compiled::CompiledGraphs::new(
+                        compiled::artifact_dir(path),
+                        limits,
+                        runtime.engine.clone(),
+                    )
+                    .with_floor(config.min_free_space),
+                )
             });
         Arc::new(Self {
             compiled,

@@ -2,19 +2,18 @@
 //! one transaction (the record step) before it is posted (the post step), and leaves the
 //! outbox only on a 2xx or a final refusal. When the state cannot take it (a full disk) it is
 //! posted anyway and kept in memory, posted until delivered and written once the state takes
-//! writes again, so no finished result is dropped. A relay that starts finds the executions a
-//! stop interrupted and reports them failed, through the outbox.
+//! writes again, so no finished result is dropped. (A relay that starts settles the executions
+//! a stop interrupted in `recovery`.)
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::Relay;
 use crate::api::ApiError;
 use crate::ended::{Ended, ServiceNote, Unrecorded};
 use crate::pass::PassState;
-use crate::state::{DesktopState, OutboxEntry, StateError};
-use crate::{Relay, bounding};
-use relay_protocol::clock::Timestamp;
-use relay_protocol::{CommandId, CompleteRequest, CompletionStatus, ServiceOutcome};
+use crate::state::{OutboxEntry, StateError};
+use relay_protocol::{CommandId, CompleteRequest, ServiceOutcome};
 
 /// Where the record step left an end.
 pub(crate) enum Kept {
@@ -242,48 +241,4 @@ impl Relay {
             tracing::error!(command = %command_id, "cannot remove a delivered completion from the outbox: {e}");
         }
     }
-
-    /// What a relay does once as it starts: report the executions a stop interrupted (they
-    /// began and never finished) as failed, through the outbox, and renew the sharing version
-    /// so its snapshots are newer than any an earlier relay sent. False (logged) if the state
-    /// refused: the next pass tries again.
-    pub(crate) async fn start_up(&self) -> bool {
-        let now = self.clock.now();
-        let done = self
-            .state
-            .call(move |state| {
-                recover_unfinished(state, now)?;
-                state.renew_sharing_version(now)
-            })
-            .await;
-        match done {
-            Ok(_) => true,
-            Err(e) => {
-                tracing::error!(
-                    "cannot finish the relay's start in the desktop state (the next pass tries again): {e}"
-                );
-                false
-            }
-        }
-    }
-}
-
-/// Reports the executions a stop interrupted as failed, with the tokens they had spent
-/// (written as they grew), and expires their approvals.
-fn recover_unfinished(state: &DesktopState, now: Timestamp) -> Result<(), StateError> {
-    for (execution_id, command_id) in state.unfinished_executions()? {
-        let tokens = state.execution_tokens(&execution_id)?;
-        let expired = state.expire_approvals_of(&execution_id, now)?;
-        tracing::warn!(command = %command_id, tokens, expired_approvals = expired, "reporting a run the relay stopped during as failed");
-        let completion = bounding::completion(
-            &execution_id,
-            CompletionStatus::Failed,
-            None,
-            tokens,
-            0.0,
-            Some("the desktop relay stopped while this graph was running"),
-        );
-        state.finish_execution(&command_id, None, None, &completion, now)?;
-    }
-    Ok(())
 }

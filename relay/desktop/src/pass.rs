@@ -153,7 +153,8 @@ impl Relay {
         }
         let ended = match self.consent(project, &command).await? {
             Consent::Given(session) => {
-                let Some(execution) = self.start(project, &command, *session).await? else {
+                let Some(execution) = self.start(project, &command, *session, shutdown).await?
+                else {
                     return Ok(());
                 };
                 let ran = self.execute(pass, &execution, tell, shutdown).await;
@@ -174,7 +175,17 @@ impl Relay {
         project: &str,
     ) -> Result<Vec<QueuedCommand>, SyncError> {
         match self.upload(project, tell, pass.problem.as_ref()).await {
-            Ok(answer) => Ok(self.take_commands(project, answer.commands, true)),
+            Ok(answer) => {
+                for damaged in &answer.damaged {
+                    tracing::warn!(
+                        project,
+                        command = damaged.command_id,
+                        "the service cannot hand out a queued run: {}",
+                        damaged.error
+                    );
+                }
+                Ok(self.take_commands(project, answer.commands, true))
+            }
             Err(e) => {
                 if let Some(error) = e.api() {
                     pass.asked_to_wait(error);

@@ -72,6 +72,12 @@ pub fn started_path(command_id: &CommandId) -> String {
     format!("{DESKTOP_API_PREFIX}/commands/{command_id}/started")
 }
 
+/// `POST`: the desktop hands back a command it reported started but will not run under that
+/// execution ([`ReleasedRequest`]): the service puts it back in the queue.
+pub fn released_path(command_id: &CommandId) -> String {
+    format!("{DESKTOP_API_PREFIX}/commands/{command_id}/released")
+}
+
 /// `GET`: the cancel flag of a command; also the desktop's heartbeat for a running command.
 pub fn control_path(command_id: &CommandId) -> String {
     format!("{DESKTOP_API_PREFIX}/commands/{command_id}/control")
@@ -609,6 +615,19 @@ pub struct SyncResponse {
     /// Of the request's `running` commands, those with a cancel request.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cancel_requested: Vec<CommandId>,
+    /// Queued commands the service cannot read (their stored rows are damaged): not handed
+    /// out, so the project's other commands still run; the owner sees them in the console.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub damaged: Vec<DamagedCommand>,
+}
+
+/// A queued command whose stored row the service cannot decode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DamagedCommand {
+    /// Its id, as stored.
+    pub command_id: String,
+    /// What is damaged, and what to do.
+    pub error: String,
 }
 
 /// `POST commands/{id}/started` body.
@@ -631,6 +650,29 @@ pub struct StartedResponse {
     pub replayed: bool,
     /// Whether the agent already asked to cancel.
     pub cancel_requested: bool,
+}
+
+/// `POST commands/{id}/released` body: the execution that started the command and hands it
+/// back. Sent when the answer to `started` was lost and the desktop will not run the command
+/// under that execution (it stopped, or restarted before the graph began); a repeat is
+/// harmless.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleasedRequest {
+    /// The execution id the desktop sent with `started`.
+    pub execution_id: String,
+}
+
+/// `POST commands/{id}/released` answer (200): where the command stands now. `queued` (back in
+/// the queue, or never started), `cancelled` (the agent had asked to cancel), or another
+/// terminal status (it had ended); a 409 when another execution runs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleasedResponse {
+    /// Always true on 200.
+    pub ok: bool,
+    /// The command's status after the release.
+    pub status: RunStatus,
+    /// True when nothing changed (it was not running under this execution).
+    pub replayed: bool,
 }
 
 /// `GET commands/{id}/control` answer.

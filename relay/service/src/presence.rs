@@ -191,8 +191,11 @@ pub fn reported(command: &CommandRecord) -> (Option<Waiting>, Option<RunProgress
         .clone()
         .and_then(|value| serde_json::from_value::<RunReport>(value).ok())
     {
-        Some(report) => (report.waiting_for, report.progress),
-        None => (None, None),
+        // A report of an execution that released the run is not this execution's.
+        Some(report) if command.execution_id.as_deref() == Some(&report.execution_id) => {
+            (report.waiting_for, report.progress)
+        }
+        _ => (None, None),
     }
 }
 

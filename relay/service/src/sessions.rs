@@ -12,8 +12,9 @@ use crate::store::Store;
 use crate::store::notify::{Subscription, Topic};
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{
-    CommandId, MAX_SERVED_PROJECTS, MAX_SYNC_ANSWER_BYTES, MAX_SYNC_COMMANDS, ProjectsResponse,
-    QueuedCommand, ServedProject, SessionMeta, SyncRequest, SyncResponse, display_name,
+    CommandId, DamagedCommand, MAX_SERVED_PROJECTS, MAX_SYNC_ANSWER_BYTES, MAX_SYNC_COMMANDS,
+    ProjectsResponse, QueuedCommand, ServedProject, SessionMeta, SyncRequest, SyncResponse,
+    display_name,
 };
 
 /// Allowed `limit` of `list_graph_sessions`.
@@ -348,10 +349,26 @@ async fn sync_answer(
     project_id: &str,
     running: &[CommandId],
 ) -> Result<SyncResponse, DesktopError> {
-    let queued = runs
+    let read = runs
         .store
         .queued_commands(project_id, MAX_SYNC_COMMANDS)
         .await?;
+    let damaged = read
+        .damaged
+        .iter()
+        .map(|damage| {
+            tracing::error!(
+                cause = "corrupt",
+                project_id,
+                "a queued run cannot be read, so its project's sync skips it: {damage}"
+            );
+            DamagedCommand {
+                command_id: damage.id.clone(),
+                error: crate::runs::damaged_run_message(damage),
+            }
+        })
+        .collect();
+    let queued = read.rows;
     let names = agent_names(runs, queued.iter().map(|c| c.agent_id.as_str())).await?;
     let queued = queued.into_iter().map(|command| QueuedCommand {
         agent_name: names.get(&command.agent_id).cloned(),
@@ -383,5 +400,6 @@ async fn sync_answer(
         project_id: project_id.to_owned(),
         commands,
         cancel_requested,
+        damaged,
     })
 }

@@ -367,6 +367,7 @@ pub async fn idempotency(
             .queued_commands(&world.project, usize::MAX)
             .await
             .map_err(err)?
+            .rows
             .len();
         world.stop().await;
         let duplicates = queued.saturating_sub(runs);

@@ -6,8 +6,12 @@
 //!   every row into "the bearer token is unknown").
 //! - An existing file must pass `PRAGMA quick_check`, within a time limit ([`Check::Unfinished`]
 //!   past it, which the caller logs), before anything reads or writes it.
+//! - An existing file must be this program's ([`crate::identity`]): the other program's file, or
+//!   another application's, is refused naming what it is.
 //! - [`backup_into`] takes a consistent copy with `VACUUM INTO` while other connections write;
-//!   [`restore`] puts a checked copy in place of a file no process has open.
+//!   [`check_file`] runs `integrity_check` and the decode pass ([`crate::rows`]) on a file;
+//!   [`restore`] puts a checked copy of this program's file in place of a file no process has
+//!   open.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +20,8 @@ use std::time::Duration;
 
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
+use crate::identity::{Identity, Program, identify, not_this_program, stamp};
+use crate::rows::{JsonColumn, undecodable_rows};
 use crate::{MigrateError, migrate, use_wal};
 
 /// How long the open check may run by default before it is left unfinished. `quick_check`
@@ -215,6 +221,14 @@ pub enum OpenError {
         /// The file.
         path: PathBuf,
     },
+    /// The other program's file (or another application's database).
+    #[error("{} {why}", path.display())]
+    OtherProgram {
+        /// The file.
+        path: PathBuf,
+        /// What it is, and where its own commands are.
+        why: String,
+    },
     /// The file was migrated by a newer build.
     #[error("{} has schema version {found}, newer than this build speaks ({known}); it was left unchanged: run a build that speaks version {found} (`relay --version` names the versions a build speaks)", path.display())]
     Newer {
@@ -260,13 +274,16 @@ pub struct OpenOptions {
     pub check_limit: Duration,
     /// What the refusals tell the reader to restore with, like "`relay admin db restore FILE`".
     pub restore: &'static str,
+    /// Whose file it must be: a new file gets its id, an existing one must carry it (or, made
+    /// before the ids, have its tables; it then gets the id).
+    pub program: Program,
 }
 
 static NEW_FILES: AtomicU64 = AtomicU64::new(0);
 
 /// Opens the database at `path` for this program: a missing file is created with `migrations`
 /// (with [`crate::PRIVATE_FILE_MODE`]); an existing one must be non-empty, pass `quick_check`
-/// (within `options.check_limit`), and have this program's schema, then gets its missing
+/// (within `options.check_limit`), and be `options.program`'s, then gets its missing
 /// migrations.
 pub fn open_checked(
     path: &Path,
@@ -302,16 +319,25 @@ pub fn open_checked(
             restore: options.restore,
         });
     }
-    // Refused before anything is written: a file from a newer build (or no build of ours) is
-    // left exactly as it was, not even switched to WAL.
+    // Refused before anything is written: another program's file, a file from a newer build
+    // (or no build of ours) is left exactly as it was, not even switched to WAL.
+    let adopt = match identify(&connection).map_err(sqlite)? {
+        Identity::Of { program, adopt } if program == options.program => adopt,
+        Identity::Foreign => {
+            return Err(OpenError::Foreign {
+                path: path.to_owned(),
+            });
+        }
+        other => {
+            return Err(OpenError::OtherProgram {
+                path: path.to_owned(),
+                why: not_this_program(other, options.program),
+            });
+        }
+    };
     let version: i64 = connection
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .map_err(sqlite)?;
-    if version == 0 {
-        return Err(OpenError::Foreign {
-            path: path.to_owned(),
-        });
-    }
     let found = usize::try_from(version).unwrap_or(usize::MAX);
     if found > migrations.len() {
         return Err(OpenError::Newer {
@@ -329,6 +355,11 @@ pub fn open_checked(
         },
         MigrateError::Sqlite(error) => sqlite(error),
     })?;
+    if adopt {
+        // A file made before the ids: it is recognised by its tables, and carries the id from
+        // now on.
+        stamp(&connection, options.program).map_err(sqlite)?;
+    }
     Ok(Opened { connection, check })
 }
 
@@ -387,6 +418,7 @@ fn build(temp: &Path, migrations: &[&str], options: &OpenOptions) -> Result<(), 
         .busy_timeout(options.busy_timeout)
         .map_err(sqlite)?;
     use_wal(&connection, options.busy_timeout).map_err(sqlite)?;
+    stamp(&connection, options.program).map_err(sqlite)?;
     migrate(&mut connection, migrations).map_err(|e| match e {
         MigrateError::Newer { found, known } => OpenError::Newer {
             path: temp.to_owned(),
@@ -425,6 +457,12 @@ pub enum CopyError {
     /// The copy to restore is not this program's database.
     #[error("{} has no schema of this program: it is not restored", .0.display())]
     Foreign(PathBuf),
+    /// The file is the other program's (or another application's): what it is.
+    #[error("{} {}", .0.display(), .1)]
+    OtherProgram(PathBuf, String),
+    /// The file exists with 0 bytes: no database at all, whatever SQLite makes of it.
+    #[error("{} is empty (0 bytes): it is no database; a database that lost everything is restored from a backup", .0.display())]
+    Empty(PathBuf),
     /// The database to replace is open in another process.
     #[error("{} is in use by another process: stop it (relay serve, relay desktop run) first, then restore", .0.display())]
     InUse(PathBuf),
@@ -459,27 +497,75 @@ pub fn backup_into(conn: &Connection, target: &Path) -> Result<(), CopyError> {
     Ok(())
 }
 
-/// Runs `integrity_check` on the file at `path`, opened read-only (a copy, or a stopped
-/// process's file); a file that is not a database at all counts as damaged.
-pub fn check_file(path: &Path) -> Result<Check, CopyError> {
-    if !path.is_file() {
-        return Err(CopyError::Io(
-            path.to_owned(),
-            std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
-        ));
-    }
-    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .map_err(|e| CopyError::Sqlite(path.to_owned(), e))?;
-    integrity_check(&conn).map_err(|e| CopyError::Sqlite(path.to_owned(), e))
+/// What a checked file must be: whose, and which of its columns hold JSON.
+#[derive(Debug, Clone, Copy)]
+pub struct Expected<'a> {
+    /// Whose file it must be.
+    pub program: Program,
+    /// The columns its program reads as JSON (the decode pass parses them).
+    pub json: &'a [JsonColumn],
 }
 
-/// Replaces the database at `target` with the copy at `backup`, after `integrity_check` passes
-/// on the copy and no other process has `target` open. The replaced file is kept beside it as
-/// `TARGET.replaced`; its WAL is checkpointed and removed, so no stale log is replayed onto
+/// Checks the file at `path`, opened read-only (a copy, or a stopped process's file): an empty
+/// file and the other program's file are refused; then `integrity_check` (a file that is not a
+/// database at all counts as damaged) and the decode pass, which reads every row as the program
+/// would.
+pub fn check_file(path: &Path, expected: &Expected<'_>) -> Result<Check, CopyError> {
+    let conn = open_copy(path)?;
+    let sqlite = |e| CopyError::Sqlite(path.to_owned(), e);
+    match integrity_check(&conn).map_err(sqlite)? {
+        Check::Passed => {}
+        other => return Ok(other),
+    }
+    must_be(&conn, path, expected.program)?;
+    let undecodable = undecodable_rows(&conn, expected.json).map_err(sqlite)?;
+    if undecodable.is_empty() {
+        Ok(Check::Passed)
+    } else {
+        Ok(Check::Damaged(format!(
+            "{} undecodable value{}: {undecodable}",
+            undecodable.total,
+            if undecodable.total == 1 { "" } else { "s" }
+        )))
+    }
+}
+
+/// Opens the existing, non-empty file at `path` read-only.
+fn open_copy(path: &Path) -> Result<Connection, CopyError> {
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => {
+            return Err(CopyError::Io(
+                path.to_owned(),
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file"),
+            ));
+        }
+        Ok(meta) if meta.len() == 0 => return Err(CopyError::Empty(path.to_owned())),
+        Ok(_) => {}
+        Err(e) => return Err(CopyError::Io(path.to_owned(), e)),
+    }
+    Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| CopyError::Sqlite(path.to_owned(), e))
+}
+
+/// Refuses `conn`'s database unless it is `program`'s.
+fn must_be(conn: &Connection, path: &Path, program: Program) -> Result<(), CopyError> {
+    match identify(conn).map_err(|e| CopyError::Sqlite(path.to_owned(), e))? {
+        Identity::Of { program: found, .. } if found == program => Ok(()),
+        Identity::Foreign => Err(CopyError::Foreign(path.to_owned())),
+        other => Err(CopyError::OtherProgram(
+            path.to_owned(),
+            not_this_program(other, program),
+        )),
+    }
+}
+
+/// Replaces `program`'s database at `target` with the copy at `backup`, after the copy proves
+/// to be `program`'s and passes `integrity_check`, and no other process has `target` open. A
+/// `target` that is another program's file is left alone. The replaced file is kept beside it
+/// as `TARGET.replaced`; its WAL is checkpointed and removed, so no stale log is replayed onto
 /// the restored file.
-pub fn restore(backup: &Path, target: &Path) -> Result<(), CopyError> {
-    let source = Connection::open_with_flags(backup, OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .map_err(|e| CopyError::Sqlite(backup.to_owned(), e))?;
+pub fn restore(backup: &Path, target: &Path, program: Program) -> Result<(), CopyError> {
+    let source = open_copy(backup)?;
     match integrity_check(&source).map_err(|e| CopyError::Sqlite(backup.to_owned(), e))? {
         Check::Passed => {}
         Check::Damaged(problems) => return Err(CopyError::Damaged(backup.to_owned(), problems)),
@@ -491,13 +577,9 @@ pub fn restore(backup: &Path, target: &Path) -> Result<(), CopyError> {
             ));
         }
     }
-    let version: i64 = source
-        .query_row("PRAGMA user_version", [], |row| row.get(0))
-        .map_err(|e| CopyError::Sqlite(backup.to_owned(), e))?;
-    if version == 0 {
-        return Err(CopyError::Foreign(backup.to_owned()));
-    }
+    must_be(&source, backup, program)?;
     if target.exists() {
+        refuse_other_programs(target, program)?;
         take_out_of_use(target)?;
         let kept = suffixed(target, ".replaced");
         std::fs::rename(target, &kept).map_err(|e| CopyError::Io(kept, e))?;
@@ -506,6 +588,28 @@ pub fn restore(backup: &Path, target: &Path) -> Result<(), CopyError> {
     let _ = std::fs::remove_file(&staged);
     backup_into(&source, &staged)?;
     std::fs::rename(&staged, target).map_err(|e| CopyError::Io(target.to_owned(), e))
+}
+
+/// Refuses a `target` that is known to be another program's file. A damaged or empty one (the
+/// usual reason to restore) is not known to be anything, and may be replaced.
+fn refuse_other_programs(target: &Path, program: Program) -> Result<(), CopyError> {
+    let Ok(conn) = Connection::open_with_flags(target, OpenFlags::SQLITE_OPEN_READ_ONLY) else {
+        return Ok(());
+    };
+    match identify(&conn) {
+        Ok(found @ (Identity::Of { .. } | Identity::Unknown(_)))
+            if found.program() != Some(program) =>
+        {
+            Err(CopyError::OtherProgram(
+                target.to_owned(),
+                format!(
+                    "{}; nothing is restored over it",
+                    not_this_program(found, program)
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Leaves `target` in rollback-journal mode with no WAL beside it: switching out of WAL needs

@@ -1,5 +1,6 @@
 //! What the service's store and the desktop's state do alike with their SQLite files: open them
-//! with their checks (a new file only where none exists, an empty or damaged one refused), switch
+//! with their checks (a new file only where none exists, an empty, damaged or other program's
+//! one refused: each program's file carries its own `application_id`, [`identity`]), switch
 //! them to WAL, apply their schema migrations (also when several processes open a new file at
 //! once), name what went wrong when storage fails ([`Fault`]) and copy them while in use.
 
@@ -17,11 +18,14 @@ pub const PRIVATE_FILE_MODE: u32 = 0o600;
 pub const PRIVATE_DIR_MODE: u32 = 0o700;
 
 mod checked;
+pub mod identity;
+pub mod rows;
 
 pub use checked::{
-    Check, CopyError, DEFAULT_CHECK_LIMIT, Fault, OpenError, OpenOptions, Opened, backup_into,
-    check_file, integrity_check, open_checked, quick_check, restore, schema_version,
+    Check, CopyError, DEFAULT_CHECK_LIMIT, Expected, Fault, OpenError, OpenOptions, Opened,
+    backup_into, check_file, integrity_check, open_checked, quick_check, restore, schema_version,
 };
+pub use identity::Program;
 
 /// Opens (creating if needed) the database at `path`. A missing file is created first with
 /// [`PRIVATE_FILE_MODE`], and missing folders above it with [`PRIVATE_DIR_MODE`], so that

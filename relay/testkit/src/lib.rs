@@ -3,6 +3,7 @@
 
 pub mod chat;
 pub mod desktop_page;
+pub mod fault_proxy;
 pub mod oauth;
 pub mod proxy;
 pub mod raw;

@@ -191,18 +191,42 @@ impl DesktopState {
         })
     }
 
-    /// Executions that began and never finished (the relay stopped while they ran).
-    pub fn unfinished_executions(&self) -> Result<Vec<(String, CommandId)>, StateError> {
+    /// Notes that the graph of an execution begins: the service said to run it. An execution
+    /// a stop interrupts before this never ran.
+    pub fn mark_began(&self, execution_id: &str, now: Timestamp) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            conn.execute(
+                "UPDATE history SET began_at = ?2 WHERE execution_id = ?1",
+                params![execution_id, now.unix_millis()],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Executions that were recorded and never finished (the relay stopped while they started
+    /// or ran), oldest first.
+    pub fn unfinished_executions(&self) -> Result<Vec<Unfinished>, StateError> {
         self.with_sync(|conn| {
             let mut stmt = conn.prepare(
-                "SELECT execution_id, command_id FROM history WHERE status = 'running' ORDER BY started_at",
+                "SELECT execution_id, command_id, began_at IS NOT NULL FROM history
+                 WHERE status = 'running' ORDER BY started_at",
             )?;
-            let rows = stmt.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?;
+            let rows = stmt.query_map([], |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, bool>(2)?,
+                ))
+            })?;
             let mut out = Vec::new();
             for row in rows {
-                let (execution, command) = row?;
-                if let Ok(command) = command.parse() {
-                    out.push((execution, command));
+                let (execution_id, command, began) = row?;
+                if let Ok(command_id) = command.parse() {
+                    out.push(Unfinished {
+                        execution_id,
+                        command_id,
+                        began,
+                    });
                 }
             }
             Ok(out)

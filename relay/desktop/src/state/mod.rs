@@ -142,7 +142,36 @@ ALTER TABLE approvals ADD COLUMN expires_at INTEGER;
 ALTER TABLE graph_sessions ADD COLUMN args_schema TEXT;
 ALTER TABLE graph_sessions ADD COLUMN max_tokens INTEGER;
 "#,
+    // When the graph of an execution began, once the service said to run it: an execution a
+    // stop interrupted before that never ran, so the relay that starts hands it back to the
+    // service's queue instead of reporting a failure (issue 49).
+    // Rows an older relay left running may have run: they are reported failed, as before.
+    r#"
+ALTER TABLE history ADD COLUMN began_at INTEGER;
+UPDATE history SET began_at = started_at WHERE status = 'running';
+"#,
 ];
+
+/// The columns of the state file that hold JSON, as the state reads them: what `relay desktop db
+/// check` parses in its decode pass.
+pub const JSON_COLUMNS: &[relay_sqlite::rows::JsonColumn] = {
+    use relay_sqlite::rows::{JsonColumn, Shape};
+    const fn json(table: &'static str, column: &'static str, shape: Shape) -> JsonColumn {
+        JsonColumn {
+            table,
+            column,
+            shape,
+        }
+    }
+    &[
+        json("graph_sessions", "args_schema", Shape::Any),
+        json("outbox", "body", Shape::Object),
+        json("history", "result", Shape::Any),
+        json("history", "trace", Shape::Any),
+        json("history", "arguments", Shape::Object),
+        json("queue", "arguments", Shape::Object),
+    ]
+};
 
 /// Why the desktop state could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -211,6 +240,17 @@ impl Session {
             (None, asked) => asked,
         }
     }
+}
+
+/// An execution a stop interrupted: it began and never finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unfinished {
+    /// The execution.
+    pub execution_id: String,
+    /// The command it ran.
+    pub command_id: CommandId,
+    /// Whether its graph began (the service had said to run it): if not, nothing of it ran.
+    pub began: bool,
 }
 
 /// One queued completion.
@@ -375,6 +415,7 @@ impl DesktopState {
             busy_timeout: BUSY_TIMEOUT,
             check_limit: relay_sqlite::DEFAULT_CHECK_LIMIT,
             restore: "stop the relay, then `relay desktop db restore BACKUP`",
+            program: relay_sqlite::identity::DESKTOP,
         };
         let opened = relay_sqlite::open_checked(path, MIGRATIONS, &options).map_err(|e| match e {
             relay_sqlite::OpenError::Sqlite { error, .. } => StateError::Sqlite(error),
@@ -392,6 +433,38 @@ impl DesktopState {
             );
         }
         Self::init(opened.connection, Some(path.to_path_buf()))
+    }
+
+    /// Opens the state file at `path` for reading only, without its checks or migrations:
+    /// what the owner's lists use when [`DesktopState::open`] cannot write (a full disk). The
+    /// file must be a desktop state of this build's schema; with no room for SQLite's log beside
+    /// it, it is read as it stands in the file.
+    pub fn open_read_only(path: &Path) -> Result<Self, StateError> {
+        use rusqlite::OpenFlags;
+        let read_only = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags(path, read_only)?;
+        let conn = match conn.query_row("PRAGMA user_version", [], |row| row.get::<_, i64>(0)) {
+            Ok(_) => conn,
+            // No room for the shared-memory file: read the file itself, immutable.
+            Err(_) => {
+                let uri = format!("file:{}?immutable=1", path.display());
+                Connection::open_with_flags(uri, read_only)?
+            }
+        };
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        let found = relay_sqlite::identity::identify(&conn)?;
+        if found.program() != Some(relay_sqlite::identity::DESKTOP)
+            || usize::try_from(version).ok() != Some(MIGRATIONS.len())
+        {
+            return Err(StateError::Unusable(format!(
+                "{} cannot be read without writing to it: it is not a desktop state of this relay's schema (version {version})",
+                path.display()
+            )));
+        }
+        Ok(Self {
+            conn: Arc::new(Mutex::new(conn)),
+            path: Some(path.to_path_buf()),
+        })
     }
 
     /// Writes a consistent copy of the state file to the new file `target` while it is in

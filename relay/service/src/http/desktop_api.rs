@@ -13,7 +13,8 @@ use axum::routing::{get, post, post_service};
 use axum::{Json, Router};
 use relay_protocol::{
     CommandId, CompleteRequest, CompleteResponse, ControlResponse, DESKTOP_API_PREFIX,
-    ProjectsResponse, ReportResponse, RunReport, StartedRequest, StartedResponse, SyncRequest,
+    ProjectsResponse, ReleasedRequest, ReleasedResponse, ReportResponse, RunReport, StartedRequest,
+    StartedResponse, SyncRequest,
 };
 use tower::Service;
 
@@ -41,6 +42,10 @@ pub fn routes(app: Arc<AppState>) -> Router {
         .route(
             &format!("{DESKTOP_API_PREFIX}/commands/{{id}}/started"),
             post(started),
+        )
+        .route(
+            &format!("{DESKTOP_API_PREFIX}/commands/{{id}}/released"),
+            post(released),
         )
         .route(
             &format!("{DESKTOP_API_PREFIX}/commands/{{id}}/control"),
@@ -131,6 +136,17 @@ async fn started(
         app.metrics.claims.record(ClaimKind::RunStart, outcome);
     }
     Ok(Json(started?))
+}
+
+async fn released(
+    State(app): State<Arc<AppState>>,
+    Command(id): Command,
+    Desktop(desktop): Desktop,
+    JsonBody(request): JsonBody<ReleasedRequest>,
+) -> ApiResult<ReleasedResponse> {
+    Ok(Json(
+        runs::command_released(&app.runs, &desktop, id, &request).await?,
+    ))
 }
 
 async fn control(

@@ -1,6 +1,8 @@
 //! What an operator's load balancer and orchestrator ask: `GET /healthz` (the process answers)
-//! and `GET /readyz` (the store answers, and the last periodic structure check of the database
-//! found no damage; migrations and the open check ran before the listener opened). Both are
+//! and `GET /readyz` (the store answers, the last periodic structure check of the database
+//! found no damage, and the database's disk is not full: on a full disk it answers 503
+//! `degraded`, reads still answered, writes not; migrations and the open check ran before the
+//! listener opened). Both are
 //! outside the Origin and Host checks, since probes come with whatever Host the orchestrator
 //! uses (a pod's address, say), and both say nothing about any owner's data.
 
@@ -104,6 +106,22 @@ async fn ready(State(app): State<Arc<AppState>>) -> Response {
                 "status": "unavailable",
                 "cause": "corrupt",
                 "error": format!("the database failed quick_check ({problems}): stop the service and restore a good backup with `relay admin db restore`"),
+            })),
+        )
+            .into_response();
+    }
+    if let Some(full) = app.store.disk_full() {
+        // Reads are still answered, but every request of the service writes something (a
+        // token's use, a desktop's presence, the run it queues): a balancer should send this
+        // replica nothing until there is room again. No restart helps, so `/healthz` stays 200.
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({
+                "status": "degraded",
+                "cause": "disk_full",
+                "reads": true,
+                "writes": false,
+                "error": format!("{full}: writes fail until its operator frees space on it; reads are still answered"),
             })),
         )
             .into_response();

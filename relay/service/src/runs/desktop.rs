@@ -1,9 +1,11 @@
-//! What a desktop does to a run: start it, poll its control, report on it, complete it. Each is decided by
-//! [`transition`](super::transition) on the desktop's own command only.
+//! What a desktop does to a run: start it, hand it back unrun, poll its control, report on it,
+//! complete it. Each is decided by [`transition`](super::transition) on the desktop's own
+//! command only.
 
 use relay_protocol::{
-    CommandId, CompleteRequest, CompleteResponse, ControlResponse, ReportResponse, RunReport,
-    RunStatus, ServiceOutcome, StartedRequest, StartedResponse, check_execution_id,
+    CommandId, CompleteRequest, CompleteResponse, ControlResponse, ReleasedRequest,
+    ReleasedResponse, ReportResponse, RunReport, RunStatus, ServiceOutcome, StartedRequest,
+    StartedResponse, check_execution_id,
 };
 
 use super::{Decision, RunError, RunEvent, Runs, apply, canonical_json, sha256_hex};
@@ -123,6 +125,47 @@ pub async fn command_started(
         Decision::AlreadyFinished(status) => Err(DesktopError::Conflict {
             message: format!("command already finished as {status}; do not run it"),
             status,
+        }),
+    }
+}
+
+/// The desktop hands back command `id`, which it started under `request`'s execution and will
+/// not run under it: back to the queue (or cancelled, if the agent asked meanwhile).
+pub async fn command_released(
+    runs: &Runs,
+    desktop: &DesktopIdentity,
+    id: CommandId,
+    request: &ReleasedRequest,
+) -> Result<ReleasedResponse, DesktopError> {
+    check_execution_id(&request.execution_id).map_err(|e| DesktopError::BadRequest(e.0))?;
+    let command = desktop_command(runs, desktop, id).await?;
+    heard_from(&runs.presence, &command.project_id, None).await;
+    let event = RunEvent::Released {
+        execution_id: &request.execution_id,
+    };
+    let (command, decision) = apply(runs, command, event).await?;
+    match decision {
+        Decision::Write(_) => {
+            tracing::info!(command_id = %id, status = %command.status, "the desktop released a run it had not begun");
+            if command.status == RunStatus::Queued {
+                // Back in the queue: a held sync of its project hands it out again at once.
+                runs.notifier
+                    .notify(&Topic::Project(command.project_id.clone()));
+            }
+            Ok(ReleasedResponse {
+                ok: true,
+                status: command.status,
+                replayed: false,
+            })
+        }
+        Decision::Replay | Decision::AlreadyFinished(_) => Ok(ReleasedResponse {
+            ok: true,
+            status: command.status,
+            replayed: true,
+        }),
+        Decision::Conflict(message) => Err(DesktopError::Conflict {
+            message,
+            status: command.status,
         }),
     }
 }

@@ -15,6 +15,14 @@ pub enum RunEvent<'a> {
         /// The token cap the desktop runs it with.
         token_cap: Option<u64>,
     },
+    /// The desktop hands a run it started back without running it: the answer to its
+    /// `started` was lost, and it will not run it under that execution (it stopped, or it
+    /// restarted before the graph began). The run goes back to the queue, or ends cancelled if
+    /// the agent asked to cancel meanwhile, so it is never left `running` by a lost answer.
+    Released {
+        /// The execution the desktop started it under.
+        execution_id: &'a str,
+    },
     /// The agent that queued it asked to cancel.
     CancelRequested,
     /// The desktop reported the outcome.
@@ -60,6 +68,7 @@ pub fn transition(current: &CommandRecord, event: RunEvent<'_>, now: Timestamp) 
             next.token_cap = token_cap;
             started(current, next, execution_id, now)
         }
+        RunEvent::Released { execution_id } => released(current, next, execution_id),
         RunEvent::CancelRequested => cancel_requested(current, next, now),
         RunEvent::Completed {
             completion,
@@ -117,6 +126,38 @@ fn started(
     }
 }
 
+/// The error of a run that ends because the agent cancelled it before any graph ran.
+const CANCELLED_BEFORE_START: &str = "Cancelled by the agent before it started";
+
+/// The `Released` arms: only the execution that started the run hands it back; a run not
+/// started (or released already) stays as it is.
+fn released(current: &CommandRecord, mut next: CommandRecord, execution_id: &str) -> Decision {
+    match current.status {
+        RunStatus::Running if current.execution_id.as_deref() != Some(execution_id) => {
+            Decision::Conflict(format!(
+                "command runs under another execution_id ({}); only that execution may release it",
+                current.execution_id.as_deref().unwrap_or("none")
+            ))
+        }
+        RunStatus::Running if current.cancel_requested => {
+            next.status = RunStatus::Cancelled;
+            next.finished_at = Some(next.updated_at);
+            next.error = Some(CANCELLED_BEFORE_START.into());
+            Decision::Write(Box::new(next))
+        }
+        RunStatus::Running => {
+            next.status = RunStatus::Queued;
+            next.execution_id = None;
+            next.started_at = None;
+            next.last_seen_at = None;
+            next.token_cap = None;
+            Decision::Write(Box::new(next))
+        }
+        RunStatus::Queued => Decision::Replay,
+        status => Decision::AlreadyFinished(status),
+    }
+}
+
 /// The `CancelRequested` arms.
 fn cancel_requested(current: &CommandRecord, mut next: CommandRecord, now: Timestamp) -> Decision {
     match current.status {
@@ -124,7 +165,7 @@ fn cancel_requested(current: &CommandRecord, mut next: CommandRecord, now: Times
             next.status = RunStatus::Cancelled;
             next.cancel_requested = true;
             next.finished_at = Some(now);
-            next.error = Some("Cancelled by the agent before it started".into());
+            next.error = Some(CANCELLED_BEFORE_START.into());
             Decision::Write(Box::new(next))
         }
         RunStatus::Running if current.cancel_requested => Decision::Replay,
@@ -335,6 +376,54 @@ mod tests {
                 transition(&command(status, false), same, NOW),
                 Decision::Conflict(_)
             ));
+        }
+    }
+
+    #[test]
+    fn a_release_by_the_starting_execution_puts_the_run_back_in_the_queue() {
+        let mut running = command(RunStatus::Running, false);
+        running.started_at = Some(NOW);
+        running.last_seen_at = Some(NOW);
+        running.token_cap = Some(10);
+        let release = |execution_id| RunEvent::Released { execution_id };
+        let queued = written(transition(&running, release("exec"), NOW));
+        assert_eq!(queued.status, RunStatus::Queued);
+        assert_eq!(queued.execution_id, None);
+        assert_eq!((queued.started_at, queued.last_seen_at), (None, None));
+        assert_eq!(queued.token_cap, None);
+        // Started again afterwards, by any execution.
+        let again = written(transition(
+            &queued,
+            RunEvent::Started {
+                execution_id: "e2",
+                token_cap: None,
+            },
+            NOW,
+        ));
+        assert_eq!(again.status, RunStatus::Running);
+        // A repeat after the release, or a release of a run never started: nothing to do.
+        assert_eq!(transition(&queued, release("exec"), NOW), Decision::Replay);
+        assert!(matches!(
+            transition(&running, release("another"), NOW),
+            Decision::Conflict(m) if m.contains("another execution_id (exec)")
+        ));
+        // The agent cancelled meanwhile: the run ends, it does not go back to the queue.
+        let cancelled = written(transition(
+            &command(RunStatus::Running, true),
+            release("exec"),
+            NOW,
+        ));
+        assert_eq!(cancelled.status, RunStatus::Cancelled);
+        assert_eq!(cancelled.finished_at, Some(NOW));
+        for status in [
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ] {
+            assert_eq!(
+                transition(&command(status, false), release("exec"), NOW),
+                Decision::AlreadyFinished(status)
+            );
         }
     }
 

@@ -10,8 +10,8 @@ mod machine;
 pub mod owner;
 
 pub use desktop::{
-    DesktopError, command_completed, command_control, command_started, parse_command_id,
-    record_report,
+    DesktopError, command_completed, command_control, command_released, command_started,
+    parse_command_id, record_report,
 };
 pub use machine::{Decision, RunEvent, transition};
 
@@ -706,6 +706,15 @@ pub async fn fail_silent_runs(runs: &Runs) -> Result<Vec<CommandId>, RunError> {
     Ok(failed)
 }
 
+/// What a run whose stored row cannot be decoded is called wherever it is shown (the desktop's
+/// sync, the owner's list): which row, what is damaged, and that retrying will not help.
+pub fn damaged_run_message(damage: &crate::store::Damage) -> String {
+    format!(
+        "the service's stored run {} is damaged ({}: {}) and cannot be read; it is not handed to the desktop, and retrying does not help: its owner cancels it on the console, or the operator repairs the row",
+        damage.id, damage.what, damage.source
+    )
+}
+
 /// Most queued runs one withdrawal looks at: above any project's queue quota.
 const MAX_WITHDRAWN_PER_SYNC: u64 = 100_000;
 
@@ -727,8 +736,9 @@ pub async fn withdraw_unshared(
         .store
         .queued_commands(project_id, usize::try_from(limit).unwrap_or(usize::MAX))
         .await?;
+    // A damaged run is not handed out either; its owner cancels it on the console.
     let mut withdrawn = Vec::new();
-    for command in queued {
+    for command in queued.rows {
         if shared.contains(&command.graph_session_id) {
             continue;
         }

@@ -11,9 +11,9 @@ use serde_json::Value;
 
 use super::Runs;
 use super::{CancelOutcome, RunError, cancel_command, fail_if_silent};
-use crate::store::{CommandQuery, CommandRecord, TokenRecord};
+use crate::store::{CommandQuery, CommandRecord, StoreError, TokenRecord};
 use relay_protocol::clock::Timestamp;
-use relay_protocol::{CommandId, GraphSessionId, RunStatus};
+use relay_protocol::{CommandId, DamagedCommand, GraphSessionId, RunStatus};
 
 /// How many runs one page may hold.
 pub const RUN_PAGE_LIMITS: RangeInclusive<usize> = 1..=200;
@@ -95,6 +95,9 @@ pub struct RunPage {
     pub runs: Vec<OwnerRunSummary>,
     /// Pass as `before` for the next page; `null` on the last.
     pub next: Option<String>,
+    /// Runs of this page whose stored rows cannot be read, each named with what is damaged.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub damaged: Vec<DamagedCommand>,
 }
 
 /// The names of the owner's agent tokens, by id.
@@ -193,7 +196,7 @@ pub async fn list_runs(
         None => None,
     };
     // One more than the page tells whether another page follows.
-    let mut commands = runs
+    let read = runs
         .store
         .project_commands(CommandQuery {
             project_id: project_id.to_owned(),
@@ -203,12 +206,22 @@ pub async fn list_runs(
             limit: limit + 1,
         })
         .await?;
+    let damaged = read
+        .damaged
+        .iter()
+        .map(|damage| DamagedCommand {
+            command_id: damage.id.clone(),
+            error: super::damaged_run_message(damage),
+        })
+        .collect();
+    let mut commands = read.rows;
     let next = (commands.len() > limit).then(|| cursor(&commands[limit - 1]));
     commands.truncate(limit);
     let names = connection_names(runs, owner_id).await?;
     Ok(RunPage {
         runs: commands.iter().map(|c| summary(c, &names)).collect(),
         next,
+        damaged,
     })
 }
 
@@ -251,6 +264,42 @@ pub async fn cancel_run(
     owner_id: &str,
     command_id: &str,
 ) -> Result<CancelOutcome, RunError> {
-    let command = owned_command(runs, owner_id, command_id).await?;
+    let command = match owned_command(runs, owner_id, command_id).await {
+        Err(RunError::Store(StoreError::Corrupt(damage))) => {
+            return cancel_damaged(runs, owner_id, damage).await;
+        }
+        read => read?,
+    };
     cancel_command(runs, command).await
+}
+
+/// What a damaged run that its owner cancelled says.
+const CANCELLED_DAMAGED: &str =
+    "Cancelled by its owner: the service's stored row of this run is damaged and cannot be read";
+
+/// Cancels a run whose row cannot be read, without reading it: the owner's way out of a run
+/// the desktop is never handed (its project's sync skips it).
+async fn cancel_damaged(
+    runs: &Runs,
+    owner_id: &str,
+    damage: Box<crate::store::Damage>,
+) -> Result<CancelOutcome, RunError> {
+    let id: CommandId = damage.id.parse().map_err(|_| RunError::NotFound)?;
+    let now = runs.clock.now();
+    let cancelled = runs
+        .store
+        .cancel_damaged_command(id, owner_id, CANCELLED_DAMAGED, now)
+        .await?;
+    if !cancelled {
+        // Not the owner's, or ended already: the damage is what there is to say.
+        return Err(RunError::Store(StoreError::Corrupt(damage)));
+    }
+    tracing::warn!(command_id = %id, "the owner cancelled a run whose stored row is damaged: {damage}");
+    Ok(CancelOutcome {
+        command_id: id,
+        status: RunStatus::Cancelled,
+        cancel_requested: true,
+        already_finished: false,
+        message: format!("{CANCELLED_DAMAGED}; nothing of it runs."),
+    })
 }

@@ -200,6 +200,48 @@ pub(crate) fn hash_key(hash: &str) -> String {
     format!("{}…", hash.get(..12).unwrap_or(hash))
 }
 
+/// Below this many free bytes the disk of a SQLite database counts as full: a write that needs
+/// a few more pages (a result, the log) fails.
+pub const FULL_DISK_BELOW: u64 = 1024 * 1024;
+
+/// A list read row by row: the rows that decode, and the damage of those that do not, so one
+/// damaged row neither hides the others nor blocks what reads them (a project's sync, its
+/// owner's list of runs).
+#[derive(Debug)]
+pub struct Rows<T> {
+    /// The rows that decode, in the list's order.
+    pub rows: Vec<T>,
+    /// What is wrong with each row that does not.
+    pub damaged: Vec<Damage>,
+}
+
+impl<T> Default for Rows<T> {
+    fn default() -> Self {
+        Rows {
+            rows: Vec::new(),
+            damaged: Vec::new(),
+        }
+    }
+}
+
+impl<T> Rows<T> {
+    /// Sorts `decoded` in: a row's damage is kept beside the others; any other error ends the
+    /// read.
+    pub fn collect(
+        decoded: impl IntoIterator<Item = Result<T, StoreError>>,
+    ) -> Result<Self, StoreError> {
+        let mut rows = Rows::default();
+        for row in decoded {
+            match row {
+                Ok(row) => rows.rows.push(row),
+                Err(StoreError::Corrupt(damage)) => rows.damaged.push(*damage),
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(rows)
+    }
+}
+
 impl From<Damage> for StoreError {
     fn from(damage: Damage) -> Self {
         StoreError::Corrupt(Box::new(damage))
@@ -1019,21 +1061,34 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreFuture<'a, Option<CommandRecord>>;
     /// The command with this id.
     fn command(&self, id: CommandId) -> StoreFuture<'_, Option<CommandRecord>>;
-    /// Writes `next` over the command only if it is still in `from`'s status and cancel flag;
-    /// true when it was written.
+    /// Writes `next` over the command only if it is still in `from`'s status, cancel flag and
+    /// execution (a run released and started again is not the run `from` read); true when it
+    /// was written.
     fn update_command<'a>(
         &'a self,
         from: &'a CommandRecord,
         next: &'a CommandRecord,
     ) -> StoreFuture<'a, bool>;
+    /// Ends command `id`, whose row cannot be decoded, as cancelled with `error`, without
+    /// reading it: only while it is queued or running and in a project of `owner_id`; true
+    /// when it was ended. The owner's way out of a damaged run (the rest of its row stays as
+    /// it is, for the operator).
+    fn cancel_damaged_command<'a>(
+        &'a self,
+        id: CommandId,
+        owner_id: &'a str,
+        error: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool>;
     /// Records a heartbeat for a running command; true if it was running.
     fn touch_running(&self, id: CommandId, now: Timestamp) -> StoreFuture<'_, bool>;
-    /// Up to `limit` queued commands of the project, oldest first (ties in insertion order).
+    /// Up to `limit` queued commands of the project, oldest first (ties in insertion order);
+    /// a row that cannot be decoded is named among the damaged, and the others are read.
     fn queued_commands<'a>(
         &'a self,
         project_id: &'a str,
         limit: usize,
-    ) -> StoreFuture<'a, Vec<CommandRecord>>;
+    ) -> StoreFuture<'a, Rows<CommandRecord>>;
     /// How many runs and chat tasks are open, by status, database-wide; how many desktops were
     /// heard from since `online_since`; when the oldest queued run was queued.
     fn open_counts(&self, online_since: Timestamp) -> StoreFuture<'_, OpenCounts>;
@@ -1120,8 +1175,9 @@ pub trait Store: Send + Sync + 'static {
     /// The task's artifacts, oldest first.
     fn artifacts(&self, task_id: TaskId) -> StoreFuture<'_, Vec<ArtifactRecord>>;
 
-    /// Up to `query.limit` commands of a project matching `query`, newest first.
-    fn project_commands(&self, query: CommandQuery) -> StoreFuture<'_, Vec<CommandRecord>>;
+    /// Up to `query.limit` commands of a project matching `query`, newest first; a row that
+    /// cannot be decoded is named among the damaged, and the others are read.
+    fn project_commands(&self, query: CommandQuery) -> StoreFuture<'_, Rows<CommandRecord>>;
     /// Every chat link of the project, oldest first (ties by id).
     fn chat_links<'a>(&'a self, project_id: &'a str) -> StoreFuture<'a, Vec<ChatLinkRecord>>;
     /// The owner's live browser sessions (not ended, seen at or after `idle_before`), newest
@@ -1158,6 +1214,14 @@ pub trait Store: Send + Sync + 'static {
         report: &'a str,
         now: Timestamp,
     ) -> StoreFuture<'a, bool>;
+    /// Whether the disk holding the database is full, in words naming it (SQLite: less than
+    /// [`FULL_DISK_BELOW`] free where its file is); `None` when there is room or the store
+    /// cannot tell (PostgreSQL's server keeps its own disk: a full one shows as
+    /// [`Fault::DiskFull`] errors on writes).
+    fn disk_full(&self) -> Option<String> {
+        None
+    }
+
     /// Checks the database's own structure (SQLite: `PRAGMA quick_check`, stopped after
     /// `limit`): `Some(what is wrong)` when it is damaged, `None` when it passed or the store
     /// has no such check (PostgreSQL's damage shows as [`Fault::Corrupt`] errors instead).

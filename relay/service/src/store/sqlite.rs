@@ -14,8 +14,9 @@ use tokio::sync::Semaphore;
 use super::{
     ArtifactInsertOutcome, ArtifactRecord, BoxError, ChatLinkRecord, ClaimAttempt, CommandQuery,
     CommandRecord, Damage, InsertOutcome, OpenCounts, OwnerRecord, PresenceRecord, PresenceSync,
-    ProjectRecord, QueueLimit, QueueQuota, SessionRecord, SessionSnapshot, SnapshotWrite, Store,
-    StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    ProjectRecord, QueueLimit, QueueQuota, Rows, SessionRecord, SessionSnapshot, SnapshotWrite,
+    Store, StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind,
+    TokenRecord,
 };
 use super::{
     AuthCodeRecord, AuthSweep, AuthSweepCounts, BrowserSessionRecord, IssuedTokens,
@@ -191,6 +192,39 @@ const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_session_id, slug,
 const TOKEN_COLUMNS: &str = "id, kind, token_hash, owner_id, project_id, agent_name, scopes, \
     created_at, revoked_at, client_id, connection_id";
 
+/// The columns of the service's SQLite file that hold JSON, as its row decoders read them: what
+/// `relay admin db check` parses in its decode pass.
+pub const JSON_COLUMNS: &[relay_sqlite::rows::JsonColumn] = {
+    use relay_sqlite::rows::{JsonColumn, Shape};
+    &[
+        JsonColumn {
+            table: "commands",
+            column: "arguments",
+            shape: Shape::Object,
+        },
+        JsonColumn {
+            table: "commands",
+            column: "result",
+            shape: Shape::Any,
+        },
+        JsonColumn {
+            table: "commands",
+            column: "report",
+            shape: Shape::Object,
+        },
+        JsonColumn {
+            table: "graph_sessions",
+            column: "args_schema",
+            shape: Shape::Any,
+        },
+        JsonColumn {
+            table: "oauth_clients",
+            column: "metadata",
+            shape: Shape::Object,
+        },
+    ]
+};
+
 /// A [`Store`] over one SQLite database file (or one in-memory database).
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -242,6 +276,7 @@ impl SqliteStore {
             busy_timeout: BUSY_TIMEOUT,
             check_limit,
             restore: RESTORE_HINT,
+            program: relay_sqlite::identity::SERVICE,
         };
         let opened =
             relay_sqlite::open_checked(path, MIGRATIONS, &options).map_err(|e| match e {
@@ -1218,6 +1253,7 @@ impl Store for SqliteStore {
     ) -> StoreFuture<'a, bool> {
         let id = from.id.to_string();
         let (from_status, from_cancel) = (from.status, from.cancel_requested);
+        let from_execution = from.execution_id.clone();
         let next = next.clone();
         self.call(move |connection| {
             let result = next
@@ -1235,7 +1271,8 @@ impl Store for SqliteStore {
                      result = ?4, result_truncated = ?5, total_tokens = ?6, reported_cost = ?7, \
                      error = ?8, completion_hash = ?9, started_at = ?10, finished_at = ?11, \
                      last_seen_at = ?12, updated_at = ?13, delivered_at = ?17, token_cap = ?18 \
-                     WHERE id = ?14 AND status = ?15 AND cancel_requested = ?16",
+                     WHERE id = ?14 AND status = ?15 AND cancel_requested = ?16 \
+                     AND execution_id IS ?19",
                     params![
                         next.status.as_str(),
                         next.cancel_requested,
@@ -1255,7 +1292,30 @@ impl Store for SqliteStore {
                         from_cancel,
                         ms(next.delivered_at),
                         to_sql_tokens(next.token_cap)?,
+                        from_execution,
                     ],
+                )
+                .map_err(backend)?;
+            Ok(changed == 1)
+        })
+    }
+
+    fn cancel_damaged_command<'a>(
+        &'a self,
+        id: CommandId,
+        owner_id: &'a str,
+        error: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool> {
+        let (owner_id, error) = (owner_id.to_owned(), error.to_owned());
+        self.call(move |connection| {
+            let changed = connection
+                .execute(
+                    "UPDATE commands SET status = 'cancelled', cancel_requested = 1, error = ?1, \
+                     finished_at = ?2, updated_at = ?2 \
+                     WHERE id = ?3 AND status IN ('queued', 'running') \
+                     AND project_id IN (SELECT id FROM projects WHERE owner_id = ?4)",
+                    params![error, now.unix_millis(), id.to_string(), owner_id],
                 )
                 .map_err(backend)?;
             Ok(changed == 1)
@@ -1278,22 +1338,22 @@ impl Store for SqliteStore {
         &'a self,
         project_id: &'a str,
         limit: usize,
-    ) -> StoreFuture<'a, Vec<CommandRecord>> {
+    ) -> StoreFuture<'a, Rows<CommandRecord>> {
         let project_id = project_id.to_owned();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.call(move |connection| {
-            connection
+            let mut statement = connection
                 .prepare(&format!(
                     "SELECT {COMMAND_COLUMNS} FROM commands \
                      WHERE project_id = ?1 AND status = 'queued' \
                      ORDER BY created_at, rowid LIMIT ?2"
                 ))
-                .and_then(|mut statement| {
-                    statement
-                        .query_map(params![project_id, limit], command_from_row)?
-                        .collect::<rusqlite::Result<Vec<_>>>()
-                })
-                .map_err(backend)
+                .map_err(backend)?;
+            let decoded = statement
+                .query_map(params![project_id, limit], command_from_row)
+                .map_err(backend)?
+                .map(|row| row.map_err(backend));
+            Rows::collect(decoded)
         })
     }
 
@@ -1443,7 +1503,20 @@ impl Store for SqliteStore {
         self.artifacts_impl(task_id)
     }
 
-    fn project_commands(&self, query: CommandQuery) -> StoreFuture<'_, Vec<CommandRecord>> {
+    fn disk_full(&self) -> Option<String> {
+        let path = self.pool.path.as_deref()?;
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty())?;
+        let stats = rustix::fs::statvfs(dir).ok()?;
+        let free = stats.f_bavail.saturating_mul(stats.f_frsize);
+        (free < super::FULL_DISK_BELOW).then(|| {
+            format!(
+                "the disk holding the database {} is full ({free} bytes free)",
+                path.display()
+            )
+        })
+    }
+
+    fn project_commands(&self, query: CommandQuery) -> StoreFuture<'_, Rows<CommandRecord>> {
         self.project_commands_impl(query)
     }
 

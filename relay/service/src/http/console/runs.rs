@@ -140,6 +140,18 @@ fn filters(project: &ProjectRecord, query: &RunsQuery, agents: &[(String, String
 /// The list the script replaces: a table of runs and the link to older ones.
 fn list(signed: &Signed, project: &ProjectRecord, query: &RunsQuery, runs: &RunPage) -> Markup {
     html! {
+        @for damaged in &runs.damaged {
+            p.error data-damaged-run=(damaged.command_id) {
+                strong { "Damaged run " code { (damaged.command_id) } ": " } (damaged.error)
+                " "
+                form.inline method="post" action={ "/console/runs/" (damaged.command_id) "/cancel" } {
+                    (csrf_field(signed))
+                    input type="hidden" name="back" value="list";
+                    input type="hidden" name="project" value=(project.id);
+                    button type="submit" { "Cancel" }
+                }
+            }
+        }
         @if runs.runs.is_empty() { p.muted { "No runs." } }
         @else {
             table {
@@ -255,6 +267,12 @@ pub async fn cancel(
 ) -> ConsoleResult {
     signed.check_csrf(form.csrf.as_deref())?;
     let outcome = owner::cancel_run(&app.runs, &signed.owner.id, &id).await?;
+    if let (Some("list"), Some(project)) = (form.back.as_deref(), &form.project) {
+        // A damaged run, whose own row cannot tell its project: the form names it, and only
+        // a project of the owner's is returned to.
+        let project = self::project(&app, &signed, project).await?;
+        return Ok(see_other(&format!("/console/projects/{}/runs", project.id)));
+    }
     if form.back.as_deref() == Some("list") {
         let run = owner::run_detail(&app.runs, &signed.owner.id, &id).await?;
         return Ok(see_other(&format!(
@@ -270,4 +288,6 @@ pub async fn cancel(
 pub struct CancelForm {
     csrf: Option<String>,
     back: Option<String>,
+    /// The project whose runs the answer returns to (a damaged run's form).
+    project: Option<String>,
 }

@@ -146,6 +146,8 @@ where
     concurrent_inserts_create_one_command(make()).await;
     queue_quota_counts_queued_commands_only(make().as_ref()).await;
     updates_are_conditional_on_the_state_read(make().as_ref()).await;
+    updates_are_conditional_on_the_execution_read(make().as_ref()).await;
+    damaged_commands_are_cancelled_only_by_their_owner_while_open(make().as_ref()).await;
     queued_commands_are_oldest_first_and_bounded(make().as_ref()).await;
     heartbeat_touches_only_running_commands(make().as_ref()).await;
     open_runs_and_tasks_are_counted_by_status(make().as_ref()).await;
@@ -705,6 +707,81 @@ pub async fn updates_are_conditional_on_the_state_read(store: &dyn Store) {
     assert_eq!(store.command(queued.id).await.expect("read"), Some(done));
 }
 
+/// A write decided from a read of one execution does not land on the same run started again
+/// under another (released back to the queue in between).
+pub async fn updates_are_conditional_on_the_execution_read(store: &dyn Store) {
+    let seed = seed(store).await;
+    let queued = insert_new(store, command(&seed, &seed.agent_id, "key-0004", at(0))).await;
+    let started = |execution: &str, from: &CommandRecord| {
+        let mut running = from.clone();
+        running.status = RunStatus::Running;
+        running.execution_id = Some(execution.into());
+        running.started_at = Some(at(1));
+        running.updated_at = at(1);
+        running
+    };
+    let first = started("exec-1", &queued);
+    assert!(store.update_command(&queued, &first).await.expect("update"));
+    let mut released = first.clone();
+    released.status = RunStatus::Queued;
+    released.execution_id = None;
+    released.started_at = None;
+    assert!(
+        store
+            .update_command(&first, &released)
+            .await
+            .expect("update")
+    );
+    let second = started("exec-2", &released);
+    assert!(
+        store
+            .update_command(&released, &second)
+            .await
+            .expect("update")
+    );
+    let mut late = first.clone();
+    late.status = RunStatus::Completed;
+    late.completion_hash = Some("h".into());
+    assert!(
+        !store.update_command(&first, &late).await.expect("update"),
+        "a write decided for exec-1 must not land on the run exec-2 started"
+    );
+    assert_eq!(store.command(queued.id).await.expect("read"), Some(second));
+}
+
+/// A damaged run is ended without being read, only by the owner of its project and only while
+/// it is open.
+pub async fn damaged_commands_are_cancelled_only_by_their_owner_while_open(store: &dyn Store) {
+    let seed = seed(store).await;
+    let queued = insert_new(store, command(&seed, &seed.agent_id, "key-0005", at(0))).await;
+    let stranger = store.ensure_owner("stranger", T0).await.expect("owner");
+    let cancel = |owner: &str| {
+        let owner = owner.to_owned();
+        async move {
+            store
+                .cancel_damaged_command(queued.id, &owner, "damaged", at(2))
+                .await
+                .expect("cancel")
+        }
+    };
+    assert!(!cancel(&stranger.id).await, "not another owner's run");
+    assert_eq!(
+        store
+            .command(queued.id)
+            .await
+            .expect("read")
+            .map(|c| c.status),
+        Some(RunStatus::Queued)
+    );
+    let owner = store.ensure_owner("owner", T0).await.expect("owner");
+    assert!(cancel(&owner.id).await, "the owner's queued run");
+    let ended = store.command(queued.id).await.expect("read").expect("row");
+    assert_eq!(ended.status, RunStatus::Cancelled);
+    assert_eq!(ended.error.as_deref(), Some("damaged"));
+    assert_eq!(ended.finished_at, Some(at(2)));
+    assert!(!cancel(&owner.id).await, "an ended run stays as it is");
+}
+
 /// Only queued commands are handed out, oldest first, at most `limit`.
 pub async fn queued_commands_are_oldest_first_and_bounded(store: &dyn Store) {
     let seed = seed(store).await;
@@ -722,19 +799,22 @@ pub async fn queued_commands_are_oldest_first_and_bounded(store: &dyn Store) {
     let queued = store
         .queued_commands(&seed.project_id, 10)
         .await
-        .expect("read");
+        .expect("read")
+        .rows;
     let ids: Vec<_> = queued.iter().map(|c| c.id).collect();
     assert_eq!(ids, [first.id, third.id]);
     let bounded = store
         .queued_commands(&seed.project_id, 1)
         .await
-        .expect("read");
+        .expect("read")
+        .rows;
     assert_eq!(bounded.len(), 1);
     assert!(
         store
             .queued_commands("other", 10)
             .await
             .expect("read")
+            .rows
             .is_empty()
     );
 }
@@ -1589,7 +1669,8 @@ pub async fn project_commands_are_newest_first_and_paged(store: &dyn Store) {
     let all = store
         .project_commands(query(&seed, 10))
         .await
-        .expect("list");
+        .expect("list")
+        .rows;
     assert_eq!(
         ids(&all),
         ids(&expected),
@@ -1604,7 +1685,8 @@ pub async fn project_commands_are_newest_first_and_paged(store: &dyn Store) {
                 ..query(&seed, 2)
             })
             .await
-            .expect("page");
+            .expect("page")
+            .rows;
         assert!(page.len() <= 2, "a page holds at most its limit");
         let Some(last) = page.last() else { break };
         before = Some((last.created_at, last.id));
@@ -1627,7 +1709,8 @@ pub async fn project_commands_are_filtered(store: &dyn Store) {
             ..query(&seed, 10)
         })
         .await
-        .expect("by agent");
+        .expect("by agent")
+        .rows;
     assert_eq!(of_agent.len(), 2, "only the agent's commands");
     assert!(of_agent.iter().all(|c| c.agent_id == seed.other_agent_id));
     let mut running = made[0].clone();
@@ -1644,7 +1727,8 @@ pub async fn project_commands_are_filtered(store: &dyn Store) {
             ..query(&seed, 10)
         })
         .await
-        .expect("by status");
+        .expect("by status")
+        .rows;
     assert_eq!(
         ids(&by_status),
         vec![made[0].id],
@@ -1656,7 +1740,8 @@ pub async fn project_commands_are_filtered(store: &dyn Store) {
             ..query(&seed, 10)
         })
         .await
-        .expect("other project");
+        .expect("other project")
+        .rows;
     assert!(other.is_empty(), "another project's list is empty");
 }
 

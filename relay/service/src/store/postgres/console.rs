@@ -5,7 +5,9 @@ use super::PostgresStore;
 use super::auth::{SESSION_COLUMNS, session_from_row};
 use super::chat::link_from_row;
 use super::core::{COMMAND_COLUMNS, at, command_from_row, get};
-use crate::store::{BrowserSessionRecord, ChatLinkRecord, CommandQuery, CommandRecord, StoreError};
+use crate::store::{
+    BrowserSessionRecord, ChatLinkRecord, CommandQuery, CommandRecord, Rows, StoreError,
+};
 use relay_protocol::clock::Timestamp;
 
 /// The console's lists (migration 4).
@@ -21,7 +23,7 @@ impl PostgresStore {
     pub(super) async fn project_commands_impl(
         &self,
         query: CommandQuery,
-    ) -> Result<Vec<CommandRecord>, StoreError> {
+    ) -> Result<Rows<CommandRecord>, StoreError> {
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
         let (before_at, before_id) = match &query.before {
             Some((at, id)) => (Some(at.unix_millis()), Some(id.to_string())),
@@ -44,7 +46,7 @@ impl PostgresStore {
             )
             .await
             .map_err(super::backend)?;
-        rows.iter().map(command_from_row).collect()
+        Rows::collect(rows.iter().map(command_from_row))
     }
 
     pub(super) async fn chat_links_impl(

@@ -12,9 +12,9 @@ use crate::store::{
     BrowserSessionRecord, ChatLinkRecord, ClaimAttempt, ClaimResult, CommandQuery, CommandRecord,
     Damage, InsertOutcome, IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OpenCounts,
     OwnerRecord, PresenceRecord, PresenceSync, ProjectRecord, QueueLimit, QueueQuota,
-    RedeemOutcome, RotateOutcome, SessionRecord, SessionSnapshot, SignInLinkRecord, SnapshotWrite,
-    Store, StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind,
-    TokenRecord,
+    RedeemOutcome, RotateOutcome, Rows, SessionRecord, SessionSnapshot, SignInLinkRecord,
+    SnapshotWrite, Store, StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord,
+    TokenKind, TokenRecord,
 };
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
@@ -644,7 +644,8 @@ impl PostgresStore {
                  result = $4, result_truncated = $5, total_tokens = $6, reported_cost = $7, \
                  error = $8, completion_hash = $9, started_at = $10, finished_at = $11, \
                  last_seen_at = $12, updated_at = $13, delivered_at = $17, token_cap = $18 \
-                 WHERE id = $14 AND status = $15 AND cancel_requested = $16",
+                 WHERE id = $14 AND status = $15 AND cancel_requested = $16 \
+                 AND execution_id IS NOT DISTINCT FROM $19",
                 &[
                     &next.status.as_str(),
                     &next.cancel_requested,
@@ -664,6 +665,7 @@ impl PostgresStore {
                     &from.cancel_requested,
                     &ms(next.delivered_at),
                     &to_sql_tokens(next.token_cap)?,
+                    &from.execution_id,
                 ],
             )
             .await?;
@@ -1049,6 +1051,27 @@ impl Store for PostgresStore {
         Box::pin(self.update_command_impl(from, next))
     }
 
+    fn cancel_damaged_command<'a>(
+        &'a self,
+        id: CommandId,
+        owner_id: &'a str,
+        error: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let changed = self
+                .execute(
+                    "UPDATE commands SET status = 'cancelled', cancel_requested = TRUE, error = $1, \
+                     finished_at = $2, updated_at = $2 \
+                     WHERE id = $3 AND status IN ('queued', 'running') \
+                     AND project_id IN (SELECT id FROM projects WHERE owner_id = $4)",
+                    &[&error, &now.unix_millis(), &id.to_string(), &owner_id],
+                )
+                .await?;
+            Ok(changed == 1)
+        })
+    }
+
     fn touch_running(&self, id: CommandId, now: Timestamp) -> StoreFuture<'_, bool> {
         Box::pin(async move {
             let changed = self
@@ -1065,18 +1088,23 @@ impl Store for PostgresStore {
         &'a self,
         project_id: &'a str,
         limit: usize,
-    ) -> StoreFuture<'a, Vec<CommandRecord>> {
+    ) -> StoreFuture<'a, Rows<CommandRecord>> {
         Box::pin(async move {
-            self.query_rows(
+            let client = self.client().await?;
+            let statement = prepared(
+                &client,
                 &format!(
                     "SELECT {COMMAND_COLUMNS} FROM commands \
                      WHERE project_id = $1 AND status = 'queued' \
                      ORDER BY created_at, seq LIMIT $2"
                 ),
-                &[&project_id, &to_count(limit)],
-                command_from_row,
             )
-            .await
+            .await?;
+            let rows = client
+                .query(&statement, &[&project_id, &to_count(limit)])
+                .await
+                .map_err(backend)?;
+            Rows::collect(rows.iter().map(command_from_row))
         })
     }
 
@@ -1214,7 +1242,7 @@ impl Store for PostgresStore {
         Box::pin(self.artifacts_impl(task_id))
     }
 
-    fn project_commands(&self, query: CommandQuery) -> StoreFuture<'_, Vec<CommandRecord>> {
+    fn project_commands(&self, query: CommandQuery) -> StoreFuture<'_, Rows<CommandRecord>> {
         Box::pin(self.project_commands_impl(query))
     }
 

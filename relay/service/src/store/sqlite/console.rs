@@ -7,7 +7,7 @@ use super::auth::{SESSION_COLUMNS, session_from_row};
 use super::chat::link_from_row;
 use super::{COMMAND_COLUMNS, SqliteStore, backend, command_from_row};
 use crate::store::{
-    BrowserSessionRecord, ChatLinkRecord, CommandQuery, CommandRecord, StoreFuture,
+    BrowserSessionRecord, ChatLinkRecord, CommandQuery, CommandRecord, Rows, StoreFuture,
 };
 use relay_protocol::clock::Timestamp;
 
@@ -15,14 +15,14 @@ impl SqliteStore {
     pub(super) fn project_commands_impl(
         &self,
         query: CommandQuery,
-    ) -> StoreFuture<'static, Vec<CommandRecord>> {
+    ) -> StoreFuture<'static, Rows<CommandRecord>> {
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
         let (before_at, before_id) = match &query.before {
             Some((at, id)) => (Some(at.unix_millis()), Some(id.to_string())),
             None => (None, None),
         };
         self.call(move |connection| {
-            connection
+            let mut statement = connection
                 .prepare_cached(&format!(
                     "SELECT {COMMAND_COLUMNS} FROM commands \
                      WHERE project_id = ?1 \
@@ -31,22 +31,22 @@ impl SqliteStore {
                        AND (?4 IS NULL OR created_at < ?4 OR (created_at = ?4 AND id < ?5)) \
                      ORDER BY created_at DESC, id DESC LIMIT ?6"
                 ))
-                .and_then(|mut statement| {
-                    statement
-                        .query_map(
-                            params![
-                                query.project_id,
-                                query.status.map(|s| s.as_str()),
-                                query.agent_id,
-                                before_at,
-                                before_id,
-                                limit
-                            ],
-                            command_from_row,
-                        )?
-                        .collect::<rusqlite::Result<Vec<_>>>()
-                })
-                .map_err(backend)
+                .map_err(backend)?;
+            let decoded = statement
+                .query_map(
+                    params![
+                        query.project_id,
+                        query.status.map(|s| s.as_str()),
+                        query.agent_id,
+                        before_at,
+                        before_id,
+                        limit
+                    ],
+                    command_from_row,
+                )
+                .map_err(backend)?
+                .map(|row| row.map_err(backend));
+            Rows::collect(decoded)
         })
     }
 
