@@ -10,6 +10,7 @@ mod access_isolation;
 mod artifacts;
 mod cancellation;
 mod claim_race;
+mod client_metadata_fetches;
 mod compact_results;
 mod connections;
 mod console;
