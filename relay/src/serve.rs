@@ -269,6 +269,11 @@ pub(crate) async fn run(args: ServeArgs) -> Result<()> {
             "listening on {address} without --public-url: only requests for http://{address} are served; set --public-url to the address clients use"
         );
     }
+    if args.dev {
+        tracing::warn!(
+            "development mode (--dev): client metadata documents are fetched from plain http and from loopback, private and other internal addresses, so anyone who can open /oauth/authorize can make this service send requests into its network; never use --dev on a service others can reach"
+        );
+    }
     let mut config = ServiceConfig {
         silence_timeout: Duration::from_secs(args.silence_timeout_minutes * 60),
         public_url: Some(
