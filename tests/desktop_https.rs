@@ -70,6 +70,7 @@ fn snapshot(project: &str) -> SyncRequest {
         known: Vec::new(),
         sessions_unchanged: false,
         problem: None,
+        sharing_version: None,
     }
 }
 

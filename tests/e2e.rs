@@ -21,6 +21,7 @@ mod desktop_page;
 mod desktop_pickup;
 mod desktop_tells;
 mod disk_full;
+mod locked_state;
 mod malformed_commands;
 mod module_direction;
 mod nested_consent;

@@ -194,3 +194,83 @@ async fn a_sharing_change_runs_a_pass_at_once() {
     shutdown.cancel();
     task.await.expect("joined").expect("relay ran");
 }
+
+/// A service that answers every request 503 with `Retry-After`, noting when each came.
+struct Busy {
+    retry_after_secs: u64,
+    calls: std::sync::Mutex<Vec<(tokio::time::Instant, String)>>,
+}
+
+impl relay_desktop::api::Transport for Busy {
+    fn send(
+        &self,
+        request: http::Request<Vec<u8>>,
+    ) -> relay_desktop::api::BoxFuture<
+        '_,
+        Result<http::Response<Vec<u8>>, relay_desktop::api::TransportError>,
+    > {
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((tokio::time::Instant::now(), request.uri().path().to_owned()));
+        let body = json!({"error": "the database is busy: retry after Retry-After seconds", "cause": "busy"});
+        let answer = http::Response::builder()
+            .status(http::StatusCode::SERVICE_UNAVAILABLE)
+            .header(http::header::RETRY_AFTER, self.retry_after_secs.to_string())
+            .body(body.to_string().into_bytes())
+            .map_err(|e| relay_desktop::api::TransportError(e.to_string()));
+        Box::pin(async move { answer })
+    }
+}
+
+/// The service's `Retry-After` paces the passes: after a 503 asking for 50 s, the passes due
+/// at 20 s and 40 s leave the service alone, and the one at 60 s asks again.
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_keeps_the_passes_away_until_it_passes() {
+    let state = DesktopState::open_in_memory().expect("state");
+    let meta = graph_js::describe(SLOW, &Default::default()).expect("meta");
+    let now = Timestamp::from_unix_millis(1);
+    let session = state
+        .upsert_session(&meta, SLOW, None, now)
+        .expect("session");
+    state.share("p", &session, now).expect("share");
+    state.set_project_enabled("p", true, now).expect("enable");
+    let busy = Arc::new(Busy {
+        retry_after_secs: 50,
+        calls: std::sync::Mutex::default(),
+    });
+    let relay = Relay::new(
+        state,
+        DesktopApi::new(busy.clone(), "desktop-token"),
+        Arc::new(SystemClock),
+        Runtime {
+            engine: Arc::new(OneAgent),
+            provider: Arc::new(
+                MockProvider::from_json(json!({"default": {"text": "x"}})).expect("mock"),
+            ),
+            events: Arc::new(NullSink),
+        },
+        DesktopConfig::default(),
+    );
+    let start = tokio::time::Instant::now();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(relay.clone().run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_secs(70)).await;
+    shutdown.cancel();
+    task.await.expect("joined").expect("relay ran");
+    let calls = busy.calls.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let at: Vec<u64> = calls
+        .iter()
+        .map(|(when, _)| (*when - start).as_secs())
+        .collect();
+    assert_eq!(
+        at,
+        [0, 60],
+        "one call per pass that may call, none while the service asked to wait: {calls:?}"
+    );
+    assert_eq!(
+        relay.stats().passes.load(Ordering::SeqCst),
+        4,
+        "passes at 0, 20, 40, 60 s"
+    );
+}

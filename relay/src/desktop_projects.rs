@@ -108,11 +108,11 @@ async fn ask(service: &str, token: &str) -> Result<Vec<ServedProject>, Asked> {
     let api = DesktopApi::new(Arc::new(transport), token);
     match api.projects().await {
         Ok(projects) => Ok(projects),
-        Err(ApiError::Status { status, message }) if matches!(status.as_u16(), 401 | 403) => {
-            Err(Asked::Refused(format!(
-                "the service at {service} refused this desktop token ({status}: {message}): it is revoked, expired or not a desktop token of this service; mint one with `relay admin token create --desktop` and give it with --token"
-            )))
-        }
+        Err(ApiError::Status {
+            status, message, ..
+        }) if matches!(status.as_u16(), 401 | 403) => Err(Asked::Refused(format!(
+            "the service at {service} refused this desktop token ({status}: {message}): it is revoked, expired or not a desktop token of this service; mint one with `relay admin token create --desktop` and give it with --token"
+        ))),
         Err(other) => Err(Asked::Unreachable(other.to_string())),
     }
 }

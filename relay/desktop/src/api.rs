@@ -134,6 +134,10 @@ impl Transport for RouterTransport {
     }
 }
 
+/// Most of a service's `Retry-After` the desktop honours: a longer one is waited out this long
+/// at a time, so a service that asked by mistake is tried again within minutes.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(10 * 60);
+
 /// Why a desktop API call did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
@@ -141,12 +145,18 @@ pub enum ApiError {
     #[error("the service could not be reached: {0}")]
     Unreachable(String),
     /// The service answered with an error status.
-    #[error("the service answered {status}: {message}")]
+    #[error("the service answered {status}{}: {message}", cause.as_ref().map(|c| format!(" ({c})")).unwrap_or_default())]
     Status {
         /// The HTTP status.
         status: StatusCode,
         /// Its error message.
         message: String,
+        /// Which way its storage failed, when it said (`disk_full`, `read_only`, `missing`,
+        /// `corrupt`, `busy`).
+        cause: Option<String>,
+        /// How long it asked the desktop to wait before trying again (`Retry-After`, at most
+        /// [`MAX_RETRY_AFTER`]).
+        retry_after: Option<Duration>,
     },
     /// The answer was not what the protocol says.
     #[error("the service's answer is malformed: {0}")]
@@ -179,6 +189,44 @@ impl ApiError {
             ApiError::Unreachable(_) | ApiError::Malformed(_) => None,
         }
     }
+
+    /// The error status, when the service answered with one.
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            ApiError::Status { status, .. } => Some(*status),
+            ApiError::Unreachable(_) | ApiError::Malformed(_) => None,
+        }
+    }
+
+    /// Which way the service's storage failed, when it said.
+    pub fn cause(&self) -> Option<&str> {
+        match self {
+            ApiError::Status { cause, .. } => cause.as_deref(),
+            ApiError::Unreachable(_) | ApiError::Malformed(_) => None,
+        }
+    }
+
+    /// How long the service asked the desktop to wait before calling it again, when it did:
+    /// every retry of the desktop waits at least this long.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ApiError::Status { retry_after, .. } => *retry_after,
+            ApiError::Unreachable(_) | ApiError::Malformed(_) => None,
+        }
+    }
+}
+
+/// The wait a refusal's `Retry-After` asks for: whole seconds (the form this service sends),
+/// at most [`MAX_RETRY_AFTER`]; a date or anything else is not read.
+fn retry_after(headers: &http::HeaderMap) -> Option<Duration> {
+    let seconds: u64 = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
 }
 
 /// A command as the sync answer carried it, before validation: a malformed entry is refused
@@ -340,12 +388,23 @@ impl DesktopApi {
             .await
             .map_err(|e| ApiError::Unreachable(e.0))?;
         let status = response.status();
+        let retry_after = retry_after(response.headers());
         let bytes = response.into_body();
         if !status.is_success() {
-            let message = serde_json::from_slice::<relay_protocol::ErrorBody>(&bytes)
-                .map(|b| b.error)
-                .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).chars().take(500).collect());
-            return Err(ApiError::Status { status, message });
+            let (message, cause) = match serde_json::from_slice::<relay_protocol::ErrorBody>(&bytes)
+            {
+                Ok(body) => (body.error, body.cause),
+                Err(_) => (
+                    String::from_utf8_lossy(&bytes).chars().take(500).collect(),
+                    None,
+                ),
+            };
+            return Err(ApiError::Status {
+                status,
+                message,
+                cause,
+                retry_after,
+            });
         }
         serde_json::from_slice(&bytes).map_err(|e| ApiError::Malformed(format!("{path}: {e}")))
     }
@@ -394,6 +453,7 @@ impl DesktopApi {
             Err(ApiError::Status {
                 status: StatusCode::CONFLICT,
                 message,
+                ..
             }) => Ok(Started::Refused(message)),
             Err(other) => Err(other),
         }
@@ -424,5 +484,59 @@ impl DesktopApi {
     ) -> Result<ReportResponse, ApiError> {
         let body = serde_json::to_vec(report).map_err(|e| ApiError::Malformed(e.to_string()))?;
         self.call(Method::POST, report_path(id), Some(body)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers every request with 503, a storage cause and a `Retry-After`.
+    struct Busy(&'static str);
+
+    impl Transport for Busy {
+        fn send(
+            &self,
+            _request: Request<Vec<u8>>,
+        ) -> BoxFuture<'_, Result<Response<Vec<u8>>, TransportError>> {
+            let retry_after = self.0;
+            Box::pin(async move {
+                let body = serde_json::json!({"error": "the database is busy: retry after Retry-After seconds", "cause": "busy"});
+                Response::builder()
+                    .status(StatusCode::SERVICE_UNAVAILABLE)
+                    .header(http::header::RETRY_AFTER, retry_after)
+                    .body(body.to_string().into_bytes())
+                    .map_err(|e| TransportError(e.to_string()))
+            })
+        }
+    }
+
+    fn id() -> CommandId {
+        "6f1f3f5e-8c8b-4a6e-9d2b-0b8c2a9e7d11".parse().expect("id")
+    }
+
+    #[tokio::test]
+    async fn a_refusal_keeps_the_services_cause_and_retry_after() {
+        let api = DesktopApi::new(Arc::new(Busy("5")), "token");
+        let error = api.control(&id()).await.expect_err("refused");
+        assert_eq!(error.status(), Some(StatusCode::SERVICE_UNAVAILABLE));
+        assert_eq!(error.cause(), Some("busy"));
+        assert_eq!(error.retry_after(), Some(Duration::from_secs(5)));
+        assert!(error.is_retryable());
+        let text = error.to_string();
+        assert!(
+            text.contains("(busy)") && text.contains("Retry-After"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_retry_after_is_honoured_up_to_its_bound_and_only_in_seconds() {
+        let api = DesktopApi::new(Arc::new(Busy("86400")), "token");
+        let error = api.control(&id()).await.expect_err("refused");
+        assert_eq!(error.retry_after(), Some(MAX_RETRY_AFTER));
+        let api = DesktopApi::new(Arc::new(Busy("Wed, 21 Oct 2015 07:28:00 GMT")), "token");
+        let error = api.control(&id()).await.expect_err("refused");
+        assert_eq!(error.retry_after(), None);
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use runner::host::approvals::{ApprovalRequest, Approver, BoxFuture, Decision};
 
 use super::report::RunReporter;
-use super::state::{ApprovalStatus, DesktopState};
+use super::state::{ApprovalStatus, AsyncState};
 use relay_protocol::Waiting;
 use relay_protocol::clock::Clock;
 
@@ -20,7 +20,7 @@ pub const MAX_SHOWN_ARGS_CHARS: usize = 2000;
 
 /// Asks the owner through the desktop's state.
 pub struct OwnerApprover {
-    state: DesktopState,
+    state: AsyncState,
     clock: Arc<dyn Clock>,
     /// How long the run waits for an answer (the runner applies it; recorded as each
     /// question's deadline so the owner sees the time left).
@@ -31,7 +31,7 @@ pub struct OwnerApprover {
 
 impl OwnerApprover {
     /// An approver over `state`.
-    pub fn new(state: DesktopState, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(state: AsyncState, clock: Arc<dyn Clock>) -> Self {
         Self {
             state,
             clock,
@@ -58,7 +58,7 @@ impl OwnerApprover {
 /// Marks a question `expired` if the run stops waiting before anyone answered, and ends its
 /// reported wait however the wait ends.
 struct Unanswered<'a> {
-    state: &'a DesktopState,
+    state: &'a AsyncState,
     clock: &'a dyn Clock,
     reporter: Option<&'a RunReporter>,
     id: String,
@@ -71,9 +71,13 @@ impl Drop for Unanswered<'_> {
             reporter.done_waiting(&self.id);
         }
         if !self.answered {
-            let _ = self
-                .state
-                .decide(&self.id, ApprovalStatus::Expired, self.clock.now());
+            let (id, now) = (self.id.clone(), self.clock.now());
+            // A drop cannot wait: the write goes to the state's thread, which keeps its order.
+            self.state.send(move |state| {
+                if let Err(e) = state.decide(&id, ApprovalStatus::Expired, now) {
+                    tracing::warn!(approval = %id, "cannot mark the unanswered approval expired: {e}");
+                }
+            });
         }
     }
 }
@@ -96,10 +100,12 @@ impl Approver for OwnerApprover {
                 .collect();
             let now = self.clock.now();
             let deadline = self.timeout.map(|timeout| now.saturating_add(timeout));
-            if let Err(e) =
-                self.state
-                    .ask_until(&id, &request.run_id, &request.tool, &args, now, deadline)
-            {
+            let (asked, run_id, tool) = (id.clone(), request.run_id.clone(), request.tool.clone());
+            let recorded = self
+                .state
+                .call(move |state| state.ask_until(&asked, &run_id, &tool, &args, now, deadline))
+                .await;
+            if let Err(e) = recorded {
                 return Decision::Denied(format!("cannot record the approval request: {e}"));
             }
             tracing::warn!(
@@ -123,7 +129,12 @@ impl Approver for OwnerApprover {
                 );
             }
             loop {
-                match self.state.approval_status(&id) {
+                let asked = id.clone();
+                let status = self
+                    .state
+                    .call(move |state| state.approval_status(&asked))
+                    .await;
+                match status {
                     Ok(Some(ApprovalStatus::Approved)) => {
                         guard.answered = true;
                         return Decision::Approved;

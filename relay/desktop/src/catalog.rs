@@ -7,83 +7,76 @@ use graph_js::{Failure, Meta};
 use runner::host::approvals::BoxFuture;
 use runner::host::graphs::{Catalog, GraphSource};
 
-use crate::state::DesktopState;
+use crate::state::{AsyncState, DesktopState};
 
 /// The sessions shared with one project, as the catalog of that project's runs.
 pub struct SharedCatalog {
-    state: DesktopState,
+    state: AsyncState,
     project: String,
 }
 
 impl SharedCatalog {
     /// The catalog of runs started by `project`.
-    pub fn new(state: DesktopState, project: &str) -> Self {
+    pub fn new(state: AsyncState, project: &str) -> Self {
         Self {
             state,
             project: project.to_owned(),
         }
     }
+}
 
-    fn find(&self, slug: &str) -> Result<GraphSource, Failure> {
-        let read_failed = |e: crate::state::StateError| {
-            Failure::failed(format!("cannot read the shared sessions: {e}"))
-        };
-        let shared = self
-            .state
-            .shared_sessions(&self.project)
-            .map_err(read_failed)?;
-        let enabled = self
-            .state
-            .enabled_projects()
-            .map_err(read_failed)?
-            .contains(&self.project);
-        if enabled && let Some(session) = shared.into_iter().find(|s| s.slug == slug) {
-            return Ok(GraphSource {
-                meta: Meta {
-                    name: session.name,
-                    slug: session.slug,
-                    version: session.version,
-                    description: session.description,
-                    args: session.args_schema,
-                },
-                script: session.script.into(),
-                file: None,
-                engine: None,
-            });
-        }
-        let project = &self.project;
-        let how = match self
-            .state
-            .sessions()
-            .map_err(read_failed)?
-            .into_iter()
-            .find(|s| s.slug == slug)
-        {
-            Some(session) => format!(
-                "its owner shares it with `relay desktop share --project {project} --session {}`",
-                session.id
-            ),
-            None => format!(
-                "its owner adds it with `relay desktop session add FILE` and shares it with `relay desktop share --project {project} --session ID`"
-            ),
-        };
-        Err(Failure::denied(format!(
-            "graph `{slug}` is not shared with project {project}, which started this run, so it cannot be called from it: {how}"
-        )))
+/// The shared session of `project` named `slug`, or the denial naming what the owner does.
+fn find(state: &DesktopState, project: &str, slug: &str) -> Result<GraphSource, Failure> {
+    let read_failed = |e: crate::state::StateError| {
+        Failure::failed(format!("cannot read the shared sessions: {e}"))
+    };
+    let shared = state.shared_sessions(project).map_err(read_failed)?;
+    let enabled = state
+        .enabled_projects()
+        .map_err(read_failed)?
+        .iter()
+        .any(|p| p == project);
+    if enabled && let Some(session) = shared.into_iter().find(|s| s.slug == slug) {
+        return Ok(GraphSource {
+            meta: Meta {
+                name: session.name,
+                slug: session.slug,
+                version: session.version,
+                description: session.description,
+                args: session.args_schema,
+            },
+            script: session.script.into(),
+            file: None,
+            engine: None,
+        });
     }
+    let how = match state
+        .sessions()
+        .map_err(read_failed)?
+        .into_iter()
+        .find(|s| s.slug == slug)
+    {
+        Some(session) => format!(
+            "its owner shares it with `relay desktop share --project {project} --session {}`",
+            session.id
+        ),
+        None => format!(
+            "its owner adds it with `relay desktop session add FILE` and shares it with `relay desktop share --project {project} --session ID`"
+        ),
+    };
+    Err(Failure::denied(format!(
+        "graph `{slug}` is not shared with project {project}, which started this run, so it cannot be called from it: {how}"
+    )))
 }
 
 impl Catalog for SharedCatalog {
     fn lookup<'a>(&'a self, slug: &'a str) -> BoxFuture<'a, Result<GraphSource, Failure>> {
         Box::pin(async move {
-            let catalog = Self {
-                state: self.state.clone(),
-                project: self.project.clone(),
-            };
-            let slug = slug.to_owned();
-            tokio::task::spawn_blocking(move || catalog.find(&slug))
+            let (project, slug) = (self.project.clone(), slug.to_owned());
+            self.state
+                .call(move |state| Ok(find(state, &project, &slug)))
                 .await
-                .map_err(|e| Failure::failed(format!("the shared-session lookup stopped: {e}")))?
+                .map_err(|e| Failure::failed(format!("the shared-session lookup failed: {e}")))?
         })
     }
 }

@@ -36,6 +36,56 @@ use runner::host::Invocation;
 use runner::host::approvals::BoxFuture;
 use sha2::Digest;
 
+/// Why a shared graph runs on the generic engine instead of its compiled graph. Each is said
+/// once (a WARN line) and kept for [`CompiledGraphs::failure`]; that graph version is not
+/// built again by this relay.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// The artifacts' folder could not be made: free or fix the path beside the state file.
+    #[error("cannot create the folder {}: {source}", dir.display())]
+    Folder {
+        /// The folder.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The build's own runtime could not start (the system refused a thread or a timer).
+    #[error("cannot start the build: {0}")]
+    Runtime(std::io::Error),
+    /// `runner build` refused the graph (its top-level code failed, or the sandbox did).
+    #[error("{0}")]
+    Build(#[source] runner::engine::wasm::BuildError),
+    /// The snapshot is above the components' size limit: its top-level code keeps too much
+    /// in memory.
+    #[error(
+        "the compiled graph would be {} MiB, above the {} MiB a component may have (its top-level code keeps too much in memory)",
+        bytes / (1024 * 1024),
+        MAX_COMPONENT_BYTES / (1024 * 1024)
+    )]
+    TooLarge {
+        /// Its size.
+        bytes: u64,
+    },
+    /// The artifact could not be written (a full disk, permissions).
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The artifact.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a WebAssembly component (damaged, or not ours): it is deleted and built
+    /// again.
+    #[error("it is not a WebAssembly component")]
+    NotAComponent,
+    /// wasmtime could not load the component.
+    #[error("{0}")]
+    Load(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The build or load task ended before it finished (it panicked).
+    #[error("the build stopped before it finished: {0}")]
+    Stopped(String),
+}
+
 /// The name a run on a compiled graph gives its engine in the trace.
 pub const COMPILED_ENGINE: &str = "wasm-compiled";
 
@@ -84,7 +134,7 @@ pub struct CompiledGraphs {
     loaded: Mutex<HashMap<String, Loaded>>,
     /// Graph versions whose build failed in this process, with why: they run on the generic
     /// engine without trying again (the WARN line was said once).
-    failed: Mutex<HashMap<String, String>>,
+    failed: Mutex<HashMap<String, Arc<CompileError>>>,
     /// Keys being loaded or built now: one task per key.
     building: Mutex<HashSet<String>>,
     /// Most loaded at once ([`MAX_LOADED`] unless set).
@@ -218,7 +268,9 @@ impl CompiledGraphs {
 
     /// Why `script` could not be compiled, if its build failed.
     pub fn failure(&self, script: &str) -> Option<String> {
-        lock(&self.failed).get(&self.key(script)).cloned()
+        lock(&self.failed)
+            .get(&self.key(script))
+            .map(|why| why.to_string())
     }
 
     /// The loaded compiled graph under `key`, while its file is unchanged.
@@ -293,7 +345,7 @@ impl CompiledGraphs {
     /// The loaded compiled graph of `script` (under its `key`): from memory while its file is
     /// unchanged, else read from its file, else built. `Err` says why it runs on the generic
     /// engine.
-    async fn ensure(&self, key: &str, script: &str) -> Result<WasmEngine, String> {
+    async fn ensure(&self, key: &str, script: &str) -> Result<WasmEngine, Arc<CompileError>> {
         let path = self.dir.join(format!("{key}.wasm"));
         if let Some(engine) = self.ready_engine(key) {
             return Ok(engine);
@@ -301,7 +353,11 @@ impl CompiledGraphs {
         if let Some(why) = lock(&self.failed).get(key) {
             return Err(why.clone());
         }
-        let _build = self.builds.acquire().await.map_err(|e| e.to_string())?;
+        let _build = self
+            .builds
+            .acquire()
+            .await
+            .map_err(|e| Arc::new(CompileError::Stopped(e.to_string())))?;
         if let Some(engine) = self.load_existing(&path).await {
             self.remember(key, &engine, &path);
             return Ok(engine);
@@ -318,6 +374,7 @@ impl CompiledGraphs {
                     artifact = %path.display(),
                     "cannot compile a shared graph, its runs start on the generic engine: {why}"
                 );
+                let why = Arc::new(why);
                 lock(&self.failed).insert(key.to_owned(), why.clone());
                 Err(why)
             }
@@ -361,7 +418,7 @@ impl CompiledGraphs {
             Some(load(&bytes, limits))
         })
         .await
-        .unwrap_or_else(|e| Some(Err(format!("loading the artifact panicked: {e}"))))?;
+        .unwrap_or_else(|e| Some(Err(CompileError::Stopped(e.to_string()))))?;
         match loaded {
             Ok(engine) => Some(engine),
             Err(why) => {
@@ -377,9 +434,11 @@ impl CompiledGraphs {
     }
 
     /// Compiles `script` into the artifact at `path` and loads it, on a blocking thread.
-    async fn build(&self, script: &str, path: &Path) -> Result<WasmEngine, String> {
-        create_private_dir(&self.dir)
-            .map_err(|e| format!("cannot create the folder {}: {e}", self.dir.display()))?;
+    async fn build(&self, script: &str, path: &Path) -> Result<WasmEngine, CompileError> {
+        create_private_dir(&self.dir).map_err(|source| CompileError::Folder {
+            dir: self.dir.clone(),
+            source,
+        })?;
         let limits = self.limits;
         let script = script.to_owned();
         let path = path.to_path_buf();
@@ -387,33 +446,31 @@ impl CompiledGraphs {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
                 .build()
-                .map_err(|e| e.to_string())?;
+                .map_err(CompileError::Runtime)?;
             let bytes = runtime
                 .block_on(runner::engine::wasm::build_component(&script, limits))
-                .map_err(|e| e.to_string())?;
+                .map_err(CompileError::Build)?;
             if bytes.len() as u64 > MAX_COMPONENT_BYTES {
-                return Err(format!(
-                    "the compiled graph would be {} MiB, above the {} MiB a component may have (its top-level code keeps too much in memory)",
-                    bytes.len() / (1024 * 1024),
-                    MAX_COMPONENT_BYTES / (1024 * 1024)
-                ));
+                return Err(CompileError::TooLarge {
+                    bytes: bytes.len() as u64,
+                });
             }
             runner::output::replace_file(&path, &bytes)
-                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                .map_err(|source| CompileError::Write { path, source })?;
             load(&bytes, limits)
         })
         .await
-        .unwrap_or_else(|e| Err(format!("the build panicked: {e}")))
+        .unwrap_or_else(|e| Err(CompileError::Stopped(e.to_string())))
     }
 }
 
 /// An artifact's bytes loaded as an engine (compiled by wasmtime, or from its disk cache),
 /// outside the process-wide component map: an artifact no session needs any more is freed.
-fn load(bytes: &[u8], limits: WasmLimits) -> Result<WasmEngine, String> {
+fn load(bytes: &[u8], limits: WasmLimits) -> Result<WasmEngine, CompileError> {
     if !bytes.starts_with(runner::host::graphs::WASM_MAGIC) {
-        return Err("it is not a WebAssembly component".into());
+        return Err(CompileError::NotAComponent);
     }
-    WasmEngine::for_component_uncached(bytes, limits).map_err(|e| e.to_string())
+    WasmEngine::for_component_uncached(bytes, limits).map_err(|e| CompileError::Load(e.into()))
 }
 
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {

@@ -51,9 +51,23 @@ pub fn disk_full(state: &Path, free: u64, floor: u64) -> DesktopProblem {
     }
 }
 
+/// Why a size (`--min-free-space`) was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    /// No number first.
+    #[error("`{0}` is not a size: write bytes or e.g. 64MiB, 1GiB")]
+    NotANumber(String),
+    /// A unit this parser does not know.
+    #[error("`{0}` is not a size unit: use B, KiB, MiB or GiB (e.g. 64MiB)")]
+    Unit(String),
+    /// Negative, or past what 64 bits count.
+    #[error("`{0}` is out of range: give at most 16 EiB")]
+    OutOfRange(String),
+}
+
 /// Parses a size: bytes, or a number with `K`, `M`, `G` (powers of 1024, optionally `KiB`,
 /// `MiB`, `GiB`, `KB`, `MB`, `GB`), e.g. `64MiB`.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -61,21 +75,17 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let (number, unit) = text.split_at(split);
     let number: f64 = number
         .parse()
-        .map_err(|_| format!("`{text}` is not a size: write bytes or e.g. 64MiB, 1GiB"))?;
+        .map_err(|_| SizeError::NotANumber(text.to_owned()))?;
     let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
-        other => {
-            return Err(format!(
-                "`{other}` is not a size unit: use B, KiB, MiB or GiB (e.g. 64MiB)"
-            ));
-        }
+        other => return Err(SizeError::Unit(other.to_owned())),
     };
     let bytes = number * scale as f64;
     if !(bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64) {
-        return Err(format!("`{text}` is out of range"));
+        return Err(SizeError::OutOfRange(text.to_owned()));
     }
     Ok(bytes as u64)
 }

@@ -90,15 +90,19 @@ impl RunReporter {
                 return;
             }
             let report = changes.borrow_and_update().clone();
+            let mut wait = interval;
             match api.report(&command, &report).await {
                 Ok(_) => {}
                 // An older service has no report endpoint: the run goes on without it.
                 Err(ApiError::Status { status, .. }) if status == http::StatusCode::NOT_FOUND => {
                     tracing::debug!(%command, "the service takes no run reports");
                 }
-                Err(e) => tracing::debug!(%command, "run report not sent: {e}"),
+                Err(e) => {
+                    wait = wait.max(e.retry_after().unwrap_or_default());
+                    tracing::debug!(%command, "run report not sent: {e}");
+                }
             }
-            tokio::time::sleep(interval).await;
+            tokio::time::sleep(wait).await;
         }
     }
 }

@@ -364,11 +364,22 @@ pub struct SyncRequest {
     /// make every waiting desktop a writer).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sessions_unchanged: bool,
+    /// The desktop's sharing version the snapshot was read at: it grows with every change to
+    /// what is shared. The service keeps the snapshot with the highest version and ignores an
+    /// older one, so a sync that was slow to arrive (a long poll built before the owner
+    /// unshared a session) never undoes a newer one; a snapshot at the version the service
+    /// holds is that same snapshot, and is not written again. `None` (desktops from before
+    /// it): the snapshot is always taken. At most [`MAX_SHARING_VERSION`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing_version: Option<u64>,
     /// Why this desktop starts no run now (e.g. its disk is full); `None` when nothing keeps
     /// it from running work. Every sync restates it, so it clears itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<DesktopProblem>,
 }
+
+/// Highest [`SyncRequest::sharing_version`]: what a signed 64-bit column holds.
+pub const MAX_SHARING_VERSION: u64 = i64::MAX as u64;
 
 /// The cause of a [`DesktopProblem`] when the disk holding the desktop's state is too full to
 /// record a run safely.
@@ -492,6 +503,14 @@ impl SyncRequest {
         if self.running.len() > MAX_SYNC_RUNNING {
             return Err(InvalidInput(format!(
                 "running names at most {MAX_SYNC_RUNNING} commands"
+            )));
+        }
+        if self
+            .sharing_version
+            .is_some_and(|version| version > MAX_SHARING_VERSION)
+        {
+            return Err(InvalidInput(format!(
+                "sharing_version may be at most {MAX_SHARING_VERSION}"
             )));
         }
         if self.sessions_unchanged && !self.sessions.is_empty() {
@@ -959,8 +978,12 @@ mod tests {
             known: Vec::new(),
             sessions_unchanged: false,
             problem: None,
+            sharing_version: Some(MAX_SHARING_VERSION),
         };
         assert!(sync.validate().is_ok());
+        sync.sharing_version = Some(MAX_SHARING_VERSION + 1);
+        assert!(sync.validate().is_err());
+        sync.sharing_version = None;
         sync.sessions.push(session(MAX_SYNC_SESSIONS));
         assert!(sync.validate().is_err());
     }

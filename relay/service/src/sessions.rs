@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::auth::{AgentIdentity, DesktopIdentity};
 use crate::held::HeldKind;
 use crate::runs::{DesktopError, RunError, Runs};
+use crate::store::SnapshotWrite;
 use crate::store::Store;
 use crate::store::notify::{Subscription, Topic};
 use relay_protocol::clock::Timestamp;
@@ -140,6 +141,7 @@ async fn first_answer(
         known,
         sessions_unchanged,
         problem,
+        sharing_version,
     } = request;
     crate::presence::heard_from(&runs.presence, &project_id, Some(problem.as_ref())).await;
     if !sessions_unchanged {
@@ -147,12 +149,18 @@ async fn first_answer(
             .iter()
             .map(|s| s.graph_session_id.clone())
             .collect();
-        runs.store
-            .replace_sessions(&project_id, sessions, runs.clock.now())
+        // Checked by `validate`: a version fits the column.
+        let version = sharing_version.and_then(|v| i64::try_from(v).ok());
+        let written = runs
+            .store
+            .replace_sessions(&project_id, sessions, version, runs.clock.now())
             .await?;
         // Consent withdrawn takes effect at once: queued runs of sessions no longer shared end
-        // now (the snapshot above already keeps new ones from being queued).
-        crate::runs::withdraw_unshared(runs, &project_id, &shared).await?;
+        // now (the snapshot above already keeps new ones from being queued). A snapshot the
+        // store kept as it was, or ignored as older, changed no consent.
+        if written == SnapshotWrite::Replaced {
+            crate::runs::withdraw_unshared(runs, &project_id, &shared).await?;
+        }
     }
     let wait = std::time::Duration::from_millis(wait_ms.unwrap_or(0));
     if wait.is_zero() {

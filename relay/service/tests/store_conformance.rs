@@ -92,7 +92,7 @@ async fn postgres_migrations_run_once_when_replicas_start_together() {
         .query_one(&format!("SELECT version FROM {schema}.relay_schema"), &[])
         .await
         .expect("schema version");
-    assert_eq!(row.get::<_, i32>(0), 6, "every migration applied");
+    assert_eq!(row.get::<_, i32>(0), 7, "every migration applied");
     let rows = client
         .query_one(&format!("SELECT count(*) FROM {schema}.relay_schema"), &[])
         .await

@@ -472,7 +472,7 @@ pub(crate) async fn prepare_desktop(app: &AppState, name: &str) -> Result<Deskto
         args_schema: None,
     };
     app.store
-        .replace_sessions(&project, vec![session], app.clock.now())
+        .replace_sessions(&project, vec![session], None, app.clock.now())
         .await
         .map_err(fail)?;
     Ok(Desktop {

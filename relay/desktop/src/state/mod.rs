@@ -2,7 +2,9 @@
 //! each may see, tool policies, the fs folder, pending approvals, the outbox of completions and
 //! the run history (every execution with its full result).
 //!
-//! rusqlite is synchronous; every call runs on tokio's blocking pool.
+//! rusqlite is synchronous. [`DesktopState`]'s methods block; the CLI calls them directly,
+//! while the relay and the page reach the file through [`AsyncState`], whose calls run on the
+//! state's own thread, so no runtime worker waits for SQLite.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -155,8 +157,8 @@ pub enum StateError {
     /// copied: the message names the file and what to do.
     #[error("{0}")]
     Unusable(String),
-    /// A blocking task did not finish.
-    #[error("desktop state: the database task stopped: {0}")]
+    /// The state's thread could not answer (it stopped, or the call panicked).
+    #[error("desktop state: {0}")]
     Task(String),
 }
 
@@ -347,7 +349,9 @@ pub struct HistoryRow {
     pub agent_name: Option<String>,
 }
 
-/// The desktop's state file. Cloning shares the connection.
+/// The desktop's state file, with a blocking API. Cloning shares the connection: in a relay
+/// only its [`AsyncState`] thread uses it, and the lock around it lets a test (or a command
+/// in the same process) hold a blocking handle to the same in-memory database.
 #[derive(Clone)]
 pub struct DesktopState {
     conn: Arc<Mutex<Connection>>,
@@ -426,18 +430,8 @@ impl DesktopState {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Runs `work` on the blocking pool with the connection.
-    pub async fn with<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&mut Connection) -> Result<T, StateError> + Send + 'static,
-    ) -> Result<T, StateError> {
-        let state = self.clone();
-        tokio::task::spawn_blocking(move || work(&mut state.lock()))
-            .await
-            .map_err(|e| StateError::Task(e.to_string()))?
-    }
-
-    /// Runs `work` right here (CLI commands and drop guards).
+    /// Runs `work` with the connection, right here: it blocks (async code goes through
+    /// [`AsyncState`]).
     pub fn with_sync<T>(
         &self,
         work: impl FnOnce(&mut Connection) -> Result<T, StateError>,
@@ -447,6 +441,7 @@ impl DesktopState {
 }
 
 mod approvals;
+mod calls;
 mod executions;
 mod listing;
 mod liveness;
@@ -456,10 +451,12 @@ mod sessions;
 mod settings;
 mod sharing;
 
+pub use calls::AsyncState;
 pub use listing::{SessionSource, ShareRow};
 pub use queue::QueuedRow;
 pub use served::ServiceProjects;
 pub use sessions::new_session_id;
+pub use sharing::Snapshot;
 
 #[cfg(test)]
 mod opening {

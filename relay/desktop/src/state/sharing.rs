@@ -131,21 +131,73 @@ impl DesktopState {
 
     /// The sessions shared with a project (at most [`MAX_SYNC_SESSIONS`]).
     pub fn shared_sessions(&self, project_id: &str) -> Result<Vec<Session>, StateError> {
+        self.with_sync(|conn| shared_sessions(conn, project_id))
+    }
+
+    /// What a sync tells the service about `project_id` now, read at once with the sharing
+    /// version it belongs to: the sessions the project may run (none while it is disabled),
+    /// or nothing while its withdrawal is owed, which the service must hear first.
+    pub fn snapshot(&self, project_id: &str) -> Result<Snapshot, StateError> {
+        self.snapshot_since(project_id, None)
+    }
+
+    /// [`DesktopState::snapshot`], or [`Snapshot::Unchanged`] (without reading the sessions)
+    /// when the sharing version is still `held`, the one the service took.
+    pub fn snapshot_since(
+        &self,
+        project_id: &str,
+        held: Option<i64>,
+    ) -> Result<Snapshot, StateError> {
         self.with_sync(|conn| {
-            let mut stmt = conn.prepare(&format!(
-                "SELECT {} FROM graph_sessions s JOIN shares ON shares.session_id = s.id
-                 WHERE shares.project_id = ?1 ORDER BY s.slug LIMIT ?2",
-                SESSION_COLUMNS
-                    .split(", ")
-                    .map(|c| format!("s.{c}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))?;
-            let rows = stmt.query_map(
-                params![project_id, MAX_SYNC_SESSIONS as i64],
-                session_from_row,
+            let tx = conn.transaction()?;
+            let owed = tx
+                .query_row(
+                    "SELECT 1 FROM withdrawals WHERE project_id = ?1",
+                    params![project_id],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some();
+            if owed {
+                return Ok(Snapshot::Withheld);
+            }
+            let version = sharing_version(&tx)?;
+            if held == Some(version) {
+                return Ok(Snapshot::Unchanged { version });
+            }
+            let enabled = tx
+                .query_row(
+                    "SELECT enabled FROM projects WHERE project_id = ?1",
+                    params![project_id],
+                    |row| row.get::<_, bool>(0),
+                )
+                .optional()?
+                .unwrap_or(false);
+            let sessions = if enabled {
+                shared_sessions(&tx, project_id)?
+            } else {
+                Vec::new()
+            };
+            Ok(Snapshot::Current { version, sessions })
+        })
+    }
+
+    /// Moves the sharing version to at least `now` (in milliseconds) and returns it: a relay
+    /// does this as it starts, so the snapshots it sends are newer than any an earlier relay
+    /// sent, even from a state file restored from a backup or made anew.
+    pub fn renew_sharing_version(&self, now: Timestamp) -> Result<i64, StateError> {
+        self.with_sync(|conn| {
+            let tx = conn.transaction()?;
+            let renewed = sharing_version(&tx)?
+                .saturating_add(1)
+                .max(now.unix_millis());
+            tx.execute(
+                "INSERT INTO settings (key, value) VALUES (?1, ?2)
+                 ON CONFLICT(key) DO UPDATE SET value = ?2",
+                params![SHARING_VERSION, renewed.to_string()],
             )?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            tx.commit()?;
+            Ok(renewed)
         })
     }
 
@@ -179,19 +231,57 @@ impl DesktopState {
         })
     }
 
-    /// A counter that changes whenever sharing changes (the loop runs a pass right after).
+    /// A counter that grows whenever sharing changes (the loop runs a pass right after).
     pub fn sharing_version(&self) -> Result<i64, StateError> {
-        self.with_sync(|conn| {
-            Ok(conn
-                .query_row(
-                    "SELECT CAST(value AS INTEGER) FROM settings WHERE key = ?1",
-                    params![SHARING_VERSION],
-                    |row| row.get(0),
-                )
-                .optional()?
-                .unwrap_or(0))
-        })
+        self.with_sync(|conn| sharing_version(conn))
     }
+}
+
+/// What a sync carries of one project's sharing ([`DesktopState::snapshot`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Snapshot {
+    /// The sessions the project may run now (none while it is disabled), as of `version`.
+    Current {
+        /// The sharing version they were read at.
+        version: i64,
+        /// The sessions (at most [`MAX_SYNC_SESSIONS`]).
+        sessions: Vec<Session>,
+    },
+    /// The sharing version is still the one the service took (`version`): nothing to send.
+    Unchanged {
+        /// The sharing version.
+        version: i64,
+    },
+    /// The project's withdrawal is owed: no snapshot of it goes out before the withdrawal.
+    Withheld,
+}
+
+fn sharing_version(conn: &Connection) -> Result<i64, StateError> {
+    Ok(conn
+        .query_row(
+            "SELECT CAST(value AS INTEGER) FROM settings WHERE key = ?1",
+            params![SHARING_VERSION],
+            |row| row.get(0),
+        )
+        .optional()?
+        .unwrap_or(0))
+}
+
+fn shared_sessions(conn: &Connection, project_id: &str) -> Result<Vec<Session>, StateError> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT {} FROM graph_sessions s JOIN shares ON shares.session_id = s.id
+         WHERE shares.project_id = ?1 ORDER BY s.slug LIMIT ?2",
+        SESSION_COLUMNS
+            .split(", ")
+            .map(|c| format!("s.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))?;
+    let rows = stmt.query_map(
+        params![project_id, MAX_SYNC_SESSIONS as i64],
+        session_from_row,
+    )?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
 pub(super) fn check_project_id(project_id: &str) -> Result<(), StateError> {
@@ -268,6 +358,53 @@ mod tests {
                 .expect("query")
                 .is_none()
         );
+    }
+
+    /// A sync's snapshot is read with its version; a disabled project's is empty; one whose
+    /// withdrawal is owed is withheld until the withdrawal is delivered; the version only grows
+    /// (a relay's start moves it to at least its clock's time).
+    #[test]
+    fn a_snapshot_carries_its_version_and_waits_for_an_owed_withdrawal() {
+        let state = DesktopState::open_in_memory().expect("state");
+        let now = Timestamp::from_unix_millis(1);
+        let id = state
+            .upsert_session(&meta("triage"), "script", None, now)
+            .expect("added");
+        state.share("p", &id, now).expect("share");
+        state.set_project_enabled("p", true, now).expect("enable");
+        let current = state.sharing_version().expect("version");
+        let Snapshot::Current { version, sessions } = state.snapshot("p").expect("read") else {
+            panic!("an enabled project has a snapshot");
+        };
+        assert_eq!(version, current);
+        assert_eq!(sessions.len(), 1);
+        assert_eq!(
+            state.snapshot_since("p", Some(version)).expect("read"),
+            Snapshot::Unchanged { version }
+        );
+        state.set_project_enabled("p", false, now).expect("disable");
+        assert_eq!(state.snapshot("p").expect("read"), Snapshot::Withheld);
+        let (project, owed) = state.pending_withdrawals().expect("owed").remove(0);
+        state
+            .withdrawal_delivered(&project, owed)
+            .expect("delivered");
+        let Snapshot::Current { version, sessions } = state.snapshot("p").expect("read") else {
+            panic!("a delivered withdrawal leaves an empty snapshot");
+        };
+        assert!(
+            version > current && sessions.is_empty(),
+            "{version} {sessions:?}"
+        );
+        let renewed = state
+            .renew_sharing_version(Timestamp::from_unix_millis(1_700_000_000_000))
+            .expect("renew");
+        assert_eq!(renewed, 1_700_000_000_000);
+        let again = state
+            .renew_sharing_version(Timestamp::from_unix_millis(5))
+            .expect("renew");
+        assert_eq!(again, renewed + 1, "never backwards");
+        state.share("p", &id, now).expect("share");
+        assert_eq!(state.sharing_version().expect("version"), again + 1);
     }
 
     #[test]

@@ -12,8 +12,9 @@ use axum::response::{IntoResponse, Response};
 use super::access::same_secret;
 use super::pages::refusal;
 use super::{MAX_FORM_FIELDS, Page, Signed, secured};
-use crate::state::{ApprovalStatus, StateError};
+use crate::state::{ApprovalStatus, DesktopState, StateError};
 use relay_protocol::GraphSessionId;
+use relay_protocol::clock::Timestamp;
 use runner::host::approvals::Policy;
 
 /// Why an action was refused: its status and what to tell the owner.
@@ -89,22 +90,29 @@ pub(crate) async fn sharing(
     State(page): State<Arc<Page>>,
     Extension(signed): Extension<Signed>,
     body: Bytes,
-) -> Result<Response, Refused> {
-    super::blocking(move || {
-        let form = Form::checked(&signed, &body)?;
-        let session: GraphSessionId = form
-            .required("session")?
-            .parse()
-            .map_err(|e: relay_protocol::InvalidInput| bad_request(e.0))?;
-        apply_sharing(&page, &form, &session)?;
-        Ok(back_to(super::HOME))
-    })
+) -> Response {
+    super::on_state(
+        page.state.clone(),
+        move |state| -> Result<Response, Refused> {
+            let form = Form::checked(&signed, &body)?;
+            let session: GraphSessionId = form
+                .required("session")?
+                .parse()
+                .map_err(|e: relay_protocol::InvalidInput| bad_request(e.0))?;
+            apply_sharing(state, page.clock.now(), &form, &session)?;
+            Ok(back_to(super::HOME))
+        },
+    )
     .await
 }
 
-fn apply_sharing(page: &Page, form: &Form, session: &GraphSessionId) -> Result<(), StateError> {
-    let known = page.state.projects()?;
-    let now = page.clock.now();
+fn apply_sharing(
+    state: &DesktopState,
+    now: Timestamp,
+    form: &Form,
+    session: &GraphSessionId,
+) -> Result<(), StateError> {
+    let known = state.projects()?;
     for project in form.all("project") {
         if !known.iter().any(|(id, _)| id == project) {
             return Err(StateError::Invalid(format!(
@@ -112,8 +120,7 @@ fn apply_sharing(page: &Page, form: &Form, session: &GraphSessionId) -> Result<(
             )));
         }
         let want = form.all("shared").any(|p| p == project);
-        let has = page
-            .state
+        let has = state
             .shared_sessions(project)?
             .iter()
             .any(|s| &s.id == session);
@@ -121,10 +128,10 @@ fn apply_sharing(page: &Page, form: &Form, session: &GraphSessionId) -> Result<(
             (true, false) => {
                 // As `relay desktop share`: a project disabled since the page was drawn would
                 // take a share that reaches no agent.
-                page.state.check_shareable(project)?;
-                page.state.share(project, session, now)?;
+                state.check_shareable(project)?;
+                state.share(project, session, now)?;
             }
-            (false, true) => page.state.unshare(project, session)?,
+            (false, true) => state.unshare(project, session)?,
             _ => {}
         }
     }
@@ -136,23 +143,25 @@ pub(crate) async fn project(
     State(page): State<Arc<Page>>,
     Extension(signed): Extension<Signed>,
     body: Bytes,
-) -> Result<Response, Refused> {
-    super::blocking(move || {
-        let form = Form::checked(&signed, &body)?;
-        let project = form.required("project")?.trim();
-        let enabled = match form.required("enabled")? {
-            "true" => true,
-            "false" => false,
-            other => {
-                return Err(bad_request(format!(
-                    "`enabled` is true or false, not {other}"
-                )));
-            }
-        };
-        page.state
-            .set_project_enabled(project, enabled, page.clock.now())?;
-        Ok(back_to(super::HOME))
-    })
+) -> Response {
+    super::on_state(
+        page.state.clone(),
+        move |state| -> Result<Response, Refused> {
+            let form = Form::checked(&signed, &body)?;
+            let project = form.required("project")?.trim();
+            let enabled = match form.required("enabled")? {
+                "true" => true,
+                "false" => false,
+                other => {
+                    return Err(bad_request(format!(
+                        "`enabled` is true or false, not {other}"
+                    )));
+                }
+            };
+            state.set_project_enabled(project, enabled, page.clock.now())?;
+            Ok(back_to(super::HOME))
+        },
+    )
     .await
 }
 
@@ -161,21 +170,24 @@ pub(crate) async fn policies(
     State(page): State<Arc<Page>>,
     Extension(signed): Extension<Signed>,
     body: Bytes,
-) -> Result<Response, Refused> {
-    super::blocking(move || {
-        let form = Form::checked(&signed, &body)?;
-        let mut changes = Vec::new();
-        for tool in super::known_tools() {
-            if let Some(value) = form.first(&tool) {
-                let policy: Policy = value.parse().map_err(bad_request)?;
-                changes.push((tool, policy));
+) -> Response {
+    super::on_state(
+        page.state.clone(),
+        move |state| -> Result<Response, Refused> {
+            let form = Form::checked(&signed, &body)?;
+            let mut changes = Vec::new();
+            for tool in super::known_tools() {
+                if let Some(value) = form.first(&tool) {
+                    let policy: Policy = value.parse().map_err(bad_request)?;
+                    changes.push((tool, policy));
+                }
             }
-        }
-        for (tool, policy) in changes {
-            page.state.set_policy(&tool, policy)?;
-        }
-        Ok(back_to("/policies"))
-    })
+            for (tool, policy) in changes {
+                state.set_policy(&tool, policy)?;
+            }
+            Ok(back_to("/policies"))
+        },
+    )
     .await
 }
 
@@ -184,8 +196,8 @@ pub(crate) async fn decide(
     State(page): State<Arc<Page>>,
     Extension(signed): Extension<Signed>,
     body: Bytes,
-) -> Result<Response, Refused> {
-    super::blocking(move || {
+) -> Response {
+    super::on_state(page.state.clone(), move |state| -> Result<Response, Refused> {
         let form = Form::checked(&signed, &body)?;
         let id = form.required("id")?;
         let decision = match form.required("decision")? {
@@ -198,7 +210,7 @@ pub(crate) async fn decide(
             }
         };
         // As the CLI: a decision nothing would act on is refused, not recorded.
-        if page.state.approval_run_live(id)? == Some(false) {
+        if state.approval_run_live(id)? == Some(false) {
             return Err(Refused(
                 StatusCode::CONFLICT,
                 format!(
@@ -206,7 +218,7 @@ pub(crate) async fn decide(
                 ),
             ));
         }
-        if let Some(path) = page.state.path()
+        if let Some(path) = state.path()
             && crate::lock::RelayLock::holder(path)
                 .map_err(|e| Refused(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
                 .is_none()
@@ -218,7 +230,7 @@ pub(crate) async fn decide(
                 ),
             ));
         }
-        if !page.state.decide(id, decision, page.clock.now())? {
+        if !state.decide(id, decision, page.clock.now())? {
             return Err(Refused(
                 StatusCode::CONFLICT,
                 format!("No pending approval {id}: it was answered already, or it expired."),

@@ -24,7 +24,7 @@ use axum::routing::{get, post};
 use tokio_util::sync::CancellationToken;
 
 use self::access::{Access, BrowserSession, Served};
-use crate::state::DesktopState;
+use crate::state::{AsyncState, DesktopState};
 use relay_protocol::clock::Clock;
 
 /// The largest form body taken (the biggest form, the sharing of one session, is far smaller).
@@ -71,7 +71,7 @@ pub fn loopback_listen(text: &str) -> Result<SocketAddr, UiError> {
 
 /// What every handler shares.
 pub(crate) struct Page {
-    state: DesktopState,
+    state: AsyncState,
     clock: Arc<dyn Clock>,
     served: Served,
     access: Mutex<Access>,
@@ -104,7 +104,7 @@ impl DesktopPage {
         let served = Served::at(address);
         let url = format!("{}{HOME}?token={token}", served.origin);
         let page = Arc::new(Page {
-            state,
+            state: AsyncState::new(state),
             clock,
             served,
             access: Mutex::new(Access::new(token)),
@@ -175,11 +175,17 @@ impl Bound {
 }
 
 /// Runs a handler's work, which reads and writes SQLite (and may wait out the relay's write
-/// lock), on the blocking pool.
-pub(crate) async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(done) => done,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
+/// lock), on the state's own thread, never on a runtime worker.
+pub(crate) async fn on_state<T>(
+    state: AsyncState,
+    work: impl FnOnce(&DesktopState) -> T + Send + 'static,
+) -> Response
+where
+    T: IntoResponse + Send + 'static,
+{
+    match state.call(move |state| Ok(work(state))).await {
+        Ok(done) => done.into_response(),
+        Err(e) => pages::failure(&e),
     }
 }
 

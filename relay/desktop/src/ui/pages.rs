@@ -106,9 +106,9 @@ pub(crate) async fn sessions(
     State(page): State<Arc<Page>>,
     Extension(signed): Extension<Signed>,
 ) -> Response {
-    super::blocking(move || {
+    super::on_state(page.state.clone(), move |state| {
         let loaded = (|| {
-            let projects = page.state.projects()?;
+            let projects = state.projects()?;
             let enabled: Vec<String> = projects
                 .iter()
                 .filter(|(_, on)| *on)
@@ -116,9 +116,9 @@ pub(crate) async fn sessions(
                 .collect();
             let mut shared = Vec::new();
             for project in &enabled {
-                shared.push(page.state.shared_sessions(project)?);
+                shared.push(state.shared_sessions(project)?);
             }
-            Ok::<_, StateError>((page.state.sessions()?, projects, enabled, shared))
+            Ok::<_, StateError>((state.sessions()?, projects, enabled, shared))
         })();
         let (sessions, projects, enabled, shared) = match loaded {
             Ok(loaded) => loaded,
@@ -210,8 +210,8 @@ pub(crate) async fn policies(
     State(page): State<Arc<Page>>,
     Extension(signed): Extension<Signed>,
 ) -> Response {
-    super::blocking(move || {
-        let policy = match page.state.policy() {
+    super::on_state(page.state.clone(), move |state| {
+        let policy = match state.policy() {
             Ok(policy) => policy,
             Err(e) => return failure(&e),
         };
@@ -244,11 +244,10 @@ pub(crate) async fn approvals(
     State(page): State<Arc<Page>>,
     Extension(signed): Extension<Signed>,
 ) -> Response {
-    super::blocking(move || {
-        let (all, history) = match page
-            .state
+    super::on_state(page.state.clone(), move |state| {
+        let (all, history) = match state
             .approvals(true)
-            .and_then(|a| Ok((a, page.state.history()?)))
+            .and_then(|a| Ok((a, state.history()?)))
         {
             Ok(loaded) => loaded,
             Err(e) => return failure(&e),
@@ -305,10 +304,10 @@ pub(crate) async fn approvals(
 
 /// The run history, newest first.
 pub(crate) async fn runs(State(page): State<Arc<Page>>) -> Response {
-    super::blocking(move || {
-        let loaded = page.state.history().and_then(|history| {
+    super::on_state(page.state.clone(), move |state| {
+        let loaded = state.history().and_then(|history| {
             let newest = match history.first() {
-                Some(run) => page.state.execution(&run.execution_id)?,
+                Some(run) => state.execution(&run.execution_id)?,
                 None => None,
             };
             Ok((history, newest))
@@ -365,8 +364,8 @@ pub(crate) async fn run(
     State(page): State<Arc<Page>>,
     Path(execution_id): Path<String>,
 ) -> Response {
-    super::blocking(move || {
-        let (run, trace) = match page.state.execution(&execution_id) {
+    super::on_state(page.state.clone(), move |state| {
+        let (run, trace) = match state.execution(&execution_id) {
             Ok(Some(found)) => found,
             Ok(None) => {
                 return refusal(

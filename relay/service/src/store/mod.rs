@@ -449,6 +449,32 @@ pub struct SessionSnapshot {
     pub last_sync_at: Option<Timestamp>,
 }
 
+/// What a sync's snapshot did to the one the store holds, decided by the sharing versions
+/// ([`SnapshotWrite::decide`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotWrite {
+    /// The snapshot replaced the held one (newer, or one of them carries no version).
+    Replaced,
+    /// The held snapshot has the same version: it is this snapshot, kept as it is; only the
+    /// sync time moves.
+    Unchanged,
+    /// The held snapshot is newer: this one arrived late and is ignored.
+    Stale,
+}
+
+impl SnapshotWrite {
+    /// The one rule both stores apply, given the version `held` and the `incoming` one: a
+    /// version only ever moves forward, and a snapshot without one (a desktop from before
+    /// versions) is always taken, as before them.
+    pub fn decide(held: Option<i64>, incoming: Option<i64>) -> SnapshotWrite {
+        match (held, incoming) {
+            (Some(held), Some(incoming)) if incoming < held => SnapshotWrite::Stale,
+            (Some(held), Some(incoming)) if incoming == held => SnapshotWrite::Unchanged,
+            _ => SnapshotWrite::Replaced,
+        }
+    }
+}
+
 /// A graph run requested by an agent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommandRecord {
@@ -900,13 +926,16 @@ pub trait Store: Send + Sync + 'static {
     /// Removes lapsed sessions, links, unused registrations, and expired codes and tokens.
     fn sweep_auth(&self, sweep: AuthSweep) -> StoreFuture<'_, AuthSweepCounts>;
 
-    /// Replaces the project's shared-session snapshot and records the sync time.
+    /// Replaces the project's shared-session snapshot, taken at the desktop's sharing
+    /// `version`, and records the sync time, unless the held snapshot is as new or newer
+    /// ([`SnapshotWrite::decide`]; the decision and the write are one transaction).
     fn replace_sessions<'a>(
         &'a self,
         project_id: &'a str,
         sessions: Vec<SessionMeta>,
+        version: Option<i64>,
         now: Timestamp,
-    ) -> StoreFuture<'a, ()>;
+    ) -> StoreFuture<'a, SnapshotWrite>;
     /// Up to `limit` sessions of the project's snapshot.
     fn sessions<'a>(
         &'a self,

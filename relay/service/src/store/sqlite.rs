@@ -14,8 +14,8 @@ use tokio::sync::Semaphore;
 use super::{
     ArtifactInsertOutcome, ArtifactRecord, BoxError, ChatLinkRecord, ClaimAttempt, CommandQuery,
     CommandRecord, Damage, InsertOutcome, OpenCounts, OwnerRecord, PresenceRecord, ProjectRecord,
-    QueueLimit, QueueQuota, SessionRecord, SessionSnapshot, Store, StoreError, StoreFuture,
-    SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    QueueLimit, QueueQuota, SessionRecord, SessionSnapshot, SnapshotWrite, Store, StoreError,
+    StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use super::{
     AuthCodeRecord, AuthSweep, AuthSweepCounts, BrowserSessionRecord, IssuedTokens,
@@ -133,7 +133,14 @@ ALTER TABLE graph_sessions ADD COLUMN args_schema TEXT;
 ALTER TABLE commands ADD COLUMN max_tokens INTEGER;
 ALTER TABLE commands ADD COLUMN token_cap INTEGER;
 "#,
+    SHARING_VERSION_MIGRATION,
 ];
+
+/// The desktop's sharing version of each project's held snapshot (`NULL`: synced by a desktop
+/// from before versions), so an older snapshot never replaces a newer one.
+const SHARING_VERSION_MIGRATION: &str = r#"
+ALTER TABLE project_syncs ADD COLUMN sharing_version INTEGER;
+"#;
 
 /// Which quota `command` would exceed, if any: counted inside the insert's transaction.
 fn queue_limit_reached(
@@ -947,13 +954,38 @@ impl Store for SqliteStore {
         &'a self,
         project_id: &'a str,
         sessions: Vec<SessionMeta>,
+        version: Option<i64>,
         now: Timestamp,
-    ) -> StoreFuture<'a, ()> {
+    ) -> StoreFuture<'a, SnapshotWrite> {
         let project_id = project_id.to_owned();
         self.call(move |connection| {
             let transaction = connection
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(backend)?;
+            let held: Option<i64> = transaction
+                .query_row(
+                    "SELECT sharing_version FROM project_syncs WHERE project_id = ?1",
+                    [&project_id],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(backend)?
+                .flatten();
+            let write = SnapshotWrite::decide(held, version);
+            match write {
+                SnapshotWrite::Stale => return Ok(write),
+                SnapshotWrite::Unchanged => {
+                    transaction
+                        .execute(
+                            "UPDATE project_syncs SET synced_at = ?2 WHERE project_id = ?1",
+                            params![project_id, now.unix_millis()],
+                        )
+                        .map_err(backend)?;
+                    transaction.commit().map_err(backend)?;
+                    return Ok(write);
+                }
+                SnapshotWrite::Replaced => {}
+            }
             transaction
                 .execute(
                     "DELETE FROM graph_sessions WHERE project_id = ?1",
@@ -986,12 +1018,14 @@ impl Store for SqliteStore {
             }
             transaction
                 .execute(
-                    "INSERT INTO project_syncs (project_id, synced_at) VALUES (?1, ?2) \
-                     ON CONFLICT(project_id) DO UPDATE SET synced_at = excluded.synced_at",
-                    params![project_id, now.unix_millis()],
+                    "INSERT INTO project_syncs (project_id, synced_at, sharing_version) \
+                     VALUES (?1, ?2, ?3) ON CONFLICT(project_id) DO UPDATE SET \
+                     synced_at = excluded.synced_at, sharing_version = excluded.sharing_version",
+                    params![project_id, now.unix_millis(), version],
                 )
                 .map_err(backend)?;
-            transaction.commit().map_err(backend)
+            transaction.commit().map_err(backend)?;
+            Ok(write)
         })
     }
 

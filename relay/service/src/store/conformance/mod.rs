@@ -14,7 +14,8 @@ use serde_json::{Map, Value, json};
 use super::{
     ArtifactInsertOutcome, ArtifactRecord, BrowserSessionRecord, ChatLinkRecord, ClaimAttempt,
     ClaimResult, CommandQuery, CommandRecord, InsertOutcome, ProjectRecord, QueueLimit, QueueQuota,
-    Store, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    SessionSnapshot, SnapshotWrite, Store, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind,
+    TokenRecord,
 };
 use crate::model::{HostKind, TaskId, TaskStatus};
 use relay_protocol::clock::Timestamp;
@@ -138,6 +139,7 @@ where
     unrevoked_tokens_are_read_at_once(make().as_ref()).await;
     projects_owners_and_tokens_are_listed_in_order(make().as_ref()).await;
     session_snapshot_is_replaced_whole(make().as_ref()).await;
+    session_snapshots_only_move_forward(make().as_ref()).await;
     argument_schemas_and_token_caps_round_trip(make().as_ref()).await;
     idempotency_key_is_unique_per_agent(make().as_ref()).await;
     concurrent_inserts_create_one_command(make()).await;
@@ -402,7 +404,7 @@ pub async fn session_snapshot_is_replaced_whole(store: &dyn Store) {
     assert!(empty.sessions.is_empty() && empty.last_sync_at.is_none());
     let three = vec![session(3, "c"), session(1, "a"), session(2, "b")];
     store
-        .replace_sessions(&seed.project_id, three, at(1))
+        .replace_sessions(&seed.project_id, three, None, at(1))
         .await
         .expect("replace");
     let listed = store.sessions(&seed.project_id, 2).await.expect("list");
@@ -415,7 +417,7 @@ pub async fn session_snapshot_is_replaced_whole(store: &dyn Store) {
     assert_eq!(listed.last_sync_at, Some(at(1)));
     assert_eq!(listed.sessions[0].meta, session(1, "a"));
     store
-        .replace_sessions(&seed.project_id, vec![session(2, "b")], at(2))
+        .replace_sessions(&seed.project_id, vec![session(2, "b")], None, at(2))
         .await
         .expect("replace");
     let listed = store.sessions(&seed.project_id, 50).await.expect("list");
@@ -440,12 +442,70 @@ pub async fn session_snapshot_is_replaced_whole(store: &dyn Store) {
             .is_some()
     );
     store
-        .replace_sessions(&seed.project_id, Vec::new(), at(3))
+        .replace_sessions(&seed.project_id, Vec::new(), None, at(3))
         .await
         .expect("replace");
     let listed = store.sessions(&seed.project_id, 50).await.expect("list");
     assert!(listed.sessions.is_empty());
     assert_eq!(listed.last_sync_at, Some(at(3)));
+}
+
+/// A snapshot carries the desktop's sharing version: an older one arriving late changes
+/// nothing, the held version again moves only the sync time, a newer one replaces; a snapshot
+/// without a version (an older desktop) is always taken, and any version follows it.
+pub async fn session_snapshots_only_move_forward(store: &dyn Store) {
+    let seed = seed(store).await;
+    let project = seed.project_id.as_str();
+    let names = |snapshot: &SessionSnapshot| -> Vec<String> {
+        snapshot
+            .sessions
+            .iter()
+            .map(|s| s.meta.name.clone())
+            .collect()
+    };
+    let listed = async || store.sessions(project, 50).await.expect("list");
+    let replace = async |sessions: Vec<SessionMeta>, version: Option<i64>, when: i64| {
+        store
+            .replace_sessions(project, sessions, version, at(when))
+            .await
+            .expect("replace")
+    };
+    let both = || vec![session(1, "a"), session(2, "b")];
+    assert_eq!(replace(both(), Some(5), 1).await, SnapshotWrite::Replaced);
+    assert_eq!(
+        replace(vec![session(3, "c")], Some(4), 2).await,
+        SnapshotWrite::Stale,
+        "a snapshot older than the held one"
+    );
+    let held = listed().await;
+    assert_eq!(names(&held), ["a", "b"], "the late one changed nothing");
+    assert_eq!(held.last_sync_at, Some(at(1)));
+    assert_eq!(replace(both(), Some(5), 3).await, SnapshotWrite::Unchanged);
+    let held = listed().await;
+    assert_eq!(names(&held), ["a", "b"]);
+    assert_eq!(held.last_sync_at, Some(at(3)), "the sync time moves");
+    assert_eq!(
+        held.sessions[0].synced_at,
+        at(1),
+        "the sessions were not written again"
+    );
+    assert_eq!(
+        replace(vec![session(1, "a")], Some(6), 4).await,
+        SnapshotWrite::Replaced
+    );
+    assert_eq!(names(&listed().await), ["a"]);
+    assert_eq!(
+        replace(vec![session(2, "b")], None, 5).await,
+        SnapshotWrite::Replaced,
+        "no version: taken as before versions"
+    );
+    assert_eq!(names(&listed().await), ["b"]);
+    assert_eq!(
+        replace(vec![session(3, "c")], Some(1), 6).await,
+        SnapshotWrite::Replaced,
+        "after an unversioned snapshot any version is newer"
+    );
+    assert_eq!(names(&listed().await), ["c"]);
 }
 
 /// A session's argument schema comes back as it was synced (key order kept), a session
@@ -464,6 +524,7 @@ pub async fn argument_schemas_and_token_caps_round_trip(store: &dyn Store) {
         .replace_sessions(
             &seed.project_id,
             vec![typed.clone(), session(2, "b")],
+            None,
             at(1),
         )
         .await

@@ -12,8 +12,8 @@ use crate::store::{
     BrowserSessionRecord, ChatLinkRecord, ClaimAttempt, ClaimResult, CommandQuery, CommandRecord,
     Damage, InsertOutcome, IssuedTokens, OAuthClientRecord, OAuthTokenRecord, OpenCounts,
     OwnerRecord, PresenceRecord, ProjectRecord, QueueLimit, QueueQuota, RedeemOutcome,
-    RotateOutcome, SessionRecord, SessionSnapshot, SignInLinkRecord, Store, StoreError,
-    StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
+    RotateOutcome, SessionRecord, SessionSnapshot, SignInLinkRecord, SnapshotWrite, Store,
+    StoreError, StoreFuture, SweepCounts, TaskInsertOutcome, TaskRecord, TokenKind, TokenRecord,
 };
 use relay_protocol::clock::Timestamp;
 use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
@@ -25,6 +25,41 @@ ALTER TABLE graph_sessions ADD COLUMN args_schema TEXT;
 ALTER TABLE commands ADD COLUMN max_tokens BIGINT;
 ALTER TABLE commands ADD COLUMN token_cap BIGINT;
 "#;
+
+/// The desktop's sharing version of each project's held snapshot (`NULL`: synced by a desktop
+/// from before versions), so an older snapshot never replaces a newer one (migration 7).
+pub(super) const SHARING_VERSION_MIGRATION: &str = r#"
+ALTER TABLE project_syncs ADD COLUMN sharing_version BIGINT;
+"#;
+
+/// What the snapshot held for `project_id` (its row locked by the caller's transaction) says
+/// of one at `version` ([`SnapshotWrite::decide`]); an unchanged one moves the sync time here.
+async fn held_snapshot(
+    transaction: &tokio_postgres::Transaction<'_>,
+    project_id: &str,
+    version: Option<i64>,
+    now: Timestamp,
+) -> Result<SnapshotWrite, StoreError> {
+    let held: Option<i64> = transaction
+        .query_opt(
+            "SELECT sharing_version FROM project_syncs WHERE project_id = $1",
+            &[&project_id],
+        )
+        .await
+        .map_err(backend)?
+        .and_then(|row| row.get(0));
+    let write = SnapshotWrite::decide(held, version);
+    if write == SnapshotWrite::Unchanged {
+        transaction
+            .execute(
+                "UPDATE project_syncs SET synced_at = $2 WHERE project_id = $1",
+                &[&project_id, &now.unix_millis()],
+            )
+            .await
+            .map_err(backend)?;
+    }
+    Ok(write)
+}
 
 /// Owners, projects, tokens, session snapshots, commands (migration 1).
 pub(super) const MIGRATION: &str = r#"
@@ -425,11 +460,13 @@ impl PostgresStore {
         &self,
         project_id: &str,
         sessions: Vec<SessionMeta>,
+        version: Option<i64>,
         now: Timestamp,
-    ) -> Result<(), StoreError> {
+    ) -> Result<SnapshotWrite, StoreError> {
         let mut client = self.client().await?;
         let transaction = client.transaction().await.map_err(backend)?;
-        // Two syncs of one project replace the snapshot one after the other, never interleaved.
+        // Two syncs of one project replace the snapshot one after the other, never interleaved,
+        // and each decides against the version the other left.
         transaction
             .execute(
                 "SELECT 1 FROM projects WHERE id = $1 FOR UPDATE",
@@ -437,6 +474,15 @@ impl PostgresStore {
             )
             .await
             .map_err(backend)?;
+        let write = held_snapshot(&transaction, project_id, version, now).await?;
+        match write {
+            SnapshotWrite::Stale => return Ok(write),
+            SnapshotWrite::Unchanged => {
+                transaction.commit().await.map_err(backend)?;
+                return Ok(write);
+            }
+            SnapshotWrite::Replaced => {}
+        }
         transaction
             .execute(
                 "DELETE FROM graph_sessions WHERE project_id = $1",
@@ -473,13 +519,15 @@ impl PostgresStore {
         }
         transaction
             .execute(
-                "INSERT INTO project_syncs (project_id, synced_at) VALUES ($1, $2) \
-                 ON CONFLICT (project_id) DO UPDATE SET synced_at = excluded.synced_at",
-                &[&project_id, &now.unix_millis()],
+                "INSERT INTO project_syncs (project_id, synced_at, sharing_version) \
+                 VALUES ($1, $2, $3) ON CONFLICT (project_id) DO UPDATE SET \
+                 synced_at = excluded.synced_at, sharing_version = excluded.sharing_version",
+                &[&project_id, &now.unix_millis(), &version],
             )
             .await
             .map_err(backend)?;
-        transaction.commit().await.map_err(backend)
+        transaction.commit().await.map_err(backend)?;
+        Ok(write)
     }
 
     async fn sessions_impl(
@@ -916,9 +964,10 @@ impl Store for PostgresStore {
         &'a self,
         project_id: &'a str,
         sessions: Vec<SessionMeta>,
+        version: Option<i64>,
         now: Timestamp,
-    ) -> StoreFuture<'a, ()> {
-        Box::pin(self.replace_sessions_impl(project_id, sessions, now))
+    ) -> StoreFuture<'a, SnapshotWrite> {
+        Box::pin(self.replace_sessions_impl(project_id, sessions, version, now))
     }
 
     fn sessions<'a>(

@@ -36,6 +36,7 @@ const MIGRATIONS: &[&str] = &[
     console::MIGRATION,
     presence::MIGRATION,
     core::ARGS_AND_CAPS_MIGRATION,
+    core::SHARING_VERSION_MIGRATION,
 ];
 
 /// A [`Store`](super::Store) over one PostgreSQL database.
