@@ -2,12 +2,12 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use graphrelay_text::for_terminal;
 use relay_service::admin::{self, TokenSpec};
 use relay_service::chat_tasks::owner::{self, Acting, AssignRequest};
 use relay_service::chat_tasks::view::goal_preview;
 use relay_service::oauth::connections;
 use relay_service::{AppState, ServiceConfig};
-use runner::trace::for_terminal;
 use serde::Serialize;
 
 use std::path::PathBuf;

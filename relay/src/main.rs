@@ -5,10 +5,15 @@
 
 mod admin;
 mod db_cli;
+#[cfg(feature = "desktop")]
 mod demo;
+#[cfg(feature = "desktop")]
 mod desktop_cli;
+#[cfg(feature = "desktop")]
 mod desktop_lists;
+#[cfg(feature = "desktop")]
 mod desktop_projects;
+#[cfg(feature = "dev")]
 mod dev;
 mod serve;
 
@@ -37,6 +42,12 @@ use clap::{Parser, Subcommand};
 /// The graph relay: queue chat agents' graph runs for owners' desktops.
 #[derive(Debug, Parser)]
 #[command(name = "relay", version, about)]
+#[cfg_attr(
+    not(feature = "desktop"),
+    command(
+        after_help = "This is the service-only build (no sandbox): `relay desktop`, `relay demo`, `relay sim` and `relay bench` are in the full build, `cargo install --path relay`."
+    )
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -49,13 +60,17 @@ enum Command {
     /// Operator actions on the service's database: projects, tokens, chat links and tasks.
     Admin(admin::AdminArgs),
     /// The desktop relay and its owner's controls: sessions, sharing, approvals, history.
+    #[cfg(feature = "desktop")]
     Desktop(desktop_cli::DesktopArgs),
     /// Everything on one machine: a service, a desktop relay with the example graphs, an agent
     /// token, and a self-check through MCP; then it keeps running for any MCP client.
+    #[cfg(feature = "desktop")]
     Demo(demo::DemoArgs),
     /// The seeds' experiments replayed through the real code on a virtual clock.
+    #[cfg(feature = "dev")]
     Sim(dev::SimArgs),
     /// Measure the service.
+    #[cfg(feature = "dev")]
     #[command(subcommand)]
     Bench(dev::BenchCommand),
 }
@@ -67,7 +82,7 @@ async fn main() -> ExitCode {
         Err(error) => {
             // One line with each cause said once (anyhow's own report repeats causes that
             // carry their source's message).
-            eprintln!("error: {}", runner::output::error_line(error.as_ref()));
+            eprintln!("error: {}", graphrelay_text::error_line(error.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -76,9 +91,14 @@ async fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<()> {
     let default_level = match cli.command {
         Command::Serve(_) => "info",
-        Command::Admin(_) | Command::Bench(_) => "warn",
+        Command::Admin(_) => "warn",
+        #[cfg(feature = "desktop")]
         Command::Desktop(_) => "info",
+        #[cfg(feature = "desktop")]
         Command::Demo(_) => "warn",
+        #[cfg(feature = "dev")]
+        Command::Bench(_) => "warn",
+        #[cfg(feature = "dev")]
         Command::Sim(_) => "error",
     };
     let json =
@@ -108,9 +128,13 @@ async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
         Command::Admin(args) => admin::run(args).await,
+        #[cfg(feature = "desktop")]
         Command::Desktop(args) => desktop_cli::run(args).await,
+        #[cfg(feature = "desktop")]
         Command::Demo(args) => demo::run(args).await,
+        #[cfg(feature = "dev")]
         Command::Sim(args) => dev::sim(args),
+        #[cfg(feature = "dev")]
         Command::Bench(command) => dev::bench(command).await,
     }
 }
