@@ -108,7 +108,11 @@ fn the_service_only_relay_binary_carries_no_sandbox() {
     );
     // Not vacuous: the full binary has them.
     let full = normal_dependencies("relay");
-    assert_has("relay", &full, &["runner", "boa_engine", "wasmtime", "relay-desktop"]);
+    assert_has(
+        "relay",
+        &full,
+        &["runner", "boa_engine", "wasmtime", "relay-desktop"],
+    );
 }
 
 #[test]

@@ -264,16 +264,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<()> {
             )
         })?;
     let address = listener.local_addr()?;
-    if args.public_url.is_none() && address.ip().is_unspecified() {
-        tracing::warn!(
-            "listening on {address} without --public-url: only requests for http://{address} are served; set --public-url to the address clients use"
-        );
-    }
-    if args.dev {
-        tracing::warn!(
-            "development mode (--dev): client metadata documents are fetched from plain http and from loopback, private and other internal addresses, so anyone who can open /oauth/authorize can make this service send requests into its network; never use --dev on a service others can reach"
-        );
-    }
+    warn_at_start(&args, address);
     let mut config = ServiceConfig {
         silence_timeout: Duration::from_secs(args.silence_timeout_minutes * 60),
         public_url: Some(
@@ -328,6 +319,21 @@ pub(crate) async fn run(args: ServeArgs) -> Result<()> {
             tracing::warn!("requests still open after the grace period; exiting anyway");
             Ok(())
         }
+    }
+}
+
+/// The settings an operator should hear about before the service takes requests: a listener on
+/// every address that serves only its own address's name, and `--dev`.
+fn warn_at_start(args: &ServeArgs, address: SocketAddr) {
+    if args.public_url.is_none() && address.ip().is_unspecified() {
+        tracing::warn!(
+            "listening on {address} without --public-url: only requests for http://{address} are served; set --public-url to the address clients use"
+        );
+    }
+    if args.dev {
+        tracing::warn!(
+            "development mode (--dev): client metadata documents are fetched from plain http and from loopback, private and other internal addresses, so anyone who can open /oauth/authorize can make this service send requests into its network; never use --dev on a service others can reach"
+        );
     }
 }
 
