@@ -2,7 +2,8 @@
 //! protocol ← desktop, runner ← desktop; the service never depends on the runner, graph-js, boa
 //! or wasmtime (nor on tokio's test-util); the runner never on a relay crate; nothing but the
 //! binary on the simulator; graphrelay-net, which every HTTP client goes through, on no crate of
-//! ours, and TLS nowhere on aws-lc-rs.
+//! ours, and TLS nowhere on aws-lc-rs; graphrelay-text on nothing; and the service-only `relay`
+//! binary on no sandbox.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -10,9 +11,15 @@ use std::process::Command;
 /// Each package's normal (not dev, not build) dependencies as `cargo tree` resolves them for
 /// that package alone: name → enabled features.
 fn normal_dependencies(package: &str) -> BTreeMap<String, String> {
+    normal_dependencies_with(package, &[])
+}
+
+/// [`normal_dependencies`] of `package` built with the cargo feature flags `features`.
+fn normal_dependencies_with(package: &str, features: &[&str]) -> BTreeMap<String, String> {
     let output = Command::new(env!("CARGO"))
         .args(["tree", "--frozen", "-e", "normal", "--prefix", "none"])
         .args(["-f", "{p}|{f}", "-p", package])
+        .args(features)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo tree runs");
@@ -71,6 +78,40 @@ fn the_service_never_reaches_the_runner_the_sandbox_or_test_tools() {
     assert!(
         !tokio.split(',').any(|f| f == "test-util"),
         "relay-service's tokio has test-util: {tokio}"
+    );
+}
+
+/// The service-only binary (`relay` without its default features, the container image's)
+/// holds no sandbox: the service never runs a graph, so it carries no runner, boa or wasmtime.
+#[test]
+fn the_service_only_relay_binary_carries_no_sandbox() {
+    let service_only = normal_dependencies_with("relay", &["--no-default-features"]);
+    assert_has(
+        "relay --no-default-features",
+        &service_only,
+        &["relay-service", "relay-sqlite", "graphrelay-text"],
+    );
+    assert_lacks(
+        "relay --no-default-features",
+        &service_only,
+        &[
+            "runner",
+            "graph-js",
+            "boa_engine",
+            "wasmtime",
+            "wasmtime-wasi",
+            "cranelift-codegen",
+            "relay-desktop",
+            "relay-sim",
+            "relay-testkit",
+        ],
+    );
+    // Not vacuous: the full binary has them.
+    let full = normal_dependencies("relay");
+    assert_has(
+        "relay",
+        &full,
+        &["runner", "boa_engine", "wasmtime", "relay-desktop"],
     );
 }
 
@@ -137,7 +178,13 @@ fn the_net_crate_stands_alone_and_tls_stays_on_ring() {
         ],
     );
     let runner = normal_dependencies("runner");
-    assert_has("runner", &runner, &["graphrelay-net"]);
+    assert_has("runner", &runner, &["graphrelay-net", "graphrelay-text"]);
+    let text = normal_dependencies("graphrelay-text");
+    assert_eq!(
+        text.keys().collect::<Vec<_>>(),
+        ["graphrelay-text"],
+        "graphrelay-text depends on nothing"
+    );
     for package in ["graphrelay-net", "runner", "relay-desktop", "relay"] {
         let deps = normal_dependencies(package);
         assert_lacks(package, &deps, &["aws-lc-rs", "aws-lc-sys"]);

@@ -1,7 +1,8 @@
 //! The desktop relay reaches its service over HTTPS (rustls with ring, the system's roots, which
 //! `SSL_CERT_FILE` replaces), as a deployed service is reached. The service here sits behind a
 //! TLS-terminating proxy whose certificate (`tests/tls/`, self-signed for localhost and
-//! 127.0.0.1, valid to 2126) this test process trusts through `SSL_CERT_FILE`.
+//! 127.0.0.1, valid to 2126, made with docs/deploy.md's `openssl req -x509` command: a leaf, as
+//! rustls wants) this test process trusts through `SSL_CERT_FILE`.
 
 use relay_testkit as common;
 

@@ -2,12 +2,12 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use graphrelay_text::for_terminal;
 use relay_service::admin::{self, TokenSpec};
 use relay_service::chat_tasks::owner::{self, Acting, AssignRequest};
 use relay_service::chat_tasks::view::goal_preview;
 use relay_service::oauth::connections;
 use relay_service::{AppState, ServiceConfig};
-use runner::trace::for_terminal;
 use serde::Serialize;
 
 use std::path::{Path, PathBuf};
@@ -364,11 +364,19 @@ async fn owner_command(app: &AppState, json: bool, command: OwnerCommand) -> Res
                     "no password on stdin: pipe one line, e.g. `printf '%s\\n' \"$PASSWORD\" | relay admin owner set-password {name} --password-stdin`"
                 );
             }
-            let owner = admin::set_owner_password(&app.admin(), &name, password).await?;
-            eprintln!("password set; {} signs in as `{}`", owner.name, owner.name);
+            let set = admin::set_owner_password(&app.admin(), &name, password).await?;
+            let owner = set.owner;
+            eprintln!(
+                "password set; {} signs in as `{}`; {} browser session(s) signed out",
+                owner.name, owner.name, set.sessions_ended
+            );
             print(
                 json,
-                &serde_json::json!({"owner": owner.name, "owner_id": owner.id}),
+                &serde_json::json!({
+                    "owner": owner.name,
+                    "owner_id": owner.id,
+                    "sessions_ended": set.sessions_ended,
+                }),
                 &owner.name,
             )
         }

@@ -6,12 +6,18 @@
 mod admin;
 mod config;
 mod db_cli;
+#[cfg(feature = "desktop")]
 mod demo;
+#[cfg(feature = "desktop")]
 mod desktop_cli;
+#[cfg(feature = "desktop")]
 mod desktop_lists;
+#[cfg(feature = "desktop")]
 mod desktop_projects;
+#[cfg(feature = "dev")]
 mod dev;
 mod logging;
+#[cfg(feature = "desktop")]
 /// The runner's flags this binary shares with `runner` (the provider flags, the engine and
 /// provider value names): one source compiled into both binaries, so clap stays out of the
 /// runner's library.
@@ -44,6 +50,12 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 /// The graph relay: queue chat agents' graph runs for owners' desktops.
 #[derive(Debug, Parser)]
 #[command(name = "relay", version, about)]
+#[cfg_attr(
+    not(feature = "desktop"),
+    command(
+        after_help = "This is the service-only build (no sandbox): `relay desktop`, `relay demo`, `relay sim` and `relay bench` are in the full build, `cargo install --path relay`."
+    )
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -57,13 +69,17 @@ enum Command {
     /// Operator actions on the service's database: projects, tokens, chat links and tasks.
     Admin(admin::AdminArgs),
     /// The desktop relay and its owner's controls: sessions, sharing, approvals, history.
+    #[cfg(feature = "desktop")]
     Desktop(desktop_cli::DesktopArgs),
     /// Everything on one machine: a service, a desktop relay with the example graphs, an agent
     /// token, and a self-check through MCP; then it keeps running for any MCP client.
+    #[cfg(feature = "desktop")]
     Demo(demo::DemoArgs),
     /// The seeds' experiments replayed through the real code on a virtual clock.
+    #[cfg(feature = "dev")]
     Sim(dev::SimArgs),
     /// Measure the service.
+    #[cfg(feature = "dev")]
     #[command(subcommand)]
     Bench(dev::BenchCommand),
 }
@@ -84,7 +100,7 @@ async fn main() -> ExitCode {
 fn fail(error: &anyhow::Error) -> ExitCode {
     // One line with each cause said once (anyhow's own report repeats causes that carry their
     // source's message).
-    eprintln!("error: {}", runner::output::error_line(error.as_ref()));
+    eprintln!("error: {}", graphrelay_text::error_line(error.as_ref()));
     ExitCode::FAILURE
 }
 
@@ -114,22 +130,34 @@ fn parse() -> Result<Option<Cli>> {
 fn version() -> &'static str {
     static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     VERSION.get_or_init(|| {
-        format!(
-            "{} (schema versions: service database {} on SQLite, {} on PostgreSQL; desktop state {})",
+        #[allow(unused_mut)] // Only the full build names the desktop's state.
+        let mut text = format!(
+            "{} (schema versions: service database {} on SQLite, {} on PostgreSQL",
             env!("CARGO_PKG_VERSION"),
             relay_service::store::SqliteStore::SCHEMA_VERSION,
             relay_service::store::PostgresStore::SCHEMA_VERSION,
-            relay_desktop::state::DesktopState::SCHEMA_VERSION,
-        )
+        );
+        #[cfg(feature = "desktop")]
+        text.push_str(&format!(
+            "; desktop state {}",
+            relay_desktop::state::DesktopState::SCHEMA_VERSION
+        ));
+        text.push(')');
+        text
     })
 }
 
 async fn run(cli: Cli) -> Result<()> {
     let default = match cli.command {
         Command::Serve(_) => logging::SERVE_DEFAULT,
-        Command::Admin(_) | Command::Bench(_) => "warn",
+        Command::Admin(_) => "warn",
+        #[cfg(feature = "desktop")]
         Command::Desktop(_) => "info",
+        #[cfg(feature = "desktop")]
         Command::Demo(_) => "warn",
+        #[cfg(feature = "dev")]
+        Command::Bench(_) => "warn",
+        #[cfg(feature = "dev")]
         Command::Sim(_) => "error",
     };
     let (json, mcp_messages) = match &cli.command {
@@ -147,9 +175,13 @@ async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(*args).await,
         Command::Admin(args) => admin::run(args).await,
+        #[cfg(feature = "desktop")]
         Command::Desktop(args) => desktop_cli::run(args).await,
+        #[cfg(feature = "desktop")]
         Command::Demo(args) => demo::run(args).await,
+        #[cfg(feature = "dev")]
         Command::Sim(args) => dev::sim(args),
+        #[cfg(feature = "dev")]
         Command::Bench(command) => dev::bench(command).await,
     }
 }

@@ -352,11 +352,7 @@ pub(crate) async fn run(args: ServeArgs) -> Result<()> {
             )
         })?;
     let address = listener.local_addr()?;
-    if args.public_url.is_none() && address.ip().is_unspecified() {
-        tracing::warn!(
-            "listening on {address} without --public-url: only requests for http://{address} are served; set --public-url to the address clients use"
-        );
-    }
+    warn_at_start(&args, address);
     let config = args.config(address);
     let max_connections = config.connections.max_connections;
     let files = raise_open_file_limit();
@@ -386,6 +382,21 @@ pub(crate) async fn run(args: ServeArgs) -> Result<()> {
     service::serve(listener, app, shutdown)
         .await
         .context("the server stopped with an error")
+}
+
+/// The settings an operator should hear about before the service takes requests: a listener on
+/// every address that serves only its own address's name, and `--dev`.
+fn warn_at_start(args: &ServeArgs, address: SocketAddr) {
+    if args.public_url.is_none() && address.ip().is_unspecified() {
+        tracing::warn!(
+            "listening on {address} without --public-url: only requests for http://{address} are served; set --public-url to the address clients use"
+        );
+    }
+    if args.dev {
+        tracing::warn!(
+            "development mode (--dev): client metadata documents are fetched from plain http and from loopback, private and other internal addresses, so anyone who can open /oauth/authorize can make this service send requests into its network; never use --dev on a service others can reach"
+        );
+    }
 }
 
 /// Serves `/metrics` on its own listener until the service stops.

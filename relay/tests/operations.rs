@@ -654,3 +654,45 @@ async fn metrics_count_tool_outcomes_and_have_the_series_alerts_need() {
     assert_eq!(tool("list_graph_sessions", "rate_limited"), 1.0);
     assert_alert_series(&samples);
 }
+
+/// `relay serve`'s log lines up to the one that names its MCP URL.
+async fn start_lines(db: &std::path::Path, args: &[&str]) -> Vec<String> {
+    use std::io::BufRead as _;
+    let mut child = crate::cli::Child(crate::cli::serve(db, args));
+    let stderr = child.0.stderr.take().expect("stderr");
+    tokio::task::spawn_blocking(move || {
+        let mut lines = Vec::new();
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let last = line.contains("serving MCP at");
+            lines.push(line);
+            if last {
+                break;
+            }
+        }
+        lines
+    })
+    .await
+    .expect("read log")
+}
+
+/// The second red team (issue 44): development mode, which lets anyone who can open the
+/// authorization page make the service fetch internal addresses, says so when it starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_mode_warns_when_the_service_starts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("relay.db");
+    let warned = |lines: &[String]| {
+        lines
+            .iter()
+            .filter(|l| l.contains("WARN") && l.contains("--dev"))
+            .count()
+    };
+    let dev = start_lines(&db, &["--dev"]).await;
+    assert_eq!(warned(&dev), 1, "{dev:#?}");
+    assert!(dev.last().is_some_and(|l| l.contains("serving MCP at")));
+    let plain = start_lines(&db, &[]).await;
+    assert_eq!(warned(&plain), 0, "{plain:#?}");
+}

@@ -4,6 +4,10 @@
 use std::io::Write;
 use std::path::Path;
 
+/// An error and its causes as one line (in `graphrelay-text`, which the service-only `relay`
+/// shares).
+pub use graphrelay_text::error_line;
+
 /// Gives `target` the content `bytes` by writing a new file beside it and renaming that over
 /// it. At every moment the target holds either its old or its new content: a write that fails
 /// (a full disk), is cut short (the process killed) or runs at the same time as another write
@@ -62,83 +66,4 @@ pub fn replace_file(target: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = folder.sync_all();
     }
     Ok(())
-}
-
-/// An error and its causes as one line, `error: cause: cause`, for the terminal.
-///
-/// A cause that only repeats what is already said is left out: one whose text the line already
-/// holds (an error that writes its source into its own message and also returns it as its
-/// source), and one whose text merely decorates the error it is the source of (SQLite's
-/// `Error code 26: file is not a database` under `file is not a database`).
-pub fn error_line(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut line = error.to_string();
-    let mut wrapper = line.clone();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !line.contains(&text) && !text.contains(&wrapper) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        wrapper = text;
-        source = cause.source();
-    }
-    line
-}
-
-#[cfg(test)]
-mod tests {
-    use super::error_line;
-
-    /// An error with a message and an optional source, to build chains.
-    #[derive(Debug)]
-    struct Link(&'static str, Option<Box<Link>>);
-
-    impl std::fmt::Display for Link {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str(self.0)
-        }
-    }
-
-    impl std::error::Error for Link {
-        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-            self.1.as_deref().map(|l| l as _)
-        }
-    }
-
-    fn chain(texts: &[&'static str]) -> Link {
-        texts
-            .iter()
-            .rev()
-            .fold(None, |source, text| Some(Link(text, source.map(Box::new))))
-            .expect("at least one text")
-    }
-
-    #[test]
-    fn every_cause_that_says_something_new_is_on_the_line() {
-        let error = chain(&["cannot read the arguments file a.json", "permission denied"]);
-        assert_eq!(
-            error_line(&error),
-            "cannot read the arguments file a.json: permission denied"
-        );
-        assert_eq!(error_line(&chain(&["alone"])), "alone");
-    }
-
-    #[test]
-    fn a_cause_that_repeats_or_decorates_what_was_said_is_left_out() {
-        // The shape `relay desktop` met with a state file that is not a database.
-        let error = chain(&[
-            "cannot use the desktop state state.db",
-            "desktop state: file is not a database",
-            "file is not a database",
-            "Error code 26: file is not a database",
-        ]);
-        assert_eq!(
-            error_line(&error),
-            "cannot use the desktop state state.db: desktop state: file is not a database"
-        );
-        // A repeat further down does not hide a new cause below it.
-        let error = chain(&["a: b", "b", "c"]);
-        assert_eq!(error_line(&error), "a: b: c");
-    }
 }

@@ -1,7 +1,5 @@
 //! The live trace a person reads on stderr while a graph runs.
 
-use std::borrow::Cow;
-use std::fmt::Write as _;
 use std::io::Write;
 use std::sync::Mutex;
 
@@ -26,36 +24,9 @@ impl TracePrinter {
     }
 }
 
-/// `text` made safe to print on a terminal: control characters (escape sequences, carriage
-/// returns, newlines, bells, C1 codes) and bidirectional overrides are shown as escapes such as
-/// `\u{1b}` or `\n` instead of acting on the terminal.
-///
-/// Graph scripts choose their log lines, error messages and meta names. Printed raw, those could
-/// clear the screen, overwrite earlier trace lines, or redraw a pending approval question to show
-/// other arguments than the ones being approved.
-pub fn for_terminal(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(acts_on_terminal) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 16);
-    for c in text.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            c if acts_on_terminal(c) => {
-                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    Cow::Owned(out)
-}
-
-/// Control characters other than tab, and the Unicode bidirectional formatting characters.
-fn acts_on_terminal(c: char) -> bool {
-    (c.is_control() && c != '\t')
-        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
+/// Text made safe to print on a terminal (in `graphrelay-text`, which the service-only `relay`
+/// shares).
+pub use graphrelay_text::for_terminal;
 
 fn label(label: &Option<String>) -> String {
     label
@@ -198,18 +169,6 @@ impl EventSink for TracePrinter {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn text_that_would_act_on_the_terminal_is_shown_escaped() {
-        assert!(matches!(
-            for_terminal("plain, ünïcode 😀\tand a tab"),
-            Cow::Borrowed(_)
-        ));
-        assert_eq!(
-            for_terminal("a\u{1b}[2Jb\rc\nd\u{7}\u{8}\u{7f}\u{9b}e\u{202e}f"),
-            "a\\u{1b}[2Jb\\rc\\nd\\u{7}\\u{8}\\u{7f}\\u{9b}e\\u{202e}f"
-        );
-    }
 
     #[test]
     fn a_log_line_cannot_redraw_the_trace() {

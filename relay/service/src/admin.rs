@@ -351,12 +351,23 @@ pub async fn owner_named(admin: &Admin, name: &str) -> Result<OwnerRecord, Admin
     })
 }
 
-/// Sets the owner's sign-in password (argon2id; at least 12 characters).
+/// What setting a password did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PasswordSet {
+    /// The owner.
+    pub owner: OwnerRecord,
+    /// The browser sessions it signed out.
+    pub sessions_ended: usize,
+}
+
+/// Sets the owner's sign-in password (argon2id; at least 12 characters) and signs every browser
+/// of the owner out: a password is changed because the old one may be known, and a session
+/// someone started with it must not outlive it.
 pub async fn set_owner_password(
     admin: &Admin,
     name: &str,
     new_password: String,
-) -> Result<OwnerRecord, AdminError> {
+) -> Result<PasswordSet, AdminError> {
     let owner = owner_named(admin, name).await?;
     let hash = password::hash(new_password)
         .await
@@ -365,7 +376,15 @@ pub async fn set_owner_password(
         .store
         .set_owner_password(&owner.id, Some(hash))
         .await?;
-    Ok(owner)
+    // After the new password is stored, so a session begun with the old one in between ends.
+    let sessions_ended = admin
+        .store
+        .end_browser_sessions(&owner.id, admin.clock.now())
+        .await?;
+    Ok(PasswordSet {
+        owner,
+        sessions_ended,
+    })
 }
 
 /// A one-time sign-in link, as `relay admin owner sign-in-link` prints it.

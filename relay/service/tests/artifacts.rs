@@ -204,6 +204,21 @@ async fn name_and_mime_limits(upload: &Upload<'_>) {
         "mime",
     );
     assert_invalid(&upload.send("typed-3", "t", "markdown", "x").await, "mime");
+    // Parameters are name=value with no control characters (issue 44).
+    for (n, bad) in [
+        "text/plain; charset=utf-8\u{1}",
+        "text/plain; name=\"a\nb\"",
+        "text/plain; charset",
+        "text/plain\r\nX-Injected: 1",
+    ]
+    .iter()
+    .enumerate()
+    {
+        assert_invalid(
+            &upload.send(&format!("typed-bad-{n}"), "t", bad, "x").await,
+            "mime",
+        );
+    }
     ok(&upload
         .send("typed-4", "t", "text/plain; charset=utf-8", "x")
         .await);

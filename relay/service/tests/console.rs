@@ -21,11 +21,23 @@ pub(crate) struct Owner {
 }
 
 impl Owner {
-    /// Signs `name` in (their password set first) through the console's sign-in page.
+    /// Signs `name` in (their password set first, unless it is: setting one signs every
+    /// browser out) through the console's sign-in page.
     pub async fn sign_in(service: &TestService, name: &str) -> Owner {
-        admin::set_owner_password(&service.app.admin(), name, PASSWORD.into())
+        let owner = admin::owner_named(&service.app.admin(), name)
             .await
-            .expect("set password");
+            .expect("owner");
+        let stored = service.app.store.owner_password(&owner.id).await;
+        if stored.expect("password read").is_none() {
+            admin::set_owner_password(&service.app.admin(), name, PASSWORD.into())
+                .await
+                .expect("set password");
+        }
+        Self::sign_in_with(service, name, PASSWORD).await
+    }
+
+    /// Signs `name` in with `password` through the console's sign-in page.
+    pub async fn sign_in_with(service: &TestService, name: &str, password: &str) -> Owner {
         let browser = Browser::new();
         let page = browser.get(&format!("{}/console", service.base)).await;
         assert_eq!(
@@ -34,7 +46,7 @@ impl Owner {
             "{}",
             page.body
         );
-        let answer = oauth::sign_in(&browser, &service.base, &page, name, PASSWORD).await;
+        let answer = oauth::sign_in(&browser, &service.base, &page, name, password).await;
         assert_eq!(answer.status, 303, "{}", answer.body);
         let console = browser.get(&format!("{}/console", service.base)).await;
         assert_eq!(console.status, 200, "{}", console.body);
@@ -378,11 +390,65 @@ async fn tasks_cancel_and_finished_ones_show_results_and_artifact_downloads() {
         download.headers["content-disposition"],
         "attachment; filename=\"report.md\""
     );
+    scripts_download_as_bytes(&chat, &ann).await;
     let fragment = ann
         .get(service, &format!("/console/chats/{}/tasks", chat.link))
         .await;
     assert!(fragment.body.contains("report.md") && !fragment.body.contains("<html"));
     assert_eq!(fragment.headers["x-console-fragment"], "1");
+}
+
+/// The second red team (issue 44): an agent's artifact typed as a script, a style sheet or a
+/// page downloads as bytes, so the console's origin serves nothing its `script-src 'self'`
+/// would run.
+async fn scripts_download_as_bytes(chat: &crate::chat_support::Chat, ann: &Owner) {
+    let service = &chat.service;
+    let task = created_task(service, ann, &chat.link, "write a script", "key-00000077").await;
+    let claim = claim_id(&claim(&chat.client, &chat.link, &task).await);
+    let types = [
+        "text/javascript",
+        "application/javascript; charset=utf-8",
+        "Text/HTML",
+        "text/css",
+        "image/svg+xml",
+        "application/xhtml+xml",
+        "text/xml",
+    ];
+    for (n, mime) in types.iter().enumerate() {
+        let id = format!("s{n}");
+        ok(&call(
+            &chat.client,
+            "upload_linked_chat_artifact",
+            json!({"chat_link_id": chat.link,
+            "task_id": task, "claim_id": claim, "artifact_id": id, "name": "x.js", "mime": mime,
+            "content": "alert(document.cookie)"}),
+        )
+        .await);
+        let download = ann
+            .get(service, &format!("/console/tasks/{task}/artifacts/{id}"))
+            .await;
+        assert_eq!(download.status, 200);
+        assert_eq!(
+            download.headers["content-type"], "application/octet-stream",
+            "{mime}"
+        );
+        assert_eq!(download.headers["x-content-type-options"], "nosniff");
+    }
+    ok(&call(
+        &chat.client,
+        "upload_linked_chat_artifact",
+        json!({"chat_link_id": chat.link,
+        "task_id": task, "claim_id": claim, "artifact_id": "plain", "name": "notes.txt",
+        "mime": "text/plain; charset=utf-8", "content": "notes"}),
+    )
+    .await);
+    let download = ann
+        .get(service, &format!("/console/tasks/{task}/artifacts/plain"))
+        .await;
+    assert_eq!(
+        download.headers["content-type"],
+        "text/plain; charset=utf-8"
+    );
 }
 
 #[tokio::test]
@@ -477,6 +543,48 @@ async fn revoke_ends_the_connections_next_mcp_call() {
             .await
             .status,
         404
+    );
+}
+
+/// The second red team (issue 44): a password is changed because the old one may be known, so
+/// the change signs out every browser, including one an intruder signed in with it.
+#[tokio::test]
+async fn a_password_change_signs_every_browser_out() {
+    let service = TestService::start().await;
+    service.project("p", "ann").await;
+    let owner = Owner::sign_in(&service, "ann").await;
+    let intruder = Owner::sign_in(&service, "ann").await;
+    let changed = admin::set_owner_password(&service.app.admin(), "ann", "a new password 2".into())
+        .await
+        .expect("set password");
+    assert_eq!(changed.sessions_ended, 2);
+    for browser in [&owner, &intruder] {
+        let page = browser.get(&service, "/console/account").await;
+        assert!(
+            page.input("return_to").is_some(),
+            "signed out: {}",
+            page.body
+        );
+        assert_eq!(
+            browser
+                .post(&service, "/console/sign-out-everywhere", &[])
+                .await
+                .status,
+            403,
+            "a form of the ended session does nothing"
+        );
+    }
+    let fresh = Browser::new();
+    let page = fresh.get(&format!("{}/console", service.base)).await;
+    let old = oauth::sign_in(&fresh, &service.base, &page, "ann", PASSWORD).await;
+    assert_eq!(old.status, 401, "the old password is gone");
+    let again = Owner::sign_in_with(&service, "ann", "a new password 2").await;
+    let page = again.get(&service, "/console/account").await;
+    assert_eq!(
+        page.body.matches("signed in on ").count(),
+        1,
+        "{}",
+        page.body
     );
 }
 

@@ -531,6 +531,47 @@ async fn twenty_wrong_passwords_are_throttled_and_the_right_one_still_works() {
     );
 }
 
+/// The second red team's lockout (issue 44): someone who knows the owner's name guesses a
+/// password every 0.2 s for 30 s from 5 changing addresses. The guessing addresses are
+/// throttled; the owner, signing in from an address that never failed, gets in every time.
+#[tokio::test]
+async fn guesses_from_changing_addresses_do_not_lock_the_owner_out() {
+    let (service, _) = service().await;
+    let app = oauth::register(&service.base, "App").await;
+    let pkce = oauth::pkce();
+    let authorize = app.authorize_url(&pkce.challenge, "s", &[]);
+    let mut attackers = Vec::new();
+    for n in 0..5u8 {
+        let browser = Browser::from_address(std::net::IpAddr::from([127, 0, 0, 10 + n]));
+        let page = browser.get(&authorize).await;
+        attackers.push((browser, page));
+    }
+    let owner = Browser::from_address(std::net::IpAddr::from([127, 0, 0, 2]));
+    let mut guesses = Vec::new();
+    let mut owner_tries = Vec::new();
+    for n in 0..150usize {
+        let (browser, page) = &attackers[n % attackers.len()];
+        let guess =
+            oauth::sign_in(browser, &service.base, page, "ann", &format!("guess {n}")).await;
+        guesses.push(guess.status);
+        service.clock.advance(Duration::from_millis(200));
+        if n % 25 == 24 {
+            owner.clear_cookies();
+            let fresh = owner.get(&authorize).await;
+            let right = oauth::sign_in(&owner, &service.base, &fresh, "ann", PASSWORD).await;
+            owner_tries.push(right.status);
+        }
+    }
+    assert!(
+        guesses.iter().all(|s| matches!(s, 401 | 429)) && guesses.contains(&429),
+        "the guessing addresses are throttled: {guesses:?}"
+    );
+    assert_eq!(
+        owner_tries, [303; 6],
+        "the owner gets in from a clean address throughout the attack"
+    );
+}
+
 #[tokio::test]
 async fn metadata_documents_on_internal_addresses_are_refused() {
     let (service, _) = service().await;

@@ -11,6 +11,7 @@ mod artifacts;
 mod cancellation;
 mod chat_hosts;
 mod claim_race;
+mod client_metadata_fetches;
 mod compact_results;
 mod connections;
 mod console;

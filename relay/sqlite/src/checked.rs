@@ -651,6 +651,7 @@ mod tests {
             busy_timeout: Duration::from_secs(1),
             check_limit: Duration::from_secs(10),
             restore: "a backup",
+            program: crate::identity::SERVICE,
         }
     }
 
@@ -669,6 +670,7 @@ mod tests {
             connection
                 .execute_batch("CREATE TABLE t (x); PRAGMA user_version = 3;")
                 .expect("schema");
+            crate::identity::stamp(&connection, crate::identity::SERVICE).expect("stamp");
         }
         let before = std::fs::read(&path).expect("bytes");
         let refused = open_checked(&path, &["CREATE TABLE a (x);"], &options());

@@ -83,9 +83,20 @@ impl Default for Browser {
 impl Browser {
     /// A browser with no cookies.
     pub fn new() -> Self {
+        Self::with_address(None)
+    }
+
+    /// A browser with no cookies whose connections come from `address` (any of 127.0.0.0/8
+    /// reaches a loopback service), so a test can play many clients.
+    pub fn from_address(address: std::net::IpAddr) -> Self {
+        Self::with_address(Some(address))
+    }
+
+    fn with_address(address: Option<std::net::IpAddr>) -> Self {
         let builder = graphrelay_net::client_builder()
             .expect("HTTP client")
-            .redirect(reqwest::redirect::Policy::none());
+            .redirect(reqwest::redirect::Policy::none())
+            .local_address(address);
         Browser {
             http: graphrelay_net::build(builder).expect("HTTP client"),
             cookies: Mutex::new(HashMap::new()),

@@ -8,6 +8,7 @@
 use sha2::{Digest, Sha256};
 
 use super::machine::{Refusal, TaskDecision, TaskEvent, fence, transition};
+use super::media_type;
 use super::sweep::{sweep, sweep_for_claim};
 use super::view::{ClaimView, Inbox, InboxItem, SubmitAck, TaskView, UploadAck};
 use super::{
@@ -316,19 +317,14 @@ fn check_upload(request: &UploadRequest<'_>) -> Result<(), TaskError> {
             "name must be 1 to {MAX_ARTIFACT_NAME_CHARS} characters, not blank, without control characters"
         )));
     }
-    let mime_ok = request.mime.len() <= MAX_MIME_CHARS
-        && request.mime.split_once('/').is_some_and(|(kind, sub)| {
-            let token = |part: &str| {
-                !part.is_empty()
-                    && part
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"!#$&^_.+-".contains(&b))
-            };
-            token(kind) && token(sub.split(';').next().unwrap_or_default().trim())
-        });
-    if !mime_ok {
+    if request.mime.len() > MAX_MIME_CHARS {
         return Err(TaskError::Invalid(format!(
             "mime must be a media type like text/markdown, at most {MAX_MIME_CHARS} characters"
+        )));
+    }
+    if let Err(error) = media_type::check(request.mime) {
+        return Err(TaskError::Invalid(format!(
+            "mime must be a media type like text/markdown: {error}"
         )));
     }
     if request.content.len() > MAX_ARTIFACT_BYTES {

@@ -13,9 +13,11 @@
 //! - [`agent`]: what the linked chat does (list, get, claim, submit, upload).
 //! - [`owner`]: what the owner does (links, assign, list, cancel).
 //! - [`view`]: the compact answers.
+//! - [`media_type`]: an artifact's media type, checked.
 
 pub mod agent;
 pub mod machine;
+pub mod media_type;
 pub mod owner;
 pub mod sweep;
 pub mod view;

@@ -2,6 +2,7 @@
 //! metadata documents, redirect URI rules, and client authentication at the token and
 //! revocation endpoints.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
@@ -95,19 +96,24 @@ pub enum ClientError {
     Document {
         /// The document's URL (the client's id).
         url: String,
-        /// What was wrong with it.
-        source: DocumentError,
+        /// What was wrong with it (shared by the requests that waited for one fetch).
+        source: Arc<DocumentError>,
     },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
-/// The client `client_id` names, if it is known and usable.
-pub async fn client(clients: &Clients, client_id: &str) -> Result<Client, ClientError> {
+/// The client `client_id` names, if it is known and usable; `requester` is the client address
+/// asking (a metadata document's fetches are limited per address).
+pub async fn client(
+    clients: &Clients,
+    client_id: &str,
+    requester: Option<IpAddr>,
+) -> Result<Client, ClientError> {
     if cimd::is_document_url(client_id, clients.dev) {
         let now = clients.clock.now();
-        return cimd::client(&clients.documents, now, clients.dev, client_id)
+        return cimd::client(&clients.documents, now, clients.dev, client_id, requester)
             .await
             .map_err(|source| ClientError::Document {
                 url: client_id.to_owned(),
@@ -177,16 +183,18 @@ pub enum ClientAuthError {
     MissingSecret,
 }
 
-/// Authenticates the client of a token or revocation request.
+/// Authenticates the client of a token or revocation request from the client address
+/// `requester`.
 pub async fn authenticate(
     clients: &Clients,
     presented: &Presented,
+    requester: Option<IpAddr>,
 ) -> Result<Client, ClientAuthError> {
     let id = presented
         .client_id
         .as_deref()
         .ok_or(ClientAuthError::MissingId)?;
-    let client = client(clients, id).await?;
+    let client = client(clients, id, requester).await?;
     match (&client.secret_hash, &presented.client_secret) {
         (None, _) => Ok(client),
         (Some(expected), Some(secret)) if same_secret(expected, &hash_token(secret)) => Ok(client),

@@ -18,6 +18,7 @@ use super::{
     when,
 };
 use crate::chat_tasks::NO_EVENT_SUBSCRIPTION_HINT;
+use crate::chat_tasks::media_type;
 use crate::chat_tasks::owner::{self, Acting, AssignRequest};
 use crate::chat_tasks::view::{ArtifactMeta, OwnerTaskList, OwnerTaskView};
 use crate::http::AppState;
@@ -262,7 +263,32 @@ pub async fn cancel(
     )))
 }
 
-/// `GET /console/tasks/{id}/artifacts/{artifact_id}`: the file, as an attachment of its type.
+/// The artifact types a download keeps: text a browser only shows. An agent chooses the type,
+/// and from the console's origin a script, style or HTML type would be loadable under the
+/// console's `script-src 'self'` (issue 44), so every other type is served as
+/// `application/octet-stream`, which with `nosniff` no browser runs or renders.
+const SHOWN_AS_IS: [&str; 8] = [
+    "text/plain",
+    "text/markdown",
+    "text/csv",
+    "text/tab-separated-values",
+    "text/x-diff",
+    "text/x-patch",
+    "application/json",
+    "application/x-ndjson",
+];
+
+/// The `Content-Type` an artifact of media type `mime` is downloaded with.
+fn download_type(mime: &str) -> HeaderValue {
+    let shown = media_type::essence(mime).is_some_and(|e| SHOWN_AS_IS.contains(&e.as_str()));
+    shown
+        .then(|| HeaderValue::from_str(mime).ok())
+        .flatten()
+        .unwrap_or_else(|| HeaderValue::from_static("application/octet-stream"))
+}
+
+/// `GET /console/tasks/{id}/artifacts/{artifact_id}`: the file, as an attachment of its type
+/// (or as `application/octet-stream`: [`SHOWN_AS_IS`]).
 pub async fn artifact(
     State(app): State<Arc<AppState>>,
     Path((id, artifact_id)): Path<(String, String)>,
@@ -272,9 +298,7 @@ pub async fn artifact(
     let content = owner::artifact(&app.tasks, Acting::Owner(&identity), &id, &artifact_id).await?;
     let mut response = content.content.into_response();
     let headers = response.headers_mut();
-    let mime = HeaderValue::from_str(&content.meta.mime)
-        .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
-    headers.insert(header::CONTENT_TYPE, mime);
+    headers.insert(header::CONTENT_TYPE, download_type(&content.meta.mime));
     let name: String = content
         .meta
         .name

@@ -6,6 +6,7 @@
 //! that, refusals go back to the client as `error=` on its redirect URI (RFC 6749 §4.1.2.1).
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -15,10 +16,11 @@ use axum::response::{IntoResponse, Response};
 use url::Url;
 
 use super::pages::{self, ConsentView};
-use super::signin::{self, csrf_refused, random_hex, sign_in_page, unavailable};
+use super::signin::{self, Peer, csrf_refused, random_hex, sign_in_page, unavailable};
 use super::{AUTHORIZE_PATH, CODE_TTL, base_url, resource_url};
 use crate::auth::{Scope, hash_token};
 use crate::http::AppState;
+use crate::oauth::cimd::DocumentError;
 use crate::oauth::clients::{self, ClientError};
 use crate::oauth::metadata::{Client, redirect_matches};
 use crate::oauth::same_secret;
@@ -59,6 +61,22 @@ pub enum Refusal {
         /// What was wrong.
         description: String,
     },
+}
+
+/// The page for an address that has caused too many metadata document fetches: 429 with
+/// `Retry-After`.
+fn too_many_fetches(error: &DocumentError) -> Refusal {
+    let mut page = pages::message(
+        StatusCode::TOO_MANY_REQUESTS,
+        "This authorization request cannot be used now",
+        &format!("The client metadata document {error}."),
+    );
+    if let DocumentError::TooManyFetches { retry_after_secs } = error
+        && let Ok(value) = HeaderValue::from_str(&retry_after_secs.to_string())
+    {
+        page.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    Refusal::Page(Box::new(page))
 }
 
 fn page_refusal(text: &str) -> Refusal {
@@ -103,9 +121,14 @@ fn param<'a>(params: &'a Params, name: &str) -> Option<&'a str> {
 }
 
 /// Checks an authorization request given as its query string.
-pub async fn check(app: &AppState, base: &str, raw: &str) -> Result<AuthorizeRequest, Refusal> {
+pub async fn check(
+    app: &AppState,
+    base: &str,
+    raw: &str,
+    requester: Option<IpAddr>,
+) -> Result<AuthorizeRequest, Refusal> {
     let params = parse_query(raw).map_err(|e| page_refusal(&e.to_string()))?;
-    let (client, redirect_uri) = client_and_redirect(app, &params).await?;
+    let (client, redirect_uri) = client_and_redirect(app, &params, requester).await?;
     let state = param(&params, "state").map(str::to_owned);
     match check_parameters(&params, base) {
         Ok((code_challenge, scopes, resource)) => Ok(AuthorizeRequest {
@@ -126,15 +149,24 @@ pub async fn check(app: &AppState, base: &str, raw: &str) -> Result<AuthorizeReq
 }
 
 /// The client and the redirect URI, or a page: nothing may be redirected before both are good.
-async fn client_and_redirect(app: &AppState, params: &Params) -> Result<(Client, String), Refusal> {
+async fn client_and_redirect(
+    app: &AppState,
+    params: &Params,
+    requester: Option<IpAddr>,
+) -> Result<(Client, String), Refusal> {
     let client_id = param(params, "client_id").ok_or_else(|| {
         page_refusal(
             "The request names no client_id. Start the connection again from the chat app.",
         )
     })?;
-    let client = match clients::client(&app.clients, client_id).await {
+    let client = match clients::client(&app.clients, client_id, requester).await {
         Ok(client) => client,
         Err(ClientError::Store(error)) => return Err(Refusal::Page(Box::new(unavailable(&error)))),
+        Err(ClientError::Document { source, .. })
+            if matches!(*source, DocumentError::TooManyFetches { .. }) =>
+        {
+            return Err(too_many_fetches(&source));
+        }
         Err(refused) => return Err(page_refusal(&refused.to_string())),
     };
     let redirect_uri = match param(params, "redirect_uri") {
@@ -314,12 +346,14 @@ async fn owner_projects(
 /// `GET /oauth/authorize`: the sign-in page, or the consent page once signed in.
 pub async fn authorize_page(
     State(app): State<Arc<AppState>>,
+    Peer(peer): Peer,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Response {
     let base = base_url(&app, &headers);
     let raw = query.unwrap_or_default();
-    let request = match check(&app, &base, &raw).await {
+    let requester = signin::client_ip(&app, &headers, peer);
+    let request = match check(&app, &base, &raw, requester).await {
         Ok(request) => request,
         Err(refusal) => return refusal_response(&base, refusal),
     };
@@ -401,6 +435,7 @@ fn consent_form(body: &[u8]) -> ConsentForm {
 /// `POST /oauth/authorize`: the owner's decision; allow issues a code to the redirect URI.
 pub async fn consent(
     State(app): State<Arc<AppState>>,
+    Peer(peer): Peer,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -420,7 +455,8 @@ pub async fn consent(
     if form.csrf.is_empty() || !same_secret(&session.csrf, &form.csrf) {
         return csrf_refused();
     }
-    let request = match check(&app, &base, &form.authorization).await {
+    let requester = signin::client_ip(&app, &headers, peer);
+    let request = match check(&app, &base, &form.authorization, requester).await {
         Ok(request) => request,
         Err(refusal) => return refusal_response(&base, refusal),
     };

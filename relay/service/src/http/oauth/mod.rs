@@ -56,7 +56,7 @@ pub fn sign_in_link_url(base: &str, secret: &str) -> String {
 /// What the authorization server's endpoints keep in memory: the sign-in throttle and the
 /// per-address registration rate.
 pub struct OAuthState {
-    /// Failed sign-ins per account and per client address.
+    /// Failed sign-ins per account and client address, and per client address.
     pub throttle: signin::Throttle,
     /// Registrations per client address.
     pub registrations: RateLimiter,

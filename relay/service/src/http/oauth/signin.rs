@@ -3,8 +3,11 @@
 //!
 //! Forms shown before anyone is signed in carry a double-submit CSRF token (a random cookie
 //! the form must repeat); forms of a signed-in browser carry the session's own token. Failed
-//! sign-ins slow down per account and per client address, exponentially up to
-//! [`MAX_THROTTLE_DELAY`]: never so long that the real owner is locked out.
+//! sign-ins slow down per account from each client address, and per client address,
+//! exponentially up to [`MAX_THROTTLE_DELAY`]. No key counts an account's failures alone: an
+//! attacker who knows an owner's name and guesses from many addresses would then hold the
+//! owner's own sign-in shut (issue 44), so the owner signing in from an address that has not
+//! failed is never throttled.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -444,16 +447,35 @@ pub async fn use_link(
 /// What the throttle counts failures against.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ThrottleKey {
-    /// The owner name typed.
-    Account(String),
-    /// The client address.
+    /// The owner name typed, from one client address (none for in-process calls).
+    AccountFrom(String, Option<IpAddr>),
+    /// The client address, whatever name it typed.
     Address(IpAddr),
 }
 
+/// The keys of one attempt: the account from this address first (the one a success clears),
+/// then the address.
 fn throttle_keys(username: &str, address: Option<IpAddr>) -> Vec<ThrottleKey> {
-    let mut keys = vec![ThrottleKey::Account(username.to_owned())];
+    let address = address.map(throttle_address);
+    let mut keys = vec![ThrottleKey::AccountFrom(username.to_owned(), address)];
     keys.extend(address.map(ThrottleKey::Address));
     keys
+}
+
+/// The address a failure counts against: an IPv6 client's /64, since one host usually holds a
+/// whole /64 and could otherwise guess from a fresh address each time; an IPv4 client's own.
+fn throttle_address(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut segments = v6.segments();
+                segments[4..].fill(0);
+                IpAddr::V6(segments.into())
+            }
+        },
+        v4 @ IpAddr::V4(_) => v4,
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -463,7 +485,7 @@ struct Failures {
     wait_until: Timestamp,
 }
 
-/// Failed sign-ins per account and per address.
+/// Failed sign-ins per account and address, and per address.
 #[derive(Debug, Default)]
 pub struct Throttle {
     failures: Mutex<HashMap<ThrottleKey, Failures>>,
@@ -549,6 +571,33 @@ mod tests {
         assert!(throttle.check(&other, t0).is_ok(), "others are not slowed");
         throttle.succeed(&keys);
         assert!(throttle.check(&keys, t0).is_ok());
+    }
+
+    #[test]
+    fn guesses_from_other_addresses_do_not_slow_the_owner_but_one_ipv6_net_counts_once() {
+        let throttle = Throttle::default();
+        let t0 = Timestamp::from_unix_millis(1_000_000);
+        for n in 0..50u8 {
+            throttle.fail(&throttle_keys("bob", Some(IpAddr::from([10, 0, 1, n]))), t0);
+        }
+        let owner = throttle_keys("bob", Some(IpAddr::from([10, 0, 2, 1])));
+        assert!(throttle.check(&owner, t0).is_ok(), "a clean address");
+        let net: std::net::Ipv6Addr = "2001:db8:1:2::".parse().expect("ip");
+        for n in 0..=FREE_FAILURES {
+            let mut segments = net.segments();
+            segments[7] = u16::try_from(n).expect("small");
+            throttle.fail(&throttle_keys("bob", Some(IpAddr::V6(segments.into()))), t0);
+        }
+        let neighbour = throttle_keys("ann", Some("2001:db8:1:2::ffff".parse().expect("ip")));
+        assert!(
+            throttle.check(&neighbour, t0).is_err(),
+            "a fresh address in the same /64 is the same client"
+        );
+        let mapped = throttle_keys("ann", Some("::ffff:10.0.2.1".parse().expect("ip")));
+        assert_eq!(
+            mapped,
+            throttle_keys("ann", Some(IpAddr::from([10, 0, 2, 1])))
+        );
     }
 
     #[test]

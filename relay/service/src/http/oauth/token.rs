@@ -4,6 +4,7 @@
 //! Replays are treated as theft: a code presented a second time revokes the grant its first
 //! exchange made, and a refresh token presented after it rotated revokes its whole grant.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::Json;
@@ -17,7 +18,7 @@ use sha2::{Digest, Sha256};
 
 use super::authorize::same_resource;
 use super::client_auth::presented;
-use super::signin::random_hex;
+use super::signin::{Peer, client_ip, random_hex};
 use super::{REFRESH_TOKEN_TTL, base_url, resource_url};
 use crate::auth::{Scope, hash_token};
 use crate::http::AppState;
@@ -159,10 +160,11 @@ async fn authenticated_client(
     app: &AppState,
     headers: &HeaderMap,
     form: &Map<String, Value>,
+    requester: Option<IpAddr>,
 ) -> Result<Client, TokenError> {
     let presented =
         presented(headers, form).map_err(|e| TokenError::new("invalid_client", e.to_string()))?;
-    clients::authenticate(&app.clients, &presented)
+    clients::authenticate(&app.clients, &presented, requester)
         .await
         .map_err(|error| match error {
             // The store failing is not the client's fault: answered as unavailable.
@@ -172,8 +174,14 @@ async fn authenticated_client(
 }
 
 /// `POST /oauth/token`.
-pub async fn token(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    match exchange(&app, &headers, &body).await {
+pub async fn token(
+    State(app): State<Arc<AppState>>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let requester = client_ip(&app, &headers, peer);
+    match exchange(&app, &headers, &body, requester).await {
         Ok(answer) => (
             StatusCode::OK,
             [
@@ -187,7 +195,12 @@ pub async fn token(State(app): State<Arc<AppState>>, headers: HeaderMap, body: B
     }
 }
 
-async fn exchange(app: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Value, TokenError> {
+async fn exchange(
+    app: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+    requester: Option<IpAddr>,
+) -> Result<Value, TokenError> {
     let form = form(body)?;
     let grant_type = field(&form, "grant_type")
         .ok_or_else(|| TokenError::new("invalid_request", "grant_type is missing"))?;
@@ -199,7 +212,7 @@ async fn exchange(app: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<Va
             ),
         ));
     }
-    let client = authenticated_client(app, headers, &form).await?;
+    let client = authenticated_client(app, headers, &form, requester).await?;
     if grant_type == "authorization_code" {
         redeem_code(app, headers, &client, &form).await
     } else {
@@ -409,8 +422,14 @@ async fn refresh(
 }
 
 /// `POST /oauth/revoke` (RFC 7009): 200 whether or not the token was known.
-pub async fn revoke(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    match revoke_token(&app, &headers, &body).await {
+pub async fn revoke(
+    State(app): State<Arc<AppState>>,
+    Peer(peer): Peer,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let requester = client_ip(&app, &headers, peer);
+    match revoke_token(&app, &headers, &body, requester).await {
         Ok(()) => (
             StatusCode::OK,
             [(header::CACHE_CONTROL, "no-store")],
@@ -421,9 +440,14 @@ pub async fn revoke(State(app): State<Arc<AppState>>, headers: HeaderMap, body: 
     }
 }
 
-async fn revoke_token(app: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<(), TokenError> {
+async fn revoke_token(
+    app: &AppState,
+    headers: &HeaderMap,
+    body: &[u8],
+    requester: Option<IpAddr>,
+) -> Result<(), TokenError> {
     let form = form(body)?;
-    let client = authenticated_client(app, headers, &form).await?;
+    let client = authenticated_client(app, headers, &form, requester).await?;
     let text = field(&form, "token")
         .ok_or_else(|| TokenError::new("invalid_request", "token is missing"))?;
     let Some(record) = app.store.oauth_token(&hash_token(text)).await? else {
