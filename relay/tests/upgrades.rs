@@ -63,8 +63,9 @@ fn db_version_reads_a_database_and_says_what_this_build_does_with_it() {
     assert_eq!(plain(&desktop), DesktopState::SCHEMA_VERSION.to_string());
 }
 
-/// A SQLite file with a schema from a build `ahead` versions newer, in the default (rollback)
-/// journal mode, as an older file would be before this build ever opened it.
+/// The service's SQLite file as a build `version` would leave it (the service's id in its
+/// header, a table this build does not know), in the default (rollback) journal mode, as an
+/// older file would be before this build ever opened it.
 fn newer_file(path: &Path, version: usize) {
     let connection = relay_sqlite::open_private(path).expect("create");
     connection
@@ -72,6 +73,7 @@ fn newer_file(path: &Path, version: usize) {
             "CREATE TABLE later (x); PRAGMA user_version = {version};"
         ))
         .expect("schema");
+    relay_sqlite::identity::stamp(&connection, relay_sqlite::identity::SERVICE).expect("stamp");
 }
 
 #[test]
