@@ -421,15 +421,25 @@ async fn authorizing_the_same_client_again_keeps_its_runs_and_keys_and_one_revok
         .expect("list");
     assert_eq!(listed.len(), 1, "one connection per identity: {listed:?}");
     assert_eq!(listed[0].grants, 2, "{listed:?}");
-    let revoked = connections::revoke(
-        service.app.store.as_ref(),
-        None,
-        &listed[0].id,
-        service.clock.now(),
-    )
-    .await
-    .expect("revoke");
-    assert_eq!(revoked, connections::Revoked::Now);
+    // The owner sees the same in the console, and its one Revoke ends both grants.
+    let owner = crate::console::Owner::sign_in_with(&service, "ann", PASSWORD).await;
+    let page = owner.get(&service, "/console").await;
+    let revoke = format!("/console/connections/{}/revoke", listed[0].id);
+    assert_eq!(
+        page.body.matches("data-label=\"Client\"").count(),
+        1,
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("<td data-label=\"Grants\">2</td>"),
+        "{}",
+        page.body
+    );
+    assert_eq!(page.body.matches("/revoke\"").count(), 1, "{}", page.body);
+    assert!(page.body.contains(&revoke), "{}", page.body);
+    let revoked = owner.post(&service, &revoke, &[]).await;
+    assert_eq!(revoked.status, 303, "{}", revoked.body);
     for token in [&first.access, &second.access] {
         assert_eq!(oauth::mcp_status(&service.base, token).await, 401);
     }
