@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use crate::common::oauth::{self, Browser};
 use crate::common::{Era, TestService, call, ok, try_mcp_client};
-use relay_protocol::clock::Clock;
 use relay_service::admin;
 use relay_service::oauth::connections;
 use serde_json::{Value, json};
