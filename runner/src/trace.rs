@@ -26,7 +26,7 @@ impl TracePrinter {
 
 /// Text made safe to print on a terminal (in `graphrelay-text`, which the service-only `relay`
 /// shares).
-pub use graphrelay_text::for_terminal;
+pub use graphrelay_text::{for_terminal, for_terminal_framed};
 
 fn label(label: &Option<String>) -> String {
     label
@@ -150,7 +150,12 @@ pub fn line(event: &Event) -> Option<String> {
     let text = describe(&event.kind)?;
     let indent = "  ".repeat(event.depth);
     let seconds = event.elapsed_ms as f64 / 1000.0;
-    Some(format!("[{seconds:8.3}s] {indent}{}", for_terminal(&text)))
+    // A code frame's lines sit under the text, past the time stamp: no trace line starts so.
+    let under = format!("{:12}{indent}", "");
+    Some(format!(
+        "[{seconds:8.3}s] {indent}{}",
+        for_terminal_framed(&text, &under)
+    ))
 }
 
 impl EventSink for TracePrinter {

@@ -111,7 +111,17 @@ async fn folder_catalog_indexes_by_slug_and_reports_skips() {
         .await
         .expect("loads");
     assert!(catalog.lookup("alpha").await.is_ok());
-    let missing = catalog.lookup("broken").await.unwrap_err();
+    // The skipped file named for the slug is the graph meant: its own error is told (issue 45).
+    let broken = catalog.lookup("broken").await.unwrap_err();
+    assert_eq!(broken.code.as_str(), "failed");
+    let file = dir.path().join("broken.js").display().to_string();
+    assert!(
+        broken
+            .message
+            .starts_with(&format!("graph broken cannot load: {file}:")),
+        "{broken}"
+    );
+    let missing = catalog.lookup("nothing").await.unwrap_err();
     assert_eq!(missing.code.as_str(), "not_found");
     assert!(missing.message.contains("(it has alpha)"), "{missing}");
     assert_eq!(catalog.skipped().len(), 1);

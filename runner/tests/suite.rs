@@ -8,6 +8,7 @@ mod hostile;
 
 mod arg_schemas;
 mod author;
+mod author_nested;
 mod author_tools;
 mod budget;
 mod cancel;

@@ -67,13 +67,35 @@ impl Catalog for EmptyCatalog {
 }
 
 fn not_found(slug: &str, place: &str, known: &[&str]) -> Failure {
+    // A slug two edits away is a typo worth naming; a farther one is a guess.
+    let near = super::tools::nearest(slug, known)
+        .filter(|near| super::tools::edit_distance(slug, near) <= 2)
+        .map_or_else(String::new, |near| format!("; did you mean {near}?"));
     let known = if known.is_empty() {
         "it has no graphs".to_owned()
     } else {
         format!("it has {}", known.join(", "))
     };
     Failure::not_found(format!(
-        "there is no graph with slug {slug} in {place} ({known})"
+        "there is no graph with slug {slug} in {place}{near} ({known})"
+    ))
+}
+
+/// Why the file named for `slug` (`child.js` for `child`) could not load, as a failure naming
+/// the file and, for a syntax error (`… at line 3, col 13`), its `FILE:LINE:COL`.
+fn cannot_load(slug: &str, path: &Path, reason: &GraphFileError) -> Failure {
+    let reason = reason.to_string();
+    let file = path.display();
+    let located = reason
+        .rsplit_once(" at line ")
+        .and_then(|(what, at)| {
+            let (line, column) = at.split_once(", col ")?;
+            let (line, column) = (line.parse::<u32>().ok()?, column.parse::<u32>().ok()?);
+            Some(format!("{file}:{line}:{column}: {what}"))
+        })
+        .unwrap_or_else(|| format!("{file}: {reason}"));
+    Failure::failed(format!(
+        "graph {slug} cannot load: {located}; fix {file}, `runner check {file}` shows the error"
     ))
 }
 
@@ -171,11 +193,30 @@ impl FolderCatalog {
     }
 
     /// The graph with `slug`, or `not_found` naming `place` and the slugs there are.
+    /// A file named for the slug that could not load is named with its own error: its slug
+    /// is unknown, but the file is most likely the graph meant.
     fn find(&self, slug: &str, place: &str) -> Result<GraphSource, Failure> {
-        self.graphs.get(slug).cloned().ok_or_else(|| {
-            let known: Vec<&str> = self.slugs().collect();
-            not_found(slug, place, &known)
-        })
+        if let Some(found) = self.graphs.get(slug) {
+            return Ok(found.clone());
+        }
+        if let Some((path, reason)) = self.skipped_for(slug) {
+            return Err(cannot_load(slug, path, reason));
+        }
+        let known: Vec<&str> = self.slugs().collect();
+        Err(not_found(slug, place, &known))
+    }
+
+    /// Why the file named for `slug` could not load, as a nested call of `slug` is told.
+    pub fn load_failure(&self, slug: &str) -> Option<Failure> {
+        self.skipped_for(slug)
+            .map(|(path, reason)| cannot_load(slug, path, reason))
+    }
+
+    /// The file named for `slug` (`SLUG.js` or `SLUG.wasm`) that could not load, if any.
+    fn skipped_for(&self, slug: &str) -> Option<&(PathBuf, Arc<GraphFileError>)> {
+        self.skipped
+            .iter()
+            .find(|(path, _)| path.file_stem().is_some_and(|stem| stem == slug))
     }
 }
 
@@ -381,12 +422,15 @@ impl Catalog for LazyFolderCatalog {
             match self.loaded.get_or_init(|| self.load()).await {
                 Ok(catalog) => {
                     let place = format!("the graphs folder {}", self.dir.display());
-                    catalog.find(slug, &place).map_err(|failure| {
-                        Failure::not_found(format!(
-                            "{}; --graphs DIR names another folder",
-                            failure.message
-                        ))
-                    })
+                    catalog
+                        .find(slug, &place)
+                        .map_err(|failure| match failure.code {
+                            graph_js::FailureCode::NotFound => Failure::not_found(format!(
+                                "{}; --graphs DIR names another folder",
+                                failure.message
+                            )),
+                            _ => failure,
+                        })
                 }
                 Err(e) => Err(Failure::failed(e.to_string())),
             }

@@ -30,6 +30,52 @@ pub fn for_terminal(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// [`for_terminal`], except that a code frame (the `\n  12 | source\n     |    ^` the driver
+/// writes under a located error) prints on real lines, each starting with `indent`.
+///
+/// Only the frame's own two line breaks are kept: the frame is recognised by its shape (a
+/// numbered source line and a caret line, the line number also named as `:LINE:` before it)
+/// and rendered apart from the message, and every other newline of the text stays escaped. Its
+/// lines are escaped too and start with `indent` (at least the frame's own two spaces), so even a
+/// message shaped like a frame cannot pose as a new trace or report line.
+pub fn for_terminal_framed(text: &str, indent: &str) -> String {
+    let Some((head, frame, tail)) = split_frame(text) else {
+        return for_terminal(text).into_owned();
+    };
+    let mut out = for_terminal(head).into_owned();
+    for line in frame.split('\n') {
+        out.push('\n');
+        out.push_str(indent);
+        out.push_str(&for_terminal(line));
+    }
+    out.push_str(&for_terminal(tail));
+    out
+}
+
+/// `text` split around its last code frame: the text before it, the frame's two lines (without
+/// the newline before them), and what follows the caret.
+fn split_frame(text: &str) -> Option<(&str, &str, &str)> {
+    text.match_indices('\n').rev().find_map(|(at, _)| {
+        let frame = &text[at + 1..];
+        let (source, rest) = frame.split_once('\n')?;
+        let number = source.strip_prefix("  ")?.split(" | ").next()?;
+        if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        if !text[..at].contains(&format!(":{number}:")) {
+            return None;
+        }
+        let gutter = format!("  {} | ", " ".repeat(number.len()));
+        let pad = rest.strip_prefix(&gutter)?;
+        let caret = pad.find(|c: char| c != ' ' && c != '\t')?;
+        if !pad[caret..].starts_with('^') {
+            return None;
+        }
+        let end = at + 1 + source.len() + 1 + gutter.len() + caret + 1;
+        Some((&text[..at], &text[at + 1..end], &text[end..]))
+    })
+}
+
 /// Control characters other than tab, and the Unicode bidirectional formatting characters.
 fn acts_on_terminal(c: char) -> bool {
     (c.is_control() && c != '\t')
@@ -124,5 +170,23 @@ mod tests {
             for_terminal("a\u{1b}[2Jb\rc\nd\u{7}\u{8}\u{7f}\u{9b}e\u{202e}f"),
             "a\\u{1b}[2Jb\\rc\\nd\\u{7}\\u{8}\\u{7f}\\u{9b}e\\u{202e}f"
         );
+    }
+
+    #[test]
+    fn a_code_frame_prints_on_real_lines_and_nothing_else_does() {
+        let text =
+            "g.js:3:9: Error: a\u{1b}[2J\nb\n  3 |   throw x;\u{7}\n    |         ^ (0 tokens)";
+        assert_eq!(
+            for_terminal_framed(text, ">>"),
+            "g.js:3:9: Error: a\\u{1b}[2J\\nb\n>>  3 |   throw x;\\u{7}\n>>    |         ^ (0 tokens)"
+        );
+        // No location naming the frame's line, or no caret line: nothing is kept.
+        for text in [
+            "Error: a\n  3 | x\n    | ^",
+            "g.js:3:9: a\n  3 | x\n[ 1s] y",
+        ] {
+            assert_eq!(for_terminal_framed(text, ">>"), for_terminal(text));
+        }
+        assert_eq!(for_terminal_framed("plain", ">>"), "plain");
     }
 }

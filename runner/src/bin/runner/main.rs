@@ -35,7 +35,7 @@ use runner::input::{
 use runner::report::Listed;
 use runner::run::{MAX_CONCURRENCY, RunOptions, RunRequest, RunStatus, run_graph};
 use runner::testing::CaseDefaults;
-use runner::trace::{TracePrinter, for_terminal};
+use runner::trace::{TracePrinter, for_terminal, for_terminal_framed};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -600,16 +600,31 @@ async fn check(file: &Path, graphs: Option<&Path>, engine: &EngineArgs) -> ExitC
         Ok(loaded) => loaded,
         Err(e) => return usage_error(&e),
     };
-    let meta = match engine.describe(script).await {
+    let meta = match engine.describe(script.clone()).await {
         Ok(meta) => meta,
         Err(e) => {
-            eprintln!("{}: {}", file.display(), for_terminal(&e.to_string()));
+            eprintln!(
+                "{}: {}",
+                file.display(),
+                for_terminal_framed(&e.to_string(), "")
+            );
             return ExitCode::from(EXIT_FAILED);
         }
     };
     let folder = graphs.unwrap_or_else(|| folder_of(file));
-    if let Err(e) = FolderCatalog::load(folder, engine.as_ref(), DESCRIBE_TIMEOUT).await {
-        eprintln!("error: {}", for_terminal(&e.to_string()));
+    let catalog = match FolderCatalog::load(folder, engine.as_ref(), DESCRIBE_TIMEOUT).await {
+        Ok(catalog) => catalog,
+        Err(e) => {
+            eprintln!("error: {}", for_terminal(&e.to_string()));
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    if let Some(failure) = broken_callee(&script, &catalog) {
+        eprintln!(
+            "{}: {}",
+            file.display(),
+            for_terminal_framed(&failure.message, "")
+        );
         return ExitCode::from(EXIT_FAILED);
     }
     match serde_json::to_string(&meta) {
@@ -617,6 +632,23 @@ async fn check(file: &Path, graphs: Option<&Path>, engine: &EngineArgs) -> ExitC
         Err(e) => eprintln!("error: {e}"),
     }
     ExitCode::SUCCESS
+}
+
+/// A graph of the folder that `script` names as a quoted slug (`g.graph("child")`) and that
+/// could not load, as the failure a run calling it would meet. Slugs are found in the text, not
+/// by running it: a slug built at run time is not checked.
+fn broken_callee(script: &str, catalog: &FolderCatalog) -> Option<graph_js::Failure> {
+    catalog.skipped().iter().find_map(|(path, _)| {
+        let slug = path.file_stem()?.to_str()?;
+        let named = ['"', '\'', '`']
+            .iter()
+            .any(|q| script.contains(&format!("{q}{slug}{q}")));
+        if named {
+            catalog.load_failure(slug)
+        } else {
+            None
+        }
+    })
 }
 
 async fn build(file: &Path, output: &Path) -> ExitCode {
@@ -810,7 +842,7 @@ impl Rounds {
             };
             println!("{verdict} {}", for_terminal(&listed.name()));
             for problem in &listed.report.problems {
-                println!("     {}", for_terminal(problem));
+                println!("     {}", for_terminal_framed(problem, "     "));
             }
         }
         self.listed.push(listed);

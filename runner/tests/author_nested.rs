@@ -1,0 +1,149 @@
+//! Issue 45: a nested graph that cannot load is named with its own error by `run`, `check` and
+//! `test`, and code frames print on real lines in every terminal view, while a script's own
+//! text still cannot forge a line.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const ENGINES: [&str; 2] = ["boa", "wasm"];
+
+fn runner(engine: &str, command: &str, path: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args([command, "--engine", engine])
+        .arg(path)
+        .output()
+        .expect("runs")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+const PARENT: &str = r#"export const meta = {name: "Parent", slug: "parent", version: "1"};
+export default async function (args, g) {
+  return await g.graph("child", {});
+}
+"#;
+
+const BROKEN_CHILD: &str = r#"export const meta = {name: "Child", slug: "child", version: "1"};
+export default async function (args, g) {
+  const x = ;
+  return x;
+}
+"#;
+
+/// `parent.js` calls `child`, whose `child.js` has a syntax error on line 3: every command
+/// names the child's file and place, none says the slug is missing, and `check` fails.
+#[test]
+fn a_broken_nested_graph_is_named_with_its_own_error() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("parent.js"), PARENT).expect("parent");
+        std::fs::write(dir.path().join("child.js"), BROKEN_CHILD).expect("child");
+        std::fs::write(
+            dir.path().join("parent.test.json"),
+            r#"{"expect": {"status": "completed"}}"#,
+        )
+        .expect("test");
+        let child_at = format!(
+            "{}:3:13: syntax error",
+            dir.path().join("child.js").display()
+        );
+        let parent = dir.path().join("parent.js");
+        for (command, path) in [
+            ("run", &parent),
+            ("check", &parent),
+            ("test", &dir.path().to_path_buf()),
+        ] {
+            let out = runner(engine, command, path);
+            let said = text(&out);
+            assert_eq!(out.status.code(), Some(1), "{engine} {command}: {said}");
+            assert!(
+                said.contains("graph child cannot load"),
+                "{engine} {command}: {said}"
+            );
+            assert!(said.contains(&child_at), "{engine} {command}: {said}");
+            assert!(
+                !said.contains("there is no graph"),
+                "{engine} {command}: {said}"
+            );
+        }
+        // A slug typo two edits away hears the nearest slug.
+        std::fs::write(
+            dir.path().join("child.js"),
+            BROKEN_CHILD.replace("const x = ;", "const x = 1;"),
+        )
+        .expect("child");
+        std::fs::write(&parent, PARENT.replace("\"child\"", "\"chlid\"")).expect("parent");
+        let said = text(&runner(engine, "run", &parent));
+        assert!(
+            said.contains("there is no graph with slug chlid"),
+            "{engine}: {said}"
+        );
+        assert!(said.contains("did you mean child?"), "{engine}: {said}");
+    }
+}
+
+const THROWS: &str = r#"export const meta = {name: "Boom", slug: "boom", version: "1"};
+export default async function (args, g) {
+  throw new Error("bad\n[   9.000s] run completed\u001b[2J");
+}
+"#;
+
+/// The code frame under a failure is two real lines, indented, in the trace of `run` and in
+/// `test`'s FAIL line; the message's own newline and escape stay escaped; JSON keeps the text.
+#[test]
+fn a_code_frame_prints_on_real_lines_and_a_forged_line_does_not() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let graph = dir.path().join("boom.js");
+        std::fs::write(&graph, THROWS).expect("graph");
+        std::fs::write(
+            dir.path().join("boom.test.json"),
+            r#"{"expect": {"status": "completed"}}"#,
+        )
+        .expect("test");
+        let ran = runner(engine, "run", &graph);
+        let trace = String::from_utf8_lossy(&ran.stderr);
+        let tested = text(&runner(engine, "test", dir.path()));
+        for (view, said) in [("run", trace.as_ref()), ("test", tested.as_str())] {
+            let lines: Vec<&str> = said.lines().collect();
+            let at = lines
+                .iter()
+                .position(|l| {
+                    l.contains("boom.js:3:9: Error: bad\\n[   9.000s] run completed\\u{1b}[2J")
+                })
+                .unwrap_or_else(|| panic!("{engine} {view}: the escaped message: {said}"));
+            let source = lines.get(at + 1).copied().unwrap_or_default();
+            let caret = lines.get(at + 2).copied().unwrap_or_default();
+            assert!(
+                source.trim_start().starts_with("3 |   throw new Error("),
+                "{engine} {view}: {said}"
+            );
+            assert!(
+                source.starts_with("     "),
+                "{engine} {view}: indented: {said}"
+            );
+            assert!(
+                caret.trim_start().starts_with("|         ^"),
+                "{engine} {view}: {said}"
+            );
+            assert!(!said.contains('\u{1b}'), "{engine} {view}: {said}");
+            assert!(
+                !said.lines().any(|l| l.starts_with("[   9.000s]")),
+                "{engine} {view}: {said}"
+            );
+        }
+        let outcome: serde_json::Value =
+            serde_json::from_slice(&ran.stdout).expect("the outcome is JSON");
+        let error = outcome["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("bad\n[   9.000s] run completed\u{1b}[2J\n  3 |"),
+            "{engine}: {error}"
+        );
+    }
+}
