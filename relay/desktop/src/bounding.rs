@@ -45,6 +45,7 @@ pub fn completion(
         }),
         error: error.map(cut_error),
         finished_at: None,
+        cause: None,
     };
     if completion.result.is_some() && json_utf16_len(&completion.bounded_view()) > MAX_RESULT_CHARS
     {

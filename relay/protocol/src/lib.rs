@@ -260,6 +260,105 @@ impl fmt::Display for RunStatus {
     }
 }
 
+/// Why a run ended other than by its graph completing or failing on its own: the desktop's
+/// completion carries it, the service and the desktop's history keep it, and the agent
+/// (`get_graph_run`'s `end_cause`), the console and the owner's listings show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndCause {
+    /// The agent cancelled it (`cancel_graph_run`).
+    AgentCancelled,
+    /// The owner cancelled it in the service's console (or through the owner API).
+    OwnerCancelledConsole,
+    /// The owner cancelled it on the desktop (`relay desktop cancel` or the local page).
+    OwnerCancelledDesktop,
+    /// The owner withdrew consent: unshared its session, removed it, or disabled its project.
+    ConsentWithdrawn,
+    /// The relay on the desktop stopped while it ran.
+    RelayStopped,
+    /// A tool's approval was not answered in time.
+    ApprovalTimedOut,
+    /// The owner denied a tool's approval.
+    ApprovalDenied,
+    /// The run reached its token cap.
+    TokenCap,
+    /// The run reached its deadline.
+    TimedOut,
+}
+
+impl EndCause {
+    /// All causes.
+    pub const ALL: [EndCause; 9] = [
+        EndCause::AgentCancelled,
+        EndCause::OwnerCancelledConsole,
+        EndCause::OwnerCancelledDesktop,
+        EndCause::ConsentWithdrawn,
+        EndCause::RelayStopped,
+        EndCause::ApprovalTimedOut,
+        EndCause::ApprovalDenied,
+        EndCause::TokenCap,
+        EndCause::TimedOut,
+    ];
+
+    /// The cause as its wire word (what a database column keeps).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndCause::AgentCancelled => "agent_cancelled",
+            EndCause::OwnerCancelledConsole => "owner_cancelled_console",
+            EndCause::OwnerCancelledDesktop => "owner_cancelled_desktop",
+            EndCause::ConsentWithdrawn => "consent_withdrawn",
+            EndCause::RelayStopped => "relay_stopped",
+            EndCause::ApprovalTimedOut => "approval_timed_out",
+            EndCause::ApprovalDenied => "approval_denied",
+            EndCause::TokenCap => "token_cap",
+            EndCause::TimedOut => "timed_out",
+        }
+    }
+
+    /// The cause in words, for an error text or a listing: `Cancelled by the owner on the
+    /// desktop`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            EndCause::AgentCancelled => "Cancelled by the agent",
+            EndCause::OwnerCancelledConsole => "Cancelled by the owner in the console",
+            EndCause::OwnerCancelledDesktop => "Cancelled by the owner on the desktop",
+            EndCause::ConsentWithdrawn => "Cancelled: the owner withdrew consent",
+            EndCause::RelayStopped => "Stopped: the relay on the desktop stopped",
+            EndCause::ApprovalTimedOut => "Stopped: a tool's approval timed out",
+            EndCause::ApprovalDenied => "Stopped: the owner denied a tool's approval",
+            EndCause::TokenCap => "Stopped at the run's token cap",
+            EndCause::TimedOut => "Stopped at the run's deadline",
+        }
+    }
+
+    /// Whether the owner ended it (a cancel or a withdrawal), as opposed to the agent or a
+    /// limit.
+    pub fn is_owner(self) -> bool {
+        matches!(
+            self,
+            EndCause::OwnerCancelledConsole
+                | EndCause::OwnerCancelledDesktop
+                | EndCause::ConsentWithdrawn
+        )
+    }
+}
+
+impl FromStr for EndCause {
+    type Err = InvalidInput;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        EndCause::ALL
+            .into_iter()
+            .find(|cause| cause.as_str() == text)
+            .ok_or_else(|| InvalidInput(format!("unknown end cause `{}`", shorten(text))))
+    }
+}
+
+impl fmt::Display for EndCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// How a run ended, as the desktop reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -496,6 +595,9 @@ pub struct ReportResponse {
     pub recorded: bool,
     /// Whether the agent asked to cancel.
     pub cancel_requested: bool,
+    /// Who asked to cancel, when someone did (the agent, or the owner in the console).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_cause: Option<EndCause>,
 }
 
 impl SyncRequest {
@@ -650,6 +752,9 @@ pub struct StartedResponse {
     pub replayed: bool,
     /// Whether the agent already asked to cancel.
     pub cancel_requested: bool,
+    /// Who asked to cancel, when someone did (the agent, or the owner in the console).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_cause: Option<EndCause>,
 }
 
 /// `POST commands/{id}/released` body: the execution that started the command and hands it
@@ -680,6 +785,9 @@ pub struct ReleasedResponse {
 pub struct ControlResponse {
     /// Stop the run: the agent cancelled it, or the service no longer expects its result.
     pub cancel_requested: bool,
+    /// Who asked to cancel, when someone did (the agent, or the owner in the console).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel_cause: Option<EndCause>,
 }
 
 /// `POST commands/{id}/complete` body.
@@ -708,6 +816,9 @@ pub struct CompleteRequest {
     /// the service much later, after an outage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Timestamp>,
+    /// Why it ended, when not by its graph alone (a cancel, a withdrawal, a stop, a limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EndCause>,
 }
 
 /// The most tokens a completion may report: far above any run's (a run at 10,000 tokens a
@@ -789,6 +900,9 @@ pub struct ServiceOutcome {
     /// Why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why, as a cause word, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<EndCause>,
 }
 
 /// The body of every non-2xx desktop API answer (and owner API answer).
@@ -957,6 +1071,7 @@ mod tests {
             reported_cost: Some(0.0),
             error: None,
             finished_at: None,
+            cause: None,
         }
     }
 

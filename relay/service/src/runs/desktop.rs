@@ -114,6 +114,7 @@ pub async fn command_started(
         ok: true,
         replayed,
         cancel_requested: command.cancel_requested,
+        cancel_cause: None,
     };
     match decision {
         Decision::Write(_) => Ok(started(false)),
@@ -185,6 +186,7 @@ pub async fn command_control(
         // A run the service has given up on (cancelled, failed as silent) should stop too.
         cancel_requested: command.cancel_requested
             || matches!(command.status, RunStatus::Cancelled | RunStatus::Failed),
+        cancel_cause: None,
     })
 }
 
@@ -234,6 +236,7 @@ pub async fn command_completed(
                 already_finished: Some(ServiceOutcome {
                     status: command.status,
                     error: command.error.clone(),
+                    cause: None,
                 }),
             })
         }
@@ -273,5 +276,6 @@ pub async fn record_report(
     Ok(ReportResponse {
         recorded,
         cancel_requested: command.cancel_requested,
+        cancel_cause: None,
     })
 }

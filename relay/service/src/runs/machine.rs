@@ -293,6 +293,7 @@ mod tests {
             reported_cost: Some(0.5),
             error: None,
             finished_at: None,
+            cause: None,
         }
     }
 
@@ -604,6 +605,7 @@ mod tests {
             reported_cost: Some(0.0),
             error: Some(NOT_SHARED.into()),
             finished_at: None,
+            cause: None,
         };
         assert_eq!(
             transition(
