@@ -54,7 +54,11 @@ async fn a_cancelled_running_run_is_flagged_and_ends_cancelled() {
     assert_eq!(cancelled["status"], "running");
     assert_eq!(cancelled["cancel_requested"], true);
     let (_, control) = desktop.control(&id).await;
-    assert_eq!(control, json!({"cancel_requested": true}));
+    assert_eq!(
+        control,
+        json!({"cancel_requested": true, "cancel_cause": "agent_cancelled"}),
+        "the desktop is told who asked"
+    );
     // Cancelling twice changes nothing more.
     let again = ok(&call(&client, "cancel_graph_run", json!({"command_id": id})).await);
     assert_eq!(again["cancel_requested"], true);

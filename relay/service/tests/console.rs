@@ -452,7 +452,7 @@ async fn scripts_download_as_bytes(chat: &crate::chat_support::Chat, ann: &Owner
 }
 
 #[tokio::test]
-async fn the_owner_cancels_queued_and_running_runs_as_the_agent_would() {
+async fn the_owner_cancels_queued_and_running_runs_and_is_named_as_who_cancelled() {
     let service = TestService::start().await;
     let project = service.project("p", "ann").await;
     let desktop = service.desktop(&project).await;
@@ -485,6 +485,11 @@ async fn the_owner_cancels_queued_and_running_runs_as_the_agent_would() {
     );
     let run = ok(&call(&client, "get_graph_run", json!({"command_id": queued})).await);
     assert_eq!(run["status"], "cancelled", "a queued run never starts");
+    assert_eq!(run["end_cause"], "owner_cancelled_console", "{run}");
+    assert_eq!(
+        run["error"], "Cancelled by the owner in the console before it started",
+        "not the agent's cancel"
+    );
     assert_eq!(
         ann.post(&service, &format!("/console/runs/{running}/cancel"), &[])
             .await
@@ -493,16 +498,38 @@ async fn the_owner_cancels_queued_and_running_runs_as_the_agent_would() {
     );
     assert_eq!(
         desktop.control(&running).await.1,
-        json!({"cancel_requested": true}),
-        "the desktop is told to stop"
+        json!({"cancel_requested": true, "cancel_cause": "owner_cancelled_console"}),
+        "the desktop is told to stop, and who asked"
     );
-    let completion =
-        json!({"execution_id": "exec-1", "status": "cancelled", "error": "cancelled by the owner"});
+    // An older desktop calls every cancel the agent's: the service's record of who asked wins.
+    let completion = json!({"execution_id": "exec-1", "status": "cancelled",
+        "error": "Cancelled by the agent", "cause": "agent_cancelled",
+        "total_tokens": 120, "reported_cost": 0.0015});
     assert_eq!(desktop.complete(&running, &completion).await.0, 200);
+    let run = ok(&call(&client, "get_graph_run", json!({"command_id": running})).await);
+    assert_eq!(run["end_cause"], "owner_cancelled_console", "{run}");
+    assert_eq!(
+        run["error"], "Cancelled by the owner in the console",
+        "{run}"
+    );
+    assert_eq!(
+        run["reported_cost"], 0.0015,
+        "the cost the desktop measured is kept"
+    );
+    assert_eq!(run["total_tokens"], 120);
     let detail = ann.get(&service, &format!("/console/runs/{running}")).await;
     assert!(
         detail.body.contains("cancelled") && !detail.body.contains(">Cancel</button>"),
         "{}",
+        detail.body
+    );
+    assert!(
+        detail
+            .body
+            .contains("Cancelled by the owner in the console")
+            && detail.body.contains("$0.001500")
+            && !detail.body.contains("by the agent"),
+        "the console says the owner cancelled it, with the desktop's cost: {}",
         detail.body
     );
 }
@@ -543,6 +570,70 @@ async fn revoke_ends_the_connections_next_mcp_call() {
             .await
             .status,
         404
+    );
+}
+
+/// An operator-minted agent token is listed beside the connections with its last use, and
+/// its owner's Revoke ends it (its next call gets 401); another owner's forged Revoke and one
+/// without the session's CSRF token change nothing.
+#[tokio::test]
+async fn a_minted_agent_is_listed_and_only_its_owner_revokes_it() {
+    let service = TestService::start().await;
+    let project = service.project("p", "ann").await;
+    service.desktop(&project).await.sync(&project, &[1]).await;
+    let (token, id) = service
+        .agent(&project, &["osfoundry:read", "osfoundry:run"])
+        .await;
+    let client = mcp_client(&service.mcp_url(), &token, Era::Current).await;
+    queue(&client, "minted-agent-run").await;
+    client.cancel().await.ok();
+    let ann = Owner::sign_in(&service, "ann").await;
+    let page = ann.get(&service, "/console").await;
+    let row = page
+        .body
+        .split(&format!("data-agent-token=\"{id}\""))
+        .nth(1)
+        .and_then(|rest| rest.split("</tr>").next())
+        .unwrap_or_else(|| panic!("the agent is listed: {}", page.body))
+        .to_owned();
+    assert!(
+        row.contains("claude") && row.contains(" UTC") && row.contains(">Revoke</button>"),
+        "named, with its last use and Revoke: {row}"
+    );
+
+    let url = format!("{}/console/agents/{id}/revoke", service.base);
+    assert_eq!(
+        ann.browser.post_form(&url, &[]).await.status,
+        403,
+        "no CSRF"
+    );
+    let wrong = [("csrf", "0123456789abcdef0123456789abcdef")];
+    assert_eq!(ann.browser.post_form(&url, &wrong).await.status, 403);
+    service.project("q", "bob").await;
+    let bob = Owner::sign_in(&service, "bob").await;
+    let forged = bob
+        .post(&service, &format!("/console/agents/{id}/revoke"), &[])
+        .await;
+    assert_eq!(
+        forged.status, 404,
+        "another owner's token is missing to bob"
+    );
+    assert_eq!(
+        oauth::mcp_status(&service.base, &token).await,
+        200,
+        "still works"
+    );
+
+    let revoked = ann
+        .post(&service, &format!("/console/agents/{id}/revoke"), &[])
+        .await;
+    assert_eq!(revoked.status, 303, "{}", revoked.body);
+    assert_eq!(oauth::mcp_status(&service.base, &token).await, 401);
+    let page = ann.get(&service, "/console").await;
+    assert!(
+        page.body.contains("revoked ") && !page.body.contains(">Revoke</button>"),
+        "{}",
+        page.body
     );
 }
 

@@ -17,7 +17,7 @@ use crate::common::{Desktop, Era, McpClient, TestService, mcp_client, queue};
 use relay_protocol::clock::Stopwatch;
 use relay_service::{ServiceConfig, admin};
 use relay_testkit::webdriver::{self, Chromium};
-use serde_json::json;
+use serde_json::{Value, json};
 
 const PASSWORD: &str = "console browser password";
 /// The lists refresh this often in these tests (15 s and 5 s in production).
@@ -363,7 +363,19 @@ async fn cancels_a_running_run(browser: &Chromium, runs: &Runs) {
     shoot(browser, "console-runs").await;
     browser.click_button("Cancel").await.expect("cancel");
     wait_for("the cancel flag", async || {
-        runs.desktop.control(&running).await.1 == json!({"cancel_requested": true})
+        runs.desktop.control(&running).await.1
+            == json!({"cancel_requested": true, "cancel_cause": "owner_cancelled_console"})
+    })
+    .await;
+    // The desktop stops it and reports what it spent: the list says who cancelled it and what
+    // it cost.
+    let completion = json!({"execution_id": "exec-2", "status": "cancelled",
+        "cause": "owner_cancelled_console", "total_tokens": 120, "reported_cost": 0.0015});
+    assert_eq!(runs.desktop.complete(&running, &completion).await.0, 200);
+    wait_for_page(browser, "the owner's cancel and its cost", |s| {
+        shows(s, &running, "cancelled")
+            && s.contains("Cancelled by the owner in the console")
+            && s.contains("$0.001500")
     })
     .await;
 }
@@ -421,5 +433,164 @@ async fn chromium_watches_a_run_complete_cancels_one_revokes_and_keeps_owners_ap
     cancels_a_running_run(&browser, &runs).await;
     revokes_the_connection(&browser, &runs).await;
     keeps_owners_apart(&browser, &runs, &run).await;
+    browser.quit().await.expect("quit");
+}
+
+/// Horizontal overflow of the page at the window's width: `[scrollWidth, clientWidth]`.
+async fn widths(browser: &Chromium) -> (u64, u64) {
+    let answer = browser
+        .execute(
+            "var d = document.documentElement; return [d.scrollWidth, d.clientWidth];",
+            json!([]),
+        )
+        .await
+        .expect("widths");
+    let at = |i: usize| answer[i].as_u64().expect("a width");
+    (at(0), at(1))
+}
+
+/// Every "Cancel" button's left and right edge, and the viewport's width.
+async fn cancel_buttons(browser: &Chromium) -> (Vec<(f64, f64)>, f64) {
+    let answer = browser
+        .execute(
+            "var edges = Array.from(document.querySelectorAll('button'))
+               .filter(function (b) { return b.textContent.trim() === 'Cancel'; })
+               .map(function (b) { var r = b.getBoundingClientRect(); return [r.left, r.right]; });
+             return [edges, document.documentElement.clientWidth];",
+            json!([]),
+        )
+        .await
+        .expect("buttons");
+    let edges = answer[0]
+        .as_array()
+        .expect("edges")
+        .iter()
+        .map(|e| {
+            (
+                e[0].as_f64().unwrap_or(-1.0),
+                e[1].as_f64().unwrap_or(f64::MAX),
+            )
+        })
+        .collect();
+    (edges, answer[1].as_f64().expect("viewport"))
+}
+
+/// 50 runs of an operator-minted agent: 47 failed with 2,000-character errors (one a single
+/// unbroken word, one with a float's noisy cost), one waiting for an approval, one running, one
+/// queued. Returns the agent's token and the waiting run's id.
+async fn fifty_runs(service: &TestService, project: &str, desktop: &Desktop) -> (String, String) {
+    let (token, _) = service
+        .agent(project, &["osfoundry:read", "osfoundry:run"])
+        .await;
+    let client = mcp_client(&service.mcp_url(), &token, Era::Current).await;
+    let words = "the tool refused the write because the path lies outside the project ";
+    for n in 0..47 {
+        let id = queue(&client, &format!("fifty-run-{n:04}")).await;
+        let execution = format!("exec-f{n}");
+        assert_eq!(desktop.started(&id, &execution).await.0, 200);
+        let error: String = if n == 0 {
+            "x".repeat(2_000)
+        } else {
+            words.chars().cycle().take(2_000).collect()
+        };
+        let cost: Value = if n == 1 {
+            serde_json::from_str("0.0024000000000000002").expect("a number")
+        } else {
+            json!(0.001)
+        };
+        let completion = json!({"execution_id": execution, "status": "failed",
+            "error": error, "total_tokens": 50, "reported_cost": cost});
+        assert_eq!(desktop.complete(&id, &completion).await.0, 200);
+        service.clock.advance(Duration::from_millis(10));
+    }
+    let waiting = queue(&client, "fifty-run-waiting").await;
+    assert_eq!(desktop.started(&waiting, "exec-w").await.0, 200);
+    let report = json!({"execution_id": "exec-w",
+        "waiting_for": {"what": "owner approval of fs.write"},
+        "progress": {"tokens_used": 120, "agents_started": 1, "agents_finished": 1, "tools_called": 0}});
+    let path = format!("/external-assistants/graph-relays/commands/{waiting}/report");
+    assert_eq!(desktop.post(&path, &report).await.0, 200);
+    let running = queue(&client, "fifty-run-running").await;
+    assert_eq!(desktop.started(&running, "exec-r").await.0, 200);
+    queue(&client, "fifty-run-queued").await;
+    client.cancel().await.ok();
+    (token, waiting)
+}
+
+/// The runs table at 1280 px with 50 runs whose errors are 2,000 characters: no horizontal
+/// scroll, every Cancel inside the viewport, a waiting run says what it waits for and its
+/// tokens so far, costs print as money ("unknown" while running); the same page at 375 px
+/// does not scroll sideways either. Then the operator-minted agent that queued them is listed
+/// beside the connections and revoked from there: its next MCP call gets 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_runs_fit_1280_px_show_waits_and_a_minted_agent_is_revoked() {
+    if !chromium_or_skip() {
+        return;
+    }
+    let _one = ONE_BROWSER.lock().await;
+    let service = service().await;
+    let project = service.project("Demo", "ann").await;
+    let desktop = service.desktop(&project).await;
+    desktop.sync(&project, &[1]).await;
+    let (token, waiting) = fifty_runs(&service, &project, &desktop).await;
+    let browser = Chromium::start().await.expect("start Chromium");
+    sign_in(&browser, &service, "ann").await;
+    browser
+        .goto(&format!("{}/console/projects/{project}/runs", service.base))
+        .await
+        .expect("runs");
+    browser.set_window_size(1280, 900).await.expect("1280 px");
+    let page = wait_for_page(&browser, "the waiting run", |s| {
+        s.contains("waiting for owner approval of fs.write")
+    })
+    .await;
+    assert_eq!(page.matches("data-run=").count(), 50, "one page of 50 runs");
+    assert!(page.contains("120 so far"), "tokens so far, not —");
+    assert!(page.contains(&format!("/console/runs/{waiting}\">running<")));
+    assert!(page.contains("$0.002400") && !page.contains("0.0024000000000000002"));
+    assert!(page.contains("unknown"), "a running run's cost is unknown");
+    let (scroll, client) = widths(&browser).await;
+    assert!(
+        scroll <= client,
+        "no horizontal scroll at 1280 px: {scroll} > {client}"
+    );
+    let (buttons, viewport) = cancel_buttons(&browser).await;
+    assert_eq!(
+        buttons.len(),
+        3,
+        "the queued and both running runs: {buttons:?}"
+    );
+    for (left, right) in &buttons {
+        assert!(
+            *left >= 0.0 && *right <= viewport,
+            "Cancel at {left}..{right} of {viewport}"
+        );
+    }
+    shoot(&browser, "console-runs-50").await;
+    browser.set_window_size(375, 900).await.expect("375 px");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (scroll, client) = widths(&browser).await;
+    assert!(
+        scroll <= client,
+        "no horizontal scroll at 375 px: {scroll} > {client}"
+    );
+    browser.set_window_size(1280, 900).await.expect("1280 px");
+
+    browser
+        .goto(&format!("{}/console", service.base))
+        .await
+        .expect("projects");
+    let page = wait_for_page(&browser, "the minted agent", |s| {
+        s.contains("Agent tokens") && s.contains("data-agent-token=")
+    })
+    .await;
+    assert!(page.contains("claude"), "named: {page}");
+    assert_eq!(oauth::mcp_status(&service.base, &token).await, 200);
+    browser.click_button("Revoke").await.expect("revoke");
+    wait_for("the revocation", async || {
+        oauth::mcp_status(&service.base, &token).await == 401
+    })
+    .await;
+    wait_for_page(&browser, "the revoked agent", |s| s.contains("revoked ")).await;
     browser.quit().await.expect("quit");
 }

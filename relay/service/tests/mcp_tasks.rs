@@ -187,7 +187,7 @@ async fn tasks_cancel_ends_the_run_on_the_desktop() {
     assert_eq!(ack, json!({"resultType": "complete"}));
     assert_eq!(
         desktop.control(&id).await.1,
-        json!({"cancel_requested": true})
+        json!({"cancel_requested": true, "cancel_cause": "agent_cancelled"})
     );
     let cancelling = client.result("tasks/get", json!({"taskId": id})).await;
     assert_eq!(cancelling["status"], "working");

@@ -81,8 +81,32 @@ async fn queued_and_finished_runs_survive_a_restart() {
 }
 
 /// Takes the database at `db` back to the schema before connections (issue 42): no
-/// `connection_id` on tokens and no long-poll mode on presence, as the release before left it.
+/// `connection_id` on tokens and no long-poll mode on presence (nor the later end causes), as
+/// the release before left it.
 fn as_before_connections(db: &std::path::Path) {
+    as_before_end_causes(db);
+    let connection = rusqlite::Connection::open(db).expect("open the database");
+    let version: i64 = connection
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .expect("schema version");
+    assert_eq!(
+        usize::try_from(version).ok(),
+        Some(relay_service::store::sqlite::migrations().len() - 1)
+    );
+    connection
+        .execute_batch(&format!(
+            "DROP INDEX tokens_by_connection; DROP INDEX grants_by_identity;
+             ALTER TABLE tokens DROP COLUMN connection_id;
+             ALTER TABLE desktop_presence DROP COLUMN long_polls;
+             PRAGMA user_version = {};",
+            version - 2
+        ))
+        .expect("take the schema back");
+}
+
+/// Takes the database at `db` back to the schema before end causes (issue 43): no
+/// `cancel_cause` and no `end_cause` on commands, as the release before left it.
+fn as_before_end_causes(db: &std::path::Path) {
     let connection = rusqlite::Connection::open(db).expect("open the database");
     let version: i64 = connection
         .query_row("PRAGMA user_version", [], |row| row.get(0))
@@ -93,11 +117,10 @@ fn as_before_connections(db: &std::path::Path) {
     );
     connection
         .execute_batch(&format!(
-            "DROP INDEX tokens_by_connection; DROP INDEX grants_by_identity;
-             ALTER TABLE tokens DROP COLUMN connection_id;
-             ALTER TABLE desktop_presence DROP COLUMN long_polls;
+            "ALTER TABLE commands DROP COLUMN cancel_cause;
+             ALTER TABLE commands DROP COLUMN end_cause;
              PRAGMA user_version = {};",
-            version - 2
+            version - 1
         ))
         .expect("take the schema back");
 }

@@ -41,7 +41,77 @@ async fn sqlite_store_keeps_data_across_reopen_and_migrates_once() {
     );
 }
 
+/// A file from the release before end causes (no `cancel_cause`, no `end_cause` on commands)
+/// opens with this build: its runs read as they were, and causes are kept from then on.
+#[tokio::test]
+async fn sqlite_store_migrates_a_file_from_before_end_causes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("relay.db");
+    let before = {
+        let store = SqliteStore::open(&path).expect("open");
+        conformance::queued_command(&store).await
+    };
+    let current = relay_service::store::sqlite::migrations().len();
+    let connection = rusqlite::Connection::open(&path).expect("open the file");
+    connection
+        .execute_batch(&format!(
+            "ALTER TABLE commands DROP COLUMN cancel_cause;
+             ALTER TABLE commands DROP COLUMN end_cause;
+             PRAGMA user_version = {};",
+            current - 1
+        ))
+        .expect("take the schema back");
+    drop(connection);
+    let store = SqliteStore::open(&path).expect("open and migrate");
+    conformance::a_command_from_before_end_causes_keeps_them_after(&store, &before).await;
+    let connection = rusqlite::Connection::open(&path).expect("open the file");
+    let version: i64 = connection
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .expect("version");
+    assert_eq!(usize::try_from(version).ok(), Some(current));
+}
+
 use relay_testkit::postgres_url;
+
+/// A PostgreSQL schema from the release before end causes migrates when a replica of this
+/// build starts on it: its runs read as they were, and causes are kept from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_migrates_a_schema_from_before_end_causes() {
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let schema = format!("before_causes_{}", uuid::Uuid::new_v4().simple());
+    let connect = || relay_service::store::PostgresStore::connect_in_schema(&url, Some(&schema));
+    let before = {
+        let store = connect().await.expect("connect");
+        conformance::queued_command(&store).await
+    };
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    let current = relay_service::store::PostgresStore::SCHEMA_VERSION;
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE {schema}.commands DROP COLUMN cancel_cause;
+             ALTER TABLE {schema}.commands DROP COLUMN end_cause;
+             UPDATE {schema}.relay_schema SET version = {};",
+            current - 1
+        ))
+        .await
+        .expect("take the schema back");
+    let store = connect().await.expect("connect and migrate");
+    conformance::a_command_from_before_end_causes_keeps_them_after(&store, &before).await;
+    let row = client
+        .query_one(&format!("SELECT version FROM {schema}.relay_schema"), &[])
+        .await
+        .expect("schema version");
+    assert_eq!(usize::try_from(row.get::<_, i32>(0)).ok(), Some(current));
+    client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop schema");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_store_passes_the_suite() {
@@ -92,7 +162,11 @@ async fn postgres_migrations_run_once_when_replicas_start_together() {
         .query_one(&format!("SELECT version FROM {schema}.relay_schema"), &[])
         .await
         .expect("schema version");
-    assert_eq!(row.get::<_, i32>(0), 9, "every migration applied");
+    assert_eq!(
+        usize::try_from(row.get::<_, i32>(0)).ok(),
+        Some(relay_service::store::PostgresStore::SCHEMA_VERSION),
+        "every migration applied"
+    );
     let rows = client
         .query_one(&format!("SELECT count(*) FROM {schema}.relay_schema"), &[])
         .await

@@ -8,7 +8,9 @@ use relay_protocol::{
     StartedResponse, check_execution_id,
 };
 
-use super::{Decision, RunError, RunEvent, Runs, apply, canonical_json, sha256_hex};
+use super::{
+    Decision, RunError, RunEvent, Runs, apply, cancel_cause_of, canonical_json, sha256_hex,
+};
 use crate::auth::DesktopIdentity;
 use crate::held::REVOKED_WHILE_WAITING;
 use crate::presence::heard_from;
@@ -114,7 +116,7 @@ pub async fn command_started(
         ok: true,
         replayed,
         cancel_requested: command.cancel_requested,
-        cancel_cause: None,
+        cancel_cause: cancel_cause_of(&command),
     };
     match decision {
         Decision::Write(_) => Ok(started(false)),
@@ -186,7 +188,7 @@ pub async fn command_control(
         // A run the service has given up on (cancelled, failed as silent) should stop too.
         cancel_requested: command.cancel_requested
             || matches!(command.status, RunStatus::Cancelled | RunStatus::Failed),
-        cancel_cause: None,
+        cancel_cause: cancel_cause_of(&command).or(command.end_cause),
     })
 }
 
@@ -236,7 +238,7 @@ pub async fn command_completed(
                 already_finished: Some(ServiceOutcome {
                     status: command.status,
                     error: command.error.clone(),
-                    cause: None,
+                    cause: command.end_cause,
                 }),
             })
         }
@@ -276,6 +278,6 @@ pub async fn record_report(
     Ok(ReportResponse {
         recorded,
         cancel_requested: command.cancel_requested,
-        cancel_cause: None,
+        cancel_cause: cancel_cause_of(&command),
     })
 }

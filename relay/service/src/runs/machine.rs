@@ -1,7 +1,7 @@
 //! The run state machine: [`transition`] is the only place that decides how a run moves.
 
 use relay_protocol::clock::Timestamp;
-use relay_protocol::{CompleteRequest, CompletionStatus, NOT_SHARED, RunStatus};
+use relay_protocol::{CompleteRequest, CompletionStatus, EndCause, NOT_SHARED, RunStatus};
 
 use crate::store::CommandRecord;
 
@@ -23,8 +23,12 @@ pub enum RunEvent<'a> {
         /// The execution the desktop started it under.
         execution_id: &'a str,
     },
-    /// The agent that queued it asked to cancel.
-    CancelRequested,
+    /// Someone asked to cancel: the agent that queued it (`cancel_graph_run`), or its project's
+    /// owner (the console, the owner API). The first to ask is the one recorded.
+    CancelRequested {
+        /// Who asked: [`EndCause::AgentCancelled`] or [`EndCause::OwnerCancelledConsole`].
+        cause: EndCause,
+    },
     /// The desktop reported the outcome.
     Completed {
         /// The completion as posted.
@@ -69,7 +73,7 @@ pub fn transition(current: &CommandRecord, event: RunEvent<'_>, now: Timestamp) 
             started(current, next, execution_id, now)
         }
         RunEvent::Released { execution_id } => released(current, next, execution_id),
-        RunEvent::CancelRequested => cancel_requested(current, next, now),
+        RunEvent::CancelRequested { cause } => cancel_requested(current, next, cause, now),
         RunEvent::Completed {
             completion,
             completion_hash,
@@ -89,6 +93,7 @@ pub fn transition(current: &CommandRecord, event: RunEvent<'_>, now: Timestamp) 
                 next.status = RunStatus::Cancelled;
                 next.finished_at = Some(now);
                 next.error = Some(NOT_SHARED.to_owned());
+                next.end_cause = Some(EndCause::ConsentWithdrawn);
                 Decision::Write(Box::new(next))
             }
             // A running run is the desktop's to stop: its consent re-check already let it start.
@@ -126,8 +131,20 @@ fn started(
     }
 }
 
-/// The error of a run that ends because the agent cancelled it before any graph ran.
-const CANCELLED_BEFORE_START: &str = "Cancelled by the agent before it started";
+/// The error of a run that ends because `cause` cancelled it before any graph ran:
+/// "Cancelled by the agent before it started", "Cancelled by the owner in the console before
+/// it started".
+fn cancelled_before_start(cause: EndCause) -> String {
+    format!("{} before it started", cause.describe())
+}
+
+/// Who asked the service to cancel `command`, when someone did: the recorded cause, or the
+/// agent for a run flagged before causes were kept (only agents could cancel then).
+pub fn cancel_cause_of(command: &CommandRecord) -> Option<EndCause> {
+    command
+        .cancel_requested
+        .then(|| command.cancel_cause.unwrap_or(EndCause::AgentCancelled))
+}
 
 /// The `Released` arms: only the execution that started the run hands it back; a run not
 /// started (or released already) stays as it is.
@@ -140,9 +157,11 @@ fn released(current: &CommandRecord, mut next: CommandRecord, execution_id: &str
             ))
         }
         RunStatus::Running if current.cancel_requested => {
+            let cause = cancel_cause_of(current).unwrap_or(EndCause::AgentCancelled);
             next.status = RunStatus::Cancelled;
             next.finished_at = Some(next.updated_at);
-            next.error = Some(CANCELLED_BEFORE_START.into());
+            next.error = Some(cancelled_before_start(cause));
+            next.end_cause = Some(cause);
             Decision::Write(Box::new(next))
         }
         RunStatus::Running => {
@@ -158,19 +177,28 @@ fn released(current: &CommandRecord, mut next: CommandRecord, execution_id: &str
     }
 }
 
-/// The `CancelRequested` arms.
-fn cancel_requested(current: &CommandRecord, mut next: CommandRecord, now: Timestamp) -> Decision {
+/// The `CancelRequested` arms: the first cancel's cause is the one kept (a second asker
+/// changes nothing).
+fn cancel_requested(
+    current: &CommandRecord,
+    mut next: CommandRecord,
+    cause: EndCause,
+    now: Timestamp,
+) -> Decision {
     match current.status {
         RunStatus::Queued => {
             next.status = RunStatus::Cancelled;
             next.cancel_requested = true;
+            next.cancel_cause = Some(cause);
+            next.end_cause = Some(cause);
             next.finished_at = Some(now);
-            next.error = Some(CANCELLED_BEFORE_START.into());
+            next.error = Some(cancelled_before_start(cause));
             Decision::Write(Box::new(next))
         }
         RunStatus::Running if current.cancel_requested => Decision::Replay,
         RunStatus::Running => {
             next.cancel_requested = true;
+            next.cancel_cause = Some(cause);
             Decision::Write(Box::new(next))
         }
         status => Decision::AlreadyFinished(status),
@@ -215,10 +243,9 @@ fn completed(
             let keeps_result = status == RunStatus::Completed;
             next.result = completion.result.clone().filter(|_| keeps_result);
             next.result_truncated = completion.result_truncated && keeps_result;
-            next.error = completion.error.clone().or_else(|| {
-                (status == RunStatus::Cancelled && completion.status != CompletionStatus::Cancelled)
-                    .then(|| "Cancelled by the agent while running".to_owned())
-            });
+            let (end_cause, error) = completed_cause(current, completion, status);
+            next.end_cause = end_cause;
+            next.error = error;
             Decision::Write(Box::new(next))
         }
         status if current.completion_hash.as_deref() == Some(completion_hash) => {
@@ -236,6 +263,35 @@ fn completed(
             "command already finished as {status} with a different completion"
         )),
     }
+}
+
+/// The end cause and error of a run the desktop completed as `status`. The cancel the service
+/// recorded wins over the desktop's cause (an older desktop says the agent cancelled whoever
+/// asked), and its words replace the desktop's; else the desktop's cause stands (a consent
+/// refusal without one is a withdrawal), with the desktop's error or the cause's words.
+fn completed_cause(
+    current: &CommandRecord,
+    completion: &CompleteRequest,
+    status: RunStatus,
+) -> (Option<EndCause>, Option<String>) {
+    if let Some(cause) = cancel_cause_of(current) {
+        let error = if completion.status == CompletionStatus::Cancelled {
+            cause.describe().to_owned()
+        } else {
+            // The graph ended on its own between the flag and the stop.
+            format!("{} while running", cause.describe())
+        };
+        return (Some(cause), Some(error));
+    }
+    let cause = completion
+        .cause
+        .or_else(|| is_consent_refusal(completion).then_some(EndCause::ConsentWithdrawn));
+    let error = completion.error.clone().or_else(|| {
+        cause
+            .filter(|_| status != RunStatus::Completed)
+            .map(|cause| cause.describe().to_owned())
+    });
+    (cause, error)
 }
 
 /// When the run ended: the desktop's `finished_at`, kept between the run's start (its queueing,
@@ -432,14 +488,18 @@ mod tests {
     fn cancel_ends_queued_flags_running_and_leaves_finished() {
         let cancelled = written(transition(
             &command(RunStatus::Queued, false),
-            RunEvent::CancelRequested,
+            RunEvent::CancelRequested {
+                cause: EndCause::AgentCancelled,
+            },
             NOW,
         ));
         assert_eq!(cancelled.status, RunStatus::Cancelled);
         assert_eq!(cancelled.finished_at, Some(NOW));
         let flagged = written(transition(
             &command(RunStatus::Running, false),
-            RunEvent::CancelRequested,
+            RunEvent::CancelRequested {
+                cause: EndCause::AgentCancelled,
+            },
             NOW,
         ));
         assert_eq!(flagged.status, RunStatus::Running);
@@ -447,7 +507,9 @@ mod tests {
         assert_eq!(
             transition(
                 &command(RunStatus::Running, true),
-                RunEvent::CancelRequested,
+                RunEvent::CancelRequested {
+                    cause: EndCause::AgentCancelled,
+                },
                 NOW
             ),
             Decision::Replay
@@ -458,7 +520,13 @@ mod tests {
             RunStatus::Cancelled,
         ] {
             assert_eq!(
-                transition(&command(status, false), RunEvent::CancelRequested, NOW),
+                transition(
+                    &command(status, false),
+                    RunEvent::CancelRequested {
+                        cause: EndCause::AgentCancelled,
+                    },
+                    NOW
+                ),
                 Decision::AlreadyFinished(status)
             );
         }
@@ -577,6 +645,7 @@ mod tests {
         ));
         assert_eq!(next.status, RunStatus::Cancelled);
         assert_eq!(next.error.as_deref(), Some(NOT_SHARED));
+        assert_eq!(next.end_cause, Some(EndCause::ConsentWithdrawn));
         assert!(next.finished_at.is_some());
         assert_eq!(
             transition(
@@ -635,6 +704,118 @@ mod tests {
             transition(&command(RunStatus::Completed, false), event, NOW),
             Decision::AlreadyFinished(RunStatus::Completed)
         );
+    }
+
+    #[test]
+    fn a_cancel_keeps_who_asked_and_the_first_asker_stands() {
+        let owner = RunEvent::CancelRequested {
+            cause: EndCause::OwnerCancelledConsole,
+        };
+        let agent = RunEvent::CancelRequested {
+            cause: EndCause::AgentCancelled,
+        };
+        let queued = written(transition(&command(RunStatus::Queued, false), owner, NOW));
+        assert_eq!(queued.end_cause, Some(EndCause::OwnerCancelledConsole));
+        assert_eq!(
+            queued.error.as_deref(),
+            Some("Cancelled by the owner in the console before it started")
+        );
+        let by_agent = written(transition(&command(RunStatus::Queued, false), agent, NOW));
+        assert_eq!(
+            by_agent.error.as_deref(),
+            Some("Cancelled by the agent before it started")
+        );
+        let flagged = written(transition(&command(RunStatus::Running, false), owner, NOW));
+        assert_eq!(flagged.cancel_cause, Some(EndCause::OwnerCancelledConsole));
+        assert_eq!(flagged.end_cause, None, "still running");
+        assert_eq!(
+            cancel_cause_of(&flagged),
+            Some(EndCause::OwnerCancelledConsole)
+        );
+        assert_eq!(transition(&flagged, agent, NOW), Decision::Replay);
+        // Flagged before causes were kept: only agents could cancel then.
+        assert_eq!(
+            cancel_cause_of(&command(RunStatus::Running, true)),
+            Some(EndCause::AgentCancelled)
+        );
+        let released = written(transition(
+            &flagged,
+            RunEvent::Released {
+                execution_id: "exec",
+            },
+            NOW,
+        ));
+        assert_eq!(released.end_cause, Some(EndCause::OwnerCancelledConsole));
+        assert_eq!(
+            released.error.as_deref(),
+            Some("Cancelled by the owner in the console before it started")
+        );
+    }
+
+    #[test]
+    fn the_services_cancel_cause_wins_over_the_desktops_and_the_cost_is_kept() {
+        let mut flagged = command(RunStatus::Running, false);
+        flagged.completion_hash = None;
+        flagged.cancel_requested = true;
+        flagged.cancel_cause = Some(EndCause::OwnerCancelledConsole);
+        let stopped = CompleteRequest {
+            result: None,
+            reported_cost: Some(0.0015),
+            total_tokens: Some(120),
+            error: Some("Cancelled by the agent".into()),
+            cause: Some(EndCause::AgentCancelled),
+            ..completion(CompletionStatus::Cancelled)
+        };
+        let done = written(transition(
+            &flagged,
+            RunEvent::Completed {
+                completion: &stopped,
+                completion_hash: "h",
+            },
+            NOW,
+        ));
+        assert_eq!(done.status, RunStatus::Cancelled);
+        assert_eq!(done.end_cause, Some(EndCause::OwnerCancelledConsole));
+        assert_eq!(
+            done.error.as_deref(),
+            Some("Cancelled by the owner in the console")
+        );
+        assert_eq!(
+            (done.total_tokens, done.reported_cost),
+            (Some(120), Some(0.0015))
+        );
+        // No cancel of the service's: the desktop's cause and words stand.
+        let mut running = command(RunStatus::Running, false);
+        running.completion_hash = None;
+        let withdrawn = CompleteRequest {
+            result: None,
+            error: None,
+            cause: Some(EndCause::OwnerCancelledDesktop),
+            ..completion(CompletionStatus::Cancelled)
+        };
+        let local = written(transition(
+            &running,
+            RunEvent::Completed {
+                completion: &withdrawn,
+                completion_hash: "h",
+            },
+            NOW,
+        ));
+        assert_eq!(local.end_cause, Some(EndCause::OwnerCancelledDesktop));
+        assert_eq!(
+            local.error.as_deref(),
+            Some("Cancelled by the owner on the desktop")
+        );
+        // A graph that ended by itself has no cause.
+        let plain = written(transition(
+            &running,
+            RunEvent::Completed {
+                completion: &completion(CompletionStatus::Completed),
+                completion_hash: "h",
+            },
+            NOW,
+        ));
+        assert_eq!((plain.end_cause, plain.error), (None, None));
     }
 
     #[test]

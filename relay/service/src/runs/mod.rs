@@ -13,7 +13,7 @@ pub use desktop::{
     DesktopError, command_completed, command_control, command_released, command_started,
     parse_command_id, record_report,
 };
-pub use machine::{Decision, RunEvent, transition};
+pub use machine::{Decision, RunEvent, cancel_cause_of, transition};
 
 use std::ops::RangeInclusive;
 use std::sync::Arc;
@@ -29,7 +29,7 @@ use crate::presence::Presence;
 use crate::store::notify::{Notifier, Topic};
 use crate::store::{CommandRecord, InsertOutcome, QueueLimit, QueueQuota, Store, StoreError};
 use relay_protocol::clock::{Clock, Timestamp};
-use relay_protocol::{CommandId, GraphSessionId, RunStatus};
+use relay_protocol::{CommandId, EndCause, GraphSessionId, RunStatus};
 
 /// Allowed length of an idempotency key, in characters.
 pub const IDEMPOTENCY_KEY_CHARS: RangeInclusive<usize> = 8..=128;
@@ -178,6 +178,24 @@ pub struct Ticket {
     pub poll_after_seconds: u64,
 }
 
+/// An end cause in a tool's output schema: a string, one of [`EndCause`]'s wire words.
+pub struct EndCauseWord;
+
+impl schemars::JsonSchema for EndCauseWord {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "EndCause".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let words: Vec<&str> = EndCause::ALL.iter().map(|c| c.as_str()).collect();
+        schemars::json_schema!({"type": "string", "enum": words})
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+}
+
 /// Any JSON value but `null` (a graph's result; a `null` result is left out), as a schema
 /// that names each type, so a client's validator and a model both see what may come.
 pub fn any_json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -245,6 +263,12 @@ pub struct RunView {
     /// Why it failed or was cancelled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why it ended, when not by its graph alone: who cancelled it (agent_cancelled,
+    /// owner_cancelled_console, owner_cancelled_desktop), consent_withdrawn, relay_stopped,
+    /// approval_timed_out, approval_denied, token_cap or timed_out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<EndCauseWord>")]
+    pub end_cause: Option<EndCause>,
     /// While it is not finished: when to look again, in seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub poll_after_seconds: Option<u64>,
@@ -345,6 +369,7 @@ impl RunView {
             total_tokens: command.total_tokens,
             reported_cost: command.reported_cost,
             error: command.error.clone(),
+            end_cause: command.end_cause,
             poll_after_seconds: (!command.status.is_terminal()).then_some(poll_hint.as_secs()),
             max_tokens: command.max_tokens,
             token_cap: command.token_cap,
@@ -627,13 +652,18 @@ pub async fn cancel_run(
     command_id: &str,
 ) -> Result<CancelOutcome, RunError> {
     let command = own_command(runs, agent, command_id).await?;
-    cancel_command(runs, command).await
+    cancel_command(runs, command, EndCause::AgentCancelled).await
 }
 
-/// Cancels `command` for whoever may: its agent (`cancel_graph_run`) or its project's owner.
-async fn cancel_command(runs: &Runs, command: CommandRecord) -> Result<CancelOutcome, RunError> {
+/// Cancels `command` for whoever may, `cause` naming who: its agent (`cancel_graph_run`) or
+/// its project's owner.
+async fn cancel_command(
+    runs: &Runs,
+    command: CommandRecord,
+    cause: EndCause,
+) -> Result<CancelOutcome, RunError> {
     let command = fail_if_silent(runs, command).await?;
-    let (command, decision) = apply(runs, command, RunEvent::CancelRequested).await?;
+    let (command, decision) = apply(runs, command, RunEvent::CancelRequested { cause }).await?;
     let (already_finished, message) = match (decision, command.status) {
         (Decision::AlreadyFinished(status), _) => (
             true,

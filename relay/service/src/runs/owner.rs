@@ -13,7 +13,7 @@ use super::Runs;
 use super::{CancelOutcome, RunError, cancel_command, fail_if_silent};
 use crate::store::{CommandQuery, CommandRecord, StoreError, TokenRecord};
 use relay_protocol::clock::Timestamp;
-use relay_protocol::{CommandId, DamagedCommand, GraphSessionId, RunStatus};
+use relay_protocol::{CommandId, DamagedCommand, EndCause, GraphSessionId, RunStatus};
 
 /// How many runs one page may hold.
 pub const RUN_PAGE_LIMITS: RangeInclusive<usize> = 1..=200;
@@ -72,6 +72,13 @@ pub struct OwnerRunSummary {
     pub result_truncated: bool,
     /// Why it failed or was cancelled.
     pub error: Option<String>,
+    /// Why it ended when not by its graph alone (who cancelled it, a withdrawal, a stop).
+    pub end_cause: Option<EndCause>,
+    /// What a running run waits for, as its desktop last reported (`owner approval of
+    /// fs.write`).
+    pub waiting_for: Option<String>,
+    /// Tokens a running run metered so far, as its desktop last reported.
+    pub tokens_so_far: Option<u64>,
 }
 
 /// One run in full.
@@ -115,6 +122,7 @@ pub async fn connection_names(
 }
 
 fn summary(command: &CommandRecord, names: &HashMap<String, String>) -> OwnerRunSummary {
+    let (waiting, progress) = crate::presence::reported(command);
     let (result_preview, preview_cut) = match &command.result {
         Some(result) => {
             let text = result.to_string();
@@ -141,6 +149,9 @@ fn summary(command: &CommandRecord, names: &HashMap<String, String>) -> OwnerRun
         preview_cut,
         result_truncated: command.result_truncated,
         error: command.error.clone(),
+        end_cause: command.end_cause,
+        waiting_for: waiting.map(|waiting| waiting.what),
+        tokens_so_far: progress.map(|progress| progress.tokens_used),
     }
 }
 
@@ -270,7 +281,7 @@ pub async fn cancel_run(
         }
         read => read?,
     };
-    cancel_command(runs, command).await
+    cancel_command(runs, command, EndCause::OwnerCancelledConsole).await
 }
 
 /// What a damaged run that its owner cancelled says.

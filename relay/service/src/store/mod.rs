@@ -21,7 +21,7 @@ pub use relay_sqlite::Fault;
 
 use crate::model::{HostKind, TaskId, TaskStatus};
 pub use relay_protocol::clock::Timestamp;
-use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
+use relay_protocol::{CommandId, EndCause, GraphSessionId, RunStatus, SessionMeta};
 
 pub use auth::{
     AuthCodeRecord, AuthSweep, AuthSweepCounts, BrowserSessionRecord, IssuedTokens,
@@ -581,6 +581,11 @@ pub struct CommandRecord {
     pub max_tokens: Option<u64>,
     /// The token cap the desktop reported running it with (with `started`).
     pub token_cap: Option<u64>,
+    /// Who asked the service to cancel it (the agent, or the owner in the console), once
+    /// someone did: answered to the desktop with the cancel flag, and the run's end cause.
+    pub cancel_cause: Option<EndCause>,
+    /// Why it ended, when not by its graph alone (a cancel, a withdrawal, a stop, a limit).
+    pub end_cause: Option<EndCause>,
 }
 
 impl CommandRecord {
@@ -624,6 +629,8 @@ impl CommandRecord {
             report: None,
             max_tokens: None,
             token_cap: None,
+            cancel_cause: None,
+            end_cause: None,
         }
     }
 }

@@ -137,7 +137,15 @@ ALTER TABLE commands ADD COLUMN token_cap INTEGER;
     SHARING_VERSION_MIGRATION,
     auth::CONNECTIONS_MIGRATION,
     presence::LONG_POLLS_MIGRATION,
+    END_CAUSE_MIGRATION,
 ];
+
+/// Who asked the service to cancel a run, and why it ended (`EndCause` wire words; `NULL`:
+/// no one asked, it ended by its graph alone, or it ended before causes were kept).
+const END_CAUSE_MIGRATION: &str = r#"
+ALTER TABLE commands ADD COLUMN cancel_cause TEXT;
+ALTER TABLE commands ADD COLUMN end_cause TEXT;
+"#;
 
 /// The desktop's sharing version of each project's held snapshot (`NULL`: synced by a desktop
 /// from before versions), so an older snapshot never replaces a newer one.
@@ -187,7 +195,7 @@ const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_session_id, slug,
     idempotency_key, request_hash, status, cancel_requested, execution_id, result, \
     result_truncated, total_tokens, reported_cost, error, completion_hash, created_at, \
     started_at, finished_at, last_seen_at, updated_at, delivered_at, report, max_tokens,
-    token_cap";
+    token_cap, cancel_cause, end_cause";
 
 const TOKEN_COLUMNS: &str = "id, kind, token_hash, owner_id, project_id, agent_name, scopes, \
     created_at, revoked_at, client_id, connection_id";
@@ -644,8 +652,16 @@ pub(super) fn command_from_row(row: &Row<'_>) -> rusqlite::Result<CommandRecord>
             report: report.and_then(|text| serde_json::from_str(&text).ok()),
             max_tokens: from_sql_tokens(row.get(24)?),
             token_cap: from_sql_tokens(row.get(25)?),
+            cancel_cause: cause_word(row.get(26)?),
+            end_cause: cause_word(row.get(27)?),
         })
     })
+}
+
+/// A stored cause word; one this build does not know (a newer build's) reads as none: a cause
+/// only explains an end, it decides nothing.
+fn cause_word(word: Option<String>) -> Option<relay_protocol::EndCause> {
+    word.and_then(|word| word.parse().ok())
 }
 
 /// A stored token count; a negative one (never written) reads as none.
@@ -1270,7 +1286,8 @@ impl Store for SqliteStore {
                     "UPDATE commands SET status = ?1, cancel_requested = ?2, execution_id = ?3, \
                      result = ?4, result_truncated = ?5, total_tokens = ?6, reported_cost = ?7, \
                      error = ?8, completion_hash = ?9, started_at = ?10, finished_at = ?11, \
-                     last_seen_at = ?12, updated_at = ?13, delivered_at = ?17, token_cap = ?18 \
+                     last_seen_at = ?12, updated_at = ?13, delivered_at = ?17, token_cap = ?18, \
+                     cancel_cause = ?20, end_cause = ?21 \
                      WHERE id = ?14 AND status = ?15 AND cancel_requested = ?16 \
                      AND execution_id IS ?19",
                     params![
@@ -1293,6 +1310,8 @@ impl Store for SqliteStore {
                         ms(next.delivered_at),
                         to_sql_tokens(next.token_cap)?,
                         from_execution,
+                        next.cancel_cause.map(|c| c.as_str()),
+                        next.end_cause.map(|c| c.as_str()),
                     ],
                 )
                 .map_err(backend)?;
@@ -1312,7 +1331,8 @@ impl Store for SqliteStore {
             let changed = connection
                 .execute(
                     "UPDATE commands SET status = 'cancelled', cancel_requested = 1, error = ?1, \
-                     finished_at = ?2, updated_at = ?2 \
+                     finished_at = ?2, updated_at = ?2, \
+                     cancel_cause = 'owner_cancelled_console', end_cause = 'owner_cancelled_console' \
                      WHERE id = ?3 AND status IN ('queued', 'running') \
                      AND project_id IN (SELECT id FROM projects WHERE owner_id = ?4)",
                     params![error, now.unix_millis(), id.to_string(), owner_id],

@@ -54,6 +54,12 @@ input[type=text],select,textarea{width:100%;max-width:34rem;padding:.4rem;font-s
 button{font-size:1rem;padding:.35rem 1rem;margin:.4rem .4rem .4rem 0}form.inline{display:inline}\
 table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.3rem .4rem;border-bottom:1px solid #ddd;vertical-align:top}\
 .status{font-weight:600}td.t{white-space:nowrap;font-size:.9rem}.muted{color:#555}.error{color:#a40000}pre{white-space:pre-wrap;word-break:break-word;background:#f4f4f4;padding:.5rem}\
+td{overflow-wrap:anywhere}.note{display:block;font-size:.85rem;color:#444}main:has(table.runs){max-width:80rem}\
+table.runs{table-layout:fixed}table.runs td{overflow-wrap:break-word}table.runs td.t{white-space:normal}\
+table.runs td button{padding:.3rem .5rem;font-size:.9rem;margin:0}\
+table.runs th:nth-child(1){width:12%}table.runs th:nth-child(2),table.runs th:nth-child(3){width:10%}\
+table.runs th:nth-child(4),table.runs th:nth-child(5),table.runs th:nth-child(6){width:8.5%}\
+table.runs th:nth-child(7),table.runs th:nth-child(8){width:7.5%}table.runs th:nth-child(10){width:5.5rem}\
 section{margin:1.2rem 0}.card{border:1px solid #ddd;border-radius:.3rem;padding:.5rem .8rem;margin:.5rem 0}\
 @media (max-width:40rem){table,thead,tbody,tr,th,td{display:block}thead{display:none}tr{border:1px solid #ddd;margin:.5rem 0;padding:.3rem}\
 td{border:none;padding:.15rem .3rem}td[data-label]::before{content:attr(data-label) \": \";font-weight:600}}";
@@ -67,6 +73,10 @@ pub fn routes(app: Arc<AppState>) -> Router {
         .route(
             &format!("{c}/connections/{{id}}/revoke"),
             post(projects::revoke),
+        )
+        .route(
+            &format!("{c}/agents/{{id}}/revoke"),
+            post(projects::revoke_agent),
         )
         .route(&format!("{c}/projects/{{id}}/runs"), get(runs::page))
         .route(

@@ -1,5 +1,6 @@
 //! The projects page: each of the owner's projects with its desktops, shared graph sessions,
-//! connections ("Revoke") and chat links, and the "Link chat" form.
+//! connections and operator-minted agent tokens (each with "Revoke") and chat links, and the
+//! "Link chat" form.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,7 +14,9 @@ use super::{ConsoleResult, Refusal, Signed, csrf_field, not_found, see_other, wh
 use crate::desktops::{self, DesktopView};
 use crate::http::AppState;
 use crate::oauth::connections::{self, Connection, Revoked};
-use crate::store::{ChatLinkRecord, ProjectRecord, SessionSnapshot, Timestamp};
+use crate::store::{
+    ChatLinkRecord, ProjectRecord, SessionSnapshot, Timestamp, TokenKind, TokenRecord,
+};
 
 /// Shared sessions a project card lists at most (a sync carries at most 100).
 const MAX_SESSIONS_SHOWN: usize = 100;
@@ -24,7 +27,18 @@ struct ProjectCard {
     desktops: Vec<DesktopView>,
     sessions: SessionSnapshot,
     connections: Vec<Connection>,
+    /// The operator-minted agent tokens that reach the project (`relay admin token create
+    /// --agent NAME`), revoked ones too.
+    agents: Vec<TokenRecord>,
     links: Vec<ChatLinkRecord>,
+}
+
+/// Whether `token` is an agent token the operator minted for `project_id` (not an OAuth
+/// grant: those are listed, and revoked, as their connection).
+fn minted_agent_of(token: &TokenRecord, project_id: &str) -> bool {
+    token.kind == TokenKind::Agent
+        && token.client_id.is_none()
+        && token.project_id.as_deref() == Some(project_id)
 }
 
 /// The owner's projects, oldest first.
@@ -37,6 +51,7 @@ pub async fn owned_projects(
 
 async fn cards(app: &AppState, owner_id: &str) -> Result<Vec<ProjectCard>, Refusal> {
     let desktops = desktops::list(app.store.as_ref(), owner_id, app.clock.now()).await?;
+    let tokens = app.store.tokens_of_owner(owner_id).await?;
     let mut cards = Vec::new();
     for project in owned_projects(app, owner_id).await? {
         cards.push(ProjectCard {
@@ -49,6 +64,11 @@ async fn cards(app: &AppState, owner_id: &str) -> Result<Vec<ProjectCard>, Refus
             connections: connections::list(app.store.as_ref(), Some(owner_id), Some(&project.id))
                 .await?,
             links: app.store.chat_links(&project.id).await?,
+            agents: tokens
+                .iter()
+                .filter(|token| minted_agent_of(token, &project.id))
+                .cloned()
+                .collect(),
             project,
         });
     }
@@ -96,6 +116,7 @@ fn project_card(signed: &Signed, card: &ProjectCard, uses: &HashMap<String, Time
                 li { (s.meta.name) " · " code { (s.meta.slug) } }
             } }
             (connections_table(signed, &card.connections, uses))
+            (agents_table(signed, &card.agents, uses))
             h3 { "Chat links" }
             @if card.links.is_empty() { p.muted { "No chat linked yet." } }
             ul { @for link in &card.links {
@@ -127,6 +148,41 @@ fn connections_table(
                             @if c.revoked_at.is_some() { span.muted { "revoked" } }
                             @else {
                                 form.inline method="post" action={ "/console/connections/" (c.id) "/revoke" } {
+                                    (csrf_field(signed))
+                                    button type="submit" { "Revoke" }
+                                }
+                            }
+                        }
+                    }
+                } }
+            }
+        }
+    }
+}
+
+/// The operator-minted agents of a project, beside the chat apps: each with its last use and
+/// "Revoke".
+fn agents_table(
+    signed: &Signed,
+    agents: &[TokenRecord],
+    uses: &HashMap<String, Timestamp>,
+) -> Markup {
+    html! {
+        h3 { "Agent tokens" }
+        @if agents.is_empty() { p.muted { "No agent token minted by the operator." } }
+        @else {
+            table {
+                thead { tr { th { "Agent" } th { "Scopes" } th { "Created" } th { "Last used" } th { "" } } }
+                tbody { @for a in agents {
+                    tr data-agent-token=(a.id) {
+                        td data-label="Agent" { (a.agent_name.as_deref().unwrap_or_default()) " " span.muted { "(token " code { (short(&a.id)) } ")" } }
+                        td data-label="Scopes" { (a.scopes.join(" ")) }
+                        td data-label="Created" { (when(Some(a.created_at))) }
+                        td data-label="Last used" { (when(uses.get(&a.id).copied())) }
+                        td {
+                            @if a.revoked_at.is_some() { span.muted { "revoked " (when(a.revoked_at)) } }
+                            @else {
+                                form.inline method="post" action={ "/console/agents/" (a.id) "/revoke" } {
                                     (csrf_field(signed))
                                     button type="submit" { "Revoke" }
                                 }
@@ -194,4 +250,29 @@ pub async fn revoke(
         Revoked::NotFound => Ok(not_found()),
         Revoked::Now | Revoked::Already => Ok(see_other("/console")),
     }
+}
+
+/// `POST /console/agents/{id}/revoke`: ends an operator-minted agent token of the owner's; any
+/// other id (another owner's token, a desktop's, a grant) is not found.
+pub async fn revoke_agent(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    signed: Signed,
+    Form(form): Form<CsrfForm>,
+) -> ConsoleResult {
+    signed.check_csrf(form.csrf.as_deref())?;
+    let token = app.store.token(&id).await?;
+    let Some(token) = token.filter(|token| {
+        token.owner_id == signed.owner.id
+            && token
+                .project_id
+                .as_deref()
+                .is_some_and(|project| minted_agent_of(token, project))
+    }) else {
+        return Ok(not_found());
+    };
+    if app.store.revoke_token(&token.id, app.clock.now()).await? {
+        tracing::info!(token_id = %token.id, "the owner revoked an agent token in the console");
+    }
+    Ok(see_other("/console"))
 }

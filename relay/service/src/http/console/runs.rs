@@ -154,10 +154,10 @@ fn list(signed: &Signed, project: &ProjectRecord, query: &RunsQuery, runs: &RunP
         }
         @if runs.runs.is_empty() { p.muted { "No runs." } }
         @else {
-            table {
+            table.runs {
                 thead { tr {
                     th { "Status" } th { "Graph" } th { "Connection" } th { "Queued (UTC)" } th { "Started" }
-                    th { "Finished" } th { "Tokens" } th { "Cost" } th { "Result or error" } th { "" }
+                    th { "Finished" } th { "Tokens" } th { "Cost" } th { "Result or error" } th { span.muted { "Action" } }
                 } }
                 tbody { @for run in &runs.runs { (row(signed, run)) } }
             }
@@ -173,26 +173,84 @@ fn row(signed: &Signed, run: &OwnerRunSummary) -> Markup {
         tr data-run=(run.command_id) {
             td data-label="Status" {
                 a.status href={ "/console/runs/" (run.command_id) } { (run.status.as_str()) }
-                @if run.cancel_requested && !run.status.is_terminal() { " (cancel requested)" }
+                (status_note(run))
             }
             td data-label="Graph" { code { (run.slug) } }
             td data-label="Connection" { (run.connection_name) }
             td.t data-label="Queued" { (when(Some(run.created_at))) }
             td.t data-label="Started" { (when(run.started_at)) }
             td.t data-label="Finished" { (when(run.finished_at)) }
-            td data-label="Tokens" { (run.total_tokens.map_or("—".to_owned(), |t| t.to_string())) }
-            td data-label="Cost" { (run.reported_cost.map_or("—".to_owned(), |c| format!("{c:.4}"))) }
+            td data-label="Tokens" { (tokens(run)) }
+            td data-label="Cost" { (cost(run)) }
             td data-label="Result" { (outcome(run)) }
-            td { (cancel_button(signed, run, "list")) }
+            td.action { (cancel_button(signed, run, "list")) }
         }
     }
 }
 
+/// What the status word alone does not say: a requested cancel, what a running run waits
+/// for, who or what ended it.
+fn status_note(run: &OwnerRunSummary) -> Markup {
+    html! {
+        @if run.cancel_requested && !run.status.is_terminal() { " (cancel requested)" }
+        @if let Some(waiting) = &run.waiting_for {
+            span.note data-waiting="" { "waiting for " (waiting) }
+        }
+        @if let Some(cause) = run.end_cause {
+            span.note data-end-cause=(cause.as_str()) { (cause.describe()) }
+        }
+    }
+}
+
+/// Tokens: a running run's so far (as its desktop last reported), else the total metered.
+fn tokens(run: &OwnerRunSummary) -> String {
+    match (run.status, run.tokens_so_far, run.total_tokens) {
+        (RunStatus::Running, Some(so_far), _) => format!("{so_far} so far"),
+        (_, _, Some(total)) => total.to_string(),
+        _ => "—".to_owned(),
+    }
+}
+
+/// The cost as money: none yet for a queued run, unknown until the desktop reports it.
+fn cost(run: &OwnerRunSummary) -> String {
+    match (run.status, run.reported_cost) {
+        (RunStatus::Queued, _) => "—".to_owned(),
+        (RunStatus::Running, _) | (_, None) => "unknown".to_owned(),
+        (_, Some(cost)) => money(cost),
+    }
+}
+
+/// Most significant digits a cost shows.
+const COST_DIGITS: i32 = 4;
+
+/// A cost in US dollars with [`COST_DIGITS`] significant digits (at least cents):
+/// `$0.002400`, `$12.35`; never a float's noise (`0.0024000000000000002`).
+pub fn money(cost: f64) -> String {
+    if !cost.is_finite() || cost <= 0.0 {
+        return "$0.00".to_owned();
+    }
+    let magnitude = cost.log10().floor() as i32;
+    let decimals = (COST_DIGITS - 1 - magnitude).clamp(2, 12);
+    format!("${cost:.*}", decimals as usize)
+}
+
+/// How many characters of an error a list shows (the run's page shows all of it).
+pub const ERROR_PREVIEW_CHARS: usize = 200;
+
+/// `text`'s first [`ERROR_PREVIEW_CHARS`] characters, and whether that cut it.
+fn preview(text: &str) -> (String, bool) {
+    let cut = text.chars().count() > ERROR_PREVIEW_CHARS;
+    (text.chars().take(ERROR_PREVIEW_CHARS).collect(), cut)
+}
+
 fn outcome(run: &OwnerRunSummary) -> Markup {
     html! {
-        @if let Some(error) = &run.error { span.error { (error) } }
+        @if let Some(error) = &run.error {
+            @let (shown, cut) = preview(error);
+            span.error { (shown) @if cut { "… " a href={ "/console/runs/" (run.command_id) } { "(all of it)" } } }
+        }
         @if let Some(preview) = &run.result_preview {
-            code { (preview) @if run.preview_cut { "…" } }
+            code { (preview) @if run.preview_cut { "… " a href={ "/console/runs/" (run.command_id) } { "(all of it)" } } }
         }
         @if run.result_truncated { " " strong { "(truncated: the full result is on the desktop)" } }
     }
@@ -240,14 +298,14 @@ pub async fn detail(
     let body = html! {
         p { a href={ "/console/projects/" (s.project_id) "/runs" } { "All runs of this project" } }
         dl {
-            dt { "Status" } dd.status { (s.status.as_str()) @if s.cancel_requested && !s.status.is_terminal() { " (cancel requested)" } }
+            dt { "Status" } dd { span.status { (s.status.as_str()) } (status_note(s)) }
             dt { "Graph" } dd { code { (s.slug) } " (" code { (s.graph_session_id.as_str()) } ")" }
             dt { "Connection" } dd { (s.connection_name) }
             dt { "Queued" } dd { (when(Some(s.created_at))) }
             dt { "Started" } dd { (when(s.started_at)) }
             dt { "Finished" } dd { (when(s.finished_at)) }
-            dt { "Tokens" } dd { (s.total_tokens.map_or("—".to_owned(), |t| t.to_string())) }
-            dt { "Cost" } dd { (s.reported_cost.map_or("—".to_owned(), |c| format!("{c:.4}"))) }
+            dt { "Tokens" } dd { (tokens(s)) }
+            dt { "Cost" } dd { (cost(s)) }
         }
         (cancel_button(&signed, s, "run"))
         h2 { "Arguments" } pre { (arguments) }

@@ -100,7 +100,10 @@ fn status_message(view: &RunView) -> String {
             Some(error) => format!("the graph run failed: {error}"),
             None => "the graph run failed".to_owned(),
         },
-        RunStatus::Cancelled => "the graph run was cancelled".to_owned(),
+        RunStatus::Cancelled => match view.end_cause {
+            Some(cause) => format!("the graph run was cancelled: {}", cause.describe()),
+            None => "the graph run was cancelled".to_owned(),
+        },
     }
 }
 

@@ -19,7 +19,7 @@ use super::{
 };
 use crate::model::{HostKind, TaskId, TaskStatus};
 use relay_protocol::clock::Timestamp;
-use relay_protocol::{CommandId, GraphSessionId, RunStatus, SessionMeta};
+use relay_protocol::{CommandId, EndCause, GraphSessionId, RunStatus, SessionMeta};
 
 const T0: Timestamp = Timestamp::from_unix_millis(1_794_130_200_000);
 
@@ -142,6 +142,7 @@ where
     session_snapshot_is_replaced_whole(make().as_ref()).await;
     session_snapshots_only_move_forward(make().as_ref()).await;
     argument_schemas_and_token_caps_round_trip(make().as_ref()).await;
+    cancel_and_end_causes_round_trip(make().as_ref()).await;
     idempotency_key_is_unique_per_agent(make().as_ref()).await;
     concurrent_inserts_create_one_command(make()).await;
     queue_quota_counts_queued_commands_only(make().as_ref()).await;
@@ -576,6 +577,104 @@ pub async fn argument_schemas_and_token_caps_round_trip(store: &dyn Store) {
     assert_eq!(read, running);
 }
 
+/// A new command has no cause; who asked to cancel it and why it ended are kept by an update
+/// and read back as written, every cause word alike.
+pub async fn cancel_and_end_causes_round_trip(store: &dyn Store) {
+    let seed = seed(store).await;
+    let queued = insert_new(store, command(&seed, &seed.agent_id, "key-cause-0", at(1))).await;
+    assert_eq!((queued.cancel_cause, queued.end_cause), (None, None));
+    let mut running = queued.clone();
+    running.status = RunStatus::Running;
+    running.execution_id = Some("exec-cause".into());
+    assert!(
+        store
+            .update_command(&queued, &running)
+            .await
+            .expect("start")
+    );
+    let mut flagged = running.clone();
+    flagged.cancel_requested = true;
+    flagged.cancel_cause = Some(EndCause::OwnerCancelledConsole);
+    assert!(
+        store
+            .update_command(&running, &flagged)
+            .await
+            .expect("flag")
+    );
+    let read = store
+        .command(queued.id)
+        .await
+        .expect("read")
+        .expect("the command");
+    assert_eq!(read, flagged);
+    let mut ended = flagged.clone();
+    ended.status = RunStatus::Cancelled;
+    ended.end_cause = Some(EndCause::OwnerCancelledConsole);
+    ended.reported_cost = Some(0.0015);
+    ended.total_tokens = Some(120);
+    assert!(store.update_command(&flagged, &ended).await.expect("end"));
+    let read = store
+        .command(queued.id)
+        .await
+        .expect("read")
+        .expect("the command");
+    assert_eq!(read, ended);
+    for (n, cause) in EndCause::ALL.into_iter().enumerate() {
+        let fresh = insert_new(
+            store,
+            command(
+                &seed,
+                &seed.agent_id,
+                &format!("key-cause-{}", n + 1),
+                at(2),
+            ),
+        )
+        .await;
+        let mut cancelled = fresh.clone();
+        cancelled.status = RunStatus::Cancelled;
+        cancelled.end_cause = Some(cause);
+        assert!(store.update_command(&fresh, &cancelled).await.expect("end"));
+        let read = store
+            .command(fresh.id)
+            .await
+            .expect("read")
+            .expect("the command");
+        assert_eq!(read.end_cause, Some(cause), "{cause}");
+        assert_eq!(read.cancel_cause, None);
+    }
+}
+
+/// A queued command in a fresh project of `store`: what a database from before a migration
+/// holds, for the tests that take a schema back and open it with this build.
+pub async fn queued_command(store: &dyn Store) -> CommandRecord {
+    let seed = seed(store).await;
+    insert_new(store, command(&seed, &seed.agent_id, "key-before", at(1))).await
+}
+
+/// `before`, a command written before causes were kept, read from the migrated `store`: it has
+/// none, and a cancel's cause is kept from now on.
+pub async fn a_command_from_before_end_causes_keeps_them_after(
+    store: &dyn Store,
+    before: &CommandRecord,
+) {
+    let read = store.command(before.id).await.expect("read").expect("kept");
+    assert_eq!(&read, before, "the command reads as it was written");
+    assert_eq!((read.cancel_cause, read.end_cause), (None, None));
+    let mut cancelled = read.clone();
+    cancelled.status = RunStatus::Cancelled;
+    cancelled.cancel_requested = true;
+    cancelled.cancel_cause = Some(EndCause::OwnerCancelledConsole);
+    cancelled.end_cause = Some(EndCause::OwnerCancelledConsole);
+    assert!(
+        store
+            .update_command(&read, &cancelled)
+            .await
+            .expect("cancel")
+    );
+    let read = store.command(before.id).await.expect("read").expect("kept");
+    assert_eq!(read, cancelled);
+}
+
 /// One command per (agent, key); another agent's same key is its own command.
 pub async fn idempotency_key_is_unique_per_agent(store: &dyn Store) {
     let seed = seed(store).await;
@@ -778,6 +877,14 @@ pub async fn damaged_commands_are_cancelled_only_by_their_owner_while_open(store
     let ended = store.command(queued.id).await.expect("read").expect("row");
     assert_eq!(ended.status, RunStatus::Cancelled);
     assert_eq!(ended.error.as_deref(), Some("damaged"));
+    assert_eq!(
+        (ended.cancel_cause, ended.end_cause),
+        (
+            Some(EndCause::OwnerCancelledConsole),
+            Some(EndCause::OwnerCancelledConsole)
+        ),
+        "only its owner cancels a damaged run"
+    );
     assert_eq!(ended.finished_at, Some(at(2)));
     assert!(!cancel(&owner.id).await, "an ended run stays as it is");
 }

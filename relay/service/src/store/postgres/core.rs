@@ -33,6 +33,20 @@ pub(super) const SHARING_VERSION_MIGRATION: &str = r#"
 ALTER TABLE project_syncs ADD COLUMN sharing_version BIGINT;
 "#;
 
+/// Who asked the service to cancel a run, and why it ended (`EndCause` wire words; `NULL`:
+/// no one asked, it ended by its graph alone, or it ended before causes were kept)
+/// (migration 10).
+pub(super) const END_CAUSE_MIGRATION: &str = r#"
+ALTER TABLE commands ADD COLUMN cancel_cause TEXT;
+ALTER TABLE commands ADD COLUMN end_cause TEXT;
+"#;
+
+/// A stored cause word; one this build does not know (a newer build's) reads as none: a cause
+/// only explains an end, it decides nothing.
+fn cause_word(word: Option<String>) -> Option<relay_protocol::EndCause> {
+    word.and_then(|word| word.parse().ok())
+}
+
 /// What the snapshot held for `project_id` (its row locked by the caller's transaction) says
 /// of one at `version` ([`SnapshotWrite::decide`]); an unchanged one moves the sync time here.
 async fn held_snapshot(
@@ -140,7 +154,7 @@ pub(super) const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_sessio
     arguments, idempotency_key, request_hash, status, cancel_requested, execution_id, result, \
     result_truncated, total_tokens, reported_cost, error, completion_hash, created_at, \
     started_at, finished_at, last_seen_at, updated_at, delivered_at, report, max_tokens,
-    token_cap";
+    token_cap, cancel_cause, end_cause";
 
 pub(super) const TOKEN_COLUMNS: &str = "id, kind, token_hash, owner_id, project_id, agent_name, \
     scopes, created_at, revoked_at, client_id, connection_id";
@@ -330,6 +344,8 @@ pub(super) fn command_from_row(row: &Row) -> Result<CommandRecord, StoreError> {
             report: report.and_then(|text| serde_json::from_str(&text).ok()),
             max_tokens: get::<Option<i64>>(row, 24)?.and_then(|n| u64::try_from(n).ok()),
             token_cap: get::<Option<i64>>(row, 25)?.and_then(|n| u64::try_from(n).ok()),
+            cancel_cause: cause_word(get(row, 26)?),
+            end_cause: cause_word(get(row, 27)?),
         })
     })
 }
@@ -643,7 +659,8 @@ impl PostgresStore {
                 "UPDATE commands SET status = $1, cancel_requested = $2, execution_id = $3, \
                  result = $4, result_truncated = $5, total_tokens = $6, reported_cost = $7, \
                  error = $8, completion_hash = $9, started_at = $10, finished_at = $11, \
-                 last_seen_at = $12, updated_at = $13, delivered_at = $17, token_cap = $18 \
+                 last_seen_at = $12, updated_at = $13, delivered_at = $17, token_cap = $18, \
+                 cancel_cause = $20, end_cause = $21 \
                  WHERE id = $14 AND status = $15 AND cancel_requested = $16 \
                  AND execution_id IS NOT DISTINCT FROM $19",
                 &[
@@ -666,6 +683,8 @@ impl PostgresStore {
                     &ms(next.delivered_at),
                     &to_sql_tokens(next.token_cap)?,
                     &from.execution_id,
+                    &next.cancel_cause.map(|c| c.as_str()),
+                    &next.end_cause.map(|c| c.as_str()),
                 ],
             )
             .await?;
@@ -1062,7 +1081,8 @@ impl Store for PostgresStore {
             let changed = self
                 .execute(
                     "UPDATE commands SET status = 'cancelled', cancel_requested = TRUE, error = $1, \
-                     finished_at = $2, updated_at = $2 \
+                     finished_at = $2, updated_at = $2, \
+                     cancel_cause = 'owner_cancelled_console', end_cause = 'owner_cancelled_console' \
                      WHERE id = $3 AND status IN ('queued', 'running') \
                      AND project_id IN (SELECT id FROM projects WHERE owner_id = $4)",
                     &[&error, &now.unix_millis(), &id.to_string(), &owner_id],

@@ -39,6 +39,7 @@ const MIGRATIONS: &[&str] = &[
     core::SHARING_VERSION_MIGRATION,
     auth::CONNECTIONS_MIGRATION,
     presence::LONG_POLLS_MIGRATION,
+    core::END_CAUSE_MIGRATION,
 ];
 
 /// The schema migrations, in order: for tests that build a database as an older release left
