@@ -835,6 +835,10 @@ async fn the_owner_api_filters_shows_and_cancels_runs_of_its_owner_only() {
     );
     let (_, only) = owner_api(service, ann, "GET", &filtered).await;
     assert_eq!(only["runs"].as_array().expect("runs").len(), 1);
+    assert_eq!(
+        only["runs"][0]["end_cause"], "owner_cancelled_console",
+        "the owner API says who cancelled it: {only}"
+    );
     let stranger = format!(
         "/projects/{project}/runs?connection={}",
         uuid::Uuid::new_v4()

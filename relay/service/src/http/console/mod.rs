@@ -58,8 +58,8 @@ td{overflow-wrap:anywhere}.note{display:block;font-size:.85rem;color:#444}main:h
 table.runs{table-layout:fixed}table.runs td{overflow-wrap:break-word}table.runs td.t{white-space:normal}\
 table.runs td button{padding:.3rem .5rem;font-size:.9rem;margin:0}\
 table.runs th:nth-child(1){width:12%}table.runs th:nth-child(2),table.runs th:nth-child(3){width:10%}\
-table.runs th:nth-child(4),table.runs th:nth-child(5),table.runs th:nth-child(6){width:8.5%}\
-table.runs th:nth-child(7),table.runs th:nth-child(8){width:7.5%}table.runs th:nth-child(10){width:5.5rem}\
+table.runs th:nth-child(4),table.runs th:nth-child(5),table.runs th:nth-child(6){width:8%}\
+table.runs th:nth-child(7){width:7%}table.runs th:nth-child(8){width:8.5%}table.runs th:nth-child(10){width:5.5rem}\
 section{margin:1.2rem 0}.card{border:1px solid #ddd;border-radius:.3rem;padding:.5rem .8rem;margin:.5rem 0}\
 @media (max-width:40rem){table,thead,tbody,tr,th,td{display:block}thead{display:none}tr{border:1px solid #ddd;margin:.5rem 0;padding:.3rem}\
 td{border:none;padding:.15rem .3rem}td[data-label]::before{content:attr(data-label) \": \";font-weight:600}}";
