@@ -213,6 +213,17 @@ fn check_title_and_output_schema(tool: &Value) {
             "{name}: {schema}"
         );
     }
+    if name == "get_graph_run" {
+        // Who or what ended a run: an optional field, one of the cause words.
+        let schema = &tool["outputSchema"];
+        let words: Vec<&str> = relay_protocol::EndCause::ALL
+            .iter()
+            .map(|cause| cause.as_str())
+            .collect();
+        assert_eq!(schema["properties"]["end_cause"]["enum"], json!(words));
+        let required = schema["required"].as_array().expect("required");
+        assert!(!required.contains(&json!("end_cause")), "{schema}");
+    }
 }
 
 /// `schema` without `$schema`, `description` and `default`: the constraints alone.

@@ -225,7 +225,7 @@ pub struct RunView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub started_at: Option<Timestamp>,
-    /// When it ended (on the desktop, for a run the desktop finished).
+    /// When it ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub finished_at: Option<Timestamp>,
@@ -236,14 +236,14 @@ pub struct RunView {
     /// What the run waits for, like the owner's approval of a tool.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
-    /// When that wait ends by itself (an unanswered approval is denied then).
+    /// When that wait ends by itself.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub waiting_until: Option<Timestamp>,
     /// How far the running graph got, as its desktop last reported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressView>,
-    /// The project's desktop: online, last seen, and what keeps it from starting runs.
+    /// The project's desktop.
     pub desktop: crate::presence::DesktopStatus,
     /// Last change.
     #[schemars(with = "String")]
@@ -263,11 +263,11 @@ pub struct RunView {
     /// Why it failed or was cancelled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Why it ended, when not by its graph alone: who cancelled it (agent_cancelled,
-    /// owner_cancelled_console, owner_cancelled_desktop), consent_withdrawn, relay_stopped,
-    /// approval_timed_out, approval_denied, token_cap or timed_out.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<EndCauseWord>")]
+    /// Why it ended, if not by its graph alone.
+    // Its words are the schema's enum (docs/mcp.md says each); the tools list stays within
+    // the 10 KB every conversation carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "EndCauseWord")]
     pub end_cause: Option<EndCause>,
     /// While it is not finished: when to look again, in seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -275,7 +275,7 @@ pub struct RunView {
     /// The token cap asked for with max_tokens.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
-    /// The token cap it runs with, once started (the owner's, or max_tokens if lower).
+    /// The token cap it runs with, once started.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_cap: Option<u64>,
 }
