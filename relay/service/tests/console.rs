@@ -501,12 +501,24 @@ async fn the_owner_cancels_queued_and_running_runs_and_is_named_as_who_cancelled
         json!({"cancel_requested": true, "cancel_cause": "owner_cancelled_console"}),
         "the desktop is told to stop, and who asked"
     );
+    stops_with_the_owners_cause_and_cost(&service, &ann, &desktop, &client, &running).await;
+}
+
+/// The desktop stops the running run the owner cancelled in the console: `get_graph_run` and
+/// the console say the owner cancelled it, with the tokens and cost the desktop measured.
+async fn stops_with_the_owners_cause_and_cost(
+    service: &TestService,
+    ann: &Owner,
+    desktop: &crate::common::Desktop,
+    client: &crate::common::McpClient,
+    running: &str,
+) {
     // An older desktop calls every cancel the agent's: the service's record of who asked wins.
     let completion = json!({"execution_id": "exec-1", "status": "cancelled",
         "error": "Cancelled by the agent", "cause": "agent_cancelled",
         "total_tokens": 120, "reported_cost": 0.0015});
-    assert_eq!(desktop.complete(&running, &completion).await.0, 200);
-    let run = ok(&call(&client, "get_graph_run", json!({"command_id": running})).await);
+    assert_eq!(desktop.complete(running, &completion).await.0, 200);
+    let run = ok(&call(client, "get_graph_run", json!({"command_id": running})).await);
     assert_eq!(run["end_cause"], "owner_cancelled_console", "{run}");
     assert_eq!(
         run["error"], "Cancelled by the owner in the console",
@@ -517,7 +529,7 @@ async fn the_owner_cancels_queued_and_running_runs_and_is_named_as_who_cancelled
         "the cost the desktop measured is kept"
     );
     assert_eq!(run["total_tokens"], 120);
-    let detail = ann.get(&service, &format!("/console/runs/{running}")).await;
+    let detail = ann.get(service, &format!("/console/runs/{running}")).await;
     assert!(
         detail.body.contains("cancelled") && !detail.body.contains(">Cancel</button>"),
         "{}",
