@@ -608,8 +608,13 @@ async fn a_minted_agent_is_listed_and_only_its_owner_revokes_it() {
         .and_then(|rest| rest.split("</tr>").next())
         .unwrap_or_else(|| panic!("the agent is listed: {}", page.body))
         .to_owned();
+    let last_used = row
+        .split("data-label=\"Last used\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</td>").next())
+        .unwrap_or_default();
     assert!(
-        row.contains("claude") && row.contains(" UTC") && row.contains(">Revoke</button>"),
+        row.contains("claude") && last_used.ends_with(" UTC") && row.contains(">Revoke</button>"),
         "named, with its last use and Revoke: {row}"
     );
 

@@ -72,6 +72,7 @@ async fn a_queued_command_takes_only_the_consent_refusal() {
     let run = ok(&call(&agent, "get_graph_run", json!({"command_id": id})).await);
     assert_eq!(run["status"], "cancelled", "{run}");
     assert_eq!(run["error"], NOT_SHARED);
+    assert_eq!(run["end_cause"], "consent_withdrawn", "{run}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -118,6 +118,9 @@ async fn a_retry_after_a_lost_response_gets_the_same_command() {
     assert_eq!(later["command_id"], queued[0]["command_id"]);
     // The unshare withdrew it (issue 32): the retry finds it ended, and no second one exists.
     assert_eq!(later["status"], "cancelled", "{later}");
+    let id = later["command_id"].as_str().expect("id");
+    let run = ok(&call(&client, "get_graph_run", json!({"command_id": id})).await);
+    assert_eq!(run["end_cause"], "consent_withdrawn", "{run}");
     assert_eq!(
         desktop.sync(&project, &[1, 2]).await.len(),
         0,
