@@ -16,6 +16,7 @@
   const floor = Math.floor;
   const apply = Reflect.apply;
   const isArrayValue = Array.isArray;
+  const keysOf = Object.keys;
   const MAX_RETRY_ATTEMPTS = 10;
   const MAX_SLEEP_MS = 600000;
 
@@ -128,7 +129,7 @@
       return Math.max(a.length, b.length);
     }
     let row = [];
-    for (let j = 0; j <= b.length; j++) row.push(j);
+    for (let j = 0; j <= b.length; j++) row[j] = j;
     for (let i = 1; i <= a.length; i++) {
       let diagonal = row[0];
       row[0] = i;
@@ -162,19 +163,30 @@
     return bestScore <= allowed ? best : undefined;
   }
 
+  // Whether `list` holds `key`, without Array.prototype (a graph may have patched it: only the
+  // messages below may suffer from that, never which calls pass).
+  function holds(list, key) {
+    for (let i = 0; i < list.length; i++) {
+      if (list[i] === key) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   function checkKeys(opts, known, what, elsewhere) {
-    const keys = Object.keys(opts);
+    const keys = keysOf(opts);
     for (let i = 0; i < keys.length; i++) {
       const key = keys[i];
-      if (known.includes(key)) {
+      if (holds(known, key)) {
         continue;
       }
-      const others = elsewhere === undefined ? [] : Object.keys(elsewhere);
+      const others = elsewhere === undefined ? [] : keysOf(elsewhere);
       const near = nearest(key, known.concat(others));
       let message = "unknown option `" + key + "` of " + what;
       if (near !== undefined) {
         message += "; did you mean `" + near + "`?";
-        if (others.includes(near)) {
+        if (elsewhere !== undefined && near in elsewhere) {
           message += " " + elsewhere[near];
         }
       }
@@ -720,10 +732,10 @@
   // [what, stack] of each agent, tool and nested graph started and never settled, in start
   // order (integer keys list in ascending order).
   function unsettled() {
-    const keys = Object.keys(startedAt);
+    const keys = keysOf(startedAt);
     const out = [];
     for (let i = 0; i < keys.length; i++) {
-      out.push(startedAt[keys[i]]);
+      out[i] = startedAt[keys[i]];
     }
     return out;
   }
