@@ -224,12 +224,30 @@ const PENDING_AT_RETURN: &str = r#"export default async function (args, g) {
 
 const PENDING_REPLIES: &str = r#"{"replies": [
   {"label": "quick", "text": "q", "tokens": 2, "latency_ms": 0},
-  {"label": "slow", "text": "s", "tokens": 40, "latency_ms": 20}
+  {"label": "slow", "text": "s", "tokens": 40, "latency_ms": 20},
+  {"label": "first", "text": "a", "tokens": 13, "latency_ms": 10},
+  {"label": "second", "text": "b", "tokens": 24, "latency_ms": 30}
 ]}"#;
+
+/// The issue's other pattern: a deadline raced against a nested graph, whose second agent is
+/// still running when the deadline wins and the top graph returns.
+const RACE: &str = r#"export default async function (args, g) {
+  const deadline = new Promise((resolve) => setTimeout(() => resolve("late"), 15));
+  return {winner: await Promise.race([g.graph("child", {}), deadline])};
+}
+"#;
+
+const CHILD: &str = r#"export default async function (args, g) {
+  const first = await g.agent({prompt: "1", label: "first"});
+  const second = await g.agent({prompt: "2", label: "second"});
+  return first.text + second.text;
+}
+"#;
 
 /// The issue's pattern: a graph returns at 10 ms while a 5 s timer and an agent are pending.
 /// Fifty rounds of `runner test` in each engine give the same result and tokens (the quick
-/// agent's 2, never the abandoned one's 40), and the run ends at 10 ms, not at the timer.
+/// agent's 2, never the abandoned one's 40), and the run ends at 10 ms, not at the timer; a
+/// deadline won against a nested graph counts its finished agent's 13 tokens every time.
 #[test]
 fn a_run_returning_with_work_pending_repeats_exactly() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -243,6 +261,16 @@ fn a_run_returning_with_work_pending_repeats_exactly() {
         ),
     )
     .expect("test case");
+    graph(dir.path(), "race.js", RACE);
+    graph(dir.path(), "child.js", CHILD);
+    std::fs::write(
+        dir.path().join("race.test.json"),
+        format!(
+            r#"{{"seed": 1, "clock": "{FIXED}", "replies_file": "replies.json",
+               "expect": {{"status": "completed", "result": {{"winner": "late"}}, "total_tokens": 13}}}}"#
+        ),
+    )
+    .expect("test case");
     for engine in ENGINES {
         let out = runner()
             .args(["test", "--engine", engine, "--repeat", "50"])
@@ -252,7 +280,7 @@ fn a_run_returning_with_work_pending_repeats_exactly() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{engine}: {}", text(&out));
         assert!(
-            stdout.ends_with("50 passed, 0 failed over 50 rounds\n"),
+            stdout.ends_with("100 passed, 0 failed over 50 rounds\n"),
             "{engine}: {stdout}"
         );
         let replies = dir.path().join("replies.json");

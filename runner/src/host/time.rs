@@ -300,6 +300,11 @@ impl RunClock {
         state.timers.clear();
     }
 
+    /// Whether the run is over ([`RunClock::end`]).
+    pub fn ended(&self) -> bool {
+        self.state().ended
+    }
+
     /// Drops the timers of every activity below `path` (a nested graph that returned: the work
     /// it left running is aborted), so that none of them moves the clock.
     pub fn drop_timers_under(&self, path: &Path) {
