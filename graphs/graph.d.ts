@@ -49,7 +49,7 @@ interface GraphFailure extends Error {
   code: FailureCode;
 }
 
-/** What `g.agent` takes (a bare string is the prompt). */
+/** What `g.agent` takes (a bare string is the prompt). Any other key is refused (`invalid`), naming the nearest one. */
 interface AgentOptions {
   /** The user prompt, not empty. */
   prompt: string;
@@ -108,7 +108,7 @@ interface ToolResults {
 /** The standard tools' names. */
 type ToolName = keyof ToolArgs;
 
-/** `g.retry`'s options. */
+/** `g.retry`'s options: an object (`g.retry(fn, 5)` is refused); any other key is refused, naming the nearest one. */
 interface RetryOptions {
   /** Attempts in all, 1 to 10 (default 3). */
   attempts?: number;
@@ -144,7 +144,7 @@ interface G {
   budget(): Budget;
 }
 
-/** A graph's default export. Its result must become JSON (no BigInt, Map, Set, Promise or cycle). */
+/** A graph's default export. Its result must become JSON (no BigInt, Map, Set, Promise, function or cycle). Work it leaves running when it returns is cancelled, and its timers never fire. */
 type GraphFunction = (args: GraphArgs, g: G) => unknown;
 
 // The globals the sandbox has besides the ECMAScript built-ins. Time and randomness come from

@@ -243,7 +243,8 @@ async fn run_top_graph(
         run.clone(),
         vec![request.graph.clone()],
         tokio::runtime::Handle::current(),
-    );
+    )
+    .with_file(request.graph.clone());
     let mut finished =
         options
             .engine

@@ -9,6 +9,7 @@ mod hostile;
 mod arg_schemas;
 mod author;
 mod author_nested;
+mod author_strict;
 mod author_tools;
 mod budget;
 mod cancel;

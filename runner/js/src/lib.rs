@@ -147,6 +147,15 @@ impl Default for Limits {
     }
 }
 
+/// Starts every warning the driver writes to the trace (work still running when a graph
+/// returned, a rejection nothing handled); `graph.js:LINE:COL: ` follows when it has a place,
+/// and the host names the real file there.
+pub const WARNING_PREFIX: &str = "warning: ";
+/// Warnings written for one graph call at most; the rest are counted in one more line.
+pub const MAX_WARNINGS: usize = 20;
+/// Rejected promises with no handler remembered at once (the first ones; later ones are not).
+const MAX_TRACKED_REJECTIONS: usize = 100;
+
 /// The path boa reports in errors; scripts have no real path inside the sandbox. An error the
 /// graph's own code raised starts with `graph.js:LINE:COL: `; the host names the real file.
 pub const SCRIPT_NAME: &str = "graph.js";
@@ -161,6 +170,8 @@ struct Shared {
     top_level: std::cell::Cell<bool>,
     /// The graph's module text, for the code frame of its errors.
     source: RefCell<Rc<str>>,
+    /// Promises rejected with no handler and given none since, oldest first.
+    rejections: RefCell<Vec<JsObject>>,
 }
 
 #[derive(Clone)]
@@ -174,6 +185,7 @@ struct Prelude {
     stack_of: JsObject,
     describe: JsObject,
     load_web: JsObject,
+    unsettled: JsObject,
 }
 
 /// Runs `script`'s default export with `args` (JSON text of an object) and returns its result
@@ -214,6 +226,7 @@ impl Interpreter {
             pending: RefCell::new(Vec::new()),
             top_level: std::cell::Cell::new(false),
             source: RefCell::new(Rc::from("")),
+            rejections: RefCell::new(Vec::new()),
         });
         let (context, prelude) =
             new_context(&shared, limits).map_err(|e| ScriptError::Setup(e.to_string()))?;
@@ -351,6 +364,7 @@ impl Prepared {
             Some(promise) => drive(&promise, shared, context, prelude)?,
             None => returned,
         };
+        warn_leftovers(shared, prelude, context);
         let text = prelude
             .result_text
             .call(&JsValue::undefined(), &[value], context)
@@ -558,7 +572,7 @@ fn new_context(shared: &Rc<Shared>, limits: &Limits) -> JsResult<(Context, Prelu
         .job_executor(executor)
         .module_loader(Rc::new(IdleModuleLoader))
         .clock(Rc::new(HostClock(shared.clone())))
-        .host_hooks(Rc::new(UtcHooks))
+        .host_hooks(Rc::new(RunHooks(shared.clone())))
         .build()?;
     install_math_random(&mut context)?;
     let runtime = context.runtime_limits_mut();
@@ -589,6 +603,7 @@ fn prelude_of(made: &JsObject, context: &mut Context) -> JsResult<Prelude> {
     let stack_of = field(js_string!("stackOf"))?;
     let describe = field(js_string!("describe"))?;
     let load_web = field(js_string!("loadWeb"))?;
+    let unsettled = field(js_string!("unsettled"))?;
     let function = |value: JsValue, what: &'static str| {
         value
             .as_callable()
@@ -601,6 +616,7 @@ fn prelude_of(made: &JsObject, context: &mut Context) -> JsResult<Prelude> {
         stack_of: function(stack_of, "stackOf is not a function")?,
         describe: function(describe, "describe is not a function")?,
         load_web: function(load_web, "loadWeb is not a function")?,
+        unsettled: function(unsettled, "unsettled is not a function")?,
     };
     Ok(prelude)
 }
@@ -998,14 +1014,113 @@ impl boa_engine::context::Clock for HostClock {
     }
 }
 
-/// boa's host hooks with local time fixed to UTC: the machine's time zone is not the graph's
-/// to read, and both engines then agree on `getHours()`.
-struct UtcHooks;
+/// boa's host hooks: local time fixed to UTC (the machine's time zone is not the graph's to
+/// read, and both engines then agree on `getHours()`), and rejections nothing handles
+/// remembered, to be warned about when the graph returns.
+struct RunHooks(Rc<Shared>);
 
-impl boa_engine::context::HostHooks for UtcHooks {
+impl boa_engine::context::HostHooks for RunHooks {
     fn local_timezone_offset_seconds(&self, _: i64) -> i32 {
         0
     }
+
+    fn promise_rejection_tracker(
+        &self,
+        promise: &JsObject<boa_engine::builtins::promise::Promise>,
+        operation: boa_engine::builtins::promise::OperationType,
+        _: &mut Context,
+    ) {
+        use boa_engine::builtins::promise::OperationType;
+        let promise = promise.clone().upcast();
+        let mut rejections = self.0.rejections.borrow_mut();
+        match operation {
+            OperationType::Reject if rejections.len() < MAX_TRACKED_REJECTIONS => {
+                rejections.push(promise);
+            }
+            OperationType::Reject => {}
+            OperationType::Handle => rejections.retain(|p| !JsObject::equals(p, &promise)),
+        }
+    }
+}
+
+/// Writes to the trace, when a graph returned, a warning for each agent, tool or nested graph
+/// it started and left running (at the place that started it: the host cancels it now) and for
+/// each rejection nothing handled (at the place of its error).
+fn warn_leftovers(shared: &Shared, prelude: &Prelude, context: &mut Context) {
+    let mut warnings = unsettled_warnings(prelude, context);
+    let rejected: Vec<JsObject> = std::mem::take(&mut *shared.rejections.borrow_mut());
+    for promise in rejected {
+        let Ok(promise) = boa_engine::object::builtins::JsPromise::from_object(promise) else {
+            continue;
+        };
+        if let PromiseState::Rejected(reason) = promise.state() {
+            let text = describe_value(reason, prelude, context);
+            let first = text.lines().next().unwrap_or_default();
+            warnings.push(match leading_location(first) {
+                Some(at) if at.file == SCRIPT_NAME => format!(
+                    "{}nothing handled this rejection: {}",
+                    &first[..at.rest],
+                    &first[at.rest..]
+                ),
+                _ => format!("nothing handled a rejection: {first}"),
+            });
+        }
+    }
+    let mut host = shared.host.borrow_mut();
+    for warning in warnings.iter().take(MAX_WARNINGS) {
+        host.log(&cut_chars(
+            &format!("{WARNING_PREFIX}{warning}"),
+            MAX_LOG_LINE_CHARS,
+        ));
+    }
+    if warnings.len() > MAX_WARNINGS {
+        host.log(&format!(
+            "{WARNING_PREFIX}{} more warnings like these",
+            warnings.len() - MAX_WARNINGS
+        ));
+    }
+}
+
+/// One warning per agent, tool or nested graph the prelude started and never settled.
+fn unsettled_warnings(prelude: &Prelude, context: &mut Context) -> Vec<String> {
+    let Ok(list) = prelude.unsettled.call(&JsValue::undefined(), &[], context) else {
+        return Vec::new();
+    };
+    let Some(list) = list.as_object() else {
+        return Vec::new();
+    };
+    let count = list
+        .get(js_string!("length"), context)
+        .ok()
+        .and_then(|n| n.as_number())
+        .unwrap_or(0.0);
+    let mut warnings = Vec::new();
+    // Cannot truncate: an array's length fits in u32.
+    for index in 0..count as u32 {
+        let Ok(entry) = list.get(index, context) else {
+            continue;
+        };
+        let Some(entry) = entry.as_object() else {
+            continue;
+        };
+        let mut text_at = |i: u32| {
+            entry
+                .get(i, context)
+                .ok()
+                .and_then(|v| v.as_string().map(|s| s.to_std_string_escaped()))
+        };
+        let what = text_at(0).unwrap_or_else(|| "some work".to_owned());
+        let place = text_at(1)
+            .as_deref()
+            .and_then(location::innermost)
+            .map(|at| format!("{SCRIPT_NAME}:{}:{}: ", at.line, at.column))
+            .unwrap_or_default();
+        warnings.push(format!(
+            "{place}{what} started here was still running when the graph returned: it was \
+             cancelled (await it before returning)"
+        ));
+    }
+    warnings
 }
 
 /// Replaces boa's `Math.random` (the thread's own generator) with [`native_math_random`].

@@ -15,6 +15,8 @@
   const isInteger = Number.isInteger;
   const floor = Math.floor;
   const apply = Reflect.apply;
+  const isArrayValue = Array.isArray;
+  const keysOf = Object.keys;
   const MAX_RETRY_ATTEMPTS = 10;
   const MAX_SLEEP_MS = 600000;
 
@@ -32,9 +34,18 @@
     return e;
   }
 
+  // handle -> [what, stack] of each agent, tool and nested graph started and not yet settled,
+  // with the stack where the graph started it: what is left when the graph returns is named
+  // in the trace, at that place.
+  const startedAt = Object.create(null);
+
   // A start-* native answers with a handle number, or with {code, message} when refused.
-  function started(answer) {
+  // `what` (an agent, a tool...) marks work worth a warning when it is still running at return.
+  function started(answer, what) {
     if (typeof answer === "number") {
+      if (what !== undefined) {
+        startedAt[answer] = [what, stackOf(new ErrorCtor())];
+      }
       return new PromiseCtor((resolve, reject) => {
         waiting[answer] = [resolve, reject];
       });
@@ -45,6 +56,7 @@
   // Called by the driver with the outcome of one handle: JSON text, or {code, message}.
   function settle(handle, ok, outcome) {
     const entry = waiting[handle];
+    delete startedAt[handle];
     if (entry === undefined) {
       return;
     }
@@ -98,6 +110,97 @@
     return value;
   }
 
+  // The options each `g` function takes. A key outside its list is refused, naming the nearest
+  // known one: a typo (`temprature`, `attempt`, `max_tokens`) would otherwise be ignored and
+  // the call run with defaults the author did not mean.
+  const AGENT_KEYS = ["prompt", "system", "model", "label", "maxTokens", "tools", "maxTurns"];
+  const RETRY_KEYS = ["attempts", "delayMs"];
+  // Keys authors bring from other APIs, with what to do instead: suggested when nearest.
+  const ELSEWHERE = Object.create(null);
+  ELSEWHERE.temperature = "g.agent takes no temperature; set `temperature` in the provider's configuration";
+
+  function normalized(key) {
+    return key.toLowerCase().replace(/[_\-\s]/g, "");
+  }
+
+  // Edit distance, bounded: keys are short, and an option object has few of them.
+  function distance(a, b) {
+    if (a.length > 64 || b.length > 64) {
+      return Math.max(a.length, b.length);
+    }
+    let row = [];
+    for (let j = 0; j <= b.length; j++) row[j] = j;
+    for (let i = 1; i <= a.length; i++) {
+      let diagonal = row[0];
+      row[0] = i;
+      for (let j = 1; j <= b.length; j++) {
+        const above = row[j];
+        row[j] = Math.min(above + 1, row[j - 1] + 1, diagonal + (a[i - 1] === b[j - 1] ? 0 : 1));
+        diagonal = above;
+      }
+    }
+    return row[b.length];
+  }
+
+  // The known key `key` most likely meant: the same letters (`max_tokens`), a known key it
+  // starts with (`systemPrompt`), or one a few edits away; undefined when none is close.
+  function nearest(key, known) {
+    const wanted = normalized(key);
+    let best;
+    let bestScore = Infinity;
+    for (let i = 0; i < known.length; i++) {
+      const candidate = normalized(known[i]);
+      let score = distance(wanted, candidate);
+      if (wanted.startsWith(candidate) || candidate.startsWith(wanted)) {
+        score = Math.min(score, 1);
+      }
+      if (score < bestScore) {
+        best = known[i];
+        bestScore = score;
+      }
+    }
+    const allowed = Math.max(2, floor(wanted.length / 3));
+    return bestScore <= allowed ? best : undefined;
+  }
+
+  // Whether `list` holds `key`, without Array.prototype (a graph may have patched it: only the
+  // messages below may suffer from that, never which calls pass).
+  function holds(list, key) {
+    for (let i = 0; i < list.length; i++) {
+      if (list[i] === key) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  function checkKeys(opts, known, what, elsewhere) {
+    const keys = keysOf(opts);
+    for (let i = 0; i < keys.length; i++) {
+      const key = keys[i];
+      if (holds(known, key)) {
+        continue;
+      }
+      const others = elsewhere === undefined ? [] : keysOf(elsewhere);
+      const near = nearest(key, known.concat(others));
+      let message = "unknown option `" + key + "` of " + what;
+      if (near !== undefined) {
+        message += "; did you mean `" + near + "`?";
+        if (elsewhere !== undefined && near in elsewhere) {
+          message += " " + elsewhere[near];
+        }
+      }
+      throw failure("invalid", message + " (" + what + " takes " + known.join(", ") + ")");
+    }
+  }
+
+  // A call given more arguments than its function takes: `g.tool(name, args, {timeout})`.
+  function checkArity(count, most, what, usage) {
+    if (count > most) {
+      throw failure("invalid", what + " takes " + usage + "; the argument after those is not accepted");
+    }
+  }
+
   function jsonArgs(args, what) {
     const value = args === undefined ? {} : args;
     if (value === null || typeof value !== "object" || Array.isArray(value)) {
@@ -106,14 +209,16 @@
     return stringify(value);
   }
 
-  function agent(opts) {
+  function agent(opts, ...extra) {
     try {
+      checkArity(extra.length + 1, 1, "g.agent", "one options object (or a prompt string)");
       if (typeof opts === "string") {
         opts = { prompt: opts };
       }
-      if (opts === null || typeof opts !== "object") {
+      if (opts === null || typeof opts !== "object" || isArrayValue(opts)) {
         throw failure("invalid", "g.agent takes {prompt, system, model, label, maxTokens, tools, maxTurns}");
       }
+      checkKeys(opts, AGENT_KEYS, "g.agent", ELSEWHERE);
       if (typeof opts.prompt !== "string" || opts.prompt.length === 0) {
         throw failure("invalid", "g.agent: prompt must be a non-empty string");
       }
@@ -130,37 +235,46 @@
         tools: tools,
         max_turns: optionalCount(opts, "maxTurns", "g.agent"),
       };
-      return started(host.startAgent(stringify(request)));
+      const named = typeof request.label === "string" ? "an agent (label " + stringify(request.label) + ")" : "an agent";
+      return started(host.startAgent(stringify(request)), named);
     } catch (e) {
       return rejected(e);
     }
   }
 
-  function tool(name, args) {
+  function tool(name, args, ...extra) {
     try {
+      checkArity(extra.length + 2, 2, "g.tool", "(name, args)");
       if (typeof name !== "string" || name.length === 0) {
         throw failure("invalid", "g.tool: the tool name must be a non-empty string");
       }
-      return started(host.startTool(name, jsonArgs(args, "g.tool(" + name + ")")));
+      return started(host.startTool(name, jsonArgs(args, "g.tool(" + name + ")")), "a tool call (" + name + ")");
     } catch (e) {
       return rejected(e);
     }
   }
 
-  function graph(slug, args) {
+  function graph(slug, args, ...extra) {
     try {
+      checkArity(extra.length + 2, 2, "g.graph", "(slug, args)");
       if (typeof slug !== "string" || slug.length === 0) {
         throw failure("invalid", "g.graph: the slug must be a non-empty string");
       }
-      return started(host.startGraph(slug, jsonArgs(args, "g.graph(" + slug + ")")));
+      return started(host.startGraph(slug, jsonArgs(args, "g.graph(" + slug + ")")), "a nested graph (" + slug + ")");
     } catch (e) {
       return rejected(e);
     }
   }
 
-  function sleep(ms) {
+  function sleep(ms, ...extra) {
+    if (extra.length > 0) {
+      return rejected(failure("invalid", "g.sleep takes one argument, the milliseconds: g.sleep(100)"));
+    }
+    if (ms !== null && typeof ms === "object") {
+      return rejected(failure("invalid", "g.sleep takes no options object, only the milliseconds: g.sleep(100)"));
+    }
     if (!isInteger(ms) || ms < 0 || ms > MAX_SLEEP_MS) {
-      return rejected(failure("invalid", "g.sleep: ms must be an integer from 0 to " + MAX_SLEEP_MS));
+      return rejected(failure("invalid", "g.sleep: ms must be an integer from 0 to " + MAX_SLEEP_MS + ", got " + describe(ms)));
     }
     return started(host.startSleep(ms));
   }
@@ -168,11 +282,17 @@
   // Errors a retry cannot fix: retrying them would only repeat a refusal.
   const FINAL_CODES = ["cancelled", "budget_exhausted", "denied"];
 
-  async function retry(fn, opts) {
+  async function retry(fn, opts, ...extra) {
+    checkArity(extra.length + 2, 2, "g.retry", "(fn, {attempts, delayMs})");
     if (typeof fn !== "function") {
       throw failure("invalid", "g.retry: the first argument must be a function");
     }
     const options = opts === undefined || opts === null ? {} : opts;
+    if (typeof options !== "object" || isArrayValue(options)) {
+      const example = isInteger(opts) ? "{attempts: " + opts + "}" : "{attempts: 3, delayMs: 100}";
+      throw failure("invalid", "g.retry: the options must be an object, got " + describe(opts) + "; write g.retry(fn, " + example + ")");
+    }
+    checkKeys(options, RETRY_KEYS, "g.retry");
     const attempts = options.attempts === undefined ? 3 : options.attempts;
     if (!isInteger(attempts) || attempts < 1 || attempts > MAX_RETRY_ATTEMPTS) {
       throw failure("invalid", "g.retry: attempts must be an integer from 1 to " + MAX_RETRY_ATTEMPTS + ", got " + describe(attempts));
@@ -518,6 +638,10 @@
         found = path + ": a BigInt cannot be turned into JSON; return it as a string or a number";
         return undefined;
       }
+      if (typeof v === "function") {
+        found = path + ": a function cannot be turned into JSON (it would be dropped); return its result, or data";
+        return undefined;
+      }
       if (v === null || typeof v !== "object") {
         return v;
       }
@@ -543,6 +667,21 @@
     }
     return found;
   }
+  // JSON.stringify drops a function without a trace in the text, so a result up to this many
+  // characters is walked once more to find one; a larger one is passed as it is, since walking
+  // it with a replacer costs seconds in the interpreter.
+  const MAX_FUNCTION_CHECK_CHARS = 1000000;
+  function holdsFunction(value) {
+    let seen = false;
+    stringify(value, (_, v) => {
+      if (typeof v === "function") {
+        seen = true;
+        return undefined;
+      }
+      return seen ? undefined : v;
+    });
+    return seen;
+  }
   function resultText(value) {
     let text;
     try {
@@ -550,6 +689,13 @@
     } catch (e) {
       const named = unjsonable(value);
       throw named === undefined ? e : named;
+    }
+    const mayDrop = text === undefined || text.length <= MAX_FUNCTION_CHECK_CHARS;
+    if (typeof value === "function" || (mayDrop && value !== null && typeof value === "object" && holdsFunction(value))) {
+      const named = unjsonable(value);
+      if (named !== undefined) {
+        throw named;
+      }
     }
     if (typeof text === "string" && apply(includes, text, ["{}"])) {
       const named = unjsonable(value);
@@ -583,5 +729,15 @@
   globalThis.clearTimeout = clearTimeout;
   globalThis.setInterval = setInterval;
   globalThis.clearInterval = clearInterval;
-  return freeze({ g, settle, stringify, resultText, stackOf, describe, loadWeb });
+  // [what, stack] of each agent, tool and nested graph started and never settled, in start
+  // order (integer keys list in ascending order).
+  function unsettled() {
+    const keys = keysOf(startedAt);
+    const out = [];
+    for (let i = 0; i < keys.length; i++) {
+      out[i] = startedAt[keys[i]];
+    }
+    return out;
+  }
+  return freeze({ g, settle, stringify, resultText, stackOf, describe, loadWeb, unsettled });
 })

@@ -251,8 +251,13 @@ impl Events {
         }
     }
 
-    /// Emits `kind` at `depth`.
+    /// Emits `kind` at `depth`. Once the run's top graph has returned, only the run's end is:
+    /// the work it left running is being aborted, and whether a piece of it notices first
+    /// (and says so) is up to the machine's threads, which must not change the trace.
     pub fn emit(&self, depth: usize, kind: EventKind) {
+        if self.clock.ended() && !matches!(kind, EventKind::RunFinished { .. }) {
+            return;
+        }
         let elapsed_ms = self.clock.now().monotonic_ms;
         self.sink.emit(&Event {
             elapsed_ms,

@@ -326,6 +326,21 @@ pub struct Invocation {
     finished: HashMap<u32, Outcome>,
     /// The tokens of each started agent, applied to the budget when the graph awaits it.
     tallies: HashMap<u32, Arc<AtomicU64>>,
+    /// The graph's file as the run names it, for the warnings the driver writes as `graph.js`.
+    file: Option<String>,
+}
+
+impl Drop for Invocation {
+    /// A graph's work ends when it returns: what it left running is aborted (the tasks' set is
+    /// dropped after this) and its timers never fire; when the top graph returns, the run clock
+    /// stops too, so a run that leaves work pending ends the same way every time.
+    fn drop(&mut self) {
+        if self.activity.path().is_empty() {
+            self.run.clock.end();
+        } else {
+            self.run.clock.drop_timers_under(self.activity.path());
+        }
+    }
 }
 
 impl Invocation {
@@ -357,7 +372,14 @@ impl Invocation {
             live: HashSet::new(),
             finished: HashMap::new(),
             tallies: HashMap::new(),
+            file: None,
         }
+    }
+
+    /// Names the graph's file (`graphs/research.js`) in the warnings of its trace.
+    pub fn with_file(mut self, file: impl Into<String>) -> Self {
+        self.file = Some(file.into());
+        self
     }
 
     /// The run this graph belongs to.
@@ -544,11 +566,12 @@ impl Invocation {
             );
             // A built component runs on its own engine, a source on the run's.
             let engine = source.engine.as_ref().unwrap_or(&run.engine);
-            let outcome = engine.run(source.script.clone(), args, child).await;
             let file = source
                 .file
                 .as_deref()
                 .map_or_else(|| format!("{slug}.js"), str::to_owned);
+            let child = child.with_file(file.clone());
+            let outcome = engine.run(source.script.clone(), args, child).await;
             let outcome = outcome.map_err(|e| crate::location::name_file(&e.to_string(), &file));
             drop(live);
             run.events.emit(
@@ -678,7 +701,16 @@ impl Invocation {
     /// `log`.
     pub fn log(&self, message: &str) {
         let cut: String = message.chars().take(graph_js::MAX_LOG_LINE_CHARS).collect();
-        self.run.events.log(self.depth(), &cut);
+        // The driver's warnings name the file as `graph.js`, the only name it knows.
+        let named = match (cut.strip_prefix(graph_js::WARNING_PREFIX), &self.file) {
+            (Some(rest), Some(file)) => format!(
+                "{}{}",
+                graph_js::WARNING_PREFIX,
+                crate::location::name_file(rest, file)
+            ),
+            _ => cut,
+        };
+        self.run.events.log(self.depth(), &named);
     }
 }
 

@@ -226,6 +226,8 @@ struct Virtual {
     /// token.
     timers: BTreeMap<(u64, Path, u64), oneshot::Sender<Busy>>,
     next_timer: u64,
+    /// The top graph returned: the clock stays where it is and no timer fires again.
+    ended: bool,
 }
 
 impl RunClock {
@@ -287,12 +289,36 @@ impl RunClock {
         Busy(Some(self.clone()))
     }
 
+    /// The run is over (its top graph returned, or it stopped): the clock stays where it is and
+    /// the timers still pending never fire. Firing them as the run's work is torn down moved
+    /// the end of the run to the last timer's deadline and let an abandoned agent finish (or
+    /// not, as the machine's threads happened to go), so the same run ended differently.
+    pub fn end(&self) {
+        let mut state = self.state();
+        state.ended = true;
+        // Their sleepers are being aborted: they wait for good (see `sleep`).
+        state.timers.clear();
+    }
+
+    /// Whether the run is over ([`RunClock::end`]).
+    pub fn ended(&self) -> bool {
+        self.state().ended
+    }
+
+    /// Drops the timers of every activity below `path` (a nested graph that returned: the work
+    /// it left running is aborted), so that none of them moves the clock.
+    pub fn drop_timers_under(&self, path: &Path) {
+        self.state().timers.retain(|(_, sleeper, _), _| {
+            !(sleeper.len() > path.len() && sleeper.starts_with(path))
+        });
+    }
+
     /// One busy token less; at none, the earliest timer fires and takes one.
     fn release(self: &Arc<Self>) {
         loop {
             let mut state = self.state();
             state.busy -= 1;
-            if state.busy > 0 {
+            if state.busy > 0 || state.ended {
                 return;
             }
             let Some(((deadline, _, _), wake)) = state.timers.pop_first() else {
@@ -321,19 +347,31 @@ impl RunClock {
         let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
         let woken = {
             let mut state = self.state();
-            let (tx, rx) = oneshot::channel();
-            let key = (
-                state.elapsed_ms.saturating_add(ms),
-                path.clone(),
-                state.next_timer,
-            );
-            state.next_timer += 1;
-            state.timers.insert(key, tx);
-            rx
+            // The run is over: the sleeper's work is being aborted (see `end`).
+            if state.ended {
+                None
+            } else {
+                let (tx, rx) = oneshot::channel();
+                let key = (
+                    state.elapsed_ms.saturating_add(ms),
+                    path.clone(),
+                    state.next_timer,
+                );
+                state.next_timer += 1;
+                state.timers.insert(key, tx);
+                Some(rx)
+            }
         };
         drop(busy);
-        // The sender lives in the clock, which the caller holds: it is never dropped unsent.
-        woken.await.unwrap_or(Busy(None))
+        let Some(woken) = woken else {
+            return std::future::pending().await;
+        };
+        match woken.await {
+            Ok(busy) => busy,
+            // Dropped unsent by `end` or `drop_timers_under`: the sleeper's work is being
+            // aborted, and must not go on (an agent would meter tokens after its run ended).
+            Err(_) => std::future::pending().await,
+        }
     }
 }
 
