@@ -472,10 +472,14 @@ async fn chromium_page_keeps_itself_current_and_says_when_no_relay_runs() {
         .expect("type");
     mark_page(&browser).await;
 
-    let relay = spawn_relay(&world);
+    // Two runs: the relay runs one at a time, so one waits for approval, the other stays queued.
     world
         .queue(&session, "key-live-1", json!({"path": "first.md"}))
         .await;
+    world
+        .queue(&session, "key-live-2", json!({"path": "second.md"}))
+        .await;
+    let relay = spawn_relay(&world);
     wait_until("the run asks for approval", || {
         !world.state.approvals(false).expect("approvals").is_empty()
     })
@@ -499,11 +503,16 @@ async fn chromium_page_keeps_itself_current_and_says_when_no_relay_runs() {
     assert!(still_marked(&browser).await, "the page was not reloaded");
     save_screenshots(&browser, "desktop-live-sessions").await;
 
-    // A second run waits behind the first: the page lists it as queued.
-    world
-        .queue(&session, "key-live-2", json!({"path": "second.md"}))
-        .await;
-    wait_until("the relay's sync saw the second run", || {
+    // The other run waits behind it: the page lists it as queued.
+    let asked = world.state.approvals(false).expect("approvals")[0]
+        .args
+        .clone();
+    let (asking, waiting) = if asked.contains("first.md") {
+        ("first.md", "second.md")
+    } else {
+        ("second.md", "first.md")
+    };
+    wait_until("the relay's sync saw the other run", || {
         !world.state.queued().expect("queue").is_empty()
     })
     .await;
@@ -512,10 +521,18 @@ async fn chromium_page_keeps_itself_current_and_says_when_no_relay_runs() {
         .await
         .expect("runs");
     let (runs, _) = wait_for_source(&browser, "the queued run", Duration::from_secs(5), |s| {
-        s.contains("second.md")
+        s.contains("id=\"queued\"")
     })
     .await;
-    assert!(runs.contains("Queued") && runs.contains("writes"), "{runs}");
+    let queued = runs
+        .split("id=\"queued\"")
+        .nth(1)
+        .and_then(|rest| rest.split("id=\"history\"").next())
+        .expect("the queued region");
+    assert!(
+        queued.contains(waiting) && queued.contains("writes") && !queued.contains(asking),
+        "the waiting run is listed as queued: {queued}"
+    );
     save_screenshots(&browser, "desktop-queue").await;
 
     browser
@@ -544,14 +561,13 @@ async fn chromium_page_keeps_itself_current_and_says_when_no_relay_runs() {
     .await;
     eprintln!("the page said the relay stopped {took:?} after it was killed");
     assert!(
-        approvals.contains("first.md"),
+        approvals.contains(asking),
         "the approval is still shown: {approvals}"
     );
     assert!(still_marked(&browser).await, "the page was not reloaded");
     save_screenshots(&browser, "desktop-approvals-not-live").await;
-    assert!(
-        !folder.path().join("first.md").exists(),
-        "nothing was approved"
-    );
+    for file in [asking, waiting] {
+        assert!(!folder.path().join(file).exists(), "nothing was approved");
+    }
     browser.quit().await.expect("quit");
 }

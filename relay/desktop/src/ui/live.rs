@@ -173,7 +173,8 @@ fn running_line(run: &RunningRow, names: &Names, relay: &Relay) -> Markup {
             " · requested by " (agent(run.agent_name.as_deref(), run.agent_id.as_deref()))
             " · " (run.total_tokens) " tokens so far"
             @if let Some(tool) = &run.waiting_for {
-                " · waiting for " a href="/approvals" { "your approval of " code { (tool) } }
+                @if relay.may_be_live() { " · waiting for " } @else { " · was waiting for " }
+                a href="/approvals" { "your approval of " code { (tool) } }
             }
         }
     }

@@ -440,7 +440,7 @@ pub(crate) async fn runs(State(page): State<Arc<Page>>) -> Response {
             div #queued data-live { (queue_table(&queued, &names)) }
             div #history data-live { (history_table(&history, &names)) }
             @if let Some((run, trace)) = &newest {
-                section {
+                section #newest data-live {
                     h2 { "Newest run: " code { (run.slug) } }
                     (run_details(run, trace.as_ref(), &names, &[]))
                 }
