@@ -471,21 +471,36 @@ async fn chromium_page_keeps_itself_current_and_says_when_no_relay_runs() {
         .await
         .expect("type");
     mark_page(&browser).await;
+    let relay = approval_arrives_on_the_open_page(&browser, &world, &session).await;
+    let (asking, waiting) = the_other_run_is_listed_as_queued(&browser, &page, &world).await;
+    the_killed_relay_shows_on_the_open_page(&browser, &page, relay, asking).await;
+    for file in [asking, waiting] {
+        assert!(!folder.path().join(file).exists(), "nothing was approved");
+    }
+    browser.quit().await.expect("quit");
+}
 
+/// Starts the relay with two runs queued; the first asks for approval and the open home page
+/// shows it within 2 s, keeping its half-typed input.
+async fn approval_arrives_on_the_open_page(
+    browser: &relay_testkit::webdriver::Chromium,
+    world: &World,
+    session: &relay_protocol::GraphSessionId,
+) -> RelayProcess {
     // Two runs: the relay runs one at a time, so one waits for approval, the other stays queued.
     world
-        .queue(&session, "key-live-1", json!({"path": "first.md"}))
+        .queue(session, "key-live-1", json!({"path": "first.md"}))
         .await;
     world
-        .queue(&session, "key-live-2", json!({"path": "second.md"}))
+        .queue(session, "key-live-2", json!({"path": "second.md"}))
         .await;
-    let relay = spawn_relay(&world);
+    let relay = spawn_relay(world);
     wait_until("the run asks for approval", || {
         !world.state.approvals(false).expect("approvals").is_empty()
     })
     .await;
     let (_, took) = wait_for_source(
-        &browser,
+        browser,
         "the approval on the open page",
         Duration::from_secs(2),
         |s| {
@@ -500,10 +515,18 @@ async fn chromium_page_keeps_itself_current_and_says_when_no_relay_runs() {
         "half-typ",
         "the half-typed input keeps its text"
     );
-    assert!(still_marked(&browser).await, "the page was not reloaded");
-    save_screenshots(&browser, "desktop-live-sessions").await;
+    assert!(still_marked(browser).await, "the page was not reloaded");
+    save_screenshots(browser, "desktop-live-sessions").await;
+    relay
+}
 
-    // The other run waits behind it: the page lists it as queued.
+/// The run that does not ask waits behind the one that does: the runs page lists it as
+/// queued. Returns the asking run's and the waiting run's files.
+async fn the_other_run_is_listed_as_queued(
+    browser: &relay_testkit::webdriver::Chromium,
+    page: &ServedPage,
+    world: &World,
+) -> (&'static str, &'static str) {
     let asked = world.state.approvals(false).expect("approvals")[0]
         .args
         .clone();
@@ -517,10 +540,10 @@ async fn chromium_page_keeps_itself_current_and_says_when_no_relay_runs() {
     })
     .await;
     browser
-        .goto(&format!("{}/runs", origin(&page)))
+        .goto(&format!("{}/runs", origin(page)))
         .await
         .expect("runs");
-    let (runs, _) = wait_for_source(&browser, "the queued run", Duration::from_secs(5), |s| {
+    let (runs, _) = wait_for_source(browser, "the queued run", Duration::from_secs(5), |s| {
         s.contains("id=\"queued\"")
     })
     .await;
@@ -533,10 +556,20 @@ async fn chromium_page_keeps_itself_current_and_says_when_no_relay_runs() {
         queued.contains(waiting) && queued.contains("writes") && !queued.contains(asking),
         "the waiting run is listed as queued: {queued}"
     );
-    save_screenshots(&browser, "desktop-queue").await;
+    save_screenshots(browser, "desktop-queue").await;
+    (asking, waiting)
+}
 
+/// Kills the relay while the approvals page is open: within 3 s it says no relay runs and the
+/// approval is not live, without a reload.
+async fn the_killed_relay_shows_on_the_open_page(
+    browser: &relay_testkit::webdriver::Chromium,
+    page: &ServedPage,
+    relay: RelayProcess,
+    asking: &str,
+) {
     browser
-        .goto(&format!("{}/approvals", origin(&page)))
+        .goto(&format!("{}/approvals", origin(page)))
         .await
         .expect("approvals");
     assert!(
@@ -546,10 +579,10 @@ async fn chromium_page_keeps_itself_current_and_says_when_no_relay_runs() {
             .expect("source")
             .contains(">Approve</button>")
     );
-    mark_page(&browser).await;
+    mark_page(browser).await;
     drop(relay);
     let (approvals, took) = wait_for_source(
-        &browser,
+        browser,
         "the killed relay on the open page",
         Duration::from_secs(3),
         |s| {
@@ -564,10 +597,6 @@ async fn chromium_page_keeps_itself_current_and_says_when_no_relay_runs() {
         approvals.contains(asking),
         "the approval is still shown: {approvals}"
     );
-    assert!(still_marked(&browser).await, "the page was not reloaded");
-    save_screenshots(&browser, "desktop-approvals-not-live").await;
-    for file in [asking, waiting] {
-        assert!(!folder.path().join(file).exists(), "nothing was approved");
-    }
-    browser.quit().await.expect("quit");
+    assert!(still_marked(browser).await, "the page was not reloaded");
+    save_screenshots(browser, "desktop-approvals-not-live").await;
 }

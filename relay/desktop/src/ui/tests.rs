@@ -403,68 +403,75 @@ async fn projects_and_agents_are_named_and_queued_runs_are_listed() {
     );
 }
 
+/// Ends the running `execution` with `status` and `error` (7 tokens, a cost with float noise).
+fn end_run(
+    fixture: &Fixture,
+    execution: &str,
+    status: relay_protocol::CompletionStatus,
+    error: &str,
+) {
+    let command = fixture
+        .state
+        .history()
+        .expect("history")
+        .into_iter()
+        .find(|h| h.execution_id == execution)
+        .expect("run")
+        .command_id
+        .parse::<relay_protocol::CommandId>()
+        .expect("command");
+    let completion = crate::bounding::completion(
+        execution,
+        status,
+        None,
+        7,
+        0.002_400_000_000_000_000_2,
+        Some(error),
+    );
+    fixture
+        .state
+        .finish_execution(
+            &command,
+            None,
+            None,
+            &completion,
+            Timestamp::from_unix_millis(5),
+        )
+        .expect("finish");
+}
+
 #[tokio::test]
 async fn decided_approvals_say_what_really_happened() {
     let fixture = Fixture::new();
     let now = Timestamp::from_unix_millis(5);
     live_runs(&fixture, &["e-ok", "e-timeout", "e-stop", "e-cancel"], now);
-    for (id, execution) in [
-        ("a1", "e-ok"),
-        ("a2", "e-timeout"),
-        ("a3", "e-stop"),
-        ("a4", "e-cancel"),
-    ] {
-        fixture
-            .state
+    let answers = [
+        ("a1", "e-ok", ApprovalStatus::Approved),
+        ("a2", "e-timeout", ApprovalStatus::Expired),
+        ("a3", "e-stop", ApprovalStatus::Expired),
+        ("a4", "e-cancel", ApprovalStatus::Expired),
+    ];
+    for (id, execution, answer) in answers {
+        let state = &fixture.state;
+        state
             .ask(id, execution, "fs.write", "{}", now)
             .expect("ask");
+        state.decide(id, answer, now).expect("answer");
     }
-    fixture
-        .state
-        .decide("a1", ApprovalStatus::Approved, now)
-        .expect("approve");
-    for id in ["a2", "a3", "a4"] {
-        fixture
-            .state
-            .decide(id, ApprovalStatus::Expired, now)
-            .expect("expire");
-    }
-    let end = |execution: &str, status, error: &str| {
-        let command = fixture
-            .state
-            .history()
-            .expect("history")
-            .into_iter()
-            .find(|h| h.execution_id == execution)
-            .expect("run")
-            .command_id
-            .parse::<relay_protocol::CommandId>()
-            .expect("command");
-        let completion = crate::bounding::completion(
-            execution,
-            status,
-            None,
-            7,
-            0.0024000000000000002,
-            Some(error),
-        );
-        fixture
-            .state
-            .finish_execution(&command, None, None, &completion, now)
-            .expect("finish");
-    };
     use relay_protocol::CompletionStatus::{Cancelled, Failed};
-    end(
+    end_run(
+        &fixture,
         "e-timeout",
         Failed,
         "no answer to the approval request for tool fs.write within 600 s; a timeout counts as a denial",
     );
-    end(
+    end_run(
+        &fixture,
         "e-stop",
         Failed,
         "the desktop relay was stopped while this graph was running",
     );
-    end("e-cancel", Cancelled, "Cancelled by the owner");
+    end_run(&fixture, "e-cancel", Cancelled, "Cancelled by the owner");
     let cookie = fixture.sign_in().await;
     let page = fixture.get("/approvals", Some(&cookie)).await.body;
     let decided = page.split("Decided").nth(1).expect("a decided table");
