@@ -231,14 +231,16 @@ async fn history_says_when_with_what_and_for_which_agent_each_run_ran() {
         .as_str()
         .and_then(relay_protocol::clock::Timestamp::parse_rfc3339)
         .expect("created_at");
-    assert_eq!(
-        row["queued_at"].as_i64(),
-        Some(queued_at.unix_millis()),
-        "{row}"
-    );
-    let started = row["started_at"].as_i64().expect("started_at");
-    let finished = row["finished_at"].as_i64().expect("finished_at");
-    assert!(started <= finished, "{row}");
+    // Times are RFC 3339, as the text prints them.
+    let time = |key: &str| {
+        row[key]
+            .as_str()
+            .and_then(relay_protocol::clock::Timestamp::parse_rfc3339)
+            .unwrap_or_else(|| panic!("{key} is RFC 3339: {row}"))
+    };
+    assert_eq!(time("queued_at"), queued_at, "{row}");
+    assert!(time("started_at") <= time("finished_at"), "{row}");
+    assert_eq!(row["project_name"], "p", "the project is named: {row}");
     assert_eq!(row["arguments"], json!({"text": "hi there"}));
     assert_eq!(row["agent_name"], "claude");
     assert!(
@@ -255,7 +257,8 @@ async fn history_says_when_with_what_and_for_which_agent_each_run_ran() {
         "started 20",
         "finished 20",
         "42 tokens",
-        "cost 0.25",
+        "cost $0.25",
+        &format!("project p ({})", world.project),
         "agent claude (",
         r#"args {"text":"hi there"}"#,
         "echo  completed",
@@ -298,13 +301,20 @@ async fn approvals_list_names_the_graph_project_agent_and_time_left() {
     assert_eq!(approval["slug"], "agent-write", "{listed}");
     assert_eq!(approval["project_id"], world.project.as_str());
     assert_eq!(approval["agent_name"], "claude");
-    let asked = approval["created_at"].as_i64().expect("created_at");
-    assert_eq!(approval["expires_at"].as_i64(), Some(asked + 600_000));
+    let at = |key: &str| {
+        approval[key]
+            .as_str()
+            .and_then(relay_protocol::clock::Timestamp::parse_rfc3339)
+            .unwrap_or_else(|| panic!("{key} is RFC 3339: {approval}"))
+            .unix_millis()
+    };
+    assert_eq!(at("expires_at"), at("created_at") + 600_000);
+    assert_eq!(approval["project_name"], "p", "{approval}");
     let text = stdout(&desktop(&state, &["approvals", "list"]));
     let line = text.lines().next().expect("a line");
     for part in [
         "pending  fs.write  graph agent-write",
-        &format!("project {}", world.project),
+        &format!("project p ({})", world.project),
         "agent claude (",
     ] {
         assert!(line.contains(part), "{part}: {line}");
@@ -381,7 +391,7 @@ async fn runs_queued_for_the_desktop_are_seen_with_agent_and_arguments() {
         .expect("a line for the second run");
     assert!(
         line.starts_with(&format!(
-            "{}  {}  echo  agent claude (",
+            "{}  p ({})  echo  agent claude (",
             commands[1], world.project
         )) && line.contains(r#"args {"n":2}"#)
             && line.contains("(as of the sync at 20"),

@@ -3,6 +3,9 @@
 //! refusal; an `ask` tool call waits under "Pending approvals" until "Approve" (the run goes on)
 //! or "Deny" (it fails, as with `relay desktop approvals deny`). The browser test clicks the same
 //! controls by their labels in headless Chromium and keeps screenshots of the run's timeline.
+//! The page keeps itself current: with a real `relay desktop run` process, an approval appears
+//! without a reload while a half-typed input keeps its text, a queued run is listed, and once the
+//! relay is killed the banner says so and the approval is shown as not live.
 
 use crate::harness;
 
@@ -66,7 +69,11 @@ async fn sharing_turned_off_on_the_page_makes_the_next_run_end_with_the_consent_
     let client = PageClient::open(&page.url).await;
     let home = client.get("/").await.body;
     assert!(
-        home.contains(&format!(">Shared with {}</label>", world.project)),
+        home.contains(">Shared with p</label>"),
+        "the project is named as the service names it: {home}"
+    );
+    assert!(
+        home.contains(&format!("title=\"{}\"", world.project)),
         "{home}"
     );
     let command = world.queue(&session, "key-page-consent", json!({})).await;
@@ -275,7 +282,8 @@ async fn toggle_sharing(
     world: &World,
     session: &relay_protocol::GraphSessionId,
 ) {
-    let label = format!("Shared with {}", world.project);
+    // The project by its name (the test service calls it "p"), its id in the tooltip.
+    let label = "Shared with p".to_owned();
     let shared = || {
         world
             .state
@@ -356,4 +364,239 @@ async fn save_screenshots(browser: &relay_testkit::webdriver::Chromium, name: &s
         );
         std::fs::write(dir.join(format!("{name}-{width}.png")), &png).expect("save the screenshot");
     }
+}
+
+/// `relay desktop run` as its own process over the world's state file; killed (SIGKILL) when
+/// dropped.
+struct RelayProcess(std::process::Child);
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_relay(world: &World) -> RelayProcess {
+    let dir = world.state_dir.path();
+    let replies = dir.join("replies.json");
+    std::fs::write(&replies, json!({"default": {"text": "unused"}}).to_string()).expect("replies");
+    let log = std::fs::File::create(dir.join("relay.log")).expect("log");
+    let child = std::process::Command::new(harness::relay_binary())
+        .args(["desktop", "--state"])
+        .arg(dir.join("desktop.db"))
+        .args(["run", "--service", &world.service.base, "--token"])
+        .arg(&world.desktop_token)
+        .args(["--engine", "boa", "--poll-interval", "0.2"])
+        .args(["--control-interval", "0.2", "--approval-timeout", "600"])
+        .arg("--replies")
+        .arg(&replies)
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("relay desktop run starts");
+    RelayProcess(child)
+}
+
+/// Waits (at most `limit`) until the page the browser holds, never reloaded, satisfies `done`;
+/// returns its source and how long it took.
+async fn wait_for_source(
+    browser: &relay_testkit::webdriver::Chromium,
+    what: &str,
+    limit: Duration,
+    done: impl Fn(&str) -> bool,
+) -> (String, Duration) {
+    let started = tokio::time::Instant::now();
+    loop {
+        let source = browser.source().await.expect("source");
+        if done(&source) {
+            return (source, started.elapsed());
+        }
+        assert!(
+            started.elapsed() < limit,
+            "not within {limit:?}: {what}: {source}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Marks the page the browser holds, so a reload (which would lose the mark) is seen.
+async fn mark_page(browser: &relay_testkit::webdriver::Chromium) {
+    browser
+        .execute("window.notReloaded = true; return true;", json!([]))
+        .await
+        .expect("mark the page");
+}
+
+async fn still_marked(browser: &relay_testkit::webdriver::Chromium) -> bool {
+    browser
+        .execute("return window.notReloaded === true;", json!([]))
+        .await
+        .expect("read the mark")
+        == json!(true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_page_keeps_itself_current_and_says_when_no_relay_runs() {
+    if chromium_or_skip().is_none() {
+        return;
+    }
+    let world = World::new(json!({"default": {"text": "unused"}})).await;
+    let folder = tempfile::tempdir().expect("folder");
+    world.state.set_folder(folder.path()).expect("folder");
+    world
+        .state
+        .set_policy("fs.write", runner::host::approvals::Policy::Ask)
+        .expect("ask");
+    let session = world.share(WRITES).await;
+    let page = serve_page(&world).await;
+    let browser = relay_testkit::webdriver::Chromium::start()
+        .await
+        .expect("start Chromium");
+    browser.goto(&page.url).await.expect("open the link");
+    browser
+        .wait_for_url(|url| !url.contains("token="))
+        .await
+        .expect("the link lands on the page");
+    assert!(
+        browser
+            .source()
+            .await
+            .expect("source")
+            .contains("No relay is running")
+    );
+    browser
+        .type_into("Project id", "half-typ")
+        .await
+        .expect("type");
+    mark_page(&browser).await;
+    let relay = approval_arrives_on_the_open_page(&browser, &world, &session).await;
+    let (asking, waiting) = the_other_run_is_listed_as_queued(&browser, &page, &world).await;
+    the_killed_relay_shows_on_the_open_page(&browser, &page, relay, asking).await;
+    for file in [asking, waiting] {
+        assert!(!folder.path().join(file).exists(), "nothing was approved");
+    }
+    browser.quit().await.expect("quit");
+}
+
+/// Starts the relay with two runs queued; the first asks for approval and the open home page
+/// shows it within 2 s, keeping its half-typed input.
+async fn approval_arrives_on_the_open_page(
+    browser: &relay_testkit::webdriver::Chromium,
+    world: &World,
+    session: &relay_protocol::GraphSessionId,
+) -> RelayProcess {
+    // Two runs: the relay runs one at a time, so one waits for approval, the other stays queued.
+    world
+        .queue(session, "key-live-1", json!({"path": "first.md"}))
+        .await;
+    world
+        .queue(session, "key-live-2", json!({"path": "second.md"}))
+        .await;
+    let relay = spawn_relay(world);
+    wait_until("the run asks for approval", || {
+        !world.state.approvals(false).expect("approvals").is_empty()
+    })
+    .await;
+    let (_, took) = wait_for_source(
+        browser,
+        "the approval on the open page",
+        Duration::from_secs(2),
+        |s| {
+            s.contains("your approval of <code>fs.write</code>") && s.contains("A relay is running")
+        },
+    )
+    .await;
+    eprintln!("the approval appeared on the open page {took:?} after it was asked");
+    let field = browser.field("Project id").await.expect("the field");
+    assert_eq!(
+        browser.value(&field).await.expect("value"),
+        "half-typ",
+        "the half-typed input keeps its text"
+    );
+    assert!(still_marked(browser).await, "the page was not reloaded");
+    save_screenshots(browser, "desktop-live-sessions").await;
+    relay
+}
+
+/// The run that does not ask waits behind the one that does: the runs page lists it as
+/// queued. Returns the asking run's and the waiting run's files.
+async fn the_other_run_is_listed_as_queued(
+    browser: &relay_testkit::webdriver::Chromium,
+    page: &ServedPage,
+    world: &World,
+) -> (&'static str, &'static str) {
+    let asked = world.state.approvals(false).expect("approvals")[0]
+        .args
+        .clone();
+    let (asking, waiting) = if asked.contains("first.md") {
+        ("first.md", "second.md")
+    } else {
+        ("second.md", "first.md")
+    };
+    wait_until("the relay's sync saw the other run", || {
+        !world.state.queued().expect("queue").is_empty()
+    })
+    .await;
+    browser
+        .goto(&format!("{}/runs", origin(page)))
+        .await
+        .expect("runs");
+    let (runs, _) = wait_for_source(browser, "the queued run", Duration::from_secs(5), |s| {
+        s.contains("id=\"queued\"")
+    })
+    .await;
+    let queued = runs
+        .split("id=\"queued\"")
+        .nth(1)
+        .and_then(|rest| rest.split("id=\"history\"").next())
+        .expect("the queued region");
+    assert!(
+        queued.contains(waiting) && queued.contains("writes") && !queued.contains(asking),
+        "the waiting run is listed as queued: {queued}"
+    );
+    save_screenshots(browser, "desktop-queue").await;
+    (asking, waiting)
+}
+
+/// Kills the relay while the approvals page is open: within 3 s it says no relay runs and the
+/// approval is not live, without a reload.
+async fn the_killed_relay_shows_on_the_open_page(
+    browser: &relay_testkit::webdriver::Chromium,
+    page: &ServedPage,
+    relay: RelayProcess,
+    asking: &str,
+) {
+    browser
+        .goto(&format!("{}/approvals", origin(page)))
+        .await
+        .expect("approvals");
+    assert!(
+        browser
+            .source()
+            .await
+            .expect("source")
+            .contains(">Approve</button>")
+    );
+    mark_page(browser).await;
+    drop(relay);
+    let (approvals, took) = wait_for_source(
+        browser,
+        "the killed relay on the open page",
+        Duration::from_secs(3),
+        |s| {
+            s.contains("No relay is running")
+                && s.contains("Not live")
+                && !s.contains(">Approve</button>")
+        },
+    )
+    .await;
+    eprintln!("the page said the relay stopped {took:?} after it was killed");
+    assert!(
+        approvals.contains(asking),
+        "the approval is still shown: {approvals}"
+    );
+    assert!(still_marked(browser).await, "the page was not reloaded");
+    save_screenshots(browser, "desktop-approvals-not-live").await;
 }

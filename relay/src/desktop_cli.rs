@@ -22,6 +22,7 @@ use runner::input::read_script;
 use runner::trace::for_terminal;
 use tokio_util::sync::CancellationToken;
 
+use crate::desktop_lists::{ProjectNames, listing_json};
 use crate::runner_flags::{ENGINES, ProviderArgs};
 
 /// Prints a line on stdout; a closed pipe (`relay desktop history | head -1`) ends the command
@@ -182,7 +183,11 @@ enum ProjectCommand {
         id: String,
     },
     /// List projects, their names as the service knows them, and whether they are enabled.
-    List,
+    List {
+        /// Print JSON (one array).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The service to ask and the desktop token to ask with (as `relay desktop run` takes them).
@@ -239,8 +244,13 @@ enum PolicyCommand {
         /// allow, ask or deny.
         policy: Policy,
     },
-    /// List the policies.
-    List,
+    /// List the policies (tools with none set are denied).
+    List {
+        /// Print JSON (one array: every tool the relay has, with its policy and whether it was
+        /// set).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -404,9 +414,9 @@ impl DesktopCommand {
                 | DesktopCommand::History { .. }
                 | DesktopCommand::Folder { dir: None }
                 | DesktopCommand::Session(SessionCommand::List { .. })
-                | DesktopCommand::Project(ProjectCommand::List)
+                | DesktopCommand::Project(ProjectCommand::List { .. })
                 | DesktopCommand::Approvals(ApprovalsCommand::List { .. })
-                | DesktopCommand::Policy(PolicyCommand::List)
+                | DesktopCommand::Policy(PolicyCommand::List { .. })
         )
     }
 }
@@ -532,40 +542,59 @@ async fn session(state: &DesktopState, command: SessionCommand) -> Result<()> {
             }
             out!("{id}");
         }
-        SessionCommand::List { json } => {
-            let sessions = state.sessions()?;
-            if json {
-                out!("{}", serde_json::to_string(&sessions)?);
-            } else {
-                if sessions.is_empty() {
-                    hint("no sessions yet; `relay desktop session add FILE` adds a graph");
-                }
-                let shares = state.shares()?;
-                for s in sessions {
-                    let projects: Vec<&str> = shares
-                        .iter()
-                        .filter(|share| share.session_id == s.id.as_str())
-                        .map(|share| share.project_id.as_str())
-                        .collect();
-                    let shared = if projects.is_empty() {
-                        "not shared".to_owned()
-                    } else {
-                        format!("shared with {}", projects.join(", "))
-                    };
-                    out!(
-                        "{}  {}  {}  {shared}  {}",
-                        s.id,
-                        s.slug,
-                        for_terminal(&s.version),
-                        for_terminal(&s.name)
-                    );
-                }
-            }
-        }
+        SessionCommand::List { json } => session_list(state, json)?,
         SessionCommand::Remove { id } => {
             state.remove_session(&session_id(&id)?)?;
             out!("{id}");
         }
+    }
+    Ok(())
+}
+
+/// `relay desktop session list`: each session with the projects it is shared with, by name.
+fn session_list(state: &DesktopState, json: bool) -> Result<()> {
+    let sessions = state.sessions()?;
+    let shares = state.shares()?;
+    let names = ProjectNames::of(state)?;
+    if json {
+        let mut listed = listing_json(&sessions, &names)?;
+        for (row, session) in listed.as_array_mut().into_iter().flatten().zip(&sessions) {
+            let shared: Vec<serde_json::Value> = shares
+                .iter()
+                .filter(|share| share.session_id == session.id.as_str())
+                .map(|share| {
+                    serde_json::json!({
+                        "project_id": share.project_id,
+                        "project_name": names.name(&share.project_id),
+                    })
+                })
+                .collect();
+            row["shared_with"] = serde_json::Value::Array(shared);
+        }
+        out!("{listed}");
+        return Ok(());
+    }
+    if sessions.is_empty() {
+        hint("no sessions yet; `relay desktop session add FILE` adds a graph");
+    }
+    for s in sessions {
+        let projects: Vec<String> = shares
+            .iter()
+            .filter(|share| share.session_id == s.id.as_str())
+            .map(|share| names.label(&share.project_id))
+            .collect();
+        let shared = if projects.is_empty() {
+            "not shared".to_owned()
+        } else {
+            format!("shared with {}", projects.join(", "))
+        };
+        out!(
+            "{}  {}  {}  {shared}  {}",
+            s.id,
+            s.slug,
+            for_terminal(&s.version),
+            for_terminal(&s.name)
+        );
     }
     Ok(())
 }
@@ -580,16 +609,23 @@ async fn project(state: &DesktopState, command: ProjectCommand) -> Result<()> {
             state.set_project_enabled(&id, false, SystemClock.now())?;
             out!("{id}");
         }
-        ProjectCommand::List => {
+        ProjectCommand::List { json } => {
             let projects = state.projects()?;
+            let names = ProjectNames::of(state)?;
+            if json {
+                let rows: Vec<serde_json::Value> = projects
+                    .iter()
+                    .map(|(id, enabled)| serde_json::json!({"project_id": id, "enabled": enabled}))
+                    .collect();
+                out!("{}", listing_json(&rows, &names)?);
+                return Ok(());
+            }
             if projects.is_empty() {
                 hint("no projects yet; `relay desktop project enable ID` serves one");
             }
-            let known = state.service_projects()?;
             for (id, enabled) in projects {
-                let name = known
-                    .as_ref()
-                    .and_then(|k| k.name_of(&id))
+                let name = names
+                    .name(&id)
                     .map_or_else(String::new, |name| format!("  {}", for_terminal(name)));
                 out!(
                     "{id}  {}{name}",
@@ -605,8 +641,9 @@ fn approvals(state: &DesktopState, command: ApprovalsCommand) -> Result<()> {
     match command {
         ApprovalsCommand::List { all, json } => {
             let approvals = state.approvals(all)?;
+            let names = ProjectNames::of(state)?;
             if json {
-                out!("{}", serde_json::to_string(&approvals)?);
+                out!("{}", listing_json(&approvals, &names)?);
             } else {
                 if approvals.is_empty() {
                     hint(if all {
@@ -617,7 +654,7 @@ fn approvals(state: &DesktopState, command: ApprovalsCommand) -> Result<()> {
                 }
                 let now = SystemClock.now();
                 for a in approvals {
-                    out!("{}", crate::desktop_lists::approval_line(&a, now));
+                    out!("{}", crate::desktop_lists::approval_line(&a, now, &names));
                 }
             }
         }
@@ -644,8 +681,22 @@ fn policy(state: &DesktopState, command: PolicyCommand) -> Result<()> {
             state.set_policy(&tool, policy)?;
             out!("{tool} {}", policy.as_str());
         }
-        PolicyCommand::List => {
+        PolicyCommand::List { json } => {
             let policy = state.policy()?;
+            if json {
+                let rows: Vec<serde_json::Value> = known_tools()
+                    .into_iter()
+                    .chain(policy.iter().map(|(tool, _)| tool.to_owned()))
+                    .collect::<std::collections::BTreeSet<String>>()
+                    .into_iter()
+                    .map(|tool| {
+                        let set = policy.iter().any(|(t, _)| *t == tool);
+                        serde_json::json!({"tool": tool, "policy": policy.get(&tool).as_str(), "set": set})
+                    })
+                    .collect();
+                out!("{}", serde_json::Value::Array(rows));
+                return Ok(());
+            }
             for (tool, policy) in policy.iter() {
                 out!("{tool} {}", policy.as_str());
             }
@@ -666,14 +717,15 @@ fn policy(state: &DesktopState, command: PolicyCommand) -> Result<()> {
 
 fn history(state: &DesktopState, json: bool) -> Result<()> {
     let history = state.history()?;
+    let names = ProjectNames::of(state)?;
     if json {
-        out!("{}", serde_json::to_string(&history)?);
+        out!("{}", listing_json(&history, &names)?);
     } else {
         if history.is_empty() {
             hint("no executions yet");
         }
         for h in history {
-            out!("{}", crate::desktop_lists::history_line(&h));
+            out!("{}", crate::desktop_lists::history_line(&h, &names));
         }
     }
     Ok(())
@@ -682,8 +734,9 @@ fn history(state: &DesktopState, json: bool) -> Result<()> {
 /// `relay desktop queue`: the runs waiting on the service for this desktop, as last synced.
 fn queue(state: &DesktopState, json: bool) -> Result<()> {
     let queued = state.queued()?;
+    let names = ProjectNames::of(state)?;
     if json {
-        out!("{}", serde_json::to_string(&queued)?);
+        out!("{}", listing_json(&queued, &names)?);
         return Ok(());
     }
     if queued.is_empty() {
@@ -692,7 +745,7 @@ fn queue(state: &DesktopState, json: bool) -> Result<()> {
         );
     }
     for q in queued {
-        out!("{}", crate::desktop_lists::queue_line(&q));
+        out!("{}", crate::desktop_lists::queue_line(&q, &names));
     }
     Ok(())
 }
@@ -903,7 +956,7 @@ async fn stop_signal() -> &'static str {
 fn shares(state: &DesktopState, json: bool) -> Result<()> {
     let shares = state.shares()?;
     if json {
-        out!("{}", serde_json::to_string(&shares)?);
+        out!("{}", listing_json(&shares, &ProjectNames::of(state)?)?);
         return Ok(());
     }
     if shares.is_empty() {

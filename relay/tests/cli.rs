@@ -920,3 +920,137 @@ fn desktop_state_defaults_to_the_per_user_data_directory() {
     let state = data.join("desktop.db");
     assert!(line.contains(&state.display().to_string()), "{line}");
 }
+
+/// A state file with one of everything a list shows, in a project the service named "Blog
+/// posts": a session shared with it, a queued run, a finished run, a running one waiting for an
+/// approval. Returns the project id.
+fn state_with_one_of_everything(state: &Path) -> String {
+    use relay_desktop::state::DesktopState;
+    use relay_protocol::clock::Timestamp;
+    let project = "3f6c2d0e-1a2b-4c3d-8e9f-0a1b2c3d4e5f".to_owned();
+    let graph = common::workspace_root().join("graphs/triage.js");
+    let added = desktop(
+        state,
+        &["session", "add", graph.to_str().expect("utf-8 path")],
+    );
+    let session = plain(&added);
+    plain(&desktop(state, &["project", "enable", &project]));
+    plain(&desktop(
+        state,
+        &["share", "--project", &project, "--session", &session],
+    ));
+    let desktop_state = DesktopState::open(state).expect("state");
+    let now = Timestamp::from_unix_millis(1_700_000_000_000);
+    let named = relay_protocol::ServedProject {
+        project_id: project.clone(),
+        name: "Blog posts".into(),
+    };
+    desktop_state
+        .set_service_projects(&[named], now)
+        .expect("names");
+    let session_id: relay_protocol::GraphSessionId = session.parse().expect("session id");
+    let queued = relay_protocol::QueuedCommand {
+        command_id: relay_protocol::CommandId::new_random(),
+        graph_session_id: session_id.clone(),
+        slug: "triage".into(),
+        arguments: serde_json::Map::new(),
+        created_at: now,
+        agent_id: Some("tok_1".into()),
+        agent_name: Some("claude".into()),
+        max_tokens: None,
+    };
+    desktop_state
+        .note_queue(&project, &[queued], now)
+        .expect("queue");
+    for execution in ["e-done", "e-running"] {
+        let command = relay_protocol::CommandId::new_random();
+        desktop_state
+            .begin_execution(execution, &command, &project, &session_id, "triage", now)
+            .expect("begin");
+        if execution == "e-done" {
+            let completion = relay_desktop::bounding::completion(
+                execution,
+                relay_protocol::CompletionStatus::Completed,
+                Some(serde_json::json!({"ok": true})),
+                42,
+                0.002_400_000_000_000_000_2,
+                None,
+            );
+            desktop_state
+                .finish_execution(&command, None, None, &completion, now)
+                .expect("finish");
+        }
+    }
+    desktop_state
+        .ask("a1", "e-running", "fs.write", "{}", now)
+        .expect("ask");
+    project
+}
+
+#[test]
+fn every_desktop_list_takes_json_naming_projects_by_name_and_id_with_rfc3339_times() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let state = dir.path().join("desktop.db");
+    let project = state_with_one_of_everything(&state);
+    let lists: [&[&str]; 8] = [
+        &["session", "list"],
+        &["project", "list"],
+        &["shares"],
+        &["queue"],
+        &["approvals", "list"],
+        &["approvals", "list", "--all"],
+        &["history"],
+        &["policy", "list"],
+    ];
+    for list in lists {
+        let mut args = list.to_vec();
+        args.push("--json");
+        let output = desktop(&state, &args);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        let rows: Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {output:?}"));
+        let rows = rows
+            .as_array()
+            .unwrap_or_else(|| panic!("{args:?}: an array"));
+        assert!(!rows.is_empty(), "{args:?}: {rows:?}");
+        let text = serde_json::to_string(rows).expect("text");
+        if list[0] != "policy" {
+            assert!(
+                text.contains(&format!("\"project_id\":\"{project}\""))
+                    && text.contains("\"project_name\":\"Blog posts\""),
+                "{args:?} names the project by id and name: {text}"
+            );
+        }
+        for row in rows {
+            for (key, value) in row.as_object().expect("an object") {
+                if key.ends_with("_at") || key == "since" {
+                    assert!(
+                        value.is_null()
+                            || value.as_str().is_some_and(|t| {
+                                relay_protocol::clock::Timestamp::parse_rfc3339(t).is_some()
+                            }),
+                        "{args:?}: {key} is not RFC 3339: {value}"
+                    );
+                }
+            }
+        }
+    }
+    // The text names the project too, with the id a command takes.
+    for list in [
+        &["queue"][..],
+        &["approvals", "list"],
+        &["history"],
+        &["session", "list"],
+    ] {
+        let text = String::from_utf8_lossy(&desktop(&state, list).stdout).into_owned();
+        assert!(
+            text.contains(&format!("Blog posts ({project})")),
+            "{list:?}: {text}"
+        );
+    }
+    let history = String::from_utf8_lossy(&desktop(&state, &["history"]).stdout).into_owned();
+    assert!(
+        history.contains("cost $0.0024") && history.contains("cost unknown"),
+        "money, and unknown while running: {history}"
+    );
+}

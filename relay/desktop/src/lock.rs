@@ -30,6 +30,13 @@ pub enum LockError {
     },
 }
 
+/// Tries before the lock counts as held: [`RelayLock::holder`] (the owner's commands, and the
+/// desktop page every second) takes it for an instant to look, which must not make a relay that
+/// starts at that instant give up.
+const ACQUIRE_TRIES: u32 = 5;
+/// The pause between those tries.
+const ACQUIRE_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// The lock file beside `state`.
 pub fn lock_path(state: &Path) -> PathBuf {
     let mut name = state.as_os_str().to_owned();
@@ -70,19 +77,26 @@ impl RelayLock {
     pub fn acquire(state: &Path) -> Result<RelayLock, LockError> {
         let path = lock_path(state);
         let mut file = open(&path)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                return Err(LockError::Held {
-                    state: state.display().to_string(),
-                    holder: holder_of(&mut file),
-                });
-            }
-            Err(TryLockError::Error(source)) => {
-                return Err(LockError::Io {
-                    path: path.display().to_string(),
-                    source,
-                });
+        let mut tries = 0;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) if tries + 1 < ACQUIRE_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(ACQUIRE_PAUSE);
+                }
+                Err(TryLockError::WouldBlock) => {
+                    return Err(LockError::Held {
+                        state: state.display().to_string(),
+                        holder: holder_of(&mut file),
+                    });
+                }
+                Err(TryLockError::Error(source)) => {
+                    return Err(LockError::Io {
+                        path: path.display().to_string(),
+                        source,
+                    });
+                }
             }
         }
         let io = |source| LockError::Io {

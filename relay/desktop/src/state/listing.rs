@@ -54,6 +54,104 @@ impl DesktopState {
     }
 }
 
+/// Most running runs the page's "now" panel lists (a relay runs one at a time; older relays'
+/// unreported rows may add a few).
+pub const MAX_RUNNING_LISTED: usize = 20;
+
+/// A run going on now, as the page's panel shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunningRow {
+    /// The execution.
+    pub execution_id: String,
+    /// The graph's slug.
+    pub slug: String,
+    /// The project that started it.
+    pub project_id: String,
+    /// The agent that queued it (its token or grant id).
+    pub agent_id: Option<String>,
+    /// That agent's name.
+    pub agent_name: Option<String>,
+    /// Tokens spent so far (written as they grow).
+    pub total_tokens: u64,
+    /// When it started (ms since the epoch).
+    pub started_at: i64,
+    /// The tool whose `ask` approval it waits for, if it waits for one.
+    pub waiting_for: Option<String>,
+}
+
+/// How a run stands or ended, in short: what the approvals page needs to say why an unanswered
+/// approval stopped waiting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunEnd {
+    /// `running`, `completed`, `failed` or `cancelled`.
+    pub status: String,
+    /// Its error.
+    pub error: Option<String>,
+    /// When it ended (ms since the epoch).
+    pub finished_at: Option<i64>,
+}
+
+/// The names and the running runs the owner's screens show, read only.
+impl DesktopState {
+    /// The service's name of each project it listed for this desktop, as last fetched.
+    pub fn project_names(&self) -> Result<std::collections::HashMap<String, String>, StateError> {
+        self.with_sync(|conn| {
+            let mut stmt = conn.prepare("SELECT project_id, name FROM service_projects")?;
+            let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    /// How the execution stands or ended (`None`: not in the history).
+    pub fn run_end(&self, execution_id: &str) -> Result<Option<RunEnd>, StateError> {
+        self.with_sync(|conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT status, error, finished_at FROM history WHERE execution_id = ?1",
+                    params![execution_id],
+                    |row| {
+                        Ok(RunEnd {
+                            status: row.get(0)?,
+                            error: row.get(1)?,
+                            finished_at: row.get(2)?,
+                        })
+                    },
+                )
+                .optional()?)
+        })
+    }
+
+    /// The runs going on now, newest first, each with what it waits for.
+    pub fn running(&self) -> Result<Vec<RunningRow>, StateError> {
+        self.with_sync(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT h.execution_id, h.slug, h.project_id, h.agent_id, h.agent_name,
+                        h.total_tokens, h.started_at,
+                        (SELECT a.tool FROM approvals a
+                         WHERE a.execution_id = h.execution_id AND a.status = 'pending'
+                         ORDER BY a.created_at LIMIT 1)
+                 FROM history h WHERE h.status = 'running'
+                 ORDER BY h.started_at DESC, h.execution_id LIMIT ?1",
+            )?;
+            let limit = i64::try_from(MAX_RUNNING_LISTED).unwrap_or(i64::MAX);
+            let rows = stmt.query_map(params![limit], |row| {
+                let tokens: i64 = row.get(5)?;
+                Ok(RunningRow {
+                    execution_id: row.get(0)?,
+                    slug: row.get(1)?,
+                    project_id: row.get(2)?,
+                    agent_id: row.get(3)?,
+                    agent_name: row.get(4)?,
+                    total_tokens: u64::try_from(tokens).unwrap_or(0),
+                    started_at: row.get(6)?,
+                    waiting_for: row.get(7)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +182,41 @@ mod tests {
         assert_eq!(seen, vec![("p", "a", true), ("q", "b", false)]);
         assert_eq!(shares[0].since, 5);
         assert_eq!(shares[0].version, "2.0.0");
+    }
+
+    #[test]
+    fn running_runs_say_what_they_wait_for_and_names_come_from_the_service_list() {
+        let state = DesktopState::open_in_memory().expect("state");
+        let now = Timestamp::from_unix_millis(5);
+        let session = super::super::sessions::new_session_id();
+        let command = CommandId::new_random();
+        state
+            .begin_execution("e1", &command, "p", &session, "report", now)
+            .expect("begin");
+        state.record_tokens("e1", 120).expect("tokens");
+        let running = state.running().expect("running");
+        assert_eq!(running.len(), 1);
+        assert_eq!(
+            (running[0].total_tokens, running[0].waiting_for.as_deref()),
+            (120, None)
+        );
+        state.ask("a1", "e1", "fs.write", "{}", now).expect("ask");
+        let running = state.running().expect("running");
+        assert_eq!(running[0].waiting_for.as_deref(), Some("fs.write"));
+        assert!(state.project_names().expect("names").is_empty());
+        let served = relay_protocol::ServedProject {
+            project_id: "p".into(),
+            name: "Blog".into(),
+        };
+        state.set_service_projects(&[served], now).expect("names");
+        assert_eq!(
+            state
+                .project_names()
+                .expect("names")
+                .get("p")
+                .map(String::as_str),
+            Some("Blog")
+        );
     }
 }
 

@@ -528,7 +528,7 @@ mod settings;
 mod sharing;
 
 pub use calls::AsyncState;
-pub use listing::{SessionSource, ShareRow};
+pub use listing::{MAX_RUNNING_LISTED, RunEnd, RunningRow, SessionSource, ShareRow};
 pub use queue::QueuedRow;
 pub use served::ServiceProjects;
 pub use sessions::new_session_id;

@@ -5,10 +5,12 @@
 //! consent before each command, watches the sharing version, re-reads the tool policies for
 //! each run and polls each approval's status.
 //!
-//! Server-rendered HTML, plain forms, no script. Who may use it: [`access`].
+//! Server-rendered HTML and plain forms; one small script of our own ([`live`]) re-reads the page
+//! every second so it keeps itself current. Who may use it: [`access`].
 
 pub mod access;
 mod actions;
+pub mod live;
 mod pages;
 pub mod timeline;
 
@@ -124,6 +126,7 @@ fn router(page: Arc<Page>) -> Router {
         .route("/approvals/decide", post(actions::decide))
         .route("/runs", get(pages::runs))
         .route("/runs/{execution_id}", get(pages::run))
+        .route(live::SCRIPT_PATH, get(live::script))
         .route("/sharing", post(actions::sharing))
         .route("/projects", post(actions::project))
         .layer(axum::middleware::from_fn_with_state(page.clone(), guard))
@@ -268,13 +271,14 @@ pub(crate) fn known_tools() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The headers every answer carries: no framing, no caching, no script, no sniffing.
+/// The headers every answer carries: no framing, no caching, no script but the page's own file,
+/// no sniffing.
 pub(crate) fn secured(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(
-            "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
     );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));

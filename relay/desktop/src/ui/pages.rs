@@ -10,8 +10,11 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
+use super::live::{self, Names, Relay, agent, run_cost};
 use super::{Page, Signed, secured, timeline};
-use crate::state::{HistoryRow, Session, StateError};
+use crate::state::{
+    ApprovalRow, ApprovalStatus, HistoryRow, QueuedRow, RunEnd, Session, StateError,
+};
 use relay_protocol::clock::Timestamp;
 
 /// Most runs the history page lists (newest first).
@@ -30,6 +33,8 @@ pre{background:#f4f4f4;padding:.5rem;overflow-x:auto;white-space:pre-wrap;word-b
 table{border-collapse:collapse;width:100%}td,th{text-align:left;padding:.25rem .5rem;border-bottom:1px solid #ddd;vertical-align:top}\
 .wide{overflow-x:auto}.timeline svg{width:100%;height:auto}.timeline .narrow{display:none}\
 @media (max-width:40rem){.timeline .broad{display:none}.timeline .narrow{display:block}}.muted{color:#555}.error{color:#a40000}\
+#now{margin:0 0 1rem}#now p{margin:.3rem 0}.banner{padding:.4rem .7rem;border-radius:6px}.up{background:#e7f3e7;border:1px solid #9c9}.down{background:#fbeaea;border:1px solid #d99}\
+.preview{max-width:28rem;overflow-wrap:anywhere}\
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem}dt{font-weight:600}dd{margin:0;word-break:break-word}";
 
 /// The sections, in the nav's order: path and title.
@@ -69,6 +74,24 @@ pub(crate) fn layout(status: StatusCode, current: &str, title: &str, body: Marku
         HeaderValue::from_static("text/html; charset=utf-8"),
     );
     secured(response)
+}
+
+/// A page that keeps itself current: the panel of what goes on now, the body, and the script
+/// that refreshes every region marked `data-live`.
+pub(crate) fn live_page(current: &str, title: &str, panel: Markup, body: Markup) -> Response {
+    let body = html! {
+        (panel)
+        (body)
+        script src=(live::SCRIPT_PATH) data-refresh=(live::REFRESH_MS) {}
+    };
+    layout(StatusCode::OK, current, title, body)
+}
+
+/// The names and the panel every live page needs.
+fn common(state: &crate::state::DesktopState) -> Result<(Names, Markup), StateError> {
+    let names = Names::of(state)?;
+    let panel = live::panel(state, &names)?;
+    Ok((names, panel))
 }
 
 /// A refusal or an error: a page that only says why.
@@ -118,9 +141,9 @@ pub(crate) async fn sessions(
             for project in &enabled {
                 shared.push(state.shared_sessions(project)?);
             }
-            Ok::<_, StateError>((state.sessions()?, projects, enabled, shared))
+            Ok::<_, StateError>((state.sessions()?, projects, enabled, shared, common(state)?))
         })();
-        let (sessions, projects, enabled, shared) = match loaded {
+        let (sessions, projects, enabled, shared, (names, panel)) = match loaded {
             Ok(loaded) => loaded,
             Err(e) => return failure(&e),
         };
@@ -130,13 +153,18 @@ pub(crate) async fn sessions(
                 p { "No graph sessions yet: " code { "relay desktop session add FILE" } " adds one." }
             }
             @for (n, session) in sessions.iter().enumerate() {
-                (session_section(&signed, n, session, &enabled, &shared))
+                (session_section(&signed, n, session, &enabled, &shared, &names))
             }
-            (projects_section(&signed, &projects))
+            (projects_section(&signed, &projects, &names))
         };
-        layout(StatusCode::OK, "/", "Graph sessions", body)
+        live_page("/", "Graph sessions", panel, body)
     })
     .await
+}
+
+/// The project's name for a label, or its id when the service gave none.
+fn project_label<'a>(names: &'a Names, project: &'a str) -> &'a str {
+    names.name(project).unwrap_or(project)
 }
 
 fn session_section(
@@ -145,6 +173,7 @@ fn session_section(
     session: &Session,
     enabled: &[String],
     shared: &[Vec<Session>],
+    names: &Names,
 ) -> Markup {
     html! {
         section {
@@ -161,9 +190,9 @@ fn session_section(
                         @let id = format!("share-{n}-{p}");
                         @let on = shared[p].iter().any(|s| s.id == session.id);
                         input type="hidden" name="project" value=(project);
-                        span.check {
+                        span.check title=(project) {
                             input type="checkbox" id=(id) name="shared" value=(project) checked[on];
-                            label for=(id) { "Shared with " (project) }
+                            label for=(id) { "Shared with " (project_label(names, project)) }
                         }
                     }
                     button type="submit" { "Save sharing" }
@@ -173,7 +202,7 @@ fn session_section(
     }
 }
 
-fn projects_section(signed: &Signed, projects: &[(String, bool)]) -> Markup {
+fn projects_section(signed: &Signed, projects: &[(String, bool)], names: &Names) -> Markup {
     html! {
         section {
             h2 { "Projects" }
@@ -181,14 +210,14 @@ fn projects_section(signed: &Signed, projects: &[(String, bool)]) -> Markup {
             table {
                 @for (project, on) in projects {
                     tr {
-                        td { code { (project) } }
+                        td { @if let Some(name) = names.name(project) { (name) " " } code.muted { (project) } }
                         td { @if *on { "enabled" } @else { "disabled" } }
                         td {
                             form method="post" action="/projects" {
                                 (csrf_field(signed))
                                 input type="hidden" name="project" value=(project);
                                 input type="hidden" name="enabled" value=(if *on { "false" } else { "true" });
-                                button type="submit" { @if *on { "Disable " } @else { "Enable " } (project) }
+                                button type="submit" { @if *on { "Disable " } @else { "Enable " } (project_label(names, project)) }
                             }
                         }
                     }
@@ -211,8 +240,8 @@ pub(crate) async fn policies(
     Extension(signed): Extension<Signed>,
 ) -> Response {
     super::on_state(page.state.clone(), move |state| {
-        let policy = match state.policy() {
-            Ok(policy) => policy,
+        let (policy, (_, panel)) = match state.policy().and_then(|p| Ok((p, common(state)?))) {
+            Ok(loaded) => loaded,
             Err(e) => return failure(&e),
         };
         let body = html! {
@@ -234,75 +263,166 @@ pub(crate) async fn policies(
                 button type="submit" { "Save policies" }
             }
         };
-        layout(StatusCode::OK, "/policies", "Tool policies", body)
+        live_page("/policies", "Tool policies", panel, body)
     })
     .await
 }
 
-/// Tool calls waiting for the owner, each with "Approve" and "Deny".
+/// Everything the approvals page shows, read in one go.
+struct ApprovalsView {
+    pending: Vec<(ApprovalRow, bool)>,
+    decided: Vec<(ApprovalRow, Option<RunEnd>)>,
+    relay: Relay,
+    names: Names,
+    panel: Markup,
+}
+
+fn approvals_view(state: &crate::state::DesktopState) -> Result<ApprovalsView, StateError> {
+    let (names, panel) = common(state)?;
+    let mut pending = Vec::new();
+    let mut decided = Vec::new();
+    for approval in state.approvals(true)? {
+        if approval.status == ApprovalStatus::Pending {
+            let live = state.approval_run_live(&approval.id)? == Some(true);
+            pending.push((approval, live));
+        } else if decided.len() < MAX_DECIDED_SHOWN {
+            let end = state.run_end(&approval.execution_id)?;
+            decided.push((approval, end));
+        }
+    }
+    Ok(ApprovalsView {
+        pending,
+        decided,
+        relay: Relay::of(state),
+        names,
+        panel,
+    })
+}
+
+/// Tool calls waiting for the owner, each with "Approve" and "Deny" while its run is live.
 pub(crate) async fn approvals(
     State(page): State<Arc<Page>>,
     Extension(signed): Extension<Signed>,
 ) -> Response {
     super::on_state(page.state.clone(), move |state| {
-        let (all, history) = match state
-            .approvals(true)
-            .and_then(|a| Ok((a, state.history()?)))
-        {
-            Ok(loaded) => loaded,
+        let view = match approvals_view(state) {
+            Ok(view) => view,
             Err(e) => return failure(&e),
         };
-        let run_of = |execution: &str| history.iter().find(|h| h.execution_id == execution);
-        let (pending, decided): (Vec<_>, Vec<_>) = all
-            .iter()
-            .partition(|a| a.status == crate::state::ApprovalStatus::Pending);
+        let now = page.clock.now();
         let body = html! {
-            @if pending.is_empty() { p { "No tool call is waiting for your approval." } }
-            @for approval in &pending {
-                section {
-                    h2 { "Tool " code { (approval.tool) } }
-                    dl {
-                        dt { "Tool" } dd { code { (approval.tool) } }
-                        dt { "Arguments" } dd { pre { (approval.args) } }
-                        dt { "Run" } dd {
-                            a href=(format!("/runs/{}", approval.execution_id)) { (approval.execution_id) }
-                            @if let Some(run) = run_of(&approval.execution_id) {
-                                " · " code { (run.slug) } " for project " code { (run.project_id) }
-                            }
-                        }
-                        @if let Some(name) = &approval.agent_name { dt { "Requested by" } dd { (name) } }
-                        dt { "Asked" } dd { (time(approval.created_at)) }
-                        @if let Some(at) = approval.expires_at { dt { "Denied if unanswered at" } dd { (time(at)) } }
-                    }
-                    form method="post" action="/approvals/decide" {
-                        (csrf_field(&signed))
-                        input type="hidden" name="id" value=(approval.id);
-                        button type="submit" name="decision" value="approve" { "Approve" }
-                        button type="submit" name="decision" value="deny" { "Deny" }
-                    }
+            div #pending data-live {
+                @if view.pending.is_empty() { p { "No tool call is waiting for your approval." } }
+                @for (approval, run_live) in &view.pending {
+                    (pending_section(&signed, approval, *run_live, &view))
                 }
             }
-            @if !decided.is_empty() {
-                h2 { "Decided" }
-                div.wide { table {
-                    tr { th { "Tool" } th { "Decision" } th { "Run" } th { "Asked" } }
-                    @for approval in decided.iter().take(MAX_DECIDED_SHOWN) {
-                        tr {
-                            td { code { (approval.tool) } }
-                            td { (approval.status) }
-                            td { a href=(format!("/runs/{}", approval.execution_id)) { (approval.execution_id) } }
-                            td { (time(approval.created_at)) }
-                        }
-                    }
-                } }
-            }
+            div #decided data-live { (decided_table(&view, now)) }
         };
-        layout(StatusCode::OK, "/approvals", "Pending approvals", body)
+        live_page("/approvals", "Pending approvals", view.panel.clone(), body)
     })
     .await
 }
 
-/// The run history, newest first.
+fn pending_section(
+    signed: &Signed,
+    approval: &ApprovalRow,
+    run_live: bool,
+    view: &ApprovalsView,
+) -> Markup {
+    let not_live = match (run_live, view.relay.may_be_live()) {
+        (false, _) => Some(
+            "Not live: the run that asked is no longer running, so nothing would act on an answer. The run history shows how it ended.",
+        ),
+        (true, false) => Some(
+            "Not live: no relay is running on this state file, so nothing would act on an answer. Its next start reports the run failed.",
+        ),
+        (true, true) => None,
+    };
+    html! {
+        section {
+            h2 { "Tool " code { (approval.tool) } }
+            dl {
+                dt { "Tool" } dd { code { (approval.tool) } }
+                dt { "Arguments" } dd { pre { (approval.args) } }
+                dt { "Run" } dd {
+                    a href=(format!("/runs/{}", approval.execution_id)) {
+                        @match &approval.slug { Some(slug) => code { (slug) }, None => code { (approval.execution_id) } }
+                    }
+                    @if let Some(project) = &approval.project_id { " for project " (view.names.project(project)) }
+                }
+                dt { "Requested by" } dd { (agent(approval.agent_name.as_deref(), approval.agent_id.as_deref())) }
+                dt { "Asked" } dd { (time(approval.created_at)) }
+                @if let Some(at) = approval.expires_at { dt { "Denied if unanswered at" } dd { (time(at)) } }
+            }
+            @match not_live {
+                Some(why) => p.error.not-live { (why) },
+                None => form method="post" action="/approvals/decide" {
+                    (csrf_field(signed))
+                    input type="hidden" name="id" value=(approval.id);
+                    button type="submit" name="decision" value="approve" { "Approve" }
+                    button type="submit" name="decision" value="deny" { "Deny" }
+                },
+            }
+        }
+    }
+}
+
+fn decided_table(view: &ApprovalsView, now: Timestamp) -> Markup {
+    html! {
+        @if !view.decided.is_empty() {
+            h2 { "Decided" }
+            div.wide { table {
+                tr { th { "Tool" } th { "Graph" } th { "Agent" } th { "Outcome" } th { "Project" } th { "Asked" } }
+                @for (approval, end) in &view.decided {
+                    tr {
+                        td { code { (approval.tool) } }
+                        td { a href=(format!("/runs/{}", approval.execution_id)) {
+                            @match &approval.slug { Some(slug) => code { (slug) }, None => code { (approval.execution_id) } }
+                        } }
+                        td { (agent(approval.agent_name.as_deref(), approval.agent_id.as_deref())) }
+                        td { (outcome(approval, end.as_ref(), now)) }
+                        td { @if let Some(project) = &approval.project_id { (view.names.project(project)) } }
+                        td { (time(approval.created_at)) }
+                    }
+                }
+            } }
+        }
+    }
+}
+
+/// What became of an approval, in the owner's words: an `expired` one is told by why its run
+/// stopped waiting (the approval timed out, the relay stopped, the run was cancelled).
+pub(crate) fn outcome(approval: &ApprovalRow, run: Option<&RunEnd>, now: Timestamp) -> String {
+    match approval.status {
+        ApprovalStatus::Approved => return "approved".to_owned(),
+        ApprovalStatus::Denied => return "denied".to_owned(),
+        ApprovalStatus::Pending => return "pending".to_owned(),
+        ApprovalStatus::Expired => {}
+    }
+    let Some(run) = run else {
+        return "not answered (the run is not in the history)".to_owned();
+    };
+    let error = run.error.as_deref().unwrap_or_default();
+    let ended = run.finished_at.unwrap_or(now.unix_millis());
+    if error.contains("no answer to the approval request") {
+        "timed out".to_owned()
+    } else if error.contains("relay stopped") || error.contains("relay was stopped") {
+        "relay stopped".to_owned()
+    } else if run.status == "cancelled" {
+        if error.is_empty() {
+            "cancelled".to_owned()
+        } else {
+            format!("cancelled: {error}")
+        }
+    } else if approval.expires_at.is_some_and(|at| at <= ended) {
+        "timed out".to_owned()
+    } else {
+        format!("not answered before the run ended ({})", run.status)
+    }
+}
+
+/// The run history, newest first, and the runs queued as of the last sync.
 pub(crate) async fn runs(State(page): State<Arc<Page>>) -> Response {
     super::on_state(page.state.clone(), move |state| {
         let loaded = state.history().and_then(|history| {
@@ -310,39 +430,88 @@ pub(crate) async fn runs(State(page): State<Arc<Page>>) -> Response {
                 Some(run) => state.execution(&run.execution_id)?,
                 None => None,
             };
-            Ok((history, newest))
+            Ok((history, newest, state.queued()?, common(state)?))
         });
-        let (history, newest) = match loaded {
+        let (history, newest, queued, (names, panel)) = match loaded {
             Ok(loaded) => loaded,
             Err(e) => return failure(&e),
         };
         let body = html! {
-            @if history.is_empty() { p { "No runs yet." } }
-            @else {
-                div.wide { table {
-                    tr { th { "Started" } th { "Graph" } th { "Project" } th { "Status" } th { "Tokens" } th { "Result or error" } }
-                    @for run in history.iter().take(MAX_RUNS_LISTED) {
-                        tr {
-                            td { a href=(format!("/runs/{}", run.execution_id)) { (time(run.started_at)) } }
-                            td { code { (run.slug) } }
-                            td { code { (run.project_id) } }
-                            td { (run.status) @if run.result_truncated { " (posted truncated)" } }
-                            td { (run.total_tokens) }
-                            td { (preview(run)) }
-                        }
-                    }
-                } }
-            }
+            div #queued data-live { (queue_table(&queued, &names)) }
+            div #history data-live { (history_table(&history, &names)) }
             @if let Some((run, trace)) = &newest {
-                section {
+                section #newest data-live {
                     h2 { "Newest run: " code { (run.slug) } }
-                    (run_details(run, trace.as_ref()))
+                    (run_details(run, trace.as_ref(), &names, &[]))
                 }
             }
         };
-        layout(StatusCode::OK, "/runs", "Run history", body)
+        live_page("/runs", "Run history", panel, body)
     })
     .await
+}
+
+fn queue_table(queued: &[QueuedRow], names: &Names) -> Markup {
+    html! {
+        h2 { "Queued" }
+        @if queued.is_empty() {
+            p.muted { "No run is queued for this desktop as of the last sync." }
+        } @else {
+            p.muted { "As of the last sync of each enabled project; each starts when the relay picks it up." }
+            div.wide { table {
+                tr { th { "Queued" } th { "Graph" } th { "Project" } th { "Agent" } th { "Arguments" } th { "Synced" } }
+                @for run in queued {
+                    tr.queued {
+                        td { (time(run.queued_at)) }
+                        td { code { (run.slug) } }
+                        td { (names.project(&run.project_id)) }
+                        td { (agent(run.agent_name.as_deref(), run.agent_id.as_deref())) }
+                        td.preview { (cut(&run.arguments.to_string())) }
+                        td { (time(run.synced_at)) }
+                    }
+                }
+            } }
+        }
+    }
+}
+
+fn history_table(history: &[HistoryRow], names: &Names) -> Markup {
+    html! {
+        h2 { "Runs" }
+        @if history.is_empty() { p { "No runs yet." } }
+        @else {
+            div.wide { table {
+                tr { th { "Started" } th { "Graph" } th { "Project" } th { "Agent" } th { "Status" } th { "Tokens" } th { "Cost" } th { "Result or error" } }
+                @for run in history.iter().take(MAX_RUNS_LISTED) {
+                    tr {
+                        td { a href=(format!("/runs/{}", run.execution_id)) { (time(run.started_at)) } }
+                        td { code { (run.slug) } }
+                        td { (names.project(&run.project_id)) }
+                        td { (agent(run.agent_name.as_deref(), run.agent_id.as_deref())) }
+                        td { (status_text(run)) @if run.result_truncated { " (posted truncated)" } }
+                        td { (run.total_tokens) }
+                        td { (run_cost(&run.status, run.reported_cost)) }
+                        td.preview { (preview(run)) }
+                    }
+                }
+            } }
+        }
+    }
+}
+
+/// A run's status as the owner reads it. Where the history keeps why a run ended (its cause),
+/// it goes here after the status.
+fn status_text(run: &HistoryRow) -> String {
+    run.status.clone()
+}
+
+/// `text` cut to [`PREVIEW_CHARS`] characters (an ellipsis marks the cut).
+fn cut(text: &str) -> String {
+    let mut shown: String = text.chars().take(PREVIEW_CHARS).collect();
+    if shown.len() < text.len() {
+        shown.push('…');
+    }
+    shown
 }
 
 /// The start of a run's result or error, for the list.
@@ -352,11 +521,7 @@ fn preview(run: &HistoryRow) -> String {
         (None, Some(result)) => result.to_string(),
         (None, None) => String::new(),
     };
-    let mut shown: String = text.chars().take(PREVIEW_CHARS).collect();
-    if shown.len() < text.len() {
-        shown.push('…');
-    }
-    shown
+    cut(&text)
 }
 
 /// One run: its full result, its error and its timeline.
@@ -365,9 +530,17 @@ pub(crate) async fn run(
     Path(execution_id): Path<String>,
 ) -> Response {
     super::on_state(page.state.clone(), move |state| {
-        let (run, trace) = match state.execution(&execution_id) {
-            Ok(Some(found)) => found,
-            Ok(None) => {
+        let loaded = state.execution(&execution_id).and_then(|found| {
+            let answers = state
+                .approvals(true)?
+                .into_iter()
+                .filter(|a| a.execution_id == execution_id)
+                .collect::<Vec<_>>();
+            Ok((found, answers, common(state)?))
+        });
+        let ((run, trace), answers, (names, panel)) = match loaded {
+            Ok((Some(found), answers, common)) => (found, answers, common),
+            Ok((None, _, _)) => {
                 return refusal(
                     StatusCode::NOT_FOUND,
                     "No run with this id is in the history.",
@@ -375,27 +548,57 @@ pub(crate) async fn run(
             }
             Err(e) => return failure(&e),
         };
-        let body = run_details(&run, trace.as_ref());
-        layout(
-            StatusCode::OK,
-            "/runs",
-            &format!("Run of {}", run.slug),
-            body,
-        )
+        let body = html! {
+            div #run data-live { (run_details(&run, trace.as_ref(), &names, &answers)) }
+        };
+        live_page("/runs", &format!("Run of {}", run.slug), panel, body)
     })
     .await
 }
 
-fn run_details(run: &HistoryRow, trace: Option<&serde_json::Value>) -> Markup {
-    let timeline = trace.map(timeline::from_trace);
+/// The owner's answers to a run's approvals, oldest first, by tool: what the timeline writes
+/// after "asked you".
+fn answers_by_tool(approvals: &[ApprovalRow]) -> Vec<(String, String)> {
+    let mut oldest_first: Vec<&ApprovalRow> = approvals.iter().collect();
+    oldest_first.sort_by_key(|a| a.created_at);
+    oldest_first
+        .into_iter()
+        .map(|a| {
+            let answer = match a.status {
+                ApprovalStatus::Approved => "you approved",
+                ApprovalStatus::Denied => "you denied",
+                ApprovalStatus::Pending => "waiting for you",
+                ApprovalStatus::Expired => "not answered",
+            };
+            (a.tool.clone(), answer.to_owned())
+        })
+        .collect()
+}
+
+fn run_details(
+    run: &HistoryRow,
+    trace: Option<&serde_json::Value>,
+    names: &Names,
+    approvals: &[ApprovalRow],
+) -> Markup {
+    let timeline = trace
+        .map(timeline::from_trace)
+        .map(|t| timeline::with_answers(t, &answers_by_tool(approvals)));
+    let waiting = approvals
+        .iter()
+        .find(|a| a.status == ApprovalStatus::Pending && run.status == "running");
     html! {
-        (run_facts(run))
+        (run_facts(run, names))
+        @if let Some(approval) = waiting {
+            p { "Waiting for " a href="/approvals" { "your approval of " code { (approval.tool) } } "." }
+        }
         h2 { "Result" }
         @if run.result_truncated {
             p { "The result was too long to post (over 100,000 characters), so the service has only the truncation flag. The full result is kept here." }
         }
         @match &run.result {
             Some(result) => pre { (serde_json::to_string_pretty(result).unwrap_or_default()) },
+            None if run.status == "running" => p.muted { "Still running." },
             None => p.muted { "No result." },
         }
         @if let Some(error) = &run.error { h2 { "Error" } pre.error { (error) } }
@@ -409,26 +612,30 @@ fn run_details(run: &HistoryRow, trace: Option<&serde_json::Value>) -> Markup {
                 @if timeline.cut { p.muted { "Only the first " (timeline::MAX_BARS) " bars are drawn." } }
                 (agent_tokens(timeline))
             }
+            _ if run.status == "running" => p.muted {
+                "The run is still going: " (run.total_tokens) " tokens so far. Its timeline is drawn when it ends."
+            },
+            _ if run.total_tokens > 0 => p.muted { "No trace was kept for this run, so its timeline cannot be drawn." },
             _ => p.muted { "No agents or tools ran, or no trace was kept for this run." },
         }
     }
 }
 
-fn run_facts(run: &HistoryRow) -> Markup {
+fn run_facts(run: &HistoryRow, names: &Names) -> Markup {
     html! {
         dl {
-            dt { "Status" } dd { (run.status) }
-            dt { "Project" } dd { code { (run.project_id) } }
+            dt { "Status" } dd { (status_text(run)) }
+            dt { "Project" } dd { (names.project(&run.project_id)) " " code.muted { (run.project_id) } }
+            dt { "Requested by" } dd { (agent(run.agent_name.as_deref(), run.agent_id.as_deref())) }
             dt { "Session" } dd { code { (run.session_id) } }
             dt { "Channel" } dd { code { (run.channel) } }
             dt { "Execution" } dd { code { (run.execution_id) } }
-            @if let Some(name) = &run.agent_name { dt { "Requested by" } dd { (name) } }
             @if let Some(arguments) = &run.arguments { dt { "Arguments" } dd { pre { (arguments) } } }
             @if let Some(at) = run.queued_at { dt { "Queued" } dd { (time(at)) } }
             dt { "Started" } dd { (time(run.started_at)) }
             dt { "Finished" } dd { @match run.finished_at { Some(at) => (time(at)), None => "still running" } }
-            dt { "Tokens" } dd { (run.total_tokens) }
-            dt { "Cost" } dd { (run.reported_cost) }
+            dt { "Tokens" } dd { (run.total_tokens) @if run.status == "running" { " so far" } }
+            dt { "Cost" } dd { (run_cost(&run.status, run.reported_cost)) }
             @if let Some(refusal) = &run.refused_by_service {
                 dt { "Refused by the service" } dd.error { (refusal) }
             }
@@ -445,8 +652,8 @@ fn agent_tokens(timeline: &timeline::Timeline) -> Markup {
                 tr {
                     td { (bar.label) @if bar.failure.is_some() { " (failed)" } }
                     td { (bar.tokens.unwrap_or(0)) }
-                    td { (bar.start_ms) " ms" }
-                    td { (bar.end_ms) " ms" }
+                    td { (timeline::elapsed(bar.start_ms)) }
+                    td { (timeline::elapsed(bar.end_ms)) }
                 }
             }
         } }

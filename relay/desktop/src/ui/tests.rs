@@ -30,7 +30,10 @@ struct Answer {
 
 impl Fixture {
     fn new() -> Self {
-        let state = DesktopState::open_in_memory().expect("state");
+        Self::over(DesktopState::open_in_memory().expect("state"))
+    }
+
+    fn over(state: DesktopState) -> Self {
         let clock = Arc::new(ManualClock::new(Timestamp::from_unix_millis(1_000)));
         let page = DesktopPage::new(state.clone(), clock, ADDRESS.parse().expect("address"))
             .expect("page");
@@ -270,11 +273,238 @@ async fn every_answer_forbids_framing_and_script() {
             .to_str()
             .expect("text");
         assert!(
-            csp.contains("default-src 'none'") && !csp.contains("script-src"),
-            "{csp}"
+            csp.contains("default-src 'none'")
+                && csp.contains("script-src 'self';")
+                && !csp.contains("unsafe-eval"),
+            "only the page's own script file runs: {csp}"
         );
-        assert!(!answer.body.contains("<script"), "{}", answer.body);
+        let scripts: Vec<&str> = answer.body.split("<script").skip(1).collect();
+        assert!(
+            scripts
+                .iter()
+                .all(|s| s.starts_with(" src=\"/live.js\"") && s.contains("></script>")),
+            "no inline script: {}",
+            answer.body
+        );
     }
+    let script = fixture.get("/live.js", Some(&cookie)).await;
+    assert_eq!(script.status, StatusCode::OK);
+    assert!(
+        script.headers[header::CONTENT_TYPE]
+            .to_str()
+            .is_ok_and(|t| t.starts_with("text/javascript")),
+        "{:?}",
+        script.headers
+    );
+    assert!(script.body.contains("data-live"), "{}", script.body);
+    assert_eq!(
+        fixture.get("/live.js", None).await.status,
+        StatusCode::UNAUTHORIZED,
+        "the script is behind the same cookie"
+    );
+}
+
+#[tokio::test]
+async fn without_a_relay_the_banner_says_so_and_approvals_are_not_live() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("desktop.db");
+    let fixture = Fixture::over(DesktopState::open(&path).expect("state"));
+    let now = Timestamp::from_unix_millis(5);
+    live_runs(&fixture, &["exec-1"], now);
+    fixture.state.record_tokens("exec-1", 120).expect("tokens");
+    fixture
+        .state
+        .ask("a1", "exec-1", "fs.write", r#"{"path":"out/note.md"}"#, now)
+        .expect("ask");
+    let cookie = fixture.sign_in().await;
+    let page = fixture.get("/approvals", Some(&cookie)).await.body;
+    assert!(
+        page.contains("No relay is running on this state file"),
+        "{page}"
+    );
+    assert!(
+        page.contains("Not live") && !page.contains(">Approve</button>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("Interrupted"),
+        "the stale run is told as such: {page}"
+    );
+    let lock = crate::lock::RelayLock::acquire(&path).expect("lock");
+    let page = fixture.get("/approvals", Some(&cookie)).await.body;
+    assert!(
+        page.contains("A relay is running on this state file (process "),
+        "{page}"
+    );
+    assert!(
+        page.contains(">Approve</button>") && !page.contains("Not live"),
+        "{page}"
+    );
+    let home = fixture.get("/", Some(&cookie)).await.body;
+    assert!(
+        home.contains("120 tokens so far")
+            && home.contains("waiting for")
+            && home.contains("your approval of <code>fs.write</code>"),
+        "every page says what runs and what it waits for: {home}"
+    );
+    drop(lock);
+    let home = fixture.get("/", Some(&cookie)).await.body;
+    assert!(home.contains("No relay is running"), "{home}");
+}
+
+#[tokio::test]
+async fn projects_and_agents_are_named_and_queued_runs_are_listed() {
+    let fixture = Fixture::new();
+    let now = Timestamp::from_unix_millis(5);
+    let session = fixture.session("report");
+    let session_id: relay_protocol::GraphSessionId = session.0.parse().expect("id");
+    fixture
+        .state
+        .set_project_enabled("p", true, now)
+        .expect("p");
+    fixture.state.share("p", &session_id, now).expect("share");
+    let served = relay_protocol::ServedProject {
+        project_id: "p".into(),
+        name: "Blog posts".into(),
+    };
+    fixture
+        .state
+        .set_service_projects(&[served], now)
+        .expect("names");
+    let queued = relay_protocol::QueuedCommand {
+        command_id: relay_protocol::CommandId::new_random(),
+        graph_session_id: session_id,
+        slug: "report".into(),
+        arguments: json!({"topic": "owls"})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+        created_at: now,
+        agent_id: Some("tok_1".into()),
+        agent_name: Some("claude".into()),
+        max_tokens: None,
+    };
+    fixture
+        .state
+        .note_queue("p", &[queued], now)
+        .expect("queue");
+    let cookie = fixture.sign_in().await;
+    let home = fixture.get("/", Some(&cookie)).await.body;
+    assert!(home.contains(">Shared with Blog posts</label>"), "{home}");
+    assert!(home.contains(">Disable Blog posts</button>"), "{home}");
+    assert!(
+        home.contains("1 run</a> queued") || home.contains("1 run queued"),
+        "{home}"
+    );
+    let runs = fixture.get("/runs", Some(&cookie)).await.body;
+    assert!(
+        runs.contains("owls") && runs.contains("claude") && runs.contains("Blog posts"),
+        "the queued run is listed with its project and agent by name: {runs}"
+    );
+}
+
+/// Ends the running `execution` with `status` and `error` (7 tokens, a cost with float noise).
+fn end_run(
+    fixture: &Fixture,
+    execution: &str,
+    status: relay_protocol::CompletionStatus,
+    error: &str,
+) {
+    let command = fixture
+        .state
+        .history()
+        .expect("history")
+        .into_iter()
+        .find(|h| h.execution_id == execution)
+        .expect("run")
+        .command_id
+        .parse::<relay_protocol::CommandId>()
+        .expect("command");
+    let completion = crate::bounding::completion(
+        execution,
+        status,
+        None,
+        7,
+        0.002_400_000_000_000_000_2,
+        Some(error),
+    );
+    fixture
+        .state
+        .finish_execution(
+            &command,
+            None,
+            None,
+            &completion,
+            Timestamp::from_unix_millis(5),
+        )
+        .expect("finish");
+}
+
+#[tokio::test]
+async fn decided_approvals_say_what_really_happened() {
+    let fixture = Fixture::new();
+    let now = Timestamp::from_unix_millis(5);
+    live_runs(&fixture, &["e-ok", "e-timeout", "e-stop", "e-cancel"], now);
+    let answers = [
+        ("a1", "e-ok", ApprovalStatus::Approved),
+        ("a2", "e-timeout", ApprovalStatus::Expired),
+        ("a3", "e-stop", ApprovalStatus::Expired),
+        ("a4", "e-cancel", ApprovalStatus::Expired),
+    ];
+    for (id, execution, answer) in answers {
+        let state = &fixture.state;
+        state
+            .ask(id, execution, "fs.write", "{}", now)
+            .expect("ask");
+        state.decide(id, answer, now).expect("answer");
+    }
+    use relay_protocol::CompletionStatus::{Cancelled, Failed};
+    end_run(
+        &fixture,
+        "e-timeout",
+        Failed,
+        "no answer to the approval request for tool fs.write within 600 s; a timeout counts as a denial",
+    );
+    end_run(
+        &fixture,
+        "e-stop",
+        Failed,
+        "the desktop relay was stopped while this graph was running",
+    );
+    end_run(&fixture, "e-cancel", Cancelled, "Cancelled by the owner");
+    let cookie = fixture.sign_in().await;
+    let page = fixture.get("/approvals", Some(&cookie)).await.body;
+    let decided = page.split("Decided").nth(1).expect("a decided table");
+    for outcome in [
+        "approved",
+        "timed out",
+        "relay stopped",
+        "cancelled: Cancelled by the owner",
+    ] {
+        assert!(
+            decided.contains(&format!("<td>{outcome}</td>")),
+            "{outcome}: {decided}"
+        );
+    }
+    assert!(!decided.contains(">expired<"), "{decided}");
+    let runs = fixture.get("/runs", Some(&cookie)).await.body;
+    assert!(
+        runs.contains("<th>Cost</th>") && runs.contains("<th>Agent</th>"),
+        "{runs}"
+    );
+    assert!(
+        runs.contains("$0.0024") && !runs.contains("0.0024000000000000002"),
+        "{runs}"
+    );
+    assert!(
+        runs.contains("<td>unknown</td>"),
+        "the running run's cost is unknown: {runs}"
+    );
+    let running = fixture.get("/runs/e-ok", Some(&cookie)).await.body;
+    assert!(
+        running.contains("still going") && !running.contains("No agents or tools ran"),
+        "{running}"
+    );
 }
 
 #[tokio::test]

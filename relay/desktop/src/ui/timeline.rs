@@ -38,6 +38,8 @@ pub struct Bar {
     pub failure: Option<String>,
     /// A tool call that waited for the owner's approval.
     pub asked_owner: bool,
+    /// The owner's answer to it ("you approved", "you denied", "not answered"), when known.
+    pub answer: Option<String>,
 }
 
 /// The bars of one run.
@@ -80,6 +82,7 @@ impl Builder {
             tokens: (lane == Lane::Agent).then_some(0),
             failure: None,
             asked_owner: false,
+            answer: None,
         };
         if let Some(index) = self.push(bar) {
             self.open.insert(key, index);
@@ -107,6 +110,7 @@ impl Builder {
             tokens: None,
             failure,
             asked_owner,
+            answer: None,
         });
     }
 
@@ -191,6 +195,40 @@ pub fn from_trace(trace: &Value) -> Timeline {
     timeline
 }
 
+/// `timeline` with the owner's answers written on the tool calls that asked: `answers` are
+/// (tool, answer) oldest first, given to that tool's asking bars in order.
+pub fn with_answers(mut timeline: Timeline, answers: &[(String, String)]) -> Timeline {
+    let mut left: HashMap<&str, VecDeque<&str>> = HashMap::new();
+    for (tool, answer) in answers {
+        left.entry(tool.as_str())
+            .or_default()
+            .push_back(answer.as_str());
+    }
+    for bar in &mut timeline.bars {
+        if bar.lane == Lane::Tool && bar.asked_owner {
+            bar.answer = left
+                .get_mut(bar.label.as_str())
+                .and_then(VecDeque::pop_front)
+                .map(str::to_owned);
+        }
+    }
+    timeline
+}
+
+/// Time since the run started, as people read it: "350 ms", "4.2 s", "2 min 05 s".
+pub fn elapsed(ms: u64) -> String {
+    match ms {
+        0 => "0 s".to_owned(),
+        1..1_000 => format!("{ms} ms"),
+        1_000..10_000 => format!("{:.1} s", ms as f64 / 1000.0),
+        10_000..60_000 => format!("{} s", (ms + 500) / 1000),
+        _ => {
+            let secs = (ms + 500) / 1000;
+            format!("{} min {:02} s", secs / 60, secs % 60)
+        }
+    }
+}
+
 /// Where things go in a drawing (SVG user units; it scales to the width it is given).
 #[derive(Debug, Clone, Copy)]
 pub struct Layout {
@@ -255,11 +293,15 @@ fn caption(bar: &Bar) -> String {
     }
     if bar.asked_owner {
         text.push_str(" · asked you");
+        if let Some(answer) = &bar.answer {
+            text.push_str(": ");
+            text.push_str(answer);
+        }
     }
     if bar.failure.is_some() {
         text.push_str(" · failed");
     }
-    text.chars().take(44).collect()
+    text.chars().take(56).collect()
 }
 
 fn anchor(quarter: u64) -> &'static str {
@@ -291,7 +333,7 @@ pub fn svg_in(timeline: &Timeline, layout: Layout) -> Markup {
                 @let x = layout.x_of(duration * quarter / 4, duration);
                 line x1=(x) x2=(x) y1=(AXIS - 6) y2=(height - 10) stroke="#d0d0d0" {}
                 text x=(x) y=(AXIS - 12) text-anchor=(anchor(quarter)) fill="#555" {
-                    (duration * quarter / 4) " ms"
+                    (elapsed(duration * quarter / 4))
                 }
             }
             @for (n, bar) in timeline.bars.iter().enumerate() {
@@ -317,7 +359,7 @@ fn bar_rect(bar: &Bar, x: u64, y: u64, width: u64, height: u64) -> Markup {
     html! {
         rect x=(x) y=(y) width=(width) height=(height) rx="3" fill=(colour(bar)) {
             title {
-                (caption(bar)) ": " (bar.start_ms) "–" (bar.end_ms) " ms"
+                (caption(bar)) ": " (elapsed(bar.start_ms)) " – " (elapsed(bar.end_ms))
                 @if let Some(failure) = &bar.failure { " (" (failure) ")" }
             }
         }
@@ -368,9 +410,45 @@ mod tests {
         assert!(drawn.starts_with("<svg"), "{drawn}");
         assert_eq!(drawn.matches("<rect").count(), 3);
         assert!(drawn.contains("agent writer · 42 tokens"), "{drawn}");
+        assert!(drawn.contains(">100 ms<"), "{drawn}");
+        let answered = with_answers(
+            timeline.clone(),
+            &[("fs.write".into(), "you approved".into())],
+        );
+        assert_eq!(answered.bars[1].answer.as_deref(), Some("you approved"));
+        assert!(
+            answered.bars[2].answer.is_none(),
+            "a bar that did not ask gets no answer"
+        );
+        assert!(
+            svg(&answered)
+                .into_string()
+                .contains("tool fs.write · asked you: you approved"),
+            "the owner's answer is shown"
+        );
         let narrow = svg_in(&timeline, Layout::NARROW).into_string();
         assert!(narrow.contains("viewBox=\"0 0 400 "), "{narrow}");
         assert_eq!(narrow.matches("<rect").count(), 3);
+    }
+
+    #[test]
+    fn the_axis_reads_in_seconds_and_minutes() {
+        assert_eq!(elapsed(0), "0 s");
+        assert_eq!(elapsed(350), "350 ms");
+        assert_eq!(elapsed(4_230), "4.2 s");
+        assert_eq!(elapsed(15_400), "15 s");
+        assert_eq!(elapsed(125_000), "2 min 05 s");
+        let long = Timeline {
+            bars: Vec::new(),
+            duration_ms: 240_000,
+            cut: false,
+        };
+        let drawn = svg(&long).into_string();
+        assert!(
+            drawn.contains(">1 min 00 s<") && drawn.contains(">4 min 00 s<"),
+            "{drawn}"
+        );
+        assert!(!drawn.contains("000 ms"), "{drawn}");
     }
 
     #[test]
