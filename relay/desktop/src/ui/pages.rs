@@ -362,6 +362,7 @@ fn preview(run: &HistoryRow) -> String {
 /// One run: its full result, its error and its timeline.
 pub(crate) async fn run(
     State(page): State<Arc<Page>>,
+    Extension(signed): Extension<Signed>,
     Path(execution_id): Path<String>,
 ) -> Response {
     super::on_state(page.state.clone(), move |state| {
@@ -375,7 +376,10 @@ pub(crate) async fn run(
             }
             Err(e) => return failure(&e),
         };
-        let body = run_details(&run, trace.as_ref());
+        let body = html! {
+            @if run.status == "running" { (cancel_form(&signed, &run.execution_id)) }
+            (run_details(&run, trace.as_ref()))
+        };
         layout(
             StatusCode::OK,
             "/runs",
@@ -414,10 +418,23 @@ fn run_details(run: &HistoryRow, trace: Option<&serde_json::Value>) -> Markup {
     }
 }
 
+/// The Cancel of a running run, as `relay desktop cancel` does it.
+fn cancel_form(signed: &Signed, execution_id: &str) -> Markup {
+    html! {
+        form method="post" action="/runs/cancel" {
+            (csrf_field(signed))
+            input type="hidden" name="run" value=(execution_id);
+            button type="submit" { "Cancel this run" }
+            span.muted { " It ends cancelled, by you, with its tokens and cost so far." }
+        }
+    }
+}
+
 fn run_facts(run: &HistoryRow) -> Markup {
     html! {
         dl {
             dt { "Status" } dd { (run.status) }
+            @if let Some(cause) = run.end_cause { dt { "Ended by" } dd { (cause.describe()) } }
             dt { "Project" } dd { code { (run.project_id) } }
             dt { "Session" } dd { code { (run.session_id) } }
             dt { "Channel" } dd { code { (run.channel) } }
