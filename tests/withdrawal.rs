@@ -1,7 +1,8 @@
 //! Withdrawal is immediate (issue 32): `project disable`, `unshare` and `session remove` reach
 //! the service beside a running run; the service drops the sessions from
 //! `list_graph_sessions`, cancels their queued runs with the consent error and refuses new ones,
-//! and enabling or sharing again never starts a run queued before.
+//! and enabling or sharing again never starts a run queued before. The run going is stopped
+//! too (issue 43; `owner_control.rs` drives that with real processes).
 
 use crate::common;
 use crate::harness;
@@ -126,7 +127,12 @@ async fn disabling_a_project_while_a_run_executes_withdraws_it_at_once_and_for_g
     withdrawn_within_two_seconds(&world, "echo", &queued).await;
     assert!(listed(&world).await.is_empty());
     refused_to_queue(&world, &session, "key-after-disable").await;
-    assert_eq!(world.get(&running).await["status"], "running");
+    // The run going is withdrawn too (issue 43): stopped, in the owner's words.
+    let stopped = wait_status(&world, &running, "cancelled").await;
+    assert_eq!(
+        stopped["error"], "The owner withdrew consent for this project",
+        "{stopped}"
+    );
 
     world
         .state
