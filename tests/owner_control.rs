@@ -64,6 +64,10 @@ fn state_path(world: &World) -> PathBuf {
 }
 
 fn spawn_relay(world: &World, name: &str) -> RelayProcess {
+    spawn_relay_with(world, name, &[])
+}
+
+fn spawn_relay_with(world: &World, name: &str, extra: &[&str]) -> RelayProcess {
     let dir = world.state_dir.path();
     let replies_file = dir.join("replies.json");
     std::fs::write(&replies_file, replies().to_string()).expect("replies");
@@ -77,6 +81,7 @@ fn spawn_relay(world: &World, name: &str) -> RelayProcess {
         .args(["--control-interval", "0.2", "--approval-timeout", "600"])
         .arg("--replies")
         .arg(&replies_file)
+        .args(extra)
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log"))
@@ -115,6 +120,10 @@ struct Going {
 }
 
 async fn a_run_going(name: &str) -> Going {
+    a_run_going_with(name, &[]).await
+}
+
+async fn a_run_going_with(name: &str, extra: &[&str]) -> Going {
     let world = World::new(replies()).await;
     let folder = world.state_dir.path().join("shared");
     std::fs::create_dir_all(&folder).expect("folder");
@@ -127,7 +136,7 @@ async fn a_run_going(name: &str) -> Going {
     let command = world
         .queue(&session, &format!("key-{name}"), json!({}))
         .await;
-    let relay = spawn_relay(&world, name);
+    let relay = spawn_relay_with(&world, name, extra);
     wait_until("the first agent's tokens are recorded", || {
         world
             .state
@@ -339,6 +348,30 @@ async fn cancel_current_stops_the_run_going() {
     assert!(
         stdout(&output).starts_with(&format!("stopped run {}", going.command)),
         "{output:?}"
+    );
+}
+
+/// In long-poll mode a seen cancel is reported while the engine winds down: with the owner's
+/// words and the tokens and cost so far (it used to say the agent cancelled, at cost 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_cancel_in_long_poll_mode_is_reported_at_once_with_its_cost() {
+    let going = a_run_going_with("long-poll", &["--long-poll"]).await;
+    let action = going.cli(&["cancel", "--current"]);
+    let output = going
+        .stopped_by(
+            action,
+            "Cancelled by the owner on the desktop",
+            EndCause::OwnerCancelledDesktop,
+        )
+        .await;
+    assert!(output.status.success(), "{output:?}");
+    assert!(
+        going
+            .relay
+            .log()
+            .contains("cancel seen: reporting the outcome"),
+        "the early report: {}",
+        going.relay.log()
     );
 }
 
