@@ -591,3 +591,115 @@ async fn stop_on(shutdown: CancellationToken, running: RunningCommand) {
         error: RELAY_STOPPED.to_owned(),
     });
 }
+
+#[cfg(test)]
+mod stops {
+    use super::*;
+    use crate::api::{BoxFuture, Transport, TransportError};
+
+    /// Answers every request 200 with `body`.
+    struct Answers(&'static str);
+
+    impl Transport for Answers {
+        fn send(
+            &self,
+            _request: http::Request<Vec<u8>>,
+        ) -> BoxFuture<'_, Result<http::Response<Vec<u8>>, TransportError>> {
+            let body = self.0.as_bytes().to_vec();
+            Box::pin(async move {
+                http::Response::builder()
+                    .status(200)
+                    .body(body)
+                    .map_err(|e| TransportError(e.to_string()))
+            })
+        }
+    }
+
+    fn running() -> RunningCommand {
+        let command = QueuedCommand {
+            command_id: CommandId::new_random(),
+            graph_session_id: crate::state::new_session_id(),
+            slug: "a".into(),
+            arguments: serde_json::Map::new(),
+            created_at: relay_protocol::clock::Timestamp::from_unix_millis(1),
+            agent_id: None,
+            agent_name: None,
+            max_tokens: None,
+        };
+        RunningCommand::new(command.command_id, "p", &command)
+    }
+
+    fn api(body: &'static str) -> DesktopApi {
+        DesktopApi::new(
+            Arc::new(Answers(body)),
+            "grd_0123456789abcdef0123456789abcdef",
+        )
+    }
+
+    /// The owner's console cancel is told as the owner's, not the agent's; a service that does
+    /// not say who asked means the agent, as before.
+    #[tokio::test(start_paused = true)]
+    async fn a_control_answer_names_who_cancelled() {
+        let console = running();
+        control_poll(
+            api(r#"{"cancel_requested":true,"cancel_cause":"owner_cancelled_console"}"#),
+            console.clone(),
+            std::time::Duration::from_secs(1),
+        )
+        .await;
+        assert_eq!(
+            console.stopped(),
+            Some(&Stop::of(EndCause::OwnerCancelledConsole))
+        );
+        assert!(console.cancel_seen());
+        assert_eq!(
+            console.stopped().map(|s| s.error.as_str()),
+            Some("Cancelled by the owner in the console")
+        );
+        let agent = running();
+        control_poll(
+            api(r#"{"cancel_requested":true}"#),
+            agent.clone(),
+            std::time::Duration::from_secs(1),
+        )
+        .await;
+        assert_eq!(agent.stopped(), Some(&Stop::of(EndCause::AgentCancelled)));
+    }
+
+    /// The first reason stands; the relay's own stop ends a run `failed`, not cancelled.
+    #[test]
+    fn the_first_stop_stands_and_a_relay_stop_is_no_cancel() {
+        let stopped = running();
+        stopped.stop_with(Stop {
+            cause: EndCause::RelayStopped,
+            error: RELAY_STOPPED.into(),
+        });
+        stopped.stop_with(Stop::of(EndCause::OwnerCancelledDesktop));
+        assert_eq!(
+            stopped.stopped().map(|s| s.cause),
+            Some(EndCause::RelayStopped)
+        );
+        assert!(!stopped.cancel_seen());
+        assert_eq!(
+            stopped.stopped().map(Stop::status),
+            Some(CompletionStatus::Failed)
+        );
+        assert!(stopped.cancel.is_cancelled());
+    }
+
+    #[test]
+    fn a_failure_on_a_limit_names_it() {
+        assert_eq!(
+            failure_cause(
+                Some("wall-clock deadline exceeded: the run took longer than 1 s (--timeout)"),
+                None
+            ),
+            Some(EndCause::TimedOut)
+        );
+        assert_eq!(
+            failure_cause(Some("boom"), Some(EndCause::TokenCap)),
+            Some(EndCause::TokenCap)
+        );
+        assert_eq!(failure_cause(Some("boom"), None), None);
+    }
+}
