@@ -545,11 +545,14 @@ impl Execution {
     }
 }
 
-/// The cause of a run that failed on its own: its deadline (the runner's words), else the last
-/// limit it met, if the failure came after it.
+/// The cause of a run that failed on its own: its deadline or its token cap (the runner's
+/// words), else the last limit it met (the failure came after it).
 fn failure_cause(error: Option<&str>, limit: Option<EndCause>) -> Option<EndCause> {
     if error.is_some_and(|e| e.contains("wall-clock deadline exceeded")) {
         return Some(EndCause::TimedOut);
+    }
+    if error.is_some_and(|e| e.contains("budget_exhausted") || e.contains("token cap reached")) {
+        return Some(EndCause::TokenCap);
     }
     limit
 }
