@@ -179,9 +179,11 @@ async fn unsharing_one_session_while_a_run_executes_withdraws_only_it() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(world.get(&queued).await["status"], "cancelled");
     assert_eq!(world.mock.calls().len(), 1, "only the first run ever ran");
-    // The other session was never touched.
+    // The other session was never touched: its run is taken (the unshared one's run going was
+    // stopped, so the relay may be running it already), not refused.
     let other_run = world.queue(&other, "key-other", json!({})).await;
-    assert_eq!(world.get(&other_run).await["status"], "queued");
+    let status = world.get(&other_run).await["status"].clone();
+    assert!(status == "queued" || status == "running", "{status}");
     stop.cancel();
     task.await.expect("relay stops");
 }

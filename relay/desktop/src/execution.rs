@@ -354,8 +354,11 @@ impl Relay {
         // the cancel is seen), while the engine winds down; the next command still waits for it.
         let early = if self.config.long_poll.is_some() {
             tokio::select! {
-                outcome = &mut run => Some(outcome),
+                // A run the cancel ended is ready with it: the cancel is told first, so its
+                // report never depends on which of the two the select happens to poll first.
+                biased;
                 () = running.cancel.cancelled(), if !shutdown.is_cancelled() => None,
+                outcome = &mut run => Some(outcome),
             }
         } else {
             Some((&mut run).await)
