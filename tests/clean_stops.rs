@@ -172,6 +172,16 @@ async fn sigterm_mid_run_fails_it_with_its_tokens_and_expires_its_approval() {
         "{run}"
     );
     assert_eq!(run["total_tokens"], 99, "{run}");
+    // The trace says what the service is told (issue 43), and the history keeps the cause.
+    let log = relay.log();
+    assert!(
+        log.contains("run failed: the desktop relay was stopped") && !log.contains("run cancelled"),
+        "{log}"
+    );
+    assert_eq!(
+        world.state.history().expect("history")[0].end_cause,
+        Some(relay_protocol::EndCause::RelayStopped)
+    );
     assert_eq!(
         world.state.approval_status(&approval).expect("status"),
         Some(ApprovalStatus::Expired)

@@ -75,13 +75,18 @@ async fn an_approved_ask_runs_the_tool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_ask_fails_the_call_and_writes_nothing() {
-    let (_world, run, folder) = run_with_answer(Some(ApprovalStatus::Denied)).await;
+    let (world, run, folder) = run_with_answer(Some(ApprovalStatus::Denied)).await;
     assert_eq!(run["status"], "failed", "{run}");
     assert!(
         run["error"].as_str().unwrap_or("").contains("denied"),
         "{run}"
     );
     assert!(!folder.path().join("out").exists());
+    assert_eq!(
+        world.state.history().expect("history")[0].end_cause,
+        Some(relay_protocol::EndCause::ApprovalDenied),
+        "the cause the completion carried"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,4 +103,9 @@ async fn no_answer_within_the_timeout_is_a_denial() {
     assert!(!folder.path().join("out").exists());
     let all = world.state.approvals(true).expect("approvals");
     assert_eq!(all[0].status, ApprovalStatus::Expired);
+    assert_eq!(
+        world.state.history().expect("history")[0].end_cause,
+        Some(relay_protocol::EndCause::ApprovalTimedOut),
+        "the cause the completion carried"
+    );
 }

@@ -28,6 +28,7 @@ mod malformed_commands;
 mod module_direction;
 mod nested_consent;
 mod outbox;
+mod owner_control;
 mod pass_skipping;
 mod private_files;
 mod result_bounding;

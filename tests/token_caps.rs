@@ -74,6 +74,11 @@ async fn an_agent_asking_for_fewer_tokens_stops_there() {
     // The run stops at the cap: the last turn is clipped to what is left, the next agent is
     // refused.
     assert_spent_about(&run, 250);
+    assert_eq!(
+        world.state.history().expect("history")[0].end_cause,
+        Some(relay_protocol::EndCause::TokenCap),
+        "the cause the completion carried"
+    );
     assert_eq!(run["max_tokens"], 250);
     assert_eq!(run["token_cap"], 250);
 }

@@ -90,6 +90,16 @@ enum DesktopCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Cancel a run going on this desktop: it ends `cancelled`, "Cancelled by the owner on the
+    /// desktop", with its tokens and cost so far (the running relay stops it within 2 s).
+    Cancel {
+        /// The run: its command id or execution id, as `relay desktop history` shows them.
+        #[arg(required_unless_present = "current", conflicts_with = "current")]
+        run: Option<String>,
+        /// The run going now.
+        #[arg(long)]
+        current: bool,
+    },
     /// Tool calls waiting for your approval in remotely started runs.
     #[command(subcommand)]
     Approvals(ApprovalsCommand),
@@ -458,8 +468,15 @@ async fn on_state(path: &Path, command: DesktopCommand) -> Result<()> {
         DesktopCommand::Shares { json } => shares(&state, json)?,
         DesktopCommand::Queue { json } => queue(&state, json)?,
         DesktopCommand::Unshare(share) => {
-            state.unshare(&share.project, &session_id(&share.session)?)?;
+            let session = session_id(&share.session)?;
+            let covered =
+                crate::desktop_control::covered(&state, Some(&share.project), Some(&session))?;
+            state.unshare(&share.project, &session)?;
             out!("{}", share.session);
+            print_lines(crate::desktop_control::confirm(&state, covered).await);
+        }
+        DesktopCommand::Cancel { run, current } => {
+            print_lines(crate::desktop_control::cancel(&state, run.as_deref(), current).await?);
         }
         DesktopCommand::Folder { dir } => {
             if let Some(dir) = dir {
@@ -544,8 +561,11 @@ async fn session(state: &DesktopState, command: SessionCommand) -> Result<()> {
         }
         SessionCommand::List { json } => session_list(state, json)?,
         SessionCommand::Remove { id } => {
-            state.remove_session(&session_id(&id)?)?;
+            let session = session_id(&id)?;
+            let covered = crate::desktop_control::covered(state, None, Some(&session))?;
+            state.remove_session(&session)?;
             out!("{id}");
+            print_lines(crate::desktop_control::confirm(state, covered).await);
         }
     }
     Ok(())
@@ -606,8 +626,10 @@ async fn project(state: &DesktopState, command: ProjectCommand) -> Result<()> {
             out!("{id}");
         }
         ProjectCommand::Disable { id } => {
+            let covered = crate::desktop_control::covered(state, Some(&id), None)?;
             state.set_project_enabled(&id, false, SystemClock.now())?;
             out!("{id}");
+            print_lines(crate::desktop_control::confirm(state, covered).await);
         }
         ProjectCommand::List { json } => {
             let projects = state.projects()?;
@@ -713,6 +735,12 @@ fn policy(state: &DesktopState, command: PolicyCommand) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn print_lines(lines: Vec<String>) {
+    for line in lines {
+        out!("{line}");
+    }
 }
 
 fn history(state: &DesktopState, json: bool) -> Result<()> {

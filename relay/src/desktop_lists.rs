@@ -137,6 +137,9 @@ pub fn history_line(h: &HistoryRow, names: &ProjectNames) -> String {
         .arguments
         .as_ref()
         .map_or_else(|| "-".to_owned(), ToString::to_string);
+    let cause = h
+        .end_cause
+        .map_or_else(String::new, |cause| format!("  cause {cause}"));
     let refused = h
         .refused_by_service
         .as_deref()
@@ -144,7 +147,7 @@ pub fn history_line(h: &HistoryRow, names: &ProjectNames) -> String {
             format!("  refused by the service: {}", for_terminal(m))
         });
     format!(
-        "{}  {}  {}  {}  project {}  queued {}  started {}  finished {}  {} tokens  cost {}  {}  args {}{}  {}{refused}",
+        "{}  {}  {}  {}{cause}  project {}  queued {}  started {}  finished {}  {} tokens  cost {}  {}  args {}{}  {}{refused}",
         h.execution_id,
         h.command_id,
         h.slug,

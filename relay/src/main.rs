@@ -11,6 +11,8 @@ mod demo;
 #[cfg(feature = "desktop")]
 mod desktop_cli;
 #[cfg(feature = "desktop")]
+mod desktop_control;
+#[cfg(feature = "desktop")]
 mod desktop_lists;
 #[cfg(feature = "desktop")]
 mod desktop_projects;

@@ -113,6 +113,11 @@ fn poisoned(request: http::Request<Vec<u8>>) -> http::Request<Vec<u8>> {
 /// The `relay` binary beside this test's own (`target/<profile>/relay`): another package's
 /// binary, which `cargo test --workspace` builds with the `relay` package's own tests.
 pub fn relay_binary() -> std::path::PathBuf {
+    // A copy of the binary can be named (the shared target directory's may be another
+    // worktree's build by the time the test runs).
+    if let Some(binary) = std::env::var_os("GRAPHRELAY_RELAY_BIN") {
+        return binary.into();
+    }
     let exe = std::env::current_exe().expect("the test binary's path");
     let profile_dir = exe
         .parent()

@@ -349,6 +349,8 @@ pub enum Started {
     Go {
         /// The cancel flag.
         cancel_requested: bool,
+        /// Who asked to cancel, when the service says (the agent or the owner in the console).
+        cancel_cause: Option<relay_protocol::EndCause>,
     },
     /// Do not run it: it was cancelled while queued, or is already finished.
     Refused(String),
@@ -453,6 +455,7 @@ impl DesktopApi {
         {
             Ok(answer) => Ok(Started::Go {
                 cancel_requested: answer.cancel_requested,
+                cancel_cause: answer.cancel_cause,
             }),
             Err(ApiError::Status {
                 status: StatusCode::CONFLICT,
@@ -477,10 +480,9 @@ impl DesktopApi {
         self.call(Method::POST, released_path(id), Some(body)).await
     }
 
-    /// Reads the cancel flag (and tells the service the desktop is alive).
-    pub async fn control(&self, id: &CommandId) -> Result<bool, ApiError> {
-        let answer: ControlResponse = self.call(Method::GET, control_path(id), None).await?;
-        Ok(answer.cancel_requested)
+    /// Reads the cancel flag and who asked (and tells the service the desktop is alive).
+    pub async fn control(&self, id: &CommandId) -> Result<ControlResponse, ApiError> {
+        self.call(Method::GET, control_path(id), None).await
     }
 
     /// Posts a completion.

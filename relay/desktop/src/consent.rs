@@ -8,11 +8,13 @@
 use std::sync::atomic::Ordering;
 
 use relay_protocol::{
-    CommandId, CompletionStatus, DesktopProblem, NOT_SHARED, QueuedCommand, SyncRequest,
+    CommandId, CompleteRequest, CompletionStatus, DesktopProblem, EndCause, NOT_SHARED,
+    QueuedCommand, SyncRequest,
 };
 
 use crate::api::{ApiError, RawCommand, SyncAnswer};
 use crate::ended::Ended;
+use crate::execution::{RunningCommand, Stop};
 use crate::state::{Session, Snapshot, StateError};
 use crate::{Event, Relay, Tell, bounding};
 
@@ -80,6 +82,7 @@ pub(crate) async fn watch_sharing(relay: std::sync::Arc<Relay>, tell: Tell) {
     let mut seen: Option<i64> = None;
     loop {
         tick.tick().await;
+        watch_local_cancels(&relay, &tell).await;
         match relay.state.call(|state| state.sharing_version()).await {
             Ok(version) => {
                 if seen.is_some_and(|seen| seen != version) {
@@ -92,7 +95,87 @@ pub(crate) async fn watch_sharing(relay: std::sync::Arc<Relay>, tell: Tell) {
     }
 }
 
+/// Reads the owner's local cancels (`relay desktop cancel`, the page's Cancel) and tells the
+/// loop those of runs still running; a request for a run that is not running any more is
+/// forgotten.
+async fn watch_local_cancels(relay: &Relay, tell: &Tell) {
+    let read = relay.state.call(|state| {
+        let mut live = Vec::new();
+        let mut ended = Vec::new();
+        for id in state.local_cancels()? {
+            let running = state
+                .find_run(&id.to_string())?
+                .is_some_and(|run| run.status == "running");
+            if running { &mut live } else { &mut ended }.push(id);
+        }
+        if !ended.is_empty() {
+            state.clear_local_cancels(&ended)?;
+        }
+        Ok(live)
+    });
+    match read.await {
+        Ok(live) if !live.is_empty() => tell.send(Event::LocalCancels(live)),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot read the owner's cancels, trying again: {e}"),
+    }
+}
+
+/// The error of a run stopped because its project was disabled.
+pub(crate) const WITHDRAWN_PROJECT: &str = "The owner withdrew consent for this project";
+/// The error of a run stopped because its session was unshared or removed.
+pub(crate) const WITHDRAWN_SESSION: &str = "The owner withdrew consent for this session";
+
 impl Relay {
+    /// Whether the owner's consent still covers `running` (its project enabled, its session
+    /// shared with it under the same slug); if not, why it was withdrawn.
+    pub(crate) async fn withdrawn(&self, running: &RunningCommand) -> Option<Stop> {
+        let (project, session, slug) = (
+            running.project.clone(),
+            running.session.clone(),
+            running.slug.clone(),
+        );
+        let read = self.state.call(move |state| {
+            let enabled = state.enabled_projects()?.contains(&project);
+            let consented = enabled
+                && state
+                    .consented_session(&project, &session, &slug)?
+                    .is_some();
+            Ok((enabled, consented))
+        });
+        let error = match read.await {
+            Ok((_, true)) => return None,
+            Ok((false, _)) => WITHDRAWN_PROJECT,
+            Ok((true, false)) => WITHDRAWN_SESSION,
+            Err(e) => {
+                // The next sharing change (or the pass's re-check) reads it again.
+                tracing::error!(command = %running.id, "cannot re-check the consent of the running run: {e}");
+                return None;
+            }
+        };
+        Some(Stop {
+            cause: EndCause::ConsentWithdrawn,
+            error: error.to_owned(),
+        })
+    }
+
+    /// Keeps the queued runs whose consent is gone in the history (`cancelled`, consent
+    /// withdrawn) before the syncs that tell the service, which cancels them.
+    pub(crate) async fn record_withdrawn_queue(&self) {
+        let now = self.clock.now();
+        match self
+            .state
+            .call(move |state| state.withdraw_unconsented_queue(now))
+            .await
+        {
+            Ok(ids) => {
+                for id in ids {
+                    tracing::info!(channel = %format!("graph:external:{id}"), "consent withdrawn: the queued run is cancelled");
+                }
+            }
+            Err(e) => tracing::warn!("cannot keep the withdrawn queued runs in the history: {e}"),
+        }
+    }
+
     /// The consent re-check right before `command` runs, in the state as it is now.
     pub(crate) async fn consent(
         &self,
@@ -141,6 +224,10 @@ impl Relay {
             0.0,
             Some(NOT_SHARED),
         );
+        let completion = CompleteRequest {
+            cause: Some(EndCause::ConsentWithdrawn),
+            ..completion
+        };
         Ok(Ended::new(id, completion))
     }
 
@@ -201,6 +288,7 @@ impl Relay {
     /// queued runs. Runs beside a busy pass; the commands the syncs return are left to the
     /// passes.
     pub(crate) async fn tell_sharing(&self, tell: &Tell, problem: Option<&DesktopProblem>) {
+        self.record_withdrawn_queue().await;
         self.deliver_withdrawals(problem).await;
         let projects = match self.state.call(|state| state.enabled_projects()).await {
             Ok(projects) => projects,

@@ -2,11 +2,12 @@
 //! (the engine under the control poll, the shutdown and the run reports) and the bound (the
 //! outcome decided and bounded into the completion the service gets).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 
 use graph_js::Failure;
 use runner::engine::Engine;
+use runner::host::events::{Event as TraceEvent, EventKind, EventSink};
 use runner::host::tools::ToolRegistry;
 use runner::run::{RunOptions, RunOutcome, RunRequest, RunStatus, run_graph};
 use serde_json::Value;
@@ -16,38 +17,132 @@ use crate::api::{ApiError, DesktopApi, Started};
 use crate::ended::Ended;
 use crate::pass::PassState;
 use crate::state::{Session, StateError};
-use crate::trace::TraceKeeper;
+use crate::trace::{Spent, TraceKeeper};
 use crate::{Event, Relay, Tell, approver, bounding, catalog, report};
-use relay_protocol::{CommandId, CompleteRequest, CompletionStatus, QueuedCommand};
+use relay_protocol::{
+    CommandId, CompleteRequest, CompletionStatus, ControlResponse, EndCause, GraphSessionId,
+    QueuedCommand,
+};
+
+/// Why a run was stopped from outside its graph: the cause its completion carries and the
+/// words of its error.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Stop {
+    pub(crate) cause: EndCause,
+    pub(crate) error: String,
+}
+
+impl Stop {
+    /// A stop for `cause`, in its own words.
+    pub(crate) fn of(cause: EndCause) -> Stop {
+        Stop {
+            cause,
+            error: cause.describe().to_owned(),
+        }
+    }
+
+    /// How a run stopped this way ends: `failed` when the relay stopped (the run did not
+    /// choose to end and can be asked again), `cancelled` for every cancel and withdrawal.
+    pub(crate) fn status(&self) -> CompletionStatus {
+        if self.cause == EndCause::RelayStopped {
+            CompletionStatus::Failed
+        } else {
+            CompletionStatus::Cancelled
+        }
+    }
+}
+
+/// The error of a run the relay's own stop ended (SIGTERM, Ctrl-C).
+pub(crate) const RELAY_STOPPED: &str = "the desktop relay was stopped while this graph was running";
 
 /// The command being executed, as the loop and the control poll see it.
 #[derive(Clone)]
 pub(crate) struct RunningCommand {
     pub(crate) id: CommandId,
+    /// The project that started it, and the session and slug it runs: what the owner's
+    /// consent must still cover while it runs.
+    pub(crate) project: String,
+    pub(crate) session: GraphSessionId,
+    pub(crate) slug: String,
     cancel: CancellationToken,
-    cancel_seen: Arc<AtomicBool>,
+    /// The first stop asked for; later ones change nothing.
+    stop: Arc<OnceLock<Stop>>,
 }
 
 impl RunningCommand {
-    fn new(id: CommandId) -> Self {
+    fn new(id: CommandId, project: &str, command: &QueuedCommand) -> Self {
         Self {
             id,
+            project: project.to_owned(),
+            session: command.graph_session_id.clone(),
+            slug: command.slug.clone(),
             cancel: CancellationToken::new(),
-            cancel_seen: Arc::new(AtomicBool::new(false)),
+            stop: Arc::new(OnceLock::new()),
         }
     }
 
-    /// Stops the run once; the outcome is then `cancelled` whatever happens next.
-    pub(crate) fn cancel(&self) {
-        if !self.cancel_seen.swap(true, Ordering::SeqCst) {
-            tracing::info!(command = %self.id, "cancel requested: stopping the run");
+    /// The service asked to cancel (`cause`: who asked it, the agent when it does not say).
+    /// The outcome is then `cancelled` whatever happens next.
+    pub(crate) fn cancel(&self, cause: Option<EndCause>) {
+        self.stop_with(Stop::of(cause.unwrap_or(EndCause::AgentCancelled)));
+    }
+
+    /// Stops the run once, for `stop`'s reason (the first reason given stands).
+    pub(crate) fn stop_with(&self, stop: Stop) {
+        let cause = stop.cause;
+        if self.stop.set(stop).is_ok() {
+            tracing::info!(command = %self.id, cause = %cause, "stopping the run");
         }
         self.cancel.cancel();
     }
 
-    /// Whether a cancel was seen (long polls no longer watch the command then).
+    /// Why the run was stopped from outside, if it was.
+    pub(crate) fn stopped(&self) -> Option<&Stop> {
+        self.stop.get()
+    }
+
+    /// Whether a cancel (or a withdrawal) was seen: the run ends `cancelled` (long polls no
+    /// longer watch the command then). The relay's own stop is not one.
     pub(crate) fn cancel_seen(&self) -> bool {
-        self.cancel_seen.load(Ordering::SeqCst)
+        self.stopped()
+            .is_some_and(|stop| stop.status() == CompletionStatus::Cancelled)
+    }
+}
+
+/// The trace sink of a stopped run: its last event says how the run really ends (a relay stop
+/// is `failed`, a withdrawal names the owner), so the trace and the completion agree.
+struct Agreeing {
+    inner: Arc<dyn EventSink>,
+    running: RunningCommand,
+}
+
+impl EventSink for Agreeing {
+    fn emit(&self, event: &TraceEvent) {
+        if let (
+            EventKind::RunFinished {
+                status,
+                total_tokens,
+                reported_cost,
+                ..
+            },
+            Some(stop),
+        ) = (&event.kind, self.running.stopped())
+            && status == RunStatus::Cancelled.as_str()
+        {
+            let agreeing = TraceEvent {
+                kind: EventKind::RunFinished {
+                    status: relay_protocol::RunStatus::from(stop.status())
+                        .as_str()
+                        .to_owned(),
+                    total_tokens: *total_tokens,
+                    reported_cost: *reported_cost,
+                    error: Some(stop.error.clone()),
+                },
+                ..event.clone()
+            };
+            return self.inner.emit(&agreeing);
+        }
+        self.inner.emit(event);
     }
 }
 
@@ -71,8 +166,8 @@ pub(crate) struct Execution {
 enum StartAnswer {
     /// Run it (a replay of an earlier start under this execution counts).
     Go {
-        /// The agent already asked to cancel.
-        cancel_requested: bool,
+        /// Someone already asked to cancel: who (`None`: the service did not say).
+        cancel_requested: Option<Option<EndCause>>,
     },
     /// Do not run it, for this reason.
     Refused(String),
@@ -86,6 +181,8 @@ pub(crate) struct Ran {
     outcome: RunOutcome,
     trace: Value,
     early: Early,
+    /// The last limit the run met (its token cap, an approval denied or timed out).
+    limit: Option<EndCause>,
 }
 
 /// A seen cancel's outcome, reported before the engine stopped.
@@ -154,9 +251,9 @@ impl Relay {
             return Err(e);
         }
         tracing::info!(%channel, slug = %session.slug, execution = %execution_id, "running");
-        let running = RunningCommand::new(id);
-        if cancel_requested {
-            running.cancel();
+        let running = RunningCommand::new(id, project, command);
+        if let Some(cause) = cancel_requested {
+            running.cancel(cause);
         }
         let request = RunRequest {
             script: session.script.clone().into(),
@@ -197,8 +294,13 @@ impl Relay {
         let mut wait = self.config.call_retry;
         loop {
             let error = match self.api.started(id, execution_id, token_cap).await {
-                Ok(Started::Go { cancel_requested }) => {
-                    return StartAnswer::Go { cancel_requested };
+                Ok(Started::Go {
+                    cancel_requested,
+                    cancel_cause,
+                }) => {
+                    return StartAnswer::Go {
+                        cancel_requested: cancel_requested.then_some(cancel_cause),
+                    };
                 }
                 Ok(Started::Refused(reason)) => return StartAnswer::Refused(reason),
                 Err(e) if !e.is_retryable() => return StartAnswer::Refused(e.to_string()),
@@ -233,12 +335,15 @@ impl Relay {
             running.clone(),
             self.config.control_interval,
         ));
-        watchers.spawn(stop_on(shutdown.clone(), running.cancel.clone()));
-        // What the run waits for and how far it got, told to the service as it changes.
-        watchers.spawn(reporter.clone().send(
+        watchers.spawn(stop_on(shutdown.clone(), running.clone()));
+        // What the run waits for and how far it got, told to the service as it changes (and a
+        // cancel its answers carry stops the run, as the control poll's does).
+        let heard = running.clone();
+        watchers.spawn(reporter.clone().send_watching(
             self.api.clone(),
             running.id,
             self.config.report_interval,
+            move |cause| heard.cancel(cause),
         ));
         watchers.spawn(trace.record_tokens(self.state.clone(), execution.id.clone()));
         let options = self.run_options(trace.clone(), execution, reporter).await;
@@ -249,14 +354,17 @@ impl Relay {
         // the cancel is seen), while the engine winds down; the next command still waits for it.
         let early = if self.config.long_poll.is_some() {
             tokio::select! {
-                outcome = &mut run => Some(outcome),
+                // A run the cancel ended is ready with it: the cancel is told first, so its
+                // report never depends on which of the two the select happens to poll first.
+                biased;
                 () = running.cancel.cancelled(), if !shutdown.is_cancelled() => None,
+                outcome = &mut run => Some(outcome),
             }
         } else {
             Some((&mut run).await)
         };
         let reported_early = if early.is_none() && running.cancel_seen() {
-            self.report_cancel_early(pass, execution, trace.tokens())
+            self.report_cancel_early(pass, execution, trace.spent())
                 .await
         } else {
             Early::None
@@ -271,28 +379,36 @@ impl Relay {
             outcome,
             trace: trace.to_json(),
             early: reported_early,
+            limit: trace.limit_met(),
         }
     }
 
-    /// Posts the `cancelled` outcome of a run whose cancel was seen, before its engine stopped;
-    /// says whether the service settled it (if not, that same completion goes through the
-    /// outbox: its answer may have been lost after the service took it).
+    /// Posts the `cancelled` outcome of a run whose cancel was seen, before its engine stopped,
+    /// with who stopped it and what it spent so far; says whether the service settled it (if
+    /// not, that same completion goes through the outbox: its answer may have been lost after
+    /// the service took it).
     async fn report_cancel_early(
         &self,
         pass: &mut PassState,
         execution: &Execution,
-        tokens: u64,
+        spent: Spent,
     ) -> Early {
+        let stop = execution
+            .running
+            .stopped()
+            .cloned()
+            .unwrap_or_else(|| Stop::of(EndCause::AgentCancelled));
         let completion = bounding::completion(
             &execution.id,
-            CompletionStatus::Cancelled,
+            stop.status(),
             None,
-            tokens,
-            0.0,
-            Some("Cancelled by the agent"),
+            spent.tokens,
+            spent.cost,
+            Some(&stop.error),
         );
         let completion = CompleteRequest {
             finished_at: Some(self.clock.now()),
+            cause: Some(stop.cause),
             ..completion
         };
         tracing::info!(channel = %execution.channel, "cancel seen: reporting the outcome while the engine stops");
@@ -344,10 +460,13 @@ impl Relay {
         options.token_cap = execution.token_cap;
         options.max_concurrency = self.config.max_concurrency;
         options.timeout = self.config.graph_timeout;
-        options.events = Arc::new(runner::host::events::FanOut(vec![
-            self.runtime.events.clone(),
-            trace,
-        ]));
+        options.events = Arc::new(Agreeing {
+            inner: Arc::new(runner::host::events::FanOut(vec![
+                self.runtime.events.clone(),
+                trace,
+            ])),
+            running: execution.running.clone(),
+        });
         options
     }
 
@@ -376,28 +495,31 @@ impl Relay {
 }
 
 impl Execution {
-    /// The bound step: once a cancel was seen the outcome is `cancelled`, even if the graph
-    /// finished between the flag and the stop; a run stopped by the relay's own shutdown is
-    /// `failed`, not the agent's cancel; the result and error are bounded (all or nothing).
+    /// The bound step: once a stop was asked for, the outcome is the stop's (`cancelled` for a
+    /// cancel or a withdrawal, even if the graph finished between the flag and the stop;
+    /// `failed` for the relay's own stop), with its cause; a run that failed on a limit says
+    /// which; the result and error are bounded (all or nothing).
     pub(crate) fn bound(&self, ran: Ran, shutdown: &CancellationToken) -> Ended {
         let outcome = ran.outcome;
-        let (status, error) = if self.running.cancel_seen() {
-            (
-                CompletionStatus::Cancelled,
-                Some("Cancelled by the agent".to_owned()),
-            )
-        } else if shutdown.is_cancelled() && outcome.status == RunStatus::Cancelled {
-            (
-                CompletionStatus::Failed,
-                Some("the desktop relay was stopped while this graph was running".to_owned()),
-            )
-        } else {
-            let status = match outcome.status {
-                RunStatus::Completed => CompletionStatus::Completed,
-                RunStatus::Failed => CompletionStatus::Failed,
-                RunStatus::Cancelled => CompletionStatus::Cancelled,
-            };
-            (status, outcome.error.clone())
+        let stopped = self.running.stopped().cloned().or_else(|| {
+            (shutdown.is_cancelled() && outcome.status == RunStatus::Cancelled).then(|| Stop {
+                cause: EndCause::RelayStopped,
+                error: RELAY_STOPPED.to_owned(),
+            })
+        });
+        let (status, error, cause) = match stopped {
+            Some(stop) => (stop.status(), Some(stop.error), Some(stop.cause)),
+            None => {
+                let status = match outcome.status {
+                    RunStatus::Completed => CompletionStatus::Completed,
+                    RunStatus::Failed => CompletionStatus::Failed,
+                    RunStatus::Cancelled => CompletionStatus::Cancelled,
+                };
+                let cause = (status == CompletionStatus::Failed)
+                    .then(|| failure_cause(outcome.error.as_deref(), ran.limit))
+                    .flatten();
+                (status, outcome.error.clone(), cause)
+            }
         };
         let result = (status == CompletionStatus::Completed)
             .then(|| outcome.result.clone())
@@ -410,6 +532,7 @@ impl Execution {
             outcome.reported_cost,
             error.as_deref(),
         );
+        completion.cause = cause;
         let cancelled = completion.status == CompletionStatus::Cancelled;
         if let (true, Early::Posted(posted)) = (cancelled, ran.early.clone()) {
             completion = *posted;
@@ -425,8 +548,20 @@ impl Execution {
     }
 }
 
+/// The cause of a run that failed on its own: its deadline or its token cap (the runner's
+/// words), else the last limit it met (the failure came after it).
+fn failure_cause(error: Option<&str>, limit: Option<EndCause>) -> Option<EndCause> {
+    if error.is_some_and(|e| e.contains("wall-clock deadline exceeded")) {
+        return Some(EndCause::TimedOut);
+    }
+    if error.is_some_and(|e| e.contains("budget_exhausted") || e.contains("token cap reached")) {
+        return Some(EndCause::TokenCap);
+    }
+    limit
+}
+
 /// Reads the cancel flag every `interval` (or after the wait the service asked for) until it
-/// is set; then stops the run, once.
+/// is set; then stops the run, once, with who asked.
 async fn control_poll(api: DesktopApi, running: RunningCommand, interval: std::time::Duration) {
     let id = running.id;
     let mut wait = interval;
@@ -434,11 +569,14 @@ async fn control_poll(api: DesktopApi, running: RunningCommand, interval: std::t
         tokio::time::sleep(wait).await;
         wait = interval;
         match api.control(&id).await {
-            Ok(true) => {
-                running.cancel();
+            Ok(ControlResponse {
+                cancel_requested: true,
+                cancel_cause,
+            }) => {
+                running.cancel(cancel_cause);
                 return;
             }
-            Ok(false) => {}
+            Ok(_) => {}
             Err(e) => {
                 wait = wait.max(e.retry_after().unwrap_or_default());
                 if matches!(e, ApiError::Unreachable(_)) {
@@ -452,7 +590,122 @@ async fn control_poll(api: DesktopApi, running: RunningCommand, interval: std::t
 }
 
 /// Stops the run when the relay stops.
-async fn stop_on(shutdown: CancellationToken, cancel: CancellationToken) {
+async fn stop_on(shutdown: CancellationToken, running: RunningCommand) {
     shutdown.cancelled().await;
-    cancel.cancel();
+    running.stop_with(Stop {
+        cause: EndCause::RelayStopped,
+        error: RELAY_STOPPED.to_owned(),
+    });
+}
+
+#[cfg(test)]
+mod stops {
+    use super::*;
+    use crate::api::{BoxFuture, Transport, TransportError};
+
+    /// Answers every request 200 with `body`.
+    struct Answers(&'static str);
+
+    impl Transport for Answers {
+        fn send(
+            &self,
+            _request: http::Request<Vec<u8>>,
+        ) -> BoxFuture<'_, Result<http::Response<Vec<u8>>, TransportError>> {
+            let body = self.0.as_bytes().to_vec();
+            Box::pin(async move {
+                http::Response::builder()
+                    .status(200)
+                    .body(body)
+                    .map_err(|e| TransportError(e.to_string()))
+            })
+        }
+    }
+
+    fn running() -> RunningCommand {
+        let command = QueuedCommand {
+            command_id: CommandId::new_random(),
+            graph_session_id: crate::state::new_session_id(),
+            slug: "a".into(),
+            arguments: serde_json::Map::new(),
+            created_at: relay_protocol::clock::Timestamp::from_unix_millis(1),
+            agent_id: None,
+            agent_name: None,
+            max_tokens: None,
+        };
+        RunningCommand::new(command.command_id, "p", &command)
+    }
+
+    fn api(body: &'static str) -> DesktopApi {
+        DesktopApi::new(
+            Arc::new(Answers(body)),
+            "grd_0123456789abcdef0123456789abcdef",
+        )
+    }
+
+    /// The owner's console cancel is told as the owner's, not the agent's; a service that does
+    /// not say who asked means the agent, as before.
+    #[tokio::test(start_paused = true)]
+    async fn a_control_answer_names_who_cancelled() {
+        let console = running();
+        control_poll(
+            api(r#"{"cancel_requested":true,"cancel_cause":"owner_cancelled_console"}"#),
+            console.clone(),
+            std::time::Duration::from_secs(1),
+        )
+        .await;
+        assert_eq!(
+            console.stopped(),
+            Some(&Stop::of(EndCause::OwnerCancelledConsole))
+        );
+        assert!(console.cancel_seen());
+        assert_eq!(
+            console.stopped().map(|s| s.error.as_str()),
+            Some("Cancelled by the owner in the console")
+        );
+        let agent = running();
+        control_poll(
+            api(r#"{"cancel_requested":true}"#),
+            agent.clone(),
+            std::time::Duration::from_secs(1),
+        )
+        .await;
+        assert_eq!(agent.stopped(), Some(&Stop::of(EndCause::AgentCancelled)));
+    }
+
+    /// The first reason stands; the relay's own stop ends a run `failed`, not cancelled.
+    #[test]
+    fn the_first_stop_stands_and_a_relay_stop_is_no_cancel() {
+        let stopped = running();
+        stopped.stop_with(Stop {
+            cause: EndCause::RelayStopped,
+            error: RELAY_STOPPED.into(),
+        });
+        stopped.stop_with(Stop::of(EndCause::OwnerCancelledDesktop));
+        assert_eq!(
+            stopped.stopped().map(|s| s.cause),
+            Some(EndCause::RelayStopped)
+        );
+        assert!(!stopped.cancel_seen());
+        assert_eq!(
+            stopped.stopped().map(Stop::status),
+            Some(CompletionStatus::Failed)
+        );
+        assert!(stopped.cancel.is_cancelled());
+    }
+
+    #[test]
+    fn a_failure_on_a_limit_names_it() {
+        assert_eq!(
+            failure_cause(
+                Some("wall-clock deadline exceeded: the run took longer than 1 s (--timeout)"),
+                None
+            ),
+            Some(EndCause::TimedOut)
+        );
+        assert_eq!(
+            failure_cause(Some("boom"), Some(EndCause::TokenCap)),
+            Some(EndCause::TokenCap)
+        );
+        assert_eq!(failure_cause(Some("boom"), None), None);
+    }
 }

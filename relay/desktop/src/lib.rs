@@ -334,6 +334,8 @@ enum Event {
     Problem(Option<DesktopProblem>),
     /// A pass ended, handing its working state back.
     PassEnded(Box<PassState>),
+    /// The owner asked here to cancel these commands (each still running, by the history).
+    LocalCancels(Vec<relay_protocol::CommandId>),
     /// A sync was answered: accepted, refused as unauthorized (401), or neither.
     Synced(consent::Heard),
     /// A long poll ended.
@@ -432,6 +434,7 @@ impl MainLoop {
                     self.pass_due();
                 }
             }
+            Event::LocalCancels(ids) => self.local_cancels(ids),
             Event::Synced(heard) => self.heard(heard),
             Event::LongPolled(answered) => self.long_polled(answered),
         }
@@ -465,12 +468,51 @@ impl MainLoop {
     /// with the long polls, and runs a pass now.
     fn sharing_changed(&mut self) {
         tracing::info!("sharing changed: telling the service and running a pass now");
+        self.recheck_running();
         let (relay, tell, problem) = (self.relay.clone(), self.tell.clone(), self.problem.clone());
         self.passes
             .spawn(async move { relay.tell_sharing(&tell, problem.as_ref()).await });
         self.prepare_compiled();
         self.read_enabled();
         self.pass_due();
+    }
+
+    /// Stops the running command if the owner asked here to cancel it, and forgets the
+    /// requests it acted on (one for a run not started yet waits for it).
+    fn local_cancels(&mut self, ids: Vec<relay_protocol::CommandId>) {
+        let Some(running) = &self.running else {
+            return;
+        };
+        if !ids.contains(&running.id) {
+            return;
+        }
+        running.stop_with(execution::Stop::of(
+            relay_protocol::EndCause::OwnerCancelledDesktop,
+        ));
+        let (relay, id) = (self.relay.clone(), running.id);
+        self.background.spawn(async move {
+            if let Err(e) = relay
+                .state
+                .call(move |state| state.clear_local_cancels(&[id]))
+                .await
+            {
+                tracing::warn!(command = %id, "cannot forget the owner's cancel it acted on: {e}");
+            }
+        });
+    }
+
+    /// Stops the running command when the sharing change withdrew the owner's consent for it
+    /// (its session unshared or removed, its project disabled).
+    fn recheck_running(&mut self) {
+        let Some(running) = self.running.clone().filter(|r| !r.cancel_seen()) else {
+            return;
+        };
+        let relay = self.relay.clone();
+        self.background.spawn(async move {
+            if let Some(stop) = relay.withdrawn(&running).await {
+                running.stop_with(stop);
+            }
+        });
     }
 
     fn prepare_compiled(&mut self) {
@@ -522,12 +564,22 @@ impl MainLoop {
         let Some(outcome) = self.polls.answered(answered) else {
             return;
         };
-        if let Some(running) = &self.running {
-            for id in &outcome.cancel_requested {
-                if *id == running.id {
-                    running.cancel();
-                }
-            }
+        if let Some(running) = &self.running
+            && outcome.cancel_requested.contains(&running.id)
+        {
+            // A sync answer does not say who asked: the control flag does (one quick call;
+            // the agent when it cannot be read).
+            let (relay, running) = (self.relay.clone(), running.clone());
+            self.background.spawn(async move {
+                let cause = match relay.api.control(&running.id).await {
+                    Ok(answer) => answer.cancel_cause,
+                    Err(e) => {
+                        tracing::debug!(command = %running.id, "cannot read who cancelled the run: {e}");
+                        None
+                    }
+                };
+                running.cancel(cause);
+            });
         }
         self.spawn_polls(outcome.next);
         if outcome.news {

@@ -87,6 +87,7 @@ impl Relay {
         }
         self.deliver_outbox_paced(pass).await;
         self.refresh_projects(pass).await;
+        self.record_withdrawn_queue().await;
         self.deliver_withdrawals(pass.problem.as_ref()).await;
         let projects = match self.state.call(|state| state.enabled_projects()).await {
             Ok(projects) => projects,

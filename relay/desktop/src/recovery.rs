@@ -9,8 +9,8 @@
 //!   row forgotten, so no history row says a graph stopped that never ran, and the run runs
 //!   once when it comes back. While the service cannot be asked, the row stays and the next
 //!   pass asks again.
-//! - An execution whose graph began is reported failed, with the tokens it had spent (written
-//!   as they grew), through the outbox; its approvals expire.
+//! - An execution whose graph began is reported failed (cause `relay_stopped`), with the tokens
+//!   and cost it had spent (written as they grew), through the outbox; its approvals expire.
 //!
 //! The sharing version is renewed too, so this relay's snapshots are newer than any an
 //! earlier relay sent.
@@ -106,17 +106,21 @@ fn report_interrupted(state: &DesktopState, now: Timestamp) -> Result<Vec<Unfini
             command_id,
             ..
         } = execution;
-        let tokens = state.execution_tokens(&execution_id)?;
+        let (tokens, cost) = state.execution_spent(&execution_id)?;
         let expired = state.expire_approvals_of(&execution_id, now)?;
-        tracing::warn!(command = %command_id, tokens, expired_approvals = expired, "reporting a run the relay stopped during as failed");
+        tracing::warn!(command = %command_id, tokens, cost, expired_approvals = expired, "reporting a run the relay stopped during as failed");
         let completion = bounding::completion(
             &execution_id,
             CompletionStatus::Failed,
             None,
             tokens,
-            0.0,
+            cost,
             Some("the desktop relay stopped while this graph was running"),
         );
+        let completion = relay_protocol::CompleteRequest {
+            cause: Some(relay_protocol::EndCause::RelayStopped),
+            ..completion
+        };
         state.finish_execution(&command_id, None, None, &completion, now)?;
     }
     Ok(unbegun)

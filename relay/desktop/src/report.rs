@@ -84,6 +84,18 @@ impl RunReporter {
         command: CommandId,
         interval: Duration,
     ) {
+        self.send_watching(api, command, interval, |_| {}).await;
+    }
+
+    /// [`RunReporter::send`], calling `on_cancel` with who asked (when the service says) each
+    /// time an answer says the run is to be cancelled.
+    pub async fn send_watching(
+        self: std::sync::Arc<Self>,
+        api: DesktopApi,
+        command: CommandId,
+        interval: Duration,
+        on_cancel: impl Fn(Option<relay_protocol::EndCause>) + Send + 'static,
+    ) {
         let mut changes = self.report.subscribe();
         loop {
             if changes.changed().await.is_err() {
@@ -92,6 +104,7 @@ impl RunReporter {
             let report = changes.borrow_and_update().clone();
             let mut wait = interval;
             match api.report(&command, &report).await {
+                Ok(answer) if answer.cancel_requested => on_cancel(answer.cancel_cause),
                 Ok(_) => {}
                 // An older service has no report endpoint: the run goes on without it.
                 Err(ApiError::Status { status, .. }) if status == http::StatusCode::NOT_FOUND => {

@@ -1,8 +1,10 @@
 //! A run's trace as the history keeps it: its first [`MAX_TRACE_EVENTS`] events, and the
-//! tokens spent so far, written to the history as they grow so a relay killed mid-run still
-//! reports them at its next start. The runner emits events from its own tasks, so keeping one
-//! costs no write: the running total goes into a one-value channel (the latest total wins)
-//! that a writer task drains into the state, one write at a time.
+//! tokens and cost spent so far, written to the history as they grow so a relay killed mid-run
+//! still reports them at its next start. The runner emits events from its own tasks, so
+//! keeping one costs no write: the running total goes into a one-value channel (the latest
+//! total wins) that a writer task drains into the state, one write at a time. It also notes
+//! the last limit the run met (its token cap, a denied or unanswered approval), which names
+//! the cause of a run that failed on it.
 
 use std::sync::{Arc, Mutex};
 
@@ -13,12 +15,24 @@ use tokio::sync::watch;
 use crate::MAX_TRACE_EVENTS;
 use crate::report::RunReporter;
 use crate::state::AsyncState;
+use relay_protocol::EndCause;
+
+/// What a run has spent so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Spent {
+    /// Metered tokens (the sum of finished turns).
+    pub(crate) tokens: u64,
+    /// Cost the providers reported for the agents that finished.
+    pub(crate) cost: f64,
+}
 
 /// Keeps a run's trace for the history and counts its tokens.
 pub(crate) struct TraceKeeper {
     events: Mutex<Vec<Event>>,
-    /// Metered tokens so far (every event, even past the kept ones).
-    tokens: watch::Sender<u64>,
+    /// Spent so far (every event, even past the kept ones).
+    spent: watch::Sender<Spent>,
+    /// The last limit the run met, as the cause of a failure on it.
+    limit: Mutex<Option<EndCause>>,
     /// Where the run's progress is counted for the service.
     reporter: Option<Arc<RunReporter>>,
 }
@@ -27,7 +41,8 @@ impl Default for TraceKeeper {
     fn default() -> Self {
         Self {
             events: Mutex::default(),
-            tokens: watch::channel(0).0,
+            spent: watch::channel(Spent::default()).0,
+            limit: Mutex::default(),
             reporter: None,
         }
     }
@@ -43,8 +58,22 @@ impl TraceKeeper {
     }
 
     /// Tokens metered so far (the sum of finished turns).
+    #[cfg(test)]
     pub(crate) fn tokens(&self) -> u64 {
-        *self.tokens.borrow()
+        self.spent.borrow().tokens
+    }
+
+    /// Tokens and cost so far.
+    pub(crate) fn spent(&self) -> Spent {
+        *self.spent.borrow()
+    }
+
+    /// The last limit the run met (token cap, approval denied or timed out), if any.
+    pub(crate) fn limit_met(&self) -> Option<EndCause> {
+        *self
+            .limit
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The kept events, as the history stores them.
@@ -56,19 +85,19 @@ impl TraceKeeper {
         serde_json::to_value(&*events).unwrap_or(Value::Null)
     }
 
-    /// Writes the tokens `execution_id` has spent to the history whenever the total grows
-    /// (the latest total, one write at a time), until the task is aborted.
+    /// Writes the tokens and cost `execution_id` has spent to the history whenever they grow
+    /// (the latest totals, one write at a time), until the task is aborted.
     pub(crate) fn record_tokens(
         &self,
         state: AsyncState,
         execution_id: String,
     ) -> impl Future<Output = ()> + Send + 'static {
-        let mut totals = self.tokens.subscribe();
+        let mut totals = self.spent.subscribe();
         async move {
             while totals.changed().await.is_ok() {
                 let (total, execution) = (*totals.borrow_and_update(), execution_id.clone());
                 let written = state
-                    .call(move |state| state.record_tokens(&execution, total))
+                    .call(move |state| state.record_spent(&execution, total.tokens, total.cost))
                     .await;
                 if let Err(e) = written {
                     tracing::warn!(execution = %execution_id, "cannot record the tokens spent so far: {e}");
@@ -88,8 +117,20 @@ impl EventSink for TraceKeeper {
         if matches!(event.kind, EventKind::AgentProgress { .. }) {
             return;
         }
-        if let EventKind::AgentTurn { tokens, .. } = event.kind {
-            self.tokens.send_modify(|total| *total += tokens);
+        match &event.kind {
+            EventKind::AgentTurn { tokens, .. } => {
+                self.spent.send_modify(|total| total.tokens += tokens);
+            }
+            EventKind::AgentFinished { cost, .. } if cost.is_finite() && *cost > 0.0 => {
+                self.spent.send_modify(|total| total.cost += cost);
+            }
+            _ => {}
+        }
+        if let Some(limit) = limit_of(&event.kind) {
+            *self
+                .limit
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(limit);
         }
         let mut events = self
             .events
@@ -98,6 +139,21 @@ impl EventSink for TraceKeeper {
         if events.len() < MAX_TRACE_EVENTS {
             events.push(event.clone());
         }
+    }
+}
+
+/// The limit an event says the run met: its token cap, or an approval the owner denied or
+/// nobody answered in time (the runner's and the approver's words for them).
+fn limit_of(kind: &EventKind) -> Option<EndCause> {
+    match kind {
+        EventKind::BudgetExhausted { .. } => Some(EndCause::TokenCap),
+        EventKind::ToolDenied { reason, .. } if reason.contains("a timeout counts as a denial") => {
+            Some(EndCause::ApprovalTimedOut)
+        }
+        EventKind::ToolDenied { reason, .. } if reason.starts_with("the owner denied tool") => {
+            Some(EndCause::ApprovalDenied)
+        }
+        _ => None,
     }
 }
 

@@ -343,7 +343,7 @@ fn write_end(
 ) -> Result<(), StateError> {
     conn.execute(
         "UPDATE history SET status = ?2, result = ?3, error = ?4, total_tokens = ?5,
-         reported_cost = ?6, result_truncated = ?7, trace = ?8, finished_at = ?9
+         reported_cost = ?6, result_truncated = ?7, trace = ?8, finished_at = ?9, end_cause = ?10
          WHERE execution_id = ?1",
         params![
             completion.execution_id,
@@ -354,7 +354,8 @@ fn write_end(
             completion.reported_cost.unwrap_or(0.0),
             completion.result_truncated,
             trace.map(Value::to_string),
-            finished_at.unix_millis()
+            finished_at.unix_millis(),
+            completion.cause.map(relay_protocol::EndCause::as_str)
         ],
     )?;
     Ok(())
@@ -362,9 +363,9 @@ fn write_end(
 
 const HISTORY_COLUMNS: &str = "execution_id, command_id, channel, project_id, session_id, slug, \
      status, result, error, total_tokens, reported_cost, result_truncated, started_at, \
-     finished_at, service_refusal, queued_at, arguments, agent_id, agent_name";
+     finished_at, service_refusal, queued_at, arguments, agent_id, agent_name, end_cause";
 /// How many columns [`HISTORY_COLUMNS`] names (the index of a column selected after them).
-const HISTORY_COLUMN_COUNT: usize = 19;
+const HISTORY_COLUMN_COUNT: usize = 20;
 
 fn history_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRow> {
     let result: Option<String> = row.get(7)?;
@@ -390,5 +391,9 @@ fn history_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRow> {
             .and_then(|a| serde_json::from_str(&a).ok()),
         agent_id: row.get(17)?,
         agent_name: row.get(18)?,
+        // A word this build does not know (a newer relay's) reads as none.
+        end_cause: row
+            .get::<_, Option<String>>(19)?
+            .and_then(|cause| cause.parse().ok()),
     })
 }

@@ -17,6 +17,44 @@ impl DesktopState {
         })
     }
 
+    /// Records the tokens and the cost a running execution has spent so far (a relay killed
+    /// mid-run reports both at its next start).
+    pub fn record_spent(
+        &self,
+        execution_id: &str,
+        tokens: u64,
+        cost: f64,
+    ) -> Result<(), StateError> {
+        let tokens = i64::try_from(tokens).unwrap_or(i64::MAX);
+        let cost = if cost.is_finite() && cost > 0.0 {
+            cost
+        } else {
+            0.0
+        };
+        self.with_sync(|conn| {
+            conn.execute(
+                "UPDATE history SET total_tokens = ?2, reported_cost = ?3
+                 WHERE execution_id = ?1 AND status = 'running'",
+                params![execution_id, tokens, cost],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The tokens and cost recorded for an execution (0 when it is unknown).
+    pub fn execution_spent(&self, execution_id: &str) -> Result<(u64, f64), StateError> {
+        self.with_sync(|conn| {
+            let spent: Option<(i64, f64)> = conn
+                .query_row(
+                    "SELECT total_tokens, reported_cost FROM history WHERE execution_id = ?1",
+                    params![execution_id],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .optional()?;
+            Ok(spent.map_or((0, 0.0), |(t, c)| (u64::try_from(t).unwrap_or(0), c)))
+        })
+    }
+
     /// The tokens recorded for an execution (0 when it is unknown).
     pub fn execution_tokens(&self, execution_id: &str) -> Result<u64, StateError> {
         self.with_sync(|conn| {

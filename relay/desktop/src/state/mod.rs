@@ -150,6 +150,17 @@ ALTER TABLE graph_sessions ADD COLUMN max_tokens INTEGER;
 ALTER TABLE history ADD COLUMN began_at INTEGER;
 UPDATE history SET began_at = started_at WHERE status = 'running';
 "#,
+    // The owner in control (issue 43): why each run ended when not by its graph alone (a cancel,
+    // a withdrawal, a stop, a limit: `relay_protocol::EndCause`), and the owner's local cancels
+    // (`relay desktop cancel`, the page's Cancel) waiting for the running relay to act on them.
+    // The history's `reported_cost` now grows while a run runs, as its tokens do.
+    r#"
+ALTER TABLE history ADD COLUMN end_cause TEXT;
+CREATE TABLE local_cancels (
+    command_id TEXT PRIMARY KEY,
+    requested_at INTEGER NOT NULL
+);
+"#,
 ];
 
 /// The columns of the state file that hold JSON, as the state reads them: what `relay desktop db
@@ -387,6 +398,8 @@ pub struct HistoryRow {
     pub agent_id: Option<String>,
     /// That agent's name.
     pub agent_name: Option<String>,
+    /// Why it ended, when not by its graph alone (`consent_withdrawn`, `relay_stopped`, ...).
+    pub end_cause: Option<relay_protocol::EndCause>,
 }
 
 /// The desktop's state file, with a blocking API. Cloning shares the connection: in a relay
@@ -521,6 +534,7 @@ mod calls;
 mod executions;
 mod listing;
 mod liveness;
+mod local_cancels;
 mod queue;
 mod served;
 mod sessions;
@@ -529,6 +543,7 @@ mod sharing;
 
 pub use calls::AsyncState;
 pub use listing::{MAX_RUNNING_LISTED, RunEnd, RunningRow, SessionSource, ShareRow};
+pub use local_cancels::RunRef;
 pub use queue::QueuedRow;
 pub use served::ServiceProjects;
 pub use sessions::new_session_id;

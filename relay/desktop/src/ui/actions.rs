@@ -242,3 +242,54 @@ pub(crate) async fn decide(
     })
     .await
 }
+
+/// Cancels a running run, as `relay desktop cancel RUN` does: the running relay stops it within
+/// its sharing watch; back to the run's page, which then shows how it ended.
+pub(crate) async fn cancel(
+    State(page): State<Arc<Page>>,
+    Extension(signed): Extension<Signed>,
+    body: Bytes,
+) -> Response {
+    super::on_state(page.state.clone(), move |state| -> Result<Response, Refused> {
+        let form = Form::checked(&signed, &body)?;
+        let run = form.required("run")?;
+        let Some(found) = state.find_run(run)? else {
+            return Err(Refused(
+                StatusCode::NOT_FOUND,
+                format!("No run {run} is in the history."),
+            ));
+        };
+        if found.status != "running" || !found.began {
+            return Err(Refused(
+                StatusCode::CONFLICT,
+                format!(
+                    "Run {} is not running (it is {}), so there is nothing to cancel.",
+                    found.command_id, found.status
+                ),
+            ));
+        }
+        if let Some(path) = state.path()
+            && crate::lock::RelayLock::holder(path)
+                .map_err(|e| Refused(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+                .is_none()
+        {
+            return Err(Refused(
+                StatusCode::CONFLICT,
+                "No `relay desktop run` is running on this state file, so no run is going; its next start reports the run as failed.".to_owned(),
+            ));
+        }
+        let command = found
+            .command_id
+            .parse()
+            .map_err(|e: relay_protocol::InvalidInput| bad_request(e.0))?;
+        state.request_cancel(&command, page.clock.now())?;
+        Ok(secured(
+            (
+                StatusCode::SEE_OTHER,
+                [(header::LOCATION, format!("/runs/{}", found.execution_id))],
+            )
+                .into_response(),
+        ))
+    })
+    .await
+}

@@ -127,6 +127,7 @@ fn router(page: Arc<Page>) -> Router {
         .route("/runs", get(pages::runs))
         .route("/runs/{execution_id}", get(pages::run))
         .route(live::SCRIPT_PATH, get(live::script))
+        .route("/runs/cancel", post(actions::cancel))
         .route("/sharing", post(actions::sharing))
         .route("/projects", post(actions::project))
         .layer(axum::middleware::from_fn_with_state(page.clone(), guard))

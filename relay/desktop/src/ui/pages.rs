@@ -527,6 +527,7 @@ fn preview(run: &HistoryRow) -> String {
 /// One run: its full result, its error and its timeline.
 pub(crate) async fn run(
     State(page): State<Arc<Page>>,
+    Extension(signed): Extension<Signed>,
     Path(execution_id): Path<String>,
 ) -> Response {
     super::on_state(page.state.clone(), move |state| {
@@ -549,7 +550,10 @@ pub(crate) async fn run(
             Err(e) => return failure(&e),
         };
         let body = html! {
-            div #run data-live { (run_details(&run, trace.as_ref(), &names, &answers)) }
+            div #run data-live {
+                @if run.status == "running" { (cancel_form(&signed, &run.execution_id)) }
+                (run_details(&run, trace.as_ref(), &names, &answers))
+            }
         };
         live_page("/runs", &format!("Run of {}", run.slug), panel, body)
     })
@@ -621,10 +625,23 @@ fn run_details(
     }
 }
 
+/// The Cancel of a running run, as `relay desktop cancel` does it.
+fn cancel_form(signed: &Signed, execution_id: &str) -> Markup {
+    html! {
+        form method="post" action="/runs/cancel" {
+            (csrf_field(signed))
+            input type="hidden" name="run" value=(execution_id);
+            button type="submit" { "Cancel this run" }
+            span.muted { " It ends cancelled, by you, with its tokens and cost so far." }
+        }
+    }
+}
+
 fn run_facts(run: &HistoryRow, names: &Names) -> Markup {
     html! {
         dl {
             dt { "Status" } dd { (status_text(run)) }
+            @if let Some(cause) = run.end_cause { dt { "Ended by" } dd { (cause.describe()) } }
             dt { "Project" } dd { (names.project(&run.project_id)) " " code.muted { (run.project_id) } }
             dt { "Requested by" } dd { (agent(run.agent_name.as_deref(), run.agent_id.as_deref())) }
             dt { "Session" } dd { code { (run.session_id) } }
