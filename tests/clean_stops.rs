@@ -367,7 +367,7 @@ async fn shares_list_exactly_what_is_shared_and_unknown_or_disabled_projects_are
     let sessions =
         String::from_utf8_lossy(&desktop_cli(&state, &["session", "list"]).stdout).into_owned();
     assert!(
-        sessions.contains(&format!("shared with {}", world.project)),
+        sessions.contains(&format!("shared with p ({})", world.project)),
         "{sessions}"
     );
 

@@ -186,6 +186,12 @@ impl Going {
         assert_eq!(run["error"], error, "{run}");
         assert_eq!(run["total_tokens"], 99, "tokens kept: {run}");
         assert_eq!(run["reported_cost"], 0.0015, "cost kept: {run}");
+        // The agent's get_graph_run names the cause the desktop sent.
+        assert_eq!(
+            run["end_cause"],
+            cause.as_str(),
+            "the agent sees why: {run}"
+        );
         // The history keeps the cause the completion carried.
         let row = self.world.state.history().expect("history")[0].clone();
         assert_eq!(row.command_id, self.command);
@@ -427,6 +433,7 @@ async fn after_a_sigkill_the_restarted_relay_reports_the_cost_spent_so_far() {
     assert_eq!(run["status"], "failed", "{run}: {}", restarted.log());
     assert_eq!(run["total_tokens"], 99, "{run}");
     assert_eq!(run["reported_cost"], 0.0015, "{run}");
+    assert_eq!(run["end_cause"], "relay_stopped", "{run}");
     let row = going.world.state.history().expect("history")[0].clone();
     assert_eq!(row.end_cause, Some(EndCause::RelayStopped), "{row:?}");
 }

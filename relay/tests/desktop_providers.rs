@@ -436,7 +436,7 @@ fn share_with_local_model(
     const AGENTS: &str = r#"export const meta = {name: "Agents", slug: "agents", version: "1.0.0", description: "asks a model again and again"};
 export default async function (args, g) {
   for (let i = 0; i < 60; i++) {
-    await g.agent({label: "turn-" + i, prompt: "Say hello in five words.", model: "local:smollm2", max_tokens: 24});
+    await g.agent({label: "turn-" + i, prompt: "Say hello in five words.", model: "local:smollm2", maxTokens: 24});
   }
   return "done";
 }"#;

@@ -8,13 +8,12 @@
 use std::sync::atomic::Ordering;
 
 use relay_protocol::{
-    CommandId, CompleteRequest, CompletionStatus, DesktopProblem, EndCause, NOT_SHARED,
-    QueuedCommand, SyncRequest,
+    CommandId, CompleteRequest, CompletionStatus, DesktopProblem, EndCause, GraphSessionId,
+    NOT_SHARED, QueuedCommand, SyncRequest,
 };
 
 use crate::api::{ApiError, RawCommand, SyncAnswer};
 use crate::ended::Ended;
-use crate::execution::{RunningCommand, Stop};
 use crate::state::{Session, Snapshot, StateError};
 use crate::{Event, Relay, Tell, bounding};
 
@@ -126,14 +125,15 @@ pub(crate) const WITHDRAWN_PROJECT: &str = "The owner withdrew consent for this 
 pub(crate) const WITHDRAWN_SESSION: &str = "The owner withdrew consent for this session";
 
 impl Relay {
-    /// Whether the owner's consent still covers `running` (its project enabled, its session
-    /// shared with it under the same slug); if not, why it was withdrawn.
-    pub(crate) async fn withdrawn(&self, running: &RunningCommand) -> Option<Stop> {
-        let (project, session, slug) = (
-            running.project.clone(),
-            running.session.clone(),
-            running.slug.clone(),
-        );
+    /// Whether the owner's consent still covers a run of `session` as `slug` for `project`
+    /// (the project enabled, the session shared with it under the same slug); if not, the
+    /// words of its withdrawal ([`WITHDRAWN_PROJECT`] or [`WITHDRAWN_SESSION`]).
+    pub(crate) async fn withdrawn(
+        &self,
+        project: String,
+        session: GraphSessionId,
+        slug: String,
+    ) -> Option<&'static str> {
         let read = self.state.call(move |state| {
             let enabled = state.enabled_projects()?.contains(&project);
             let consented = enabled
@@ -148,14 +148,11 @@ impl Relay {
             Ok((true, false)) => WITHDRAWN_SESSION,
             Err(e) => {
                 // The next sharing change (or the pass's re-check) reads it again.
-                tracing::error!(command = %running.id, "cannot re-check the consent of the running run: {e}");
+                tracing::error!("cannot re-check the consent of the running run: {e}");
                 return None;
             }
         };
-        Some(Stop {
-            cause: EndCause::ConsentWithdrawn,
-            error: error.to_owned(),
-        })
+        Some(error)
     }
 
     /// Keeps the queued runs whose consent is gone in the history (`cancelled`, consent

@@ -51,11 +51,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use self::execution::RunningCommand;
+use self::execution::{RunningCommand, Stop};
 use self::pass::PassState;
 use self::state::{AsyncState, DesktopState};
 use relay_protocol::clock::Clock;
-use relay_protocol::{DESKTOP_POLL_INTERVAL_SECS, DesktopProblem, MAX_SYNC_WAIT_MS};
+use relay_protocol::{DESKTOP_POLL_INTERVAL_SECS, DesktopProblem, EndCause, MAX_SYNC_WAIT_MS};
 
 /// The pass interval: the protocol's poll interval, which the service's hints assume.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(DESKTOP_POLL_INTERVAL_SECS);
@@ -509,8 +509,16 @@ impl MainLoop {
         };
         let relay = self.relay.clone();
         self.background.spawn(async move {
-            if let Some(stop) = relay.withdrawn(&running).await {
-                running.stop_with(stop);
+            let (project, session, slug) = (
+                running.project.clone(),
+                running.session.clone(),
+                running.slug.clone(),
+            );
+            if let Some(error) = relay.withdrawn(project, session, slug).await {
+                running.stop_with(Stop {
+                    cause: EndCause::ConsentWithdrawn,
+                    error: error.to_owned(),
+                });
             }
         });
     }
