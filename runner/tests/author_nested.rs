@@ -147,3 +147,57 @@ fn a_code_frame_prints_on_real_lines_and_a_forged_line_does_not() {
         );
     }
 }
+
+/// `runner check DIR` checks every graph of the folder: the broken child with its own place,
+/// the parent that calls it named too, the good graph's meta printed; exit 1. Fixed, exit 0
+/// with every graph's `{file, meta}`.
+#[test]
+fn check_of_a_folder_checks_every_graph_in_it() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("parent.js"), PARENT).expect("parent");
+        std::fs::write(dir.path().join("child.js"), BROKEN_CHILD).expect("child");
+        let good = PARENT
+            .replace("\"Parent\", slug: \"parent\"", "\"Good\", slug: \"good\"")
+            .replace("await g.graph(\"child\", {})", "1");
+        std::fs::write(dir.path().join("good.js"), good).expect("good");
+        let out = runner(engine, "check", dir.path());
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{engine}: {said}");
+        let child_at = format!(
+            "{}:3:13: syntax error",
+            dir.path().join("child.js").display()
+        );
+        assert!(said.contains(&child_at), "{engine}: {said}");
+        let parent_named = format!(
+            "{}: graph child cannot load",
+            dir.path().join("parent.js").display()
+        );
+        assert!(said.contains(&parent_named), "{engine}: {said}");
+        assert!(
+            said.contains("3 graphs checked, 2 with errors"),
+            "{engine}: {said}"
+        );
+        let printed: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("a JSON array on stdout");
+        assert_eq!(printed.as_array().map(Vec::len), Some(1), "{printed}");
+        assert_eq!(printed[0]["meta"]["slug"], "good", "{printed}");
+
+        std::fs::write(
+            dir.path().join("child.js"),
+            BROKEN_CHILD.replace("const x = ;", "const x = 1;"),
+        )
+        .expect("child");
+        let out = runner(engine, "check", dir.path());
+        assert_eq!(out.status.code(), Some(0), "{engine}: {}", text(&out));
+        let printed: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("a JSON array on stdout");
+        let slugs: Vec<&str> = printed
+            .as_array()
+            .expect("array")
+            .iter()
+            .filter_map(|graph| graph["meta"]["slug"].as_str())
+            .collect();
+        assert_eq!(slugs, ["child", "good", "parent"], "{printed}");
+    }
+}

@@ -84,19 +84,26 @@ fn not_found(slug: &str, place: &str, known: &[&str]) -> Failure {
 /// Why the file named for `slug` (`child.js` for `child`) could not load, as a failure naming
 /// the file and, for a syntax error (`… at line 3, col 13`), its `FILE:LINE:COL`.
 fn cannot_load(slug: &str, path: &Path, reason: &GraphFileError) -> Failure {
+    let file = path.display();
+    let located = located_reason(path, reason);
+    Failure::failed(format!(
+        "graph {slug} cannot load: {located}; fix {file}, `runner check {file}` shows the error"
+    ))
+}
+
+/// Why `path` could not load, as `FILE:LINE:COL: what` for a syntax error (`… at line 3, col
+/// 13`), else `FILE: why`.
+pub fn located_reason(path: &Path, reason: &GraphFileError) -> String {
     let reason = reason.to_string();
     let file = path.display();
-    let located = reason
+    reason
         .rsplit_once(" at line ")
         .and_then(|(what, at)| {
             let (line, column) = at.split_once(", col ")?;
             let (line, column) = (line.parse::<u32>().ok()?, column.parse::<u32>().ok()?);
             Some(format!("{file}:{line}:{column}: {what}"))
         })
-        .unwrap_or_else(|| format!("{file}: {reason}"));
-    Failure::failed(format!(
-        "graph {slug} cannot load: {located}; fix {file}, `runner check {file}` shows the error"
-    ))
+        .unwrap_or_else(|| format!("{file}: {reason}"))
 }
 
 /// Graphs by slug, loaded from the `*.js` files of one folder.
@@ -185,6 +192,11 @@ impl FolderCatalog {
     /// Files that were not loaded, with the reason.
     pub fn skipped(&self) -> &[(PathBuf, Arc<GraphFileError>)] {
         &self.skipped
+    }
+
+    /// The graphs loaded, by slug.
+    pub fn graphs(&self) -> impl Iterator<Item = &GraphSource> {
+        self.graphs.values()
     }
 
     /// The slugs available.

@@ -24,7 +24,7 @@ use runner::host::approvals::{ApprovalPolicy, Policy, TerminalApprover};
 use runner::host::events::{EventSink, NullSink};
 use runner::host::graphs::{
     Catalog, CatalogError, DESCRIBE_TIMEOUT, DescribeError, Described, FolderCatalog, WASM_MAGIC,
-    describe_within,
+    describe_within, located_reason,
 };
 use runner::host::mock::MockProvider;
 use runner::host::time::ClockSetting;
@@ -58,9 +58,11 @@ struct Cli {
 enum Command {
     /// Run one graph and print its outcome as JSON.
     Run(RunArgs),
-    /// Parse a graph and validate its `meta`; prints the meta as JSON.
+    /// Parse a graph and validate its `meta`; prints the meta as JSON. Given a folder, checks
+    /// every graph in it and prints a JSON array of `{file, meta}`; each graph that cannot load
+    /// is named on stderr with its error, and the exit code is 1.
     Check {
-        /// The graph file.
+        /// The graph file, or a folder of graphs.
         file: PathBuf,
         /// Folder of graphs for nested calls, checked too: two graphs with one slug are an
         /// error (default: the graph file's folder).
@@ -350,6 +352,11 @@ fn main() -> ExitCode {
                 file,
                 graphs,
                 engine,
+            } if file.is_dir() => check_folder(&file, graphs.as_deref(), &engine).await,
+            Command::Check {
+                file,
+                graphs,
+                engine,
             } => check(&file, graphs.as_deref(), &engine).await,
             Command::Test {
                 dir,
@@ -632,6 +639,62 @@ async fn check(file: &Path, graphs: Option<&Path>, engine: &EngineArgs) -> ExitC
         Err(e) => eprintln!("error: {e}"),
     }
     ExitCode::SUCCESS
+}
+
+/// `runner check DIR`: every graph of the folder as a nested call would find it: each file
+/// that cannot load named with its own error, each graph calling a broken one named too, and
+/// the metas of the others as a JSON array of `{file, meta}`.
+async fn check_folder(dir: &Path, graphs: Option<&Path>, engine: &EngineArgs) -> ExitCode {
+    if graphs.is_some_and(|graphs| graphs != dir) {
+        eprintln!(
+            "error: `runner check {}` checks that folder's graphs; --graphs names the folder for one graph file",
+            dir.display()
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let engine = match engine.build(None) {
+        Ok(engine) => engine,
+        Err(e) => return usage_error(&e),
+    };
+    let catalog = match FolderCatalog::load(dir, engine.as_ref(), DESCRIBE_TIMEOUT).await {
+        Ok(catalog) => catalog,
+        Err(e) => {
+            eprintln!("error: {}", for_terminal(&e.to_string()));
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    let mut broken = 0;
+    for (path, reason) in catalog.skipped() {
+        eprintln!("{}", for_terminal_framed(&located_reason(path, reason), ""));
+        broken += 1;
+    }
+    let mut checked = Vec::new();
+    for graph in catalog.graphs() {
+        let file = graph.file.as_deref().unwrap_or(&graph.meta.slug).to_owned();
+        if let Some(failure) = broken_callee(&graph.script, &catalog) {
+            eprintln!("{file}: {}", for_terminal_framed(&failure.message, ""));
+            broken += 1;
+            continue;
+        }
+        checked.push(serde_json::json!({"file": file, "meta": graph.meta}));
+    }
+    match serde_json::to_string(&checked) {
+        Ok(json) => println!("{json}"),
+        Err(e) => eprintln!("error: {e}"),
+    }
+    eprintln!(
+        "{}: {} checked, {broken} with errors",
+        dir.display(),
+        match checked.len() + broken {
+            1 => "1 graph".to_owned(),
+            count => format!("{count} graphs"),
+        }
+    );
+    if broken == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILED)
+    }
 }
 
 /// A graph of the folder that `script` names as a quoted slug (`g.graph("child")`) and that
