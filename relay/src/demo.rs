@@ -436,8 +436,13 @@ fn plan(
         cases
             .iter()
             .filter(same)
-            .find(|c| c.case.expect.status == runner::RunStatus::Completed)
-            .or_else(|| cases.iter().find(same))
+            .find(|c| c.case.expect.status == Some(runner::RunStatus::Completed))
+            .or_else(|| {
+                cases
+                    .iter()
+                    .filter(same)
+                    .find(|c| c.case.expect.status.is_some())
+            })
             .cloned()
     };
     let (graph, case) = match &options.check {
@@ -478,7 +483,8 @@ fn plan(
             .map_or_else(|| json!({}), |c| c.case.args.clone()),
         status: case
             .as_ref()
-            .map_or("completed", |c| c.case.expect.status.as_str())
+            .and_then(|c| c.case.expect.status)
+            .map_or("completed", runner::RunStatus::as_str)
             .to_owned(),
         from,
     };

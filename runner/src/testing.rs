@@ -71,6 +71,13 @@ fn parse_test_file(text: &str) -> Result<(Option<String>, Vec<TestCase>), TestFi
     };
     if !fields.contains_key("cases") {
         let case = serde_json::from_value::<TestCase>(value).map_err(TestFileError::Json)?;
+        case.expect
+            .validate()
+            .map_err(|reason| TestFileError::Expect {
+                number: 1,
+                name: String::new(),
+                reason,
+            })?;
         return Ok((None, vec![case]));
     }
     let many = serde_json::from_value::<ManyCases>(value).map_err(TestFileError::Json)?;
@@ -88,11 +95,20 @@ fn parse_test_file(text: &str) -> Result<(Option<String>, Vec<TestCase>), TestFi
                 .and_then(Value::as_str)
                 .map(|n| format!(" ({n:?})"))
                 .unwrap_or_default();
-            serde_json::from_value::<TestCase>(case).map_err(|reason| TestFileError::Case {
-                number: i + 1,
-                name,
-                reason,
-            })
+            let case =
+                serde_json::from_value::<TestCase>(case).map_err(|reason| TestFileError::Case {
+                    number: i + 1,
+                    name: name.clone(),
+                    reason,
+                })?;
+            case.expect
+                .validate()
+                .map_err(|reason| TestFileError::Expect {
+                    number: i + 1,
+                    name,
+                    reason,
+                })?;
+            Ok(case)
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok((many.graph, cases))
@@ -101,6 +117,16 @@ fn parse_test_file(text: &str) -> Result<(Option<String>, Vec<TestCase>), TestFi
 /// What is wrong with the text of a test file.
 #[derive(Debug, thiserror::Error)]
 pub enum TestFileError {
+    /// A case's `expect` asks for what cannot be: fix what the reason names.
+    #[error("case {number}{name}: expect: {reason}")]
+    Expect {
+        /// The case's number, from 1.
+        number: usize,
+        /// ` ("its name")`, or empty.
+        name: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// Not JSON, or a case that does not fit the format.
     #[error("{0}")]
     Json(#[source] serde_json::Error),
@@ -165,6 +191,11 @@ enum CaseError {
     /// The case's `args` do not fit the graph's `meta.args` schema.
     #[error("{0}")]
     Args(#[source] ArgsError),
+    /// The case expects its `args` to be refused, and they fit.
+    #[error(
+        "args_refused: the case expects the graph's meta.args to refuse its args, but they fit (the graph did not run)"
+    )]
+    ArgsFit,
     /// The case's `clock` is not a clock.
     #[error("clock: {0}")]
     Clock(#[source] ClockSettingError),
@@ -273,6 +304,31 @@ pub struct TestCase {
     pub expect: Expect,
 }
 
+impl Expect {
+    /// A run's status, or a refusal of the arguments with nothing else expected.
+    fn validate(&self) -> Result<(), &'static str> {
+        match (&self.status, &self.args_refused) {
+            (None, None) => Err(
+                "give `status` (what the run ends as) or `args_refused` (a substring of the refusal of the case's args)",
+            ),
+            (Some(_), Some(_)) => {
+                Err("`args_refused` means the graph never runs: give it without `status`")
+            }
+            (None, Some(_))
+                if self.result.is_some()
+                    || self.result_contains.is_some()
+                    || self.error_contains.is_some()
+                    || self.total_tokens.is_some()
+                    || !self.files.is_empty()
+                    || !self.absent.is_empty() =>
+            {
+                Err("`args_refused` means the graph never runs: expect nothing else of it")
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 fn empty_object() -> Value {
     Value::Object(serde_json::Map::new())
 }
@@ -281,8 +337,13 @@ fn empty_object() -> Value {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
-    /// The status.
-    pub status: RunStatus,
+    /// The status the run ends with; required unless `args_refused` is given.
+    #[serde(default)]
+    pub status: Option<RunStatus>,
+    /// The case's `args` must be refused by the graph's `meta.args` (a substring of the
+    /// refusal; `""` for any): the graph does not run, and nothing else may be expected.
+    #[serde(default)]
+    pub args_refused: Option<String>,
     /// The exact result.
     #[serde(default)]
     pub result: Option<Value>,
@@ -573,12 +634,23 @@ async fn run_one(case: &TestCase, graph: &Path, base: &Path, suite: &Suite<'_>) 
         sinks.push(collected.clone());
     }
     let ran = run_case(case, graph, base, suite, Arc::new(FanOut(sinks))).await;
-    let (problems, outcome) = match ran {
-        Ok((outcome, folder)) => (
+    let (problems, outcome) = match (ran, &case.expect.args_refused) {
+        (Ok((outcome, folder)), _) => (
             check(&case.expect, &outcome, &folder.confined),
             Some(outcome),
         ),
-        Err(problem) => (vec![problem.to_string()], None),
+        (Err(CaseError::Args(refusal)), Some(expected)) => {
+            let said = refusal.to_string();
+            let problems = if said.contains(expected.as_str()) {
+                Vec::new()
+            } else {
+                vec![format!(
+                    "args_refused: expected the refusal to contain {expected:?}, got: {said}"
+                )]
+            };
+            (problems, None)
+        }
+        (Err(problem), _) => (vec![problem.to_string()], None),
     };
     let record = outcome
         .as_ref()
@@ -642,6 +714,9 @@ async fn run_case(
         })?;
     // The case's arguments fit the graph's `meta.args`, as `runner run --args` requires.
     crate::args::check(&meta, &case.args, "args").map_err(CaseError::Args)?;
+    if case.expect.args_refused.is_some() {
+        return Err(CaseError::ArgsFit);
+    }
     let (folder, confined) = seeded_folder(case)?;
     let provider: Option<Arc<dyn AgentProvider>> =
         match case_replies(case, base).map_err(CaseError::Replies)? {
@@ -744,10 +819,12 @@ fn check(expect: &Expect, outcome: &RunOutcome, confined: &Folder) -> Vec<String
 /// Where the outcome differs from the expected status, result, error and tokens.
 fn check_outcome(expect: &Expect, outcome: &RunOutcome) -> Vec<String> {
     let mut problems = Vec::new();
-    if outcome.status != expect.status {
+    if let Some(status) = expect.status
+        && outcome.status != status
+    {
         problems.push(format!(
             "status: expected {}, got {}{}",
-            expect.status.as_str(),
+            status.as_str(),
             outcome.status.as_str(),
             outcome
                 .error
@@ -841,7 +918,10 @@ mod tests {
         let missing = problem(
             r#"{"cases": [{"expect": {"status": "completed"}}, {"name": "second", "expect": {}}]}"#,
         );
-        assert_eq!(missing, r#"case 2 ("second"): missing field `status`"#);
+        assert_eq!(
+            missing,
+            r#"case 2 ("second"): expect: give `status` (what the run ends as) or `args_refused` (a substring of the refusal of the case's args)"#
+        );
         let unnamed = problem(r#"{"cases": [{"expect": {"status": "completed", "reslt": 1}}]}"#);
         assert!(
             unnamed.starts_with("case 1: unknown field `reslt`"),

@@ -151,3 +151,56 @@ fn a_test_case_whose_arguments_do_not_fit_fails_naming_the_path() {
         "{stdout}"
     );
 }
+
+/// A case may expect its arguments to be refused (`expect.args_refused`, a substring of the
+/// refusal): it passes when the schema refuses them with those words and the graph never runs;
+/// it fails when they fit or the words differ; `args_refused` beside `status` is refused as a
+/// test file error. Both engines.
+#[test]
+fn a_test_case_may_expect_its_arguments_to_be_refused() {
+    for engine in ["boa", "wasm"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("topical.js"), TOPICAL).expect("graph");
+        let cases = json!({"cases": [
+            {"name": "refused", "args": {"topic": 7}, "expect": {"args_refused": "args.topic: want string"}},
+            {"name": "any refusal", "args": {}, "expect": {"args_refused": ""}},
+            {"name": "fits after all", "args": {"topic": "x"}, "allow": ["fs.write"], "expect": {"args_refused": ""}},
+            {"name": "other words", "args": {}, "expect": {"args_refused": "args.depth"}},
+        ]});
+        std::fs::write(dir.path().join("topical.test.json"), cases.to_string()).expect("test");
+        let output = runner()
+            .args(["test", "--engine", engine])
+            .arg(dir.path())
+            .output()
+            .expect("runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(output.status.code(), Some(1), "{engine}: {stdout}");
+        assert!(stdout.contains("2 passed, 2 failed"), "{engine}: {stdout}");
+        assert!(
+            stdout.contains("they fit (the graph did not run)"),
+            "{engine}: {stdout}"
+        );
+        assert!(
+            stdout.contains(r#"expected the refusal to contain "args.depth""#),
+            "{engine}: {stdout}"
+        );
+
+        let both = json!({"args": {}, "expect": {"status": "failed", "args_refused": ""}});
+        std::fs::write(dir.path().join("topical.test.json"), both.to_string()).expect("test");
+        let output = runner()
+            .args(["test", "--engine", engine])
+            .arg(dir.path())
+            .output()
+            .expect("runs");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_ne!(output.status.code(), Some(0), "{engine}: {said}");
+        assert!(
+            said.contains("`args_refused` means the graph never runs"),
+            "{engine}: {said}"
+        );
+    }
+}
