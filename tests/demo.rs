@@ -72,6 +72,27 @@ fn relay_demo_once_checks_an_authors_graph_with_its_test_file() {
     }
 }
 
+/// The self-check compares the result the case expects: a case whose expected result differs
+/// from what the graph returns fails the demo, naming both.
+#[test]
+fn relay_demo_once_fails_when_the_result_differs_from_the_cases() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("sum.js"), SUM).expect("graph");
+    let case = serde_json::json!({"name": "adds", "args": {"a": 2, "b": 3},
+        "replies": {"replies": [{"label": "add", "text": "five"}]},
+        "expect": {"status": "completed", "result": {"total": 6, "said": "five"}}});
+    std::fs::write(dir.path().join("sum.test.json"), case.to_string()).expect("test");
+    let (_, stderr, ok) = demo_once(dir.path(), &[]);
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains(r#"the run's result differs from what"#)
+            && stderr.contains(r#"expected {"total":6,"said":"five"}"#)
+            && stderr.contains(r#"got {"total":5,"said":"five"}"#),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("self-check passed"), "{stderr}");
+}
+
 /// A folder with no test file: one line says the self-check is skipped, the URL is printed and
 /// `--once` exits 0; `--check` naming no shared graph is refused with the slugs there are.
 #[test]

@@ -58,6 +58,10 @@ pub struct CheckPlan {
     pub args: Value,
     /// The status the run must end with.
     pub status: String,
+    /// The result it must end with exactly, when the case says (`expect.result`).
+    pub result: Option<Value>,
+    /// Text its result's JSON must hold, when the case says (`expect.result_contains`).
+    pub result_contains: Option<String>,
     /// Where the plan came from, for the progress line.
     pub from: String,
 }
@@ -397,13 +401,13 @@ impl DemoAgent {
                 last = status.clone();
             }
             if matches!(status.as_str(), "completed" | "failed" | "cancelled") {
-                if status == plan.status {
-                    return Ok(run);
+                if status != plan.status {
+                    return Err(DemoError::SelfCheck(format!(
+                        "the run ended {status}, {} expects {}: {}",
+                        plan.from, plan.status, run["error"]
+                    )));
                 }
-                return Err(DemoError::SelfCheck(format!(
-                    "the run ended {status}, {} expects {}: {}",
-                    plan.from, plan.status, run["error"]
-                )));
+                return plan.compare_result(run);
             }
             if tokio::time::Instant::now() > deadline {
                 return Err(DemoError::SelfCheck(
@@ -413,6 +417,49 @@ impl DemoAgent {
             tokio::time::sleep(SELF_CHECK_POLL).await;
         }
     }
+}
+
+impl CheckPlan {
+    /// The run, when its result is what the case expects (exactly, and holding the text it
+    /// names); otherwise what differs.
+    fn compare_result(&self, run: Value) -> Result<Value, DemoError> {
+        let got = &run["result"];
+        if let Some(expected) = &self.result
+            && got != expected
+        {
+            return Err(DemoError::SelfCheck(format!(
+                "the run's result differs from what {} expects: expected {expected}, got {got}",
+                self.from
+            )));
+        }
+        if let Some(needle) = &self.result_contains
+            && !got.to_string().contains(needle.as_str())
+        {
+            return Err(DemoError::SelfCheck(format!(
+                "the run's result does not hold {needle:?}, which {} expects: got {got}",
+                self.from
+            )));
+        }
+        Ok(run)
+    }
+}
+
+/// The case whose result the self-check compares: a run through the service takes the
+/// desktop's seed, clock and folder, not the case's, so the result of a case that fixes them
+/// is not compared (its status still is), and the owner is told.
+fn comparable<'a>(
+    case: Option<&'a runner::testing::FileCase>,
+    from: &str,
+) -> Option<&'a runner::testing::FileCase> {
+    case.filter(|c| {
+        let own = c.case.seed.is_some() || c.case.clock.is_some() || !c.case.files.is_empty();
+        if own {
+            say(&format!(
+                "{from} fixes a seed, clock or files, which a run through the service does not take: its status is checked, not its result"
+            ));
+        }
+        !own
+    })
 }
 
 /// A graph the demo shares.
@@ -476,6 +523,7 @@ fn plan(
         None => "--check".to_owned(),
     };
     let provider = replies_or_none(replies_file(options, case.as_ref())?)?;
+    let comparable = comparable(case.as_ref(), &from);
     let plan = CheckPlan {
         slug: graph.slug.clone(),
         args: case
@@ -486,6 +534,8 @@ fn plan(
             .and_then(|c| c.case.expect.status)
             .map_or("completed", runner::RunStatus::as_str)
             .to_owned(),
+        result: comparable.and_then(|c| c.case.expect.result.clone()),
+        result_contains: comparable.and_then(|c| c.case.expect.result_contains.clone()),
         from,
     };
     say(&format!(
