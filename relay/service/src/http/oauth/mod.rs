@@ -170,6 +170,11 @@ pub async fn authorization_server_metadata(
 /// client should ask for; for a token that was sent but does not work (unknown, expired,
 /// revoked, another kind) it says `error="invalid_token"` (RFC 6750 §3), which tells a client
 /// to refresh or authorize again rather than retry.
+///
+/// The answer comes before the request's body was read, so the connection cannot be used
+/// again (the server closes it once the answer is out); `Connection: close` says so, or a
+/// client that sends its next request on it at that moment (an SDK's OAuth discovery right
+/// after the 401) meets a connection closed without an answer.
 pub fn unauthorized(base: &str, error: &AuthError) -> Response {
     let mut challenge = String::from("Bearer ");
     if !matches!(error, AuthError::Missing) {
@@ -196,6 +201,9 @@ pub fn unauthorized(base: &str, error: &AuthError) -> Response {
             .headers_mut()
             .insert(header::WWW_AUTHENTICATE, value);
     }
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
 
