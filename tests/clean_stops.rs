@@ -6,11 +6,11 @@
 
 use crate::harness;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use harness::{ECHO, World};
+use harness::{ECHO, RelayProcess, World, desktop_cli, wait_until};
 use relay_desktop::state::ApprovalStatus;
 use relay_protocol::clock::Timestamp;
 use runner::host::approvals::Policy;
@@ -41,24 +41,13 @@ fn replies() -> Value {
     ], "default": {"text": "x", "tokens": 5}})
 }
 
-/// A relay process, killed when the test ends however it ends.
-struct RelayProcess {
-    child: Child,
-    log: PathBuf,
+/// What the clean-stop tests do to a relay process besides what the harness does.
+trait Stoppable {
+    fn signal(&self, signal: i32);
+    fn wait_exit(&mut self) -> std::process::ExitStatus;
 }
 
-impl Drop for RelayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl RelayProcess {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
+impl Stoppable for RelayProcess {
     fn signal(&self, signal: i32) {
         let pid = i32::try_from(self.child.id()).expect("pid");
         // SAFETY: sends a signal to our own child process, whose pid we hold.
@@ -84,50 +73,11 @@ impl RelayProcess {
 }
 
 fn state_path(world: &World) -> PathBuf {
-    world.state_dir.path().join("desktop.db")
+    world.state_path()
 }
 
 fn spawn_relay(world: &World, name: &str) -> RelayProcess {
-    let dir = world.state_dir.path();
-    let replies = dir.join("replies.json");
-    std::fs::write(&replies, replies_text()).expect("replies");
-    let log = dir.join(format!("{name}.log"));
-    let child = Command::new(harness::relay_binary())
-        .args(["desktop", "--state"])
-        .arg(state_path(world))
-        .args(["run", "--service", &world.service.base, "--token"])
-        .arg(&world.desktop_token)
-        .args(["--engine", "boa", "--poll-interval", "0.2"])
-        .args(["--control-interval", "0.2", "--approval-timeout", "600"])
-        .arg("--replies")
-        .arg(&replies)
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("relay desktop run starts");
-    RelayProcess { child, log }
-}
-
-fn replies_text() -> String {
-    replies().to_string()
-}
-
-fn desktop_cli(state: &Path, args: &[&str]) -> Output {
-    Command::new(harness::relay_binary())
-        .args(["desktop", "--state"])
-        .arg(state)
-        .args(args)
-        .output()
-        .expect("relay desktop runs")
-}
-
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    world.spawn_relay(name, &replies(), &[])
 }
 
 async fn ask_before_writing(world: &World) -> relay_protocol::GraphSessionId {

@@ -7,11 +7,11 @@
 
 use crate::harness;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::PathBuf;
+use std::process::Output;
 use std::time::Duration;
 
-use harness::World;
+use harness::{RelayProcess, World, desktop_cli, wait_until};
 use relay_protocol::EndCause;
 use relay_protocol::clock::Stopwatch;
 use runner::host::approvals::Policy;
@@ -40,27 +40,8 @@ fn replies() -> Value {
     ], "default": {"text": "x", "tokens": 5}})
 }
 
-/// A relay process, killed when the test ends however it ends.
-struct RelayProcess {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for RelayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl RelayProcess {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
 fn state_path(world: &World) -> PathBuf {
-    world.state_dir.path().join("desktop.db")
+    world.state_path()
 }
 
 fn spawn_relay(world: &World, name: &str) -> RelayProcess {
@@ -68,44 +49,7 @@ fn spawn_relay(world: &World, name: &str) -> RelayProcess {
 }
 
 fn spawn_relay_with(world: &World, name: &str, extra: &[&str]) -> RelayProcess {
-    let dir = world.state_dir.path();
-    let replies_file = dir.join("replies.json");
-    std::fs::write(&replies_file, replies().to_string()).expect("replies");
-    let log = dir.join(format!("{name}.log"));
-    let child = Command::new(harness::relay_binary())
-        .args(["desktop", "--state"])
-        .arg(state_path(world))
-        .args(["run", "--service", &world.service.base, "--token"])
-        .arg(&world.desktop_token)
-        .args(["--engine", "boa", "--poll-interval", "0.2"])
-        .args(["--control-interval", "0.2", "--approval-timeout", "600"])
-        .arg("--replies")
-        .arg(&replies_file)
-        .args(extra)
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("relay desktop run starts");
-    RelayProcess { child, log }
-}
-
-fn desktop_cli(state: &Path, args: &[&str]) -> Output {
-    Command::new(harness::relay_binary())
-        .args(["desktop", "--state"])
-        .arg(state)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("relay desktop runs")
-}
-
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    world.spawn_relay(name, &replies(), extra)
 }
 
 /// A world with the slow writer shared, its fs.write allowed in a folder, one run of it queued

@@ -328,3 +328,76 @@ pub fn start(relay: &Arc<Relay>) -> (CancellationToken, tokio::task::JoinHandle<
     });
     (shutdown, task)
 }
+
+/// A `relay desktop run` process over a world's state file, killed when the test ends however
+/// it ends; its stderr goes to `log`.
+pub struct RelayProcess {
+    pub child: std::process::Child,
+    pub log: std::path::PathBuf,
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl RelayProcess {
+    /// What the relay logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl World {
+    /// The world's desktop state file.
+    pub fn state_path(&self) -> std::path::PathBuf {
+        self.state_dir.path().join("desktop.db")
+    }
+
+    /// Starts `relay desktop run` on this world's state (log `NAME.log`), answering agents with
+    /// `replies`, polling every 0.2 s, with `extra` flags.
+    pub fn spawn_relay(&self, name: &str, replies: &Value, extra: &[&str]) -> RelayProcess {
+        let dir = self.state_dir.path();
+        let replies_file = dir.join("replies.json");
+        std::fs::write(&replies_file, replies.to_string()).expect("replies");
+        let log = dir.join(format!("{name}.log"));
+        let child = std::process::Command::new(relay_binary())
+            .args(["desktop", "--state"])
+            .arg(self.state_path())
+            .args(["run", "--service", &self.service.base, "--token"])
+            .arg(&self.desktop_token)
+            .args(["--engine", "boa", "--poll-interval", "0.2"])
+            .args(["--control-interval", "0.2", "--approval-timeout", "600"])
+            .arg("--replies")
+            .arg(&replies_file)
+            .args(extra)
+            .env("NO_COLOR", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("relay desktop run starts");
+        RelayProcess { child, log }
+    }
+}
+
+/// `relay desktop --state STATE ARGS…`, run to its end.
+pub fn desktop_cli(state: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(relay_binary())
+        .args(["desktop", "--state"])
+        .arg(state)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("relay desktop runs")
+}
+
+/// Polls `done` every 20 ms until it holds; fails naming `what` after 30 s.
+pub async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
