@@ -184,15 +184,7 @@ impl DesktopState {
 mod tests {
     use super::*;
 
-    fn meta(slug: &str) -> graph_js::Meta {
-        graph_js::Meta {
-            name: format!("Graph {slug}"),
-            slug: slug.into(),
-            version: "1".into(),
-            description: String::new(),
-            args: None,
-        }
-    }
+    use crate::state::test_meta as meta;
 
     #[test]
     fn a_local_cancel_is_read_once_cleared_and_runs_are_found_by_either_id() {

@@ -549,6 +549,18 @@ pub use served::ServiceProjects;
 pub use sessions::new_session_id;
 pub use sharing::Snapshot;
 
+/// The meta of a test graph with `slug`, for the state's unit tests.
+#[cfg(test)]
+pub(crate) fn test_meta(slug: &str) -> graph_js::Meta {
+    graph_js::Meta {
+        name: format!("Graph {slug}"),
+        slug: slug.into(),
+        version: "1".into(),
+        description: String::new(),
+        args: None,
+    }
+}
+
 #[cfg(test)]
 mod opening {
     use super::*;

@@ -300,15 +300,7 @@ pub(super) fn check_project_id(project_id: &str) -> Result<(), StateError> {
 mod tests {
     use super::*;
 
-    fn meta(slug: &str) -> graph_js::Meta {
-        graph_js::Meta {
-            name: format!("Graph {slug}"),
-            slug: slug.into(),
-            version: "1".into(),
-            description: String::new(),
-            args: None,
-        }
-    }
+    use crate::state::test_meta as meta;
 
     #[test]
     fn consent_needs_enabled_project_shared_session_and_same_slug() {
