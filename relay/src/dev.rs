@@ -39,6 +39,29 @@ pub(crate) enum BenchCommand {
     /// double claims, pickup latency across replicas, held long polls and memory per replica;
     /// then one replica on SQLite with the same load, side by side.
     Replicas(ReplicaArgs),
+    /// What one MCP tool call costs `relay serve` next to its static route (`GET /healthz`),
+    /// measured side by side in one run: the stateless 2026-07-28 call, a 2025-era session's
+    /// call, and both again with the rate limiter on; calls/s, p50 and p99 of each, and last
+    /// `tool call: N.N× the static route`.
+    #[command(
+        after_help = "To see where the time goes, profile the service while the bench runs, \
+e.g. `perf record -g -p $(pgrep -n -f 'relay serve') -- sleep 5` during the tool call phase, then \
+`perf report`; `--phase-seconds 30` gives the profiler a longer phase."
+    )]
+    Mcp(McpArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct McpArgs {
+    /// Connections kept busy at once (one request in flight on each).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    concurrency: u64,
+    /// Measured seconds of each phase.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    phase_seconds: u64,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -174,6 +197,7 @@ pub(crate) async fn bench(command: BenchCommand) -> Result<()> {
             Ok(())
         }
         BenchCommand::Replicas(args) => bench_replicas(args).await,
+        BenchCommand::Mcp(args) => bench_mcp(args).await,
         BenchCommand::EmptyPolls(args) => {
             let options = EmptyPollOptions {
                 polls: args.polls,
@@ -188,6 +212,23 @@ pub(crate) async fn bench(command: BenchCommand) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `relay bench mcp`: the tool call and the static route side by side.
+async fn bench_mcp(args: McpArgs) -> Result<()> {
+    let options = relay_sim::mcp_bench::McpBenchOptions {
+        concurrency: usize::try_from(args.concurrency).unwrap_or(usize::MAX),
+        phase: std::time::Duration::from_secs(args.phase_seconds),
+        warm_up: std::time::Duration::from_secs(1),
+        server: std::env::current_exe().context("cannot find the relay binary")?,
+    };
+    let report = relay_sim::mcp_bench::mcp(options).await?;
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{report}");
+    }
+    Ok(())
 }
 
 /// `relay bench replicas`: PostgreSQL with its replicas, then SQLite with one.

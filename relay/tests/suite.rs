@@ -4,6 +4,7 @@
 use relay_testkit as common;
 
 mod bench_empty_polls;
+mod bench_mcp;
 mod bench_replicas;
 mod cli;
 mod config_sources;

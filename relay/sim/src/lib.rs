@@ -10,6 +10,7 @@
 pub mod bench;
 pub mod engine;
 pub mod loadtest;
+pub mod mcp_bench;
 pub mod replica_bench;
 pub mod rng;
 pub mod scenarios;

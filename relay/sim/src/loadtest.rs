@@ -117,7 +117,7 @@ impl fmt::Display for LongPollReport {
 
 /// Why the load test failed.
 #[derive(Debug, thiserror::Error)]
-#[error("the long-poll load test failed: {0}")]
+#[error("the measurement failed: {0}")]
 pub struct LoadError(pub(crate) String);
 
 pub(crate) fn fail(e: impl fmt::Display) -> LoadError {
@@ -306,10 +306,21 @@ pub(crate) struct Service {
     pub(crate) http: reqwest::Client,
 }
 
-/// Starts `relay serve` on a free loopback port over `db` and waits until it answers.
+/// Starts `relay serve` on a free loopback port over `db`, without a rate limit (a benchmark is
+/// no abuse), and waits until it answers.
 pub(crate) async fn start_service(
     server: &std::path::Path,
     db: &std::path::Path,
+) -> Result<Service, LoadError> {
+    start_service_with(server, db, &["--rate-per-token", "0"]).await
+}
+
+/// Starts `relay serve` on a free loopback port over `db` with `extra` arguments and waits until
+/// it answers.
+pub(crate) async fn start_service_with(
+    server: &std::path::Path,
+    db: &std::path::Path,
+    extra: &[&str],
 ) -> Result<Service, LoadError> {
     let free_port = || -> Result<u16, LoadError> {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").map_err(fail)?;
@@ -323,13 +334,9 @@ pub(crate) async fn start_service(
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--db"])
         .arg(db)
         .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
-        // Every simulated desktop connects from 127.0.0.1, and a benchmark is no abuse.
-        .args([
-            "--max-connections-per-address",
-            "1000000",
-            "--rate-per-token",
-            "0",
-        ])
+        // Every simulated desktop connects from 127.0.0.1.
+        .args(["--max-connections-per-address", "1000000"])
+        .args(extra)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
