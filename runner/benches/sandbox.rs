@@ -13,7 +13,7 @@
 //!
 //! `BENCH_START_RUNS=N` times N starts of each kind by the process's CPU time as well as the wall
 //! clock (see [`start_cpu`]): the figure to compare two builds by on a machine busy with other
-//! work.
+//! work. It runs each kind with and without the pooling allocator, taking turns.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -177,36 +177,62 @@ fn start_cpu(_: &mut Criterion) {
         return;
     };
     let rt = runtime();
+    // The same engines with and without the pooling allocator, side by side: an engine takes
+    // the allocator from the variable when it is made.
+    let mut cases = Vec::new();
+    for (allocator, pool) in [("on-demand", "0"), ("pooled", "1")] {
+        // SAFETY: set before any thread of this benchmark reads the environment.
+        unsafe { std::env::set_var(runner::engine::wasm::POOL_VARIABLE, pool) };
+        cases.extend(start_cases(&rt, allocator));
+    }
+    for round in 1..=START_ROUNDS {
+        for (name, engine, script) in &cases {
+            let options = options(engine.clone());
+            rt.block_on(run(script, &options));
+            let (cpu, wall) = (process_cpu(), runner::clock::Stopwatch::start());
+            for _ in 0..runs {
+                rt.block_on(run(script, &options));
+            }
+            let per_run = |total: Duration| total.as_secs_f64() * 1000.0 / f64::from(runs);
+            println!(
+                "start_cpu {name} (round {round}): {runs} runs, wall {:.3} ms a run, on-CPU {:.3} ms a run",
+                per_run(wall.elapsed()),
+                per_run(process_cpu().saturating_sub(cpu))
+            );
+        }
+    }
+}
+
+/// Rounds of [`start_cpu`]: each case's runs, the cases taking turns.
+const START_ROUNDS: u32 = 3;
+
+/// The generic engine (trivial and typical graph) and a compiled graph of each, named with
+/// `allocator`.
+fn start_cases(
+    rt: &tokio::runtime::Runtime,
+    allocator: &str,
+) -> Vec<(String, Arc<dyn Engine>, &'static str)> {
     let wasm: Arc<dyn Engine> = Arc::new(WasmEngine::new(WasmLimits::default()).expect("sandbox"));
     let mut cases: Vec<(String, Arc<dyn Engine>, &str)> = Vec::new();
     for (graph, script) in [("trivial", TRIVIAL), ("typical", TYPICAL)] {
-        cases.push((format!("wasm/{graph}"), wasm.clone(), script));
+        cases.push((format!("wasm/{graph} {allocator}"), wasm.clone(), script));
         let bytes = rt
             .block_on(runner::engine::wasm::build_component(
                 &with_meta(script),
                 WasmLimits::default(),
             ))
             .expect("builds");
-        let hash = format!("bench-start-cpu-{graph}-{}", bytes.len());
+        let hash = format!("bench-start-cpu-{graph}-{allocator}-{}", bytes.len());
         let (engine, _) = fresh(None)
             .load(&bytes, &hash, WasmLimits::default())
             .expect("loads");
-        cases.push((format!("compiled/{graph}"), Arc::new(engine), ""));
+        cases.push((
+            format!("compiled/{graph} {allocator}"),
+            Arc::new(engine),
+            "",
+        ));
     }
-    for (name, engine, script) in cases {
-        let options = options(engine);
-        rt.block_on(run(script, &options));
-        let (cpu, wall) = (process_cpu(), runner::clock::Stopwatch::start());
-        for _ in 0..runs {
-            rt.block_on(run(script, &options));
-        }
-        let per_run = |total: Duration| total.as_secs_f64() * 1000.0 / f64::from(runs);
-        println!(
-            "start_cpu {name}: {runs} runs, wall {:.3} ms a run, on-CPU {:.3} ms a run",
-            per_run(wall.elapsed()),
-            per_run(process_cpu().saturating_sub(cpu))
-        );
-    }
+    cases
 }
 
 /// A component from `runner build` (prelude loaded, graph parsed and evaluated by wizer).
@@ -361,6 +387,7 @@ fn variants() -> Vec<(&'static str, Arc<dyn Engine>)> {
 
 /// Applies a variant's settings: `opt=speed|speed_and_size|none`, `regalloc=single_pass`,
 /// `epoch=0`, `lazy=1` (lazy table init), `inline=yes`, `move=0` (memory may not move),
+/// `pool=0` (no pooling allocator),
 /// `perfmap=1` (a perf map in /tmp for `perf report`), `fuel` (fuel on, with a budget too
 /// large to run out), `flag:NAME=VALUE` (a Cranelift flag).
 fn configure(config: &mut wasmtime::Config, settings: &str) {
@@ -390,6 +417,9 @@ fn configure(config: &mut wasmtime::Config, settings: &str) {
             }
             "move=0" => {
                 config.memory_may_move(false);
+            }
+            "pool=0" => {
+                config.allocation_strategy(wasmtime::InstanceAllocationStrategy::OnDemand);
             }
             "perfmap=1" => {
                 config.profiler(ProfilingStrategy::PerfMap);

@@ -10,9 +10,11 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use wasmtime::{Config, Engine, EngineWeak};
+use wasmtime::{Config, Engine, EngineWeak, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::limits::{EPOCH_TICK, WasmLimits};
+use super::limits::{
+    EPOCH_TICK, MAX_TABLE_ELEMENTS, POOL_KEEP_RESIDENT_BYTES, POOL_SANDBOXES, WasmLimits,
+};
 use super::{WasmError, setup};
 
 /// The engine settings a component is compiled for.
@@ -22,6 +24,8 @@ pub(super) struct EngineSettings {
     fuel: bool,
     /// The wasm stack cap is an engine setting (and sizes the stacks wasm runs on).
     wasm_stack_bytes: usize,
+    /// Instances from the pooling allocator (see [`pooling`]) rather than fresh mappings.
+    pooled: bool,
 }
 
 impl EngineSettings {
@@ -30,9 +34,53 @@ impl EngineSettings {
         Self {
             fuel: limits.fuel.is_some(),
             wasm_stack_bytes: limits.wasm_stack_bytes,
+            pooled: pooling_wanted(),
         }
     }
 }
+
+/// The variable that turns the pooling allocator off (`0`): instances then map fresh memory,
+/// tables and stacks each time, which is slower to start but reserves no address space ahead.
+pub const POOL_VARIABLE: &str = "GRAPHRELAY_WASM_POOL";
+
+/// Whether new engines pool their instances: yes unless [`POOL_VARIABLE`] is `0`.
+fn pooling_wanted() -> bool {
+    std::env::var(POOL_VARIABLE).map_or(true, |value| value.trim() != "0")
+}
+
+/// The pooling allocator's slots: [`POOL_SANDBOXES`] sandboxes at once (each a component of a
+/// few core instances, one linear memory of up to 4 GiB and two tables), their memories,
+/// tables and stacks reserved once per engine and reused, a slot keeping the pages a graph
+/// touched ([`POOL_KEEP_RESIDENT_BYTES`]) so the next start does not fault them in again. The
+/// caps a run meets (memory, tables) stay the store limiter's; the pool only has room for them.
+#[doc(hidden)]
+pub fn pooling() -> PoolingAllocationConfig {
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(POOL_SANDBOXES)
+        .total_core_instances(POOL_SANDBOXES * CORE_INSTANCES_PER_SANDBOX)
+        .total_memories(POOL_SANDBOXES * MEMORIES_PER_SANDBOX)
+        .total_tables(POOL_SANDBOXES * TABLES_PER_SANDBOX)
+        .total_stacks(POOL_SANDBOXES)
+        .max_core_instances_per_component(CORE_INSTANCES_PER_SANDBOX)
+        .max_memories_per_component(MEMORIES_PER_SANDBOX)
+        .max_tables_per_component(TABLES_PER_SANDBOX)
+        .max_memories_per_module(1)
+        .max_tables_per_module(TABLES_PER_SANDBOX)
+        .max_memory_size(4 << 30)
+        .table_elements(MAX_TABLE_ELEMENTS)
+        .linear_memory_keep_resident(POOL_KEEP_RESIDENT_BYTES)
+        .table_keep_resident(POOL_KEEP_RESIDENT_BYTES)
+        .async_stack_keep_resident(POOL_KEEP_RESIDENT_BYTES);
+    pool
+}
+
+/// Core instances in one guest component (the graph's module, the WASI adapter and the
+/// shims between them), with room to spare.
+const CORE_INSTANCES_PER_SANDBOX: u32 = 8;
+/// Linear memories in one guest component (the graph's module's; the adapter shares it).
+const MEMORIES_PER_SANDBOX: u32 = 1;
+/// Tables in one guest component (the graph's module's and the shim's for indirect calls).
+const TABLES_PER_SANDBOX: u32 = 2;
 
 /// The live engines, by their settings.
 static ENGINES: Mutex<Vec<(EngineSettings, EngineWeak)>> = Mutex::new(Vec::new());
@@ -72,8 +120,22 @@ pub(super) fn configured(
         .max_wasm_stack(limits.wasm_stack_bytes)
         // The fiber that runs wasm must hold the whole wasm stack plus host frames.
         .async_stack_size(limits.wasm_stack_bytes + 2 * 1024 * 1024);
+    let pooled = EngineSettings::of(limits).pooled;
+    if pooled {
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling()));
+    }
     configure(&mut config);
-    let engine = Engine::new(&config).map_err(setup)?;
+    let engine = match Engine::new(&config) {
+        Ok(engine) => engine,
+        // The pool reserves its address space up front; where that is refused (a `ulimit -v`,
+        // strict overcommit) the sandbox still runs, each instance mapping its own.
+        Err(error) if pooled => {
+            tracing::warn!(%error, "the wasm instance pool could not be reserved; sandboxes start without it (set {POOL_VARIABLE}=0 to skip trying)");
+            config.allocation_strategy(InstanceAllocationStrategy::OnDemand);
+            Engine::new(&config).map_err(setup)?
+        }
+        Err(error) => return Err(setup(error)),
+    };
     // Without the ticker no deadline, cancel or shared fuel budget would ever take effect.
     tick(&engine)?;
     Ok(engine)

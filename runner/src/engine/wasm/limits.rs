@@ -17,6 +17,14 @@ pub const DEFAULT_WASM_STACK_BYTES: usize = 16 * 1024 * 1024;
 pub const MAX_CAPTURED_OUTPUT_BYTES: usize = 64 * 1024;
 /// Tables (function references) may not grow past this many elements.
 pub const MAX_TABLE_ELEMENTS: usize = 100_000;
+/// Sandboxes (top and nested graphs of every run in the process, and meta reads) that may be
+/// instantiated at once per engine: the pooling allocator's slots (`engines.rs` `pooling`).
+/// One more is refused with a message naming this limit.
+pub const POOL_SANDBOXES: u32 = 512;
+/// Bytes of memory, table and stack a pooled slot keeps resident after its sandbox ends, reset
+/// with `memset` rather than handed back to the kernel, so the next start takes no page faults
+/// for them.
+pub const POOL_KEEP_RESIDENT_BYTES: usize = 2 * 1024 * 1024;
 /// All instances of one run together (the top graph and up to 64 nested graphs at once, each
 /// under the per-instance cap) may hold at most this many times the per-instance memory cap.
 /// Without it, a graph fanning out nested memory bombs holds 65 × the cap of host memory.

@@ -45,9 +45,10 @@ use instance::{count_fuel, describe_invocation, describe_trap};
 pub use bindings::{GUEST_SHA256, GUEST_WASM};
 pub use cache::{CACHE_MAX_AGE, Source, default_cache_dir};
 pub use components::{ComponentCache, DEFAULT_MAX_COMPONENTS};
+pub use engines::{POOL_VARIABLE, pooling};
 pub use limits::{
     DEFAULT_MEMORY_BYTES, DEFAULT_WASM_STACK_BYTES, EPOCH_TICK, MAX_CAPTURED_OUTPUT_BYTES,
-    MAX_TABLE_ELEMENTS, RUN_MEMORY_FACTOR, WasmLimits,
+    MAX_TABLE_ELEMENTS, POOL_KEEP_RESIDENT_BYTES, POOL_SANDBOXES, RUN_MEMORY_FACTOR, WasmLimits,
 };
 pub use snapshot::{BUILD_DEADLINE, BuildError, build_component};
 
@@ -153,6 +154,13 @@ impl WasmEngine {
         let mut store = self.new_store(invocation)?;
         let instance = match self.loaded.pre.instantiate_async(&mut store).await {
             Ok(instance) => instance,
+            Err(e) if format!("{e:#}").contains("maximum concurrent limit") => {
+                return Err(EngineError::Sandbox(format!(
+                    "too many sandboxes at once: this process runs at most {POOL_SANDBOXES} \
+                     graphs (top and nested) at the same time; wait for some to finish, or set \
+                     {POOL_VARIABLE}=0 to start each without the pool ({e})"
+                )));
+            }
             Err(e) => {
                 // Counting cannot fail here: the store was given fuel when it was made.
                 let _ = count_fuel(store.as_context_mut());
