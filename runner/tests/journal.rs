@@ -405,3 +405,72 @@ fn the_journal_holds_the_runs_answers_in_order() {
         .rposition(|l| l["k"] == "wait" && l["handle"] == 3);
     assert!(last_wait < merge, "{text}");
 }
+
+/// A recorded run is a test case (`"journal": FILE`): `runner test` replays the graph as it
+/// reads now against it, offline, in both engines; once the graph's calls change, the case
+/// fails naming the first call that differs.
+#[test]
+fn runner_test_takes_a_journal_as_a_cases_replies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let folder = dir.path().join("graphs");
+    std::fs::create_dir(&folder).expect("graphs");
+    let journal = fanout_journal(dir.path());
+    std::fs::rename(&journal, folder.join("fanout.jsonl")).expect("journal");
+    let source = std::fs::read_to_string(workspace().join("graphs/fanout.js")).expect("fanout");
+    std::fs::write(folder.join("fanout.js"), &source).expect("graph");
+    let test = serde_json::json!({"graph": "fanout.js", "cases": [{
+        "name": "the recorded run",
+        "journal": "fanout.jsonl",
+        "expect": {
+            "status": "completed",
+            "result": {"brief": "Agencies want bulk export; webhooks need work.", "sources": 3},
+            "total_tokens": 90
+        }
+    }]});
+    std::fs::write(folder.join("fanout.test.json"), test.to_string()).expect("test");
+    let run_tests = |engine: &str| {
+        runner()
+            .arg("test")
+            .arg(&folder)
+            .args(["--engine", engine])
+            .output()
+            .expect("runner test")
+    };
+    for engine in ENGINES {
+        let output = run_tests(engine);
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(output.status.success(), "{engine}: {said}");
+        assert!(said.contains("PASS the recorded run"), "{engine}: {said}");
+    }
+    std::fs::write(
+        folder.join("fanout.js"),
+        source.replace("prompt: `Merge these", "prompt: `Combine these"),
+    )
+    .expect("edit");
+    for engine in ENGINES {
+        let output = run_tests(engine);
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(output.status.code(), Some(1), "{engine}: {said}");
+        assert!(said.contains("FAIL the recorded run"), "{engine}: {said}");
+        assert!(
+            said.contains("g.agent #4 (merge) was called with other inputs"),
+            "{engine}: {said}"
+        );
+    }
+    // What the journal fixes is not given twice.
+    let doubled = serde_json::json!({"graph": "fanout.js", "journal": "fanout.jsonl", "seed": 3,
+        "expect": {"status": "completed"}});
+    std::fs::write(folder.join("fanout.test.json"), doubled.to_string()).expect("test");
+    let output = run_tests("boa");
+    let said = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(said.contains("drop `seed` from the case"), "{said}");
+}
