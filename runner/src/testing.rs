@@ -727,10 +727,7 @@ async fn run_case(
             path: graph.display().to_string(),
             reason: reason.to_string(),
         })?;
-    let journal = case_journal(case, base)?;
-    let args = journal
-        .as_ref()
-        .map_or_else(|| case.args.clone(), |j| j.header.args.clone());
+    let (journal, args) = case_journal(case, base)?;
     // The case's arguments fit the graph's `meta.args`, as `runner run --args` requires.
     crate::args::check(&meta, &args, "args").map_err(CaseError::Args)?;
     if case.expect.args_refused.is_some() {
@@ -764,9 +761,7 @@ async fn run_case(
         options.timeout = Duration::from_secs(secs);
     }
     options.events = events;
-    if let Some(journal) = &journal {
-        replay_from(&mut options, journal)?;
-    }
+    journal.map(|j| replay_from(&mut options, &j)).transpose()?;
     // The graph's path, as its errors name it.
     let graph_name = graph.display().to_string();
     let outcome = run_graph(
@@ -789,13 +784,14 @@ async fn run_case(
     ))
 }
 
-/// The case's journal, read, when it has one (and nothing the journal fixes).
+/// The case's journal, read, when it has one (and nothing the journal fixes), and the run's
+/// arguments: the journal's, else the case's.
 fn case_journal(
     case: &TestCase,
     base: &Path,
-) -> Result<Option<crate::host::journal::Journal>, CaseError> {
+) -> Result<(Option<crate::host::journal::Journal>, Value), CaseError> {
     let Some(file) = &case.journal else {
-        return Ok(None);
+        return Ok((None, case.args.clone()));
     };
     let fixed = [
         ("args", case.args.as_object().is_some_and(|a| !a.is_empty())),
@@ -808,9 +804,10 @@ fn case_journal(
     if let Some((field, _)) = fixed.iter().find(|(_, given)| *given) {
         return Err(CaseError::JournalAnd(field));
     }
-    crate::host::journal::Journal::read(&base.join(file))
-        .map(Some)
-        .map_err(CaseError::Journal)
+    let journal =
+        crate::host::journal::Journal::read(&base.join(file)).map_err(CaseError::Journal)?;
+    let args = journal.header.args.clone();
+    Ok((Some(journal), args))
 }
 
 /// Makes `options` a replay of `journal`: its seed, clock and cap, every answer from it.
