@@ -48,6 +48,10 @@ pub(super) async fn replay(command: ReplayCommand) -> anyhow::Result<ExitCode> {
             let (script, engine) = read_graph(path)?.with_engine(&engine)?;
             (script, engine, path.display().to_string())
         }
+        None if header.script.is_empty() => anyhow::bail!(
+            "{} records a run of a built component, which it does not hold: give the component with --script FILE.wasm",
+            command.file.display()
+        ),
         None => (
             header.script.as_str().into(),
             engine.build(None)?,
