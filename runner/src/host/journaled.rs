@@ -293,3 +293,68 @@ impl Invocation {
         let _ = self.run.record(&entry);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use crate::host::journal::{JournalMode, JournalSink, Recorder};
+    use crate::run::{RunOptions, RunRequest, RunStatus, run_graph};
+
+    /// A sink that takes `room` lines, then fails as a full disk does.
+    struct Filling {
+        room: usize,
+        taken: AtomicUsize,
+    }
+
+    impl JournalSink for Filling {
+        fn append(&self, _: &str) -> std::io::Result<()> {
+            if self.taken.fetch_add(1, Ordering::SeqCst) < self.room {
+                Ok(())
+            } else {
+                Err(std::io::Error::other("the disk is full"))
+            }
+        }
+        fn finish(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A journal that stops taking entries mid-run stops the run at its next host call: no
+    /// agent starts unrecorded, and the run fails naming the journal.
+    #[tokio::test]
+    async fn a_journal_that_fails_mid_run_stops_the_run() {
+        let script = "export const meta = {name: 'S', slug: 's', version: '1'};\n\
+            export default async function (args, g) {\n\
+              for (let i = 0; i < 10; i++) await g.agent({prompt: `step ${i}`});\n\
+              return 'all ten';\n\
+            }";
+        let mut options = RunOptions::new(Arc::new(crate::engine::boa::BoaEngine::default()));
+        let replies = serde_json::json!({"default": {"text": "ok", "tokens": 10}});
+        options.provider =
+            Arc::new(crate::host::mock::MockProvider::from_json(replies).expect("replies"));
+        let sink = Arc::new(Filling {
+            room: 12,
+            taken: AtomicUsize::new(0),
+        });
+        options.journal = Some(JournalMode::Record(Recorder::new(sink)));
+        let request = RunRequest {
+            script: script.into(),
+            args: serde_json::json!({}),
+            graph: "s.js".to_owned(),
+            run_id: None,
+        };
+        let outcome = run_graph(request, &options, Default::default()).await;
+        assert_eq!(outcome.status, RunStatus::Failed, "{outcome:?}");
+        let error = outcome.error.clone().unwrap_or_default();
+        assert!(
+            error.contains("cannot write the run's journal: the disk is full"),
+            "{error}"
+        );
+        assert!(
+            outcome.total_tokens < 50,
+            "the run stopped early: {outcome:?}"
+        );
+    }
+}
