@@ -474,3 +474,39 @@ fn runner_test_takes_a_journal_as_a_cases_replies() {
         + &String::from_utf8_lossy(&output.stderr);
     assert!(said.contains("drop `seed` from the case"), "{said}");
 }
+
+/// A run against a real model (the local llama.cpp server, see `common/llm.rs`) on the real
+/// clock replays with no provider at all: the same outcome, tokens and trace, its times
+/// included, in both engines.
+#[tokio::test]
+async fn a_real_model_run_replays_offline_in_both_engines() {
+    let Some(llm) = crate::common::llm::local_llm().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let journal = dir.path().join("real.jsonl");
+    let original = runner()
+        .arg("run")
+        .arg(workspace().join("graphs/fanout.js"))
+        .args(["--engine", "wasm"])
+        .args([
+            "--args",
+            r#"{"questions": ["What is a tide?", "What is a wave?"]}"#,
+        ])
+        .args(["--provider", "openai", "--base-url", &llm.base_url])
+        .args(["--model", crate::common::llm::MODEL, "--temperature", "0"])
+        .args(["--max-tokens", "2000"])
+        .arg("--record")
+        .arg(&journal)
+        .output()
+        .expect("runner run");
+    let outcome = stdout_json(&original);
+    assert_eq!(outcome["status"], "completed", "{outcome}");
+    assert!(outcome["total_tokens"].as_u64() > Some(0), "{outcome}");
+    drop(llm);
+    for engine in ENGINES {
+        let replayed = replay(&journal, &["--engine", engine]);
+        assert_eq!(stdout_json(&replayed), outcome, "replayed in {engine}");
+        assert_eq!(trace(&replayed), trace(&original), "replayed in {engine}");
+    }
+}

@@ -608,10 +608,17 @@ pub trait ReplayTarget {
 impl Replayer {
     /// A replayer of `journal`'s entries.
     pub fn new(journal: &Journal) -> Arc<Self> {
+        // The run's start is stamped as it was recorded.
+        let started = journal.entries.iter().find_map(|entry| match entry {
+            Entry::Event { e } if matches!(e.kind, EventKind::RunStarted { .. }) => {
+                Some(e.elapsed_ms)
+            }
+            _ => None,
+        });
         Arc::new(Self {
             entries: journal.entries.clone(),
             cursor: Mutex::new(Cursor::default()),
-            stamp: Arc::new(AtomicU64::new(0)),
+            stamp: Arc::new(AtomicU64::new(started.unwrap_or(0))),
             divergence: std::sync::OnceLock::new(),
         })
     }
@@ -666,7 +673,12 @@ impl Replayer {
         self.replay_until_call(&mut cursor, target);
         cursor.next += 1;
         if let Entry::Log { t, .. } = entry {
-            self.stamp.store(*t, Ordering::SeqCst);
+            // The line is stamped as its recorded event was.
+            let logged = match self.entries.get(cursor.next) {
+                Some(Entry::Event { e }) if matches!(e.kind, EventKind::Log { .. }) => e.elapsed_ms,
+                _ => *t,
+            };
+            self.stamp.store(logged, Ordering::SeqCst);
         }
         Ok(Some(entry.clone()))
     }
@@ -688,10 +700,7 @@ impl Replayer {
         let mut cursor = lock(&self.cursor);
         self.replay_until_call(&mut cursor, target);
         match self.entries.get(cursor.next) {
-            Some(Entry::End { t, .. }) => {
-                self.stamp.store(*t, Ordering::SeqCst);
-                Ok(())
-            }
+            Some(Entry::End { .. }) => Ok(()),
             Some(entry) => {
                 let expected = entry.describe();
                 Err(self.diverge(format!(
@@ -719,6 +728,10 @@ impl Replayer {
                 Entry::Event { e } if replayed_event(e) => {
                     self.stamp.store(e.elapsed_ms, Ordering::SeqCst);
                     target.emit(e);
+                }
+                // The replay's own end is stamped as the recorded one.
+                Entry::Event { e } if matches!(e.kind, EventKind::RunFinished { .. }) => {
+                    self.stamp.store(e.elapsed_ms, Ordering::SeqCst);
                 }
                 Entry::Usage { tokens, cost } => target.usage(*tokens, *cost),
                 Entry::Clock { monotonic_ms, .. } => {
