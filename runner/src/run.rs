@@ -14,8 +14,9 @@ use crate::host::approvals::{
     ApprovalPolicy, Approvals, Approver, DEFAULT_APPROVAL_TIMEOUT, NobodyToAsk,
 };
 use crate::host::engine::Engine;
-use crate::host::events::{EventKind, EventSink, Events, NullSink};
+use crate::host::events::{EventKind, EventSink, Events, FanOut, NullSink};
 use crate::host::graphs::{Catalog, EmptyCatalog};
+use crate::host::journal::{self, Entry, Header, JournalMode, RecordEvents};
 use crate::host::time::{ClockSetting, RunClock, fresh_seed};
 use crate::host::tools::ToolRegistry;
 use crate::host::{Invocation, RunParts, RunShared};
@@ -116,6 +117,8 @@ pub struct RunOptions {
     pub seed: Option<u64>,
     /// The run clock: real, or virtual from a fixed start.
     pub clock: ClockSetting,
+    /// The run's journal: recorded (`runner run --record`) or replayed (`runner replay`).
+    pub journal: Option<JournalMode>,
 }
 
 impl RunOptions {
@@ -136,6 +139,7 @@ impl RunOptions {
             limits: Limits::default(),
             seed: None,
             clock: ClockSetting::Real,
+            journal: None,
         }
     }
 }
@@ -152,6 +156,7 @@ pub async fn run_graph(
         .clone()
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let run = new_run(&run_id, options, cancel.child_token());
+    let header = write_header(&request, options, &run);
     run.events.emit(
         0,
         EventKind::RunStarted {
@@ -162,8 +167,11 @@ pub async fn run_graph(
             clock: run.clock.setting().to_string(),
         },
     );
-    let (status, result, error) = if request.args.is_object() {
-        run_top_graph(&request, options, &run, &cancel).await
+    let (status, result, error) = if let Err(error) = header {
+        (RunStatus::Failed, None, Some(error))
+    } else if request.args.is_object() {
+        let ran = run_top_graph(&request, options, &run, &cancel).await;
+        replay_checked(&run, ran)
     } else {
         (
             RunStatus::Failed,
@@ -183,6 +191,11 @@ pub async fn run_graph(
     };
     // Stops work the graph started and never awaited.
     run.stop(FailureCode::Cancelled, "the run has ended");
+    // A run whose journal could not be written fails: its record is incomplete.
+    let (status, result, error) = match run.recorder().and_then(|r| r.error()) {
+        Some(journal_error) => (RunStatus::Failed, None, Some(journal_error.to_string())),
+        None => (status, result, error),
+    };
     let location = match status {
         RunStatus::Failed => error.as_deref().and_then(crate::location::of),
         _ => None,
@@ -205,13 +218,90 @@ pub async fn run_graph(
             error: outcome.error.clone(),
         },
     );
-    outcome
+    record_end(&run, &outcome)
+}
+
+/// Writes the journal's header, when the run is recorded; the error fails the run.
+fn write_header(request: &RunRequest, options: &RunOptions, run: &RunShared) -> Result<(), String> {
+    let Some(recorder) = run.recorder() else {
+        return Ok(());
+    };
+    let header = Header {
+        journal: journal::JOURNAL_VERSION,
+        runner: env!("CARGO_PKG_VERSION").to_owned(),
+        graph: request.graph.clone(),
+        script_sha256: journal::sha256_hex(&request.script),
+        script: request.script.to_string(),
+        args: request.args.clone(),
+        seed: run.seed,
+        clock: run.clock.setting().to_string(),
+        engine: options.engine.name().to_owned(),
+        token_cap: options.token_cap,
+    };
+    recorder.header(&header).map_err(|e| e.to_string())
+}
+
+/// A replay's outcome: the divergence, when the graph met one (even if it caught the error),
+/// or the journal's calls it never made.
+fn replay_checked(
+    run: &RunShared,
+    ran: (RunStatus, Option<Value>, Option<String>),
+) -> (RunStatus, Option<Value>, Option<String>) {
+    let Some(replayer) = run.replayer() else {
+        return ran;
+    };
+    match replayer.finish(run) {
+        Ok(()) => ran,
+        // The graph's own error names where it met the divergence, when it did not catch it.
+        Err(divergence) => match ran {
+            (RunStatus::Failed, None, Some(error)) if error.contains(&divergence) => {
+                (RunStatus::Failed, None, Some(error))
+            }
+            _ => (RunStatus::Failed, None, Some(divergence)),
+        },
+    }
+}
+
+/// Ends the journal of a recorded run with its outcome, and makes it durable; a journal that
+/// cannot take its end fails the run.
+fn record_end(run: &RunShared, outcome: &RunOutcome) -> RunOutcome {
+    let Some(recorder) = run.recorder() else {
+        return outcome.clone();
+    };
+    let end = Entry::End {
+        status: outcome.status.as_str().to_owned(),
+        result: outcome.result.clone(),
+        error: outcome.error.clone(),
+        total_tokens: outcome.total_tokens,
+        t: run.clock.now().monotonic_ms,
+    };
+    match recorder.append(&end).and_then(|()| recorder.finish()) {
+        Ok(()) => outcome.clone(),
+        Err(error) => RunOutcome {
+            status: RunStatus::Failed,
+            result: None,
+            error: Some(error.to_string()),
+            location: None,
+            ..outcome.clone()
+        },
+    }
 }
 
 /// A run's shared state, from `options`; `stop` ends the work it starts.
 fn new_run(run_id: &str, options: &RunOptions, stop: CancellationToken) -> Arc<RunShared> {
     let clock = RunClock::new(options.clock);
-    RunShared::new(RunParts {
+    let sink = match &options.journal {
+        Some(JournalMode::Record(recorder)) => Arc::new(FanOut(vec![
+            options.events.clone(),
+            Arc::new(RecordEvents(recorder.clone())),
+        ])) as Arc<dyn EventSink>,
+        _ => options.events.clone(),
+    };
+    let mut events = Events::on_clock(sink, clock.clone());
+    if let Some(JournalMode::Replay(replayer)) = &options.journal {
+        events = events.stamped_by(replayer.stamp());
+    }
+    let run = RunShared::new(RunParts {
         run_id: run_id.to_owned(),
         token_cap: options.token_cap,
         approvals: Approvals::new(
@@ -222,14 +312,18 @@ fn new_run(run_id: &str, options: &RunOptions, stop: CancellationToken) -> Arc<R
         provider: options.provider.clone(),
         tools: options.tools.clone(),
         catalog: options.catalog.clone(),
-        events: Events::on_clock(options.events.clone(), clock.clone()),
+        events,
         engine: options.engine.clone(),
         limits: options.limits,
         max_concurrency: options.max_concurrency.clamp(1, MAX_CONCURRENCY),
         cancel: stop,
         clock,
         seed: options.seed.unwrap_or_else(fresh_seed),
-    })
+    });
+    if let Some(mode) = &options.journal {
+        run.set_journal(mode.clone());
+    }
+    run
 }
 
 /// Runs the top graph under the deadline and `cancel`: its status, result and error.

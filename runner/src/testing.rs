@@ -199,6 +199,14 @@ enum CaseError {
     /// The case's `clock` is not a clock.
     #[error("clock: {0}")]
     Clock(#[source] ClockSettingError),
+    /// The case's `journal` cannot be read.
+    #[error("journal: {0}")]
+    Journal(#[source] crate::host::journal::ReadError),
+    /// The case gives both a `journal` and what the journal fixes.
+    #[error(
+        "journal: the journal fixes the run's args, replies, seed, clock and token cap; drop `{0}` from the case"
+    )]
+    JournalAnd(&'static str),
     /// `allow`, `ask`, `approve` or `deny` names a tool that does not exist.
     #[error("{list}: {reason}")]
     Policy {
@@ -270,6 +278,10 @@ pub struct TestCase {
     /// Mock replies file, relative to the test file.
     #[serde(default)]
     pub replies_file: Option<String>,
+    /// A run's journal (`runner run --record`), relative to the test file: the case replays
+    /// the graph against it (its args, seed, clock and token cap) instead of running it.
+    #[serde(default)]
+    pub journal: Option<String>,
     /// Tools allowed.
     #[serde(default)]
     pub allow: Vec<String>,
@@ -675,6 +687,9 @@ async fn run_one(case: &TestCase, graph: &Path, base: &Path, suite: &Suite<'_>) 
 /// Whether every run of `case` must be the same: its seed and clock are fixed (by the case or
 /// the flags) and its agents answer from its own replies, or fail for want of a provider.
 fn repeatable(case: &TestCase, suite: &Suite<'_>) -> bool {
+    if case.journal.is_some() {
+        return true;
+    }
     let seed = case.seed.or(suite.defaults.seed).is_some();
     let clock = match &case.clock {
         Some(text) => ClockSetting::parse(text).ok(),
@@ -712,8 +727,9 @@ async fn run_case(
             path: graph.display().to_string(),
             reason: reason.to_string(),
         })?;
+    let (journal, args) = case_journal(case, base)?;
     // The case's arguments fit the graph's `meta.args`, as `runner run --args` requires.
-    crate::args::check(&meta, &case.args, "args").map_err(CaseError::Args)?;
+    crate::args::check(&meta, &args, "args").map_err(CaseError::Args)?;
     if case.expect.args_refused.is_some() {
         return Err(CaseError::ArgsFit);
     }
@@ -745,12 +761,13 @@ async fn run_case(
         options.timeout = Duration::from_secs(secs);
     }
     options.events = events;
+    journal.map(|j| replay_from(&mut options, &j)).transpose()?;
     // The graph's path, as its errors name it.
     let graph_name = graph.display().to_string();
     let outcome = run_graph(
         RunRequest {
             script,
-            args: case.args.clone(),
+            args,
             graph: graph_name,
             run_id: None,
         },
@@ -765,6 +782,47 @@ async fn run_case(
             _dir: folder,
         },
     ))
+}
+
+/// The case's journal, read, when it has one (and nothing the journal fixes), and the run's
+/// arguments: the journal's, else the case's.
+fn case_journal(
+    case: &TestCase,
+    base: &Path,
+) -> Result<(Option<crate::host::journal::Journal>, Value), CaseError> {
+    let Some(file) = &case.journal else {
+        return Ok((None, case.args.clone()));
+    };
+    let fixed = [
+        ("args", case.args.as_object().is_some_and(|a| !a.is_empty())),
+        ("replies", case.replies.is_some()),
+        ("replies_file", case.replies_file.is_some()),
+        ("seed", case.seed.is_some()),
+        ("clock", case.clock.is_some()),
+        ("max_tokens", case.max_tokens.is_some()),
+    ];
+    if let Some((field, _)) = fixed.iter().find(|(_, given)| *given) {
+        return Err(CaseError::JournalAnd(field));
+    }
+    let journal =
+        crate::host::journal::Journal::read(&base.join(file)).map_err(CaseError::Journal)?;
+    let args = journal.header.args.clone();
+    Ok((Some(journal), args))
+}
+
+/// Makes `options` a replay of `journal`: its seed, clock and cap, every answer from it.
+fn replay_from(
+    options: &mut RunOptions,
+    journal: &crate::host::journal::Journal,
+) -> Result<(), CaseError> {
+    let header = &journal.header;
+    options.seed = Some(header.seed);
+    options.clock = ClockSetting::parse(&header.clock).map_err(CaseError::Clock)?;
+    options.token_cap = header.token_cap;
+    options.journal = Some(crate::host::journal::JournalMode::Replay(
+        crate::host::journal::Replayer::new(journal),
+    ));
+    Ok(())
 }
 
 /// A fresh temporary folder for a case, with its `files` seeded inside it (by the same rules

@@ -17,6 +17,7 @@ mod catalog;
 mod cli;
 mod concurrency;
 mod docs;
+mod journal;
 mod limits;
 mod nesting;
 mod parity;

@@ -9,7 +9,7 @@ use serde::Serialize;
 pub const MAX_LOG_LINES: usize = 1000;
 
 /// One thing that happened in a run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum EventKind {
     /// The run began.
@@ -155,7 +155,7 @@ pub enum EventKind {
 }
 
 /// A tool call as the trace shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct TurnToolCall {
     /// The tool.
     pub name: String,
@@ -164,7 +164,7 @@ pub struct TurnToolCall {
 }
 
 /// An event with when (since the run started) and where (graph nesting depth) it happened.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Event {
     /// Milliseconds since the run started.
     pub elapsed_ms: u64,
@@ -230,6 +230,8 @@ pub struct Events {
     sink: std::sync::Arc<dyn EventSink>,
     clock: std::sync::Arc<super::time::RunClock>,
     log_lines: AtomicUsize,
+    /// In a replay: the time the trace reads (the journal's), instead of the clock's.
+    stamp: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl Events {
@@ -248,7 +250,20 @@ impl Events {
             sink,
             clock,
             log_lines: AtomicUsize::new(0),
+            stamp: None,
         }
+    }
+
+    /// Stamps events with `stamp`'s milliseconds instead of the clock's (a replay's: the time
+    /// of the journal's entry last replayed).
+    pub fn stamped_by(mut self, stamp: std::sync::Arc<std::sync::atomic::AtomicU64>) -> Self {
+        self.stamp = Some(stamp);
+        self
+    }
+
+    /// Passes on an event recorded in a journal, as it was.
+    pub fn emit_recorded(&self, event: &Event) {
+        self.sink.emit(event);
     }
 
     /// Emits `kind` at `depth`. Once the run's top graph has returned, only the run's end is:
@@ -258,7 +273,10 @@ impl Events {
         if self.clock.ended() && !matches!(kind, EventKind::RunFinished { .. }) {
             return;
         }
-        let elapsed_ms = self.clock.now().monotonic_ms;
+        let elapsed_ms = match &self.stamp {
+            Some(stamp) => stamp.load(Ordering::SeqCst),
+            None => self.clock.now().monotonic_ms,
+        };
         self.sink.emit(&Event {
             elapsed_ms,
             depth,

@@ -10,6 +10,8 @@ pub mod engine;
 pub mod events;
 pub mod graphs;
 pub mod http;
+pub mod journal;
+mod journaled;
 pub mod mock;
 pub mod openai;
 pub mod provider_config;
@@ -145,6 +147,8 @@ pub struct RunShared {
     pub sandbox_fuel_spent: std::sync::atomic::AtomicU64,
     /// Whether the trace has said that the budget is exhausted (it says so once per run).
     exhausted_reported: std::sync::atomic::AtomicBool,
+    /// The run's journal, recorded or replayed (see `journal.rs`).
+    journal: OnceLock<journal::JournalMode>,
 }
 
 /// What a run is built from (see [`crate::run::RunOptions`]).
@@ -209,6 +213,7 @@ impl RunShared {
             sandbox_memory: std::sync::atomic::AtomicU64::new(0),
             sandbox_fuel_spent: std::sync::atomic::AtomicU64::new(0),
             exhausted_reported: std::sync::atomic::AtomicBool::new(false),
+            journal: OnceLock::new(),
         })
     }
 
@@ -320,6 +325,8 @@ pub struct Invocation {
     random_key: u64,
     random: StdRng,
     next_handle: u32,
+    /// The graph's journaled calls so far (the last one's `seq`).
+    seq: u32,
     tasks: JoinSet<(u32, Outcome, Busy)>,
     task_handles: HashMap<tokio::task::Id, u32>,
     live: HashSet<u32>,
@@ -367,6 +374,7 @@ impl Invocation {
             random_key,
             random: time::stream(random_key),
             next_handle: 0,
+            seq: 0,
             tasks: JoinSet::new(),
             task_handles: HashMap::new(),
             live: HashSet::new(),
@@ -448,6 +456,17 @@ impl Invocation {
 
     /// `start-agent`.
     pub fn start_agent(&mut self, request: AgentRequest) -> Result<u32, Failure> {
+        let what = request.label.clone().unwrap_or_default();
+        let inputs = serde_json::to_string(&request).unwrap_or_default();
+        let digest = journal::digest(&[&inputs]);
+        if let Some(answer) = self.replay_start(journal::Call::Agent, &what, &digest) {
+            return answer;
+        }
+        let answer = self.start_agent_live(request);
+        self.record_start(journal::Call::Agent, what, digest, answer)
+    }
+
+    fn start_agent_live(&mut self, request: AgentRequest) -> Result<u32, Failure> {
         agents::validate(&request)?;
         self.run
             .provider
@@ -502,6 +521,15 @@ impl Invocation {
 
     /// `start-tool`.
     pub fn start_tool(&mut self, name: &str, args: &str) -> Result<u32, Failure> {
+        let digest = journal::digest(&[name, args]);
+        if let Some(answer) = self.replay_start(journal::Call::Tool, name, &digest) {
+            return answer;
+        }
+        let answer = self.start_tool_live(name, args);
+        self.record_start(journal::Call::Tool, name.to_owned(), digest, answer)
+    }
+
+    fn start_tool_live(&mut self, name: &str, args: &str) -> Result<u32, Failure> {
         let args = parse_outgoing(args, &format!("{name}: the arguments"), "are")
             .map_err(|e| Failure::invalid(e.to_string()))?;
         if !args.is_object() {
@@ -521,6 +549,15 @@ impl Invocation {
 
     /// `start-graph`.
     pub fn start_graph(&mut self, slug: &str, args: &str) -> Result<u32, Failure> {
+        let digest = journal::digest(&[slug, args]);
+        if let Some(answer) = self.replay_start(journal::Call::Graph, slug, &digest) {
+            return answer;
+        }
+        let answer = self.start_graph_live(slug, args);
+        self.record_start(journal::Call::Graph, slug.to_owned(), digest, answer)
+    }
+
+    fn start_graph_live(&mut self, slug: &str, args: &str) -> Result<u32, Failure> {
         graphs::check_depth(&self.chain, slug)?;
         let parsed = parse_outgoing(args, &format!("graph {slug}: the arguments"), "are")
             .map_err(|e| Failure::invalid(e.to_string()))?;
@@ -592,6 +629,16 @@ impl Invocation {
 
     /// `start-sleep`.
     pub fn start_sleep(&mut self, ms: u32) -> Result<u32, Failure> {
+        let what = format!("{ms} ms");
+        let digest = journal::digest(&[&what]);
+        if let Some(answer) = self.replay_start(journal::Call::Sleep, &what, &digest) {
+            return answer;
+        }
+        let answer = self.start_sleep_live(ms);
+        self.record_start(journal::Call::Sleep, what, digest, answer)
+    }
+
+    fn start_sleep_live(&mut self, ms: u32) -> Result<u32, Failure> {
         if ms > MAX_SLEEP_MS {
             return Err(Failure::invalid(format!(
                 "sleep of {ms} ms is over the limit of {MAX_SLEEP_MS} ms"
@@ -609,6 +656,14 @@ impl Invocation {
 
     /// `wait-any`: the first of `handles` to finish, with its outcome (delivered once).
     pub async fn wait_any(&mut self, handles: &[u32]) -> (u32, Outcome) {
+        if let Some(answer) = self.replay_wait(handles) {
+            return answer;
+        }
+        let answer = self.wait_any_live(handles).await;
+        self.record_wait(handles, answer)
+    }
+
+    async fn wait_any_live(&mut self, handles: &[u32]) -> (u32, Outcome) {
         let Some(&first) = handles.first() else {
             return (
                 0,
@@ -677,8 +732,12 @@ impl Invocation {
     }
 
     /// `tokens-used`: the tokens of the work graphs have awaited (what admission counts).
-    pub fn tokens_used(&self) -> u64 {
-        self.run.budget.applied()
+    pub fn tokens_used(&mut self) -> u64 {
+        if let Some(used) = self.replay_tokens() {
+            return used;
+        }
+        let used = self.run.budget.applied();
+        self.record_tokens(used)
     }
 
     /// `token-cap`.
@@ -687,19 +746,25 @@ impl Invocation {
     }
 
     /// `clock-now`.
-    pub fn clock_now(&self) -> graph_js::ClockReading {
-        self.run.clock.now()
+    pub fn clock_now(&mut self) -> graph_js::ClockReading {
+        if let Some(reading) = self.replay_clock() {
+            return reading;
+        }
+        let reading = self.run.clock.now();
+        self.record_clock(reading)
     }
 
     /// `random-bytes`: fills `out` (at most [`MAX_RANDOM_BYTES`] of it) from this graph's
     /// stream of the run's random source.
     pub fn random_bytes(&mut self, out: &mut [u8]) {
         let n = out.len().min(MAX_RANDOM_BYTES);
+        self.journal_random(n);
         self.random.fill_bytes(&mut out[..n]);
     }
 
     /// `log`.
-    pub fn log(&self, message: &str) {
+    pub fn log(&mut self, message: &str) {
+        self.journal_log();
         let cut: String = message.chars().take(graph_js::MAX_LOG_LINE_CHARS).collect();
         // The driver's warnings name the file as `graph.js`, the only name it knows.
         let named = match (cut.strip_prefix(graph_js::WARNING_PREFIX), &self.file) {
@@ -876,6 +941,7 @@ impl AgentContext for AgentCtx {
 
     fn record(&self, usage: Usage, cost: f64) {
         self.run.budget.record(usage.total(), cost);
+        self.run.record_usage(usage.total(), cost);
         self.tally.fetch_add(usage.total(), Ordering::SeqCst);
     }
 

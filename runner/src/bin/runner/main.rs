@@ -5,6 +5,7 @@
 //! shares.
 
 mod flags;
+mod replay;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -26,6 +27,7 @@ use runner::host::graphs::{
     Catalog, CatalogError, DESCRIBE_TIMEOUT, DescribeError, Described, FolderCatalog, WASM_MAGIC,
     describe_within, located_reason,
 };
+use runner::host::journal::{FileJournal, JournalMode, Recorder};
 use runner::host::mock::MockProvider;
 use runner::host::time::ClockSetting;
 use runner::host::tools::ToolRegistry;
@@ -58,6 +60,10 @@ struct Cli {
 enum Command {
     /// Run one graph and print its outcome as JSON.
     Run(RunArgs),
+    /// Re-run a graph against the journal `runner run --record` wrote: every host call is
+    /// answered from it, nothing runs live (no provider, no tool, no timer). Prints the outcome
+    /// as `runner run` does; a call that differs from the journal stops the replay, named.
+    Replay(replay::ReplayCommand),
     /// Parse a graph and validate its `meta`; prints the meta as JSON. Given a folder, checks
     /// every graph in it and prints a JSON array of `{file, meta}`; each graph that cannot load
     /// is named on stderr with its error, and the exit code is 1.
@@ -316,6 +322,10 @@ struct RunArgs {
     timeout: f64,
     #[command(flatten)]
     replay: ReplayArgs,
+    /// Record the run's journal to FILE (JSON lines, see docs/journal.md): `runner replay FILE`
+    /// re-runs it offline.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -345,6 +355,10 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => match run(args).await {
+                Ok(code) => code,
+                Err(e) => usage_error(&e),
+            },
+            Command::Replay(args) => match replay::replay(args).await {
                 Ok(code) => code,
                 Err(e) => usage_error(&e),
             },
@@ -531,6 +545,11 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     options.events = Arc::new(TracePrinter::stderr());
     options.seed = args.replay.seed;
     options.clock = args.replay.clock;
+    if let Some(path) = &args.record {
+        let file = FileJournal::create(path)
+            .with_context(|| format!("--record: cannot create {}", path.display()))?;
+        options.journal = Some(JournalMode::Record(Recorder::new(Arc::new(file))));
+    }
 
     let cancel = CancellationToken::new();
     let interrupted = interrupt_listener()?;
@@ -553,6 +572,11 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         cancel,
     )
     .await;
+    print_outcome(&outcome)
+}
+
+/// Prints `outcome` as `runner run` does, and the exit code for it.
+fn print_outcome(outcome: &runner::run::RunOutcome) -> anyhow::Result<ExitCode> {
     let printed = Printed {
         status: outcome.status,
         result: &outcome.result,

@@ -61,7 +61,7 @@ pub(super) struct HostState {
 
 impl HostState {
     /// Moves captured guest output into the trace.
-    pub(super) fn flush_output(&self) {
+    pub(super) fn flush_output(&mut self) {
         for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
             let bytes = pipe.contents();
             if bytes.is_empty() {

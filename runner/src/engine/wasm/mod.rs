@@ -169,7 +169,7 @@ impl WasmEngine {
         };
         let outcome = call(&instance, &mut store).await;
         let _ = count_fuel(store.as_context_mut());
-        store.data().flush_output();
+        store.data_mut().flush_output();
         outcome.map_err(|e| EngineError::Sandbox(describe_trap(&e, &store, self.limits)))
     }
 

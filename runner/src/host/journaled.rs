@@ -1,0 +1,360 @@
+//! The journal's side of [`Invocation`] and [`RunShared`]: each `host` call's answer is appended
+//! to the run's journal before the graph gets it, or, in a replay, taken from the journal.
+
+use graph_js::{ClockReading, Failure, FailureCode};
+
+use super::events::Event;
+use super::journal::{Call, Entry, Failed, JournalMode, Recorder, ReplayTarget, Replayer};
+use super::{Invocation, Outcome, RunShared};
+
+impl RunShared {
+    /// Sets the run's journal (once, before the top graph starts).
+    pub fn set_journal(&self, mode: JournalMode) {
+        let _ = self.journal.set(mode);
+    }
+
+    /// The recorder, when the run is recorded.
+    pub fn recorder(&self) -> Option<&std::sync::Arc<Recorder>> {
+        match self.journal.get() {
+            Some(JournalMode::Record(recorder)) => Some(recorder),
+            _ => None,
+        }
+    }
+
+    /// The replayer, when the run is a replay.
+    pub fn replayer(&self) -> Option<&std::sync::Arc<Replayer>> {
+        match self.journal.get() {
+            Some(JournalMode::Replay(replayer)) => Some(replayer),
+            _ => None,
+        }
+    }
+
+    /// Appends `entry` to the journal, if the run is recorded; a journal that cannot take it
+    /// stops the run, with the reason as the failure.
+    pub(super) fn record(&self, entry: &Entry) -> Result<(), Failure> {
+        let Some(recorder) = self.recorder() else {
+            return Ok(());
+        };
+        recorder.append(entry).map_err(|error| {
+            let message = error.to_string();
+            self.stop(FailureCode::Failed, message.clone());
+            Failure::failed(message)
+        })
+    }
+
+    /// Journals tokens an agent turn spent.
+    pub(super) fn record_usage(&self, tokens: u64, cost: f64) {
+        let _ = self.record(&Entry::Usage { tokens, cost });
+    }
+}
+
+impl ReplayTarget for RunShared {
+    fn emit(&self, event: &Event) {
+        self.events.emit_recorded(event);
+    }
+
+    fn usage(&self, tokens: u64, cost: f64) {
+        self.budget.record(tokens, cost);
+    }
+}
+
+impl Invocation {
+    fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.saturating_add(1);
+        self.seq
+    }
+
+    fn path_vec(&self) -> Vec<u32> {
+        self.activity.path().to_vec()
+    }
+
+    /// Asks the replay for the answer to a call; `None` when the run is not a replay.
+    fn replay(
+        &mut self,
+        call: Call,
+        this: &str,
+        check: impl FnOnce(&Entry) -> Option<String>,
+    ) -> Option<Result<Option<Entry>, Failure>> {
+        let replayer = self.run.replayer()?.clone();
+        self.next_seq();
+        Some(
+            replayer
+                .answer(self.run.as_ref(), call, this, check)
+                .map_err(|divergence| {
+                    // A start or an await fails where the graph made it, so its error names
+                    // that place; the other calls cannot fail, so the run stops.
+                    if !matches!(
+                        call,
+                        Call::Agent | Call::Tool | Call::Graph | Call::Sleep | Call::Wait
+                    ) {
+                        self.run.stop(FailureCode::Failed, divergence.clone());
+                    }
+                    Failure::failed(divergence)
+                }),
+        )
+    }
+
+    /// A `start-*` answered by the replay.
+    pub(super) fn replay_start(
+        &mut self,
+        call: Call,
+        what: &str,
+        digest: &str,
+    ) -> Option<Result<u32, Failure>> {
+        let this = format!(" ({what})");
+        let answer = self.replay(call, &this, |entry| match entry {
+            Entry::Start { digest: d, .. } if d == digest => None,
+            Entry::Start { what: w, .. } => Some(format!(
+                "was called with other inputs than the journal's {} ({w})",
+                call.name()
+            )),
+            _ => Some("was called where the journal holds another call".to_owned()),
+        })?;
+        Some(match answer {
+            Ok(Some(Entry::Start {
+                handle: Some(handle),
+                ..
+            })) => Ok(handle),
+            Ok(Some(Entry::Start {
+                error: Some(error), ..
+            })) => Err(error.into()),
+            Ok(_) => Err(Failure::failed("the journal's answer has no handle")),
+            Err(failure) => Err(failure),
+        })
+    }
+
+    /// Journals the answer of a `start-*` before the graph gets it.
+    pub(super) fn record_start(
+        &mut self,
+        call: Call,
+        what: String,
+        digest: String,
+        answer: Result<u32, Failure>,
+    ) -> Result<u32, Failure> {
+        if self.run.recorder().is_none() {
+            return answer;
+        }
+        let entry = Entry::Start {
+            path: self.path_vec(),
+            seq: self.next_seq(),
+            call,
+            what,
+            digest,
+            handle: answer.as_ref().ok().copied(),
+            error: answer.as_ref().err().map(Failed::from),
+        };
+        self.run.record(&entry)?;
+        answer
+    }
+
+    /// A `wait-any` answered by the replay.
+    pub(super) fn replay_wait(&mut self, handles: &[u32]) -> Option<(u32, Outcome)> {
+        let mut asked = handles.to_vec();
+        asked.sort_unstable();
+        let this = format!(" (of handles {handles:?})");
+        let answer = self.replay(Call::Wait, &this, |entry| match entry {
+            Entry::Wait { handles: h, .. } => {
+                let mut recorded = h.clone();
+                recorded.sort_unstable();
+                (recorded != asked)
+                    .then(|| format!("was made where the journal's await was of handles {h:?}"))
+            }
+            _ => Some("was made where the journal holds another call".to_owned()),
+        })?;
+        let first = handles.first().copied().unwrap_or(0);
+        Some(match answer {
+            Ok(Some(Entry::Wait {
+                handle, ok, error, ..
+            })) => match (ok, error) {
+                (Some(ok), _) => (handle, Ok(ok)),
+                (None, Some(error)) => (handle, Err(error.into())),
+                (None, None) => (
+                    handle,
+                    Err(Failure::failed("the journal's answer is empty")),
+                ),
+            },
+            Ok(_) => (first, Err(Failure::failed("the journal's answer is empty"))),
+            Err(failure) => (first, Err(failure)),
+        })
+    }
+
+    /// Journals a `wait-any`'s pair before the graph gets it.
+    pub(super) fn record_wait(
+        &mut self,
+        handles: &[u32],
+        answer: (u32, Outcome),
+    ) -> (u32, Outcome) {
+        if self.run.recorder().is_none() {
+            return answer;
+        }
+        let (handle, outcome) = &answer;
+        let entry = Entry::Wait {
+            path: self.path_vec(),
+            seq: self.next_seq(),
+            handles: handles.to_vec(),
+            handle: *handle,
+            ok: outcome.as_ref().ok().cloned(),
+            error: outcome.as_ref().err().map(Failed::from),
+        };
+        match self.run.record(&entry) {
+            Ok(()) => answer,
+            Err(failure) => (*handle, Err(failure)),
+        }
+    }
+
+    /// A `clock-now` answered by the replay (after a divergence: the epoch).
+    pub(super) fn replay_clock(&mut self) -> Option<ClockReading> {
+        let answer = self.replay(Call::Clock, "", |_| None)?;
+        Some(match answer {
+            Ok(Some(Entry::Clock {
+                wall_ms,
+                monotonic_ms,
+                ..
+            })) => ClockReading {
+                wall_ms,
+                monotonic_ms,
+            },
+            _ => ClockReading {
+                wall_ms: 0,
+                monotonic_ms: 0,
+            },
+        })
+    }
+
+    /// Journals a clock reading.
+    pub(super) fn record_clock(&mut self, reading: ClockReading) -> ClockReading {
+        if self.run.recorder().is_some() {
+            let entry = Entry::Clock {
+                path: self.path_vec(),
+                seq: self.next_seq(),
+                wall_ms: reading.wall_ms,
+                monotonic_ms: reading.monotonic_ms,
+            };
+            let _ = self.run.record(&entry);
+        }
+        reading
+    }
+
+    /// A `tokens-used` answered by the replay.
+    pub(super) fn replay_tokens(&mut self) -> Option<u64> {
+        let answer = self.replay(Call::Tokens, "", |_| None)?;
+        Some(match answer {
+            Ok(Some(Entry::Tokens { used, .. })) => used,
+            _ => 0,
+        })
+    }
+
+    /// Journals a `tokens-used` answer.
+    pub(super) fn record_tokens(&mut self, used: u64) -> u64 {
+        if self.run.recorder().is_some() {
+            let entry = Entry::Tokens {
+                path: self.path_vec(),
+                seq: self.next_seq(),
+                used,
+            };
+            let _ = self.run.record(&entry);
+        }
+        used
+    }
+
+    /// Journals (or, in a replay, checks) a `random-bytes` call of `n` bytes: the bytes are the
+    /// graph's stream of the run's seed, the same in the replay.
+    pub(super) fn journal_random(&mut self, n: usize) {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        let this = format!(" ({n} bytes)");
+        let replayed = self.replay(Call::Random, &this, |entry| match entry {
+            Entry::Random { n: recorded, .. } if *recorded == n => None,
+            Entry::Random { n: recorded, .. } => Some(format!(
+                "was made where the journal's call took {recorded} bytes"
+            )),
+            _ => Some("was made where the journal holds another call".to_owned()),
+        });
+        if replayed.is_some() || self.run.recorder().is_none() {
+            return;
+        }
+        let entry = Entry::Random {
+            path: self.path_vec(),
+            seq: self.next_seq(),
+            n,
+        };
+        let _ = self.run.record(&entry);
+    }
+
+    /// Journals a `log` call (its line is the trace event that follows).
+    pub(super) fn journal_log(&mut self) {
+        if self.replay(Call::Log, "", |_| None).is_some() || self.run.recorder().is_none() {
+            return;
+        }
+        let entry = Entry::Log {
+            path: self.path_vec(),
+            seq: self.next_seq(),
+            t: self.run.clock.now().monotonic_ms,
+        };
+        let _ = self.run.record(&entry);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use crate::host::journal::{JournalMode, JournalSink, Recorder};
+    use crate::run::{RunOptions, RunRequest, RunStatus, run_graph};
+
+    /// A sink that takes `room` lines, then fails as a full disk does.
+    struct Filling {
+        room: usize,
+        taken: AtomicUsize,
+    }
+
+    impl JournalSink for Filling {
+        fn append(&self, _: &str) -> std::io::Result<()> {
+            if self.taken.fetch_add(1, Ordering::SeqCst) < self.room {
+                Ok(())
+            } else {
+                Err(std::io::Error::other("the disk is full"))
+            }
+        }
+        fn finish(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A journal that stops taking entries mid-run stops the run at its next host call: no
+    /// agent starts unrecorded, and the run fails naming the journal.
+    #[tokio::test]
+    async fn a_journal_that_fails_mid_run_stops_the_run() {
+        let script = "export const meta = {name: 'S', slug: 's', version: '1'};\n\
+            export default async function (args, g) {\n\
+              for (let i = 0; i < 10; i++) await g.agent({prompt: `step ${i}`});\n\
+              return 'all ten';\n\
+            }";
+        let mut options = RunOptions::new(Arc::new(crate::engine::boa::BoaEngine::default()));
+        let replies = serde_json::json!({"default": {"text": "ok", "tokens": 10}});
+        options.provider =
+            Arc::new(crate::host::mock::MockProvider::from_json(replies).expect("replies"));
+        let sink = Arc::new(Filling {
+            room: 12,
+            taken: AtomicUsize::new(0),
+        });
+        options.journal = Some(JournalMode::Record(Recorder::new(sink)));
+        let request = RunRequest {
+            script: script.into(),
+            args: serde_json::json!({}),
+            graph: "s.js".to_owned(),
+            run_id: None,
+        };
+        let outcome = run_graph(request, &options, Default::default()).await;
+        assert_eq!(outcome.status, RunStatus::Failed, "{outcome:?}");
+        let error = outcome.error.clone().unwrap_or_default();
+        assert!(
+            error.contains("cannot write the run's journal: the disk is full"),
+            "{error}"
+        );
+        assert!(
+            outcome.total_tokens < 50,
+            "the run stopped early: {outcome:?}"
+        );
+    }
+}
