@@ -62,6 +62,10 @@ pub(crate) struct McpArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+    /// The `relay` binary to measure as the service (default: this one), e.g. another build's,
+    /// to compare two builds with the same client.
+    #[arg(long, value_name = "PATH")]
+    server: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -220,7 +224,10 @@ async fn bench_mcp(args: McpArgs) -> Result<()> {
         concurrency: usize::try_from(args.concurrency).unwrap_or(usize::MAX),
         phase: std::time::Duration::from_secs(args.phase_seconds),
         warm_up: std::time::Duration::from_secs(1),
-        server: std::env::current_exe().context("cannot find the relay binary")?,
+        server: match args.server {
+            Some(path) => path,
+            None => std::env::current_exe().context("cannot find the relay binary")?,
+        },
     };
     let report = relay_sim::mcp_bench::mcp(options).await?;
     if args.json {

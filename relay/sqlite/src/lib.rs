@@ -17,10 +17,12 @@ pub const PRIVATE_FILE_MODE: u32 = 0o600;
 /// Permissions of a folder this crate creates for a database.
 pub const PRIVATE_DIR_MODE: u32 = 0o700;
 
+mod cached;
 mod checked;
 pub mod identity;
 pub mod rows;
 
+pub use cached::{CachedStatements, STATEMENT_CACHE_CAPACITY, cache_statements};
 pub use checked::{
     Check, CopyError, DEFAULT_CHECK_LIMIT, Expected, Fault, OpenError, OpenOptions, Opened,
     backup_into, check_file, integrity_check, open_checked, quick_check, restore, schema_version,

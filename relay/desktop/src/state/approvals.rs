@@ -27,7 +27,7 @@ impl DesktopState {
         deadline: Option<Timestamp>,
     ) -> Result<(), StateError> {
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "INSERT INTO approvals (id, execution_id, tool, args, status, created_at, expires_at)
                  VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6)",
                 params![
@@ -47,7 +47,7 @@ impl DesktopState {
     pub fn approval_status(&self, id: &str) -> Result<Option<ApprovalStatus>, StateError> {
         self.with_sync(|conn| {
             Ok(conn
-                .query_row(
+                .query_row_cached(
                     "SELECT status FROM approvals WHERE id = ?1",
                     params![id],
                     |row| row.get(0),
@@ -64,7 +64,7 @@ impl DesktopState {
         now: Timestamp,
     ) -> Result<bool, StateError> {
         self.with_sync(|conn| {
-            let changed = conn.execute(
+            let changed = conn.execute_cached(
                 "UPDATE approvals SET status = ?2, decided_at = ?3 WHERE id = ?1 AND status = 'pending'",
                 params![id, decision.as_str(), now.unix_millis()],
             )?;
@@ -81,7 +81,7 @@ impl DesktopState {
             } else {
                 "WHERE a.status = 'pending'"
             };
-            let mut stmt = conn.prepare(&format!(
+            let mut stmt = conn.prepare_cached(&format!(
                 "SELECT a.id, a.execution_id, a.tool, a.args, a.status, a.created_at, a.expires_at,
                         h.slug, h.project_id, h.agent_id, h.agent_name
                  FROM approvals a LEFT JOIN history h ON h.execution_id = a.execution_id {filter}

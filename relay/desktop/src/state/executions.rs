@@ -56,7 +56,7 @@ impl DesktopState {
         let queued_at = requested.then(|| command.created_at.unix_millis());
         self.with_sync(|conn| {
             let tx = conn.transaction()?;
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO history (execution_id, command_id, channel, project_id, session_id, slug,
                  status, started_at, queued_at, arguments, agent_id, agent_name)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?9, ?10, ?11)",
@@ -74,7 +74,7 @@ impl DesktopState {
                     command.agent_name
                 ],
             )?;
-            tx.execute("DELETE FROM queue WHERE command_id = ?1", params![id])?;
+            tx.execute_cached("DELETE FROM queue WHERE command_id = ?1", params![id])?;
             tx.commit()?;
             Ok(())
         })
@@ -83,7 +83,7 @@ impl DesktopState {
     /// Forgets an execution that never started (the service refused it or was unreachable).
     pub fn forget_execution(&self, execution_id: &str) -> Result<(), StateError> {
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "DELETE FROM history WHERE execution_id = ?1",
                 params![execution_id],
             )?;
@@ -106,7 +106,7 @@ impl DesktopState {
         self.with_sync(|conn| {
             let tx = conn.transaction()?;
             write_end(&tx, full_result, trace, completion, now)?;
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO outbox (command_id, execution_id, body, created_at) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT(command_id) DO UPDATE SET execution_id = ?2, body = ?3, attempts = 0, last_error = NULL",
                 params![command_id.to_string(), completion.execution_id, body, now.unix_millis()],
@@ -131,7 +131,7 @@ impl DesktopState {
     /// [`DesktopState::note_refused`] for an execution whose completion is not in the outbox.
     pub fn note_refused_of(&self, execution_id: &str, message: &str) -> Result<(), StateError> {
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "UPDATE history SET service_refusal = ?2 WHERE execution_id = ?1",
                 params![execution_id, message],
             )?;
@@ -147,7 +147,7 @@ impl DesktopState {
         outcome: &relay_protocol::ServiceOutcome,
     ) -> Result<(), StateError> {
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "UPDATE history SET status = ?2, service_refusal = ?3 WHERE execution_id = ?1",
                 params![
                     execution_id,
@@ -163,7 +163,7 @@ impl DesktopState {
     /// `command_id` for good, with its message.
     pub fn note_refused(&self, command_id: &CommandId, message: &str) -> Result<(), StateError> {
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "UPDATE history SET service_refusal = ?2
                  WHERE execution_id = (SELECT execution_id FROM outbox WHERE command_id = ?1)",
                 params![command_id.to_string(), message],
@@ -182,7 +182,7 @@ impl DesktopState {
     ) -> Result<(), StateError> {
         let reason = service_outcome_text(outcome);
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "UPDATE history SET status = ?2, service_refusal = ?3
                  WHERE execution_id = (SELECT execution_id FROM outbox WHERE command_id = ?1)",
                 params![command_id.to_string(), outcome.status.as_str(), reason],
@@ -195,7 +195,7 @@ impl DesktopState {
     /// a stop interrupts before this never ran.
     pub fn mark_began(&self, execution_id: &str, now: Timestamp) -> Result<(), StateError> {
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "UPDATE history SET began_at = ?2 WHERE execution_id = ?1",
                 params![execution_id, now.unix_millis()],
             )?;
@@ -207,7 +207,7 @@ impl DesktopState {
     /// or ran), oldest first.
     pub fn unfinished_executions(&self) -> Result<Vec<Unfinished>, StateError> {
         self.with_sync(|conn| {
-            let mut stmt = conn.prepare(
+            let mut stmt = conn.prepare_cached(
                 "SELECT execution_id, command_id, began_at IS NOT NULL FROM history
                  WHERE status = 'running' ORDER BY started_at",
             )?;
@@ -236,7 +236,7 @@ impl DesktopState {
     /// Completions waiting to be posted, oldest first.
     pub fn outbox(&self) -> Result<Vec<OutboxEntry>, StateError> {
         self.with_sync(|conn| {
-            let mut stmt = conn.prepare(
+            let mut stmt = conn.prepare_cached(
                 "SELECT command_id, body, attempts FROM outbox ORDER BY created_at, command_id",
             )?;
             let rows = stmt.query_map([], |row| {
@@ -265,7 +265,7 @@ impl DesktopState {
     /// Removes a delivered (or finally refused) completion.
     pub fn remove_from_outbox(&self, command_id: &CommandId) -> Result<(), StateError> {
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "DELETE FROM outbox WHERE command_id = ?1",
                 params![command_id.to_string()],
             )?;
@@ -280,7 +280,7 @@ impl DesktopState {
         error: &str,
     ) -> Result<(), StateError> {
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "UPDATE outbox SET attempts = attempts + 1, last_error = ?2 WHERE command_id = ?1",
                 params![command_id.to_string(), error],
             )?;
@@ -291,7 +291,7 @@ impl DesktopState {
     /// The run history, newest first.
     pub fn history(&self) -> Result<Vec<HistoryRow>, StateError> {
         self.with_sync(|conn| {
-            let mut stmt = conn.prepare(&format!(
+            let mut stmt = conn.prepare_cached(&format!(
                 "SELECT {HISTORY_COLUMNS} FROM history ORDER BY started_at DESC, execution_id LIMIT ?1"
             ))?;
             let rows = stmt.query_map(params![MAX_HISTORY_LISTED as i64], history_from_row)?;
@@ -306,7 +306,7 @@ impl DesktopState {
     ) -> Result<Option<(HistoryRow, Option<Value>)>, StateError> {
         self.with_sync(|conn| {
             Ok(conn
-                .query_row(
+                .query_row_cached(
                     &format!(
                         "SELECT {HISTORY_COLUMNS}, trace FROM history WHERE execution_id = ?1"
                     ),
@@ -341,7 +341,7 @@ fn write_end(
     completion: &CompleteRequest,
     finished_at: Timestamp,
 ) -> Result<(), StateError> {
-    conn.execute(
+    conn.execute_cached(
         "UPDATE history SET status = ?2, result = ?3, error = ?4, total_tokens = ?5,
          reported_cost = ?6, result_truncated = ?7, trace = ?8, finished_at = ?9, end_cause = ?10
          WHERE execution_id = ?1",

@@ -29,7 +29,7 @@ impl DesktopState {
     /// Every share, by project and slug.
     pub fn shares(&self) -> Result<Vec<ShareRow>, StateError> {
         self.with_sync(|conn| {
-            let mut stmt = conn.prepare(
+            let mut stmt = conn.prepare_cached(
                 "SELECT sh.project_id, COALESCE(p.enabled, 0), s.id, s.slug, s.name, s.version, sh.created_at,
                         sp.name
                  FROM shares sh JOIN graph_sessions s ON s.id = sh.session_id
@@ -96,7 +96,7 @@ impl DesktopState {
     /// The service's name of each project it listed for this desktop, as last fetched.
     pub fn project_names(&self) -> Result<std::collections::HashMap<String, String>, StateError> {
         self.with_sync(|conn| {
-            let mut stmt = conn.prepare("SELECT project_id, name FROM service_projects")?;
+            let mut stmt = conn.prepare_cached("SELECT project_id, name FROM service_projects")?;
             let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
             Ok(rows.collect::<Result<_, _>>()?)
         })
@@ -106,7 +106,7 @@ impl DesktopState {
     pub fn run_end(&self, execution_id: &str) -> Result<Option<RunEnd>, StateError> {
         self.with_sync(|conn| {
             Ok(conn
-                .query_row(
+                .query_row_cached(
                     "SELECT status, error, finished_at FROM history WHERE execution_id = ?1",
                     params![execution_id],
                     |row| {
@@ -124,7 +124,7 @@ impl DesktopState {
     /// The runs going on now, newest first, each with what it waits for.
     pub fn running(&self) -> Result<Vec<RunningRow>, StateError> {
         self.with_sync(|conn| {
-            let mut stmt = conn.prepare(
+            let mut stmt = conn.prepare_cached(
                 "SELECT h.execution_id, h.slug, h.project_id, h.agent_id, h.agent_name,
                         h.total_tokens, h.started_at,
                         (SELECT a.tool FROM approvals a
@@ -237,7 +237,7 @@ impl DesktopState {
     pub fn session_source(&self, slug: &str) -> Result<Option<SessionSource>, StateError> {
         self.with_sync(|conn| {
             let found: Option<(String, Option<String>, Option<String>)> = conn
-                .query_row(
+                .query_row_cached(
                     "SELECT id, source_path, content_hash FROM graph_sessions WHERE slug = ?1",
                     params![slug],
                     |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
@@ -265,7 +265,7 @@ impl DesktopState {
         content_hash: &str,
     ) -> Result<(), StateError> {
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "UPDATE graph_sessions SET source_path = ?2, content_hash = ?3 WHERE id = ?1",
                 params![id.as_str(), path, content_hash],
             )?;

@@ -9,7 +9,7 @@ impl DesktopState {
     pub fn record_tokens(&self, execution_id: &str, tokens: u64) -> Result<(), StateError> {
         let tokens = i64::try_from(tokens).unwrap_or(i64::MAX);
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "UPDATE history SET total_tokens = ?2 WHERE execution_id = ?1 AND status = 'running'",
                 params![execution_id, tokens],
             )?;
@@ -32,7 +32,7 @@ impl DesktopState {
             0.0
         };
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "UPDATE history SET total_tokens = ?2, reported_cost = ?3
                  WHERE execution_id = ?1 AND status = 'running'",
                 params![execution_id, tokens, cost],
@@ -45,7 +45,7 @@ impl DesktopState {
     pub fn execution_spent(&self, execution_id: &str) -> Result<(u64, f64), StateError> {
         self.with_sync(|conn| {
             let spent: Option<(i64, f64)> = conn
-                .query_row(
+                .query_row_cached(
                     "SELECT total_tokens, reported_cost FROM history WHERE execution_id = ?1",
                     params![execution_id],
                     |row| Ok((row.get(0)?, row.get(1)?)),
@@ -59,7 +59,7 @@ impl DesktopState {
     pub fn execution_tokens(&self, execution_id: &str) -> Result<u64, StateError> {
         self.with_sync(|conn| {
             let tokens: Option<i64> = conn
-                .query_row(
+                .query_row_cached(
                     "SELECT total_tokens FROM history WHERE execution_id = ?1",
                     params![execution_id],
                     |row| row.get(0),
@@ -77,7 +77,7 @@ impl DesktopState {
         now: Timestamp,
     ) -> Result<usize, StateError> {
         self.with_sync(|conn| {
-            Ok(conn.execute(
+            Ok(conn.execute_cached(
                 "UPDATE approvals SET status = 'expired', decided_at = ?2
                  WHERE execution_id = ?1 AND status = 'pending'",
                 params![execution_id, now.unix_millis()],
@@ -89,7 +89,7 @@ impl DesktopState {
     pub fn approval_run_live(&self, id: &str) -> Result<Option<bool>, StateError> {
         self.with_sync(|conn| {
             let found: Option<Option<String>> = conn
-                .query_row(
+                .query_row_cached(
                     "SELECT h.status FROM approvals a
                      LEFT JOIN history h ON h.execution_id = a.execution_id
                      WHERE a.id = ?1",

@@ -51,7 +51,7 @@ impl DesktopState {
     /// sharing watch interval).
     pub fn request_cancel(&self, command_id: &CommandId, now: Timestamp) -> Result<(), StateError> {
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "INSERT INTO local_cancels (command_id, requested_at) VALUES (?1, ?2)
                  ON CONFLICT(command_id) DO NOTHING",
                 params![command_id.to_string(), now.unix_millis()],
@@ -63,7 +63,7 @@ impl DesktopState {
     /// The commands the owner asked to cancel here, oldest first.
     pub fn local_cancels(&self) -> Result<Vec<CommandId>, StateError> {
         self.with_sync(|conn| {
-            let mut stmt = conn.prepare(
+            let mut stmt = conn.prepare_cached(
                 "SELECT command_id FROM local_cancels ORDER BY requested_at, command_id LIMIT ?1",
             )?;
             let rows = stmt.query_map(params![MAX_LOCAL_CANCELS as i64], |row| {
@@ -84,7 +84,7 @@ impl DesktopState {
         self.with_sync(|conn| {
             let tx = conn.transaction()?;
             for id in ids {
-                tx.execute(
+                tx.execute_cached(
                     "DELETE FROM local_cancels WHERE command_id = ?1",
                     params![id.to_string()],
                 )?;
@@ -98,7 +98,7 @@ impl DesktopState {
     pub fn find_run(&self, run: &str) -> Result<Option<RunRef>, StateError> {
         self.with_sync(|conn| {
             Ok(conn
-                .query_row(
+                .query_row_cached(
                     &format!(
                         "{RUN_REF_SELECT} WHERE h.execution_id = ?1 OR h.command_id = ?1
                          ORDER BY h.started_at DESC LIMIT 1"
@@ -114,7 +114,7 @@ impl DesktopState {
     /// killed), newest first.
     pub fn running_runs(&self) -> Result<Vec<RunRef>, StateError> {
         self.with_sync(|conn| {
-            let mut stmt = conn.prepare(&format!(
+            let mut stmt = conn.prepare_cached(&format!(
                 "{RUN_REF_SELECT} WHERE h.status = 'running' AND h.began_at IS NOT NULL
                  ORDER BY h.started_at DESC, h.execution_id LIMIT ?1"
             ))?;
@@ -145,7 +145,7 @@ impl DesktopState {
         self.with_sync(|conn| {
             let tx = conn.transaction()?;
             let ids: Vec<String> = {
-                let mut stmt = tx.prepare(
+                let mut stmt = tx.prepare_cached(
                     "SELECT q.command_id FROM queue q WHERE NOT EXISTS (
                          SELECT 1 FROM graph_sessions s
                          JOIN shares ON shares.session_id = s.id AND shares.project_id = q.project_id
@@ -157,7 +157,7 @@ impl DesktopState {
                 rows.collect::<Result<_, _>>()?
             };
             for id in &ids {
-                tx.execute(
+                tx.execute_cached(
                     "INSERT OR IGNORE INTO history (execution_id, command_id, channel, project_id,
                      session_id, slug, status, error, started_at, finished_at, queued_at,
                      arguments, agent_id, agent_name, end_cause)
@@ -172,7 +172,7 @@ impl DesktopState {
                         EndCause::ConsentWithdrawn.as_str()
                     ],
                 )?;
-                tx.execute("DELETE FROM queue WHERE command_id = ?1", params![id])?;
+                tx.execute_cached("DELETE FROM queue WHERE command_id = ?1", params![id])?;
             }
             tx.commit()?;
             Ok(ids.iter().filter_map(|id| id.parse().ok()).collect())

@@ -6,6 +6,7 @@
 //! while the relay and the page reach the file through [`AsyncState`], whose calls run on the
 //! state's own thread, so no runtime worker waits for SQLite.
 
+use relay_sqlite::CachedStatements as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -464,7 +465,7 @@ impl DesktopState {
                 Connection::open_with_flags(uri, read_only)?
             }
         };
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        let version: i64 = conn.query_row_cached("PRAGMA user_version", [], |row| row.get(0))?;
         let found = relay_sqlite::identity::identify(&conn)?;
         if found.program() != Some(relay_sqlite::identity::DESKTOP)
             || usize::try_from(version).ok() != Some(MIGRATIONS.len())
@@ -495,6 +496,7 @@ impl DesktopState {
 
     fn init(mut conn: Connection, path: Option<PathBuf>) -> Result<Self, StateError> {
         conn.pragma_update(None, "foreign_keys", true)?;
+        relay_sqlite::cache_statements(&conn);
         relay_sqlite::migrate(&mut conn, MIGRATIONS).map_err(|e| match e {
             MigrateError::Newer { found, known } => StateError::Invalid(format!(
                 "the desktop state has schema version {found}, newer than this relay knows ({known}): \

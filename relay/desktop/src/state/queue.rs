@@ -48,12 +48,12 @@ impl DesktopState {
             .collect();
         self.with_sync(|conn| {
             let tx = conn.transaction()?;
-            tx.execute(
+            tx.execute_cached(
                 "DELETE FROM queue WHERE project_id = ?1",
                 params![project_id],
             )?;
             for (command, (id, arguments)) in commands.iter().zip(&rows) {
-                tx.execute(
+                tx.execute_cached(
                     "INSERT OR REPLACE INTO queue (command_id, project_id, session_id, slug,
                      arguments, agent_id, agent_name, queued_at, synced_at)
                      SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9
@@ -80,7 +80,7 @@ impl DesktopState {
     /// same instant in the order the service handed them out: each sync inserts in its order).
     pub fn queued(&self) -> Result<Vec<QueuedRow>, StateError> {
         self.with_sync(|conn| {
-            let mut stmt = conn.prepare(
+            let mut stmt = conn.prepare_cached(
                 "SELECT q.command_id, q.project_id, q.session_id, q.slug, q.arguments, q.agent_id,
                         q.agent_name, q.queued_at, q.synced_at
                  FROM queue q JOIN projects p ON p.project_id = q.project_id AND p.enabled = 1

@@ -40,17 +40,17 @@ impl DesktopState {
     ) -> Result<(), StateError> {
         self.with_sync(|conn| {
             let tx = conn.transaction()?;
-            tx.execute("DELETE FROM service_projects", [])?;
+            tx.execute_cached("DELETE FROM service_projects", [])?;
             for project in projects {
                 if check_project_id(&project.project_id).is_err() {
                     continue;
                 }
-                tx.execute(
+                tx.execute_cached(
                     "INSERT OR REPLACE INTO service_projects (project_id, name) VALUES (?1, ?2)",
                     params![project.project_id, project.name],
                 )?;
             }
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO settings (key, value) VALUES (?1, ?2)
                  ON CONFLICT(key) DO UPDATE SET value = ?2",
                 params![SERVICE_PROJECTS_AT, now.unix_millis().to_string()],
@@ -64,7 +64,7 @@ impl DesktopState {
     pub fn service_projects(&self) -> Result<Option<ServiceProjects>, StateError> {
         self.with_sync(|conn| {
             let fetched_at: Option<i64> = conn
-                .query_row(
+                .query_row_cached(
                     "SELECT CAST(value AS INTEGER) FROM settings WHERE key = ?1",
                     params![SERVICE_PROJECTS_AT],
                     |row| row.get(0),
@@ -73,8 +73,9 @@ impl DesktopState {
             let Some(fetched_at) = fetched_at else {
                 return Ok(None);
             };
-            let mut stmt =
-                conn.prepare("SELECT project_id, name FROM service_projects ORDER BY project_id")?;
+            let mut stmt = conn.prepare_cached(
+                "SELECT project_id, name FROM service_projects ORDER BY project_id",
+            )?;
             let rows = stmt.query_map([], |row| {
                 Ok(ServedProject {
                     project_id: row.get(0)?,

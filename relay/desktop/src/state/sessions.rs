@@ -3,7 +3,7 @@
 use super::*;
 
 pub(super) fn bump_sharing(conn: &Connection) -> Result<(), StateError> {
-    conn.execute(
+    conn.execute_cached(
         "INSERT INTO settings (key, value) VALUES (?1, '1')
          ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1",
         params![SHARING_VERSION],
@@ -64,7 +64,7 @@ impl DesktopState {
         self.with_sync(|conn| {
             let tx = conn.transaction()?;
             let existing: Option<String> = tx
-                .query_row(
+                .query_row_cached(
                     "SELECT id FROM graph_sessions WHERE slug = ?1",
                     params![meta.slug],
                     |row| row.get(0),
@@ -74,7 +74,7 @@ impl DesktopState {
             let args_schema = meta.args.as_ref().map(Value::to_string);
             let id = match existing {
                 Some(id) => {
-                    tx.execute(
+                    tx.execute_cached(
                         "UPDATE graph_sessions SET name = ?2, description = ?3, version = ?4,
                          script = ?5, updated_at = ?6, args_schema = ?7 WHERE id = ?1",
                         params![id, display_name, meta.description, meta.version, script, now.unix_millis(), args_schema],
@@ -83,7 +83,7 @@ impl DesktopState {
                 }
                 None => {
                     let id = new_session_id().to_string();
-                    tx.execute(
+                    tx.execute_cached(
                         "INSERT INTO graph_sessions (id, name, description, slug, version, status, script, created_at, updated_at, args_schema)
                          VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, ?7, ?8)",
                         params![id, display_name, meta.description, meta.slug, meta.version, script, now.unix_millis(), args_schema],
@@ -101,7 +101,7 @@ impl DesktopState {
     /// Every session, by slug.
     pub fn sessions(&self) -> Result<Vec<Session>, StateError> {
         self.with_sync(|conn| {
-            let mut stmt = conn.prepare(&format!(
+            let mut stmt = conn.prepare_cached(&format!(
                 "SELECT {SESSION_COLUMNS} FROM graph_sessions ORDER BY slug"
             ))?;
             let rows = stmt.query_map([], session_from_row)?;
@@ -113,7 +113,7 @@ impl DesktopState {
     pub fn session(&self, id: &GraphSessionId) -> Result<Option<Session>, StateError> {
         self.with_sync(|conn| {
             Ok(conn
-                .query_row(
+                .query_row_cached(
                     &format!("SELECT {SESSION_COLUMNS} FROM graph_sessions WHERE id = ?1"),
                     params![id.as_str()],
                     session_from_row,
@@ -136,7 +136,7 @@ impl DesktopState {
         }
         let cap = max_tokens.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
         self.with_sync(|conn| {
-            let changed = conn.execute(
+            let changed = conn.execute_cached(
                 "UPDATE graph_sessions SET max_tokens = ?2 WHERE id = ?1",
                 params![id.as_str(), cap],
             )?;
@@ -152,7 +152,7 @@ impl DesktopState {
     /// Removes a session (and its shares).
     pub fn remove_session(&self, id: &GraphSessionId) -> Result<(), StateError> {
         self.with_sync(|conn| {
-            let removed = conn.execute(
+            let removed = conn.execute_cached(
                 "DELETE FROM graph_sessions WHERE id = ?1",
                 params![id.as_str()],
             )?;

@@ -16,7 +16,7 @@ impl DesktopState {
             ));
         }
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "INSERT INTO tool_policies (tool, policy) VALUES (?1, ?2)
                  ON CONFLICT(tool) DO UPDATE SET policy = ?2",
                 params![tool, policy.as_str()],
@@ -28,7 +28,8 @@ impl DesktopState {
     /// The policy table (tools not listed are denied).
     pub fn policy(&self) -> Result<runner::host::approvals::ApprovalPolicy, StateError> {
         self.with_sync(|conn| {
-            let mut stmt = conn.prepare("SELECT tool, policy FROM tool_policies ORDER BY tool")?;
+            let mut stmt =
+                conn.prepare_cached("SELECT tool, policy FROM tool_policies ORDER BY tool")?;
             let rows = stmt.query_map([], |row| {
                 Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
             })?;
@@ -66,7 +67,7 @@ impl DesktopState {
             )));
         };
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = ?2",
                 params![FOLDER, text],
             )?;

@@ -15,7 +15,7 @@ impl DesktopState {
         check_project_id(project_id)?;
         self.with_sync(|conn| {
             let tx = conn.transaction()?;
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO projects (project_id, enabled, updated_at) VALUES (?1, ?2, ?3)
                  ON CONFLICT(project_id) DO UPDATE SET enabled = ?2, updated_at = ?3",
                 params![project_id, enabled, now.unix_millis()],
@@ -24,7 +24,7 @@ impl DesktopState {
             if !enabled {
                 // The service is told at the next contact, before anything of it can run; it
                 // stays owed even if the project is enabled again in between.
-                tx.execute(
+                tx.execute_cached(
                     "INSERT INTO withdrawals (project_id, version)
                      SELECT ?1, CAST(value AS INTEGER) FROM settings WHERE key = ?2
                      ON CONFLICT(project_id) DO UPDATE SET version = excluded.version",
@@ -40,8 +40,9 @@ impl DesktopState {
     /// sharing version it was recorded at.
     pub fn pending_withdrawals(&self) -> Result<Vec<(String, i64)>, StateError> {
         self.with_sync(|conn| {
-            let mut stmt =
-                conn.prepare("SELECT project_id, version FROM withdrawals ORDER BY project_id")?;
+            let mut stmt = conn.prepare_cached(
+                "SELECT project_id, version FROM withdrawals ORDER BY project_id",
+            )?;
             let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
@@ -51,7 +52,7 @@ impl DesktopState {
     /// same project stays owed).
     pub fn withdrawal_delivered(&self, project_id: &str, version: i64) -> Result<(), StateError> {
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "DELETE FROM withdrawals WHERE project_id = ?1 AND version = ?2",
                 params![project_id, version],
             )?;
@@ -62,8 +63,9 @@ impl DesktopState {
     /// The enabled projects.
     pub fn enabled_projects(&self) -> Result<Vec<String>, StateError> {
         self.with_sync(|conn| {
-            let mut stmt = conn
-                .prepare("SELECT project_id FROM projects WHERE enabled = 1 ORDER BY project_id")?;
+            let mut stmt = conn.prepare_cached(
+                "SELECT project_id FROM projects WHERE enabled = 1 ORDER BY project_id",
+            )?;
             let rows = stmt.query_map([], |row| row.get(0))?;
             Ok(rows.collect::<Result<Vec<String>, _>>()?)
         })
@@ -72,8 +74,8 @@ impl DesktopState {
     /// Every project with its enabled flag.
     pub fn projects(&self) -> Result<Vec<(String, bool)>, StateError> {
         self.with_sync(|conn| {
-            let mut stmt =
-                conn.prepare("SELECT project_id, enabled FROM projects ORDER BY project_id")?;
+            let mut stmt = conn
+                .prepare_cached("SELECT project_id, enabled FROM projects ORDER BY project_id")?;
             let rows = stmt.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
@@ -90,7 +92,7 @@ impl DesktopState {
         self.with_sync(|conn| {
             let tx = conn.transaction()?;
             let exists: bool = tx
-                .query_row("SELECT 1 FROM graph_sessions WHERE id = ?1", params![session.as_str()], |_| Ok(true))
+                .query_row_cached("SELECT 1 FROM graph_sessions WHERE id = ?1", params![session.as_str()], |_| Ok(true))
                 .optional()?
                 .unwrap_or(false);
             if !exists {
@@ -98,7 +100,7 @@ impl DesktopState {
                     "no session {session}: add it first with `relay desktop session add FILE`"
                 )));
             }
-            let shared: i64 = tx.query_row(
+            let shared: i64 = tx.query_row_cached(
                 "SELECT COUNT(*) FROM shares WHERE project_id = ?1 AND session_id != ?2",
                 params![project_id, session.as_str()],
                 |row| row.get(0),
@@ -108,7 +110,7 @@ impl DesktopState {
                     "project {project_id} already has {MAX_SYNC_SESSIONS} shared sessions, the most one sync carries: unshare one first"
                 )));
             }
-            tx.execute(
+            tx.execute_cached(
                 "INSERT OR IGNORE INTO shares (project_id, session_id, created_at) VALUES (?1, ?2, ?3)",
                 params![project_id, session.as_str(), now.unix_millis()],
             )?;
@@ -121,7 +123,7 @@ impl DesktopState {
     /// Unshares a session from a project.
     pub fn unshare(&self, project_id: &str, session: &GraphSessionId) -> Result<(), StateError> {
         self.with_sync(|conn| {
-            conn.execute(
+            conn.execute_cached(
                 "DELETE FROM shares WHERE project_id = ?1 AND session_id = ?2",
                 params![project_id, session.as_str()],
             )?;
@@ -151,7 +153,7 @@ impl DesktopState {
         self.with_sync(|conn| {
             let tx = conn.transaction()?;
             let owed = tx
-                .query_row(
+                .query_row_cached(
                     "SELECT 1 FROM withdrawals WHERE project_id = ?1",
                     params![project_id],
                     |_| Ok(()),
@@ -191,7 +193,7 @@ impl DesktopState {
             let renewed = sharing_version(&tx)?
                 .saturating_add(1)
                 .max(now.unix_millis());
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO settings (key, value) VALUES (?1, ?2)
                  ON CONFLICT(key) DO UPDATE SET value = ?2",
                 params![SHARING_VERSION, renewed.to_string()],
@@ -211,7 +213,7 @@ impl DesktopState {
     ) -> Result<Option<Session>, StateError> {
         self.with_sync(|conn| {
             let found = conn
-                .query_row(
+                .query_row_cached(
                     &format!(
                         "SELECT {} FROM graph_sessions s
                          JOIN shares ON shares.session_id = s.id AND shares.project_id = ?1
@@ -258,7 +260,7 @@ pub enum Snapshot {
 
 fn sharing_version(conn: &Connection) -> Result<i64, StateError> {
     Ok(conn
-        .query_row(
+        .query_row_cached(
             "SELECT CAST(value AS INTEGER) FROM settings WHERE key = ?1",
             params![SHARING_VERSION],
             |row| row.get(0),
@@ -268,7 +270,7 @@ fn sharing_version(conn: &Connection) -> Result<i64, StateError> {
 }
 
 fn shared_sessions(conn: &Connection, project_id: &str) -> Result<Vec<Session>, StateError> {
-    let mut stmt = conn.prepare(&format!(
+    let mut stmt = conn.prepare_cached(&format!(
         "SELECT {} FROM graph_sessions s JOIN shares ON shares.session_id = s.id
          WHERE shares.project_id = ?1 ORDER BY s.slug LIMIT ?2",
         SESSION_COLUMNS

@@ -3,6 +3,7 @@
 //! rusqlite is synchronous, so every call runs on tokio's blocking pool with a connection
 //! taken from a small pool; the async runtime never waits on the database.
 
+use relay_sqlite::CachedStatements as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -168,7 +169,7 @@ fn queue_limit_reached(
 ) -> Result<Option<QueueLimit>, StoreError> {
     let count = |sql: &str, key: &str| -> Result<u64, StoreError> {
         transaction
-            .query_row(sql, params![key, RunStatus::Queued.as_str()], |row| {
+            .query_row_cached(sql, params![key, RunStatus::Queued.as_str()], |row| {
                 row.get::<_, i64>(0)
             })
             .map(|n| u64::try_from(n).unwrap_or(0))
@@ -426,6 +427,7 @@ fn open_connection(path: Option<&Path>) -> Result<Connection, StoreError> {
 /// Per-connection settings. FULL: a queued run or a recorded completion must survive a crash
 /// right after the answer.
 fn prepare(connection: &Connection) -> rusqlite::Result<()> {
+    relay_sqlite::cache_statements(connection);
     connection.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
 }
 
@@ -681,7 +683,7 @@ fn select_command(
     id: CommandId,
 ) -> rusqlite::Result<Option<CommandRecord>> {
     connection
-        .query_row(
+        .query_row_cached(
             &format!("SELECT {COMMAND_COLUMNS} FROM commands WHERE id = ?1"),
             [id.to_string()],
             command_from_row,
@@ -713,14 +715,14 @@ impl Store for SqliteStore {
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(backend)?;
             transaction
-                .execute(
+                .execute_cached(
                     "INSERT INTO owners (id, name, created_at) VALUES (?1, ?2, ?3) \
                      ON CONFLICT(name) DO NOTHING",
                     params![uuid::Uuid::new_v4().to_string(), name, now.unix_millis()],
                 )
                 .map_err(backend)?;
             let owner = transaction
-                .query_row(
+                .query_row_cached(
                     "SELECT id, name, created_at FROM owners WHERE name = ?1",
                     [&name],
                     owner_from_row,
@@ -734,7 +736,7 @@ impl Store for SqliteStore {
     fn insert_project(&self, project: ProjectRecord) -> StoreFuture<'_, ()> {
         self.call(move |connection| {
             connection
-                .execute(
+                .execute_cached(
                     "INSERT INTO projects (id, owner_id, name, created_at) VALUES (?1, ?2, ?3, ?4)",
                     params![
                         project.id,
@@ -752,7 +754,7 @@ impl Store for SqliteStore {
         let id = id.to_owned();
         self.call(move |connection| {
             connection
-                .query_row(
+                .query_row_cached(
                     "SELECT id, owner_id, name, created_at FROM projects WHERE id = ?1",
                     [id],
                     project_from_row,
@@ -765,7 +767,7 @@ impl Store for SqliteStore {
     fn all_projects(&self) -> StoreFuture<'_, Vec<ProjectRecord>> {
         self.call(move |connection| {
             connection
-                .prepare(
+                .prepare_cached(
                     "SELECT id, owner_id, name, created_at FROM projects ORDER BY created_at, id",
                 )
                 .and_then(|mut statement| {
@@ -802,7 +804,7 @@ impl Store for SqliteStore {
         let (owner_id, id) = (owner_id.to_owned(), id.to_owned());
         self.call(move |connection| {
             connection
-                .query_row(
+                .query_row_cached(
                     "SELECT id, owner_id, name, created_at FROM projects \
                      WHERE id = ?1 AND owner_id = ?2",
                     [id, owner_id],
@@ -816,7 +818,7 @@ impl Store for SqliteStore {
     fn owners(&self) -> StoreFuture<'_, Vec<OwnerRecord>> {
         self.call(move |connection| {
             connection
-                .prepare("SELECT id, name, created_at FROM owners ORDER BY name")
+                .prepare_cached("SELECT id, name, created_at FROM owners ORDER BY name")
                 .and_then(|mut statement| {
                     statement
                         .query_map([], owner_from_row)?
@@ -829,7 +831,7 @@ impl Store for SqliteStore {
     fn insert_token(&self, token: TokenRecord) -> StoreFuture<'_, ()> {
         self.call(move |connection| {
             connection
-                .execute(
+                .execute_cached(
                     &format!(
                         "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
                     ),
@@ -856,7 +858,7 @@ impl Store for SqliteStore {
         let token_hash = token_hash.to_owned();
         self.call(move |connection| {
             connection
-                .query_row(
+                .query_row_cached(
                     &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE token_hash = ?1"),
                     [token_hash],
                     token_from_row,
@@ -870,7 +872,7 @@ impl Store for SqliteStore {
         let id = id.to_owned();
         self.call(move |connection| {
             connection
-                .query_row(
+                .query_row_cached(
                     &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = ?1"),
                     [id],
                     token_from_row,
@@ -906,7 +908,7 @@ impl Store for SqliteStore {
         let owner_id = owner_id.to_owned();
         self.call(move |connection| {
             connection
-                .prepare(&format!(
+                .prepare_cached(&format!(
                     "SELECT {TOKEN_COLUMNS} FROM tokens WHERE owner_id = ?1 ORDER BY created_at, id"
                 ))
                 .and_then(|mut statement| {
@@ -1055,7 +1057,7 @@ impl Store for SqliteStore {
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(backend)?;
             let held: Option<i64> = transaction
-                .query_row(
+                .query_row_cached(
                     "SELECT sharing_version FROM project_syncs WHERE project_id = ?1",
                     [&project_id],
                     |row| row.get(0),
@@ -1068,7 +1070,7 @@ impl Store for SqliteStore {
                 SnapshotWrite::Stale => return Ok(write),
                 SnapshotWrite::Unchanged => {
                     transaction
-                        .execute(
+                        .execute_cached(
                             "UPDATE project_syncs SET synced_at = ?2 WHERE project_id = ?1",
                             params![project_id, now.unix_millis()],
                         )
@@ -1079,14 +1081,14 @@ impl Store for SqliteStore {
                 SnapshotWrite::Replaced => {}
             }
             transaction
-                .execute(
+                .execute_cached(
                     "DELETE FROM graph_sessions WHERE project_id = ?1",
                     [&project_id],
                 )
                 .map_err(backend)?;
             {
                 let mut insert = transaction
-                    .prepare(
+                    .prepare_cached(
                         "INSERT INTO graph_sessions (project_id, graph_session_id, name, \
                          description, slug, version, status, synced_at, args_schema) \
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -1109,7 +1111,7 @@ impl Store for SqliteStore {
                 }
             }
             transaction
-                .execute(
+                .execute_cached(
                     "INSERT INTO project_syncs (project_id, synced_at, sharing_version) \
                      VALUES (?1, ?2, ?3) ON CONFLICT(project_id) DO UPDATE SET \
                      synced_at = excluded.synced_at, sharing_version = excluded.sharing_version",
@@ -1130,7 +1132,7 @@ impl Store for SqliteStore {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.call(move |connection| {
             let sessions = connection
-                .prepare(
+                .prepare_cached(
                     "SELECT graph_session_id, name, description, slug, version, status, synced_at, \
                      args_schema FROM graph_sessions WHERE project_id = ?1 \
                      ORDER BY name, graph_session_id LIMIT ?2",
@@ -1166,7 +1168,7 @@ impl Store for SqliteStore {
         let graph_session_id = graph_session_id.as_str().to_owned();
         self.call(move |connection| {
             connection
-                .query_row(
+                .query_row_cached(
                     "SELECT graph_session_id, name, description, slug, version, status, synced_at, \
                      args_schema FROM graph_sessions WHERE project_id = ?1 AND graph_session_id = ?2",
                     params![project_id, graph_session_id],
@@ -1192,7 +1194,7 @@ impl Store for SqliteStore {
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(backend)?;
             let existing = transaction
-                .query_row(
+                .query_row_cached(
                     &format!(
                         "SELECT {COMMAND_COLUMNS} FROM commands \
                          WHERE agent_id = ?1 AND idempotency_key = ?2"
@@ -1209,7 +1211,7 @@ impl Store for SqliteStore {
                 return Ok(InsertOutcome::OverQuota(limit));
             }
             transaction
-                .execute(
+                .execute_cached(
                     "INSERT INTO commands (id, project_id, agent_id, graph_session_id, slug, \
                      arguments, idempotency_key, request_hash, status, cancel_requested, \
                      result_truncated, created_at, updated_at, max_tokens) \
@@ -1245,7 +1247,7 @@ impl Store for SqliteStore {
         let (agent_id, idempotency_key) = (agent_id.to_owned(), idempotency_key.to_owned());
         self.call(move |connection| {
             connection
-                .query_row(
+                .query_row_cached(
                     &format!(
                         "SELECT {COMMAND_COLUMNS} FROM commands \
                          WHERE agent_id = ?1 AND idempotency_key = ?2"
@@ -1282,7 +1284,7 @@ impl Store for SqliteStore {
                     source,
                 })?;
             let changed = connection
-                .execute(
+                .execute_cached(
                     "UPDATE commands SET status = ?1, cancel_requested = ?2, execution_id = ?3, \
                      result = ?4, result_truncated = ?5, total_tokens = ?6, reported_cost = ?7, \
                      error = ?8, completion_hash = ?9, started_at = ?10, finished_at = ?11, \
@@ -1329,7 +1331,7 @@ impl Store for SqliteStore {
         let (owner_id, error) = (owner_id.to_owned(), error.to_owned());
         self.call(move |connection| {
             let changed = connection
-                .execute(
+                .execute_cached(
                     "UPDATE commands SET status = 'cancelled', cancel_requested = 1, error = ?1, \
                      finished_at = ?2, updated_at = ?2, \
                      cancel_cause = 'owner_cancelled_console', end_cause = 'owner_cancelled_console' \
@@ -1345,7 +1347,7 @@ impl Store for SqliteStore {
     fn touch_running(&self, id: CommandId, now: Timestamp) -> StoreFuture<'_, bool> {
         self.call(move |connection| {
             let changed = connection
-                .execute(
+                .execute_cached(
                     "UPDATE commands SET last_seen_at = ?1 WHERE id = ?2 AND status = 'running'",
                     params![now.unix_millis(), id.to_string()],
                 )
@@ -1363,7 +1365,7 @@ impl Store for SqliteStore {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.call(move |connection| {
             let mut statement = connection
-                .prepare(&format!(
+                .prepare_cached(&format!(
                     "SELECT {COMMAND_COLUMNS} FROM commands \
                      WHERE project_id = ?1 AND status = 'queued' \
                      ORDER BY created_at, rowid LIMIT ?2"
@@ -1386,7 +1388,7 @@ impl Store for SqliteStore {
         let error = error.to_owned();
         self.call(move |connection| {
             let ids = connection
-                .prepare(
+                .prepare_cached(
                     "UPDATE commands SET status = 'failed', error = ?1, finished_at = ?2, \
                      updated_at = ?2 WHERE status = 'running' AND last_seen_at < ?3 RETURNING id",
                 )
@@ -1476,7 +1478,7 @@ impl Store for SqliteStore {
     fn open_counts(&self, online_since: Timestamp) -> StoreFuture<'_, OpenCounts> {
         self.call(move |connection| {
             connection
-                .query_row(super::OPEN_COUNTS, [online_since.unix_millis()], |row| {
+                .query_row_cached(super::OPEN_COUNTS, [online_since.unix_millis()], |row| {
                     let count = |i| row.get::<_, i64>(i).map(|n| u64::try_from(n).unwrap_or(0));
                     Ok(OpenCounts {
                         runs_queued: count(0)?,

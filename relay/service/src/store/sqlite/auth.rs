@@ -5,6 +5,7 @@
 //! token issued for it change in one transaction, and tokens are only ever added to a grant that
 //! is still unrevoked, so a refresh racing a revocation cannot leave a live token behind.
 
+use relay_sqlite::CachedStatements as _;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use super::{SqliteStore, TOKEN_COLUMNS, backend, corrupt, in_row, ms, ts};
@@ -185,11 +186,11 @@ pub(super) fn revoke_token_and_grant(
     now: Timestamp,
 ) -> rusqlite::Result<bool> {
     let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let changed = transaction.execute(
+    let changed = transaction.execute_cached(
         "UPDATE tokens SET revoked_at = ?1 WHERE id = ?2 AND revoked_at IS NULL",
         params![now.unix_millis(), id],
     )?;
-    transaction.execute(
+    transaction.execute_cached(
         "UPDATE oauth_tokens SET revoked_at = ?1 WHERE grant_id = ?2 AND revoked_at IS NULL",
         params![now.unix_millis(), id],
     )?;
@@ -205,12 +206,12 @@ pub(super) fn revoke_connection(
     now: Timestamp,
 ) -> rusqlite::Result<usize> {
     let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    transaction.execute(
+    transaction.execute_cached(
         "UPDATE oauth_tokens SET revoked_at = ?1 WHERE revoked_at IS NULL \
          AND grant_id IN (SELECT id FROM tokens WHERE connection_id = ?2)",
         params![now.unix_millis(), connection_id],
     )?;
-    let revoked = transaction.execute(
+    let revoked = transaction.execute_cached(
         "UPDATE tokens SET revoked_at = ?1 WHERE connection_id = ?2 AND revoked_at IS NULL",
         params![now.unix_millis(), connection_id],
     )?;
@@ -222,7 +223,7 @@ fn insert_oauth_token(
     connection: &Connection,
     token: &OAuthTokenRecord,
 ) -> rusqlite::Result<usize> {
-    connection.execute(
+    connection.execute_cached(
         &format!(
             "INSERT INTO oauth_tokens ({OAUTH_TOKEN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
         ),
@@ -243,7 +244,7 @@ fn insert_oauth_token(
 /// holds SQLite's write lock, so two grants of one identity cannot both start a connection.
 fn insert_grant(connection: &Connection, grant: &TokenRecord) -> rusqlite::Result<usize> {
     let joined: Option<String> = connection
-        .query_row(
+        .query_row_cached(
             "SELECT connection_id FROM tokens \
              WHERE client_id = ?1 AND owner_id = ?2 AND project_id = ?3 AND revoked_at IS NULL \
                AND connection_id IS NOT NULL \
@@ -253,7 +254,7 @@ fn insert_grant(connection: &Connection, grant: &TokenRecord) -> rusqlite::Resul
         )
         .optional()?;
     let connection_id = joined.unwrap_or_else(|| grant.id.clone());
-    connection.execute(
+    connection.execute_cached(
         &format!(
             "INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
         ),
@@ -281,14 +282,14 @@ fn redeem(
     tokens: &IssuedTokens,
 ) -> rusqlite::Result<RedeemOutcome> {
     let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let used = transaction.execute(
+    let used = transaction.execute_cached(
         "UPDATE oauth_codes SET used_at = ?1 \
          WHERE code_hash = ?2 AND used_at IS NULL AND expires_at > ?1",
         params![now.unix_millis(), code_hash],
     )?;
     if used == 0 {
         let previous: Option<(Option<i64>, Option<String>)> = transaction
-            .query_row(
+            .query_row_cached(
                 "SELECT used_at, grant_id FROM oauth_codes WHERE code_hash = ?1",
                 [code_hash],
                 |row| Ok((row.get(0)?, row.get(1)?)),
@@ -303,7 +304,7 @@ fn redeem(
     insert_grant(&transaction, grant)?;
     insert_oauth_token(&transaction, &tokens.access)?;
     insert_oauth_token(&transaction, &tokens.refresh)?;
-    transaction.execute(
+    transaction.execute_cached(
         "UPDATE oauth_codes SET grant_id = ?1 WHERE code_hash = ?2",
         params![grant.id, code_hash],
     )?;
@@ -318,7 +319,7 @@ fn rotate(
     tokens: &IssuedTokens,
 ) -> rusqlite::Result<RotateOutcome> {
     let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let current = transaction.execute(
+    let current = transaction.execute_cached(
         "UPDATE oauth_tokens SET used_at = ?1 \
          WHERE token_hash = ?2 AND kind = 'refresh' AND used_at IS NULL AND revoked_at IS NULL \
            AND expires_at > ?1 AND grant_id = ?3 \
@@ -327,7 +328,7 @@ fn rotate(
     )?;
     if current == 0 {
         let previous: Option<(Option<i64>, String)> = transaction
-            .query_row(
+            .query_row_cached(
                 "SELECT used_at, grant_id FROM oauth_tokens \
                  WHERE token_hash = ?1 AND kind = 'refresh'",
                 [token_hash],
@@ -349,21 +350,22 @@ fn rotate(
 fn sweep(connection: &mut Connection, sweep: AuthSweep) -> rusqlite::Result<AuthSweepCounts> {
     let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = sweep.now.unix_millis();
-    let sessions = transaction.execute(
+    let sessions = transaction.execute_cached(
         "DELETE FROM browser_sessions WHERE ended_at IS NOT NULL OR last_seen_at < ?1",
         [sweep.idle_before.unix_millis()],
-    )? + transaction.execute(
+    )? + transaction.execute_cached(
         "DELETE FROM sign_in_links WHERE used_at IS NOT NULL OR expires_at <= ?1",
         [now],
     )?;
-    let clients = transaction.execute(
+    let clients = transaction.execute_cached(
         "DELETE FROM oauth_clients WHERE used_at IS NULL AND created_at < ?1",
         [sweep.unused_clients_before.unix_millis()],
     )?;
     // A used refresh token stays until it expires: presented again, it must still revoke its
     // grant. A used code stays until its grant is gone for the same reason.
-    let tokens = transaction.execute("DELETE FROM oauth_tokens WHERE expires_at <= ?1", [now])?
-        + transaction.execute(
+    let tokens = transaction
+        .execute_cached("DELETE FROM oauth_tokens WHERE expires_at <= ?1", [now])?
+        + transaction.execute_cached(
             "DELETE FROM oauth_codes WHERE expires_at <= ?1 AND used_at IS NULL",
             [now],
         )?;
@@ -384,7 +386,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, Option<OwnerRecord>> {
         self.call(move |connection| {
             connection
-                .query_row(
+                .query_row_cached(
                     &format!("SELECT id, name, created_at FROM owners WHERE {column} = ?1"),
                     [value],
                     super::owner_from_row,
@@ -401,7 +403,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, bool> {
         self.call(move |connection| {
             let exists = connection
-                .query_row(
+                .query_row_cached(
                     "SELECT 1 FROM owners WHERE id = ?1",
                     [&owner_id],
                     |_| Ok(()),
@@ -413,12 +415,12 @@ impl SqliteStore {
                 return Ok(false);
             }
             match password_hash {
-                Some(hash) => connection.execute(
+                Some(hash) => connection.execute_cached(
                     "INSERT INTO owner_passwords (owner_id, password_hash) VALUES (?1, ?2) \
                      ON CONFLICT (owner_id) DO UPDATE SET password_hash = excluded.password_hash",
                     params![owner_id, hash],
                 ),
-                None => connection.execute(
+                None => connection.execute_cached(
                     "DELETE FROM owner_passwords WHERE owner_id = ?1",
                     [&owner_id],
                 ),
@@ -434,7 +436,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, Option<String>> {
         self.call(move |connection| {
             connection
-                .query_row(
+                .query_row_cached(
                     "SELECT password_hash FROM owner_passwords WHERE owner_id = ?1",
                     [owner_id],
                     |row| row.get(0),
@@ -450,7 +452,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, ()> {
         self.call(move |connection| {
             connection
-                .execute(
+                .execute_cached(
                     &format!(
                         "INSERT INTO browser_sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
                     ),
@@ -476,7 +478,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, Option<BrowserSessionRecord>> {
         self.call(move |connection| {
             connection
-                .query_row(
+                .query_row_cached(
                     &format!(
                         "UPDATE browser_sessions SET last_seen_at = max(last_seen_at, ?1) \
                          WHERE id_hash = ?2 AND ended_at IS NULL AND last_seen_at >= ?3 \
@@ -497,7 +499,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, usize> {
         self.call(move |connection| {
             connection
-                .execute(
+                .execute_cached(
                     "UPDATE browser_sessions SET ended_at = ?1 WHERE owner_id = ?2 AND ended_at IS NULL",
                     params![now.unix_millis(), owner_id],
                 )
@@ -511,7 +513,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, ()> {
         self.call(move |connection| {
             connection
-                .execute(
+                .execute_cached(
                     &format!(
                         "INSERT INTO sign_in_links ({LINK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5)"
                     ),
@@ -535,7 +537,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, Option<SignInLinkRecord>> {
         self.call(move |connection| {
             connection
-                .query_row(
+                .query_row_cached(
                     &format!(
                         "UPDATE sign_in_links SET used_at = ?1 \
                          WHERE token_hash = ?2 AND used_at IS NULL AND expires_at > ?1 \
@@ -555,7 +557,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, ()> {
         self.call(move |connection| {
             connection
-                .execute(
+                .execute_cached(
                     &format!(
                         "INSERT INTO oauth_clients ({CLIENT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5)"
                     ),
@@ -578,7 +580,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, Option<OAuthClientRecord>> {
         self.call(move |connection| {
             connection
-                .query_row(
+                .query_row_cached(
                     &format!("SELECT {CLIENT_COLUMNS} FROM oauth_clients WHERE id = ?1"),
                     [id],
                     client_from_row,
@@ -595,7 +597,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, ()> {
         self.call(move |connection| {
             connection
-                .execute(
+                .execute_cached(
                     "UPDATE oauth_clients SET used_at = ?1 WHERE id = ?2 AND used_at IS NULL",
                     params![now.unix_millis(), id],
                 )
@@ -607,7 +609,7 @@ impl SqliteStore {
     pub(super) fn insert_auth_code_impl(&self, code: AuthCodeRecord) -> StoreFuture<'static, ()> {
         self.call(move |connection| {
             connection
-                .execute(
+                .execute_cached(
                     &format!(
                         "INSERT INTO oauth_codes ({CODE_COLUMNS}) \
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
@@ -639,7 +641,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, Option<AuthCodeRecord>> {
         self.call(move |connection| {
             connection
-                .query_row(
+                .query_row_cached(
                     &format!("SELECT {CODE_COLUMNS} FROM oauth_codes WHERE code_hash = ?1"),
                     [code_hash],
                     code_from_row,
@@ -667,7 +669,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, Option<OAuthTokenRecord>> {
         self.call(move |connection| {
             connection
-                .query_row(
+                .query_row_cached(
                     &format!(
                         "SELECT {OAUTH_TOKEN_COLUMNS} FROM oauth_tokens WHERE token_hash = ?1"
                     ),
@@ -695,7 +697,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, bool> {
         self.call(move |connection| {
             let changed = connection
-                .execute(
+                .execute_cached(
                     "UPDATE oauth_tokens SET revoked_at = ?1 WHERE token_hash = ?2 AND revoked_at IS NULL",
                     params![now.unix_millis(), token_hash],
                 )

@@ -4,6 +4,7 @@
 //! that read the same row cannot both win: the claim is one conditional `UPDATE`, a submit is
 //! fenced by the claim id and lease it was decided on, an artifact lands only under a live claim.
 
+use relay_sqlite::CachedStatements as _;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
 use super::{SqliteStore, backend, corrupt, in_row, ms, ts};
@@ -150,7 +151,7 @@ fn artifact_from_row(row: &Row<'_>) -> rusqlite::Result<ArtifactRecord> {
 }
 
 fn insert_link_row(connection: &Connection, link: &ChatLinkRecord) -> rusqlite::Result<usize> {
-    connection.execute(
+    connection.execute_cached(
         "INSERT INTO chat_links (id, project_id, host, event_subscription, created_at) \
          VALUES (?1, ?2, ?3, ?4, ?5)",
         params![
@@ -168,7 +169,7 @@ fn insert_task_row(
     task: &TaskRecord,
     on_conflict: &str,
 ) -> rusqlite::Result<usize> {
-    connection.execute(
+    connection.execute_cached(
         &format!(
             "INSERT INTO chat_tasks ({TASK_COLUMNS}) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) {on_conflict}"
@@ -194,7 +195,7 @@ fn insert_task_row(
 
 fn select_task(connection: &Connection, id: TaskId) -> rusqlite::Result<Option<TaskRecord>> {
     connection
-        .query_row(
+        .query_row_cached(
             &format!("SELECT {TASK_COLUMNS} FROM chat_tasks WHERE id = ?1"),
             [id.to_string()],
             task_from_row,
@@ -278,7 +279,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, bool> {
         self.call(move |connection| {
             let changed = connection
-                .execute(
+                .execute_cached(
                     "UPDATE chat_links SET event_subscription = ?1 WHERE id = ?2",
                     params![active, id],
                 )
@@ -305,7 +306,7 @@ impl SqliteStore {
                 TaskInsertOutcome::Created(task)
             } else {
                 let existing = transaction
-                    .query_row(
+                    .query_row_cached(
                         &format!(
                             "SELECT {TASK_COLUMNS} FROM chat_tasks \
                              WHERE chat_link_id = ?1 AND idempotency_key = ?2"
@@ -402,7 +403,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, bool> {
         self.call(move |connection| {
             let changed = connection
-                .execute(
+                .execute_cached(
                     "UPDATE chat_tasks SET status = 'claimed', claim_id = ?2, lease_until = ?3, \
                      claimed_at = ?4, updated_at = ?4 WHERE id = ?1",
                     params![
@@ -471,10 +472,10 @@ impl SqliteStore {
             // Expiry first: a claim that is both lapsed and a day old ends as `expired`, not
             // back in the queue.
             let expired = transaction
-                .execute(EXPIRE_OVERDUE, [now.unix_millis()])
+                .execute_cached(EXPIRE_OVERDUE, [now.unix_millis()])
                 .map_err(backend)?;
             let requeued = transaction
-                .execute(REQUEUE_LAPSED, [now.unix_millis()])
+                .execute_cached(REQUEUE_LAPSED, [now.unix_millis()])
                 .map_err(backend)?;
             transaction.commit().map_err(backend)?;
             Ok(SweepCounts { requeued, expired })
@@ -493,7 +494,7 @@ impl SqliteStore {
             // One statement: the claim check, the count limit and the insert cannot be split
             // by a concurrent re-claim or upload.
             let inserted = connection
-                .execute(
+                .execute_cached(
                     &format!(
                         "INSERT INTO chat_task_artifacts ({ARTIFACT_COLUMNS}) \
                          SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 \
@@ -521,7 +522,7 @@ impl SqliteStore {
                 return Ok(ArtifactInsertOutcome::Stored);
             }
             let existing = connection
-                .query_row(
+                .query_row_cached(
                     &format!(
                         "SELECT {ARTIFACT_COLUMNS} FROM chat_task_artifacts \
                          WHERE task_id = ?1 AND artifact_id = ?2"
@@ -544,7 +545,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, Vec<ArtifactRecord>> {
         self.call(move |connection| {
             connection
-                .prepare(&format!(
+                .prepare_cached(&format!(
                     "SELECT {ARTIFACT_COLUMNS} FROM chat_task_artifacts WHERE task_id = ?1 \
                      ORDER BY created_at, artifact_id"
                 ))
@@ -584,7 +585,7 @@ impl SqliteStore {
     pub async fn due_guard_plan(&self) -> Result<Vec<String>, StoreError> {
         self.call(|connection| {
             connection
-                .prepare(&format!("EXPLAIN QUERY PLAN {DUE_GUARD}"))
+                .prepare_cached(&format!("EXPLAIN QUERY PLAN {DUE_GUARD}"))
                 .and_then(|mut statement| {
                     statement
                         .query_map([0_i64], |row| row.get::<_, String>(3))?

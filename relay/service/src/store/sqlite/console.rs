@@ -1,6 +1,7 @@
 //! The SQL of what the owner's console and owner API list: a project's runs page by page, its
 //! chat links, the owner's browser sessions, and when each token was last used.
 
+use relay_sqlite::CachedStatements as _;
 use rusqlite::params;
 
 use super::auth::{SESSION_COLUMNS, session_from_row};
@@ -100,7 +101,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, bool> {
         self.call(move |connection| {
             let changed = connection
-                .execute(
+                .execute_cached(
                     "UPDATE browser_sessions SET ended_at = ?1 WHERE id_hash = ?2 AND ended_at IS NULL",
                     params![now.unix_millis(), id_hash],
                 )
@@ -116,7 +117,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, ()> {
         self.call(move |connection| {
             connection
-                .execute(
+                .execute_cached(
                     "INSERT INTO token_uses (token_id, last_used_at) VALUES (?1, ?2) \
                      ON CONFLICT(token_id) DO UPDATE SET \
                      last_used_at = max(last_used_at, excluded.last_used_at)",

@@ -2,6 +2,7 @@
 //! was last heard from and what keeps it from running work, and the latest report on each
 //! running run (what it waits for, how far it got), beside when its completion arrived.
 
+use relay_sqlite::CachedStatements as _;
 use rusqlite::{OptionalExtension, params};
 
 use super::{SqliteStore, backend};
@@ -38,7 +39,7 @@ impl SqliteStore {
                 None => (false, None, false),
             };
             connection
-                .execute(
+                .execute_cached(
                     "INSERT INTO desktop_presence (project_id, seen_at, problem, long_polls) \
                      VALUES (?1, ?2, ?3, ?5) \
                      ON CONFLICT(project_id) DO UPDATE SET \
@@ -93,7 +94,7 @@ impl SqliteStore {
     ) -> StoreFuture<'static, bool> {
         self.call(move |connection| {
             let changed = connection
-                .execute(
+                .execute_cached(
                     "UPDATE commands SET report = ?1, last_seen_at = max(coalesce(last_seen_at, 0), ?2) \
                      WHERE id = ?3 AND status = 'running' AND execution_id = ?4",
                     params![report, now.unix_millis(), id.to_string(), execution_id],

@@ -1,0 +1,97 @@
+//! Statements prepared once per connection: `query_row` and `execute` that take their statement
+//! from the connection's cache ([`Connection::prepare_cached`]) instead of parsing the SQL on
+//! every call. A busy service runs the same few statements thousands of times a second, and a
+//! simulated hour of the relay runs them millions of times; parsing was a visible share of both.
+
+use rusqlite::{Connection, Params, Row};
+
+/// Statements a connection keeps prepared: more than the service's and the desktop's distinct
+/// statements, so the hot ones are never evicted by a rare one.
+pub const STATEMENT_CACHE_CAPACITY: usize = 256;
+
+/// `query_row` and `execute` through the connection's statement cache. Implemented for
+/// [`Connection`]; a `Transaction` reaches it through `Deref`.
+pub trait CachedStatements {
+    /// [`Connection::query_row`] with a cached statement.
+    fn query_row_cached<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>;
+
+    /// [`Connection::execute`] with a cached statement.
+    fn execute_cached<P: Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
+}
+
+impl CachedStatements for Connection {
+    fn query_row_cached<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: Params,
+        F: FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.prepare_cached(sql)?.query_row(params, f)
+    }
+
+    fn execute_cached<P: Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
+}
+
+/// Gives `connection` a statement cache of [`STATEMENT_CACHE_CAPACITY`].
+pub fn cache_statements(connection: &Connection) {
+    connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_statements_answer_as_uncached_ones_and_follow_schema_changes() {
+        let connection = Connection::open_in_memory().expect("a database");
+        cache_statements(&connection);
+        connection
+            .execute_batch("CREATE TABLE t (a INTEGER)")
+            .expect("a table");
+        for a in 0..3 {
+            let changed = connection
+                .execute_cached("INSERT INTO t (a) VALUES (?1)", [a])
+                .expect("insert");
+            assert_eq!(changed, 1);
+        }
+        let sum: i64 = connection
+            .query_row_cached("SELECT sum(a) FROM t", [], |row| row.get(0))
+            .expect("sum");
+        assert_eq!(sum, 3);
+        let columns = |connection: &Connection| {
+            connection
+                .query_row_cached("SELECT * FROM t LIMIT 1", [], |row| {
+                    Ok(row.as_ref().column_count())
+                })
+                .expect("a row")
+        };
+        assert_eq!(columns(&connection), 1);
+        // A statement cached before the schema changed is prepared again, not run stale.
+        connection
+            .execute_batch("ALTER TABLE t ADD COLUMN b INTEGER NOT NULL DEFAULT 7")
+            .expect("a column");
+        let (sum, b): (i64, i64) = connection
+            .query_row_cached("SELECT sum(a), max(b) FROM t", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .expect("b");
+        assert_eq!((sum, b), (3, 7));
+        assert_eq!(
+            columns(&connection),
+            2,
+            "the cached `SELECT *` sees the new column"
+        );
+        let tx = connection.unchecked_transaction().expect("a transaction");
+        tx.execute_cached("DELETE FROM t WHERE a = ?1", [0])
+            .expect("delete in a transaction");
+        tx.commit().expect("commit");
+        let count: i64 = connection
+            .query_row_cached("SELECT count(*) FROM t", [], |row| row.get(0))
+            .expect("count");
+        assert_eq!(count, 2);
+    }
+}
