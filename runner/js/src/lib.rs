@@ -12,6 +12,7 @@ mod executor;
 mod failure;
 mod location;
 mod meta;
+mod pinpoint;
 mod web;
 mod web_url;
 
@@ -170,6 +171,9 @@ struct Shared {
     top_level: std::cell::Cell<bool>,
     /// The graph's module text, for the code frame of its errors.
     source: RefCell<Rc<str>>,
+    /// The text boa compiled, when [`parse_module`] had to mend the source (see
+    /// [`default_async_arrow`]): what [`pinpoint`] parses again.
+    compiled: RefCell<Option<Rc<str>>>,
     /// Promises rejected with no handler and given none since, oldest first.
     rejections: RefCell<Vec<JsObject>>,
 }
@@ -226,6 +230,7 @@ impl Interpreter {
             pending: RefCell::new(Vec::new()),
             top_level: std::cell::Cell::new(false),
             source: RefCell::new(Rc::from("")),
+            compiled: RefCell::new(None),
             rejections: RefCell::new(Vec::new()),
         });
         let (context, prelude) =
@@ -281,8 +286,9 @@ impl Interpreter {
             prelude,
             shared,
         } = self;
-        let module = parse_module(script, &mut context)?;
+        let (module, mended) = parse_module(script, &mut context)?;
         *shared.source.borrow_mut() = Rc::from(script);
+        *shared.compiled.borrow_mut() = mended.map(Rc::from);
         let evaluated = module.load_link_evaluate(&mut context);
         drive(&evaluated, &shared, &mut context, &prelude).map_err(ScriptError::bounded)?;
         Ok(Prepared {
@@ -412,19 +418,23 @@ fn module_meta(module: &Module, context: &mut Context) -> Result<Meta, MetaError
     Ok(meta)
 }
 
-fn parse_module(script: &str, context: &mut Context) -> Result<Module, ScriptError> {
+/// The module, and the mended text boa parsed instead of `script` if it had to.
+fn parse_module(
+    script: &str,
+    context: &mut Context,
+) -> Result<(Module, Option<String>), ScriptError> {
     if script.len() > MAX_SCRIPT_BYTES {
         return Err(ScriptError::TooLarge(script.len()));
     }
     let source = Source::from_bytes(script).with_path(Path::new(SCRIPT_NAME));
     let raw = match Module::parse(source, None, context) {
-        Ok(module) => return Ok(module),
+        Ok(module) => return Ok((module, None)),
         Err(e) => e.to_string(),
     };
     if let Some(mended) = default_async_arrow(script, &raw) {
         let source = Source::from_bytes(&mended).with_path(Path::new(SCRIPT_NAME));
         if let Ok(module) = Module::parse(source, None, context) {
-            return Ok(module);
+            return Ok((module, Some(mended)));
         }
     }
     Err(ScriptError::Syntax(syntax_error(&raw, script)))
@@ -704,9 +714,17 @@ fn describe_value(value: JsValue, prelude: &Prelude, context: &mut Context) -> S
     let Some(position) = stack.as_deref().and_then(location::innermost) else {
         return text;
     };
-    let source = shared_of(context)
-        .map(|shared| shared.source.borrow().clone())
-        .unwrap_or_else(|_| Rc::from(""));
+    let (source, compiled) = shared_of(context)
+        .map(|shared| {
+            let source = shared.source.borrow().clone();
+            let compiled = shared.compiled.borrow().clone();
+            (source.clone(), compiled.unwrap_or(source))
+        })
+        .unwrap_or_else(|_| (Rc::from(""), Rc::from("")));
+    let (position, text) = match pinpoint::pinpoint(&compiled, position, &text) {
+        Some(pinned) => (pinned.position, pinned.message),
+        None => (position, text),
+    };
     cut_chars(
         &location::located(position, &text, &source),
         MAX_ERROR_CHARS,
