@@ -290,7 +290,15 @@ impl Interpreter {
         *shared.source.borrow_mut() = Rc::from(script);
         *shared.compiled.borrow_mut() = mended.map(Rc::from);
         let evaluated = module.load_link_evaluate(&mut context);
-        drive(&evaluated, &shared, &mut context, &prelude).map_err(ScriptError::bounded)?;
+        drive(&evaluated, &shared, &mut context, &prelude)
+            .map_err(|e| match e {
+                ScriptError::Thrown(text) => match import_refused(&text, script) {
+                    Some(refused) => ScriptError::Syntax(refused),
+                    None => ScriptError::Thrown(text),
+                },
+                other => other,
+            })
+            .map_err(ScriptError::bounded)?;
         Ok(Prepared {
             context,
             module,
@@ -507,16 +515,94 @@ fn default_then_async(text: &str, at: usize) -> Option<usize> {
 }
 
 /// boa reports syntax errors as "... at line L, col C (native)", and an unexpected end of
-/// input without a position; always name a line.
+/// input without a position: always `graph.js:L:C: syntax error: …` (the end of the script
+/// when boa names no place) and the code frame, with a hint for TypeScript.
 fn syntax_error(raw: &str, script: &str) -> String {
     let raw = raw.strip_prefix("SyntaxError: ").unwrap_or(raw);
     let raw = raw.strip_suffix(" (native)").unwrap_or(raw);
-    if raw.contains(" at line ") {
-        format!("syntax error: {raw}")
+    let (what, position) = match raw.rsplit_once(" at line ").and_then(|(what, at)| {
+        let (line, column) = at.split_once(", col ")?;
+        Some((
+            what,
+            Position {
+                line: line.parse().ok()?,
+                column: column.parse().ok()?,
+            },
+        ))
+    }) {
+        Some(found) => found,
+        None => {
+            let lines = script.lines().count().max(1);
+            let last = script.lines().last().unwrap_or_default().chars().count();
+            let column = u32::try_from(last).unwrap_or(u32::MAX).saturating_add(1);
+            let line = u32::try_from(lines).unwrap_or(u32::MAX);
+            (raw, Position { line, column })
+        }
+    };
+    let hint = if looks_like_typescript(what, script, position) {
+        " (this looks like TypeScript: a graph in TypeScript is a `.ts` file)"
     } else {
-        let lines = script.lines().count().max(1);
-        format!("syntax error: {raw} at line {lines} (the end of the script)")
+        ""
+    };
+    location::located(position, &format!("syntax error: {what}{hint}"), script)
+}
+
+/// Whether the syntax error `what` at `position` is TypeScript's syntax: a TypeScript keyword
+/// boa refuses, or a type annotation on the line.
+fn looks_like_typescript(what: &str, script: &str, position: Position) -> bool {
+    const KEYWORDS: &[&str] = &[
+        "'interface'",
+        "'type'",
+        "'enum'",
+        "'implements'",
+        "'declare'",
+        "'namespace'",
+        "'readonly'",
+        "'private'",
+        "'public'",
+    ];
+    const ANNOTATIONS: &[&str] = &[
+        ": string",
+        ": number",
+        ": boolean",
+        ": any",
+        ": unknown",
+        ": void",
+        ": Promise<",
+        ": Record<",
+        "[]):",
+        "> = ",
+        " as const",
+    ];
+    let line = usize::try_from(position.line)
+        .ok()
+        .and_then(|n| script.lines().nth(n.checked_sub(1)?))
+        .unwrap_or_default();
+    KEYWORDS.iter().any(|k| what.contains(k)) || ANNOTATIONS.iter().any(|a| line.contains(a))
+}
+
+/// What boa says when a module imports another ("module resolution is disabled"), said at the
+/// first `import` of `script`: a graph is one script.
+fn import_refused(text: &str, script: &str) -> Option<String> {
+    if !text.contains("module resolution is disabled") {
+        return None;
     }
+    let (index, line) = script.lines().enumerate().find(|(_, line)| {
+        let rest = line.trim_start();
+        rest.strip_prefix("import")
+            .is_some_and(|after| after.starts_with([' ', '{', '*', '"', '\'']))
+    })?;
+    let column = line.chars().count() - line.trim_start().chars().count() + 1;
+    let position = Position {
+        line: u32::try_from(index + 1).ok()?,
+        column: u32::try_from(column).ok()?,
+    };
+    Some(location::located(
+        position,
+        "a graph cannot import modules: it is one script; call another graph with \
+         `g.graph(\"slug\", args)` and keep shared helpers in the graph's own file",
+        script,
+    ))
 }
 
 /// The natives the prelude builds `g` and the web platform on: the host interface's functions,
