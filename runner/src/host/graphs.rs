@@ -467,9 +467,12 @@ pub fn check_depth(chain: &[String], slug: &str) -> Result<(), Failure> {
         ""
     };
     Err(Failure::failed(format!(
-        "graph nesting limit of {MAX_DEPTH} reached{cycle}: {path}"
+        "{NESTING_LIMIT} {MAX_DEPTH} reached{cycle}: {path}"
     )))
 }
+
+/// The start of [`check_depth`]'s refusal.
+pub const NESTING_LIMIT: &str = "graph nesting limit of";
 
 #[cfg(test)]
 mod tests {
