@@ -659,6 +659,11 @@ fn natives(context: &mut Context) -> JsObject {
             js_string!("monotonicNow"),
             0,
         )
+        .function(
+            NativeFunction::from_fn_ptr(native_locate),
+            js_string!("locate"),
+            2,
+        )
         .build()
 }
 
@@ -797,9 +802,23 @@ fn describe_value(value: JsValue, prelude: &Prelude, context: &mut Context) -> S
         .call(&JsValue::undefined(), std::slice::from_ref(&value), context)
         .ok()
         .and_then(|v| v.as_string().map(|s| s.to_std_string_escaped()));
-    let Some(position) = stack.as_deref().and_then(location::innermost) else {
-        return text;
-    };
+    match placed(&text, stack.as_deref(), context) {
+        Some((position, message, source)) => cut_chars(
+            &location::located(position, &message, &source),
+            MAX_ERROR_CHARS,
+        ),
+        None => text,
+    }
+}
+
+/// Where in the graph's code the error described as `text`, with `stack`, was raised (the
+/// expression that failed, see [`pinpoint`]), the message to show and the graph's source.
+fn placed(
+    text: &str,
+    stack: Option<&str>,
+    context: &Context,
+) -> Option<(Position, String, Rc<str>)> {
+    let position = stack.and_then(location::innermost)?;
     let (source, compiled) = shared_of(context)
         .map(|shared| {
             let source = shared.source.borrow().clone();
@@ -807,14 +826,32 @@ fn describe_value(value: JsValue, prelude: &Prelude, context: &mut Context) -> S
             (source.clone(), compiled.unwrap_or(source))
         })
         .unwrap_or_else(|_| (Rc::from(""), Rc::from("")));
-    let (position, text) = match pinpoint::pinpoint(&compiled, position, &text) {
-        Some(pinned) => (pinned.position, pinned.message),
-        None => (position, text),
+    Some(match pinpoint::pinpoint(&compiled, position, text) {
+        Some(pinned) => (pinned.position, pinned.message, source),
+        None => (position, text.to_owned(), source),
+    })
+}
+
+/// `locate(text, stack)`: where the error described as `text` with `stack` was raised, as
+/// `["graph.js:L:C: ", message]`, or undefined; for the log line of a failed callback.
+fn native_locate(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let text = string_arg(args, 0, context)?;
+    let stack = match args.get(1) {
+        Some(v) if v.is_string() => Some(string_arg(args, 1, context)?),
+        _ => None,
     };
-    cut_chars(
-        &location::located(position, &text, &source),
-        MAX_ERROR_CHARS,
-    )
+    let Some((position, message, _)) = placed(&text, stack.as_deref(), context) else {
+        return Ok(JsValue::undefined());
+    };
+    let place = format!("{SCRIPT_NAME}:{}:{}: ", position.line, position.column);
+    let pair = boa_engine::object::builtins::JsArray::from_iter(
+        [
+            JsValue::from(JsString::from(place.as_str())),
+            JsValue::from(JsString::from(message.as_str())),
+        ],
+        context,
+    );
+    Ok(pair.into())
 }
 
 fn describe_plain(value: &JsValue, prelude: &Prelude, context: &mut Context) -> String {

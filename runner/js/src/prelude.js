@@ -328,10 +328,17 @@
   }
 
   // Calls a callback the host's event loop owns (a timer's, a microtask's): one that throws, or
-  // returns a promise that rejects, is logged as `what: the callback failed: ...`, and the run
-  // goes on, as in other hosts.
+  // returns a promise that rejects, is logged as `what: the callback failed: ...` (a warning at
+  // its place in the graph's code when it failed there), and the run goes on, as in other hosts.
   function runCallback(what, callback, args) {
-    const failed = (e) => host.log(what + ": the callback failed: " + describe(e));
+    const failed = (e) => {
+      const said = describe(e);
+      // At the place in the graph's code that failed, when it failed there.
+      const at = host.locate(said, stackOf(e));
+      host.log(at === undefined
+        ? what + ": the callback failed: " + said
+        : "warning: " + at[0] + what + ": the callback failed: " + at[1]);
+    };
     try {
       const returned = callback(...args);
       if (returned instanceof PromiseCtor) {
