@@ -195,3 +195,36 @@ fn log_lines(sink: &CollectingSink) -> Vec<String> {
         })
         .collect()
 }
+
+/// A timer still pending when the graph returns or throws is named in the trace, at the place
+/// that set it (issue 45); a cleared one, or one that fired, is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_pending_at_the_end_is_a_warning_at_the_line_that_set_it() {
+    let script = r#"
+    export default async function (args, g) {
+      const cleared = setTimeout(() => g.log("never"), 50);
+      clearTimeout(cleared);
+      setTimeout(() => g.log("fired"), 1);
+      setTimeout(() => g.log("too late"), 5000);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      if (args.fail) throw new Error("stopped");
+      return "done";
+    }"#;
+    let pending =
+        "warning: test.js:6:17: setTimeout of 5000 ms set here was still pending when the graph";
+    for engine in common::engines() {
+        let name = engine.name();
+        for (args, ended) in [(json!({}), "returned"), (json!({"fail": true}), "failed")] {
+            let (options, sink, _) = common::options(engine.clone(), json!({}));
+            let outcome = common::run(script, args, &options).await;
+            let logs = log_lines(&sink);
+            let warnings: Vec<&String> =
+                logs.iter().filter(|l| l.starts_with("warning: ")).collect();
+            assert_eq!(warnings.len(), 1, "{name} {ended}: {outcome:?} {logs:?}");
+            assert!(
+                warnings[0].starts_with(&format!("{pending} {ended}: it was dropped")),
+                "{name} {ended}: {logs:?}"
+            );
+        }
+    }
+}

@@ -373,11 +373,20 @@ impl Prepared {
                 &[parsed_args, prelude.g.clone()],
                 context,
             )
-            .map_err(|e| describe_error(e, prelude, context))?;
-        let value = match returned.as_promise() {
-            Some(promise) => drive(&promise, shared, context, prelude)?,
-            None => returned,
+            .map_err(|e| describe_error(e, prelude, context));
+        let value = match returned {
+            Ok(returned) => match returned.as_promise() {
+                Some(promise) => drive(&promise, shared, context, prelude),
+                None => Ok(returned),
+            },
+            Err(e) => Err(e),
         };
+        // The graph threw: what it left running or pending is named too (a limit or the
+        // host's interruption stops the interpreter, which then runs nothing more).
+        if let Err(ScriptError::Thrown(_)) = &value {
+            warn_unsettled_at_failure(shared, prelude, context);
+        }
+        let value = value?;
         warn_leftovers(shared, prelude, context);
         let text = prelude
             .result_text
@@ -1185,10 +1194,11 @@ impl boa_engine::context::HostHooks for RunHooks {
 }
 
 /// Writes to the trace, when a graph returned, a warning for each agent, tool or nested graph
-/// it started and left running (at the place that started it: the host cancels it now) and for
-/// each rejection nothing handled (at the place of its error).
+/// it started and left running (at the place that started it: the host cancels it now), each
+/// timer still pending (at the place that set it: it never fires) and each rejection nothing
+/// handled (at the place of its error).
 fn warn_leftovers(shared: &Shared, prelude: &Prelude, context: &mut Context) {
-    let mut warnings = unsettled_warnings(prelude, context);
+    let mut warnings = unsettled_warnings(prelude, context, "returned");
     let rejected: Vec<JsObject> = std::mem::take(&mut *shared.rejections.borrow_mut());
     for promise in rejected {
         let Ok(promise) = boa_engine::object::builtins::JsPromise::from_object(promise) else {
@@ -1207,6 +1217,17 @@ fn warn_leftovers(shared: &Shared, prelude: &Prelude, context: &mut Context) {
             });
         }
     }
+    log_warnings(shared, &warnings);
+}
+
+/// [`warn_leftovers`]' warnings of work left running or pending, when the graph threw.
+fn warn_unsettled_at_failure(shared: &Shared, prelude: &Prelude, context: &mut Context) {
+    let warnings = unsettled_warnings(prelude, context, "failed");
+    log_warnings(shared, &warnings);
+}
+
+/// `warnings` in the trace, at most [`MAX_WARNINGS`] of them and a line saying how many more.
+fn log_warnings(shared: &Shared, warnings: &[String]) {
     let mut host = shared.host.borrow_mut();
     for warning in warnings.iter().take(MAX_WARNINGS) {
         host.log(&cut_chars(
@@ -1222,8 +1243,9 @@ fn warn_leftovers(shared: &Shared, prelude: &Prelude, context: &mut Context) {
     }
 }
 
-/// One warning per agent, tool or nested graph the prelude started and never settled.
-fn unsettled_warnings(prelude: &Prelude, context: &mut Context) -> Vec<String> {
+/// One warning per agent, tool, nested graph or timer the prelude started and never settled,
+/// when the graph `ended` ("returned", "failed").
+fn unsettled_warnings(prelude: &Prelude, context: &mut Context, ended: &str) -> Vec<String> {
     let Ok(list) = prelude.unsettled.call(&JsValue::undefined(), &[], context) else {
         return Vec::new();
     };
@@ -1256,10 +1278,17 @@ fn unsettled_warnings(prelude: &Prelude, context: &mut Context) -> Vec<String> {
             .and_then(location::innermost)
             .map(|at| format!("{SCRIPT_NAME}:{}:{}: ", at.line, at.column))
             .unwrap_or_default();
-        warnings.push(format!(
-            "{place}{what} started here was still running when the graph returned: it was \
-             cancelled (await it before returning)"
-        ));
+        warnings.push(if text_at(2).as_deref() == Some("timer") {
+            format!(
+                "{place}{what} set here was still pending when the graph {ended}: it was \
+                 dropped (clear it, or await what it does before returning)"
+            )
+        } else {
+            format!(
+                "{place}{what} started here was still running when the graph {ended}: it was \
+                 cancelled (await it before returning)"
+            )
+        });
     }
     warnings
 }
