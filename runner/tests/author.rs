@@ -179,6 +179,16 @@ fn mistakes() -> Vec<Mistake> {
             says: &["graph inner failed", "Error: the inner graph broke"],
         },
         Mistake {
+            what: "a method call on undefined in a nested graph's helper",
+            script: "export default async function (args, g) {\n  return await g.graph(\"tidy\", {});\n}\n",
+            at: ("graphs/tidy.js", 4, 16),
+            frame: Some("  return lines.map((l) => l.trim());"),
+            says: &[
+                "graph tidy failed",
+                "cannot read properties of undefined or null (reading 'map' of lines)",
+            ],
+        },
+        Mistake {
             what: "a BigInt in the result",
             script: "export default async function () {\n  return {items: [{n: 1}, {n: 2}, {n: 3n}]};\n}\n",
             at: ("", 0, 0),
@@ -371,6 +381,9 @@ fn mistakes() -> Vec<Mistake> {
 
 const INNER: &str = "export const meta = {name: 'Inner', slug: 'inner', version: '1'};\nexport default async function () {\n  throw new Error(\"the inner graph broke\");\n}\n";
 
+/// A nested graph whose helper calls a method on undefined (issue 45).
+const INNER_HELPER: &str = "export const meta = {name: 'Tidy', slug: 'tidy', version: '1'};\nfunction tidy(text) {\n  const lines = text.lines;\n  return lines.map((l) => l.trim());\n}\nexport default async function (args) {\n  return tidy(args);\n}\n";
+
 /// Every mistake of the table, in both engines: the error starts with `FILE:LINE:COL: `, shows
 /// the source line with a caret under the column, and the outcome's `location` says the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -386,6 +399,12 @@ async fn each_mistake_says_where_in_both_engines() {
                 meta: graph_js::describe(INNER, &graph_js::Limits::default()).expect("meta"),
                 script: INNER.into(),
                 file: Some("graphs/inner.js".into()),
+                engine: None,
+            });
+            catalog.insert(GraphSource {
+                meta: graph_js::describe(INNER_HELPER, &graph_js::Limits::default()).expect("meta"),
+                script: INNER_HELPER.into(),
+                file: Some("graphs/tidy.js".into()),
                 engine: None,
             });
             options.catalog = std::sync::Arc::new(catalog);
