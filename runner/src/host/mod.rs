@@ -979,9 +979,10 @@ fn too_deep(error: &str) -> Option<String> {
         }
     }
     let place = before.trim_end().rsplit(' ').next().unwrap_or_default();
-    let located = graph_js::leading_location(&format!("{place} "))
-        .is_some()
-        .then(|| format!("{place} "))
-        .unwrap_or_default();
-    Some(format!("{located}{}", &error[at..]))
+    let located = format!("{place} ");
+    if graph_js::leading_location(&located).is_some() {
+        Some(format!("{located}{}", &error[at..]))
+    } else {
+        Some(error[at..].to_owned())
+    }
 }
