@@ -143,66 +143,242 @@ struct Mistake {
 
 const HEAD: &str = "export const meta = {name: 'M', slug: 'm', version: '1'};\n";
 
-fn mistakes() -> Vec<Mistake> {
-    vec![
-        Mistake {
-            what: "a TypeError in a helper",
-            script: "function pick(x) { return Object.keys(x)[0]; }\nexport default async function (args) {\n  return pick(args.missing);\n}\n",
-            at: ("test.js", 2, 38),
-            frame: Some("function pick(x) { return Object.keys(x)[0]; }"),
-            says: &[
-                "TypeError",
-                "cannot convert 'null' or 'undefined' to object",
-            ],
-        },
-        Mistake {
-            what: "a missing member of g",
-            script: "export default async function (args, g) {\n  return g.agnet({prompt: \"hi\"});\n}\n",
-            at: ("test.js", 3, 17),
-            frame: Some("  return g.agnet({prompt: \"hi\"});"),
-            says: &[
-                "g.agnet is not a function; g has agent, tool, graph, retry, sleep, log, budget",
-            ],
-        },
-        Mistake {
-            what: "a property of null three frames deep",
-            script: "function c(o) { return o.name.length; }\nfunction b(o) { return c(o); }\nfunction a(o) { return b(o); }\nexport default async function () {\n  return a({name: null});\n}\n",
-            at: ("test.js", 2, 31),
-            frame: Some("function c(o) { return o.name.length; }"),
-            says: &["TypeError"],
-        },
-        Mistake {
-            what: "a throw in a nested graph",
-            script: "export default async function (args, g) {\n  return await g.graph(\"inner\", {});\n}\n",
-            at: ("graphs/inner.js", 3, 9),
-            frame: Some("  throw new Error(\"the inner graph broke\");"),
-            says: &["graph inner failed", "Error: the inner graph broke"],
-        },
-        Mistake {
-            what: "a BigInt in the result",
-            script: "export default async function () {\n  return {items: [{n: 1}, {n: 2}, {n: 3n}]};\n}\n",
-            at: ("", 0, 0),
-            frame: None,
-            says: &["result.items[2].n: a BigInt cannot be turned into JSON"],
-        },
-        Mistake {
-            what: "a Map in the result",
-            script: "export default async function () {\n  return {seen: new Map([[\"a\", 1]])};\n}\n",
-            at: ("", 0, 0),
-            frame: None,
-            says: &["result.seen: a Map cannot be turned into JSON"],
-        },
-        Mistake {
-            what: "a cycle in the result",
-            script: "export default async function () {\n  const node = {name: \"a\", children: []};\n  node.children.push({name: \"b\", parent: node});\n  return {root: node};\n}\n",
-            at: ("", 0, 0),
-            frame: None,
-            says: &["result.root.children[0].parent: a cycle: this is result.root again"],
-        },
-    ]
-}
+const MISTAKES: &[Mistake] = &[
+    Mistake {
+        what: "a TypeError in a helper",
+        script: "function pick(x) { return Object.keys(x)[0]; }\nexport default async function (args) {\n  return pick(args.missing);\n}\n",
+        at: ("test.js", 2, 38),
+        frame: Some("function pick(x) { return Object.keys(x)[0]; }"),
+        says: &[
+            "TypeError",
+            "cannot convert 'null' or 'undefined' to object",
+        ],
+    },
+    Mistake {
+        what: "a missing member of g",
+        script: "export default async function (args, g) {\n  return g.agnet({prompt: \"hi\"});\n}\n",
+        at: ("test.js", 3, 17),
+        frame: Some("  return g.agnet({prompt: \"hi\"});"),
+        says: &["g.agnet is not a function; g has agent, tool, graph, retry, sleep, log, budget"],
+    },
+    Mistake {
+        what: "a property of null three frames deep",
+        script: "function c(o) { return o.name.length; }\nfunction b(o) { return c(o); }\nfunction a(o) { return b(o); }\nexport default async function () {\n  return a({name: null});\n}\n",
+        at: ("test.js", 2, 31),
+        frame: Some("function c(o) { return o.name.length; }"),
+        says: &["TypeError"],
+    },
+    Mistake {
+        what: "a throw in a nested graph",
+        script: "export default async function (args, g) {\n  return await g.graph(\"inner\", {});\n}\n",
+        at: ("graphs/inner.js", 3, 9),
+        frame: Some("  throw new Error(\"the inner graph broke\");"),
+        says: &["graph inner failed", "Error: the inner graph broke"],
+    },
+    Mistake {
+        what: "a method call on undefined in a nested graph's helper",
+        script: "export default async function (args, g) {\n  return await g.graph(\"tidy\", {});\n}\n",
+        at: ("graphs/tidy.js", 4, 16),
+        frame: Some("  return lines.map((l) => l.trim());"),
+        says: &[
+            "graph tidy failed",
+            "cannot read properties of undefined or null (reading 'map' of lines)",
+        ],
+    },
+    Mistake {
+        what: "a BigInt in the result",
+        script: "export default async function () {\n  return {items: [{n: 1}, {n: 2}, {n: 3n}]};\n}\n",
+        at: ("", 0, 0),
+        frame: None,
+        says: &["result.items[2].n: a BigInt cannot be turned into JSON"],
+    },
+    Mistake {
+        what: "a Map in the result",
+        script: "export default async function () {\n  return {seen: new Map([[\"a\", 1]])};\n}\n",
+        at: ("", 0, 0),
+        frame: None,
+        says: &["result.seen: a Map cannot be turned into JSON"],
+    },
+    Mistake {
+        what: "a cycle in the result",
+        script: "export default async function () {\n  const node = {name: \"a\", children: []};\n  node.children.push({name: \"b\", parent: node});\n  return {root: node};\n}\n",
+        at: ("", 0, 0),
+        frame: None,
+        says: &["result.root.children[0].parent: a cycle: this is result.root again"],
+    },
+    Mistake {
+        what: "a method call on undefined in a multi-line helper",
+        script: "function clean(text) {\n  const y = undefined;\n  return y.trim();\n}\nexport default async function (args, g) {\n  return clean(\"x\");\n}\n",
+        at: ("test.js", 4, 12),
+        frame: Some("  return y.trim();"),
+        says: &["cannot read properties of undefined or null (reading 'trim' of y)"],
+    },
+    Mistake {
+        what: "two method calls in a helper, the first on undefined",
+        script: "function shout(t) {\n  const parts = t.split(\" \");\n  const first = parts[0];\n  return first.toUpperCase() + parts.length;\n}\nexport default async function (args, g) {\n  return shout(args.text);\n}\n",
+        at: ("test.js", 3, 19),
+        frame: Some("  const parts = t.split(\" \");"),
+        says: &["reading 'split' of t", "the place is approximate"],
+    },
+    Mistake {
+        what: "reply.content.trim() on an agent's reply",
+        script: "export default async function (args, g) {\n  const reply = await g.agent({prompt: \"hi\"});\n  const words = reply.content.trim().split(\" \");\n  return words;\n}\n",
+        at: ("test.js", 4, 31),
+        frame: Some("  const words = reply.content.trim().split(\" \");"),
+        says: &["reading 'trim' of reply.content"],
+    },
+    Mistake {
+        what: "a forgotten await then .toUpperCase()",
+        script: "async function fetchName() { return \"ada\"; }\nexport default async function (args, g) {\n  const name = fetchName();\n  return name.toUpperCase();\n}\n",
+        at: ("test.js", 5, 26),
+        frame: Some("  return name.toUpperCase();"),
+        says: &[
+            "name.toUpperCase is not a function",
+            "name is a Promise: did you forget `await`?",
+        ],
+    },
+    Mistake {
+        what: "an optional chain that goes on with a plain read",
+        script: "export default async function (args, g) {\n  const user = {};\n  const first = user?.name.first;\n  return first;\n}\n",
+        at: ("test.js", 4, 28),
+        frame: Some("  const first = user?.name.first;"),
+        says: &["reading 'first' of user?.name"],
+    },
+    Mistake {
+        what: "a spread of undefined",
+        script: "export default async function (args, g) {\n  const items = args.items;\n  return [...items, 1];\n}\n",
+        at: ("test.js", 4, 14),
+        frame: Some("  return [...items, 1];"),
+        says: &["items is not iterable"],
+    },
+    Mistake {
+        what: "destructuring undefined",
+        script: "export default async function (args, g) {\n  const { a, b } = args.config;\n  return a + b;\n}\n",
+        at: ("test.js", 3, 9),
+        frame: Some("  const { a, b } = args.config;"),
+        says: &["cannot destructure args.config: it is undefined"],
+    },
+    Mistake {
+        what: "for...of over undefined",
+        script: "export default async function (args, g) {\n  let n = 0;\n  for (const item of args.list) {\n    n += item;\n  }\n  return n;\n}\n",
+        at: ("test.js", 4, 22),
+        frame: Some("  for (const item of args.list) {"),
+        says: &["args.list is not iterable"],
+    },
+    Mistake {
+        what: "a property of what find() did not find",
+        script: "export default async function (args, g) {\n  const people = [{name: \"a\"}];\n  const found = people.find((p) => p.name === \"b\");\n  return found.name.toUpperCase();\n}\n",
+        at: ("test.js", 5, 16),
+        frame: Some("  return found.name.toUpperCase();"),
+        says: &["reading 'name' of found"],
+    },
+    Mistake {
+        what: "a method call in an arrow function's body on the next line",
+        script: "const titleOf = (doc) =>\n  doc.title.trim();\nexport default async function (args, g) {\n  return titleOf({});\n}\n",
+        at: ("test.js", 3, 13),
+        frame: Some("  doc.title.trim();"),
+        says: &["reading 'trim' of doc.title"],
+    },
+    Mistake {
+        what: "a method call in a then callback",
+        script: "export default async function (args, g) {\n  return Promise.resolve({}).then((r) => {\n    const s = r.text;\n    return s.slice(0, 3);\n  });\n}\n",
+        at: ("test.js", 5, 14),
+        frame: Some("    return s.slice(0, 3);"),
+        says: &["reading 'slice' of s"],
+    },
+    Mistake {
+        what: "a property set on undefined",
+        script: "export default async function (args, g) {\n  const state = {};\n  state.cache.last = 1;\n  return state;\n}\n",
+        at: ("test.js", 4, 15),
+        frame: Some("  state.cache.last = 1;"),
+        says: &["cannot set properties of undefined or null (setting 'last' of state.cache)"],
+    },
+    Mistake {
+        what: "a call of a missing helper",
+        script: "const helpers = {};\nexport default async function (args, g) {\n  return helpers.pick(args);\n}\n",
+        at: ("test.js", 4, 22),
+        frame: Some("  return helpers.pick(args);"),
+        says: &["helpers.pick is not a function"],
+    },
+    Mistake {
+        what: "a misspelt g method",
+        script: "export default async function (args, g) {\n  return g.agnet({prompt: \"hi\"});\n}\n",
+        at: ("test.js", 3, 17),
+        frame: Some("  return g.agnet({prompt: \"hi\"});"),
+        says: &["g.agnet is not a function"],
+    },
+    Mistake {
+        what: "a method call on undefined inside a call's arguments",
+        script: "export default async function (args, g) {\n  const name = args.name;\n  g.log(\"name:\", name.trim());\n  return 1;\n}\n",
+        at: ("test.js", 4, 23),
+        frame: Some("  g.log(\"name:\", name.trim());"),
+        says: &["reading 'trim' of name"],
+    },
+    Mistake {
+        what: "array destructuring of undefined",
+        script: "export default async function (args, g) {\n  const [first, second] = args.pair;\n  return first + second;\n}\n",
+        at: ("test.js", 3, 9),
+        frame: Some("  const [first, second] = args.pair;"),
+        says: &["cannot destructure args.pair: it is undefined"],
+    },
+    Mistake {
+        what: "a method call in a nested function called by map",
+        script: "function outer(list) {\n  function inner(x) {\n    return x.value.toFixed(2);\n  }\n  return list.map(inner);\n}\nexport default async function (args, g) {\n  return outer([{value: 1}, {}]);\n}\n",
+        at: ("test.js", 4, 20),
+        frame: Some("    return x.value.toFixed(2);"),
+        says: &["reading 'toFixed' of x.value"],
+    },
+    Mistake {
+        what: "a method call in a class method",
+        script: "class Store {\n  constructor() { this.items = undefined; }\n  count() {\n    return this.items.filter((x) => x).length;\n  }\n}\nexport default async function (args, g) {\n  return new Store().count();\n}\n",
+        at: ("test.js", 5, 23),
+        frame: Some("    return this.items.filter((x) => x).length;"),
+        says: &["reading 'filter' of this.items"],
+    },
+    Mistake {
+        what: "a method call on a missing field of parsed JSON",
+        script: "export default async function (args, g) {\n  const data = JSON.parse('{\"a\": 1}');\n  const list = data.items;\n  return list.map((x) => x * 2);\n}\n",
+        at: ("test.js", 5, 15),
+        frame: Some("  return list.map((x) => x * 2);"),
+        says: &["reading 'map' of list"],
+    },
+    Mistake {
+        what: "the graph's own throw",
+        script: "export default async function (args, g) {\n  if (!args.topic) {\n    throw new Error(\"topic is required\");\n  }\n  return 1;\n}\n",
+        at: ("test.js", 4, 11),
+        frame: Some("    throw new Error(\"topic is required\");"),
+        says: &["Error: topic is required"],
+    },
+    Mistake {
+        what: "Object.keys(undefined) in a helper",
+        script: "function pick(x) {\n  return Object.keys(x)[0];\n}\nexport default async function (args) {\n  return pick(args.missing);\n}\n",
+        at: ("test.js", 3, 21),
+        frame: Some("  return Object.keys(x)[0];"),
+        says: &["cannot convert 'null' or 'undefined' to object"],
+    },
+    Mistake {
+        what: "a property of a missing field in an async helper",
+        script: "async function load(g) {\n  const r = await g.agent({prompt: \"x\"});\n  return r.data.rows;\n}\nexport default async function (args, g) {\n  const rows = await load(g);\n  return rows;\n}\n",
+        at: ("test.js", 4, 17),
+        frame: Some("  return r.data.rows;"),
+        says: &["reading 'rows' of r.data"],
+    },
+    Mistake {
+        what: "an agent's reply read without await",
+        script: "export default async function (args, g) {\n  const reply = g.agent({prompt: \"hi\"});\n  return reply.text.trim();\n}\n",
+        at: ("test.js", 4, 21),
+        frame: Some("  return reply.text.trim();"),
+        says: &[
+            "reading 'trim' of reply.text",
+            "reply is a Promise: did you forget `await`?",
+        ],
+    },
+];
 
 const INNER: &str = "export const meta = {name: 'Inner', slug: 'inner', version: '1'};\nexport default async function () {\n  throw new Error(\"the inner graph broke\");\n}\n";
+
+/// A nested graph whose helper calls a method on undefined (issue 45).
+const INNER_HELPER: &str = "export const meta = {name: 'Tidy', slug: 'tidy', version: '1'};\nfunction tidy(text) {\n  const lines = text.lines;\n  return lines.map((l) => l.trim());\n}\nexport default async function (args) {\n  return tidy(args);\n}\n";
 
 /// Every mistake of the table, in both engines: the error starts with `FILE:LINE:COL: `, shows
 /// the source line with a caret under the column, and the outcome's `location` says the same.
@@ -212,8 +388,8 @@ async fn each_mistake_says_where_in_both_engines() {
     let mut problems = Vec::new();
     for engine in engines() {
         let name = engine.name();
-        for mistake in mistakes() {
-            let (mut options, _, _) = options(engine.clone(), json!({}));
+        for mistake in MISTAKES {
+            let (mut options, _, _) = options(engine.clone(), json!({"default": {"text": "ok"}}));
             let mut catalog = FolderCatalog::default();
             catalog.insert(GraphSource {
                 meta: graph_js::describe(INNER, &graph_js::Limits::default()).expect("meta"),
@@ -221,15 +397,44 @@ async fn each_mistake_says_where_in_both_engines() {
                 file: Some("graphs/inner.js".into()),
                 engine: None,
             });
+            catalog.insert(GraphSource {
+                meta: graph_js::describe(INNER_HELPER, &graph_js::Limits::default()).expect("meta"),
+                script: INNER_HELPER.into(),
+                file: Some("graphs/tidy.js".into()),
+                engine: None,
+            });
             options.catalog = std::sync::Arc::new(catalog);
             let script = format!("{HEAD}{}", mistake.script);
             let outcome = run(&script, json!({}), &options).await;
-            if let Err(problem) = check_mistake(&mistake, &outcome) {
+            if let Err(problem) = check_mistake(mistake, &outcome) {
                 problems.push(format!("{name}: {}: {problem}", mistake.what));
             }
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
+    let runtime = MISTAKES.iter().filter(|m| m.frame.is_some()).count();
+    assert!(runtime >= 20, "only {runtime} mistakes at a line");
+}
+
+/// The mistakes whose failing expression boa does not place itself (a method call's read, a
+/// spread, a destructuring), from a built component: the same file, place, frame and words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_built_component_says_where_too() {
+    let mut problems = Vec::new();
+    let chosen = [
+        "a method call on undefined in a multi-line helper",
+        "reply.content.trim() on an agent's reply",
+        "a spread of undefined",
+    ];
+    for mistake in MISTAKES.iter().filter(|m| chosen.contains(&m.what)) {
+        let engine = crate::common::compiled(&format!("{HEAD}{}", mistake.script)).await;
+        let (options, _, _) = options(engine, json!({"default": {"text": "ok"}}));
+        let outcome = run("", json!({}), &options).await;
+        if let Err(problem) = check_mistake(mistake, &outcome) {
+            problems.push(format!("built: {}: {problem}", mistake.what));
+        }
+    }
+    assert_eq!(problems.len(), 0, "{}", problems.join("\n\n"));
 }
 
 /// What is wrong with the outcome of `mistake`, if anything.

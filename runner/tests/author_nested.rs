@@ -49,10 +49,8 @@ fn a_broken_nested_graph_is_named_with_its_own_error() {
             r#"{"expect": {"status": "completed"}}"#,
         )
         .expect("test");
-        let child_at = format!(
-            "{}:3:13: syntax error",
-            dir.path().join("child.js").display()
-        );
+        let child = dir.path().join("child.js").display().to_string();
+        let child_at = format!("{child}:3:13: ");
         let parent = dir.path().join("parent.js");
         for (command, path) in [
             ("run", &parent),
@@ -62,15 +60,38 @@ fn a_broken_nested_graph_is_named_with_its_own_error() {
             let out = runner(engine, command, path);
             let said = text(&out);
             assert_eq!(out.status.code(), Some(1), "{engine} {command}: {said}");
-            assert!(
-                said.contains("graph child cannot load"),
+            for words in [
+                "graph child cannot load",
+                child_at.as_str(),
+                "syntax error: unexpected token ';'",
+            ] {
+                assert!(said.contains(words), "{engine} {command}: {words}: {said}");
+            }
+            // The child's own line, with the caret under column 13, on real lines.
+            let lines: Vec<&str> = said.lines().collect();
+            let frame = lines
+                .iter()
+                .position(|l| l.trim_start().starts_with("3 |   const x = ;"))
+                .unwrap_or_else(|| panic!("{engine} {command}: no frame: {said}"));
+            let caret = lines.get(frame + 1).copied().unwrap_or_default();
+            assert_eq!(
+                caret.find('^').map(|at| at - caret.find('|').unwrap_or(0)),
+                Some(14),
                 "{engine} {command}: {said}"
             );
-            assert!(said.contains(&child_at), "{engine} {command}: {said}");
             assert!(
                 !said.contains("there is no graph"),
                 "{engine} {command}: {said}"
             );
+            if command == "run" {
+                let outcome: serde_json::Value =
+                    serde_json::from_slice(&out.stdout).expect("the outcome is JSON");
+                assert_eq!(
+                    outcome["location"],
+                    serde_json::json!({"file": child, "line": 3, "column": 13}),
+                    "{engine}: {outcome}"
+                );
+            }
         }
         // A slug typo two edits away hears the nearest slug.
         std::fs::write(
@@ -169,11 +190,10 @@ fn check_of_a_folder_checks_every_graph_in_it() {
             dir.path().join("child.js").display()
         );
         assert!(said.contains(&child_at), "{engine}: {said}");
-        let parent_named = format!(
-            "{}: graph child cannot load",
-            dir.path().join("parent.js").display()
-        );
+        assert!(said.contains("\n  3 |   const x = ;\n"), "{engine}: {said}");
+        let parent_named = format!("{}: {child_at}", dir.path().join("parent.js").display());
         assert!(said.contains(&parent_named), "{engine}: {said}");
+        assert!(said.contains("graph child cannot load"), "{engine}: {said}");
         assert!(
             said.contains("3 graphs checked, 2 with errors"),
             "{engine}: {said}"
@@ -199,5 +219,62 @@ fn check_of_a_folder_checks_every_graph_in_it() {
             .filter_map(|graph| graph["meta"]["slug"].as_str())
             .collect();
         assert_eq!(slugs, ["child", "good", "parent"], "{printed}");
+    }
+}
+
+/// A graph's own syntax error names its file, line and column, shows the line with a caret, and
+/// is the outcome's `location`, in `run` and `check`; TypeScript syntax and an `import` are told
+/// what to do instead.
+#[test]
+fn a_syntax_error_names_the_file_and_shows_the_frame() {
+    let cases = [
+        (
+            "export default async function (args, g) {\n  return 1 +;\n}\n",
+            (3, 13),
+            "syntax error: ",
+            "  return 1 +;",
+        ),
+        (
+            "interface Reply { text: string }\nexport default async function () { return 1; }\n",
+            (2, 1),
+            "(this looks like TypeScript: a graph in TypeScript is a `.ts` file)",
+            "interface Reply { text: string }",
+        ),
+        (
+            "import { pick } from \"./helpers.js\";\nexport default async function () { return pick(); }\n",
+            (2, 1),
+            "a graph cannot import modules: it is one script; call another graph with `g.graph(\"slug\", args)`",
+            "import { pick } from \"./helpers.js\";",
+        ),
+    ];
+    for engine in ENGINES {
+        for (body, (line, column), says, source_line) in cases {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let graph = dir.path().join("broken.js");
+            let script = format!(
+                "export const meta = {{name: \"B\", slug: \"broken\", version: \"1\"}};\n{body}"
+            );
+            std::fs::write(&graph, script).expect("graph");
+            let file = graph.display().to_string();
+            let head = format!("{file}:{line}:{column}: ");
+            let ran = runner(engine, "run", &graph);
+            let outcome: serde_json::Value =
+                serde_json::from_slice(&ran.stdout).expect("the outcome is JSON");
+            let error = outcome["error"].as_str().unwrap_or_default();
+            assert!(error.starts_with(&head), "{engine}: {head}: {error}");
+            assert!(error.contains(says), "{engine}: {says}: {error}");
+            let frame = format!("\n  {line} | {source_line}\n");
+            assert!(error.contains(&frame), "{engine}: {error}");
+            assert_eq!(
+                outcome["location"],
+                serde_json::json!({"file": file, "line": line, "column": column}),
+                "{engine}: {outcome}"
+            );
+            let checked = runner(engine, "check", &graph);
+            let said = text(&checked);
+            assert_eq!(checked.status.code(), Some(1), "{engine}: {said}");
+            assert!(said.starts_with(&head), "{engine}: {said}");
+            assert!(said.contains(source_line), "{engine}: {said}");
+        }
     }
 }

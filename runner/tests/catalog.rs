@@ -116,9 +116,11 @@ async fn folder_catalog_indexes_by_slug_and_reports_skips() {
     assert_eq!(broken.code.as_str(), "failed");
     let file = dir.path().join("broken.js").display().to_string();
     assert!(
-        broken
-            .message
-            .starts_with(&format!("graph broken cannot load: {file}:")),
+        broken.message.starts_with(&format!("{file}:1:")),
+        "{broken}"
+    );
+    assert!(
+        broken.message.contains("; graph broken cannot load: fix "),
         "{broken}"
     );
     let missing = catalog.lookup("nothing").await.unwrap_err();

@@ -25,7 +25,10 @@ fn graph(slug: &str, script: &str) -> GraphSource {
 async fn a_graph_that_calls_itself_stops_at_the_depth_limit() {
     for engine in common::engines() {
         let mut catalog = FolderCatalog::default();
-        catalog.insert(graph("loop", common::SELF_CALLING));
+        catalog.insert(GraphSource {
+            file: Some("graphs/loop.js".into()),
+            ..graph("loop", common::SELF_CALLING)
+        });
         let (mut options, _, _) = common::options(engine, json!({}));
         options.catalog = Arc::new(catalog);
         let outcome = common::run(common::SELF_CALLING, json!({}), &options).await;
@@ -36,6 +39,24 @@ async fn a_graph_that_calls_itself_stops_at_the_depth_limit() {
             "{error}"
         );
         assert!(error.contains("calls itself"), "{error}");
+        // Said once, at the call that went too deep (issue 45), not once per level.
+        let line = common::SELF_CALLING
+            .lines()
+            .nth(2)
+            .expect("the call's line");
+        let column = line.find("g.graph(").expect("the call") + "g.graph(".len();
+        assert!(
+            error.starts_with(&format!("graphs/loop.js:3:{column}: ")),
+            "{error}"
+        );
+        assert!(!error.contains("graph loop failed"), "{error}");
+        assert!(error.chars().count() < 500, "{error}");
+        assert!(error.contains(&format!("\n  3 | {line}")), "{error}");
+        let location = outcome.location.expect("a location");
+        assert_eq!(
+            (location.file.as_str(), location.line),
+            ("graphs/loop.js", 3)
+        );
     }
 }
 

@@ -42,6 +42,7 @@ async fn a_failing_callback_is_logged_and_the_run_goes_on() {
     export default async function (args, g) {
       setTimeout(() => { throw new Error("boom"); }, 1);
       setTimeout(async () => { throw new Error("async boom"); }, 1);
+      setTimeout(() => { const v = args.none; g.log(v.trim()); }, 1);
       // Still pending when the graph returns: it never fires.
       setTimeout(() => g.log("after the end"), 60);
       await new Promise((resolve) => setTimeout(resolve, 20));
@@ -56,11 +57,22 @@ async fn a_failing_callback_is_logged_and_the_run_goes_on() {
         // Give a wrongly surviving timer the time to fire.
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         let logs = log_lines(&sink);
-        assert!(
-            logs.contains(&"setTimeout: the callback failed: Error: boom".to_owned())
-                && logs.contains(&"setTimeout: the callback failed: Error: async boom".to_owned()),
-            "{name}: {logs:?}"
-        );
+        // Each a warning at the place in the callback that failed (issue 45).
+        let at = |line: usize, text: &str| {
+            let source = script.lines().nth(line - 1).unwrap_or_default();
+            let column = source.find(text).map_or(0, |i| i + 1);
+            format!("warning: test.js:{line}:{column}: setTimeout: the callback failed: ")
+        };
+        for said in [
+            format!("{}Error: boom", at(3, "new Error(\"boom")),
+            format!("{}Error: async boom", at(4, "new Error(\"async")),
+            format!(
+                "{}TypeError: cannot read properties of undefined or null (reading 'trim' of v)",
+                at(5, "trim")
+            ),
+        ] {
+            assert!(logs.contains(&said), "{name}: {said}: {logs:?}");
+        }
         assert!(
             !logs.iter().any(|l| l.contains("after the end")),
             "{name}: {logs:?}"
@@ -160,11 +172,13 @@ async fn an_interval_outlives_a_failing_callback_and_ends_with_the_run() {
             logs, at_end,
             "{name}: an interval ticked after the run ended"
         );
+        let warned = |text: &str| {
+            logs.iter()
+                .any(|l| l.starts_with("warning: test.js:") && l.ends_with(text))
+        };
         assert!(
-            logs.contains(&"setInterval: the callback failed: Error: tick boom".to_owned())
-                && logs.contains(
-                    &"setInterval: the callback failed: Error: async tick boom".to_owned()
-                )
+            warned("setInterval: the callback failed: Error: tick boom")
+                && warned("setInterval: the callback failed: Error: async tick boom")
                 && logs.iter().any(|l| l == "tick 3"),
             "{name}: {logs:?}"
         );
@@ -180,4 +194,37 @@ fn log_lines(sink: &CollectingSink) -> Vec<String> {
             _ => None,
         })
         .collect()
+}
+
+/// A timer still pending when the graph returns or throws is named in the trace, at the place
+/// that set it (issue 45); a cleared one, or one that fired, is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_pending_at_the_end_is_a_warning_at_the_line_that_set_it() {
+    let script = r#"
+    export default async function (args, g) {
+      const cleared = setTimeout(() => g.log("never"), 50);
+      clearTimeout(cleared);
+      setTimeout(() => g.log("fired"), 1);
+      setTimeout(() => g.log("too late"), 5000);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      if (args.fail) throw new Error("stopped");
+      return "done";
+    }"#;
+    let pending =
+        "warning: test.js:6:17: setTimeout of 5000 ms set here was still pending when the graph";
+    for engine in common::engines() {
+        let name = engine.name();
+        for (args, ended) in [(json!({}), "returned"), (json!({"fail": true}), "failed")] {
+            let (options, sink, _) = common::options(engine.clone(), json!({}));
+            let outcome = common::run(script, args, &options).await;
+            let logs = log_lines(&sink);
+            let warnings: Vec<&String> =
+                logs.iter().filter(|l| l.starts_with("warning: ")).collect();
+            assert_eq!(warnings.len(), 1, "{name} {ended}: {outcome:?} {logs:?}");
+            assert!(
+                warnings[0].starts_with(&format!("{pending} {ended}: it was dropped")),
+                "{name} {ended}: {logs:?}"
+            );
+        }
+    }
 }

@@ -12,6 +12,7 @@ mod executor;
 mod failure;
 mod location;
 mod meta;
+mod pinpoint;
 mod web;
 mod web_url;
 
@@ -170,6 +171,9 @@ struct Shared {
     top_level: std::cell::Cell<bool>,
     /// The graph's module text, for the code frame of its errors.
     source: RefCell<Rc<str>>,
+    /// The text boa compiled, when [`parse_module`] had to mend the source (see
+    /// [`default_async_arrow`]): what [`pinpoint`] parses again.
+    compiled: RefCell<Option<Rc<str>>>,
     /// Promises rejected with no handler and given none since, oldest first.
     rejections: RefCell<Vec<JsObject>>,
 }
@@ -226,6 +230,7 @@ impl Interpreter {
             pending: RefCell::new(Vec::new()),
             top_level: std::cell::Cell::new(false),
             source: RefCell::new(Rc::from("")),
+            compiled: RefCell::new(None),
             rejections: RefCell::new(Vec::new()),
         });
         let (context, prelude) =
@@ -281,10 +286,19 @@ impl Interpreter {
             prelude,
             shared,
         } = self;
-        let module = parse_module(script, &mut context)?;
+        let (module, mended) = parse_module(script, &mut context)?;
         *shared.source.borrow_mut() = Rc::from(script);
+        *shared.compiled.borrow_mut() = mended.map(Rc::from);
         let evaluated = module.load_link_evaluate(&mut context);
-        drive(&evaluated, &shared, &mut context, &prelude).map_err(ScriptError::bounded)?;
+        drive(&evaluated, &shared, &mut context, &prelude)
+            .map_err(|e| match e {
+                ScriptError::Thrown(text) => match import_refused(&text, script) {
+                    Some(refused) => ScriptError::Syntax(refused),
+                    None => ScriptError::Thrown(text),
+                },
+                other => other,
+            })
+            .map_err(ScriptError::bounded)?;
         Ok(Prepared {
             context,
             module,
@@ -359,11 +373,20 @@ impl Prepared {
                 &[parsed_args, prelude.g.clone()],
                 context,
             )
-            .map_err(|e| describe_error(e, prelude, context))?;
-        let value = match returned.as_promise() {
-            Some(promise) => drive(&promise, shared, context, prelude)?,
-            None => returned,
+            .map_err(|e| describe_error(e, prelude, context));
+        let value = match returned {
+            Ok(returned) => match returned.as_promise() {
+                Some(promise) => drive(&promise, shared, context, prelude),
+                None => Ok(returned),
+            },
+            Err(e) => Err(e),
         };
+        // The graph threw: what it left running or pending is named too (a limit or the
+        // host's interruption stops the interpreter, which then runs nothing more).
+        if let Err(ScriptError::Thrown(_)) = &value {
+            warn_unsettled_at_failure(shared, prelude, context);
+        }
+        let value = value?;
         warn_leftovers(shared, prelude, context);
         let text = prelude
             .result_text
@@ -412,19 +435,23 @@ fn module_meta(module: &Module, context: &mut Context) -> Result<Meta, MetaError
     Ok(meta)
 }
 
-fn parse_module(script: &str, context: &mut Context) -> Result<Module, ScriptError> {
+/// The module, and the mended text boa parsed instead of `script` if it had to.
+fn parse_module(
+    script: &str,
+    context: &mut Context,
+) -> Result<(Module, Option<String>), ScriptError> {
     if script.len() > MAX_SCRIPT_BYTES {
         return Err(ScriptError::TooLarge(script.len()));
     }
     let source = Source::from_bytes(script).with_path(Path::new(SCRIPT_NAME));
     let raw = match Module::parse(source, None, context) {
-        Ok(module) => return Ok(module),
+        Ok(module) => return Ok((module, None)),
         Err(e) => e.to_string(),
     };
     if let Some(mended) = default_async_arrow(script, &raw) {
         let source = Source::from_bytes(&mended).with_path(Path::new(SCRIPT_NAME));
         if let Ok(module) = Module::parse(source, None, context) {
-            return Ok(module);
+            return Ok((module, Some(mended)));
         }
     }
     Err(ScriptError::Syntax(syntax_error(&raw, script)))
@@ -497,16 +524,94 @@ fn default_then_async(text: &str, at: usize) -> Option<usize> {
 }
 
 /// boa reports syntax errors as "... at line L, col C (native)", and an unexpected end of
-/// input without a position; always name a line.
+/// input without a position: always `graph.js:L:C: syntax error: …` (the end of the script
+/// when boa names no place) and the code frame, with a hint for TypeScript.
 fn syntax_error(raw: &str, script: &str) -> String {
     let raw = raw.strip_prefix("SyntaxError: ").unwrap_or(raw);
     let raw = raw.strip_suffix(" (native)").unwrap_or(raw);
-    if raw.contains(" at line ") {
-        format!("syntax error: {raw}")
+    let (what, position) = match raw.rsplit_once(" at line ").and_then(|(what, at)| {
+        let (line, column) = at.split_once(", col ")?;
+        Some((
+            what,
+            Position {
+                line: line.parse().ok()?,
+                column: column.parse().ok()?,
+            },
+        ))
+    }) {
+        Some(found) => found,
+        None => {
+            let lines = script.lines().count().max(1);
+            let last = script.lines().last().unwrap_or_default().chars().count();
+            let column = u32::try_from(last).unwrap_or(u32::MAX).saturating_add(1);
+            let line = u32::try_from(lines).unwrap_or(u32::MAX);
+            (raw, Position { line, column })
+        }
+    };
+    let hint = if looks_like_typescript(what, script, position) {
+        " (this looks like TypeScript: a graph in TypeScript is a `.ts` file)"
     } else {
-        let lines = script.lines().count().max(1);
-        format!("syntax error: {raw} at line {lines} (the end of the script)")
+        ""
+    };
+    location::located(position, &format!("syntax error: {what}{hint}"), script)
+}
+
+/// Whether the syntax error `what` at `position` is TypeScript's syntax: a TypeScript keyword
+/// boa refuses, or a type annotation on the line.
+fn looks_like_typescript(what: &str, script: &str, position: Position) -> bool {
+    const KEYWORDS: &[&str] = &[
+        "'interface'",
+        "'type'",
+        "'enum'",
+        "'implements'",
+        "'declare'",
+        "'namespace'",
+        "'readonly'",
+        "'private'",
+        "'public'",
+    ];
+    const ANNOTATIONS: &[&str] = &[
+        ": string",
+        ": number",
+        ": boolean",
+        ": any",
+        ": unknown",
+        ": void",
+        ": Promise<",
+        ": Record<",
+        "[]):",
+        "> = ",
+        " as const",
+    ];
+    let line = usize::try_from(position.line)
+        .ok()
+        .and_then(|n| script.lines().nth(n.checked_sub(1)?))
+        .unwrap_or_default();
+    KEYWORDS.iter().any(|k| what.contains(k)) || ANNOTATIONS.iter().any(|a| line.contains(a))
+}
+
+/// What boa says when a module imports another ("module resolution is disabled"), said at the
+/// first `import` of `script`: a graph is one script.
+fn import_refused(text: &str, script: &str) -> Option<String> {
+    if !text.contains("module resolution is disabled") {
+        return None;
     }
+    let (index, line) = script.lines().enumerate().find(|(_, line)| {
+        let rest = line.trim_start();
+        rest.strip_prefix("import")
+            .is_some_and(|after| after.starts_with([' ', '{', '*', '"', '\'']))
+    })?;
+    let column = line.chars().count() - line.trim_start().chars().count() + 1;
+    let position = Position {
+        line: u32::try_from(index + 1).ok()?,
+        column: u32::try_from(column).ok()?,
+    };
+    Some(location::located(
+        position,
+        "a graph cannot import modules: it is one script; call another graph with \
+         `g.graph(\"slug\", args)` and keep shared helpers in the graph's own file",
+        script,
+    ))
 }
 
 /// The natives the prelude builds `g` and the web platform on: the host interface's functions,
@@ -562,6 +667,11 @@ fn natives(context: &mut Context) -> JsObject {
             NativeFunction::from_fn_ptr(native_monotonic_now),
             js_string!("monotonicNow"),
             0,
+        )
+        .function(
+            NativeFunction::from_fn_ptr(native_locate),
+            js_string!("locate"),
+            2,
         )
         .build()
 }
@@ -701,16 +811,56 @@ fn describe_value(value: JsValue, prelude: &Prelude, context: &mut Context) -> S
         .call(&JsValue::undefined(), std::slice::from_ref(&value), context)
         .ok()
         .and_then(|v| v.as_string().map(|s| s.to_std_string_escaped()));
-    let Some(position) = stack.as_deref().and_then(location::innermost) else {
-        return text;
+    match placed(&text, stack.as_deref(), context) {
+        Some((position, message, source)) => cut_chars(
+            &location::located(position, &message, &source),
+            MAX_ERROR_CHARS,
+        ),
+        None => text,
+    }
+}
+
+/// Where in the graph's code the error described as `text`, with `stack`, was raised (the
+/// expression that failed, see [`pinpoint`]), the message to show and the graph's source.
+fn placed(
+    text: &str,
+    stack: Option<&str>,
+    context: &Context,
+) -> Option<(Position, String, Rc<str>)> {
+    let position = stack.and_then(location::innermost)?;
+    let (source, compiled) = shared_of(context)
+        .map(|shared| {
+            let source = shared.source.borrow().clone();
+            let compiled = shared.compiled.borrow().clone();
+            (source.clone(), compiled.unwrap_or(source))
+        })
+        .unwrap_or_else(|_| (Rc::from(""), Rc::from("")));
+    Some(match pinpoint::pinpoint(&compiled, position, text) {
+        Some(pinned) => (pinned.position, pinned.message, source),
+        None => (position, text.to_owned(), source),
+    })
+}
+
+/// `locate(text, stack)`: where the error described as `text` with `stack` was raised, as
+/// `["graph.js:L:C: ", message]`, or undefined; for the log line of a failed callback.
+fn native_locate(_: &JsValue, args: &[JsValue], context: &mut Context) -> JsResult<JsValue> {
+    let text = string_arg(args, 0, context)?;
+    let stack = match args.get(1) {
+        Some(v) if v.is_string() => Some(string_arg(args, 1, context)?),
+        _ => None,
     };
-    let source = shared_of(context)
-        .map(|shared| shared.source.borrow().clone())
-        .unwrap_or_else(|_| Rc::from(""));
-    cut_chars(
-        &location::located(position, &text, &source),
-        MAX_ERROR_CHARS,
-    )
+    let Some((position, message, _)) = placed(&text, stack.as_deref(), context) else {
+        return Ok(JsValue::undefined());
+    };
+    let place = format!("{SCRIPT_NAME}:{}:{}: ", position.line, position.column);
+    let pair = boa_engine::object::builtins::JsArray::from_iter(
+        [
+            JsValue::from(JsString::from(place.as_str())),
+            JsValue::from(JsString::from(message.as_str())),
+        ],
+        context,
+    );
+    Ok(pair.into())
 }
 
 fn describe_plain(value: &JsValue, prelude: &Prelude, context: &mut Context) -> String {
@@ -1044,10 +1194,11 @@ impl boa_engine::context::HostHooks for RunHooks {
 }
 
 /// Writes to the trace, when a graph returned, a warning for each agent, tool or nested graph
-/// it started and left running (at the place that started it: the host cancels it now) and for
-/// each rejection nothing handled (at the place of its error).
+/// it started and left running (at the place that started it: the host cancels it now), each
+/// timer still pending (at the place that set it: it never fires) and each rejection nothing
+/// handled (at the place of its error).
 fn warn_leftovers(shared: &Shared, prelude: &Prelude, context: &mut Context) {
-    let mut warnings = unsettled_warnings(prelude, context);
+    let mut warnings = unsettled_warnings(prelude, context, "returned");
     let rejected: Vec<JsObject> = std::mem::take(&mut *shared.rejections.borrow_mut());
     for promise in rejected {
         let Ok(promise) = boa_engine::object::builtins::JsPromise::from_object(promise) else {
@@ -1066,6 +1217,17 @@ fn warn_leftovers(shared: &Shared, prelude: &Prelude, context: &mut Context) {
             });
         }
     }
+    log_warnings(shared, &warnings);
+}
+
+/// [`warn_leftovers`]' warnings of work left running or pending, when the graph threw.
+fn warn_unsettled_at_failure(shared: &Shared, prelude: &Prelude, context: &mut Context) {
+    let warnings = unsettled_warnings(prelude, context, "failed");
+    log_warnings(shared, &warnings);
+}
+
+/// `warnings` in the trace, at most [`MAX_WARNINGS`] of them and a line saying how many more.
+fn log_warnings(shared: &Shared, warnings: &[String]) {
     let mut host = shared.host.borrow_mut();
     for warning in warnings.iter().take(MAX_WARNINGS) {
         host.log(&cut_chars(
@@ -1081,8 +1243,9 @@ fn warn_leftovers(shared: &Shared, prelude: &Prelude, context: &mut Context) {
     }
 }
 
-/// One warning per agent, tool or nested graph the prelude started and never settled.
-fn unsettled_warnings(prelude: &Prelude, context: &mut Context) -> Vec<String> {
+/// One warning per agent, tool, nested graph or timer the prelude started and never settled,
+/// when the graph `ended` ("returned", "failed").
+fn unsettled_warnings(prelude: &Prelude, context: &mut Context, ended: &str) -> Vec<String> {
     let Ok(list) = prelude.unsettled.call(&JsValue::undefined(), &[], context) else {
         return Vec::new();
     };
@@ -1115,10 +1278,17 @@ fn unsettled_warnings(prelude: &Prelude, context: &mut Context) -> Vec<String> {
             .and_then(location::innermost)
             .map(|at| format!("{SCRIPT_NAME}:{}:{}: ", at.line, at.column))
             .unwrap_or_default();
-        warnings.push(format!(
-            "{place}{what} started here was still running when the graph returned: it was \
-             cancelled (await it before returning)"
-        ));
+        warnings.push(if text_at(2).as_deref() == Some("timer") {
+            format!(
+                "{place}{what} set here was still pending when the graph {ended}: it was \
+                 dropped (clear it, or await what it does before returning)"
+            )
+        } else {
+            format!(
+                "{place}{what} started here was still running when the graph {ended}: it was \
+                 cancelled (await it before returning)"
+            )
+        });
     }
     warnings
 }

@@ -66,7 +66,10 @@ pub(crate) fn located(position: Position, message: &str, source: &str) -> String
     let message = match line_text {
         Some(text) if message.ends_with("not a callable function") => {
             match callee_at(text, position.column) {
-                Some(callee) => format!("{message}: {callee} is not a function"),
+                Some(callee) => message.replace(
+                    "not a callable function",
+                    &format!("{callee} is not a function"),
+                ),
                 None => message.to_owned(),
             }
         }
@@ -174,7 +177,7 @@ mod tests {
         );
         assert_eq!(
             text,
-            "graph.js:2:10: TypeError: not a callable function: helpers.pick is not a function\n  2 |   return helpers.pick(a);\n    |          ^"
+            "graph.js:2:10: TypeError: helpers.pick is not a function\n  2 |   return helpers.pick(a);\n    |          ^"
         );
     }
 }

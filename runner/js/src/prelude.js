@@ -41,10 +41,11 @@
 
   // A start-* native answers with a handle number, or with {code, message} when refused.
   // `what` (an agent, a tool...) marks work worth a warning when it is still running at return.
-  function started(answer, what) {
+  // A timer passes the stack of its setTimeout or setInterval call, and "timer".
+  function started(answer, what, stack, kind) {
     if (typeof answer === "number") {
       if (what !== undefined) {
-        startedAt[answer] = [what, stackOf(new ErrorCtor())];
+        startedAt[answer] = [what, stack === undefined ? stackOf(new ErrorCtor()) : stack, kind];
       }
       return new PromiseCtor((resolve, reject) => {
         waiting[answer] = [resolve, reject];
@@ -328,10 +329,17 @@
   }
 
   // Calls a callback the host's event loop owns (a timer's, a microtask's): one that throws, or
-  // returns a promise that rejects, is logged as `what: the callback failed: ...`, and the run
-  // goes on, as in other hosts.
+  // returns a promise that rejects, is logged as `what: the callback failed: ...` (a warning at
+  // its place in the graph's code when it failed there), and the run goes on, as in other hosts.
   function runCallback(what, callback, args) {
-    const failed = (e) => host.log(what + ": the callback failed: " + describe(e));
+    const failed = (e) => {
+      const said = describe(e);
+      // At the place in the graph's code that failed, when it failed there.
+      const at = host.locate(said, stackOf(e));
+      host.log(at === undefined
+        ? what + ": the callback failed: " + said
+        : "warning: " + at[0] + what + ": the callback failed: " + at[1]);
+    };
     try {
       const returned = callback(...args);
       if (returned instanceof PromiseCtor) {
@@ -366,6 +374,9 @@
       delay = 1;
     }
     const id = ++lastTimer;
+    // Where the graph set it, for the warning when it is still pending at the end.
+    const setAt = stackOf(new ErrorCtor());
+    const described = what + " of " + delay + " ms";
     // Starts one wait for the timer. The first that the host refuses (at module top level, say)
     // fails setTimeout or setInterval; a later one ends the interval with a log line.
     const arm = () => {
@@ -374,16 +385,18 @@
         delete timers[id];
         return failure(answer.code, what + ": " + answer.message);
       }
-      started(answer).then(
+      // The host's handle of the wait: cleared, or armed again, the timer holds another.
+      timers[id] = answer;
+      started(answer, described, setAt, "timer").then(
         () => {
-          if (timers[id] !== true) {
+          if (timers[id] !== answer) {
             return;
           }
           if (!repeat) {
             delete timers[id];
           }
           runCallback(what, callback, args);
-          if (repeat && timers[id] === true) {
+          if (repeat && timers[id] === answer) {
             const refused = arm();
             if (refused) {
               host.log(what + ": the interval stopped: " + describe(refused));
@@ -415,6 +428,11 @@
 
   function clearTimeout(id) {
     if (typeof id === "number") {
+      // A cleared timer is not pending work.
+      const handle = timers[id];
+      if (typeof handle === "number") {
+        delete startedAt[handle];
+      }
       delete timers[id];
     }
   }

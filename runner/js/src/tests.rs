@@ -233,8 +233,9 @@ fn syntax_errors_name_line_and_column() {
         "export default async function () {\n  return 1 +;\n}",
         ScriptedHost::default(),
     );
-    assert!(err.starts_with("syntax error"), "{err}");
-    assert!(err.contains("line 2"), "{err}");
+    assert!(err.starts_with("graph.js:2:"), "{err}");
+    assert!(err.contains(": syntax error: "), "{err}");
+    assert!(err.contains("\n  2 |   return 1 +;\n"), "{err}");
 }
 
 #[test]
@@ -275,15 +276,15 @@ fn a_broken_async_arrow_keeps_its_own_syntax_error() {
         "export default async (args, g) => {\n  return 1 +;\n}",
         ScriptedHost::default(),
     );
-    assert!(err.starts_with("syntax error"), "{err}");
-    assert!(err.contains("line 1"), "{err}");
+    assert!(err.starts_with("graph.js:1:"), "{err}");
+    assert!(err.contains(": syntax error: "), "{err}");
     assert!(!err.contains("__graphrelay"), "{err}");
     // Two default exports stay an error.
     let err = failure(
         "export default async () => 1;\nexport default async function () { return 2; }",
         ScriptedHost::default(),
     );
-    assert!(err.starts_with("syntax error"), "{err}");
+    assert!(err.contains(": syntax error: "), "{err}");
     // `async` as a plain name after `export default` is left alone.
     assert_eq!(
         run_ok("const asyncish = () => 7;\nexport default asyncish;"),
@@ -455,7 +456,7 @@ fn describe_reads_and_validates_meta() {
     assert_eq!(missing, Err(MetaError::Missing));
     let syntax = describe("export const meta = {;", &Limits::default());
     assert!(
-        matches!(&syntax, Err(MetaError::Script(e)) if e.contains("line 1")),
+        matches!(&syntax, Err(MetaError::Script(e)) if e.starts_with("graph.js:1:23: syntax error")),
         "{syntax:?}"
     );
 }
@@ -664,4 +665,31 @@ fn describe_sees_a_clock_at_the_epoch() {
     )
     .expect("meta");
     assert_eq!(meta.name, "T1970");
+}
+
+#[test]
+fn typescript_and_imports_are_told_what_to_do_at_their_line() {
+    let err = failure(
+        "interface Reply { text: string }\nexport default async function () { return 1; }",
+        ScriptedHost::default(),
+    );
+    assert!(err.starts_with("graph.js:1:1: syntax error: "), "{err}");
+    assert!(
+        err.contains("this looks like TypeScript: a graph in TypeScript is a `.ts` file"),
+        "{err}"
+    );
+    assert!(
+        err.contains("\n  1 | interface Reply { text: string }\n    | ^"),
+        "{err}"
+    );
+    let err = failure(
+        "const a = 1;\n  import { x } from \"./other.js\";\nexport default async function () { return x; }",
+        ScriptedHost::default(),
+    );
+    assert!(
+        err.starts_with("graph.js:2:3: a graph cannot import modules"),
+        "{err}"
+    );
+    assert!(err.contains("g.graph(\"slug\", args)"), "{err}");
+    assert!(err.contains("\n  2 |   import { x }"), "{err}");
 }

@@ -82,28 +82,31 @@ fn not_found(slug: &str, place: &str, known: &[&str]) -> Failure {
 }
 
 /// Why the file named for `slug` (`child.js` for `child`) could not load, as a failure naming
-/// the file and, for a syntax error (`… at line 3, col 13`), its `FILE:LINE:COL`.
+/// the file and, for an error at a place (a syntax error), starting with its `FILE:LINE:COL`
+/// and ending with its code frame.
 fn cannot_load(slug: &str, path: &Path, reason: &GraphFileError) -> Failure {
     let file = path.display();
     let located = located_reason(path, reason);
+    let (first, frame) = match located.split_once('\n') {
+        Some((first, frame)) => (first, format!("\n{frame}")),
+        None => (located.as_str(), String::new()),
+    };
     Failure::failed(format!(
-        "graph {slug} cannot load: {located}; fix {file}, `runner check {file}` shows the error"
+        "{first}; graph {slug} cannot load: fix {file}, `runner check {file}` shows the error{frame}"
     ))
 }
 
-/// Why `path` could not load, as `FILE:LINE:COL: what` for a syntax error (`… at line 3, col
-/// 13`), else `FILE: why`.
+/// Why `path` could not load, as `FILE:LINE:COL: what` and its code frame for an error at a
+/// place (a syntax error), else `FILE: why`.
 pub fn located_reason(path: &Path, reason: &GraphFileError) -> String {
     let reason = reason.to_string();
-    let file = path.display();
-    reason
-        .rsplit_once(" at line ")
-        .and_then(|(what, at)| {
-            let (line, column) = at.split_once(", col ")?;
-            let (line, column) = (line.parse::<u32>().ok()?, column.parse::<u32>().ok()?);
-            Some(format!("{file}:{line}:{column}: {what}"))
-        })
-        .unwrap_or_else(|| format!("{file}: {reason}"))
+    let file = path.display().to_string();
+    match graph_js::leading_location(&reason) {
+        Some(leading) if leading.file == graph_js::SCRIPT_NAME => {
+            crate::location::name_file(&reason, &file)
+        }
+        _ => format!("{file}: {reason}"),
+    }
 }
 
 /// Graphs by slug, loaded from the `*.js` files of one folder.
@@ -464,9 +467,12 @@ pub fn check_depth(chain: &[String], slug: &str) -> Result<(), Failure> {
         ""
     };
     Err(Failure::failed(format!(
-        "graph nesting limit of {MAX_DEPTH} reached{cycle}: {path}"
+        "{NESTING_LIMIT} {MAX_DEPTH} reached{cycle}: {path}"
     )))
 }
+
+/// The start of [`check_depth`]'s refusal.
+pub const NESTING_LIMIT: &str = "graph nesting limit of";
 
 #[cfg(test)]
 mod tests {

@@ -1012,6 +1012,9 @@ fn check_nested_args(slug: &str, meta: &graph_js::Meta, args: &Value) -> Result<
 /// The failure of a nested graph `slug` that failed with `error`: its location, when its own
 /// code failed, comes first, so that it survives any cut.
 fn nested_failure(slug: &str, error: &str) -> String {
+    if let Some(short) = too_deep(error) {
+        return short;
+    }
     match graph_js::leading_location(error) {
         Some(leading) => format!(
             "{}: graph {slug} failed: {}",
@@ -1019,5 +1022,33 @@ fn nested_failure(slug: &str, error: &str) -> String {
             &error[leading.rest..]
         ),
         None => format!("graph {slug} failed: {error}"),
+    }
+}
+
+/// A nesting-limit refusal, however many graphs it failed through, said once: the place of the
+/// call that went too deep, the limit's sentence and the code frame, without one `graph … failed:`
+/// per level.
+fn too_deep(error: &str) -> Option<String> {
+    let at = error.find(graphs::NESTING_LIMIT)?;
+    let mut before = &error[..at];
+    loop {
+        let peeled = before.strip_suffix("failed: ").map(|rest| {
+            // `graph SLUG failed: ` (a slug has no space) or a failure's `failed: ` code.
+            match rest.strip_suffix(' ').and_then(|r| r.rsplit_once("graph ")) {
+                Some((head, slug)) if !slug.contains(' ') => head,
+                _ => rest,
+            }
+        });
+        match peeled {
+            Some(rest) if rest.len() < before.len() => before = rest,
+            _ => break,
+        }
+    }
+    let place = before.trim_end().rsplit(' ').next().unwrap_or_default();
+    let located = format!("{place} ");
+    if graph_js::leading_location(&located).is_some() {
+        Some(format!("{located}{}", &error[at..]))
+    } else {
+        Some(error[at..].to_owned())
     }
 }

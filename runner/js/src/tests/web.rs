@@ -309,8 +309,8 @@ fn queued_microtasks_run_after_the_current_code_and_failures_are_logged() {
     assert_eq!(
         *logs.borrow(),
         [
-            "queueMicrotask: the callback failed: Error: boom",
-            "queueMicrotask: the callback failed: Error: async boom"
+            "warning: graph.js:4:42: queueMicrotask: the callback failed: Error: boom",
+            "warning: graph.js:5:48: queueMicrotask: the callback failed: Error: async boom"
         ]
     );
 }

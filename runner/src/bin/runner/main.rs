@@ -634,11 +634,12 @@ async fn check(file: &Path, graphs: Option<&Path>, engine: &EngineArgs) -> ExitC
     let meta = match engine.describe(script.clone()).await {
         Ok(meta) => meta,
         Err(e) => {
-            eprintln!(
-                "{}: {}",
-                file.display(),
-                for_terminal_framed(&e.to_string(), "")
-            );
+            let said = runner::location::name_file(&e.to_string(), &file.display().to_string());
+            match runner::location::of(&said) {
+                // A syntax error names its own place in the file.
+                Some(_) => eprintln!("{}", for_terminal_framed(&said, "")),
+                None => eprintln!("{}: {}", file.display(), for_terminal_framed(&said, "")),
+            }
             return ExitCode::from(EXIT_FAILED);
         }
     };
