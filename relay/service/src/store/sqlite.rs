@@ -35,6 +35,11 @@ mod presence;
 
 /// Connections one file-backed store keeps open; WAL lets readers run beside the one writer.
 const MAX_CONNECTIONS: usize = 4;
+/// Read connections kept for reads on the calling task.
+const MAX_READERS: usize = 8;
+/// How long a read on the calling task waits for a lock before it goes to the blocking pool
+/// instead (WAL readers wait only while a writer recovers or truncates the log).
+const READER_BUSY_TIMEOUT: Duration = Duration::from_millis(20);
 /// How long a writer waits for another connection's write lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Token ids per statement of `unrevoked_tokens`.
@@ -244,6 +249,9 @@ struct Pool {
     /// `None` for an in-memory database, which lives in its single connection.
     path: Option<PathBuf>,
     idle: Mutex<Vec<Connection>>,
+    /// Connections for reads run on the calling task ([`SqliteStore::read`]), with a short busy
+    /// timeout; never more than [`MAX_READERS`] kept.
+    readers: Mutex<Vec<Connection>>,
     permits: Arc<Semaphore>,
     /// How many permits there are.
     size: usize,
@@ -258,6 +266,7 @@ impl Pool {
         Pool {
             path,
             idle: Mutex::new(vec![connection]),
+            readers: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(size)),
             size,
             waiting: std::sync::atomic::AtomicUsize::new(0),
@@ -385,6 +394,54 @@ impl SqliteStore {
             blocking.await.map_err(StoreError::Task)?
         })
     }
+}
+
+impl SqliteStore {
+    /// Runs the read `work` on the calling task when the database is a file: a hot read (a
+    /// token, a project's sessions, a run) takes microseconds from SQLite's cache, far less than
+    /// the two thread switches of the blocking pool, and a WAL reader never waits for writers.
+    /// Its time is bounded by [`READER_BUSY_TIMEOUT`] on a read-only connection; a read that
+    /// fails in any way (busy, a connection that cannot be opened) is run again through the
+    /// blocking pool with the usual patience, so a failure is reported as
+    /// [`SqliteStore::call`] reports it.
+    fn read<T, F>(&self, work: F) -> StoreFuture<'static, T>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Connection) -> Result<T, StoreError> + Send + Clone + 'static,
+    {
+        let store = self.clone();
+        Box::pin(async move {
+            let pool = &store.pool;
+            if let Some(path) = pool.path.as_deref() {
+                let kept = pool.readers.lock().ok().and_then(|mut idle| idle.pop());
+                if let Some(mut connection) = kept.or_else(|| open_reader(path).ok()) {
+                    let watch = relay_protocol::clock::Stopwatch::start();
+                    let result = work(&mut connection);
+                    pool.latency.observe(watch.elapsed());
+                    if let Ok(mut idle) = pool.readers.lock()
+                        && idle.len() < MAX_READERS
+                    {
+                        idle.push(connection);
+                    }
+                    if let Ok(value) = result {
+                        return Ok(value);
+                    }
+                }
+            }
+            store.call(work).await
+        })
+    }
+}
+
+/// A read-only connection to the file for [`SqliteStore::read`].
+fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
+    let connection = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    connection.busy_timeout(READER_BUSY_TIMEOUT)?;
+    relay_sqlite::cache_statements(&connection);
+    Ok(connection)
 }
 
 /// What `relay serve` and `relay admin` refusals say to restore with.
@@ -856,11 +913,11 @@ impl Store for SqliteStore {
 
     fn token_by_hash<'a>(&'a self, token_hash: &'a str) -> StoreFuture<'a, Option<TokenRecord>> {
         let token_hash = token_hash.to_owned();
-        self.call(move |connection| {
+        self.read(move |connection| {
             connection
                 .query_row_cached(
                     &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE token_hash = ?1"),
-                    [token_hash],
+                    [&token_hash],
                     token_from_row,
                 )
                 .optional()
@@ -1130,7 +1187,7 @@ impl Store for SqliteStore {
     ) -> StoreFuture<'a, SessionSnapshot> {
         let project_id = project_id.to_owned();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.call(move |connection| {
+        self.read(move |connection| {
             let sessions = connection
                 .prepare_cached(
                     "SELECT graph_session_id, name, description, slug, version, status, synced_at, \
@@ -1144,7 +1201,7 @@ impl Store for SqliteStore {
                 })
                 .map_err(backend)?;
             let last_sync_at = connection
-                .query_row(
+                .query_row_cached(
                     "SELECT synced_at FROM project_syncs WHERE project_id = ?1",
                     [&project_id],
                     |row| row.get::<_, i64>(0),
@@ -1261,7 +1318,7 @@ impl Store for SqliteStore {
     }
 
     fn command(&self, id: CommandId) -> StoreFuture<'_, Option<CommandRecord>> {
-        self.call(move |connection| select_command(connection, id).map_err(backend))
+        self.read(move |connection| select_command(connection, id).map_err(backend))
     }
 
     fn update_command<'a>(
