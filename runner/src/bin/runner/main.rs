@@ -364,26 +364,11 @@ fn main() -> ExitCode {
                 Err(e) => usage_error(&e),
             },
             Command::Check {
-                file, types: true, ..
-            } if file.is_dir() => usage_error(&anyhow::anyhow!(
-                "--types checks one graph file; {} is a folder",
-                file.display()
-            )),
-            Command::Check {
-                file,
-                graphs,
-                engine,
-                ..
-            } if file.is_dir() => check_folder(&file, graphs.as_deref(), &engine).await,
-            Command::Check {
                 file,
                 graphs,
                 types,
                 engine,
-            } => match check(&file, graphs.as_deref(), &engine).await {
-                code if code == ExitCode::SUCCESS && types => check_types(&file),
-                code => code,
-            },
+            } => check_command(&file, graphs.as_deref(), types, &engine).await,
             Command::Test {
                 dir,
                 engine,
@@ -1001,6 +986,28 @@ impl Rounds {
             ExitCode::from(EXIT_FAILED)
         })
     }
+}
+
+/// `runner check FILE|DIR [--types]`.
+async fn check_command(
+    file: &Path,
+    graphs: Option<&Path>,
+    types: bool,
+    engine: &EngineArgs,
+) -> ExitCode {
+    if !file.is_dir() {
+        return match check(file, graphs, engine).await {
+            code if code == ExitCode::SUCCESS && types => check_types(file),
+            code => code,
+        };
+    }
+    if types {
+        return usage_error(&anyhow::anyhow!(
+            "--types checks one graph file; {} is a folder",
+            file.display()
+        ));
+    }
+    check_folder(file, graphs, engine).await
 }
 
 /// `runner check --types FILE`, after the graph passed the ordinary check: `tsc`'s errors on
