@@ -16,6 +16,12 @@ fn relay_demo_once_passes_its_self_check() {
     assert!(output.status.success(), "{stderr}");
     assert!(stderr.contains("self-check passed"), "{stderr}");
     assert!(stderr.contains("get_graph_run → completed"), "{stderr}");
+    // The first example graph with a test is the TypeScript one, graphs/agenda.ts: the demo
+    // shares it with its types erased and runs it end to end.
+    assert!(
+        stderr.contains("self-check: agenda with the args of"),
+        "{stderr}"
+    );
     assert!(
         String::from_utf8_lossy(&output.stdout).contains("MCP URL: http://127.0.0.1:"),
         "{stderr}"

@@ -35,4 +35,5 @@ mod result_bounding;
 mod session_identity;
 mod token_caps;
 mod typed_errors;
+mod typescript_sessions;
 mod withdrawal;

@@ -607,12 +607,17 @@ async fn register_graphs(
     })?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "js"))
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "js") || runner::typescript::is_typescript(p)
+        })
         .collect();
     files.sort();
     let mut shared = Vec::new();
     for file in files {
-        let script = std::fs::read_to_string(&file).map_err(setup)?;
+        // A TypeScript graph is shared with its types erased, as `relay desktop session add`
+        // stores it.
+        let script = runner::input::read_script(&file)
+            .map_err(|e| DemoError::Setup(format!("{}: {e}", file.display())))?;
         let meta = engine
             .describe(script.clone().into())
             .await
@@ -628,7 +633,7 @@ async fn register_graphs(
     }
     if shared.is_empty() {
         return Err(DemoError::Setup(format!(
-            "no *.js graphs in {}",
+            "no *.js or *.ts graphs in {}",
             dir.display()
         )));
     }

@@ -23,6 +23,9 @@ pub enum InputError {
     /// The file is not UTF-8 text.
     #[error("it is not UTF-8 text")]
     NotText,
+    /// A TypeScript graph whose types cannot be erased.
+    #[error(transparent)]
+    TypeScript(#[from] crate::typescript::TypeScriptError),
 }
 
 /// The whole file, if it holds at most `limit` bytes. Reads at most `limit + 1` bytes, whatever
@@ -54,9 +57,20 @@ pub fn read_at_most_by(
 /// Largest graph script file: the interpreter's own script limit.
 pub const MAX_SCRIPT_FILE_BYTES: u64 = graph_js::MAX_SCRIPT_BYTES as u64;
 
-/// A graph script, if it is UTF-8 text of at most [`MAX_SCRIPT_FILE_BYTES`].
+/// A graph script, if it is UTF-8 text of at most [`MAX_SCRIPT_FILE_BYTES`]: a TypeScript
+/// graph (`*.ts`) with its types erased, on the same lines and columns.
 pub fn read_script(path: &Path) -> Result<String, InputError> {
-    read_text_at_most(path, MAX_SCRIPT_FILE_BYTES)
+    script_of(path, read_text_at_most(path, MAX_SCRIPT_FILE_BYTES)?)
+}
+
+/// `text`, read from `path`, as the JavaScript the engines run: a TypeScript graph's types
+/// erased, other files unchanged.
+pub fn script_of(path: &Path, text: String) -> Result<String, InputError> {
+    if crate::typescript::is_typescript(path) {
+        Ok(crate::typescript::erase_types(&text)?)
+    } else {
+        Ok(text)
+    }
 }
 
 /// Like [`read_at_most`], for UTF-8 text.

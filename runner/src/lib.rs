@@ -23,6 +23,7 @@ pub mod run;
 pub mod scaffold;
 pub mod testing;
 pub mod trace;
+pub mod typescript;
 
 pub use graph_js::{Failure, FailureCode, Limits, Meta, MetaError};
 pub use run::{RunOptions, RunOutcome, RunRequest, RunStatus, run_graph};

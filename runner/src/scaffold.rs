@@ -1,6 +1,6 @@
 //! `runner init NAME`: a folder with a first graph, its test, the TypeScript declarations of
 //! `g` (`graphs/graph.d.ts`) and a `jsconfig.json`, so an editor completes `g.` and `runner test
-//! NAME` passes at once.
+//! NAME` passes at once; `runner init --ts NAME`, the same in TypeScript with a `tsconfig.json`.
 
 use std::path::{Path, PathBuf};
 
@@ -37,10 +37,38 @@ pub enum ScaffoldError {
     },
 }
 
+/// The editor and `tsc` settings for a folder of TypeScript graphs (`runner init --ts`): the
+/// same options as [`JSCONFIG`], for `*.ts` files.
+pub const TSCONFIG: &str = r#"{
+  "compilerOptions": {
+    "noEmit": true,
+    "target": "es2022",
+    "module": "es2022",
+    "lib": ["es2023", "esnext.array"],
+    "types": []
+  },
+  "include": ["*.ts"]
+}
+"#;
+
+/// The language of a scaffolded graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Language {
+    /// `SLUG.js`, typed by JSDoc comments, with a `jsconfig.json`.
+    JavaScript,
+    /// `SLUG.ts`, run with its types erased, with a `tsconfig.json`.
+    TypeScript,
+}
+
 /// Creates the folder `dir` (its last component is the graph's slug) with `SLUG.js`,
 /// `SLUG.test.json`, `graph.d.ts` and `jsconfig.json`, and returns the files written. Refuses,
 /// before writing anything, a name that is not a slug and a file that exists already.
 pub fn init(dir: &Path) -> Result<Vec<PathBuf>, ScaffoldError> {
+    init_in(dir, Language::JavaScript)
+}
+
+/// [`init`] in `language`: for TypeScript, `SLUG.ts` and a `tsconfig.json` instead.
+pub fn init_in(dir: &Path, language: Language) -> Result<Vec<PathBuf>, ScaffoldError> {
     let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -51,11 +79,21 @@ pub fn init(dir: &Path) -> Result<Vec<PathBuf>, ScaffoldError> {
             name,
         });
     }
+    let (graph, config) = match language {
+        Language::JavaScript => (
+            (dir.join(format!("{name}.js")), graph_source(&name)),
+            (dir.join("jsconfig.json"), JSCONFIG.to_owned()),
+        ),
+        Language::TypeScript => (
+            (dir.join(format!("{name}.ts")), typescript_source(&name)),
+            (dir.join("tsconfig.json"), TSCONFIG.to_owned()),
+        ),
+    };
     let files = [
-        (dir.join(format!("{name}.js")), graph_source(&name)),
+        graph,
         (dir.join(format!("{name}.test.json")), test_source(&name)),
         (dir.join("graph.d.ts"), GRAPH_D_TS.to_owned()),
-        (dir.join("jsconfig.json"), JSCONFIG.to_owned()),
+        config,
     ];
     if let Some((taken, _)) = files.iter().find(|(path, _)| path.exists()) {
         return Err(ScaffoldError::Exists(taken.display().to_string()));
@@ -128,6 +166,40 @@ export default async function (args, g) {{
     )
 }
 
+/// The first graph in TypeScript: [`graph_source`]'s graph, typed by annotations instead of
+/// JSDoc comments.
+fn typescript_source(slug: &str) -> String {
+    format!(
+        r#"export const meta = {{
+  name: "{slug}",
+  slug: "{slug}",
+  version: "0.1.0",
+  description: "Asks two agents about a topic at once and returns both answers",
+}} satisfies GraphMeta;
+
+interface Note {{
+  topic: string;
+  facts: string;
+  angle: string;
+}}
+
+// `g` is everything the graph can do: g.agent, g.tool, g.graph, g.retry, g.sleep, g.log and
+// g.budget (graph.d.ts describes each). The types are erased when it runs, with no build step;
+// `runner check --types {slug}.ts` type-checks it. `runner test` runs {slug}.test.json with
+// scripted agent replies.
+export default async function (args: GraphArgs, g: G): Promise<Note> {{
+  const topic: string = (args.topic as string | undefined) ?? "graphs";
+  const [facts, angle] = await Promise.all([
+    g.agent({{ prompt: `List three facts about ${{topic}}.`, label: "facts" }}),
+    g.agent({{ prompt: `Suggest an angle for a short note about ${{topic}}.`, label: "angle" }}),
+  ]);
+  g.log(`used ${{g.budget().used}} tokens`);
+  return {{ topic, facts: facts.text, angle: angle.text }};
+}}
+"#
+    )
+}
+
 /// The first graph's test: scripted replies and the result they give.
 fn test_source(slug: &str) -> String {
     format!(
@@ -174,5 +246,22 @@ mod tests {
         assert_eq!(meta.slug, "demo");
         let again = init(&dir.path().join("demo")).unwrap_err().to_string();
         assert!(again.contains("demo.js exists already"), "{again}");
+    }
+
+    #[test]
+    fn init_in_typescript_writes_a_graph_that_erases_to_a_valid_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let written = init_in(&dir.path().join("demo"), Language::TypeScript).expect("scaffolds");
+        let names: Vec<String> = written
+            .iter()
+            .filter_map(|p| Some(p.file_name()?.to_str()?.to_owned()))
+            .collect();
+        assert_eq!(
+            names,
+            ["demo.ts", "demo.test.json", "graph.d.ts", "tsconfig.json"]
+        );
+        let script = crate::input::read_script(&dir.path().join("demo/demo.ts")).expect("erases");
+        let meta = graph_js::describe(&script, &graph_js::Limits::default()).expect("valid");
+        assert_eq!(meta.slug, "demo");
     }
 }

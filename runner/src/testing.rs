@@ -16,11 +16,12 @@
 //!             "files": {"notes/out.md": "expected content"}, "absent": ["x.md"]}}
 //! ```
 //!
-//! The graph defaults to the test file's name without `.test.json`, plus `.js`. `ask` tools are
-//! answered by the test: approved when listed in `approve`, denied otherwise. Each case gets a
-//! fresh temporary folder for the fs tools. `seed` fixes the run's random source and `clock`
-//! (`real` or `fixed:` a UTC time) its clock; a case without them takes the `runner test`
-//! flags (`--seed`, `--clock`), else a fresh seed and the real clock.
+//! The graph defaults to the test file's name without `.test.json`, plus `.js` (or `.ts` when
+//! only that one is there). `ask` tools are answered by the test: approved when listed in
+//! `approve`, denied otherwise. Each case gets a fresh temporary folder for the fs tools.
+//! `seed` fixes the run's random source and `clock` (`real` or `fixed:` a UTC time) its clock;
+//! a case without them takes the `runner test` flags (`--seed`, `--clock`), else a fresh seed
+//! and the real clock.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -160,6 +161,9 @@ enum CaseError {
         /// Why not.
         reason: InputError,
     },
+    /// A TypeScript graph whose types cannot be erased: `FILE:LINE:COL: what`.
+    #[error("{0}")]
+    TypeScript(String),
     /// No temporary folder for the case.
     #[error("cannot create a temporary folder: {0}")]
     TempDir(std::io::Error),
@@ -569,7 +573,7 @@ pub fn read_test_file(file: &Path) -> Result<Vec<FileCase>, ReadTestFileError> {
                 .graph
                 .clone()
                 .or_else(|| default_graph.clone())
-                .unwrap_or_else(|| format!("{stem}.js"));
+                .unwrap_or_else(|| default_graph_file(base, &stem));
             FileCase {
                 graph: base.join(graph),
                 case,
@@ -584,6 +588,18 @@ pub fn case_replies(case: &TestCase, base: &Path) -> Result<Option<MockProvider>
         (Some(replies), _) => MockProvider::from_json(replies.clone()).map(Some),
         (None, Some(file)) => MockProvider::from_file(&base.join(file)).map(Some),
         (None, None) => Ok(None),
+    }
+}
+
+/// The graph a test file `STEM.test.json` tests when it names none: `STEM.js`, or `STEM.ts`
+/// when only that one is there.
+fn default_graph_file(base: &Path, stem: &str) -> String {
+    let script = format!("{stem}.js");
+    let typescript = format!("{stem}.ts");
+    if !base.join(&script).exists() && base.join(&typescript).exists() {
+        typescript
+    } else {
+        script
     }
 }
 
@@ -626,7 +642,7 @@ async fn run_file(file: &Path, suite: &Suite<'_>) -> Vec<CaseReport> {
             .graph
             .clone()
             .or_else(|| default_graph.clone())
-            .unwrap_or_else(|| format!("{stem}.js"));
+            .unwrap_or_else(|| default_graph_file(base, &stem));
         let mut report = run_one(&case, &base.join(&graph), base, suite).await;
         report.file = file.to_path_buf();
         report.name = name;
@@ -713,9 +729,12 @@ async fn run_case(
     suite: &Suite<'_>,
     events: Arc<dyn EventSink>,
 ) -> Result<(RunOutcome, CaseFolder), CaseError> {
-    let script = read_script(graph).map_err(|reason| CaseError::Graph {
-        path: graph.display().to_string(),
-        reason,
+    let script = read_script(graph).map_err(|reason| match reason {
+        InputError::TypeScript(e) => CaseError::TypeScript(e.located(graph)),
+        reason => CaseError::Graph {
+            path: graph.display().to_string(),
+            reason,
+        },
     })?;
     // The graph is checked as `runner check` and `runner run` check it (meta, default export).
     let script: Arc<str> = script.into();

@@ -101,7 +101,7 @@ fn the_declarations_of_g_match_the_prelude() {
 
 /// The pinned TypeScript compiler (`scripts/tsc.sh`), or why there is none. Under
 /// `GRAPHRELAY_REQUIRE_TSC=1` (CI) there must be one.
-fn tsc() -> Option<PathBuf> {
+pub(crate) fn tsc() -> Option<PathBuf> {
     let required = std::env::var("GRAPHRELAY_REQUIRE_TSC").is_ok_and(|v| v == "1");
     let have = |tool: &str| {
         Command::new(tool)

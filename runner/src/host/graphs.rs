@@ -11,6 +11,7 @@ use graph_js::{Failure, Meta, MetaError};
 use super::approvals::BoxFuture;
 use super::engine::{ComponentError, Engine};
 use crate::input::{InputError, read_at_most, read_script};
+use crate::typescript::is_typescript;
 
 /// The first bytes of every WebAssembly binary.
 pub const WASM_MAGIC: &[u8] = b"\0asm";
@@ -109,7 +110,7 @@ pub fn located_reason(path: &Path, reason: &GraphFileError) -> String {
     }
 }
 
-/// Graphs by slug, loaded from the `*.js` files of one folder.
+/// Graphs by slug, loaded from the `*.js` and `*.ts` files of one folder.
 #[derive(Debug, Default, Clone)]
 pub struct FolderCatalog {
     graphs: BTreeMap<String, GraphSource>,
@@ -117,7 +118,8 @@ pub struct FolderCatalog {
 }
 
 impl FolderCatalog {
-    /// Reads every graph in `dir` (not recursively): the `*.js` files, and the `*.wasm` built
+    /// Reads every graph in `dir` (not recursively): the `*.js` and `*.ts` files (TypeScript with
+    /// its types erased; a `.js` and a `.ts` of one stem are refused), and the `*.wasm` built
     /// components (`runner build` output, run on an engine of their own made by `engine`),
     /// each indexed by its `meta.slug`. Files that do not describe themselves are skipped and
     /// listed in [`Self::skipped`].
@@ -227,7 +229,7 @@ impl FolderCatalog {
             .map(|(path, reason)| cannot_load(slug, path, reason))
     }
 
-    /// The file named for `slug` (`SLUG.js` or `SLUG.wasm`) that could not load, if any.
+    /// The file named for `slug` (`SLUG.js`, `SLUG.ts` or `SLUG.wasm`) that could not load.
     fn skipped_for(&self, slug: &str) -> Option<&(PathBuf, Arc<GraphFileError>)> {
         self.skipped
             .iter()
@@ -235,7 +237,8 @@ impl FolderCatalog {
     }
 }
 
-/// The graph files of `dir` (`*.js` and `*.wasm`), sorted.
+/// The graph files of `dir` (`*.js`, `*.ts` but not `*.d.ts`, and `*.wasm`), sorted. A stem
+/// with both a `.js` and a `.ts` file is refused.
 fn graph_files(dir: &Path) -> Result<Vec<PathBuf>, CatalogError> {
     let listing = std::fs::read_dir(dir).map_err(|reason| CatalogError::Folder {
         dir: dir.display().to_string(),
@@ -243,9 +246,21 @@ fn graph_files(dir: &Path) -> Result<Vec<PathBuf>, CatalogError> {
     })?;
     let mut files: Vec<PathBuf> = listing
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "js" || x == "wasm") && p.is_file())
+        .filter(|p| {
+            (p.extension().is_some_and(|x| x == "js" || x == "wasm") || is_typescript(p))
+                && p.is_file()
+        })
         .collect();
     files.sort();
+    if let Some(ts) = files
+        .iter()
+        .find(|p| is_typescript(p) && files.contains(&p.with_extension("js")))
+    {
+        return Err(CatalogError::TwoSources {
+            js: ts.with_extension("js").display().to_string(),
+            ts: ts.display().to_string(),
+        });
+    }
     Ok(files)
 }
 
@@ -258,8 +273,8 @@ fn build_pair(first: &Path, second: &Path) -> Option<bool> {
         return None;
     }
     match (ext(first)?.as_str(), ext(second)?.as_str()) {
-        ("wasm", "js") => Some(true),
-        ("js", "wasm") => Some(false),
+        ("wasm", "js" | "ts") => Some(true),
+        ("js" | "ts", "wasm") => Some(false),
         _ => None,
     }
 }
@@ -354,7 +369,8 @@ impl Described {
     /// The graph a folder load reads from `path`, when it is this one: a script at the same
     /// file that still reads the same.
     fn reuse(&self, path: &Path) -> Option<Result<GraphSource, GraphFileError>> {
-        let script = path.extension().is_some_and(|x| x == "js") && !self.script.is_empty();
+        let script = (path.extension().is_some_and(|x| x == "js") || is_typescript(path))
+            && !self.script.is_empty();
         let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
             (Ok(a), Ok(b)) => a == b,
             _ => false,
@@ -408,6 +424,17 @@ pub enum CatalogError {
         first: String,
         /// The other file.
         second: String,
+    },
+    /// One graph in two sources, `SLUG.js` and `SLUG.ts`: which one a nested call of `SLUG`
+    /// runs must not be a guess.
+    #[error(
+        "{js} and {ts} are two sources of one graph; keep one of them (`g.graph` finds either)"
+    )]
+    TwoSources {
+        /// The JavaScript file.
+        js: String,
+        /// The TypeScript file.
+        ts: String,
     },
 }
 

@@ -32,7 +32,7 @@ use runner::host::mock::MockProvider;
 use runner::host::time::ClockSetting;
 use runner::host::tools::ToolRegistry;
 use runner::input::{
-    MAX_DATA_FILE_BYTES, MAX_SCRIPT_FILE_BYTES, read_at_most_by, read_text_at_most,
+    InputError, MAX_DATA_FILE_BYTES, MAX_SCRIPT_FILE_BYTES, read_at_most_by, read_text_at_most,
 };
 use runner::report::Listed;
 use runner::run::{MAX_CONCURRENCY, RunOptions, RunRequest, RunStatus, run_graph};
@@ -74,6 +74,10 @@ enum Command {
         /// error (default: the graph file's folder).
         #[arg(long)]
         graphs: Option<PathBuf>,
+        /// Type-check the graph file (`.ts`, or `.js` by its JSDoc types) against graph.d.ts
+        /// with the TypeScript compiler, the `tsc` on PATH; an error where there is none.
+        #[arg(long)]
+        types: bool,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -107,6 +111,10 @@ enum Command {
     Init {
         /// The folder to create; its last part is the graph's slug.
         name: PathBuf,
+        /// Write the graph in TypeScript (NAME.ts, run with its types erased, no build step)
+        /// with a tsconfig.json.
+        #[arg(long)]
+        ts: bool,
     },
     /// Compile a graph into a self-contained, pre-initialized wasm component.
     Build {
@@ -251,14 +259,21 @@ fn read_graph(path: &Path) -> anyhow::Result<GraphFile> {
             path.display()
         );
     }
-    String::from_utf8(bytes)
-        .map(GraphFile::Script)
-        .map_err(|_| {
-            anyhow::anyhow!(
-                "{} is neither UTF-8 JavaScript nor a wasm component",
-                path.display()
-            )
-        })
+    let text = String::from_utf8(bytes).map_err(|_| {
+        anyhow::anyhow!(
+            "{} is neither UTF-8 JavaScript nor a wasm component",
+            path.display()
+        )
+    })?;
+    // A TypeScript graph runs with its types erased, on its own lines and columns.
+    match runner::input::script_of(path, text) {
+        Ok(script) => Ok(GraphFile::Script(script)),
+        Err(InputError::TypeScript(e)) => Err(anyhow::anyhow!("{}", e.located(path))),
+        Err(e) => Err(anyhow::anyhow!(
+            "cannot read the graph {}: {e}",
+            path.display()
+        )),
+    }
 }
 
 /// Most rounds of `runner test --repeat`.
@@ -365,13 +380,9 @@ fn main() -> ExitCode {
             Command::Check {
                 file,
                 graphs,
+                types,
                 engine,
-            } if file.is_dir() => check_folder(&file, graphs.as_deref(), &engine).await,
-            Command::Check {
-                file,
-                graphs,
-                engine,
-            } => check(&file, graphs.as_deref(), &engine).await,
+            } => check_command(&file, graphs.as_deref(), types, &engine).await,
             Command::Test {
                 dir,
                 engine,
@@ -393,7 +404,7 @@ fn main() -> ExitCode {
                 }
             }
             Command::Build { file, output } => build(&file, &output).await,
-            Command::Init { name } => init(&name),
+            Command::Init { name, ts } => init(&name, ts),
         }
     });
     // The outcome is printed: a tool still stuck in a blocking thread (a file on a hung network
@@ -1002,9 +1013,56 @@ impl Rounds {
     }
 }
 
+/// `runner check FILE|DIR [--types]`.
+async fn check_command(
+    file: &Path,
+    graphs: Option<&Path>,
+    types: bool,
+    engine: &EngineArgs,
+) -> ExitCode {
+    if !file.is_dir() {
+        return match check(file, graphs, engine).await {
+            code if code == ExitCode::SUCCESS && types => check_types(file),
+            code => code,
+        };
+    }
+    if types {
+        return usage_error(&anyhow::anyhow!(
+            "--types checks one graph file; {} is a folder",
+            file.display()
+        ));
+    }
+    check_folder(file, graphs, engine).await
+}
+
+/// `runner check --types FILE`, after the graph passed the ordinary check: `tsc`'s errors on
+/// stderr, each at its `FILE:LINE:COL`.
+fn check_types(file: &Path) -> ExitCode {
+    match runner::typescript::tsc::type_check(file) {
+        Ok(checked) if checked.passed => {
+            eprintln!("{}: no type errors", file.display());
+            ExitCode::SUCCESS
+        }
+        Ok(checked) => {
+            eprintln!("{}", checked.messages);
+            eprintln!("{}: type errors (tsc)", file.display());
+            ExitCode::from(EXIT_FAILED)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
 /// `runner init NAME`: the files written on stdout, one per line.
-fn init(name: &Path) -> ExitCode {
-    match runner::scaffold::init(name) {
+fn init(name: &Path, typescript: bool) -> ExitCode {
+    let language = if typescript {
+        runner::scaffold::Language::TypeScript
+    } else {
+        runner::scaffold::Language::JavaScript
+    };
+    match runner::scaffold::init_in(name, language) {
         Ok(files) => {
             for file in &files {
                 println!("{}", file.display());
