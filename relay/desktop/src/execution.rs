@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 use graph_js::Failure;
 use runner::engine::Engine;
 use runner::host::events::{Event as TraceEvent, EventKind, EventSink};
+use runner::host::journal::{JournalMode, Recorder};
 use runner::host::tools::ToolRegistry;
 use runner::run::{RunOptions, RunOutcome, RunRequest, RunStatus, run_graph};
 use serde_json::Value;
@@ -16,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{ApiError, DesktopApi, Started};
 use crate::ended::Ended;
 use crate::pass::PassState;
-use crate::state::{Session, StateError};
+use crate::state::{Session, StateError, StateJournal};
 use crate::trace::{Spent, TraceKeeper};
 use crate::{Event, Relay, Tell, approver, bounding, catalog, report};
 use relay_protocol::{
@@ -460,6 +461,7 @@ impl Relay {
         options.token_cap = execution.token_cap;
         options.max_concurrency = self.config.max_concurrency;
         options.timeout = self.config.graph_timeout;
+        options.journal = self.journal_of(execution);
         options.events = Arc::new(Agreeing {
             inner: Arc::new(runner::host::events::FanOut(vec![
                 self.runtime.events.clone(),
@@ -468,6 +470,18 @@ impl Relay {
             running: execution.running.clone(),
         });
         options
+    }
+
+    /// The run's journal, written to the desktop state (docs/journal.md). A state that cannot
+    /// start it leaves the run unrecorded, said in the log.
+    fn journal_of(&self, execution: &Execution) -> Option<JournalMode> {
+        match StateJournal::new(self.state.blocking().clone(), &execution.id) {
+            Ok(sink) => Some(JournalMode::Record(Recorder::new(Arc::new(sink)))),
+            Err(e) => {
+                tracing::error!(channel = %execution.channel, "cannot start the run's journal in the desktop state, so this run is not recorded: {e}");
+                None
+            }
+        }
     }
 
     /// The fs tools over the configured folder (the relay's `--folder`, else the stored one).

@@ -87,7 +87,7 @@ impl DesktopState {
                 "DELETE FROM history WHERE execution_id = ?1",
                 params![execution_id],
             )?;
-            Ok(())
+            super::journal::delete_journal(conn, execution_id)
         })
     }
 
@@ -125,7 +125,10 @@ impl DesktopState {
         completion: &CompleteRequest,
         finished_at: Timestamp,
     ) -> Result<(), StateError> {
-        self.with_sync(|conn| write_end(conn, full_result, trace, completion, finished_at))
+        self.with_sync(|conn| {
+            write_end(conn, full_result, trace, completion, finished_at)?;
+            super::journal::delete_journal(conn, &completion.execution_id)
+        })
     }
 
     /// [`DesktopState::note_refused`] for an execution whose completion is not in the outbox.
@@ -262,13 +265,20 @@ impl DesktopState {
         })
     }
 
-    /// Removes a delivered (or finally refused) completion.
+    /// Removes a delivered (or finally refused) completion, and the journal of its run.
     pub fn remove_from_outbox(&self, command_id: &CommandId) -> Result<(), StateError> {
         self.with_sync(|conn| {
-            conn.execute(
+            let tx = conn.transaction()?;
+            tx.execute(
+                "DELETE FROM journal WHERE execution_id IN
+                 (SELECT execution_id FROM outbox WHERE command_id = ?1)",
+                params![command_id.to_string()],
+            )?;
+            tx.execute(
                 "DELETE FROM outbox WHERE command_id = ?1",
                 params![command_id.to_string()],
             )?;
+            tx.commit()?;
             Ok(())
         })
     }

@@ -161,6 +161,17 @@ CREATE TABLE local_cancels (
     requested_at INTEGER NOT NULL
 );
 "#,
+    // The run journal of each execution (issue 46, docs/journal.md): every answer the host gave
+    // its graph, one JSON line per row in the order given (`seq` from 1; the header is row 1),
+    // written before the answer reached the graph. Deleted once the run's end is posted.
+    r#"
+CREATE TABLE journal (
+    execution_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    line TEXT NOT NULL,
+    PRIMARY KEY (execution_id, seq)
+) WITHOUT ROWID;
+"#,
 ];
 
 /// The columns of the state file that hold JSON, as the state reads them: what `relay desktop db
@@ -181,6 +192,7 @@ pub const JSON_COLUMNS: &[relay_sqlite::rows::JsonColumn] = {
         json("history", "trace", Shape::Any),
         json("history", "arguments", Shape::Object),
         json("queue", "arguments", Shape::Object),
+        json("journal", "line", Shape::Object),
     ]
 };
 
@@ -532,6 +544,7 @@ impl DesktopState {
 mod approvals;
 mod calls;
 mod executions;
+mod journal;
 mod listing;
 mod liveness;
 mod local_cancels;
@@ -542,6 +555,7 @@ mod settings;
 mod sharing;
 
 pub use calls::AsyncState;
+pub use journal::StateJournal;
 pub use listing::{MAX_RUNNING_LISTED, RunEnd, RunningRow, SessionSource, ShareRow};
 pub use local_cancels::RunRef;
 pub use queue::QueuedRow;

@@ -1,0 +1,127 @@
+//! The run journal in the desktop state (issue 46, docs/journal.md), with real `relay desktop`
+//! processes: every run the desktop executes is journaled in its state database as it runs
+//! (header with the script hash, arguments, seed and engine; each answer before the graph gets
+//! it), the journal outlives a SIGKILL, and it is deleted once the run's end is posted.
+
+use crate::harness;
+
+use std::time::Duration;
+
+use harness::{RelayProcess, World, wait_until};
+use runner::host::journal::{Header, sha256_hex};
+use serde_json::{Value, json};
+
+/// Asks one agent (99 tokens), then a second one that never answers.
+const AGENT_THEN_SLOW: &str = r#"
+export const meta = {name: "Agent then slow", slug: "journal-slow", version: "1.0.0"};
+export default async function (args, g) {
+  await g.agent({label: "first", prompt: "hi " + args.who});
+  return g.agent({label: "slow", prompt: "and again"});
+}
+"#;
+
+/// One agent, then done.
+const ONE_AGENT: &str = r#"
+export const meta = {name: "One agent", slug: "journal-one", version: "1.0.0"};
+export default async function (args, g) {
+  return (await g.agent({label: "first", prompt: "hi"})).text;
+}
+"#;
+
+fn replies() -> Value {
+    json!({"replies": [
+        {"label": "first", "text": "hello", "tokens": 99},
+        {"label": "slow", "text": "late", "latency_ms": 600000}
+    ], "default": {"text": "x", "tokens": 5}})
+}
+
+fn spawn_relay(world: &World, name: &str) -> RelayProcess {
+    world.spawn_relay(name, &replies(), &[])
+}
+
+fn kill(relay: &mut RelayProcess) {
+    let pid = i32::try_from(relay.child.id()).expect("pid");
+    // SAFETY: sends a signal to our own child process, whose pid we hold.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0, "signal sent");
+    relay.child.wait().expect("wait");
+}
+
+/// The journal of the only execution in the history, if it has one.
+fn journal(world: &World) -> Option<String> {
+    let history = world.state.history().expect("history");
+    let execution = &history.first()?.execution_id;
+    world.state.journal_text(execution).expect("journal")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_journal_is_in_the_state_before_the_answer_and_outlives_a_sigkill() {
+    let world = World::new(replies()).await;
+    let session = world.share(AGENT_THEN_SLOW).await;
+    let command = world
+        .queue(&session, "key-journal-kill", json!({"who": "ann"}))
+        .await;
+    let mut relay = spawn_relay(&world, "journal-kill");
+    // The first agent's answer is journaled before the graph gets it, so by the time the graph
+    // starts the slow agent, the state holds the await of the first one.
+    wait_until("the slow agent's start is journaled", || {
+        journal(&world).is_some_and(|text| text.contains(r#""what":"slow""#))
+    })
+    .await;
+    kill(&mut relay);
+    let text = journal(&world).expect("the journal outlives the kill");
+    let mut lines = text.lines();
+    let header: Header =
+        serde_json::from_str(lines.next().expect("a header")).expect("the header parses");
+    assert_eq!(header.script_sha256, sha256_hex(&header.script));
+    assert!(header.script.contains("journal-slow"), "{}", header.script);
+    assert_eq!(header.args, json!({"who": "ann"}));
+    assert_eq!(header.graph, "journal-slow");
+    assert!(
+        ["boa", "wasm"].contains(&header.engine.as_str()),
+        "{header:?}"
+    );
+    let wait = text
+        .lines()
+        .find(|line| line.starts_with(r#"{"k":"wait""#))
+        .expect("the first agent's await");
+    assert!(wait.contains("hello"), "{wait}");
+    assert!(text.contains(r#"{"k":"usage","tokens":99"#), "{text}");
+    assert!(
+        !text.contains(r#""k":"end""#),
+        "the run had not ended: {text}"
+    );
+
+    // Today the next start reports the run failed; once that end is posted, the journal goes.
+    let restarted = spawn_relay(&world, "journal-restart");
+    let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    wait_until("the journal is deleted once the end is posted", || {
+        journal(&world).is_none()
+    })
+    .await;
+    assert!(
+        world.state.journals().expect("journals").is_empty(),
+        "{}",
+        restarted.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_runs_journal_ends_and_is_deleted_once_posted() {
+    let world = World::new(replies()).await;
+    let session = world.share(ONE_AGENT).await;
+    let command = world.queue(&session, "key-journal-one", json!({})).await;
+    let relay = spawn_relay(&world, "journal-one");
+    let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["total_tokens"], 99, "{run}");
+    wait_until("the journal is deleted once the end is posted", || {
+        world.state.history().expect("history").len() == 1 && journal(&world).is_none()
+    })
+    .await;
+    assert!(
+        world.state.journals().expect("journals").is_empty(),
+        "{}",
+        relay.log()
+    );
+}
