@@ -28,9 +28,20 @@ export default async function (args, g) {
 }
 "#;
 
+/// Asks one agent (99 tokens), then a second one that takes a while (5 tokens).
+const AGENT_THEN_SECOND: &str = r#"
+export const meta = {name: "Agent then second", slug: "journal-second", version: "1.0.0"};
+export default async function (args, g) {
+  const first = await g.agent({label: "first", prompt: "hi"});
+  const second = await g.agent({label: "second", prompt: "and again"});
+  return [first.text, second.text];
+}
+"#;
+
 fn replies() -> Value {
     json!({"replies": [
         {"label": "first", "text": "hello", "tokens": 99},
+        {"label": "second", "text": "world", "tokens": 5, "latency_ms": 1500},
         {"label": "slow", "text": "late", "latency_ms": 600000}
     ], "default": {"text": "x", "tokens": 5}})
 }
@@ -91,10 +102,18 @@ async fn a_runs_journal_is_in_the_state_before_the_answer_and_outlives_a_sigkill
         "the run had not ended: {text}"
     );
 
-    // Today the next start reports the run failed; once that end is posted, the journal goes.
-    let restarted = spawn_relay(&world, "journal-restart");
+    // With --no-resume the next start reports the run failed, as before the journal; once
+    // that end is posted, the journal goes.
+    let restarted = world.spawn_relay("journal-restart", &replies(), &["--no-resume"]);
     let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
     assert_eq!(run["status"], "failed", "{run}");
+    assert!(
+        run["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("the desktop relay stopped while this graph was running")),
+        "{run}"
+    );
+    assert_eq!(run["total_tokens"], 99, "{run}");
     wait_until("the journal is deleted once the end is posted", || {
         journal(&world).is_none()
     })
@@ -124,4 +143,66 @@ async fn a_finished_runs_journal_ends_and_is_deleted_once_posted() {
         "{}",
         relay.log()
     );
+}
+
+/// Queues AGENT_THEN_SECOND, runs it, and SIGKILLs the relay while the second agent is asked.
+async fn killed_during_the_second_agent(world: &World, key: &str) -> String {
+    let session = world.share(AGENT_THEN_SECOND).await;
+    let command = world.queue(&session, key, json!({})).await;
+    let mut relay = spawn_relay(world, key);
+    wait_until("the second agent's start is journaled", || {
+        journal(world).is_some_and(|text| text.contains(r#""what":"second""#))
+    })
+    .await;
+    kill(&mut relay);
+    assert_eq!(world.get(&command).await["status"], "running");
+    command
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_mid_way_resumes_from_its_journal_and_completes_once() {
+    let world = World::new(replies()).await;
+    let command = killed_during_the_second_agent(&world, "key-resume").await;
+    // Were the first agent asked again, its answer and tokens would be these.
+    let asked_again = json!({"replies": [
+        {"label": "first", "text": "asked again", "tokens": 1000},
+        {"label": "second", "text": "world", "tokens": 5, "latency_ms": 300}
+    ]});
+    let restarted = world.spawn_relay("resume-restart", &asked_again, &[]);
+    let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
+    let log = restarted.log();
+    assert_eq!(run["status"], "completed", "{run}: {log}");
+    assert_eq!(run["result"], json!(["hello", "world"]), "{run}");
+    // The first agent's 99 tokens come from the journal, the second (in flight) is asked again.
+    assert_eq!(run["total_tokens"], 104, "{run}: {log}");
+    assert!(log.contains("resuming a run"), "{log}");
+    let history = world.state.history().expect("history");
+    assert_eq!(history.len(), 1, "one run, not two: {history:?}");
+    assert_eq!(history[0].status, "completed", "{history:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_graph_changed_while_interrupted_is_not_resumed() {
+    let world = World::new(replies()).await;
+    let command = killed_during_the_second_agent(&world, "key-changed").await;
+    world
+        .state
+        .with_sync(|conn| {
+            conn.execute(
+                "UPDATE graph_sessions SET script = script || '\n// edited\n'",
+                [],
+            )?;
+            Ok(())
+        })
+        .expect("edit the session's code");
+    let restarted = spawn_relay(&world, "changed-restart");
+    let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
+    assert_eq!(run["status"], "failed", "{run}: {}", restarted.log());
+    assert!(
+        run["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("the graph changed while the run was interrupted")),
+        "{run}"
+    );
+    assert_eq!(run["total_tokens"], 99, "{run}");
 }

@@ -161,10 +161,12 @@ pub(crate) struct Execution {
     token_cap: Option<u64>,
     /// What the engine runs.
     request: RunRequest,
+    /// The journal of the run this execution resumes (issue 46), if it resumes one.
+    resume: Option<Arc<runner::host::journal::Journal>>,
 }
 
 /// How the service answered `started`, as the start step takes it.
-enum StartAnswer {
+pub(crate) enum StartAnswer {
     /// Run it (a replay of an earlier start under this execution counts).
     Go {
         /// Someone already asked to cancel: who (`None`: the service did not say).
@@ -269,7 +271,42 @@ impl Relay {
             project: project.to_owned(),
             token_cap,
             request,
+            resume: None,
         }))
+    }
+
+    /// An interrupted execution resumed from its `journal`, under its own id: the service said
+    /// to go on with it (`started` again with that id).
+    pub(crate) fn resumed_execution(
+        &self,
+        history: &crate::state::HistoryRow,
+        session: &Session,
+        journal: runner::host::journal::Journal,
+        token_cap: Option<u64>,
+        command_id: CommandId,
+    ) -> Execution {
+        let running = RunningCommand {
+            id: command_id,
+            project: history.project_id.clone(),
+            session: session.id.clone(),
+            slug: session.slug.clone(),
+            cancel: CancellationToken::new(),
+            stop: Arc::new(OnceLock::new()),
+        };
+        Execution {
+            id: history.execution_id.clone(),
+            channel: history.channel.clone(),
+            running,
+            project: history.project_id.clone(),
+            token_cap,
+            request: RunRequest {
+                script: session.script.clone().into(),
+                args: journal.header.args.clone(),
+                graph: session.slug.clone(),
+                run_id: Some(history.execution_id.clone()),
+            },
+            resume: Some(Arc::new(journal)),
+        }
     }
 
     async fn forget_execution(
@@ -285,7 +322,7 @@ impl Relay {
     /// Asks `started` with the same execution id until the service answers it, waiting
     /// [`crate::DesktopConfig::call_retry`] (doubling up to the poll interval, and at least
     /// what a `Retry-After` asks) between tries, until the relay stops.
-    async fn started_until_answered(
+    pub(crate) async fn started_until_answered(
         &self,
         id: &CommandId,
         execution_id: &str,
@@ -476,7 +513,16 @@ impl Relay {
     /// start it leaves the run unrecorded, said in the log.
     fn journal_of(&self, execution: &Execution) -> Option<JournalMode> {
         match StateJournal::new(self.state.blocking().clone(), &execution.id) {
-            Ok(sink) => Some(JournalMode::Record(Recorder::new(Arc::new(sink)))),
+            Ok(sink) => {
+                let recorder = Recorder::new(Arc::new(sink));
+                Some(match &execution.resume {
+                    Some(journal) => JournalMode::Resume {
+                        replayer: runner::host::journal::Replayer::resuming(journal),
+                        recorder,
+                    },
+                    None => JournalMode::Record(recorder),
+                })
+            }
             Err(e) => {
                 tracing::error!(channel = %execution.channel, "cannot start the run's journal in the desktop state, so this run is not recorded: {e}");
                 None
