@@ -1,7 +1,10 @@
 //! The run journal in the desktop state (issue 46, docs/journal.md), with real `relay desktop`
 //! processes: every run the desktop executes is journaled in its state database as it runs
 //! (header with the script hash, arguments, seed and engine; each answer before the graph gets
-//! it), the journal outlives a SIGKILL, and it is deleted once the run's end is posted.
+//! it), the journal outlives a SIGKILL, and it is deleted once the run's end is posted. A run a
+//! SIGKILL interrupted is resumed by the next start: it completes once, its journaled agents
+//! are not asked again, its file is written, its tokens are the uninterrupted run's plus at most
+//! the agent in flight; not when its graph changed or with `--no-resume`.
 
 use crate::harness;
 
@@ -205,4 +208,101 @@ async fn a_run_whose_graph_changed_while_interrupted_is_not_resumed() {
         "{run}"
     );
     assert_eq!(run["total_tokens"], 99, "{run}");
+}
+
+/// Six agents in turn, then a file written with their answers.
+const SIX_THEN_WRITE: &str = r#"
+export const meta = {name: "Six then write", slug: "journal-six", version: "1.0.0"};
+export default async function (args, g) {
+  const texts = [];
+  for (let i = 1; i <= 6; i++) {
+    texts.push((await g.agent({label: "a" + i, prompt: "p" + i})).text);
+  }
+  await g.tool("fs.write", {path: "six.txt", text: texts.join(",")});
+  return texts;
+}
+"#;
+
+fn six_replies() -> Value {
+    let replies: Vec<Value> = (1..=6)
+        .map(|i| json!({"label": format!("a{i}"), "text": format!("t{i}"), "tokens": i * 10, "latency_ms": 150}))
+        .collect();
+    json!({"replies": replies})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_at_each_agent_resumes_to_the_uninterrupted_outcome() {
+    for k in 1..=6 {
+        let world = World::new(six_replies()).await;
+        let folder = world.state_dir.path().join("shared");
+        std::fs::create_dir_all(&folder).expect("folder");
+        world.state.set_folder(&folder).expect("folder set");
+        world
+            .state
+            .set_policy("fs.write", runner::host::approvals::Policy::Allow)
+            .expect("policy");
+        let session = world.share(SIX_THEN_WRITE).await;
+        let command = world
+            .queue(&session, &format!("key-six-{k}"), json!({}))
+            .await;
+        let mut relay = world.spawn_relay(&format!("six-{k}"), &six_replies(), &[]);
+        let started = format!(r#""what":"a{k}""#);
+        wait_until("the agent's start is journaled", || {
+            journal(&world).is_some_and(|text| text.contains(&started))
+        })
+        .await;
+        kill(&mut relay);
+        let restarted = world.spawn_relay(&format!("six-{k}-restart"), &six_replies(), &[]);
+        let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
+        let at = format!("killed at agent {k}: {run}: {}", restarted.log());
+        assert_eq!(run["status"], "completed", "{at}");
+        assert_eq!(
+            run["result"],
+            json!(["t1", "t2", "t3", "t4", "t5", "t6"]),
+            "{at}"
+        );
+        // 210 uninterrupted, plus at most the agent in flight at the kill.
+        let tokens = run["total_tokens"].as_u64().expect("tokens");
+        assert!((210..=210 + k * 10).contains(&tokens), "{tokens}: {at}");
+        assert_eq!(
+            std::fs::read_to_string(folder.join("six.txt")).expect("written"),
+            "t1,t2,t3,t4,t5,t6"
+        );
+        assert_eq!(world.state.history().expect("history").len(), 1, "{at}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_killed_again_resumes_again() {
+    let world = World::new(six_replies()).await;
+    let folder = world.state_dir.path().join("shared");
+    std::fs::create_dir_all(&folder).expect("folder");
+    world.state.set_folder(&folder).expect("folder set");
+    world
+        .state
+        .set_policy("fs.write", runner::host::approvals::Policy::Allow)
+        .expect("policy");
+    let session = world.share(SIX_THEN_WRITE).await;
+    let command = world.queue(&session, "key-twice", json!({})).await;
+    let mut relay = world.spawn_relay("twice", &six_replies(), &[]);
+    for (k, name) in [(2, "twice-1"), (4, "twice-2")] {
+        let started = format!(r#""what":"a{k}""#);
+        wait_until("the agent's start is journaled", || {
+            journal(&world).is_some_and(|text| text.contains(&started))
+        })
+        .await;
+        kill(&mut relay);
+        relay = world.spawn_relay(name, &six_replies(), &[]);
+    }
+    let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
+    let at = format!("{run}: {}", relay.log());
+    assert_eq!(run["status"], "completed", "{at}");
+    assert_eq!(
+        run["result"],
+        json!(["t1", "t2", "t3", "t4", "t5", "t6"]),
+        "{at}"
+    );
+    let tokens = run["total_tokens"].as_u64().expect("tokens");
+    assert!((210..=210 + 20 + 40).contains(&tokens), "{tokens}: {at}");
+    assert_eq!(world.state.history().expect("history").len(), 1, "{at}");
 }
