@@ -306,3 +306,36 @@ async fn a_resumed_run_killed_again_resumes_again() {
     assert!((210..=210 + 20 + 40).contains(&tokens), "{tokens}: {at}");
     assert_eq!(world.state.history().expect("history").len(), 1, "{at}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_interrupted_past_the_silence_timeout_is_not_resumed() {
+    let world = World::new(replies()).await;
+    let command = killed_during_the_second_agent(&world, "key-silence").await;
+    // The desktop stays away past the silence timeout: the service fails the run.
+    world
+        .service
+        .clock
+        .advance(relay_service::runs::DEFAULT_SILENCE_TIMEOUT + std::time::Duration::from_secs(1));
+    let failed = world.get(&command).await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let restarted = spawn_relay(&world, "silence-restart");
+    wait_until("the interrupted run is settled in the history", || {
+        world
+            .state
+            .history()
+            .expect("history")
+            .first()
+            .is_some_and(|row| row.status != "running")
+            && journal(&world).is_none()
+    })
+    .await;
+    let log = restarted.log();
+    assert!(!log.contains("resuming a run"), "{log}");
+    assert_eq!(world.state.history().expect("history")[0].status, "failed");
+    let run = world.get(&command).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    assert_eq!(
+        run["error"], failed["error"],
+        "the service's outcome stands"
+    );
+}
