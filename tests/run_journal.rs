@@ -182,6 +182,9 @@ async fn a_run_killed_mid_way_resumes_from_its_journal_and_completes_once() {
     let history = world.state.history().expect("history");
     assert_eq!(history.len(), 1, "one run, not two: {history:?}");
     assert_eq!(history[0].status, "completed", "{history:?}");
+    let listed = harness::desktop_cli(&world.state_path(), &["history"]);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains("resumed 1x after a stop"), "{listed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,7 +307,9 @@ async fn a_resumed_run_killed_again_resumes_again() {
     );
     let tokens = run["total_tokens"].as_u64().expect("tokens");
     assert!((210..=210 + 20 + 40).contains(&tokens), "{tokens}: {at}");
-    assert_eq!(world.state.history().expect("history").len(), 1, "{at}");
+    let history = world.state.history().expect("history");
+    assert_eq!(history.len(), 1, "{at}");
+    assert_eq!(history[0].resumed, 2, "{at}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -111,6 +111,10 @@ impl Relay {
             StartAnswer::Stopped => return Ok(None),
         }
         tracing::info!(command = %command_id, execution = %execution.execution_id, "resuming a run the relay stopped during, from its journal");
+        let (resumed_id, now) = (execution.execution_id.clone(), self.clock.now());
+        self.state
+            .call(move |state| state.note_resumed(&resumed_id, now))
+            .await?;
         let resumed =
             self.resumed_execution(&found.history, &session, journal, token_cap, command_id);
         let ran = self.execute(pass, &resumed, tell, shutdown).await;

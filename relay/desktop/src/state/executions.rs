@@ -80,6 +80,18 @@ impl DesktopState {
         })
     }
 
+    /// Notes that the interrupted execution `execution_id` is resumed from its journal.
+    pub fn note_resumed(&self, execution_id: &str, now: Timestamp) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            conn.execute(
+                "UPDATE history SET resumed = resumed + 1, resumed_at = ?2
+                 WHERE execution_id = ?1 AND status = 'running'",
+                params![execution_id, now.unix_millis()],
+            )?;
+            Ok(())
+        })
+    }
+
     /// Forgets an execution that never started (the service refused it or was unreachable).
     pub fn forget_execution(&self, execution_id: &str) -> Result<(), StateError> {
         self.with_sync(|conn| {
@@ -373,9 +385,10 @@ fn write_end(
 
 const HISTORY_COLUMNS: &str = "execution_id, command_id, channel, project_id, session_id, slug, \
      status, result, error, total_tokens, reported_cost, result_truncated, started_at, \
-     finished_at, service_refusal, queued_at, arguments, agent_id, agent_name, end_cause";
+     finished_at, service_refusal, queued_at, arguments, agent_id, agent_name, end_cause, \
+     resumed, resumed_at";
 /// How many columns [`HISTORY_COLUMNS`] names (the index of a column selected after them).
-const HISTORY_COLUMN_COUNT: usize = 20;
+const HISTORY_COLUMN_COUNT: usize = 22;
 
 fn history_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRow> {
     let result: Option<String> = row.get(7)?;
@@ -405,5 +418,7 @@ fn history_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRow> {
         end_cause: row
             .get::<_, Option<String>>(19)?
             .and_then(|cause| cause.parse().ok()),
+        resumed: row.get(20)?,
+        resumed_at: row.get(21)?,
     })
 }

@@ -163,7 +163,8 @@ CREATE TABLE local_cancels (
 "#,
     // The run journal of each execution (issue 46, docs/journal.md): every answer the host gave
     // its graph, one JSON line per row in the order given (`seq` from 1; the header is row 1),
-    // written before the answer reached the graph. Deleted once the run's end is posted.
+    // written before the answer reached the graph. Deleted once the run's end is posted. How
+    // often a run was resumed from it after a stop, and when last.
     r#"
 CREATE TABLE journal (
     execution_id TEXT NOT NULL,
@@ -171,6 +172,8 @@ CREATE TABLE journal (
     line TEXT NOT NULL,
     PRIMARY KEY (execution_id, seq)
 ) WITHOUT ROWID;
+ALTER TABLE history ADD COLUMN resumed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE history ADD COLUMN resumed_at INTEGER;
 "#,
 ];
 
@@ -412,6 +415,10 @@ pub struct HistoryRow {
     pub agent_name: Option<String>,
     /// Why it ended, when not by its graph alone (`consent_withdrawn`, `relay_stopped`, ...).
     pub end_cause: Option<relay_protocol::EndCause>,
+    /// How often the run was resumed from its journal after a stop interrupted it.
+    pub resumed: u32,
+    /// When it was last resumed (Unix ms).
+    pub resumed_at: Option<i64>,
 }
 
 /// The desktop's state file, with a blocking API. Cloning shares the connection: in a relay
