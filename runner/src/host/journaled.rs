@@ -97,6 +97,10 @@ impl Invocation {
     /// handles (agents always, tools when running them twice is harmless, else that start
     /// fails naming the call that may have happened), and later starts get new handles.
     fn go_live(&mut self) {
+        // The replayed tokens count against the cap from here on (applied: a journal does not
+        // say which were awaited, and counting them all never lets the run spend past its cap).
+        let budget = &self.run.budget;
+        budget.apply(budget.used().saturating_sub(budget.applied()));
         let after = self.next_handle;
         for (handle, pending) in std::mem::take(&mut self.in_flight) {
             // Each launch takes the handle after `next_handle`: the journaled one.
@@ -138,8 +142,12 @@ impl Invocation {
         check: impl FnOnce(&Entry) -> Option<String>,
     ) -> Option<Result<Option<Entry>, Failure>> {
         let replayer = self.run.replayer()?.clone();
+        let was_live = replayer.is_live();
         if replayer.runs_out(self.run.as_ref()) {
-            self.go_live();
+            // Once, where the top graph's journal runs out (nested graphs start live after).
+            if !was_live {
+                self.go_live();
+            }
             return None;
         }
         self.next_seq();
