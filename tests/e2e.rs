@@ -32,6 +32,7 @@ mod owner_control;
 mod pass_skipping;
 mod private_files;
 mod result_bounding;
+mod run_journal;
 mod session_identity;
 mod token_caps;
 mod typed_errors;

@@ -282,6 +282,10 @@ struct RunArgs {
     /// failed long poll is retried after 1 s, doubling up to the poll interval.
     #[arg(long = "long-poll")]
     long_poll: bool,
+    /// Do not resume the runs a stop interrupted from their journals: report them failed
+    /// ("the desktop relay stopped while this graph was running").
+    #[arg(long = "no-resume")]
+    no_resume: bool,
     /// The engine: the wasm sandbox, or boa in-process (trusted graphs only).
     #[arg(long, value_parser = ENGINES, default_value_t = EngineKind::Wasm)]
     engine: EngineKind,
@@ -925,6 +929,7 @@ async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
         token_cap: Some(args.default_max_tokens),
         folder: args.folder,
         min_free_space: args.min_free_space,
+        resume: !args.no_resume,
         // The wasm engine's limits: `EngineKind::Wasm.build()` uses the defaults.
         compiled_graphs: (args.engine == EngineKind::Wasm && !args.no_compiled_graphs)
             .then(runner::engine::wasm::WasmLimits::default),

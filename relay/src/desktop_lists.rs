@@ -140,6 +140,13 @@ pub fn history_line(h: &HistoryRow, names: &ProjectNames) -> String {
     let cause = h
         .end_cause
         .map_or_else(String::new, |cause| format!("  cause {cause}"));
+    let cause = match h.resumed {
+        0 => cause,
+        n => format!(
+            "{cause}  resumed {n}x after a stop (last {})",
+            at(h.resumed_at)
+        ),
+    };
     let refused = h
         .refused_by_service
         .as_deref()

@@ -226,6 +226,10 @@ fn write_header(request: &RunRequest, options: &RunOptions, run: &RunShared) -> 
     let Some(recorder) = run.recorder() else {
         return Ok(());
     };
+    if run.replayer().is_some() {
+        // A resume appends to the journal it resumes: its header is there.
+        return Ok(());
+    }
     let header = Header {
         journal: journal::JOURNAL_VERSION,
         runner: env!("CARGO_PKG_VERSION").to_owned(),
@@ -295,6 +299,14 @@ fn new_run(run_id: &str, options: &RunOptions, stop: CancellationToken) -> Arc<R
             options.events.clone(),
             Arc::new(RecordEvents(recorder.clone())),
         ])) as Arc<dyn EventSink>,
+        // The replayed events are in the journal already: only the live ones are appended.
+        Some(JournalMode::Resume { replayer, recorder }) => Arc::new(FanOut(vec![
+            options.events.clone(),
+            Arc::new(journal::RecordLiveEvents(
+                recorder.clone(),
+                replayer.clone(),
+            )),
+        ])),
         _ => options.events.clone(),
     };
     let mut events = Events::on_clock(sink, clock.clone());

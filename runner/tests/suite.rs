@@ -29,6 +29,7 @@ mod provider_https;
 mod provider_retries;
 mod provider_secrets;
 mod real_model;
+mod resume;
 mod sandbox_cache;
 mod sandbox_cancel;
 mod sandbox_capabilities;

@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 use graph_js::Failure;
 use runner::engine::Engine;
 use runner::host::events::{Event as TraceEvent, EventKind, EventSink};
+use runner::host::journal::{JournalMode, Recorder};
 use runner::host::tools::ToolRegistry;
 use runner::run::{RunOptions, RunOutcome, RunRequest, RunStatus, run_graph};
 use serde_json::Value;
@@ -16,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{ApiError, DesktopApi, Started};
 use crate::ended::Ended;
 use crate::pass::PassState;
-use crate::state::{Session, StateError};
+use crate::state::{Session, StateError, StateJournal};
 use crate::trace::{Spent, TraceKeeper};
 use crate::{Event, Relay, Tell, approver, bounding, catalog, report};
 use relay_protocol::{
@@ -160,10 +161,12 @@ pub(crate) struct Execution {
     token_cap: Option<u64>,
     /// What the engine runs.
     request: RunRequest,
+    /// The journal of the run this execution resumes (issue 46), if it resumes one.
+    resume: Option<Arc<runner::host::journal::Journal>>,
 }
 
 /// How the service answered `started`, as the start step takes it.
-enum StartAnswer {
+pub(crate) enum StartAnswer {
     /// Run it (a replay of an earlier start under this execution counts).
     Go {
         /// Someone already asked to cancel: who (`None`: the service did not say).
@@ -268,7 +271,42 @@ impl Relay {
             project: project.to_owned(),
             token_cap,
             request,
+            resume: None,
         }))
+    }
+
+    /// An interrupted execution resumed from its `journal`, under its own id: the service said
+    /// to go on with it (`started` again with that id).
+    pub(crate) fn resumed_execution(
+        &self,
+        history: &crate::state::HistoryRow,
+        session: &Session,
+        journal: runner::host::journal::Journal,
+        token_cap: Option<u64>,
+        command_id: CommandId,
+    ) -> Execution {
+        let running = RunningCommand {
+            id: command_id,
+            project: history.project_id.clone(),
+            session: session.id.clone(),
+            slug: session.slug.clone(),
+            cancel: CancellationToken::new(),
+            stop: Arc::new(OnceLock::new()),
+        };
+        Execution {
+            id: history.execution_id.clone(),
+            channel: history.channel.clone(),
+            running,
+            project: history.project_id.clone(),
+            token_cap,
+            request: RunRequest {
+                script: session.script.clone().into(),
+                args: journal.header.args.clone(),
+                graph: session.slug.clone(),
+                run_id: Some(history.execution_id.clone()),
+            },
+            resume: Some(Arc::new(journal)),
+        }
     }
 
     async fn forget_execution(
@@ -284,7 +322,7 @@ impl Relay {
     /// Asks `started` with the same execution id until the service answers it, waiting
     /// [`crate::DesktopConfig::call_retry`] (doubling up to the poll interval, and at least
     /// what a `Retry-After` asks) between tries, until the relay stops.
-    async fn started_until_answered(
+    pub(crate) async fn started_until_answered(
         &self,
         id: &CommandId,
         execution_id: &str,
@@ -460,6 +498,7 @@ impl Relay {
         options.token_cap = execution.token_cap;
         options.max_concurrency = self.config.max_concurrency;
         options.timeout = self.config.graph_timeout;
+        options.journal = self.journal_of(execution);
         options.events = Arc::new(Agreeing {
             inner: Arc::new(runner::host::events::FanOut(vec![
                 self.runtime.events.clone(),
@@ -468,6 +507,27 @@ impl Relay {
             running: execution.running.clone(),
         });
         options
+    }
+
+    /// The run's journal, written to the desktop state (docs/journal.md). A state that cannot
+    /// start it leaves the run unrecorded, said in the log.
+    fn journal_of(&self, execution: &Execution) -> Option<JournalMode> {
+        match StateJournal::new(self.state.blocking().clone(), &execution.id) {
+            Ok(sink) => {
+                let recorder = Recorder::new(Arc::new(sink));
+                Some(match &execution.resume {
+                    Some(journal) => JournalMode::Resume {
+                        replayer: runner::host::journal::Replayer::resuming(journal),
+                        recorder,
+                    },
+                    None => JournalMode::Record(recorder),
+                })
+            }
+            Err(e) => {
+                tracing::error!(channel = %execution.channel, "cannot start the run's journal in the desktop state, so this run is not recorded: {e}");
+                None
+            }
+        }
     }
 
     /// The fs tools over the configured folder (the relay's `--folder`, else the stored one).

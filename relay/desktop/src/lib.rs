@@ -36,6 +36,7 @@ mod long_poll;
 mod outbox;
 mod pass;
 mod recovery;
+mod resume;
 mod trace;
 mod withdrawal;
 
@@ -135,6 +136,9 @@ pub struct DesktopConfig {
     /// beside the state file, built and run with these limits (the wasm engine's), and remote
     /// runs start from them. `None` (the default): every run starts on the runtime's engine.
     pub compiled_graphs: Option<runner::engine::wasm::WasmLimits>,
+    /// Resume the runs a stop interrupted from their journals (`relay desktop run
+    /// --no-resume` turns it off: they are reported failed, as before issue 46).
+    pub resume: bool,
 }
 
 impl Default for DesktopConfig {
@@ -155,6 +159,7 @@ impl Default for DesktopConfig {
             report_interval: report::REPORT_INTERVAL,
             call_retry: DEFAULT_CALL_RETRY,
             compiled_graphs: None,
+            resume: true,
         }
     }
 }
@@ -199,6 +204,8 @@ pub struct Relay {
     stats: Arc<RelayStats>,
     /// The shared sessions' compiled graphs, when on (and the state is a file).
     compiled: Option<Arc<compiled::CompiledGraphs>>,
+    /// The interrupted executions start-up left for the first pass to resume.
+    resumable: std::sync::Mutex<Vec<state::Unfinished>>,
 }
 
 /// Why the relay could not run.
@@ -243,6 +250,7 @@ impl Relay {
             runtime,
             config,
             stats: Arc::new(RelayStats::default()),
+            resumable: std::sync::Mutex::new(Vec::new()),
         })
     }
 

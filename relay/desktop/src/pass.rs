@@ -86,6 +86,7 @@ impl Relay {
             return;
         }
         self.deliver_outbox_paced(pass).await;
+        self.resume_interrupted(pass, tell, shutdown).await;
         self.refresh_projects(pass).await;
         self.record_withdrawn_queue().await;
         self.deliver_withdrawals(pass.problem.as_ref()).await;

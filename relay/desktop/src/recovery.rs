@@ -35,15 +35,19 @@ impl Relay {
     /// version renewed. False (logged) while some of it is owed: the next pass tries again.
     pub(crate) async fn start_up(&self) -> bool {
         let now = self.clock.now();
+        let resume = self.config.resume;
         let unbegun = self
             .state
             .call(move |state| {
                 state.renew_sharing_version(now)?;
-                report_interrupted(state, now)
+                report_interrupted(state, now, resume)
             })
             .await;
         let unbegun = match unbegun {
-            Ok(unbegun) => unbegun,
+            Ok((unbegun, resumable)) => {
+                self.keep_resumable(resumable);
+                unbegun
+            }
             Err(e) => {
                 tracing::error!(
                     "cannot finish the relay's start in the desktop state (the next pass tries again): {e}"
@@ -93,14 +97,41 @@ impl Relay {
 }
 
 /// Reports the interrupted executions whose graph began as failed, with the tokens they had
-/// spent, and expires their approvals; returns those that never began.
-fn report_interrupted(state: &DesktopState, now: Timestamp) -> Result<Vec<Unfinished>, StateError> {
+/// spent, and expires their approvals; returns those that never began, and (when `resume`)
+/// those left to resume from their journals.
+fn report_interrupted(
+    state: &DesktopState,
+    now: Timestamp,
+    resume: bool,
+) -> Result<(Vec<Unfinished>, Vec<Unfinished>), StateError> {
     let mut unbegun = Vec::new();
+    let mut resumable = Vec::new();
     for execution in state.unfinished_executions()? {
         if !execution.began {
             unbegun.push(execution);
             continue;
         }
+        if resume && state.journal_text(&execution.execution_id)?.is_some() {
+            resumable.push(execution);
+            continue;
+        }
+        report_stopped(state, execution, now, RELAY_STOPPED)?;
+    }
+    Ok((unbegun, resumable))
+}
+
+/// What an interrupted run that is not resumed ends with.
+pub(crate) const RELAY_STOPPED: &str = "the desktop relay stopped while this graph was running";
+
+/// Reports an interrupted execution failed with `error`, with the tokens it had spent, and
+/// expires its approvals.
+pub(crate) fn report_stopped(
+    state: &DesktopState,
+    execution: Unfinished,
+    now: Timestamp,
+    error: &str,
+) -> Result<(), StateError> {
+    {
         let Unfinished {
             execution_id,
             command_id,
@@ -115,7 +146,7 @@ fn report_interrupted(state: &DesktopState, now: Timestamp) -> Result<Vec<Unfini
             None,
             tokens,
             cost,
-            Some("the desktop relay stopped while this graph was running"),
+            Some(error),
         );
         let completion = relay_protocol::CompleteRequest {
             cause: Some(relay_protocol::EndCause::RelayStopped),
@@ -123,5 +154,5 @@ fn report_interrupted(state: &DesktopState, now: Timestamp) -> Result<Vec<Unfini
         };
         state.finish_execution(&command_id, None, None, &completion, now)?;
     }
-    Ok(unbegun)
+    Ok(())
 }

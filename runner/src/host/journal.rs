@@ -33,6 +33,15 @@ pub enum JournalMode {
     Record(Arc<Recorder>),
     /// Every answer of the top graph comes from the journal.
     Replay(Arc<Replayer>),
+    /// A run interrupted before its end, resumed: its top graph's calls are answered from the
+    /// journal while it has them (the journal's cut), then the run continues live, appending
+    /// to the same journal (its header is there already).
+    Resume {
+        /// Answers the journaled calls ([`Replayer::resuming`]).
+        replayer: Arc<Replayer>,
+        /// Appends what the run does once live.
+        recorder: Arc<Recorder>,
+    },
 }
 
 /// The first line of a journal: what ran, and how.
@@ -438,6 +447,19 @@ impl EventSink for RecordEvents {
     }
 }
 
+/// Records a resumed run's trace events into its journal once the run is live (the replayed
+/// ones are in it already).
+pub struct RecordLiveEvents(pub Arc<Recorder>, pub Arc<Replayer>);
+
+impl EventSink for RecordLiveEvents {
+    fn emit(&self, event: &Event) {
+        if self.1.is_live() {
+            // An error is remembered by the recorder; the run stops at its next host call.
+            let _ = self.0.append(&Entry::Event { e: event.clone() });
+        }
+    }
+}
+
 /// Why a journal file cannot be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -547,7 +569,36 @@ impl Journal {
             })?;
             entries.push(entry);
         }
-        if !matches!(entries.last(), Some(Entry::End { .. })) {
+        Self::checked(header, entries, name, false)
+    }
+
+    /// Parses the journal of a run that was interrupted (a journal without its end entry);
+    /// `name` names it in errors.
+    pub fn parse_unfinished(text: &str, name: &str) -> Result<Self, ReadError> {
+        let mut lines = text.lines();
+        let first = lines.next().ok_or_else(|| ReadError::Empty {
+            path: name.to_owned(),
+        })?;
+        let header = parse_header(first, name)?;
+        let mut entries = Vec::new();
+        for (index, line) in lines.enumerate() {
+            let entry = serde_json::from_str::<Entry>(line).map_err(|e| ReadError::Entry {
+                path: name.to_owned(),
+                line: index + 2,
+                reason: e.to_string(),
+            })?;
+            entries.push(entry);
+        }
+        Self::checked(header, entries, name, true)
+    }
+
+    fn checked(
+        header: Header,
+        entries: Vec<Entry>,
+        name: &str,
+        unfinished: bool,
+    ) -> Result<Self, ReadError> {
+        if !unfinished && !matches!(entries.last(), Some(Entry::End { .. })) {
             return Err(ReadError::Truncated {
                 path: name.to_owned(),
                 lines: entries.len() + 1,
@@ -595,6 +646,10 @@ pub struct Replayer {
     /// What the trace's timestamps read: the time of the entry last replayed.
     stamp: Arc<AtomicU64>,
     divergence: std::sync::OnceLock<String>,
+    /// A resume: the run continues live where the journal runs out.
+    resuming: bool,
+    /// Set once the journal ran out in a resume: every call from then on is live.
+    live: std::sync::atomic::AtomicBool,
 }
 
 /// What replaying one entry asks of the run: re-emit an event, meter tokens.
@@ -620,7 +675,52 @@ impl Replayer {
             cursor: Mutex::new(Cursor::default()),
             stamp: Arc::new(AtomicU64::new(started.unwrap_or(0))),
             divergence: std::sync::OnceLock::new(),
+            resuming: false,
+            live: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// A replayer of an interrupted run's journal that lets the run continue live where the
+    /// journal runs out (see [`Replayer::runs_out`]).
+    pub fn resuming(journal: &Journal) -> Arc<Self> {
+        let mut entries = journal.entries.clone();
+        // A journal cut by a stop holds no end; one ended by a stop that was not the graph's
+        // own (a relay stop) is resumed from before that end.
+        if let Some(end) = entries.iter().position(|e| matches!(e, Entry::End { .. })) {
+            entries.truncate(end);
+        }
+        Arc::new(Self {
+            entries,
+            cursor: Mutex::new(Cursor::default()),
+            stamp: Arc::new(AtomicU64::new(0)),
+            divergence: std::sync::OnceLock::new(),
+            resuming: true,
+            live: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Whether a resumed run has gone live (its journal ran out).
+    pub fn is_live(&self) -> bool {
+        self.live.load(Ordering::SeqCst)
+    }
+
+    /// In a resume, whether the top graph's next call is past the journal: then what the
+    /// journal recorded after its last call is replayed (events, tokens) and the run is live
+    /// from here on. Always false in a plain replay.
+    pub fn runs_out(&self, target: &dyn ReplayTarget) -> bool {
+        if !self.resuming || self.divergence().is_some() {
+            return false;
+        }
+        if self.is_live() {
+            return true;
+        }
+        let mut cursor = lock(&self.cursor);
+        if self.next_call(cursor.next) < self.entries.len() {
+            return false;
+        }
+        self.replay_until_call(&mut cursor, target);
+        self.live.store(true, Ordering::SeqCst);
+        true
     }
 
     /// The trace's time during the replay.
@@ -696,6 +796,9 @@ impl Replayer {
     pub fn finish(&self, target: &dyn ReplayTarget) -> Result<(), String> {
         if let Some(divergence) = self.divergence() {
             return Err(divergence.to_owned());
+        }
+        if self.runs_out(target) {
+            return Ok(());
         }
         let mut cursor = lock(&self.cursor);
         self.replay_until_call(&mut cursor, target);

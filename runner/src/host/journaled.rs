@@ -16,7 +16,9 @@ impl RunShared {
     /// The recorder, when the run is recorded.
     pub fn recorder(&self) -> Option<&std::sync::Arc<Recorder>> {
         match self.journal.get() {
-            Some(JournalMode::Record(recorder)) => Some(recorder),
+            Some(JournalMode::Record(recorder) | JournalMode::Resume { recorder, .. }) => {
+                Some(recorder)
+            }
             _ => None,
         }
     }
@@ -24,7 +26,9 @@ impl RunShared {
     /// The replayer, when the run is a replay.
     pub fn replayer(&self) -> Option<&std::sync::Arc<Replayer>> {
         match self.journal.get() {
-            Some(JournalMode::Replay(replayer)) => Some(replayer),
+            Some(JournalMode::Replay(replayer) | JournalMode::Resume { replayer, .. }) => {
+                Some(replayer)
+            }
             _ => None,
         }
     }
@@ -58,7 +62,69 @@ impl ReplayTarget for RunShared {
     }
 }
 
+/// A start the journal answered, kept so that a resume can launch it live when its outcome
+/// is not in the journal (it was in flight when the run stopped).
+pub(super) enum Pending {
+    /// `start-agent`.
+    Agent(graph_js::AgentRequest),
+    /// `start-tool`: name and arguments.
+    Tool(String, String),
+    /// `start-graph`: slug and arguments.
+    Graph(String, String),
+    /// `start-sleep`.
+    Sleep(u32),
+}
+
+/// Tools a resume may run again when they were in flight at the stop: running them twice
+/// leaves what running them once does (a read; a write of the same text to the same path).
+const IDEMPOTENT_TOOLS: &[&str] = &["fs.read", "fs.list", "fs.write"];
+
 impl Invocation {
+    /// Keeps a replayed start's request, should it be in flight where the journal runs out.
+    pub(super) fn replayed(
+        &mut self,
+        answer: Result<u32, Failure>,
+        pending: Pending,
+    ) -> Result<u32, Failure> {
+        if let Ok(handle) = answer {
+            self.in_flight.insert(handle, pending);
+            self.next_handle = self.next_handle.max(handle);
+        }
+        answer
+    }
+
+    /// The journal ran out in a resume: the work in flight at the stop starts again under its
+    /// handles (agents always, tools when running them twice is harmless, else that start
+    /// fails naming the call that may have happened), and later starts get new handles.
+    fn go_live(&mut self) {
+        // The replayed tokens count against the cap from here on (applied: a journal does not
+        // say which were awaited, and counting them all never lets the run spend past its cap).
+        let budget = &self.run.budget;
+        budget.apply(budget.used().saturating_sub(budget.applied()));
+        let after = self.next_handle;
+        for (handle, pending) in std::mem::take(&mut self.in_flight) {
+            // Each launch takes the handle after `next_handle`: the journaled one.
+            self.next_handle = handle.saturating_sub(1);
+            let launched = match pending {
+                Pending::Agent(request) => self.start_agent_live(request),
+                Pending::Tool(name, args) if IDEMPOTENT_TOOLS.contains(&name.as_str()) => {
+                    self.start_tool_live(&name, &args)
+                }
+                Pending::Tool(name, _) => Ok(self.spawn(handle, async move {
+                    Err(Failure::failed(format!(
+                        "g.tool ({name}) was running when the run was interrupted and may have happened; it is not run again"
+                    )))
+                })),
+                Pending::Graph(slug, args) => self.start_graph_live(&slug, &args),
+                Pending::Sleep(ms) => self.start_sleep_live(ms),
+            };
+            if let Err(failure) = launched {
+                self.spawn(handle, async move { Err(failure) });
+            }
+        }
+        self.next_handle = after;
+    }
+
     fn next_seq(&mut self) -> u32 {
         self.seq = self.seq.saturating_add(1);
         self.seq
@@ -76,6 +142,14 @@ impl Invocation {
         check: impl FnOnce(&Entry) -> Option<String>,
     ) -> Option<Result<Option<Entry>, Failure>> {
         let replayer = self.run.replayer()?.clone();
+        let was_live = replayer.is_live();
+        if replayer.runs_out(self.run.as_ref()) {
+            // Once, where the top graph's journal runs out (nested graphs start live after).
+            if !was_live {
+                self.go_live();
+            }
+            return None;
+        }
         self.next_seq();
         Some(
             replayer
@@ -162,6 +236,9 @@ impl Invocation {
             _ => Some("was made where the journal holds another call".to_owned()),
         })?;
         let first = handles.first().copied().unwrap_or(0);
+        if let Ok(Some(Entry::Wait { handle, .. })) = &answer {
+            self.in_flight.remove(handle);
+        }
         Some(match answer {
             Ok(Some(Entry::Wait {
                 handle, ok, error, ..

@@ -335,6 +335,9 @@ pub struct Invocation {
     tallies: HashMap<u32, Arc<AtomicU64>>,
     /// The graph's file as the run names it, for the warnings the driver writes as `graph.js`.
     file: Option<String>,
+    /// In a replay, the starts the journal answered and no outcome of theirs yet: a resume
+    /// launches them live where the journal runs out (`journaled.rs`).
+    in_flight: std::collections::BTreeMap<u32, journaled::Pending>,
 }
 
 impl Drop for Invocation {
@@ -381,6 +384,7 @@ impl Invocation {
             finished: HashMap::new(),
             tallies: HashMap::new(),
             file: None,
+            in_flight: std::collections::BTreeMap::new(),
         }
     }
 
@@ -460,7 +464,7 @@ impl Invocation {
         let inputs = serde_json::to_string(&request).unwrap_or_default();
         let digest = journal::digest(&[&inputs]);
         if let Some(answer) = self.replay_start(journal::Call::Agent, &what, &digest) {
-            return answer;
+            return self.replayed(answer, journaled::Pending::Agent(request));
         }
         let answer = self.start_agent_live(request);
         self.record_start(journal::Call::Agent, what, digest, answer)
@@ -523,7 +527,8 @@ impl Invocation {
     pub fn start_tool(&mut self, name: &str, args: &str) -> Result<u32, Failure> {
         let digest = journal::digest(&[name, args]);
         if let Some(answer) = self.replay_start(journal::Call::Tool, name, &digest) {
-            return answer;
+            let pending = journaled::Pending::Tool(name.to_owned(), args.to_owned());
+            return self.replayed(answer, pending);
         }
         let answer = self.start_tool_live(name, args);
         self.record_start(journal::Call::Tool, name.to_owned(), digest, answer)
@@ -551,7 +556,8 @@ impl Invocation {
     pub fn start_graph(&mut self, slug: &str, args: &str) -> Result<u32, Failure> {
         let digest = journal::digest(&[slug, args]);
         if let Some(answer) = self.replay_start(journal::Call::Graph, slug, &digest) {
-            return answer;
+            let pending = journaled::Pending::Graph(slug.to_owned(), args.to_owned());
+            return self.replayed(answer, pending);
         }
         let answer = self.start_graph_live(slug, args);
         self.record_start(journal::Call::Graph, slug.to_owned(), digest, answer)
@@ -632,7 +638,7 @@ impl Invocation {
         let what = format!("{ms} ms");
         let digest = journal::digest(&[&what]);
         if let Some(answer) = self.replay_start(journal::Call::Sleep, &what, &digest) {
-            return answer;
+            return self.replayed(answer, journaled::Pending::Sleep(ms));
         }
         let answer = self.start_sleep_live(ms);
         self.record_start(journal::Call::Sleep, what, digest, answer)

@@ -1,6 +1,7 @@
 //! Executions: the history (with full results), and the outbox their completions go through.
 
 use relay_protocol::QueuedCommand;
+use relay_sqlite::CachedStatements as _;
 
 use super::*;
 
@@ -80,6 +81,18 @@ impl DesktopState {
         })
     }
 
+    /// Notes that the interrupted execution `execution_id` is resumed from its journal.
+    pub fn note_resumed(&self, execution_id: &str, now: Timestamp) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            conn.execute_cached(
+                "UPDATE history SET resumed = resumed + 1, resumed_at = ?2
+                 WHERE execution_id = ?1 AND status = 'running'",
+                params![execution_id, now.unix_millis()],
+            )?;
+            Ok(())
+        })
+    }
+
     /// Forgets an execution that never started (the service refused it or was unreachable).
     pub fn forget_execution(&self, execution_id: &str) -> Result<(), StateError> {
         self.with_sync(|conn| {
@@ -87,7 +100,7 @@ impl DesktopState {
                 "DELETE FROM history WHERE execution_id = ?1",
                 params![execution_id],
             )?;
-            Ok(())
+            super::journal::delete_journal(conn, execution_id)
         })
     }
 
@@ -125,7 +138,10 @@ impl DesktopState {
         completion: &CompleteRequest,
         finished_at: Timestamp,
     ) -> Result<(), StateError> {
-        self.with_sync(|conn| write_end(conn, full_result, trace, completion, finished_at))
+        self.with_sync(|conn| {
+            write_end(conn, full_result, trace, completion, finished_at)?;
+            super::journal::delete_journal(conn, &completion.execution_id)
+        })
     }
 
     /// [`DesktopState::note_refused`] for an execution whose completion is not in the outbox.
@@ -262,13 +278,20 @@ impl DesktopState {
         })
     }
 
-    /// Removes a delivered (or finally refused) completion.
+    /// Removes a delivered (or finally refused) completion, and the journal of its run.
     pub fn remove_from_outbox(&self, command_id: &CommandId) -> Result<(), StateError> {
         self.with_sync(|conn| {
-            conn.execute_cached(
+            let tx = conn.transaction()?;
+            tx.execute_cached(
+                "DELETE FROM journal WHERE execution_id IN
+                 (SELECT execution_id FROM outbox WHERE command_id = ?1)",
+                params![command_id.to_string()],
+            )?;
+            tx.execute_cached(
                 "DELETE FROM outbox WHERE command_id = ?1",
                 params![command_id.to_string()],
             )?;
+            tx.commit()?;
             Ok(())
         })
     }
@@ -363,9 +386,10 @@ fn write_end(
 
 const HISTORY_COLUMNS: &str = "execution_id, command_id, channel, project_id, session_id, slug, \
      status, result, error, total_tokens, reported_cost, result_truncated, started_at, \
-     finished_at, service_refusal, queued_at, arguments, agent_id, agent_name, end_cause";
+     finished_at, service_refusal, queued_at, arguments, agent_id, agent_name, end_cause, \
+     resumed, resumed_at";
 /// How many columns [`HISTORY_COLUMNS`] names (the index of a column selected after them).
-const HISTORY_COLUMN_COUNT: usize = 20;
+const HISTORY_COLUMN_COUNT: usize = 22;
 
 fn history_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRow> {
     let result: Option<String> = row.get(7)?;
@@ -395,5 +419,7 @@ fn history_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRow> {
         end_cause: row
             .get::<_, Option<String>>(19)?
             .and_then(|cause| cause.parse().ok()),
+        resumed: row.get(20)?,
+        resumed_at: row.get(21)?,
     })
 }

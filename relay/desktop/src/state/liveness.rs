@@ -2,6 +2,7 @@
 //! crash still reports them) and approvals whose run is no longer live.
 
 use super::*;
+use relay_sqlite::CachedStatements as _;
 
 /// Token use as it grows, and approvals of runs that ended.
 impl DesktopState {

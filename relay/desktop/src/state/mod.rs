@@ -162,6 +162,20 @@ CREATE TABLE local_cancels (
     requested_at INTEGER NOT NULL
 );
 "#,
+    // The run journal of each execution (issue 46, docs/journal.md): every answer the host gave
+    // its graph, one JSON line per row in the order given (`seq` from 1; the header is row 1),
+    // written before the answer reached the graph. Deleted once the run's end is posted. How
+    // often a run was resumed from it after a stop, and when last.
+    r#"
+CREATE TABLE journal (
+    execution_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    line TEXT NOT NULL,
+    PRIMARY KEY (execution_id, seq)
+) WITHOUT ROWID;
+ALTER TABLE history ADD COLUMN resumed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE history ADD COLUMN resumed_at INTEGER;
+"#,
 ];
 
 /// The columns of the state file that hold JSON, as the state reads them: what `relay desktop db
@@ -182,6 +196,7 @@ pub const JSON_COLUMNS: &[relay_sqlite::rows::JsonColumn] = {
         json("history", "trace", Shape::Any),
         json("history", "arguments", Shape::Object),
         json("queue", "arguments", Shape::Object),
+        json("journal", "line", Shape::Object),
     ]
 };
 
@@ -401,6 +416,10 @@ pub struct HistoryRow {
     pub agent_name: Option<String>,
     /// Why it ended, when not by its graph alone (`consent_withdrawn`, `relay_stopped`, ...).
     pub end_cause: Option<relay_protocol::EndCause>,
+    /// How often the run was resumed from its journal after a stop interrupted it.
+    pub resumed: u32,
+    /// When it was last resumed (Unix ms).
+    pub resumed_at: Option<i64>,
 }
 
 /// The desktop's state file, with a blocking API. Cloning shares the connection: in a relay
@@ -534,6 +553,7 @@ impl DesktopState {
 mod approvals;
 mod calls;
 mod executions;
+mod journal;
 mod listing;
 mod liveness;
 mod local_cancels;
@@ -544,6 +564,7 @@ mod settings;
 mod sharing;
 
 pub use calls::AsyncState;
+pub use journal::StateJournal;
 pub use listing::{MAX_RUNNING_LISTED, RunEnd, RunningRow, SessionSource, ShareRow};
 pub use local_cancels::RunRef;
 pub use queue::QueuedRow;

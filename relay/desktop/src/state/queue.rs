@@ -3,6 +3,7 @@
 //! starts here, and each sync answer replaces its project's list.
 
 use relay_protocol::QueuedCommand;
+use relay_sqlite::CachedStatements as _;
 
 use super::*;
 

@@ -3,6 +3,7 @@
 //! service cannot be asked.
 
 use relay_protocol::ServedProject;
+use relay_sqlite::CachedStatements as _;
 
 use super::sharing::check_project_id;
 use super::*;
