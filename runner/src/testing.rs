@@ -722,6 +722,17 @@ struct CaseFolder {
     _dir: tempfile::TempDir,
 }
 
+/// The case's graph as the sandbox runs it (a `.ts` file with its types erased).
+fn case_script(graph: &Path) -> Result<String, CaseError> {
+    read_script(graph).map_err(|reason| match reason {
+        InputError::TypeScript(e) => CaseError::TypeScript(e.located(graph)),
+        reason => CaseError::Graph {
+            path: graph.display().to_string(),
+            reason,
+        },
+    })
+}
+
 async fn run_case(
     case: &TestCase,
     graph: &Path,
@@ -729,13 +740,7 @@ async fn run_case(
     suite: &Suite<'_>,
     events: Arc<dyn EventSink>,
 ) -> Result<(RunOutcome, CaseFolder), CaseError> {
-    let script = read_script(graph).map_err(|reason| match reason {
-        InputError::TypeScript(e) => CaseError::TypeScript(e.located(graph)),
-        reason => CaseError::Graph {
-            path: graph.display().to_string(),
-            reason,
-        },
-    })?;
+    let script = case_script(graph)?;
     // The graph is checked as `runner check` and `runner run` check it (meta, default export).
     let script: Arc<str> = script.into();
     let meta = suite

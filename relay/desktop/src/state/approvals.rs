@@ -1,7 +1,6 @@
 //! `ask` approvals waiting for, or answered by, the owner.
 
 use super::*;
-use relay_sqlite::CachedStatements as _;
 
 /// Pending approvals.
 impl DesktopState {

@@ -1,7 +1,6 @@
 //! Executions: the history (with full results), and the outbox their completions go through.
 
 use relay_protocol::QueuedCommand;
-use relay_sqlite::CachedStatements as _;
 
 use super::*;
 

@@ -1,7 +1,6 @@
 //! What is shared, as the owner sees it: each share with its session and since when.
 
 use super::*;
-use relay_sqlite::CachedStatements as _;
 
 /// One session shared with one project.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

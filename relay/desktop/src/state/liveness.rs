@@ -2,7 +2,6 @@
 //! crash still reports them) and approvals whose run is no longer live.
 
 use super::*;
-use relay_sqlite::CachedStatements as _;
 
 /// Token use as it grows, and approvals of runs that ended.
 impl DesktopState {

@@ -4,7 +4,6 @@
 //! and the queued runs a withdrawal cancels, kept in the history with their cause.
 
 use relay_protocol::{EndCause, NOT_SHARED};
-use relay_sqlite::CachedStatements as _;
 
 use super::*;
 

@@ -3,7 +3,6 @@
 //! starts here, and each sync answer replaces its project's list.
 
 use relay_protocol::QueuedCommand;
-use relay_sqlite::CachedStatements as _;
 
 use super::*;
 

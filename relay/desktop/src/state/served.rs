@@ -3,7 +3,6 @@
 //! service cannot be asked.
 
 use relay_protocol::ServedProject;
-use relay_sqlite::CachedStatements as _;
 
 use super::sharing::check_project_id;
 use super::*;

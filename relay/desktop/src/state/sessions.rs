@@ -1,7 +1,6 @@
 //! Graph sessions: one graph file each, by slug.
 
 use super::*;
-use relay_sqlite::CachedStatements as _;
 
 pub(super) fn bump_sharing(conn: &Connection) -> Result<(), StateError> {
     conn.execute_cached(

@@ -1,7 +1,6 @@
 //! Tool policies and the folder the fs tools may use.
 
 use super::*;
-use relay_sqlite::CachedStatements as _;
 
 /// Tool policies and the folder.
 impl DesktopState {

@@ -2,7 +2,6 @@
 
 use super::sessions::{SESSION_COLUMNS, bump_sharing, session_from_row};
 use super::*;
-use relay_sqlite::CachedStatements as _;
 
 /// Projects and sharing.
 impl DesktopState {
