@@ -120,6 +120,16 @@ async fn disabling_a_project_while_a_run_executes_withdraws_it_at_once_and_for_g
     let world = World::new(slow_agent()).await;
     let session = world.share(ECHO).await;
     let (running, queued, stop, task) = busy_relay(&world, &session).await;
+    // The first run's agent is asked before the owner disables (the service's `running` comes
+    // a few steps earlier: the run's journal is written first).
+    let asked = tokio::time::Instant::now() + Duration::from_secs(10);
+    while world.mock.calls().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < asked,
+            "the first run's agent was never asked"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     world
         .state
         .set_project_enabled(&world.project, false, Timestamp::from_unix_millis(5))

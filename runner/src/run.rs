@@ -168,7 +168,7 @@ pub async fn run_graph(
         },
     );
     let (status, result, error) = if let Err(error) = header {
-        (RunStatus::Failed, None, Some(error))
+        (RunStatus::Failed, None, Some(error.to_string()))
     } else if request.args.is_object() {
         let ran = run_top_graph(&request, options, &run, &cancel).await;
         replay_checked(&run, ran)
@@ -222,7 +222,11 @@ pub async fn run_graph(
 }
 
 /// Writes the journal's header, when the run is recorded; the error fails the run.
-fn write_header(request: &RunRequest, options: &RunOptions, run: &RunShared) -> Result<(), String> {
+fn write_header(
+    request: &RunRequest,
+    options: &RunOptions,
+    run: &RunShared,
+) -> Result<(), journal::RecordError> {
     let Some(recorder) = run.recorder() else {
         return Ok(());
     };
@@ -242,7 +246,7 @@ fn write_header(request: &RunRequest, options: &RunOptions, run: &RunShared) -> 
         engine: options.engine.name().to_owned(),
         token_cap: options.token_cap,
     };
-    recorder.header(&header).map_err(|e| e.to_string())
+    recorder.header(&header)
 }
 
 /// A replay's outcome: the divergence, when the graph met one (even if it caught the error),
@@ -258,10 +262,10 @@ fn replay_checked(
         Ok(()) => ran,
         // The graph's own error names where it met the divergence, when it did not catch it.
         Err(divergence) => match ran {
-            (RunStatus::Failed, None, Some(error)) if error.contains(&divergence) => {
+            (RunStatus::Failed, None, Some(error)) if error.contains(&divergence.0) => {
                 (RunStatus::Failed, None, Some(error))
             }
-            _ => (RunStatus::Failed, None, Some(divergence)),
+            _ => (RunStatus::Failed, None, Some(divergence.0)),
         },
     }
 }

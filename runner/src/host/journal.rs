@@ -291,6 +291,12 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A replay met a call other than the journal's (the code changed): the first such call, what
+/// it was and what the journal expected, in words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Divergence(pub String);
+
 /// Where a recorded journal's lines go. Each line is one JSON value without its newline;
 /// `append` returns once the line is written (to the OS for a file, to the database for the
 /// desktop): the host gives the answer only after that.
@@ -744,9 +750,9 @@ impl Replayer {
         call: Call,
         this: &str,
         check: impl FnOnce(&Entry) -> Option<String>,
-    ) -> Result<Option<Entry>, String> {
+    ) -> Result<Option<Entry>, Divergence> {
         if let Some(divergence) = self.divergence() {
-            return Err(divergence.to_owned());
+            return Err(Divergence(divergence.to_owned()));
         }
         let mut cursor = lock(&self.cursor);
         let at = self.next_call(cursor.next);
@@ -793,9 +799,9 @@ impl Replayer {
 
     /// The top graph returned: replays what the journal recorded after its last call, or names
     /// the call the journal still expected.
-    pub fn finish(&self, target: &dyn ReplayTarget) -> Result<(), String> {
+    pub fn finish(&self, target: &dyn ReplayTarget) -> Result<(), Divergence> {
         if let Some(divergence) = self.divergence() {
-            return Err(divergence.to_owned());
+            return Err(Divergence(divergence.to_owned()));
         }
         if self.runs_out(target) {
             return Ok(());
@@ -814,10 +820,10 @@ impl Replayer {
         }
     }
 
-    fn diverge(&self, what: String) -> String {
+    fn diverge(&self, what: String) -> Divergence {
         let message = format!("the replay diverged from the journal: {what}");
         let _ = self.divergence.set(message.clone());
-        message
+        Divergence(message)
     }
 
     /// Replays the entries before the top graph's next call (or the end): events re-emitted,

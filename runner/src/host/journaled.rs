@@ -161,9 +161,9 @@ impl Invocation {
                         call,
                         Call::Agent | Call::Tool | Call::Graph | Call::Sleep | Call::Wait
                     ) {
-                        self.run.stop(FailureCode::Failed, divergence.clone());
+                        self.run.stop(FailureCode::Failed, divergence.0.clone());
                     }
-                    Failure::failed(divergence)
+                    Failure::failed(divergence.0)
                 }),
         )
     }

@@ -5,7 +5,7 @@
 //! `MAX_JOURNAL_ENTRIES` per run, enforced by the `Recorder` in front of the sink).
 
 use relay_sqlite::CachedStatements as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use runner::host::journal::JournalSink;
 use rusqlite::params;
@@ -20,15 +20,7 @@ impl DesktopState {
         seq: u64,
         line: &str,
     ) -> Result<(), StateError> {
-        let seq = i64::try_from(seq)
-            .map_err(|_| StateError::Invalid("a journal line number out of range".into()))?;
-        self.with_sync(|conn| {
-            conn.execute_cached(
-                "INSERT INTO journal (execution_id, seq, line) VALUES (?1, ?2, ?3)",
-                params![execution_id, seq, line],
-            )?;
-            Ok(())
-        })
+        self.with_sync(|conn| insert_line(conn, execution_id, seq, line))
     }
 
     /// The journal of `execution_id` as JSON lines (what `runner replay` reads), `None` when it
@@ -77,12 +69,51 @@ pub(super) fn delete_journal(
     Ok(())
 }
 
+/// How long a journal line waits for the state file's lock before the journal stops (see
+/// [`StateJournal::append`]).
+pub const JOURNAL_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The journal's own connection to the state file (never creating it).
+fn journal_connection(path: &std::path::Path) -> Result<rusqlite::Connection, StateError> {
+    let connection = rusqlite::Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    connection.busy_timeout(JOURNAL_BUSY_TIMEOUT)?;
+    relay_sqlite::cache_statements(&connection);
+    Ok(connection)
+}
+
+/// Inserts line `seq` of `execution_id`'s journal.
+fn insert_line(
+    conn: &rusqlite::Connection,
+    execution_id: &str,
+    seq: u64,
+    line: &str,
+) -> Result<(), StateError> {
+    let seq = i64::try_from(seq)
+        .map_err(|_| StateError::Invalid("a journal line number out of range".into()))?;
+    conn.execute_cached(
+        "INSERT INTO journal (execution_id, seq, line) VALUES (?1, ?2, ?3)",
+        params![execution_id, seq, line],
+    )?;
+    Ok(())
+}
+
 /// A run's journal written to the desktop state, one row per line. `append` returns once the
 /// row is written, so the runner hands the graph its answer only after that.
 pub struct StateJournal {
     state: DesktopState,
+    /// A connection of the journal's own to the state file, whose writes wait at most
+    /// [`JOURNAL_BUSY_TIMEOUT`] for the file's lock: `append` runs on the graph's thread, a
+    /// runtime worker, which must not wait out the state's long busy timeout (or the state's
+    /// own connection, held by a write that does). `None` for an in-memory state.
+    own: Option<std::sync::Mutex<rusqlite::Connection>>,
     execution_id: String,
     written: AtomicU64,
+    /// A line could not be written (a full disk, a state file locked by another process): the
+    /// journal stops at the last line written and the run goes on without it.
+    stopped: AtomicBool,
 }
 
 impl StateJournal {
@@ -98,23 +129,54 @@ impl StateJournal {
             )?;
             Ok(last.and_then(|n| u64::try_from(n).ok()).unwrap_or(0))
         })?;
+        let own = state.path().map(journal_connection).transpose()?;
         Ok(Self {
             state,
+            own: own.map(std::sync::Mutex::new),
             execution_id: execution_id.to_owned(),
             written: AtomicU64::new(written),
+            stopped: AtomicBool::new(false),
         })
     }
 }
 
 impl JournalSink for StateJournal {
+    /// Appends one line. A line that cannot be written does not fail the run: the journal is
+    /// a means to resume it, and a full disk or a locked state file must cost no result (the
+    /// outbox keeps the run's end as before). The journal then stops where it is, a prefix of
+    /// the run that is still true: a resume from it is a resume from a stop at that line, which
+    /// starts again the work that followed (agents are asked again; a tool that is not
+    /// idempotent is not run again and its call fails saying it may have happened).
     fn append(&self, line: &str) -> std::io::Result<()> {
+        if self.stopped.load(Ordering::SeqCst) {
+            return Ok(());
+        }
         // The recorder calls `append` one line at a time (under its lock), so the numbers
         // follow the order of the lines.
         let seq = self.written.load(Ordering::SeqCst) + 1;
-        self.state
-            .append_journal_line(&self.execution_id, seq, line)
-            .map_err(std::io::Error::other)?;
-        self.written.store(seq, Ordering::SeqCst);
+        let written = match &self.own {
+            Some(own) => insert_line(
+                &own.lock().unwrap_or_else(|p| p.into_inner()),
+                &self.execution_id,
+                seq,
+                line,
+            ),
+            None => self
+                .state
+                .append_journal_line(&self.execution_id, seq, line),
+        };
+        match written {
+            Ok(()) => self.written.store(seq, Ordering::SeqCst),
+            Err(error) => {
+                self.stopped.store(true, Ordering::SeqCst);
+                tracing::warn!(
+                    execution = %self.execution_id,
+                    lines = seq - 1,
+                    %error,
+                    "the run's journal cannot be written; the run goes on, and could be resumed only from the lines written so far"
+                );
+            }
+        }
         Ok(())
     }
 
