@@ -561,26 +561,18 @@ impl Journal {
 
     /// Parses journal text; `name` names it in errors.
     pub fn parse(text: &str, name: &str) -> Result<Self, ReadError> {
-        let mut lines = text.lines();
-        let first = lines.next().ok_or_else(|| ReadError::Empty {
-            path: name.to_owned(),
-        })?;
-        let header = parse_header(first, name)?;
-        let mut entries = Vec::new();
-        for (index, line) in lines.enumerate() {
-            let entry = serde_json::from_str::<Entry>(line).map_err(|e| ReadError::Entry {
-                path: name.to_owned(),
-                line: index + 2,
-                reason: e.to_string(),
-            })?;
-            entries.push(entry);
-        }
-        Self::checked(header, entries, name, false)
+        Self::parse_lines(text, name, false)
     }
 
     /// Parses the journal of a run that was interrupted (a journal without its end entry);
     /// `name` names it in errors.
     pub fn parse_unfinished(text: &str, name: &str) -> Result<Self, ReadError> {
+        Self::parse_lines(text, name, true)
+    }
+
+    /// The header and the entries of `text`, checked as a whole journal or, when `unfinished`,
+    /// as one cut short.
+    fn parse_lines(text: &str, name: &str, unfinished: bool) -> Result<Self, ReadError> {
         let mut lines = text.lines();
         let first = lines.next().ok_or_else(|| ReadError::Empty {
             path: name.to_owned(),
@@ -595,7 +587,7 @@ impl Journal {
             })?;
             entries.push(entry);
         }
-        Self::checked(header, entries, name, true)
+        Self::checked(header, entries, name, unfinished)
     }
 
     fn checked(
