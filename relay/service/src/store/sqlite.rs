@@ -1,7 +1,9 @@
 //! The SQLite store: rusqlite with the bundled library, WAL, migrations on open.
 //!
-//! rusqlite is synchronous, so every call runs on tokio's blocking pool with a connection
-//! taken from a small pool; the async runtime never waits on the database.
+//! rusqlite is synchronous, so a call runs on tokio's blocking pool with a connection taken
+//! from a small pool, and the async runtime never waits on the database's locks: except the
+//! hot reads (`SqliteStore::read`), which run on the calling task over read-only connections
+//! whose wait for a lock is bounded at 20 ms, and go to the blocking pool when that fails.
 
 use relay_sqlite::CachedStatements as _;
 use std::path::{Path, PathBuf};
