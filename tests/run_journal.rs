@@ -81,6 +81,12 @@ async fn a_runs_journal_is_in_the_state_before_the_answer_and_outlives_a_sigkill
         journal(&world).is_some_and(|text| text.contains(r#""what":"slow""#))
     })
     .await;
+    // The history's token count (what a start without resuming reports) is written beside the
+    // journal, a moment after it.
+    wait_until("the first agent's tokens are in the history", || {
+        world.state.history().expect("history")[0].total_tokens == 99
+    })
+    .await;
     kill(&mut relay);
     let text = journal(&world).expect("the journal outlives the kill");
     let mut lines = text.lines();
