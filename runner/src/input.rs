@@ -67,7 +67,8 @@ pub fn read_script(path: &Path) -> Result<String, InputError> {
 /// erased, other files unchanged.
 pub fn script_of(path: &Path, text: String) -> Result<String, InputError> {
     if crate::typescript::is_typescript(path) {
-        Ok(crate::typescript::erase_types(&text)?)
+        let erased = crate::typescript::erase_types(&text)?;
+        Ok(crate::typescript::with_written_lines(&text, erased))
     } else {
         Ok(text)
     }

@@ -120,6 +120,39 @@ pub fn erase_types(source: &str) -> Result<String, TypeScriptError> {
     }
 }
 
+/// `erased`, the JavaScript of the TypeScript `written`, with a last line holding the lines
+/// erasing changed as written ([`graph_js::WRITTEN_LINES_MARKER`]), so an error's code frame
+/// shows the `.ts` line. Appended after every line, it moves no line or column; a graph that
+/// would pass the script limit with it goes without it (its frames show the erased line).
+pub fn with_written_lines(written: &str, erased: String) -> String {
+    let changed: Vec<(usize, &str)> = written
+        .lines()
+        .zip(erased.lines())
+        .enumerate()
+        .filter(|(_, (was, now))| was != now)
+        .map(|(index, (was, _))| (index + 1, was))
+        .collect();
+    if changed.is_empty() {
+        return erased;
+    }
+    let Ok(json) = serde_json::to_string(&changed) else {
+        return erased;
+    };
+    // JSON leaves U+2028 and U+2029 as they are; JavaScript ends a comment at either.
+    let json = json
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029");
+    let newline = if erased.ends_with('\n') { "" } else { "\n" };
+    let with = format!(
+        "{erased}{newline}{}{json}\n",
+        graph_js::WRITTEN_LINES_MARKER
+    );
+    if with.len() > graph_js::MAX_SCRIPT_BYTES {
+        return erased;
+    }
+    with
+}
+
 /// A decorator (`@name` before a class or member) is JavaScript of a later edition, but neither
 /// engine parses it.
 const DECORATOR: &str = "a decorator (`@name`) is not supported: the engines do not run \

@@ -130,20 +130,20 @@ fn a_test_case_allowing_an_unknown_tool_fails_naming_it() {
 }
 
 /// A graph whose own code makes a mistake, and what its error must say.
-struct Mistake {
-    what: &'static str,
-    script: &'static str,
+pub(crate) struct Mistake {
+    pub(crate) what: &'static str,
+    pub(crate) script: &'static str,
     /// `FILE:LINE:COL` the error starts with (FILE `test.js`, or the nested graph's).
-    at: (&'static str, u32, u32),
+    pub(crate) at: (&'static str, u32, u32),
     /// The source line shown under it (None for a result, which has a path instead).
-    frame: Option<&'static str>,
+    pub(crate) frame: Option<&'static str>,
     /// Words the message holds.
-    says: &'static [&'static str],
+    pub(crate) says: &'static [&'static str],
 }
 
-const HEAD: &str = "export const meta = {name: 'M', slug: 'm', version: '1'};\n";
+pub(crate) const HEAD: &str = "export const meta = {name: 'M', slug: 'm', version: '1'};\n";
 
-const MISTAKES: &[Mistake] = &[
+pub(crate) const MISTAKES: &[Mistake] = &[
     Mistake {
         what: "a TypeError in a helper",
         script: "function pick(x) { return Object.keys(x)[0]; }\nexport default async function (args) {\n  return pick(args.missing);\n}\n",
@@ -384,29 +384,14 @@ const INNER_HELPER: &str = "export const meta = {name: 'Tidy', slug: 'tidy', ver
 /// the source line with a caret under the column, and the outcome's `location` says the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_mistake_says_where_in_both_engines() {
-    use runner::host::graphs::{FolderCatalog, GraphSource};
     let mut problems = Vec::new();
     for engine in engines() {
         let name = engine.name();
         for mistake in MISTAKES {
-            let (mut options, _, _) = options(engine.clone(), json!({"default": {"text": "ok"}}));
-            let mut catalog = FolderCatalog::default();
-            catalog.insert(GraphSource {
-                meta: graph_js::describe(INNER, &graph_js::Limits::default()).expect("meta"),
-                script: INNER.into(),
-                file: Some("graphs/inner.js".into()),
-                engine: None,
-            });
-            catalog.insert(GraphSource {
-                meta: graph_js::describe(INNER_HELPER, &graph_js::Limits::default()).expect("meta"),
-                script: INNER_HELPER.into(),
-                file: Some("graphs/tidy.js".into()),
-                engine: None,
-            });
-            options.catalog = std::sync::Arc::new(catalog);
+            let options = table_options(engine.clone());
             let script = format!("{HEAD}{}", mistake.script);
             let outcome = run(&script, json!({}), &options).await;
-            if let Err(problem) = check_mistake(mistake, &outcome) {
+            if let Err(problem) = check_mistake(mistake, mistake.at, &outcome) {
                 problems.push(format!("{name}: {}: {problem}", mistake.what));
             }
         }
@@ -414,6 +399,25 @@ async fn each_mistake_says_where_in_both_engines() {
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
     let runtime = MISTAKES.iter().filter(|m| m.frame.is_some()).count();
     assert!(runtime >= 20, "only {runtime} mistakes at a line");
+}
+
+/// The table's run options on `engine`: the mock's replies and the nested graphs it calls.
+pub(crate) fn table_options(
+    engine: std::sync::Arc<dyn runner::engine::Engine>,
+) -> runner::run::RunOptions {
+    use runner::host::graphs::{FolderCatalog, GraphSource};
+    let (mut options, _, _) = options(engine, json!({"default": {"text": "ok"}}));
+    let mut catalog = FolderCatalog::default();
+    for (source, file) in [(INNER, "graphs/inner.js"), (INNER_HELPER, "graphs/tidy.js")] {
+        catalog.insert(GraphSource {
+            meta: graph_js::describe(source, &graph_js::Limits::default()).expect("meta"),
+            script: source.into(),
+            file: Some(file.into()),
+            engine: None,
+        });
+    }
+    options.catalog = std::sync::Arc::new(catalog);
+    options
 }
 
 /// The mistakes whose failing expression boa does not place itself (a method call's read, a
@@ -430,15 +434,20 @@ async fn a_built_component_says_where_too() {
         let engine = crate::common::compiled(&format!("{HEAD}{}", mistake.script)).await;
         let (options, _, _) = options(engine, json!({"default": {"text": "ok"}}));
         let outcome = run("", json!({}), &options).await;
-        if let Err(problem) = check_mistake(mistake, &outcome) {
+        if let Err(problem) = check_mistake(mistake, mistake.at, &outcome) {
             problems.push(format!("built: {}: {problem}", mistake.what));
         }
     }
     assert_eq!(problems.len(), 0, "{}", problems.join("\n\n"));
 }
 
-/// What is wrong with the outcome of `mistake`, if anything.
-fn check_mistake(mistake: &Mistake, outcome: &runner::RunOutcome) -> Result<(), String> {
+/// What is wrong with the outcome of `mistake`, expected at `at` (its own `at` unless the
+/// graph's file has more lines), if anything.
+pub(crate) fn check_mistake(
+    mistake: &Mistake,
+    at: (&str, u32, u32),
+    outcome: &runner::RunOutcome,
+) -> Result<(), String> {
     let fail = |why: String| Err(format!("{why}\n{outcome:?}"));
     if outcome.status != RunStatus::Failed {
         return fail("not failed".into());
@@ -457,13 +466,13 @@ fn check_mistake(mistake: &Mistake, outcome: &runner::RunOutcome) -> Result<(), 
             fail("a location for a result".into())
         };
     };
-    let (file, line, column) = mistake.at;
+    let (file, line, column) = at;
     let head = format!("{file}:{line}:{column}: ");
     if !error.starts_with(&head) {
         return fail(format!("does not start with {head:?}"));
     }
     let location = outcome.location.clone().ok_or("no location")?;
-    if (location.file.as_str(), location.line, location.column) != mistake.at {
+    if (location.file.as_str(), location.line, location.column) != at {
         return fail(format!("location {location:?}"));
     }
     let lines: Vec<&str> = error.lines().collect();

@@ -197,6 +197,13 @@ fn an_error_on_line_17_of_a_ts_graph_is_reported_at_line_17() {
         );
         let at = format!("{}:17:{column}: Error: over: 7", graph.display());
         assert!(text(&ran).contains(&at), "{engine}: {}", text(&ran));
+        // The code frame shows line 17 as written, its types and all, not the erased text.
+        let frame = format!("17 | {}", lines[16]);
+        let error = outcome(&ran)["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(error.contains(&frame), "{engine}: {frame}\n{error}");
     }
 }
 

@@ -11,6 +11,7 @@ mod author;
 mod author_nested;
 mod author_strict;
 mod author_tools;
+mod author_ts_table;
 mod author_typescript;
 mod budget;
 mod cancel;

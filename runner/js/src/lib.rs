@@ -34,7 +34,7 @@ use boa_engine::{
 
 pub use error::ScriptError;
 pub use failure::{Failure, FailureCode};
-pub use location::{Leading, Position, leading_location};
+pub use location::{Leading, Position, WRITTEN_LINES_MARKER, leading_location};
 pub use meta::{Meta, MetaError, is_valid_slug};
 
 /// The JS prelude that builds the `g` object; shared by both engines.

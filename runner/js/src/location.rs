@@ -63,6 +63,8 @@ pub(crate) fn located(position: Position, message: &str, source: &str) -> String
     let line_text = usize::try_from(position.line)
         .ok()
         .and_then(|n| source.lines().nth(n.checked_sub(1)?));
+    // A TypeScript graph's line as its author wrote it, where erasing its types blanked some.
+    let written = written_line(source, position.line);
     let message = match line_text {
         Some(text) if message.ends_with("not a callable function") => {
             match callee_at(text, position.column) {
@@ -79,10 +81,26 @@ pub(crate) fn located(position: Position, message: &str, source: &str) -> String
         "{SCRIPT_NAME}:{}:{}: {message}",
         position.line, position.column
     );
-    if let Some(text) = line_text {
+    if let Some(text) = written.as_deref().or(line_text) {
         out.push_str(&code_frame(position, text));
     }
     out
+}
+
+/// What the last line of a TypeScript graph's erased text starts with: the lines erasing its
+/// types changed, as the author wrote them, so a code frame shows the `.ts` line (a source map
+/// for the frames; lines and columns are the same in both texts).
+pub const WRITTEN_LINES_MARKER: &str = "//# graphrelay-written-lines ";
+
+/// Line `line` as the author wrote it, if the text ends with the [`WRITTEN_LINES_MARKER`]
+/// line and that line differs from the erased one.
+pub(crate) fn written_line(source: &str, line: u32) -> Option<String> {
+    let last = source.trim_end_matches(['\n', '\r']).rsplit('\n').next()?;
+    let json = last.strip_prefix(WRITTEN_LINES_MARKER)?;
+    let lines: Vec<(u32, String)> = serde_json::from_str(json).ok()?;
+    lines
+        .into_iter()
+        .find_map(|(number, text)| (number == line).then_some(text))
 }
 
 /// The longest frame line shown, in characters.
@@ -162,6 +180,17 @@ mod tests {
         assert_eq!(leading_location("TypeError: x"), None);
         assert_eq!(leading_location("failed: graph x failed"), None);
         assert_eq!(leading_location("a b:1:2: x"), None);
+    }
+
+    #[test]
+    fn a_typescript_line_is_shown_as_written() {
+        let source = format!(
+            "const a        = 1;\n  return a.b.c;\n{WRITTEN_LINES_MARKER}[[1,\"const a: number = 1;\"]]\n"
+        );
+        let at = |line| Position { line, column: 7 };
+        assert!(located(at(1), "x", &source).contains("1 | const a: number = 1;\n"));
+        assert!(located(at(2), "x", &source).contains("2 |   return a.b.c;\n"));
+        assert_eq!(written_line("const a = 1;\n//# other [[1,\"x\"]]", 1), None);
     }
 
     #[test]

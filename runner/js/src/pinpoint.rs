@@ -137,6 +137,7 @@ fn worded(candidate: &Candidate, kind: Kind, message: &str, source: &str) -> Str
     let value = candidate
         .value
         .and_then(|(start, end)| quoted(source, start, end));
+    let value = value.as_deref();
     let of = value.map(|v| format!(" of {v}")).unwrap_or_default();
     let was = value.map(|v| format!("{v} ")).unwrap_or_default();
     let hint = candidate
@@ -214,14 +215,19 @@ fn article(type_name: &str) -> String {
     }
 }
 
-/// The source text from `start` to `end` when it is one short line.
-fn quoted(source: &str, start: Position, end: Position) -> Option<&str> {
+/// The source text from `start` to `end` when it is one short line (of a TypeScript graph, as
+/// its author wrote it).
+fn quoted(source: &str, start: Position, end: Position) -> Option<String> {
     if start.line != end.line {
         return None;
     }
-    let line = source
-        .lines()
-        .nth(usize::try_from(start.line).ok()?.checked_sub(1)?)?;
+    let written = crate::location::written_line(source, start.line);
+    let line = match written.as_deref() {
+        Some(line) => line,
+        None => source
+            .lines()
+            .nth(usize::try_from(start.line).ok()?.checked_sub(1)?)?,
+    };
     let byte = |column: u32| {
         let column = usize::try_from(column).ok()?.checked_sub(1)?;
         match line.char_indices().nth(column) {
@@ -231,7 +237,7 @@ fn quoted(source: &str, start: Position, end: Position) -> Option<&str> {
     };
     let text = line.get(byte(start.column)?..byte(end.column)?)?;
     let text = text.trim();
-    (!text.is_empty() && text.chars().count() <= MAX_QUOTED_CHARS).then_some(text)
+    (!text.is_empty() && text.chars().count() <= MAX_QUOTED_CHARS).then(|| text.to_owned())
 }
 
 /// Every operation of a kind [`Kind`] names, and where function bodies start.

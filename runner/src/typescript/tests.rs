@@ -156,3 +156,35 @@ fn only_ts_files_that_are_not_declarations_are_typescript_graphs() {
     assert!(!is_typescript(Path::new("graphs/a.js")));
     assert!(!is_typescript(Path::new("graphs/ts")));
 }
+
+/// The lines erasing changed travel on a last comment line, as written, so a code frame shows
+/// them; a graph with no types gets none, and the line is valid JavaScript whatever it holds.
+#[test]
+fn the_written_lines_follow_the_erased_text_on_one_comment_line() {
+    let source = "const a: number = 1;\nconst b = 2;\nconst c = \"\u{2028}\" as string;";
+    let out = with_written_lines(source, erased(source));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    let last = lines[3]
+        .strip_prefix(graph_js::WRITTEN_LINES_MARKER)
+        .expect("the marker line");
+    // U+2028 would end the comment in JavaScript: it is escaped.
+    assert!(!last.contains('\u{2028}'), "{last}");
+    let written: Vec<(u32, String)> = serde_json::from_str(last).expect("JSON");
+    assert_eq!(
+        written,
+        vec![
+            (1, "const a: number = 1;".to_owned()),
+            (3, "const c = \"\u{2028}\" as string;".to_owned())
+        ]
+    );
+    let plain = "const b = 2;\n";
+    assert_eq!(with_written_lines(plain, erased(plain)), plain);
+    // Past the script limit the frames go without: the graph still runs.
+    let long = format!(
+        "const a: number = 1;\n//{}\n",
+        "x".repeat(graph_js::MAX_SCRIPT_BYTES - 30)
+    );
+    let erased_long = erased(&long);
+    assert_eq!(with_written_lines(&long, erased_long.clone()), erased_long);
+}

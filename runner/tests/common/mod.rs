@@ -102,6 +102,22 @@ pub async fn run(script: &str, args: serde_json::Value, options: &RunOptions) ->
     run_with_cancel(script, args, options, CancellationToken::new()).await
 }
 
+/// Runs `script` with `args` as the graph file `file` (the name its errors' locations give).
+pub async fn run_as(
+    script: &str,
+    file: &str,
+    args: serde_json::Value,
+    options: &RunOptions,
+) -> RunOutcome {
+    let request = RunRequest {
+        script: with_meta(script).into(),
+        args,
+        graph: file.into(),
+        run_id: None,
+    };
+    run_graph(request, options, CancellationToken::new()).await
+}
+
 /// Runs `script` with `args`, cancellable.
 pub async fn run_with_cancel(
     script: &str,
