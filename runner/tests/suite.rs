@@ -44,4 +44,5 @@ mod sandbox_tampering;
 mod sandbox_time;
 mod tamper;
 mod timers;
+mod trial;
 mod web_platform;

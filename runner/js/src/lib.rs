@@ -550,6 +550,9 @@ fn syntax_error(raw: &str, script: &str) -> String {
     };
     let hint = if looks_like_typescript(what, script, position) {
         " (this looks like TypeScript: a graph in TypeScript is a `.ts` file)"
+    } else if what == "abrupt end" {
+        ": the file ends inside an unclosed `{`, `(`, `[`, string or comment (one of them is \
+         not closed above this line)"
     } else {
         ""
     };
@@ -816,7 +819,7 @@ fn describe_value(value: JsValue, prelude: &Prelude, context: &mut Context) -> S
             &location::located(position, &message, &source),
             MAX_ERROR_CHARS,
         ),
-        None => text,
+        None => pinpoint::not_defined(&text, &std::collections::BTreeSet::new()),
     }
 }
 
@@ -827,7 +830,8 @@ fn placed(
     stack: Option<&str>,
     context: &Context,
 ) -> Option<(Position, String, Rc<str>)> {
-    let position = stack.and_then(location::innermost)?;
+    // Top-level code has no position: only an error there that names what failed is placed.
+    let position = stack.and_then(location::innermost);
     let (source, compiled) = shared_of(context)
         .map(|shared| {
             let source = shared.source.borrow().clone();
@@ -835,10 +839,13 @@ fn placed(
             (source.clone(), compiled.unwrap_or(source))
         })
         .unwrap_or_else(|_| (Rc::from(""), Rc::from("")));
-    Some(match pinpoint::pinpoint(&compiled, position, text) {
-        Some(pinned) => (pinned.position, pinned.message, source),
-        None => (position, text.to_owned(), source),
-    })
+    Some(
+        match (pinpoint::pinpoint(&compiled, position, text), position) {
+            (Some(pinned), _) => (pinned.position, pinned.message, source),
+            (None, Some(position)) => (position, text.to_owned(), source),
+            (None, None) => return None,
+        },
+    )
 }
 
 /// `locate(text, stack)`: where the error described as `text` with `stack` was raised, as
@@ -1358,6 +1365,27 @@ impl Host for TopLevelHost {
         None
     }
     fn log(&mut self, _: &str) {}
+}
+
+/// Levenshtein distance over chars: insertions, deletions and substitutions cost 1 (the
+/// "did you mean" of tools, slugs and names).
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                diagonal
+            } else {
+                1 + diagonal.min(above).min(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// One step of splitmix64: a fixed, well-mixed sequence (not a source of secrets).

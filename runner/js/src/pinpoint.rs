@@ -18,7 +18,9 @@ use boa_engine::ast::expression::operator::Assign;
 use boa_engine::ast::expression::operator::assign::AssignTarget;
 use boa_engine::ast::expression::operator::{Unary, Update};
 use boa_engine::ast::expression::{Call, Optional, OptionalOperationKind, Spread};
-use boa_engine::ast::function::{AsyncFunctionDeclaration, FormalParameterList, FunctionBody};
+use boa_engine::ast::function::{
+    AsyncFunctionDeclaration, FormalParameterList, FunctionBody, FunctionDeclaration,
+};
 use boa_engine::ast::pattern::{ArrayPattern, ObjectPattern, Pattern};
 use boa_engine::ast::scope::Scope;
 use boa_engine::ast::statement::Throw;
@@ -44,6 +46,8 @@ enum Kind {
     Destructure,
     /// Calling what is not a function (boa places the call right).
     NotCallable,
+    /// Reading a name no declaration binds (`ReferenceError: totl is not defined`).
+    NotDefined,
 }
 
 impl Kind {
@@ -56,6 +60,8 @@ impl Kind {
             Some(Self::Destructure)
         } else if message.ends_with("not a callable function") {
             Some(Self::NotCallable)
+        } else if undefined_name(message).is_some() {
+            Some(Self::NotDefined)
         } else {
             None
         }
@@ -91,34 +97,50 @@ pub(crate) struct Pinned {
     pub message: String,
 }
 
-/// `message` (boa's, `TypeError: …`) raised at `reported` in `source`, placed at the operation
-/// that raised it and said in the words authors know; None when the message is of no kind this
-/// knows or the source does not parse.
-pub(crate) fn pinpoint(source: &str, reported: Position, message: &str) -> Option<Pinned> {
+/// The name a `ReferenceError: NAME is not defined` names.
+fn undefined_name(message: &str) -> Option<&str> {
+    let name = message
+        .strip_prefix("ReferenceError: ")?
+        .strip_suffix(" is not defined")?;
+    (!name.is_empty() && !name.contains(char::is_whitespace)).then_some(name)
+}
+
+/// `message` (boa's, `TypeError: …`) raised at `reported` in `source` (None: in top-level code,
+/// which boa gives no position), placed at the operation that raised it and said in the words
+/// authors know; None when the message is of no kind this knows or the source does not parse.
+pub(crate) fn pinpoint(source: &str, reported: Option<Position>, message: &str) -> Option<Pinned> {
     let kind = Kind::of(message)?;
     let found = operations(source)?;
+    let name = undefined_name(message);
     // Getting the iterator of `undefined` fails as a property read does, and boa says
     // "Cannot destructure" of an array pattern too.
-    let fits = |c: &Candidate| {
-        c.kind == kind || (kind != Kind::NotIterable && c.kind == Kind::NotIterable)
+    let fits = |c: &Candidate| match kind {
+        Kind::NotDefined => c.kind == kind && c.property.as_deref() == name,
+        _ => c.kind == kind || (kind != Kind::NotIterable && c.kind == Kind::NotIterable),
     };
     let here: Vec<&Candidate> = found
         .candidates
         .iter()
-        .filter(|c| fits(c) && c.reported == Some(reported) && !c.never_nullish)
+        .filter(|c| fits(c) && c.reported == reported && !c.never_nullish)
         .collect();
+    let reported = match (here.as_slice(), reported) {
+        ([one], _) => {
+            return Some(Pinned {
+                position: one.at,
+                message: worded(one, kind, message, source, &found.declared),
+            });
+        }
+        (_, None) => return None,
+        (_, Some(reported)) => reported,
+    };
     match here.as_slice() {
-        [one] => Some(Pinned {
-            position: one.at,
-            message: worded(one, kind, message, source),
-        }),
         _ if kind == Kind::NotCallable => None,
         // In the order they run: the first that can fail is the likeliest.
         [first, rest @ ..] => Some(Pinned {
             position: first.at,
             message: format!(
                 "{} (the place is approximate: one of {} operations here that could fail so)",
-                worded(first, kind, message, source),
+                worded(first, kind, message, source, &found.declared),
                 rest.len() + 1
             ),
         }),
@@ -133,7 +155,16 @@ pub(crate) fn pinpoint(source: &str, reported: Position, message: &str) -> Optio
 }
 
 /// The message for `candidate`: the property and the value named.
-fn worded(candidate: &Candidate, kind: Kind, message: &str, source: &str) -> String {
+fn worded(
+    candidate: &Candidate,
+    kind: Kind,
+    message: &str,
+    source: &str,
+    declared: &std::collections::BTreeSet<String>,
+) -> String {
+    if kind == Kind::NotDefined {
+        return not_defined(message, declared);
+    }
     let value = candidate
         .value
         .and_then(|(start, end)| quoted(source, start, end));
@@ -199,6 +230,60 @@ fn said_plainly(
             Some(callee) => format!("TypeError: {callee} is not a function"),
             None => message.to_owned(),
         },
+        Kind::NotDefined => message.to_owned(),
+    }
+}
+
+/// Node's and the browser's globals a graph does not have, and what to use instead.
+const ABSENT_GLOBALS: &[(&[&str], &str)] = &[
+    (
+        &["require", "module", "exports"],
+        "a graph cannot import modules: it is one script; call another graph with \
+         `g.graph(\"slug\", args)` and keep shared helpers in the graph's own file",
+    ),
+    (
+        &["fetch", "XMLHttpRequest", "WebSocket"],
+        "a graph has no network access of its own: an agent or a tool reaches the outside \
+         (`g.agent`, `g.tool`)",
+    ),
+    (
+        &[
+            "process",
+            "Buffer",
+            "__dirname",
+            "__filename",
+            "global",
+            "window",
+            "document",
+        ],
+        "a graph runs in a sandbox without Node's or a browser's globals: its input is `args`, \
+         files are `g.tool(\"fs.read\", …)`, the time is `Date.now()`",
+    ),
+];
+
+/// `ReferenceError: NAME is not defined` and what to write instead: a global a graph has not,
+/// or the nearest name the graph declares.
+pub(crate) fn not_defined(message: &str, declared: &std::collections::BTreeSet<String>) -> String {
+    let Some(name) = undefined_name(message) else {
+        return message.to_owned();
+    };
+    if let Some((_, instead)) = ABSENT_GLOBALS
+        .iter()
+        .find(|(names, _)| names.contains(&name))
+    {
+        return format!("{message} ({instead})");
+    }
+    let nearest = declared
+        .iter()
+        .filter(|d| d.as_str() != name)
+        .map(|d| (crate::edit_distance(name, d), d))
+        .filter(|(distance, d)| {
+            *distance <= 2 && *distance < d.chars().count().min(name.chars().count())
+        })
+        .min_by_key(|(distance, _)| *distance);
+    match nearest {
+        Some((_, d)) => format!("{message}; did you mean {d}?"),
+        None => message.to_owned(),
     }
 }
 
@@ -244,6 +329,8 @@ fn quoted(source: &str, start: Position, end: Position) -> Option<String> {
 struct Found {
     candidates: Vec<Candidate>,
     bodies: Vec<Position>,
+    /// Every name the graph declares (variables, parameters, functions).
+    declared: std::collections::BTreeSet<String>,
 }
 
 fn operations(source: &str) -> Option<Found> {
@@ -264,6 +351,7 @@ fn operations(source: &str) -> Option<Found> {
         found: Found {
             candidates: Vec::new(),
             bodies: Vec::new(),
+            declared: names.declared.clone(),
         },
     };
     let _ = module.visit_with(&mut finder);
@@ -362,6 +450,8 @@ struct Names {
     unawaited: std::collections::HashMap<String, String>,
     /// Variables also set to something else.
     rebound: std::collections::HashSet<String>,
+    /// Every name declared: variables, parameters, functions.
+    declared: std::collections::BTreeSet<String>,
 }
 
 impl Names {
@@ -454,6 +544,7 @@ impl<'ast> Visitor<'ast> for NameFinder<'_> {
     fn visit_variable(&mut self, variable: &'ast Variable) -> ControlFlow<()> {
         if let Binding::Identifier(ident) = variable.binding() {
             let name = self.interner.resolve_expect(ident.sym()).to_string();
+            self.names.declared.insert(name.clone());
             let sure = self.in_parameters == 0
                 && variable
                     .init()
@@ -495,7 +586,17 @@ impl<'ast> Visitor<'ast> for NameFinder<'_> {
             .interner
             .resolve_expect(function.name().sym())
             .to_string();
+        self.names.declared.insert(name.clone());
         self.names.async_functions.insert(name);
+        function.visit_with(self)
+    }
+
+    fn visit_function_declaration(
+        &mut self,
+        function: &'ast FunctionDeclaration,
+    ) -> ControlFlow<()> {
+        let name = self.interner.resolve_expect(function.name().sym());
+        self.names.declared.insert(name.to_string());
         function.visit_with(self)
     }
 
@@ -604,6 +705,22 @@ impl Finder<'_> {
 
 impl<'ast> Visitor<'ast> for Finder<'_> {
     type BreakTy = ();
+
+    fn visit_expression(&mut self, expression: &'ast Expression) -> ControlFlow<()> {
+        if let Expression::Identifier(ident) = expression {
+            self.found.candidates.push(Candidate {
+                kind: Kind::NotDefined,
+                reported: self.region(),
+                at: position(ident.span().start()),
+                property: Some(self.interner.resolve_expect(ident.sym()).to_string()),
+                write: false,
+                value: None,
+                never_nullish: false,
+                promise: None,
+            });
+        }
+        expression.visit_with(self)
+    }
 
     fn visit_function_body(&mut self, body: &'ast FunctionBody) -> ControlFlow<()> {
         let at = position(body.span().start());
@@ -774,6 +891,10 @@ impl<'ast> Visitor<'ast> for Finder<'_> {
 mod tests {
     use super::*;
 
+    fn pin(source: &str, reported: Position, message: &str) -> Option<Pinned> {
+        pinpoint(source, Some(reported), message)
+    }
+
     fn at(line: u32, column: u32) -> Position {
         Position { line, column }
     }
@@ -783,7 +904,7 @@ mod tests {
     #[test]
     fn a_method_read_is_placed_at_its_property_and_named() {
         let source = "function f(t) {\n  const a = 1;\n  return t.trim();\n}\n";
-        let pinned = pinpoint(source, at(1, 15), BOA_NULLISH).expect("placed");
+        let pinned = pin(source, at(1, 15), BOA_NULLISH).expect("placed");
         assert_eq!(pinned.position, at(3, 12));
         assert_eq!(
             pinned.message,
@@ -796,7 +917,7 @@ mod tests {
         // `parts` holds a split's result and `g` is the graph's: only `t.split` can fail.
         let source =
             "function f(t, g) {\n  const parts = t.split(\" \");\n  g.log(parts.join(\"-\"));\n}\n";
-        let pinned = pinpoint(source, at(1, 18), BOA_NULLISH).expect("placed");
+        let pinned = pin(source, at(1, 18), BOA_NULLISH).expect("placed");
         assert_eq!(pinned.position, at(2, 19));
         assert!(
             !pinned.message.contains("approximate"),
@@ -808,7 +929,7 @@ mod tests {
     #[test]
     fn several_candidates_or_none_are_said_to_be_approximate() {
         let source = "function f(a, b) {\n  a.x();\n  b.y();\n}\n";
-        let pinned = pinpoint(source, at(1, 18), BOA_NULLISH).expect("placed");
+        let pinned = pin(source, at(1, 18), BOA_NULLISH).expect("placed");
         assert_eq!(pinned.position, at(2, 5));
         assert!(
             pinned.message.contains("approximate: one of 2"),
@@ -816,25 +937,61 @@ mod tests {
             pinned.message
         );
         let source = "function f(a) {\n  return Object.keys(a);\n}\n";
-        let pinned = pinpoint(source, at(1, 15), BOA_NULLISH).expect("placed");
+        let pinned = pin(source, at(1, 15), BOA_NULLISH).expect("placed");
         assert_eq!(pinned.position, at(1, 15));
         assert!(
             pinned.message.contains("somewhere in the function"),
             "{}",
             pinned.message
         );
-        assert_eq!(pinpoint(source, at(1, 15), "Error: boom"), None);
-        assert_eq!(pinpoint("function (", at(1, 1), BOA_NULLISH), None);
+        assert_eq!(pin(source, at(1, 15), "Error: boom"), None);
+        assert_eq!(pin("function (", at(1, 1), BOA_NULLISH), None);
     }
 
     #[test]
     fn a_promise_not_awaited_is_pointed_out() {
         let source = "async function load() { return 1; }\nasync function f(g) {\n  const r = load();\n  return r.toFixed(2);\n}\n";
-        let pinned =
-            pinpoint(source, at(4, 19), "TypeError: not a callable function").expect("placed");
+        let pinned = pin(source, at(4, 19), "TypeError: not a callable function").expect("placed");
         assert_eq!(
             pinned.message,
             "TypeError: r.toFixed is not a function (r is a Promise: did you forget `await`?)"
+        );
+    }
+
+    #[test]
+    fn a_name_not_defined_is_placed_at_its_read_and_the_nearest_name_offered() {
+        let source =
+            "export default async function (args) {\n  const total = 3;\n  return totl + 1;\n}\n";
+        let pinned = pin(source, at(1, 38), "ReferenceError: totl is not defined").expect("placed");
+        assert_eq!(pinned.position, at(3, 10));
+        assert_eq!(
+            pinned.message,
+            "ReferenceError: totl is not defined; did you mean total?"
+        );
+        // Top-level code has no position: a unique read there is the place.
+        let source =
+            "const fs = require(\"fs\");\nexport default async function () { return fs; }\n";
+        let pinned =
+            pinpoint(source, None, "ReferenceError: require is not defined").expect("placed");
+        assert_eq!(pinned.position, at(1, 12));
+        assert!(
+            pinned.message.contains("a graph cannot import modules"),
+            "{}",
+            pinned.message
+        );
+        // A name read twice in one region is not guessed at without a position.
+        let twice = "const a = nope;\nconst b = nope;\nexport default async function () {}\n";
+        assert_eq!(
+            pinpoint(twice, None, "ReferenceError: nope is not defined"),
+            None
+        );
+        // Far from every declared name: no suggestion.
+        assert_eq!(
+            not_defined(
+                "ReferenceError: zzz is not defined",
+                &["total".to_owned()].into()
+            ),
+            "ReferenceError: zzz is not defined"
         );
     }
 }

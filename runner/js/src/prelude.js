@@ -275,7 +275,7 @@
       return rejected(failure("invalid", "g.sleep takes no options object, only the milliseconds: g.sleep(100)"));
     }
     if (!isInteger(ms) || ms < 0 || ms > MAX_SLEEP_MS) {
-      return rejected(failure("invalid", "g.sleep: ms must be an integer from 0 to " + MAX_SLEEP_MS + ", got " + describe(ms)));
+      return rejected(failure("invalid", "g.sleep: ms must be an integer from 0 to " + MAX_SLEEP_MS + ", got " + (typeof ms === "string" ? stringify(ms) + ", a string" : describe(ms))));
     }
     return started(host.startSleep(ms));
   }

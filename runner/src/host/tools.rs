@@ -134,25 +134,7 @@ pub fn nearest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
         .copied()
 }
 
-/// Levenshtein distance over chars: insertions, deletions and substitutions cost 1.
-pub fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                diagonal
-            } else {
-                1 + diagonal.min(above).min(row[j])
-            };
-            diagonal = above;
-        }
-    }
-    row[b.len()]
-}
+pub use graph_js::edit_distance;
 
 /// The folder the fs tools may use, canonicalized once.
 #[derive(Debug)]

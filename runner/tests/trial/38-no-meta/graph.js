@@ -1,0 +1,3 @@
+export default async function (args, g) {
+  return 1;
+}
