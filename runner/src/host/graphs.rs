@@ -485,9 +485,7 @@ pub fn check_depth(chain: &[String], slug: &str) -> Result<(), Failure> {
     if chain.len() < MAX_DEPTH + 1 {
         return Ok(());
     }
-    let mut path = chain.join(" → ");
-    path.push_str(" → ");
-    path.push_str(slug);
+    let path = chain_text(chain.iter().map(String::as_str).chain([slug]));
     let cycle = if chain.iter().any(|s| s == slug) {
         " (the graph calls itself: give the recursion a base case)"
     } else {
@@ -496,6 +494,25 @@ pub fn check_depth(chain: &[String], slug: &str) -> Result<(), Failure> {
     Err(Failure::failed(format!(
         "{NESTING_LIMIT} {MAX_DEPTH} reached{cycle}: {path}"
     )))
+}
+
+/// `a → b → b → b` as `a → b ×3`: a recursion's chain, short.
+fn chain_text<'a>(slugs: impl Iterator<Item = &'a str>) -> String {
+    let mut runs: Vec<(&str, usize)> = Vec::new();
+    for slug in slugs {
+        match runs.last_mut() {
+            Some((last, count)) if *last == slug => *count += 1,
+            _ => runs.push((slug, 1)),
+        }
+    }
+    let named: Vec<String> = runs
+        .into_iter()
+        .map(|(slug, count)| match count {
+            1 => slug.to_owned(),
+            n => format!("{slug} ×{n}"),
+        })
+        .collect();
+    named.join(" → ")
 }
 
 /// The start of [`check_depth`]'s refusal.
@@ -527,6 +544,12 @@ mod tests {
         let selfish = vec!["loop".to_owned(); MAX_DEPTH + 1];
         let err = check_depth(&selfish, "loop").unwrap_err();
         assert!(err.message.contains("calls itself"), "{err}");
+        assert!(err.message.ends_with(": loop ×10"), "{err}");
+        let mixed = ["top", "a", "b", "b"].map(str::to_owned);
+        assert_eq!(
+            chain_text(mixed.iter().map(String::as_str).chain(["b"])),
+            "top → a → b ×3"
+        );
     }
 
     /// The real engine, counting the graphs it describes.
