@@ -741,6 +741,20 @@ pub struct StartedRequest {
     /// lowered to the agent's `max_tokens` if it asked for less. `None`: no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_cap: Option<u64>,
+    /// Set when the desktop resumes this execution from its journal after a stop interrupted
+    /// it (it sends `started` again under the same execution id). Left out otherwise, so a
+    /// service from before resuming reads the request as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<ResumedRun>,
+}
+
+/// A run the desktop resumed from its journal after a stop interrupted it (docs/journal.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumedRun {
+    /// How often the desktop has resumed the run, this time included (at least 1).
+    pub count: u32,
+    /// When it resumed it this time, by the desktop's clock.
+    pub at: Timestamp,
 }
 
 /// `POST commands/{id}/started` answer (200).
