@@ -37,11 +37,12 @@ pub(super) fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Sess
         max_tokens: row
             .get::<_, Option<i64>>(8)?
             .and_then(|n| u64::try_from(n).ok()),
+        resume: row.get(9)?,
     })
 }
 
 pub(super) const SESSION_COLUMNS: &str =
-    "id, name, description, slug, version, status, script, args_schema, max_tokens";
+    "id, name, description, slug, version, status, script, args_schema, max_tokens, resume";
 
 /// A fresh `gs_` id.
 pub fn new_session_id() -> GraphSessionId {
@@ -146,6 +147,39 @@ impl DesktopState {
                 )));
             }
             Ok(())
+        })
+    }
+
+    /// Turns resuming on or off for the session's runs a stop interrupts.
+    pub fn set_session_resume(&self, id: &GraphSessionId, resume: bool) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            let changed = conn.execute_cached(
+                "UPDATE graph_sessions SET resume = ?2 WHERE id = ?1",
+                params![id.as_str(), resume],
+            )?;
+            if changed == 0 {
+                return Err(StateError::Invalid(format!(
+                    "no session {id}: see `relay desktop session list`"
+                )));
+            }
+            Ok(())
+        })
+    }
+
+    /// Whether the interrupted execution `execution_id` may be resumed by its session: false
+    /// when the owner turned resuming off for it (a session removed since leaves the decision
+    /// to the resume, which reports the run failed).
+    pub fn session_resumes(&self, execution_id: &str) -> Result<bool, StateError> {
+        self.with_sync(|conn| {
+            let resume: Option<bool> = conn
+                .query_row_cached(
+                    "SELECT s.resume FROM history h JOIN graph_sessions s ON s.id = h.session_id
+                     WHERE h.execution_id = ?1",
+                    params![execution_id],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            Ok(resume.unwrap_or(true))
         })
     }
 
