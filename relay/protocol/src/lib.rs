@@ -1056,6 +1056,41 @@ mod tests {
     }
 
     #[test]
+    fn a_started_without_a_resume_is_what_older_peers_send_and_read() {
+        let plain = StartedRequest {
+            execution_id: "e1".into(),
+            token_cap: None,
+            resumed: None,
+        };
+        let text = serde_json::to_string(&plain).expect("encodes");
+        assert_eq!(text, r#"{"execution_id":"e1"}"#);
+        assert_eq!(
+            serde_json::from_str::<StartedRequest>(&text).ok(),
+            Some(plain)
+        );
+        let resumed = StartedRequest {
+            resumed: Some(ResumedRun {
+                count: 2,
+                at: Timestamp::from_unix_millis(1_000),
+            }),
+            ..StartedRequest {
+                execution_id: "e1".into(),
+                token_cap: Some(5),
+                resumed: None,
+            }
+        };
+        let text = serde_json::to_string(&resumed).expect("encodes");
+        assert_eq!(
+            text,
+            r#"{"execution_id":"e1","token_cap":5,"resumed":{"count":2,"at":"1970-01-01T00:00:01.000Z"}}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<StartedRequest>(&text).ok(),
+            Some(resumed)
+        );
+    }
+
+    #[test]
     fn command_ids_are_hyphenated_uuids() {
         let id = CommandId::new_random();
         assert_eq!(id.to_string().parse::<CommandId>(), Ok(id));

@@ -102,6 +102,25 @@ async fn a_resumed_run_is_one_run_whose_views_say_how_often_and_when() {
     let runs = listed["runs"].as_array().expect("runs");
     assert_eq!(runs.len(), 1, "one run, never two: {listed}");
     assert_eq!(runs[0]["resumed"]["count"], 2, "{listed}");
+
+    // The owner's console: the list's status note and the run's page.
+    let alice = crate::console::Owner::sign_in(&service, "alice").await;
+    let list = alice
+        .get(&service, &format!("/console/projects/{project}/runs"))
+        .await;
+    assert!(
+        list.body.contains("resumed 2x after a desktop restart"),
+        "{}",
+        list.body
+    );
+    let detail = alice.get(&service, &format!("/console/runs/{id}")).await;
+    assert!(
+        detail.body.contains(
+            "the desktop restarted during this run and resumed it from its journal (2x, last"
+        ),
+        "{}",
+        detail.body
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
