@@ -86,11 +86,22 @@ async fn a_resumed_run_is_one_run_whose_views_say_how_often_and_when() {
     );
     assert!(said.contains("(2x, last at"), "{said}");
 
-    let owner = service.mint_owner_token(&project).await;
-    let viewed = owner_run(&service, &owner, &id).await;
+    the_owner_sees_it_resumed_twice(&service, &project, &id, &second).await;
+}
+
+/// The owner API (the run and its project's list: one run) and the console (the list's status
+/// note, the run's page) show run `id` resumed twice, last at `last_at`.
+async fn the_owner_sees_it_resumed_twice(
+    service: &common::TestService,
+    project: &str,
+    id: &str,
+    last_at: &Value,
+) {
+    let owner = service.mint_owner_token(project).await;
+    let viewed = owner_run(service, &owner, id).await;
     assert_eq!(
         viewed["resumed"],
-        json!({"count": 2, "last_at": second}),
+        json!({"count": 2, "last_at": last_at}),
         "{viewed}"
     );
     let (status, listed) = {
@@ -104,16 +115,16 @@ async fn a_resumed_run_is_one_run_whose_views_say_how_often_and_when() {
     assert_eq!(runs[0]["resumed"]["count"], 2, "{listed}");
 
     // The owner's console: the list's status note and the run's page.
-    let alice = crate::console::Owner::sign_in(&service, "alice").await;
+    let alice = crate::console::Owner::sign_in(service, "alice").await;
     let list = alice
-        .get(&service, &format!("/console/projects/{project}/runs"))
+        .get(service, &format!("/console/projects/{project}/runs"))
         .await;
     assert!(
         list.body.contains("resumed 2x after a desktop restart"),
         "{}",
         list.body
     );
-    let detail = alice.get(&service, &format!("/console/runs/{id}")).await;
+    let detail = alice.get(service, &format!("/console/runs/{id}")).await;
     assert!(
         detail.body.contains(
             "the desktop restarted during this run and resumed it from its journal (2x, last"
