@@ -169,6 +169,13 @@ async fn only_the_execution_a_run_is_running_under_resumes_it() {
         .post(&path(&running), &resumed("exec-r", 1, &now))
         .await;
     assert_eq!(status, 404, "{body}");
+    // Nor does the desktop of another project of the same owner.
+    let sibling_project = service.project("p2", "alice").await;
+    let sibling = service.desktop(&sibling_project).await;
+    let (status, body) = sibling
+        .post(&path(&running), &resumed("exec-r", 1, &now))
+        .await;
+    assert_eq!(status, 404, "{body}");
     // A resume count of 0 is no resume.
     let (status, body) = desktop
         .post(&path(&running), &resumed("exec-r", 0, &now))
