@@ -199,3 +199,42 @@ impl DesktopState {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use relay_protocol::CommandId;
+    use relay_protocol::clock::Timestamp;
+
+    use super::*;
+    use crate::state::test_meta as meta;
+
+    #[test]
+    fn resuming_is_on_by_default_and_the_owner_turns_it_off_per_session() {
+        let state = DesktopState::open_in_memory().expect("state");
+        let now = Timestamp::from_unix_millis(1);
+        let off = state
+            .upsert_session(&meta("off"), "script", None, now)
+            .expect("session");
+        let on = state
+            .upsert_session(&meta("on"), "script", None, now)
+            .expect("session");
+        for (execution, session, slug) in [("e-off", &off, "off"), ("e-on", &on, "on")] {
+            state
+                .begin_execution(execution, &CommandId::new_random(), "p", session, slug, now)
+                .expect("begin");
+        }
+        assert!(state.session_resumes("e-off").expect("read"));
+        state.set_session_resume(&off, false).expect("turn off");
+        assert!(!state.session_resumes("e-off").expect("read"));
+        assert!(state.session_resumes("e-on").expect("read"));
+        let listed = state.sessions().expect("sessions");
+        let resume = |id: &GraphSessionId| listed.iter().find(|s| &s.id == id).map(|s| s.resume);
+        assert_eq!((resume(&off), resume(&on)), (Some(false), Some(true)));
+        state.set_session_resume(&off, true).expect("turn on");
+        assert!(state.session_resumes("e-off").expect("read"));
+        // An execution the history does not hold leaves the decision to the resume.
+        assert!(state.session_resumes("e-unknown").expect("read"));
+        let unknown = new_session_id();
+        assert!(state.set_session_resume(&unknown, false).is_err());
+    }
+}
