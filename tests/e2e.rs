@@ -33,6 +33,7 @@ mod pass_skipping;
 mod private_files;
 mod result_bounding;
 mod run_journal;
+mod run_resumed_service;
 mod session_identity;
 mod token_caps;
 mod typed_errors;

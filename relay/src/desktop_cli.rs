@@ -151,6 +151,19 @@ enum SessionCommand {
         /// `--default-max-tokens` (see `session set-cap`).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         max_tokens: Option<u64>,
+        /// Do not resume this session's runs a stop interrupts: report them failed, as the
+        /// relay's `run --no-resume` does for every session (see `session set-resume`).
+        #[arg(long = "no-resume")]
+        no_resume: bool,
+    },
+    /// Turn resuming on or off for a session: `on` (the default) resumes its runs a stop
+    /// interrupted from their journals when the relay starts again, `off` reports them failed.
+    SetResume {
+        /// The session id.
+        id: String,
+        /// `on` or `off`.
+        #[arg(value_name = "on|off", value_parser = parse_on_off, action = clap::ArgAction::Set)]
+        resume: bool,
     },
     /// Set the owner's token cap for a session's remote runs: N tokens, or `none` for the
     /// relay's `--default-max-tokens`. An agent may ask for less (`max_tokens`), never more.
@@ -323,6 +336,15 @@ fn seconds(name: &str, value: f64) -> Result<Duration> {
         bail!("{name} must be a number of seconds above 0 and at most 86400");
     }
     Ok(Duration::from_secs_f64(value))
+}
+
+/// `on` or `off` on the command line.
+fn parse_on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("`{other}` is neither `on` nor `off`")),
+    }
 }
 
 /// A session's token cap on the command line: a whole number of tokens, or `none`.
@@ -544,11 +566,24 @@ async fn session(state: &DesktopState, command: SessionCommand) -> Result<()> {
             name,
             replace,
             max_tokens,
+            no_resume,
         } => {
             let id = add_session(state, &file, name.as_deref(), replace, SystemClock.now()).await?;
             if let Some(cap) = max_tokens {
                 state.set_session_cap(&id, Some(cap))?;
             }
+            if no_resume {
+                state.set_session_resume(&id, false)?;
+            }
+            out!("{id}");
+        }
+        SessionCommand::SetResume { id, resume } => {
+            state.set_session_resume(&session_id(&id)?, resume)?;
+            hint(&if resume {
+                format!("runs of {id} a stop interrupts are resumed when the relay starts again")
+            } else {
+                format!("runs of {id} a stop interrupts are reported failed, not resumed")
+            });
             out!("{id}");
         }
         SessionCommand::SetCap { id, max_tokens } => {
@@ -607,11 +642,14 @@ fn session_list(state: &DesktopState, json: bool) -> Result<()> {
             .filter(|share| share.session_id == s.id.as_str())
             .map(|share| names.label(&share.project_id))
             .collect();
-        let shared = if projects.is_empty() {
+        let mut shared = if projects.is_empty() {
             "not shared".to_owned()
         } else {
             format!("shared with {}", projects.join(", "))
         };
+        if !s.resume {
+            shared.push_str("  no resume");
+        }
         out!(
             "{}  {}  {}  {shared}  {}",
             s.id,

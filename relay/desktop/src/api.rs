@@ -15,9 +15,9 @@ use serde_json::{Map, Value};
 use relay_protocol::{
     CommandId, CompleteRequest, CompleteResponse, ControlResponse, GraphSessionId,
     MAX_SERVED_PROJECTS, ProjectsResponse, QueuedCommand, ReleasedRequest, ReleasedResponse,
-    ReportResponse, RunReport, ServedProject, StartedRequest, StartedResponse, SyncRequest,
-    complete_path, control_path, display_name, projects_path, released_path, report_path,
-    started_path, sync_path,
+    ReportResponse, ResumedRun, RunReport, ServedProject, StartedRequest, StartedResponse,
+    SyncRequest, complete_path, control_path, display_name, projects_path, released_path,
+    report_path, started_path, sync_path,
 };
 
 /// A boxed future.
@@ -437,16 +437,19 @@ impl DesktopApi {
             .collect())
     }
 
-    /// Reports that a command started.
+    /// Reports that a command started, or (with `resumed`) that this execution resumes it from
+    /// its journal after a stop.
     pub async fn started(
         &self,
         id: &CommandId,
         execution_id: &str,
         token_cap: Option<u64>,
+        resumed: Option<ResumedRun>,
     ) -> Result<Started, ApiError> {
         let body = serde_json::to_vec(&StartedRequest {
             execution_id: execution_id.to_owned(),
             token_cap,
+            resumed,
         })
         .map_err(|e| ApiError::Malformed(e.to_string()))?;
         match self

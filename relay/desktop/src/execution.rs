@@ -227,7 +227,7 @@ impl Relay {
             .await?;
         let token_cap = session.run_token_cap(self.config.token_cap, command.max_tokens);
         let cancel_requested = match self
-            .started_until_answered(&id, &execution_id, token_cap, shutdown)
+            .started_until_answered(&id, &execution_id, token_cap, None, shutdown)
             .await
         {
             StartAnswer::Go { cancel_requested } => cancel_requested,
@@ -321,17 +321,19 @@ impl Relay {
 
     /// Asks `started` with the same execution id until the service answers it, waiting
     /// [`crate::DesktopConfig::call_retry`] (doubling up to the poll interval, and at least
-    /// what a `Retry-After` asks) between tries, until the relay stops.
+    /// what a `Retry-After` asks) between tries, until the relay stops. `resumed` says the
+    /// execution resumes from its journal.
     pub(crate) async fn started_until_answered(
         &self,
         id: &CommandId,
         execution_id: &str,
         token_cap: Option<u64>,
+        resumed: Option<relay_protocol::ResumedRun>,
         shutdown: &CancellationToken,
     ) -> StartAnswer {
         let mut wait = self.config.call_retry;
         loop {
-            let error = match self.api.started(id, execution_id, token_cap).await {
+            let error = match self.api.started(id, execution_id, token_cap, resumed).await {
                 Ok(Started::Go {
                     cancel_requested,
                     cancel_cause,

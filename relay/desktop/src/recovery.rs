@@ -98,7 +98,7 @@ impl Relay {
 
 /// Reports the interrupted executions whose graph began as failed, with the tokens they had
 /// spent, and expires their approvals; returns those that never began, and (when `resume`)
-/// those left to resume from their journals.
+/// those left to resume from their journals (of a session that resumes its runs).
 fn report_interrupted(
     state: &DesktopState,
     now: Timestamp,
@@ -111,7 +111,10 @@ fn report_interrupted(
             unbegun.push(execution);
             continue;
         }
-        if resume && state.journal_text(&execution.execution_id)?.is_some() {
+        if resume
+            && state.session_resumes(&execution.execution_id)?
+            && state.journal_text(&execution.execution_id)?.is_some()
+        {
             resumable.push(execution);
             continue;
         }

@@ -5,8 +5,8 @@
 //! replayed, then it continues live, and ends as one run. A run the service ended meanwhile, or
 //! whose session's code changed, is reported failed, as before.
 
-use relay_protocol::CommandId;
 use relay_protocol::clock::Timestamp;
+use relay_protocol::{CommandId, ResumedRun};
 use runner::host::journal::{Journal, sha256_hex};
 use tokio_util::sync::CancellationToken;
 
@@ -98,8 +98,15 @@ impl Relay {
         }
         let token_cap = journal.header.token_cap;
         let command_id: CommandId = execution.command_id;
+        let note = resume_note(&found.history, self.clock.now());
         match self
-            .started_until_answered(&command_id, &execution.execution_id, token_cap, shutdown)
+            .started_until_answered(
+                &command_id,
+                &execution.execution_id,
+                token_cap,
+                Some(note),
+                shutdown,
+            )
             .await
         {
             StartAnswer::Go { .. } => {}
@@ -111,9 +118,9 @@ impl Relay {
             StartAnswer::Stopped => return Ok(None),
         }
         tracing::info!(command = %command_id, execution = %execution.execution_id, "resuming a run the relay stopped during, from its journal");
-        let (resumed_id, now) = (execution.execution_id.clone(), self.clock.now());
+        let resumed_id = execution.execution_id.clone();
         self.state
-            .call(move |state| state.note_resumed(&resumed_id, now))
+            .call(move |state| state.note_resumed(&resumed_id, note.at))
             .await?;
         let resumed =
             self.resumed_execution(&found.history, &session, journal, token_cap, command_id);
@@ -127,6 +134,15 @@ impl Relay {
         self.state
             .call(move |state| report_stopped(state, execution, now, error))
             .await
+    }
+}
+
+/// What `started` tells the service of this resume (docs/journal.md): how often the run was
+/// resumed, this time included, and when.
+fn resume_note(history: &HistoryRow, now: Timestamp) -> ResumedRun {
+    ResumedRun {
+        count: history.resumed.saturating_add(1),
+        at: now,
     }
 }
 

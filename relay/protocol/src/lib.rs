@@ -741,6 +741,20 @@ pub struct StartedRequest {
     /// lowered to the agent's `max_tokens` if it asked for less. `None`: no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_cap: Option<u64>,
+    /// Set when the desktop resumes this execution from its journal after a stop interrupted
+    /// it (it sends `started` again under the same execution id). Left out otherwise, so a
+    /// service from before resuming reads the request as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<ResumedRun>,
+}
+
+/// A run the desktop resumed from its journal after a stop interrupted it (docs/journal.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumedRun {
+    /// How often the desktop has resumed the run, this time included (at least 1).
+    pub count: u32,
+    /// When it resumed it this time, by the desktop's clock.
+    pub at: Timestamp,
 }
 
 /// `POST commands/{id}/started` answer (200).
@@ -1039,6 +1053,41 @@ mod tests {
         ] {
             assert!(bad.parse::<GraphSessionId>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_started_without_a_resume_is_what_older_peers_send_and_read() {
+        let plain = StartedRequest {
+            execution_id: "e1".into(),
+            token_cap: None,
+            resumed: None,
+        };
+        let text = serde_json::to_string(&plain).expect("encodes");
+        assert_eq!(text, r#"{"execution_id":"e1"}"#);
+        assert_eq!(
+            serde_json::from_str::<StartedRequest>(&text).ok(),
+            Some(plain)
+        );
+        let resumed = StartedRequest {
+            resumed: Some(ResumedRun {
+                count: 2,
+                at: Timestamp::from_unix_millis(1_000),
+            }),
+            ..StartedRequest {
+                execution_id: "e1".into(),
+                token_cap: Some(5),
+                resumed: None,
+            }
+        };
+        let text = serde_json::to_string(&resumed).expect("encodes");
+        assert_eq!(
+            text,
+            r#"{"execution_id":"e1","token_cap":5,"resumed":{"count":2,"at":"1970-01-01T00:00:01.000Z"}}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<StartedRequest>(&text).ok(),
+            Some(resumed)
+        );
     }
 
     #[test]

@@ -91,7 +91,7 @@ fn as_before_connections(db: &std::path::Path) {
         .expect("schema version");
     assert_eq!(
         usize::try_from(version).ok(),
-        Some(relay_service::store::sqlite::migrations().len() - 1)
+        Some(relay_service::store::sqlite::migrations().len() - 2)
     );
     connection
         .execute_batch(&format!(
@@ -107,13 +107,14 @@ fn as_before_connections(db: &std::path::Path) {
 /// Takes the database at `db` back to the schema before end causes (issue 43): no
 /// `cancel_cause` and no `end_cause` on commands, as the release before left it.
 fn as_before_end_causes(db: &std::path::Path) {
+    as_before_resumes(db);
     let connection = rusqlite::Connection::open(db).expect("open the database");
     let version: i64 = connection
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .expect("schema version");
     assert_eq!(
         usize::try_from(version).ok(),
-        Some(relay_service::store::sqlite::migrations().len())
+        Some(relay_service::store::sqlite::migrations().len() - 1)
     );
     connection
         .execute_batch(&format!(
@@ -181,4 +182,25 @@ async fn an_upgraded_database_keeps_each_grants_runs_readable_by_its_connection(
     assert_eq!(replay["replayed"], true, "{replay}");
     client.cancel().await.ok();
     upgraded.stop().await;
+}
+
+/// Takes the database at `db` back to the schema before resumes (issue 46): no `resumed` and
+/// no `resumed_at` on commands.
+fn as_before_resumes(db: &std::path::Path) {
+    let connection = rusqlite::Connection::open(db).expect("open the database");
+    let version: i64 = connection
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .expect("schema version");
+    assert_eq!(
+        usize::try_from(version).ok(),
+        Some(relay_service::store::sqlite::migrations().len())
+    );
+    connection
+        .execute_batch(&format!(
+            "ALTER TABLE commands DROP COLUMN resumed;
+             ALTER TABLE commands DROP COLUMN resumed_at;
+             PRAGMA user_version = {};",
+            version - 1
+        ))
+        .expect("take the schema back");
 }

@@ -57,8 +57,10 @@ async fn sqlite_store_migrates_a_file_from_before_end_causes() {
         .execute_batch(&format!(
             "ALTER TABLE commands DROP COLUMN cancel_cause;
              ALTER TABLE commands DROP COLUMN end_cause;
+             ALTER TABLE commands DROP COLUMN resumed;
+             ALTER TABLE commands DROP COLUMN resumed_at;
              PRAGMA user_version = {};",
-            current - 1
+            current - 2
         ))
         .expect("take the schema back");
     drop(connection);
@@ -71,7 +73,67 @@ async fn sqlite_store_migrates_a_file_from_before_end_causes() {
     assert_eq!(usize::try_from(version).ok(), Some(current));
 }
 
+/// A file from the release before resumes (no `resumed`, `resumed_at` on commands) opens with
+/// this build: its runs read as never resumed, and resumes are kept from then on.
+#[tokio::test]
+async fn sqlite_store_migrates_a_file_from_before_resumes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("relay.db");
+    let before = {
+        let store = SqliteStore::open(&path).expect("open");
+        conformance::queued_command(&store).await
+    };
+    let current = relay_service::store::sqlite::migrations().len();
+    let connection = rusqlite::Connection::open(&path).expect("open the file");
+    connection
+        .execute_batch(&format!(
+            "ALTER TABLE commands DROP COLUMN resumed;
+             ALTER TABLE commands DROP COLUMN resumed_at;
+             PRAGMA user_version = {};",
+            current - 1
+        ))
+        .expect("take the schema back");
+    drop(connection);
+    let store = SqliteStore::open(&path).expect("open and migrate");
+    conformance::a_command_from_before_resumes_keeps_them_after(&store, &before).await;
+}
+
 use relay_testkit::postgres_url;
+
+/// A PostgreSQL schema from the release before resumes migrates when a replica of this build
+/// starts on it: its runs read as never resumed, and resumes are kept from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_migrates_a_schema_from_before_resumes() {
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let schema = format!("before_resumes_{}", uuid::Uuid::new_v4().simple());
+    let connect = || relay_service::store::PostgresStore::connect_in_schema(&url, Some(&schema));
+    let before = {
+        let store = connect().await.expect("connect");
+        conformance::queued_command(&store).await
+    };
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    let current = relay_service::store::PostgresStore::SCHEMA_VERSION;
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE {schema}.commands DROP COLUMN resumed;
+             ALTER TABLE {schema}.commands DROP COLUMN resumed_at;
+             UPDATE {schema}.relay_schema SET version = {};",
+            current - 1
+        ))
+        .await
+        .expect("take the schema back");
+    let store = connect().await.expect("connect and migrate");
+    conformance::a_command_from_before_resumes_keeps_them_after(&store, &before).await;
+    client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop schema");
+}
 
 /// A PostgreSQL schema from the release before end causes migrates when a replica of this
 /// build starts on it: its runs read as they were, and causes are kept from then on.
@@ -95,8 +157,10 @@ async fn postgres_store_migrates_a_schema_from_before_end_causes() {
         .batch_execute(&format!(
             "ALTER TABLE {schema}.commands DROP COLUMN cancel_cause;
              ALTER TABLE {schema}.commands DROP COLUMN end_cause;
+             ALTER TABLE {schema}.commands DROP COLUMN resumed;
+             ALTER TABLE {schema}.commands DROP COLUMN resumed_at;
              UPDATE {schema}.relay_schema SET version = {};",
-            current - 1
+            current - 2
         ))
         .await
         .expect("take the schema back");

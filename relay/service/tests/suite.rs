@@ -37,6 +37,7 @@ mod postgres_tls;
 mod quotas;
 mod request_origins;
 mod restart;
+mod resumed_runs;
 mod revocation;
 mod run_reports;
 mod silent_desktop;

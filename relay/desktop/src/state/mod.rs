@@ -176,6 +176,12 @@ CREATE TABLE journal (
 ALTER TABLE history ADD COLUMN resumed INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE history ADD COLUMN resumed_at INTEGER;
 "#,
+    // Resuming per session (issue 46): 0 when the owner turned it off for the session
+    // (`session add --no-resume`, `session set-resume ID off`): its interrupted runs are
+    // reported failed, as before resuming.
+    r#"
+ALTER TABLE graph_sessions ADD COLUMN resume INTEGER NOT NULL DEFAULT 1;
+"#,
 ];
 
 /// The columns of the state file that hold JSON, as the state reads them: what `relay desktop db
@@ -241,6 +247,9 @@ pub struct Session {
     pub args_schema: Option<Value>,
     /// The owner's token cap for this session's remote runs; `None`: the relay's default.
     pub max_tokens: Option<u64>,
+    /// Whether a run of it a stop interrupted is resumed from its journal (the relay's
+    /// `--no-resume` turns resuming off for every session).
+    pub resume: bool,
 }
 
 impl Session {

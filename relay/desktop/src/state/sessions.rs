@@ -37,11 +37,12 @@ pub(super) fn session_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Sess
         max_tokens: row
             .get::<_, Option<i64>>(8)?
             .and_then(|n| u64::try_from(n).ok()),
+        resume: row.get(9)?,
     })
 }
 
 pub(super) const SESSION_COLUMNS: &str =
-    "id, name, description, slug, version, status, script, args_schema, max_tokens";
+    "id, name, description, slug, version, status, script, args_schema, max_tokens, resume";
 
 /// A fresh `gs_` id.
 pub fn new_session_id() -> GraphSessionId {
@@ -149,6 +150,39 @@ impl DesktopState {
         })
     }
 
+    /// Turns resuming on or off for the session's runs a stop interrupts.
+    pub fn set_session_resume(&self, id: &GraphSessionId, resume: bool) -> Result<(), StateError> {
+        self.with_sync(|conn| {
+            let changed = conn.execute_cached(
+                "UPDATE graph_sessions SET resume = ?2 WHERE id = ?1",
+                params![id.as_str(), resume],
+            )?;
+            if changed == 0 {
+                return Err(StateError::Invalid(format!(
+                    "no session {id}: see `relay desktop session list`"
+                )));
+            }
+            Ok(())
+        })
+    }
+
+    /// Whether the interrupted execution `execution_id` may be resumed by its session: false
+    /// when the owner turned resuming off for it (a session removed since leaves the decision
+    /// to the resume, which reports the run failed).
+    pub fn session_resumes(&self, execution_id: &str) -> Result<bool, StateError> {
+        self.with_sync(|conn| {
+            let resume: Option<bool> = conn
+                .query_row_cached(
+                    "SELECT s.resume FROM history h JOIN graph_sessions s ON s.id = h.session_id
+                     WHERE h.execution_id = ?1",
+                    params![execution_id],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            Ok(resume.unwrap_or(true))
+        })
+    }
+
     /// Removes a session (and its shares).
     pub fn remove_session(&self, id: &GraphSessionId) -> Result<(), StateError> {
         self.with_sync(|conn| {
@@ -163,5 +197,44 @@ impl DesktopState {
             }
             bump_sharing(conn)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use relay_protocol::CommandId;
+    use relay_protocol::clock::Timestamp;
+
+    use super::*;
+    use crate::state::test_meta as meta;
+
+    #[test]
+    fn resuming_is_on_by_default_and_the_owner_turns_it_off_per_session() {
+        let state = DesktopState::open_in_memory().expect("state");
+        let now = Timestamp::from_unix_millis(1);
+        let off = state
+            .upsert_session(&meta("off"), "script", None, now)
+            .expect("session");
+        let on = state
+            .upsert_session(&meta("on"), "script", None, now)
+            .expect("session");
+        for (execution, session, slug) in [("e-off", &off, "off"), ("e-on", &on, "on")] {
+            state
+                .begin_execution(execution, &CommandId::new_random(), "p", session, slug, now)
+                .expect("begin");
+        }
+        assert!(state.session_resumes("e-off").expect("read"));
+        state.set_session_resume(&off, false).expect("turn off");
+        assert!(!state.session_resumes("e-off").expect("read"));
+        assert!(state.session_resumes("e-on").expect("read"));
+        let listed = state.sessions().expect("sessions");
+        let resume = |id: &GraphSessionId| listed.iter().find(|s| &s.id == id).map(|s| s.resume);
+        assert_eq!((resume(&off), resume(&on)), (Some(false), Some(true)));
+        state.set_session_resume(&off, true).expect("turn on");
+        assert!(state.session_resumes("e-off").expect("read"));
+        // An execution the history does not hold leaves the decision to the resume.
+        assert!(state.session_resumes("e-unknown").expect("read"));
+        let unknown = new_session_id();
+        assert!(state.set_session_resume(&unknown, false).is_err());
     }
 }

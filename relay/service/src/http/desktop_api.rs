@@ -127,7 +127,8 @@ async fn started(
 ) -> ApiResult<StartedResponse> {
     let started = runs::command_started(&app.runs, &desktop, id, &request).await;
     let outcome = match &started {
-        Ok(answer) if answer.replayed => Some(ClaimOutcome::Replayed),
+        // A resume is no new claim: the run was won by this execution before.
+        Ok(answer) if answer.replayed || request.resumed.is_some() => Some(ClaimOutcome::Replayed),
         Ok(_) => Some(ClaimOutcome::Won),
         Err(DesktopError::Conflict { .. }) => Some(ClaimOutcome::Conflict),
         Err(_) => None,

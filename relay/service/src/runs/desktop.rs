@@ -105,11 +105,17 @@ pub async fn command_started(
     request: &StartedRequest,
 ) -> Result<StartedResponse, DesktopError> {
     check_execution_id(&request.execution_id).map_err(|e| DesktopError::BadRequest(e.0))?;
+    if request.resumed.is_some_and(|resumed| resumed.count == 0) {
+        return Err(DesktopError::BadRequest(
+            "resumed.count must be at least 1".to_owned(),
+        ));
+    }
     let command = desktop_command(runs, desktop, id).await?;
     heard_from(&runs.presence, &command.project_id, None).await;
     let event = RunEvent::Started {
         execution_id: &request.execution_id,
         token_cap: request.token_cap,
+        resumed: request.resumed,
     };
     let (command, decision) = apply(runs, command, event).await?;
     let started = |replayed| StartedResponse {
@@ -119,7 +125,12 @@ pub async fn command_started(
         cancel_cause: cancel_cause_of(&command),
     };
     match decision {
-        Decision::Write(_) => Ok(started(false)),
+        Decision::Write(_) => {
+            if let Some(resumed) = request.resumed {
+                tracing::info!(command_id = %id, count = resumed.count, "the desktop resumed a run from its journal");
+            }
+            Ok(started(false))
+        }
         Decision::Replay => Ok(started(true)),
         Decision::Conflict(message) => Err(DesktopError::Conflict {
             message,

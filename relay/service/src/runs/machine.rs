@@ -1,7 +1,9 @@
 //! The run state machine: [`transition`] is the only place that decides how a run moves.
 
 use relay_protocol::clock::Timestamp;
-use relay_protocol::{CompleteRequest, CompletionStatus, EndCause, NOT_SHARED, RunStatus};
+use relay_protocol::{
+    CompleteRequest, CompletionStatus, EndCause, NOT_SHARED, ResumedRun, RunStatus,
+};
 
 use crate::store::CommandRecord;
 
@@ -14,6 +16,9 @@ pub enum RunEvent<'a> {
         execution_id: &'a str,
         /// The token cap the desktop runs it with.
         token_cap: Option<u64>,
+        /// Set when the desktop resumes the run from its journal after a stop: only a run
+        /// still running under this execution is resumed.
+        resumed: Option<ResumedRun>,
     },
     /// The desktop hands a run it started back without running it: the answer to its
     /// `started` was lost, and it will not run it under that execution (it stopped, or it
@@ -68,10 +73,16 @@ pub fn transition(current: &CommandRecord, event: RunEvent<'_>, now: Timestamp) 
         RunEvent::Started {
             execution_id,
             token_cap,
+            resumed: None,
         } => {
             next.token_cap = token_cap;
             started(current, next, execution_id, now)
         }
+        RunEvent::Started {
+            execution_id,
+            resumed: Some(resumed),
+            ..
+        } => started_resumed(current, next, execution_id, resumed, now),
         RunEvent::Released { execution_id } => released(current, next, execution_id),
         RunEvent::CancelRequested { cause } => cancel_requested(current, next, cause, now),
         RunEvent::Completed {
@@ -125,6 +136,41 @@ fn started(
             "command already started with another execution_id ({})",
             current.execution_id.as_deref().unwrap_or("none")
         )),
+        status => Decision::Conflict(format!(
+            "command already finished as {status}; do not run it"
+        )),
+    }
+}
+
+/// The `Started` arms of a desktop resuming a run from its journal: only the execution the
+/// run is running under resumes it (a queued, ended or another execution's run is refused, so
+/// a resume never starts a second run). A newer count is recorded with its time (between the
+/// run's start and now, whatever the desktop's clock says); an older or equal one is a repeat.
+fn started_resumed(
+    current: &CommandRecord,
+    mut next: CommandRecord,
+    execution_id: &str,
+    resumed: ResumedRun,
+    now: Timestamp,
+) -> Decision {
+    match current.status {
+        RunStatus::Running if current.execution_id.as_deref() == Some(execution_id) => {
+            if resumed.count <= current.resumed {
+                return Decision::Replay;
+            }
+            let earliest = current.started_at.unwrap_or(current.created_at).min(now);
+            next.resumed = resumed.count;
+            next.resumed_at = Some(resumed.at.clamp(earliest, now));
+            next.last_seen_at = Some(now);
+            Decision::Write(Box::new(next))
+        }
+        RunStatus::Running => Decision::Conflict(format!(
+            "command runs under another execution_id ({}); only that execution may resume it",
+            current.execution_id.as_deref().unwrap_or("none")
+        )),
+        RunStatus::Queued => Decision::Conflict(
+            "command is not running; only a running run is resumed (do not run it)".to_owned(),
+        ),
         status => Decision::Conflict(format!(
             "command already finished as {status}; do not run it"
         )),
@@ -404,6 +450,7 @@ mod tests {
             RunEvent::Started {
                 execution_id: "e1",
                 token_cap: None,
+                resumed: None,
             },
             NOW,
         ));
@@ -414,11 +461,13 @@ mod tests {
         let same = RunEvent::Started {
             execution_id: "exec",
             token_cap: None,
+            resumed: None,
         };
         assert_eq!(transition(&running, same, NOW), Decision::Replay);
         let other = RunEvent::Started {
             execution_id: "e2",
             token_cap: None,
+            resumed: None,
         };
         assert!(matches!(
             transition(&running, other, NOW),
@@ -432,6 +481,55 @@ mod tests {
             assert!(matches!(
                 transition(&command(status, false), same, NOW),
                 Decision::Conflict(_)
+            ));
+        }
+    }
+
+    #[test]
+    fn only_the_running_execution_resumes_its_run_and_each_resume_is_counted_once() {
+        let mut running = command(RunStatus::Running, false);
+        running.started_at = Some(Timestamp::from_unix_millis(1_000));
+        let resume = |execution_id, count, at| RunEvent::Started {
+            execution_id,
+            token_cap: None,
+            resumed: Some(ResumedRun {
+                count,
+                at: Timestamp::from_unix_millis(at),
+            }),
+        };
+        let once = written(transition(&running, resume("exec", 1, 2_000), NOW));
+        assert_eq!((once.status, once.resumed), (RunStatus::Running, 1));
+        assert_eq!(once.resumed_at, Some(Timestamp::from_unix_millis(2_000)));
+        assert_eq!(once.execution_id.as_deref(), Some("exec"));
+        // The same resume asked again (its answer lost), or an older one: nothing changes.
+        assert_eq!(
+            transition(&once, resume("exec", 1, 3_000), NOW),
+            Decision::Replay
+        );
+        let twice = written(transition(&once, resume("exec", 2, 3_000), NOW));
+        assert_eq!(twice.resumed, 2);
+        // A desktop clock that is off never puts the resume before the start or after now.
+        let early = written(transition(&running, resume("exec", 1, 10), NOW));
+        assert_eq!(early.resumed_at, running.started_at);
+        let late = written(transition(&running, resume("exec", 1, 90_000), NOW));
+        assert_eq!(late.resumed_at, Some(NOW));
+        // Another execution (a forged id, another desktop), a queued run, an ended run.
+        assert!(matches!(
+            transition(&running, resume("forged", 1, 2_000), NOW),
+            Decision::Conflict(m) if m.contains("another execution_id (exec)")
+        ));
+        assert!(matches!(
+            transition(&command(RunStatus::Queued, false), resume("exec", 1, 2_000), NOW),
+            Decision::Conflict(m) if m.contains("not running")
+        ));
+        for status in [
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ] {
+            assert!(matches!(
+                transition(&command(status, false), resume("exec", 1, 2_000), NOW),
+                Decision::Conflict(m) if m.contains("already finished")
             ));
         }
     }
@@ -454,6 +552,7 @@ mod tests {
             RunEvent::Started {
                 execution_id: "e2",
                 token_cap: None,
+                resumed: None,
             },
             NOW,
         ));

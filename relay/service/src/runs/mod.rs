@@ -196,6 +196,11 @@ impl schemars::JsonSchema for EndCauseWord {
     }
 }
 
+/// A JSON object, its fields said in the field's description.
+pub fn object_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object"})
+}
+
 /// Any JSON value but `null` (a graph's result; a `null` result is left out), as a schema
 /// that names each type, so a client's validator and a model both see what may come.
 pub fn any_json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -229,18 +234,18 @@ pub struct RunView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub finished_at: Option<Timestamp>,
-    /// When the service received the desktop's result.
+    /// When its result arrived.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub delivered_at: Option<Timestamp>,
-    /// What the run waits for, like the owner's approval of a tool.
+    /// What it waits for, like an owner's approval.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
     /// When that wait ends by itself.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>")]
     pub waiting_until: Option<Timestamp>,
-    /// How far the running graph got, as its desktop last reported.
+    /// How far it got, as its desktop last reported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressView>,
     /// The project's desktop.
@@ -248,11 +253,11 @@ pub struct RunView {
     /// Last change.
     #[schemars(with = "String")]
     pub updated_at: Timestamp,
-    /// The graph's result, once completed (unless too large to post).
+    /// The graph's result, once completed.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_json_schema")]
     pub result: Option<Value>,
-    /// True when the result was too large to post; the full result is on the desktop.
+    /// True when the result was too large to post (it is on the desktop).
     pub result_truncated: bool,
     /// Tokens metered.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -269,7 +274,7 @@ pub struct RunView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "EndCauseWord")]
     pub end_cause: Option<EndCause>,
-    /// While it is not finished: when to look again, in seconds.
+    /// When to look again (seconds), while not finished.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub poll_after_seconds: Option<u64>,
     /// The token cap asked for with max_tokens.
@@ -278,6 +283,32 @@ pub struct RunView {
     /// The token cap it runs with, once started.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_cap: Option<u64>,
+    /// Resumes after desktop restarts: {count, last_at}.
+    // Its fields are said in the description: the tools list stays within its 10 KB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "object_schema")]
+    pub resumed: Option<ResumedView>,
+}
+
+/// How often a run's desktop resumed it from its journal after a stop, and when last: still
+/// one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct ResumedView {
+    /// Resumes so far.
+    pub count: u32,
+    /// When the last one was.
+    #[schemars(with = "String")]
+    pub last_at: Timestamp,
+}
+
+impl ResumedView {
+    /// The resumes of `command`, if it was ever resumed.
+    pub fn of(command: &CommandRecord) -> Option<Self> {
+        match (command.resumed, command.resumed_at) {
+            (0, _) | (_, None) => None,
+            (count, Some(last_at)) => Some(ResumedView { count, last_at }),
+        }
+    }
 }
 
 /// How far a running graph got.
@@ -373,6 +404,7 @@ impl RunView {
             poll_after_seconds: (!command.status.is_terminal()).then_some(poll_hint.as_secs()),
             max_tokens: command.max_tokens,
             token_cap: command.token_cap,
+            resumed: ResumedView::of(command),
         }
     }
 }

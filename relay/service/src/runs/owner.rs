@@ -79,6 +79,9 @@ pub struct OwnerRunSummary {
     pub waiting_for: Option<String>,
     /// Tokens a running run metered so far, as its desktop last reported.
     pub tokens_so_far: Option<u64>,
+    /// How often its desktop resumed it from its journal after a restart, and when last
+    /// (`null`: never).
+    pub resumed: Option<super::ResumedView>,
 }
 
 /// One run in full.
@@ -152,6 +155,7 @@ fn summary(command: &CommandRecord, names: &HashMap<String, String>) -> OwnerRun
         end_cause: command.end_cause,
         waiting_for: waiting.map(|waiting| waiting.what),
         tokens_so_far: progress.map(|progress| progress.tokens_used),
+        resumed: super::ResumedView::of(command),
     }
 }
 

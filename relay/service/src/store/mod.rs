@@ -586,6 +586,10 @@ pub struct CommandRecord {
     pub cancel_cause: Option<EndCause>,
     /// Why it ended, when not by its graph alone (a cancel, a withdrawal, a stop, a limit).
     pub end_cause: Option<EndCause>,
+    /// How often its desktop resumed it from its journal after a stop interrupted it.
+    pub resumed: u32,
+    /// When its desktop last resumed it.
+    pub resumed_at: Option<Timestamp>,
 }
 
 impl CommandRecord {
@@ -631,6 +635,8 @@ impl CommandRecord {
             token_cap: None,
             cancel_cause: None,
             end_cause: None,
+            resumed: 0,
+            resumed_at: None,
         }
     }
 }

@@ -146,7 +146,15 @@ ALTER TABLE commands ADD COLUMN token_cap INTEGER;
     auth::CONNECTIONS_MIGRATION,
     presence::LONG_POLLS_MIGRATION,
     END_CAUSE_MIGRATION,
+    RESUMED_MIGRATION,
 ];
+
+/// How often a run's desktop resumed it from its journal after a stop, and when last
+/// (issue 46; 0 and `NULL`: never).
+const RESUMED_MIGRATION: &str = r#"
+ALTER TABLE commands ADD COLUMN resumed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE commands ADD COLUMN resumed_at INTEGER;
+"#;
 
 /// Who asked the service to cancel a run, and why it ended (`EndCause` wire words; `NULL`:
 /// no one asked, it ended by its graph alone, or it ended before causes were kept).
@@ -203,7 +211,7 @@ const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_session_id, slug,
     idempotency_key, request_hash, status, cancel_requested, execution_id, result, \
     result_truncated, total_tokens, reported_cost, error, completion_hash, created_at, \
     started_at, finished_at, last_seen_at, updated_at, delivered_at, report, max_tokens,
-    token_cap, cancel_cause, end_cause";
+    token_cap, cancel_cause, end_cause, resumed, resumed_at";
 
 const TOKEN_COLUMNS: &str = "id, kind, token_hash, owner_id, project_id, agent_name, scopes, \
     created_at, revoked_at, client_id, connection_id";
@@ -715,6 +723,8 @@ pub(super) fn command_from_row(row: &Row<'_>) -> rusqlite::Result<CommandRecord>
             token_cap: from_sql_tokens(row.get(25)?),
             cancel_cause: cause_word(row.get(26)?),
             end_cause: cause_word(row.get(27)?),
+            resumed: resumed_count(row.get(28)?),
+            resumed_at: ts(row.get(29)?),
         })
     })
 }
@@ -723,6 +733,11 @@ pub(super) fn command_from_row(row: &Row<'_>) -> rusqlite::Result<CommandRecord>
 /// only explains an end, it decides nothing.
 fn cause_word(word: Option<String>) -> Option<relay_protocol::EndCause> {
     word.and_then(|word| word.parse().ok())
+}
+
+/// A stored resume count; one out of range (never written) reads as none.
+fn resumed_count(count: i64) -> u32 {
+    u32::try_from(count).unwrap_or(0)
 }
 
 /// A stored token count; a negative one (never written) reads as none.
@@ -1348,7 +1363,7 @@ impl Store for SqliteStore {
                      result = ?4, result_truncated = ?5, total_tokens = ?6, reported_cost = ?7, \
                      error = ?8, completion_hash = ?9, started_at = ?10, finished_at = ?11, \
                      last_seen_at = ?12, updated_at = ?13, delivered_at = ?17, token_cap = ?18, \
-                     cancel_cause = ?20, end_cause = ?21 \
+                     cancel_cause = ?20, end_cause = ?21, resumed = ?22, resumed_at = ?23 \
                      WHERE id = ?14 AND status = ?15 AND cancel_requested = ?16 \
                      AND execution_id IS ?19",
                     params![
@@ -1373,6 +1388,8 @@ impl Store for SqliteStore {
                         from_execution,
                         next.cancel_cause.map(|c| c.as_str()),
                         next.end_cause.map(|c| c.as_str()),
+                        next.resumed,
+                        ms(next.resumed_at),
                     ],
                 )
                 .map_err(backend)?;

@@ -199,6 +199,11 @@ fn status_note(run: &OwnerRunSummary) -> Markup {
         @if let Some(cause) = run.end_cause {
             span.note data-end-cause=(cause.as_str()) { (cause.describe()) }
         }
+        @if let Some(resumed) = run.resumed {
+            span.note data-resumed=(resumed.count) {
+                "resumed " (resumed.count) "x after a desktop restart"
+            }
+        }
     }
 }
 
@@ -304,6 +309,13 @@ pub async fn detail(
             dt { "Queued" } dd { (when(Some(s.created_at))) }
             dt { "Started" } dd { (when(s.started_at)) }
             dt { "Finished" } dd { (when(s.finished_at)) }
+            @if let Some(resumed) = s.resumed {
+                dt { "Resumed" }
+                dd data-resumed=(resumed.count) {
+                    "the desktop restarted during this run and resumed it from its journal ("
+                    (resumed.count) "x, last " (when(Some(resumed.last_at))) ")"
+                }
+            }
             dt { "Tokens" } dd { (tokens(s)) }
             dt { "Cost" } dd { (cost(s)) }
         }

@@ -236,10 +236,18 @@ fn run_hint(view: &RunView) -> Option<String> {
         )),
         _ => None,
     };
-    match (next_step(view), capped) {
-        (Some(step), Some(capped)) => Some(format!("{step} {capped}")),
-        (step, capped) => step.or(capped),
-    }
+    // A resume is said in words: the agent sees one run that took a restart, not two.
+    let resumed = view.resumed.map(|resumed| {
+        format!(
+            "The desktop restarted during this run and resumed it from its journal ({}x, last at {}).",
+            resumed.count, resumed.last_at
+        )
+    });
+    let sentences: Vec<String> = [next_step(view), capped, resumed]
+        .into_iter()
+        .flatten()
+        .collect();
+    (!sentences.is_empty()).then(|| sentences.join(" "))
 }
 
 /// What to do next about the run, if anything.

@@ -143,6 +143,7 @@ where
     session_snapshots_only_move_forward(make().as_ref()).await;
     argument_schemas_and_token_caps_round_trip(make().as_ref()).await;
     cancel_and_end_causes_round_trip(make().as_ref()).await;
+    resumes_round_trip(make().as_ref()).await;
     idempotency_key_is_unique_per_agent(make().as_ref()).await;
     concurrent_inserts_create_one_command(make()).await;
     queue_quota_counts_queued_commands_only(make().as_ref()).await;
@@ -642,6 +643,69 @@ pub async fn cancel_and_end_causes_round_trip(store: &dyn Store) {
         assert_eq!(read.end_cause, Some(cause), "{cause}");
         assert_eq!(read.cancel_cause, None);
     }
+}
+
+/// A new command was never resumed; a resume's count and time are kept by an update (of the
+/// running run, under its execution) and read back as written, and stay on the ended run.
+pub async fn resumes_round_trip(store: &dyn Store) {
+    let seed = seed(store).await;
+    let queued = insert_new(store, command(&seed, &seed.agent_id, "key-resume", at(1))).await;
+    assert_eq!((queued.resumed, queued.resumed_at), (0, None));
+    let mut running = queued.clone();
+    running.status = RunStatus::Running;
+    running.execution_id = Some("exec-resume".into());
+    running.started_at = Some(at(2));
+    assert!(
+        store
+            .update_command(&queued, &running)
+            .await
+            .expect("start")
+    );
+    let mut resumed = running.clone();
+    resumed.resumed = 2;
+    resumed.resumed_at = Some(at(3));
+    assert!(
+        store
+            .update_command(&running, &resumed)
+            .await
+            .expect("resume")
+    );
+    let read = store
+        .command(queued.id)
+        .await
+        .expect("read")
+        .expect("the command");
+    assert_eq!(read, resumed);
+    let mut ended = resumed.clone();
+    ended.status = RunStatus::Completed;
+    ended.finished_at = Some(at(4));
+    assert!(store.update_command(&resumed, &ended).await.expect("end"));
+    let read = store
+        .command(queued.id)
+        .await
+        .expect("read")
+        .expect("the command");
+    assert_eq!((read.resumed, read.resumed_at), (2, Some(at(3))));
+    assert_eq!(read, ended);
+}
+
+/// `before`, a command written before resumes were kept, read from the migrated `store`: it
+/// was never resumed, and a resume is kept from now on.
+pub async fn a_command_from_before_resumes_keeps_them_after(
+    store: &dyn Store,
+    before: &CommandRecord,
+) {
+    let read = store.command(before.id).await.expect("read").expect("kept");
+    assert_eq!(&read, before, "the command reads as it was written");
+    assert_eq!((read.resumed, read.resumed_at), (0, None));
+    let mut running = read.clone();
+    running.status = RunStatus::Running;
+    running.execution_id = Some("exec-after".into());
+    running.resumed = 1;
+    running.resumed_at = Some(at(5));
+    assert!(store.update_command(&read, &running).await.expect("resume"));
+    let read = store.command(before.id).await.expect("read").expect("kept");
+    assert_eq!(read, running);
 }
 
 /// A queued command in a fresh project of `store`: what a database from before a migration

@@ -41,6 +41,13 @@ ALTER TABLE commands ADD COLUMN cancel_cause TEXT;
 ALTER TABLE commands ADD COLUMN end_cause TEXT;
 "#;
 
+/// How often a run's desktop resumed it from its journal after a stop, and when last
+/// (issue 46; 0 and `NULL`: never) (migration 11).
+pub(super) const RESUMED_MIGRATION: &str = r#"
+ALTER TABLE commands ADD COLUMN resumed BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE commands ADD COLUMN resumed_at BIGINT;
+"#;
+
 /// A stored cause word; one this build does not know (a newer build's) reads as none: a cause
 /// only explains an end, it decides nothing.
 fn cause_word(word: Option<String>) -> Option<relay_protocol::EndCause> {
@@ -154,7 +161,7 @@ pub(super) const COMMAND_COLUMNS: &str = "id, project_id, agent_id, graph_sessio
     arguments, idempotency_key, request_hash, status, cancel_requested, execution_id, result, \
     result_truncated, total_tokens, reported_cost, error, completion_hash, created_at, \
     started_at, finished_at, last_seen_at, updated_at, delivered_at, report, max_tokens,
-    token_cap, cancel_cause, end_cause";
+    token_cap, cancel_cause, end_cause, resumed, resumed_at";
 
 pub(super) const TOKEN_COLUMNS: &str = "id, kind, token_hash, owner_id, project_id, agent_name, \
     scopes, created_at, revoked_at, client_id, connection_id";
@@ -346,6 +353,8 @@ pub(super) fn command_from_row(row: &Row) -> Result<CommandRecord, StoreError> {
             token_cap: get::<Option<i64>>(row, 25)?.and_then(|n| u64::try_from(n).ok()),
             cancel_cause: cause_word(get(row, 26)?),
             end_cause: cause_word(get(row, 27)?),
+            resumed: u32::try_from(get::<i64>(row, 28)?).unwrap_or(0),
+            resumed_at: at_opt(row, 29)?,
         })
     })
 }
@@ -660,7 +669,7 @@ impl PostgresStore {
                  result = $4, result_truncated = $5, total_tokens = $6, reported_cost = $7, \
                  error = $8, completion_hash = $9, started_at = $10, finished_at = $11, \
                  last_seen_at = $12, updated_at = $13, delivered_at = $17, token_cap = $18, \
-                 cancel_cause = $20, end_cause = $21 \
+                 cancel_cause = $20, end_cause = $21, resumed = $22, resumed_at = $23 \
                  WHERE id = $14 AND status = $15 AND cancel_requested = $16 \
                  AND execution_id IS NOT DISTINCT FROM $19",
                 &[
@@ -685,6 +694,8 @@ impl PostgresStore {
                     &from.execution_id,
                     &next.cancel_cause.map(|c| c.as_str()),
                     &next.end_cause.map(|c| c.as_str()),
+                    &i64::from(next.resumed),
+                    &ms(next.resumed_at),
                 ],
             )
             .await?;

@@ -40,6 +40,7 @@ const MIGRATIONS: &[&str] = &[
     auth::CONNECTIONS_MIGRATION,
     presence::LONG_POLLS_MIGRATION,
     core::END_CAUSE_MIGRATION,
+    core::RESUMED_MIGRATION,
 ];
 
 /// The schema migrations, in order: for tests that build a database as an older release left
