@@ -193,6 +193,78 @@ async fn a_run_killed_mid_way_resumes_from_its_journal_and_completes_once() {
     assert!(listed.contains("resumed 1x after a stop"), "{listed}");
 }
 
+fn signal(relay: &mut RelayProcess, signal: i32) -> std::process::ExitStatus {
+    let pid = i32::try_from(relay.child.id()).expect("pid");
+    // SAFETY: sends a signal to our own child process, whose pid we hold.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "signal sent");
+    relay.child.wait().expect("wait")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stopped_by_sigterm_is_kept_and_resumed_at_the_next_start() {
+    let world = World::new(replies()).await;
+    let session = world.share(AGENT_THEN_SECOND).await;
+    let command = world.queue(&session, "key-sigterm-resume", json!({})).await;
+    let mut relay = spawn_relay(&world, "sigterm-resume");
+    wait_until("the second agent's start is journaled", || {
+        journal(&world).is_some_and(|text| text.contains(r#""what":"second""#))
+    })
+    .await;
+    let status = signal(&mut relay, libc::SIGTERM);
+    let log = relay.log();
+    assert!(status.success(), "{status:?}: {log}");
+    assert!(
+        log.contains("1 run interrupted; it resumes at the next start"),
+        "{log}"
+    );
+    // Nothing was posted: the service still holds the run as running, the state keeps it
+    // running with its journal, which has no end and nothing after the stop.
+    assert_eq!(world.get(&command).await["status"], "running", "{log}");
+    let history = world.state.history().expect("history");
+    assert_eq!(history[0].status, "running", "{history:?}");
+    assert!(world.state.outbox().expect("outbox").is_empty());
+    let text = journal(&world).expect("the journal is kept");
+    assert!(!text.contains(r#""k":"end""#), "{text}");
+    assert!(
+        !text.contains("world"),
+        "the second agent's cancel is not journaled: {text}"
+    );
+
+    let restarted = world.spawn_relay("sigterm-resume-restart", &replies(), &[]);
+    let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
+    let log = restarted.log();
+    assert_eq!(run["status"], "completed", "{run}: {log}");
+    assert_eq!(run["result"], json!(["hello", "world"]), "{run}");
+    assert_eq!(run["total_tokens"], 104, "{run}: {log}");
+    assert!(log.contains("resuming a run"), "{log}");
+    let history = world.state.history().expect("history");
+    assert_eq!(history.len(), 1, "one run, not two: {history:?}");
+    assert_eq!(history[0].status, "completed", "{history:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stopped_by_sigterm_with_no_resume_ends_failed_at_once() {
+    let world = World::new(replies()).await;
+    let session = world.share(AGENT_THEN_SECOND).await;
+    let command = world.queue(&session, "key-sigterm-no", json!({})).await;
+    let mut relay = world.spawn_relay("sigterm-no-resume", &replies(), &["--no-resume"]);
+    wait_until("the second agent's start is journaled", || {
+        journal(&world).is_some_and(|text| text.contains(r#""what":"second""#))
+    })
+    .await;
+    let status = signal(&mut relay, libc::SIGTERM);
+    assert!(status.success(), "{status:?}: {}", relay.log());
+    let run = world.wait_terminal(&command, Duration::from_secs(10)).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    assert!(
+        run["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("the desktop relay was stopped")),
+        "{run}"
+    );
+    assert!(!relay.log().contains("resumes at the next start"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_graph_changed_while_interrupted_is_not_resumed() {
     let world = World::new(replies()).await;

@@ -361,6 +361,12 @@ pub enum RecordError {
     /// An entry could not be encoded.
     #[error("cannot encode a journal entry: {0}")]
     Encode(String),
+    /// The journal was closed before the run's end ([`Recorder::close`]): the run stops where
+    /// it is, to be resumed from what was written.
+    #[error(
+        "the run's journal was closed before the run's end: the run stops here and resumes from its journal"
+    )]
+    Closed,
 }
 
 #[derive(Default)]
@@ -368,6 +374,8 @@ struct RecordState {
     bytes: u64,
     entries: u64,
     error: Option<RecordError>,
+    /// The run's end is written.
+    ended: bool,
 }
 
 /// Appends a run's entries to its sink, in order, within the limits. After the first error
@@ -395,7 +403,25 @@ impl Recorder {
     /// Appends `entry`.
     pub fn append(&self, entry: &Entry) -> Result<(), RecordError> {
         let line = serde_json::to_string(entry).map_err(|e| RecordError::Encode(e.to_string()))?;
-        self.line(&line)
+        self.line(&line)?;
+        if matches!(entry, Entry::End { .. }) {
+            lock(&self.state).ended = true;
+        }
+        Ok(())
+    }
+
+    /// Closes the journal where it is, before the run's end (a relay that stops and resumes
+    /// the run at its next start): every later append fails with [`RecordError::Closed`], so
+    /// the run stops at its next host call and nothing it does after this is half-journaled.
+    /// False when there is nothing to resume: the run's end is written already, or the
+    /// journal had failed before.
+    pub fn close(&self) -> bool {
+        let mut state = lock(&self.state);
+        if state.ended || state.error.is_some() {
+            return false;
+        }
+        state.error = Some(RecordError::Closed);
+        true
     }
 
     fn line(&self, line: &str) -> Result<(), RecordError> {
@@ -926,5 +952,41 @@ mod tests {
         assert!(recorder.append(&entry).is_ok());
         assert_eq!(recorder.line(&big), Err(RecordError::Full));
         assert_eq!(recorder.append(&entry), Err(RecordError::Full));
+    }
+
+    #[test]
+    fn a_closed_journal_takes_nothing_more_and_an_ended_one_is_not_closed() {
+        struct Counting(std::sync::atomic::AtomicUsize);
+        impl JournalSink for Counting {
+            fn append(&self, _: &str) -> std::io::Result<()> {
+                self.0.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+            fn finish(&self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Arc::new(Counting(std::sync::atomic::AtomicUsize::new(0)));
+        let recorder = Recorder::new(sink.clone());
+        let entry = Entry::Tokens {
+            path: vec![],
+            seq: 1,
+            used: 0,
+        };
+        assert!(recorder.append(&entry).is_ok());
+        assert!(recorder.close(), "a running journal closes");
+        assert_eq!(recorder.append(&entry), Err(RecordError::Closed));
+        assert_eq!(sink.0.load(Ordering::SeqCst), 1, "nothing after the close");
+        assert!(!recorder.close(), "closed once");
+        let ended = Recorder::new(sink);
+        let end = Entry::End {
+            status: "completed".into(),
+            result: None,
+            error: None,
+            total_tokens: 0,
+            t: 0,
+        };
+        assert!(ended.append(&end).is_ok());
+        assert!(!ended.close(), "an ended run has nothing to resume");
     }
 }
