@@ -6,7 +6,9 @@
 use std::sync::{Arc, Mutex};
 
 use runner::RunStatus;
+use runner::host::approvals::{ApprovalRequest, Approver, BoxFuture, Decision, Policy};
 use runner::host::journal::{Journal, JournalMode, JournalSink, Recorder, Replayer};
+use runner::host::tools::ToolRegistry;
 use serde_json::json;
 
 use crate::common::{engines, options, run};
@@ -134,5 +136,244 @@ async fn a_run_cut_at_any_entry_resumes_to_the_same_outcome_without_asking_again
                 "{at}"
             );
         }
+    }
+}
+
+/// A tool that is not idempotent: each call bumps a count.
+struct Bump(std::sync::atomic::AtomicUsize);
+
+impl runner::host::tools::Tool for Bump {
+    fn spec(&self) -> runner::host::agents::ToolSpec {
+        runner::host::agents::ToolSpec {
+            name: "bump".into(),
+            description: "Bumps a count.".into(),
+            parameters: json!({"type": "object"}),
+        }
+    }
+    fn call(
+        &self,
+        _args: serde_json::Value,
+    ) -> runner::host::approvals::BoxFuture<'_, Result<serde_json::Value, graph_js::Failure>> {
+        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        Box::pin(async move { Ok(json!(n)) })
+    }
+}
+
+/// Answers every question with `answer`, keeping each question.
+struct Owner {
+    answer: Decision,
+    asked: Mutex<Vec<ApprovalRequest>>,
+}
+
+impl Approver for Owner {
+    fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
+        self.asked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(request.clone());
+        let answer = self.answer.clone();
+        Box::pin(async move { answer })
+    }
+}
+
+impl Owner {
+    fn new(answer: Decision) -> Arc<Owner> {
+        Arc::new(Owner {
+            answer,
+            asked: Mutex::new(Vec::new()),
+        })
+    }
+    fn asked(&self) -> Vec<ApprovalRequest> {
+        self.asked.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// An agent, a tool, another agent.
+const AGENT_TOOL_AGENT: &str = r#"
+export default async function (args, g) {
+  const a = await g.agent({label: "a", prompt: "pa"});
+  const r = await g.tool(args.tool, args.args);
+  const b = await g.agent({label: "b", prompt: "pb"});
+  return [a.text, r, b.text];
+}
+"#;
+
+/// Runs AGENT_TOOL_AGENT with `tool` under `policy`, answered by `owner`; returns the outcome
+/// and the journal's lines.
+async fn recorded(
+    engine: Arc<dyn runner::engine::Engine>,
+    args: &serde_json::Value,
+    policy: Policy,
+    tools: ToolRegistry,
+    owner: Arc<Owner>,
+) -> (runner::RunOutcome, Vec<String>) {
+    let (mut options, _, _) = options(engine, replies());
+    let lines = Arc::new(Lines::default());
+    options.seed = Some(7);
+    options.tools = tools;
+    options
+        .policy
+        .set(args["tool"].as_str().expect("tool"), policy);
+    options.approver = owner;
+    options.journal = Some(JournalMode::Record(Recorder::new(lines.clone())));
+    let outcome = run(AGENT_TOOL_AGENT, args.clone(), &options).await;
+    (outcome, lines.all())
+}
+
+/// Resumes the journal `kept` (a cut) with `tools` under `policy`, answered by `owner`.
+async fn resumed(
+    engine: Arc<dyn runner::engine::Engine>,
+    args: &serde_json::Value,
+    kept: &[String],
+    policy: Policy,
+    tools: ToolRegistry,
+    owner: Arc<Owner>,
+) -> runner::RunOutcome {
+    let journal =
+        Journal::parse_unfinished(&(kept.join("\n") + "\n"), "cut").expect("a cut journal");
+    let (mut options, _, _) = options(engine, replies());
+    options.seed = Some(journal.header.seed);
+    options.tools = tools;
+    options
+        .policy
+        .set(args["tool"].as_str().expect("tool"), policy);
+    options.approver = owner;
+    options.journal = Some(JournalMode::Resume {
+        replayer: Replayer::resuming(&journal),
+        recorder: Recorder::new(Arc::new(Lines::default())),
+    });
+    run(AGENT_TOOL_AGENT, args.clone(), &options).await
+}
+
+/// The lines of `lines` up to and including the first that starts with `prefix`.
+fn cut_after(lines: &[String], prefix: &str) -> Vec<String> {
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix} in {lines:?}"));
+    lines[..=at].to_vec()
+}
+
+#[tokio::test]
+async fn an_ask_answered_before_the_stop_is_not_asked_again() {
+    for engine in engines() {
+        let name = engine.name();
+        let folder = tempfile::tempdir().expect("folder");
+        let tools = || ToolRegistry::standard(Some(folder.path().to_path_buf())).expect("fs tools");
+        let args = json!({"tool": "fs.write", "args": {"path": "out.txt", "text": "once"}});
+        let owner = Owner::new(Decision::Approved);
+        let (full, lines) =
+            recorded(engine.clone(), &args, Policy::Ask, tools(), owner.clone()).await;
+        assert_eq!(full.status, RunStatus::Completed, "{name}: {full:?}");
+        assert_eq!(owner.asked().len(), 1, "{name}");
+        // The journal holds the answer; cut there, the write is in flight at the stop.
+        let kept = cut_after(&lines, r#"{"k":"approval""#);
+        assert!(
+            kept.last()
+                .is_some_and(|l| l.contains(r#""approved":true"#)),
+            "{kept:?}"
+        );
+        std::fs::remove_file(folder.path().join("out.txt")).expect("written once");
+        let again = Owner::new(Decision::Denied("would deny".into()));
+        let outcome = resumed(
+            engine.clone(),
+            &args,
+            &kept,
+            Policy::Ask,
+            tools(),
+            again.clone(),
+        )
+        .await;
+        assert_eq!(outcome.status, RunStatus::Completed, "{name}: {outcome:?}");
+        assert!(
+            again.asked().is_empty(),
+            "{name}: asked again: {:?}",
+            again.asked()
+        );
+        assert_eq!(
+            std::fs::read_to_string(folder.path().join("out.txt")).expect("written"),
+            "once"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_tool_in_flight_at_the_stop_asks_the_owner_before_it_runs_again() {
+    for engine in engines() {
+        let name = engine.name();
+        let registry = |bump: &Arc<Bump>| {
+            let mut tools = ToolRegistry::default();
+            tools.register(bump.clone());
+            tools
+        };
+        let args = json!({"tool": "bump", "args": {"by": 1}});
+        let first = Arc::new(Bump(Default::default()));
+        let (full, lines) = recorded(
+            engine.clone(),
+            &args,
+            Policy::Allow,
+            registry(&first),
+            Owner::new(Decision::Approved),
+        )
+        .await;
+        assert_eq!(full.status, RunStatus::Completed, "{name}: {full:?}");
+        // Cut after the tool's start: it may have run, its outcome is not journaled.
+        let kept = cut_after(&lines, r#"{"k":"start","path":[],"seq":3"#);
+        assert!(
+            kept.last().is_some_and(|l| l.contains(r#""what":"bump""#)),
+            "{kept:?}"
+        );
+
+        let allowed = Owner::new(Decision::Approved);
+        let bump = Arc::new(Bump(Default::default()));
+        let outcome = resumed(
+            engine.clone(),
+            &args,
+            &kept,
+            Policy::Allow,
+            registry(&bump),
+            allowed.clone(),
+        )
+        .await;
+        assert_eq!(outcome.status, RunStatus::Completed, "{name}: {outcome:?}");
+        assert_eq!(
+            bump.0.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "{name}: run again once"
+        );
+        let asked = allowed.asked();
+        assert_eq!(asked.len(), 1, "{name}: {asked:?}");
+        assert_eq!(asked[0].tool, "bump");
+        assert_eq!(asked[0].args, json!({"by": 1}));
+        assert!(
+            asked[0].note.as_deref().is_some_and(|n| n.contains(
+                "g.tool (bump) was running when the run was interrupted and may have happened"
+            )),
+            "{name}: {asked:?}"
+        );
+
+        let denying = Owner::new(Decision::Denied("the owner denied tool bump".into()));
+        let bump = Arc::new(Bump(Default::default()));
+        let outcome = resumed(
+            engine.clone(),
+            &args,
+            &kept,
+            Policy::Allow,
+            registry(&bump),
+            denying.clone(),
+        )
+        .await;
+        assert_eq!(outcome.status, RunStatus::Failed, "{name}: {outcome:?}");
+        let error = outcome.error.unwrap_or_default();
+        assert!(
+            error.contains("g.tool (bump) was running when the run was interrupted and may have happened; it is not run again"),
+            "{name}: {error}"
+        );
+        assert_eq!(
+            bump.0.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "{name}: not run again"
+        );
+        assert_eq!(denying.asked().len(), 1, "{name}");
     }
 }

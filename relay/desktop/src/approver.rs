@@ -92,12 +92,12 @@ impl Approver for OwnerApprover {
     fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
         Box::pin(async move {
             let id = uuid::Uuid::new_v4().to_string();
-            let args: String = request
-                .args
-                .to_string()
-                .chars()
-                .take(MAX_SHOWN_ARGS_CHARS)
-                .collect();
+            // A question besides the policy (a call a resumed run may repeat) says why first.
+            let shown = match &request.note {
+                Some(note) => format!("{note}: {}", request.args),
+                None => request.args.to_string(),
+            };
+            let args: String = shown.chars().take(MAX_SHOWN_ARGS_CHARS).collect();
             let now = self.clock.now();
             let deadline = self.timeout.map(|timeout| now.saturating_add(timeout));
             let (asked, run_id, tool) = (id.clone(), request.run_id.clone(), request.tool.clone());
@@ -109,7 +109,7 @@ impl Approver for OwnerApprover {
                 return Decision::Denied(format!("cannot record the approval request: {e}"));
             }
             tracing::warn!(
-                approval = %id, tool = %request.tool,
+                approval = %id, tool = %request.tool, note = request.note.as_deref().unwrap_or(""),
                 "a remote run waits for your approval: relay desktop approvals approve {id} (or deny {id})"
             );
             let mut guard = Unanswered {

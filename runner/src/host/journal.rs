@@ -223,6 +223,19 @@ pub enum Entry {
         /// Reported cost.
         cost: f64,
     },
+    /// The owner's answer to an `ask` (a tool whose policy is `ask`), journaled as it is
+    /// given: a resume answers the same call (tool and arguments) from it, not asking again.
+    Approval {
+        /// The tool.
+        tool: String,
+        /// SHA-256 (first 16 hex digits) of the tool's name and arguments.
+        digest: String,
+        /// Whether the owner approved it.
+        approved: bool,
+        /// A denial's reason (a timeout's too).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// A trace event, as the run emitted it.
     Event {
         /// The event.
@@ -674,6 +687,8 @@ pub struct Replayer {
     resuming: bool,
     /// Set once the journal ran out in a resume: every call from then on is live.
     live: std::sync::atomic::AtomicBool,
+    /// The owner's journaled answers (digest, approved, reason) a resume has not used yet.
+    approvals: Mutex<Vec<(String, bool, Option<String>)>>,
 }
 
 /// What replaying one entry asks of the run: re-emit an event, meter tokens.
@@ -701,6 +716,7 @@ impl Replayer {
             divergence: std::sync::OnceLock::new(),
             resuming: false,
             live: std::sync::atomic::AtomicBool::new(false),
+            approvals: Mutex::new(Vec::new()),
         })
     }
 
@@ -720,6 +736,25 @@ impl Replayer {
             divergence: std::sync::OnceLock::new(),
             resuming: true,
             live: std::sync::atomic::AtomicBool::new(false),
+            approvals: Mutex::new(journaled_approvals(&journal.entries)),
+        })
+    }
+
+    /// The owner's journaled answer to an `ask` of the call `digest`, if a resume has one
+    /// left: `Ok` approved, `Err` denied with its reason. Each answer answers one call; with
+    /// `take` false it is only looked at.
+    pub fn approval(&self, digest: &str, take: bool) -> Option<Result<(), String>> {
+        let mut approvals = lock(&self.approvals);
+        let at = approvals.iter().position(|(d, _, _)| d == digest)?;
+        let (_, approved, reason) = if take {
+            approvals.remove(at)
+        } else {
+            approvals[at].clone()
+        };
+        Some(if approved {
+            Ok(())
+        } else {
+            Err(reason.unwrap_or_else(|| "the owner denied it".to_owned()))
         })
     }
 
@@ -869,6 +904,22 @@ impl Replayer {
             cursor.next += 1;
         }
     }
+}
+
+/// The owner's answers in `entries`, in order.
+fn journaled_approvals(entries: &[Entry]) -> Vec<(String, bool, Option<String>)> {
+    entries
+        .iter()
+        .filter_map(|entry| match entry {
+            Entry::Approval {
+                digest,
+                approved,
+                reason,
+                ..
+            } => Some((digest.clone(), *approved, reason.clone())),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Whether a recorded event is re-emitted by a replay: not the run's start and end (the

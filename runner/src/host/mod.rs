@@ -268,18 +268,26 @@ impl RunShared {
             run_id: self.run_id.clone(),
             tool: name.to_owned(),
             args,
+            note: None,
         };
-        let checked = self
-            .approvals
-            .check(&request, &self.cancel, || {
-                self.events.emit(
-                    depth,
-                    EventKind::ApprovalRequested {
-                        tool: name.to_owned(),
-                    },
-                );
-            })
-            .await;
+        let checked = match self.journaled_approval(&request) {
+            Some(answer) => answer,
+            None => {
+                let checked = self
+                    .approvals
+                    .check(&request, &self.cancel, || {
+                        self.events.emit(
+                            depth,
+                            EventKind::ApprovalRequested {
+                                tool: name.to_owned(),
+                            },
+                        );
+                    })
+                    .await;
+                self.record_approval(&request, &checked);
+                checked
+            }
+        };
         if let Err(failure) = checked {
             if failure.code == FailureCode::Denied {
                 self.events.emit(
