@@ -422,3 +422,72 @@ async fn a_run_interrupted_past_the_silence_timeout_is_not_resumed() {
         "the service's outcome stands"
     );
 }
+
+/// An agent that writes a file through an `ask` tool, then takes long to finish.
+const AGENT_WRITES: &str = r#"
+export const meta = {name: "Agent writes", slug: "journal-asks", version: "1.0.0"};
+export default async function (args, g) {
+  return (await g.agent({label: "w", prompt: "write", tools: ["fs.write"]})).text;
+}
+"#;
+
+fn agent_writes_replies(last_turn_ms: u64) -> Value {
+    json!({"replies": [
+        {"label": "w", "turn": 1, "text": "", "tokens": 10,
+         "tool_calls": [{"name": "fs.write", "arguments": {"path": "asked.txt", "text": "once"}}]},
+        {"label": "w", "turn": 2, "text": "done", "tokens": 5, "latency_ms": last_turn_ms}
+    ]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_answered_before_a_kill_is_not_asked_again_after_the_resume() {
+    let world = World::new(agent_writes_replies(600_000)).await;
+    let folder = world.state_dir.path().join("shared");
+    std::fs::create_dir_all(&folder).expect("folder");
+    world.state.set_folder(&folder).expect("folder set");
+    world
+        .state
+        .set_policy("fs.write", runner::host::approvals::Policy::Ask)
+        .expect("policy");
+    let session = world.share(AGENT_WRITES).await;
+    let command = world.queue(&session, "key-asks", json!({})).await;
+    let mut relay = world.spawn_relay("asks", &agent_writes_replies(600_000), &[]);
+    wait_until("the owner is asked", || {
+        !world.state.approvals(false).expect("approvals").is_empty()
+    })
+    .await;
+    let pending = world.state.approvals(false).expect("approvals");
+    assert_eq!(pending[0].tool, "fs.write");
+    let approved = harness::desktop_cli(
+        &world.state_path(),
+        &["approvals", "approve", &pending[0].id],
+    );
+    assert!(approved.status.success(), "{approved:?}");
+    // The answer is journaled; the agent (in flight at the kill) waits on its last turn.
+    wait_until(
+        "the owner's answer is journaled and the file written",
+        || {
+            journal(&world).is_some_and(|text| text.contains(r#""k":"approval""#))
+                && folder.join("asked.txt").exists()
+        },
+    )
+    .await;
+    kill(&mut relay);
+    std::fs::remove_file(folder.join("asked.txt")).expect("written once so far");
+
+    // Resumed: the agent is asked again, calls the tool again, and the journal answers the
+    // ask; the owner is not asked a second time.
+    let restarted = world.spawn_relay("asks-restart", &agent_writes_replies(10), &[]);
+    let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
+    let log = restarted.log();
+    assert_eq!(run["status"], "completed", "{run}: {log}");
+    assert_eq!(run["result"], "done", "{run}");
+    assert!(log.contains("resuming a run"), "{log}");
+    assert!(!log.contains("waits for your approval"), "{log}");
+    let all = world.state.approvals(true).expect("approvals");
+    assert_eq!(all.len(), 1, "one question in all: {all:?}");
+    assert_eq!(
+        std::fs::read_to_string(folder.join("asked.txt")).expect("written again"),
+        "once"
+    );
+}
