@@ -377,3 +377,102 @@ async fn a_tool_in_flight_at_the_stop_asks_the_owner_before_it_runs_again() {
         assert_eq!(denying.asked().len(), 1, "{name}");
     }
 }
+
+/// A sleep started first and awaited last, two agents and three clock readings in between.
+const SLEEP_ACROSS: &str = r#"
+export default async function (args, g) {
+  const sleeping = g.sleep(400);
+  await g.agent({label: "a", prompt: "pa"});
+  const mid = Date.now();
+  await g.agent({label: "b", prompt: "pb"});
+  const late = Date.now();
+  await sleeping;
+  const end = Date.now();
+  return [mid, late, end];
+}
+"#;
+
+#[tokio::test]
+async fn a_timer_in_flight_continues_for_its_time_left_on_the_journaled_clock() {
+    const START_MS: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+    let replies = json!({"replies": [
+        {"label": "a", "text": "A", "tokens": 1, "latency_ms": 300},
+        {"label": "b", "text": "B", "tokens": 1, "latency_ms": 50}
+    ]});
+    for engine in engines() {
+        let name = engine.name();
+        let (mut whole, _, _) = options(engine.clone(), replies.clone());
+        let recorded = Arc::new(Lines::default());
+        whole.clock = runner::host::time::ClockSetting::Fixed(START_MS);
+        whole.journal = Some(JournalMode::Record(Recorder::new(recorded.clone())));
+        let full = run(SLEEP_ACROSS, json!({}), &whole).await;
+        let expected = json!([START_MS + 300, START_MS + 350, START_MS + 400]);
+        assert_eq!(full.result, Some(expected.clone()), "{name}: {full:?}");
+        // Cut after the reading at 300 ms: the sleep (due at 400 ms) is in flight.
+        let lines = recorded.all();
+        let kept = cut_after(&lines, r#"{"k":"clock""#);
+        assert!(
+            kept.iter()
+                .any(|l| l.contains(r#""what":"400 ms""#) && l.contains(r#""t":0"#)),
+            "{name}: the sleep's start is journaled with its time: {kept:?}"
+        );
+        let journal = Journal::parse_unfinished(&(kept.join("\n") + "\n"), "cut").expect("cut");
+        let (mut resumed, _, mock) = options(engine.clone(), replies.clone());
+        resumed.clock = runner::host::time::ClockSetting::Fixed(START_MS);
+        resumed.journal = Some(JournalMode::Resume {
+            replayer: Replayer::resuming(&journal),
+            recorder: Recorder::new(Arc::new(Lines::default())),
+        });
+        let outcome = run(SLEEP_ACROSS, json!({}), &resumed).await;
+        // The clock goes on from 300 ms (b answers at 350, not 50) and the sleep ends when it
+        // was due (400 ms), not 400 ms after the resume (700).
+        assert_eq!(outcome.result, Some(expected), "{name}: {outcome:?}");
+        assert_eq!(mock.calls().len(), 1, "{name}: only b is asked");
+    }
+}
+
+#[tokio::test]
+async fn a_resumed_runs_real_clock_goes_on_from_the_journal_and_its_sleep_waits_only_what_was_left()
+{
+    let replies = json!({"replies": [
+        {"label": "a", "text": "A", "tokens": 1, "latency_ms": 300},
+        {"label": "b", "text": "B", "tokens": 1, "latency_ms": 10}
+    ]});
+    for engine in engines() {
+        let name = engine.name();
+        let (mut whole, _, _) = options(engine.clone(), replies.clone());
+        let recorded = Arc::new(Lines::default());
+        whole.journal = Some(JournalMode::Record(Recorder::new(recorded.clone())));
+        let full = run(SLEEP_ACROSS, json!({}), &whole).await;
+        assert_eq!(full.status, RunStatus::Completed, "{name}: {full:?}");
+        let kept = cut_after(&recorded.all(), r#"{"k":"clock""#);
+        let journal = Journal::parse_unfinished(&(kept.join("\n") + "\n"), "cut").expect("cut");
+        let last = Replayer::resuming(&journal).last_ms();
+        assert!(last >= 300, "{name}: the journal's clock read {last} ms");
+        let (mut resumed, sink, _) = options(engine.clone(), replies.clone());
+        resumed.journal = Some(JournalMode::Resume {
+            replayer: Replayer::resuming(&journal),
+            recorder: Recorder::new(Arc::new(Lines::default())),
+        });
+        let started = std::time::Instant::now();
+        let outcome = run(SLEEP_ACROSS, json!({}), &resumed).await;
+        let took = started.elapsed();
+        assert_eq!(outcome.status, RunStatus::Completed, "{name}: {outcome:?}");
+        // About 100 ms were left of the sleep, not 400.
+        assert!(
+            took < std::time::Duration::from_millis(350),
+            "{name}: the resumed run took {took:?}"
+        );
+        // The trace's clock goes on from the journal's last reading, not from 0.
+        let finished = sink
+            .events()
+            .iter()
+            .find(|e| matches!(e.kind, runner::host::events::EventKind::RunFinished { .. }))
+            .map(|e| e.elapsed_ms)
+            .expect("the run's end");
+        assert!(
+            finished >= last + 50,
+            "{name}: the run ended at {finished} ms, the journal had read {last} ms"
+        );
+    }
+}

@@ -160,6 +160,10 @@ pub enum Entry {
         /// Or why not.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<Failed>,
+        /// A sleep's start on the run clock (ms since the run started): a resume continues a
+        /// sleep in flight for the time it had left.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        t: Option<u64>,
     },
     /// A `wait-any` and the pair it answered.
     Wait {
@@ -758,6 +762,22 @@ impl Replayer {
         })
     }
 
+    /// The last reading of the run clock the journal holds (ms since the run started): a
+    /// resumed run's clock continues from it.
+    pub fn last_ms(&self) -> u64 {
+        self.entries
+            .iter()
+            .filter_map(|entry| match entry {
+                Entry::Clock { monotonic_ms, .. } => Some(*monotonic_ms),
+                Entry::Log { t, .. } => Some(*t),
+                Entry::Start { t, .. } => *t,
+                Entry::Event { e } => Some(e.elapsed_ms),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Whether a resumed run has gone live (its journal ran out).
     pub fn is_live(&self) -> bool {
         self.live.load(Ordering::SeqCst)
@@ -970,6 +990,7 @@ mod tests {
             digest: digest(&["p"]),
             handle: Some(1),
             error: None,
+            t: None,
         };
         let lines = [
             serde_json::to_string(&header()).expect("header"),

@@ -174,8 +174,8 @@ pub(super) enum Pending {
     Tool(String, String),
     /// `start-graph`: slug and arguments.
     Graph(String, String),
-    /// `start-sleep`.
-    Sleep(u32),
+    /// `start-sleep`: its length, and its start on the run clock when the journal has it.
+    Sleep(u32, Option<u64>),
 }
 
 /// Tools a resume may run again when they were in flight at the stop: running them twice
@@ -221,13 +221,25 @@ impl Invocation {
                     }))
                 }
                 Pending::Graph(slug, args) => self.start_graph_live(&slug, &args),
-                Pending::Sleep(ms) => self.start_sleep_live(ms),
+                Pending::Sleep(ms, started) => self.start_sleep_live(self.left_of(ms, started)),
             };
             if let Err(failure) = launched {
                 self.spawn(handle, async move { Err(failure) });
             }
         }
         self.next_handle = after;
+    }
+
+    /// What is left of a sleep of `ms` that started at `started` (ms on the run clock), on a
+    /// resumed run's clock (which continues from the journal's last reading); all of it when
+    /// the journal does not say when it started.
+    fn left_of(&self, ms: u32, started: Option<u64>) -> u32 {
+        let Some(started) = started else {
+            return ms;
+        };
+        let due = started.saturating_add(u64::from(ms));
+        let left = due.saturating_sub(self.run.clock.now().monotonic_ms);
+        u32::try_from(left).unwrap_or(ms)
     }
 
     fn next_seq(&mut self) -> u32 {
@@ -292,8 +304,12 @@ impl Invocation {
         Some(match answer {
             Ok(Some(Entry::Start {
                 handle: Some(handle),
+                t,
                 ..
-            })) => Ok(handle),
+            })) => {
+                self.replayed_start_t = t;
+                Ok(handle)
+            }
             Ok(Some(Entry::Start {
                 error: Some(error), ..
             })) => Err(error.into()),
@@ -321,6 +337,7 @@ impl Invocation {
             digest,
             handle: answer.as_ref().ok().copied(),
             error: answer.as_ref().err().map(Failed::from),
+            t: (call == Call::Sleep).then(|| self.run.clock.now().monotonic_ms),
         };
         self.run.record(&entry)?;
         answer

@@ -346,6 +346,8 @@ pub struct Invocation {
     /// In a replay, the starts the journal answered and no outcome of theirs yet: a resume
     /// launches them live where the journal runs out (`journaled.rs`).
     in_flight: std::collections::BTreeMap<u32, journaled::Pending>,
+    /// The run-clock time of the start the replay answered last (sleeps journal it).
+    replayed_start_t: Option<u64>,
 }
 
 impl Drop for Invocation {
@@ -393,6 +395,7 @@ impl Invocation {
             tallies: HashMap::new(),
             file: None,
             in_flight: std::collections::BTreeMap::new(),
+            replayed_start_t: None,
         }
     }
 
@@ -646,7 +649,8 @@ impl Invocation {
         let what = format!("{ms} ms");
         let digest = journal::digest(&[&what]);
         if let Some(answer) = self.replay_start(journal::Call::Sleep, &what, &digest) {
-            return self.replayed(answer, journaled::Pending::Sleep(ms));
+            let started = self.replayed_start_t.take();
+            return self.replayed(answer, journaled::Pending::Sleep(ms, started));
         }
         let answer = self.start_sleep_live(ms);
         self.record_start(journal::Call::Sleep, what, digest, answer)
