@@ -125,7 +125,7 @@ fn seed() -> u64 {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| {
-            std::time::SystemTime::now()
+            runner::clock::wall_now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(46, |d| d.as_secs())
         });
@@ -208,8 +208,9 @@ async fn restart_service(world: &mut World, agent_token: &str) -> Option<tempfil
     kept_dir
 }
 
-/// One run of the graph through its `points`, stopped `how` at each; checks its end.
-async fn run_stopped_at(points: &[Point], how: Stop, run: usize) {
+/// A world with the graph shared, its writes allowed in `folder`, and run `run` queued by an
+/// agent whose token outlives the service's restarts: (world, folder, agent token, command).
+async fn queued(run: usize) -> (World, std::path::PathBuf, String, String) {
     let mut world = World::new(replies()).await;
     let folder = world.state_dir.path().join("shared");
     std::fs::create_dir_all(&folder).expect("folder");
@@ -224,6 +225,12 @@ async fn run_stopped_at(points: &[Point], how: Stop, run: usize) {
     let command = world
         .queue(&session, &format!("key-faults-{run}"), json!({}))
         .await;
+    (world, folder, agent_token, command)
+}
+
+/// One run of the graph through its `points`, stopped `how` at each; checks its end.
+async fn run_stopped_at(points: &[Point], how: Stop, run: usize) {
+    let (mut world, folder, agent_token, command) = queued(run).await;
     let mut relay = world.spawn_relay(&format!("run{run}-0"), &replies(), &[]);
     let mut bound = uninterrupted_tokens();
     let mut kept_dirs = Vec::new();
@@ -288,7 +295,7 @@ async fn run_stopped_at(points: &[Point], how: Stop, run: usize) {
 
 async fn stopped_twenty_times(how: Stop) {
     let mut rng = Rng(seed());
-    let started = std::time::Instant::now();
+    let started = relay_protocol::clock::Stopwatch::start();
     for run in 0..RUNS {
         let points = rng.points(STOPS_PER_RUN);
         run_stopped_at(&points, how, run).await;
