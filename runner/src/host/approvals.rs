@@ -108,6 +108,20 @@ pub enum Decision {
 /// A boxed future, as returned by the host's object-safe async traits.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// Why a question to the owner did not end in an approval.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotApproved {
+    /// The owner denied it, for this reason.
+    #[error("{0}")]
+    Denied(String),
+    /// No answer within the approval timeout (seconds).
+    #[error("no answer within {0} s; a timeout counts as a denial")]
+    TimedOut(u64),
+    /// The run stopped while it waited.
+    #[error("the run was cancelled while waiting for an approval")]
+    Cancelled,
+}
+
 /// Whoever answers `ask` policies.
 pub trait Approver: Send + Sync {
     /// Asks the owner about one tool call. May wait; the caller applies the timeout.
@@ -260,18 +274,15 @@ impl Approvals {
         &self,
         request: &ApprovalRequest,
         cancel: &CancellationToken,
-    ) -> Result<(), String> {
+    ) -> Result<(), NotApproved> {
         let answer = tokio::select! {
             answer = tokio::time::timeout(self.timeout, self.approver.ask(request)) => answer,
-            () = cancel.cancelled() => return Err("the run was cancelled while waiting for an approval".to_owned()),
+            () = cancel.cancelled() => return Err(NotApproved::Cancelled),
         };
         match answer {
             Ok(Decision::Approved) => Ok(()),
-            Ok(Decision::Denied(reason)) => Err(reason),
-            Err(_) => Err(format!(
-                "no answer within {} s; a timeout counts as a denial",
-                self.timeout.as_secs()
-            )),
+            Ok(Decision::Denied(reason)) => Err(NotApproved::Denied(reason)),
+            Err(_) => Err(NotApproved::TimedOut(self.timeout.as_secs())),
         }
     }
 

@@ -747,7 +747,11 @@ impl Replayer {
     /// The owner's journaled answer to an `ask` of the call `digest`, if a resume has one
     /// left: `Ok` approved, `Err` denied with its reason. Each answer answers one call; with
     /// `take` false it is only looked at.
-    pub fn approval(&self, digest: &str, take: bool) -> Option<Result<(), String>> {
+    pub fn approval(
+        &self,
+        digest: &str,
+        take: bool,
+    ) -> Option<Result<(), super::approvals::NotApproved>> {
         let mut approvals = lock(&self.approvals);
         let at = approvals.iter().position(|(d, _, _)| d == digest)?;
         let (_, approved, reason) = if take {
@@ -758,7 +762,9 @@ impl Replayer {
         Some(if approved {
             Ok(())
         } else {
-            Err(reason.unwrap_or_else(|| "the owner denied it".to_owned()))
+            Err(super::approvals::NotApproved::Denied(
+                reason.unwrap_or_else(|| "the owner denied it".to_owned()),
+            ))
         })
     }
 

@@ -4,7 +4,7 @@
 use graph_js::{ClockReading, Failure, FailureCode};
 use serde_json::Value;
 
-use super::approvals::{ApprovalRequest, Checked, Policy};
+use super::approvals::{ApprovalRequest, Checked, NotApproved, Policy};
 use super::events::{Event, EventKind};
 use super::journal::{self, Call, Entry, Failed, JournalMode, Recorder, ReplayTarget, Replayer};
 use super::{Invocation, Outcome, RunShared};
@@ -63,7 +63,11 @@ impl RunShared {
             return None;
         }
         let answer = self.replayer()?.approval(&approval_digest(request), true)?;
-        Some(answer.map(|()| Checked::Approved).map_err(Failure::denied))
+        Some(
+            answer
+                .map(|()| Checked::Approved)
+                .map_err(|why| Failure::denied(why.to_string())),
+        )
     }
 
     /// Journals the owner's answer to an `ask` (not a cancel: nobody answered).
@@ -77,18 +81,25 @@ impl RunShared {
         }
         let answer = match checked {
             Ok(_) => Ok(()),
-            Err(failure) if failure.code == FailureCode::Denied => Err(failure.message.clone()),
+            Err(failure) if failure.code == FailureCode::Denied => {
+                Err(NotApproved::Denied(failure.message.clone()))
+            }
             Err(_) => return,
         };
         self.journal_answer(request, &approval_digest(request), answer);
     }
 
-    fn journal_answer(&self, request: &ApprovalRequest, digest: &str, answer: Result<(), String>) {
+    fn journal_answer(
+        &self,
+        request: &ApprovalRequest,
+        digest: &str,
+        answer: Result<(), NotApproved>,
+    ) {
         let _ = self.record(&Entry::Approval {
             tool: request.tool.clone(),
             digest: digest.to_owned(),
             approved: answer.is_ok(),
-            reason: answer.err(),
+            reason: answer.err().map(|why| why.to_string()),
         });
     }
 
@@ -106,9 +117,10 @@ impl RunShared {
         let interrupted = format!(
             "g.tool ({name}) was running when the run was interrupted and may have happened"
         );
-        let not_again =
-            |why: &str| Failure::failed(format!("{interrupted}; it is not run again ({why})"));
-        let args = serde_json::from_str::<Value>(args).map_err(|e| not_again(&e.to_string()))?;
+        let not_again = |why: &dyn std::fmt::Display| {
+            Failure::failed(format!("{interrupted}; it is not run again ({why})"))
+        };
+        let args = serde_json::from_str::<Value>(args).map_err(|e| not_again(&e))?;
         let request = ApprovalRequest {
             run_id: self.run_id.clone(),
             tool: name.to_owned(),
