@@ -163,6 +163,11 @@ async fn killed_during_the_second_agent(world: &World, key: &str) -> String {
         journal(world).is_some_and(|text| text.contains(r#""what":"second""#))
     })
     .await;
+    // What a start without resuming reports: written beside the journal, a moment after it.
+    wait_until("the first agent's tokens are in the history", || {
+        world.state.history().expect("history")[0].total_tokens == 99
+    })
+    .await;
     kill(&mut relay);
     assert_eq!(world.get(&command).await["status"], "running");
     command

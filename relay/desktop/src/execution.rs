@@ -95,13 +95,18 @@ impl RunningCommand {
 
     /// The relay stops with resuming on: the run's journal is closed where it is (nothing the
     /// run does after this is journaled, and it stops at its next host call), so the next start
-    /// resumes it. Nothing when it has no journal or its end is written already.
-    fn keep_for_resume(&self) {
-        if let Some(recorder) = self.resumable.journal.get()
-            && recorder.close()
-        {
+    /// resumes it. False when its end is journaled already: the run is over, and its outcome
+    /// stands (a run that completed is not reported failed for a stop that came after it).
+    fn keep_for_resume(&self) -> bool {
+        let Some(recorder) = self.resumable.journal.get() else {
+            return true;
+        };
+        if recorder.close() {
             self.resumable.kept.store(true, Ordering::SeqCst);
+            return true;
         }
+        // Not closed: ended, or the journal had failed before (then the stop ends the run).
+        recorder.error().is_some()
     }
 
     /// Whether the relay's stop kept the run to be resumed at the next start.
@@ -697,8 +702,8 @@ async fn control_poll(api: DesktopApi, running: RunningCommand, interval: std::t
 /// stays in the state to be resumed at the next start.
 async fn stop_on(shutdown: CancellationToken, running: RunningCommand, resume: bool) {
     shutdown.cancelled().await;
-    if resume {
-        running.keep_for_resume();
+    if resume && !running.keep_for_resume() {
+        return;
     }
     running.stop_with(Stop {
         cause: EndCause::RelayStopped,
