@@ -139,7 +139,9 @@ impl RunShared {
                         },
                     );
                     let answer = self.approvals.confirm(&request, &self.cancel).await;
-                    if self.stopped().is_none() {
+                    // A stop is nobody's answer: the next resume asks again.
+                    let answered = !matches!(answer, Err(NotApproved::Cancelled));
+                    if answered && self.stopped().is_none() {
                         self.journal_answer(&request, &digest, answer.clone());
                     }
                     answer
