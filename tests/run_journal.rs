@@ -496,3 +496,72 @@ async fn an_ask_answered_before_a_kill_is_not_asked_again_after_the_resume() {
         "once"
     );
 }
+
+/// One agent, then a write the owner is asked about.
+const AGENT_THEN_ASKED_WRITE: &str = r#"
+export const meta = {name: "Agent then asked write", slug: "journal-asked-write", version: "1.0.0"};
+export default async function (args, g) {
+  const r = await g.agent({label: "first", prompt: "hi"});
+  return g.tool("fs.write", {path: "out.txt", text: r.text});
+}
+"#;
+
+/// Stops the relay with `stop` while the owner is asked, starts it again, and approves the
+/// question the resumed run asks.
+async fn asked_then_stopped(stop: i32) {
+    let world = World::new(replies()).await;
+    let folder = world.state_dir.path().join("shared");
+    std::fs::create_dir_all(&folder).expect("folder");
+    world.state.set_folder(&folder).expect("folder set");
+    world
+        .state
+        .set_policy("fs.write", runner::host::approvals::Policy::Ask)
+        .expect("policy");
+    let session = world.share(AGENT_THEN_ASKED_WRITE).await;
+    let command = world.queue(&session, "key-asked", json!({})).await;
+    let mut relay = spawn_relay(&world, "asked");
+    wait_until("the owner is asked", || {
+        !world.state.approvals(false).expect("approvals").is_empty()
+    })
+    .await;
+    let first = world.state.approvals(false).expect("approvals")[0]
+        .id
+        .clone();
+    signal(&mut relay, stop);
+
+    let restarted = spawn_relay(&world, "asked-restart");
+    // The question asked before the stop is expired; the resumed run asks again.
+    wait_until("the resumed run asks again", || {
+        world
+            .state
+            .approvals(false)
+            .expect("approvals")
+            .first()
+            .is_some_and(|pending| pending.id != first)
+    })
+    .await;
+    assert_eq!(
+        world.state.approval_status(&first).expect("status"),
+        Some(relay_desktop::state::ApprovalStatus::Expired)
+    );
+    let again = world.state.approvals(false).expect("approvals");
+    assert_eq!(again.len(), 1, "{again:?}");
+    let approved =
+        harness::desktop_cli(&world.state_path(), &["approvals", "approve", &again[0].id]);
+    assert!(approved.status.success(), "{approved:?}");
+    let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
+    let log = restarted.log();
+    assert_eq!(run["status"], "completed", "{run}: {log}");
+    // The first agent's answer came from the journal: 99 tokens once.
+    assert_eq!(run["total_tokens"], 99, "{run}");
+    assert_eq!(
+        std::fs::read_to_string(folder.join("out.txt")).expect("written"),
+        "hello"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_pending_at_a_stop_expires_and_the_resumed_run_asks_again() {
+    asked_then_stopped(libc::SIGTERM).await;
+    asked_then_stopped(libc::SIGKILL).await;
+}
