@@ -1,5 +1,5 @@
 //! Clean stops and one relay per state file (issue 32), with real `relay desktop` processes:
-//! SIGTERM ends the run `failed` with its real tokens and expires its approval, whose approval
+//! SIGTERM with `--no-resume` ends the run `failed` with its real tokens and expires its approval, whose approval
 //! is then refused; after a SIGKILL the next start reports the tokens spent so far; a second
 //! relay on the same state file exits 1 naming the first; the owner's lists and share checks
 //! behave on closed pipes and unknown projects.
@@ -96,7 +96,8 @@ async fn sigterm_mid_run_fails_it_with_its_tokens_and_expires_its_approval() {
     let world = World::new(replies()).await;
     let session = ask_before_writing(&world).await;
     let command = world.queue(&session, "key-sigterm", json!({})).await;
-    let mut relay = spawn_relay(&world, "sigterm");
+    // Without resuming: a SIGTERM with resuming on keeps the run (run_journal.rs).
+    let mut relay = world.spawn_relay("sigterm", &replies(), &["--no-resume"]);
     wait_until("the approval is asked", || {
         !world.state.approvals(false).expect("approvals").is_empty()
     })

@@ -32,6 +32,7 @@ mod owner_control;
 mod pass_skipping;
 mod private_files;
 mod result_bounding;
+mod resume_under_faults;
 mod run_journal;
 mod run_resumed_service;
 mod session_identity;

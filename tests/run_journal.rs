@@ -163,6 +163,11 @@ async fn killed_during_the_second_agent(world: &World, key: &str) -> String {
         journal(world).is_some_and(|text| text.contains(r#""what":"second""#))
     })
     .await;
+    // What a start without resuming reports: written beside the journal, a moment after it.
+    wait_until("the first agent's tokens are in the history", || {
+        world.state.history().expect("history")[0].total_tokens == 99
+    })
+    .await;
     kill(&mut relay);
     assert_eq!(world.get(&command).await["status"], "running");
     command
@@ -191,6 +196,78 @@ async fn a_run_killed_mid_way_resumes_from_its_journal_and_completes_once() {
     let listed = harness::desktop_cli(&world.state_path(), &["history"]);
     let listed = String::from_utf8_lossy(&listed.stdout);
     assert!(listed.contains("resumed 1x after a stop"), "{listed}");
+}
+
+fn signal(relay: &mut RelayProcess, signal: i32) -> std::process::ExitStatus {
+    let pid = i32::try_from(relay.child.id()).expect("pid");
+    // SAFETY: sends a signal to our own child process, whose pid we hold.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "signal sent");
+    relay.child.wait().expect("wait")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stopped_by_sigterm_is_kept_and_resumed_at_the_next_start() {
+    let world = World::new(replies()).await;
+    let session = world.share(AGENT_THEN_SECOND).await;
+    let command = world.queue(&session, "key-sigterm-resume", json!({})).await;
+    let mut relay = spawn_relay(&world, "sigterm-resume");
+    wait_until("the second agent's start is journaled", || {
+        journal(&world).is_some_and(|text| text.contains(r#""what":"second""#))
+    })
+    .await;
+    let status = signal(&mut relay, libc::SIGTERM);
+    let log = relay.log();
+    assert!(status.success(), "{status:?}: {log}");
+    assert!(
+        log.contains("1 run interrupted; it resumes at the next start"),
+        "{log}"
+    );
+    // Nothing was posted: the service still holds the run as running, the state keeps it
+    // running with its journal, which has no end and nothing after the stop.
+    assert_eq!(world.get(&command).await["status"], "running", "{log}");
+    let history = world.state.history().expect("history");
+    assert_eq!(history[0].status, "running", "{history:?}");
+    assert!(world.state.outbox().expect("outbox").is_empty());
+    let text = journal(&world).expect("the journal is kept");
+    assert!(!text.contains(r#""k":"end""#), "{text}");
+    assert!(
+        !text.contains("world"),
+        "the second agent's cancel is not journaled: {text}"
+    );
+
+    let restarted = world.spawn_relay("sigterm-resume-restart", &replies(), &[]);
+    let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
+    let log = restarted.log();
+    assert_eq!(run["status"], "completed", "{run}: {log}");
+    assert_eq!(run["result"], json!(["hello", "world"]), "{run}");
+    assert_eq!(run["total_tokens"], 104, "{run}: {log}");
+    assert!(log.contains("resuming a run"), "{log}");
+    let history = world.state.history().expect("history");
+    assert_eq!(history.len(), 1, "one run, not two: {history:?}");
+    assert_eq!(history[0].status, "completed", "{history:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stopped_by_sigterm_with_no_resume_ends_failed_at_once() {
+    let world = World::new(replies()).await;
+    let session = world.share(AGENT_THEN_SECOND).await;
+    let command = world.queue(&session, "key-sigterm-no", json!({})).await;
+    let mut relay = world.spawn_relay("sigterm-no-resume", &replies(), &["--no-resume"]);
+    wait_until("the second agent's start is journaled", || {
+        journal(&world).is_some_and(|text| text.contains(r#""what":"second""#))
+    })
+    .await;
+    let status = signal(&mut relay, libc::SIGTERM);
+    assert!(status.success(), "{status:?}: {}", relay.log());
+    let run = world.wait_terminal(&command, Duration::from_secs(10)).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    assert!(
+        run["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("the desktop relay was stopped")),
+        "{run}"
+    );
+    assert!(!relay.log().contains("resumes at the next start"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -349,4 +426,142 @@ async fn a_run_interrupted_past_the_silence_timeout_is_not_resumed() {
         run["error"], failed["error"],
         "the service's outcome stands"
     );
+}
+
+/// An agent that writes a file through an `ask` tool, then takes long to finish.
+const AGENT_WRITES: &str = r#"
+export const meta = {name: "Agent writes", slug: "journal-asks", version: "1.0.0"};
+export default async function (args, g) {
+  return (await g.agent({label: "w", prompt: "write", tools: ["fs.write"]})).text;
+}
+"#;
+
+fn agent_writes_replies(last_turn_ms: u64) -> Value {
+    json!({"replies": [
+        {"label": "w", "turn": 1, "text": "", "tokens": 10,
+         "tool_calls": [{"name": "fs.write", "arguments": {"path": "asked.txt", "text": "once"}}]},
+        {"label": "w", "turn": 2, "text": "done", "tokens": 5, "latency_ms": last_turn_ms}
+    ]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_answered_before_a_kill_is_not_asked_again_after_the_resume() {
+    let world = World::new(agent_writes_replies(600_000)).await;
+    let folder = world.state_dir.path().join("shared");
+    std::fs::create_dir_all(&folder).expect("folder");
+    world.state.set_folder(&folder).expect("folder set");
+    world
+        .state
+        .set_policy("fs.write", runner::host::approvals::Policy::Ask)
+        .expect("policy");
+    let session = world.share(AGENT_WRITES).await;
+    let command = world.queue(&session, "key-asks", json!({})).await;
+    let mut relay = world.spawn_relay("asks", &agent_writes_replies(600_000), &[]);
+    wait_until("the owner is asked", || {
+        !world.state.approvals(false).expect("approvals").is_empty()
+    })
+    .await;
+    let pending = world.state.approvals(false).expect("approvals");
+    assert_eq!(pending[0].tool, "fs.write");
+    let approved = harness::desktop_cli(
+        &world.state_path(),
+        &["approvals", "approve", &pending[0].id],
+    );
+    assert!(approved.status.success(), "{approved:?}");
+    // The answer is journaled; the agent (in flight at the kill) waits on its last turn.
+    wait_until(
+        "the owner's answer is journaled and the file written",
+        || {
+            journal(&world).is_some_and(|text| text.contains(r#""k":"approval""#))
+                && folder.join("asked.txt").exists()
+        },
+    )
+    .await;
+    kill(&mut relay);
+    std::fs::remove_file(folder.join("asked.txt")).expect("written once so far");
+
+    // Resumed: the agent is asked again, calls the tool again, and the journal answers the
+    // ask; the owner is not asked a second time.
+    let restarted = world.spawn_relay("asks-restart", &agent_writes_replies(10), &[]);
+    let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
+    let log = restarted.log();
+    assert_eq!(run["status"], "completed", "{run}: {log}");
+    assert_eq!(run["result"], "done", "{run}");
+    assert!(log.contains("resuming a run"), "{log}");
+    assert!(!log.contains("waits for your approval"), "{log}");
+    let all = world.state.approvals(true).expect("approvals");
+    assert_eq!(all.len(), 1, "one question in all: {all:?}");
+    assert_eq!(
+        std::fs::read_to_string(folder.join("asked.txt")).expect("written again"),
+        "once"
+    );
+}
+
+/// One agent, then a write the owner is asked about.
+const AGENT_THEN_ASKED_WRITE: &str = r#"
+export const meta = {name: "Agent then asked write", slug: "journal-asked-write", version: "1.0.0"};
+export default async function (args, g) {
+  const r = await g.agent({label: "first", prompt: "hi"});
+  return g.tool("fs.write", {path: "out.txt", text: r.text});
+}
+"#;
+
+/// Stops the relay with `stop` while the owner is asked, starts it again, and approves the
+/// question the resumed run asks.
+async fn asked_then_stopped(stop: i32) {
+    let world = World::new(replies()).await;
+    let folder = world.state_dir.path().join("shared");
+    std::fs::create_dir_all(&folder).expect("folder");
+    world.state.set_folder(&folder).expect("folder set");
+    world
+        .state
+        .set_policy("fs.write", runner::host::approvals::Policy::Ask)
+        .expect("policy");
+    let session = world.share(AGENT_THEN_ASKED_WRITE).await;
+    let command = world.queue(&session, "key-asked", json!({})).await;
+    let mut relay = spawn_relay(&world, "asked");
+    wait_until("the owner is asked", || {
+        !world.state.approvals(false).expect("approvals").is_empty()
+    })
+    .await;
+    let first = world.state.approvals(false).expect("approvals")[0]
+        .id
+        .clone();
+    signal(&mut relay, stop);
+
+    let restarted = spawn_relay(&world, "asked-restart");
+    // The question asked before the stop is expired; the resumed run asks again.
+    wait_until("the resumed run asks again", || {
+        world
+            .state
+            .approvals(false)
+            .expect("approvals")
+            .first()
+            .is_some_and(|pending| pending.id != first)
+    })
+    .await;
+    assert_eq!(
+        world.state.approval_status(&first).expect("status"),
+        Some(relay_desktop::state::ApprovalStatus::Expired)
+    );
+    let again = world.state.approvals(false).expect("approvals");
+    assert_eq!(again.len(), 1, "{again:?}");
+    let approved =
+        harness::desktop_cli(&world.state_path(), &["approvals", "approve", &again[0].id]);
+    assert!(approved.status.success(), "{approved:?}");
+    let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
+    let log = restarted.log();
+    assert_eq!(run["status"], "completed", "{run}: {log}");
+    // The first agent's answer came from the journal: 99 tokens once.
+    assert_eq!(run["total_tokens"], 99, "{run}");
+    assert_eq!(
+        std::fs::read_to_string(folder.join("out.txt")).expect("written"),
+        "hello"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_pending_at_a_stop_expires_and_the_resumed_run_asks_again() {
+    asked_then_stopped(libc::SIGTERM).await;
+    asked_then_stopped(libc::SIGKILL).await;
 }

@@ -991,11 +991,18 @@ async fn run_relay(state: DesktopState, args: RunArgs) -> Result<()> {
     let relay = Relay::new(state, api, Arc::new(SystemClock), runtime, config);
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
+    let resume = !args.no_resume;
     tokio::spawn(async move {
         let signal = stop_signal().await;
-        tracing::info!(
-            "{signal}: stopping the relay; a running graph ends failed and is reported, its pending approvals expire"
-        );
+        if resume {
+            tracing::info!(
+                "{signal}: stopping the relay; a running graph is interrupted and resumes from its journal at the next start, its pending approvals expire"
+            );
+        } else {
+            tracing::info!(
+                "{signal}: stopping the relay; a running graph ends failed and is reported (--no-resume), its pending approvals expire"
+            );
+        }
         on_signal.cancel();
     });
     tracing::info!(service = %args.service, state = %state_file.display(), "desktop relay running; Ctrl-C (or SIGTERM, SIGHUP) stops it");

@@ -297,7 +297,12 @@ fn record_end(run: &RunShared, outcome: &RunOutcome) -> RunOutcome {
 
 /// A run's shared state, from `options`; `stop` ends the work it starts.
 fn new_run(run_id: &str, options: &RunOptions, stop: CancellationToken) -> Arc<RunShared> {
-    let clock = RunClock::new(options.clock);
+    let clock = match &options.journal {
+        Some(JournalMode::Resume { replayer, .. }) => {
+            RunClock::continuing(options.clock, replayer.last_ms())
+        }
+        _ => RunClock::new(options.clock),
+    };
     let sink = match &options.journal {
         Some(JournalMode::Record(recorder)) => Arc::new(FanOut(vec![
             options.events.clone(),

@@ -6,7 +6,9 @@
 use std::sync::{Arc, Mutex};
 
 use runner::RunStatus;
+use runner::host::approvals::{ApprovalRequest, Approver, BoxFuture, Decision, Policy};
 use runner::host::journal::{Journal, JournalMode, JournalSink, Recorder, Replayer};
+use runner::host::tools::ToolRegistry;
 use serde_json::json;
 
 use crate::common::{engines, options, run};
@@ -134,5 +136,337 @@ async fn a_run_cut_at_any_entry_resumes_to_the_same_outcome_without_asking_again
                 "{at}"
             );
         }
+    }
+}
+
+/// A tool that is not idempotent: each call bumps a count.
+struct Bump(std::sync::atomic::AtomicUsize);
+
+impl runner::host::tools::Tool for Bump {
+    fn spec(&self) -> runner::host::agents::ToolSpec {
+        runner::host::agents::ToolSpec {
+            name: "bump".into(),
+            description: "Bumps a count.".into(),
+            parameters: json!({"type": "object"}),
+        }
+    }
+    fn call(
+        &self,
+        _args: serde_json::Value,
+    ) -> runner::host::approvals::BoxFuture<'_, Result<serde_json::Value, graph_js::Failure>> {
+        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        Box::pin(async move { Ok(json!(n)) })
+    }
+}
+
+/// Answers every question with `answer`, keeping each question.
+struct Owner {
+    answer: Decision,
+    asked: Mutex<Vec<ApprovalRequest>>,
+}
+
+impl Approver for Owner {
+    fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
+        self.asked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(request.clone());
+        let answer = self.answer.clone();
+        Box::pin(async move { answer })
+    }
+}
+
+impl Owner {
+    fn new(answer: Decision) -> Arc<Owner> {
+        Arc::new(Owner {
+            answer,
+            asked: Mutex::new(Vec::new()),
+        })
+    }
+    fn asked(&self) -> Vec<ApprovalRequest> {
+        self.asked.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// An agent, a tool, another agent.
+const AGENT_TOOL_AGENT: &str = r#"
+export default async function (args, g) {
+  const a = await g.agent({label: "a", prompt: "pa"});
+  const r = await g.tool(args.tool, args.args);
+  const b = await g.agent({label: "b", prompt: "pb"});
+  return [a.text, r, b.text];
+}
+"#;
+
+/// Runs AGENT_TOOL_AGENT with `tool` under `policy`, answered by `owner`; returns the outcome
+/// and the journal's lines.
+async fn recorded(
+    engine: Arc<dyn runner::engine::Engine>,
+    args: &serde_json::Value,
+    policy: Policy,
+    tools: ToolRegistry,
+    owner: Arc<Owner>,
+) -> (runner::RunOutcome, Vec<String>) {
+    let (mut options, _, _) = options(engine, replies());
+    let lines = Arc::new(Lines::default());
+    options.seed = Some(7);
+    options.tools = tools;
+    options
+        .policy
+        .set(args["tool"].as_str().expect("tool"), policy);
+    options.approver = owner;
+    options.journal = Some(JournalMode::Record(Recorder::new(lines.clone())));
+    let outcome = run(AGENT_TOOL_AGENT, args.clone(), &options).await;
+    (outcome, lines.all())
+}
+
+/// Resumes the journal `kept` (a cut) with `tools` under `policy`, answered by `owner`.
+async fn resumed(
+    engine: Arc<dyn runner::engine::Engine>,
+    args: &serde_json::Value,
+    kept: &[String],
+    policy: Policy,
+    tools: ToolRegistry,
+    owner: Arc<Owner>,
+) -> runner::RunOutcome {
+    let journal =
+        Journal::parse_unfinished(&(kept.join("\n") + "\n"), "cut").expect("a cut journal");
+    let (mut options, _, _) = options(engine, replies());
+    options.seed = Some(journal.header.seed);
+    options.tools = tools;
+    options
+        .policy
+        .set(args["tool"].as_str().expect("tool"), policy);
+    options.approver = owner;
+    options.journal = Some(JournalMode::Resume {
+        replayer: Replayer::resuming(&journal),
+        recorder: Recorder::new(Arc::new(Lines::default())),
+    });
+    run(AGENT_TOOL_AGENT, args.clone(), &options).await
+}
+
+/// The lines of `lines` up to and including the first that starts with `prefix`.
+fn cut_after(lines: &[String], prefix: &str) -> Vec<String> {
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix} in {lines:?}"));
+    lines[..=at].to_vec()
+}
+
+#[tokio::test]
+async fn an_ask_answered_before_the_stop_is_not_asked_again() {
+    for engine in engines() {
+        let name = engine.name();
+        let folder = tempfile::tempdir().expect("folder");
+        let tools = || ToolRegistry::standard(Some(folder.path().to_path_buf())).expect("fs tools");
+        let args = json!({"tool": "fs.write", "args": {"path": "out.txt", "text": "once"}});
+        let owner = Owner::new(Decision::Approved);
+        let (full, lines) =
+            recorded(engine.clone(), &args, Policy::Ask, tools(), owner.clone()).await;
+        assert_eq!(full.status, RunStatus::Completed, "{name}: {full:?}");
+        assert_eq!(owner.asked().len(), 1, "{name}");
+        // The journal holds the answer; cut there, the write is in flight at the stop.
+        let kept = cut_after(&lines, r#"{"k":"approval""#);
+        assert!(
+            kept.last()
+                .is_some_and(|l| l.contains(r#""approved":true"#)),
+            "{kept:?}"
+        );
+        std::fs::remove_file(folder.path().join("out.txt")).expect("written once");
+        let again = Owner::new(Decision::Denied("would deny".into()));
+        let outcome = resumed(
+            engine.clone(),
+            &args,
+            &kept,
+            Policy::Ask,
+            tools(),
+            again.clone(),
+        )
+        .await;
+        assert_eq!(outcome.status, RunStatus::Completed, "{name}: {outcome:?}");
+        assert!(
+            again.asked().is_empty(),
+            "{name}: asked again: {:?}",
+            again.asked()
+        );
+        assert_eq!(
+            std::fs::read_to_string(folder.path().join("out.txt")).expect("written"),
+            "once"
+        );
+    }
+}
+
+/// The tools of a run: `bump` alone.
+fn bump_registry(bump: &Arc<Bump>) -> ToolRegistry {
+    let mut tools = ToolRegistry::default();
+    tools.register(bump.clone());
+    tools
+}
+
+/// Resumes the cut `kept` of AGENT_TOOL_AGENT calling `bump` (allowed), the owner answering
+/// `answer`: the outcome, how often `bump` ran, and what the owner was asked.
+async fn resume_bump(
+    engine: Arc<dyn runner::engine::Engine>,
+    kept: &[String],
+    answer: Decision,
+) -> (runner::RunOutcome, usize, Vec<ApprovalRequest>) {
+    let args = json!({"tool": "bump", "args": {"by": 1}});
+    let owner = Owner::new(answer);
+    let bump = Arc::new(Bump(Default::default()));
+    let tools = bump_registry(&bump);
+    let outcome = resumed(engine, &args, kept, Policy::Allow, tools, owner.clone()).await;
+    let ran = bump.0.load(std::sync::atomic::Ordering::SeqCst);
+    (outcome, ran, owner.asked())
+}
+
+#[tokio::test]
+async fn a_tool_in_flight_at_the_stop_asks_the_owner_before_it_runs_again() {
+    const MAY_HAVE: &str =
+        "g.tool (bump) was running when the run was interrupted and may have happened";
+    for engine in engines() {
+        let name = engine.name();
+        let args = json!({"tool": "bump", "args": {"by": 1}});
+        let first = Arc::new(Bump(Default::default()));
+        let owner = Owner::new(Decision::Approved);
+        let (full, lines) = recorded(
+            engine.clone(),
+            &args,
+            Policy::Allow,
+            bump_registry(&first),
+            owner,
+        )
+        .await;
+        assert_eq!(full.status, RunStatus::Completed, "{name}: {full:?}");
+        // Cut after the tool's start: it may have run, its outcome is not journaled.
+        let kept = cut_after(&lines, r#"{"k":"start","path":[],"seq":3"#);
+        assert!(
+            kept.last().is_some_and(|l| l.contains(r#""what":"bump""#)),
+            "{kept:?}"
+        );
+
+        let (outcome, ran, asked) = resume_bump(engine.clone(), &kept, Decision::Approved).await;
+        assert_eq!(outcome.status, RunStatus::Completed, "{name}: {outcome:?}");
+        assert_eq!(ran, 1, "{name}: run again once");
+        assert_eq!(asked.len(), 1, "{name}: {asked:?}");
+        assert_eq!(asked[0].tool, "bump");
+        assert_eq!(asked[0].args, json!({"by": 1}));
+        assert!(
+            asked[0]
+                .note
+                .as_deref()
+                .is_some_and(|n| n.contains(MAY_HAVE)),
+            "{name}: {asked:?}"
+        );
+
+        let denied = Decision::Denied("the owner denied tool bump".into());
+        let (outcome, ran, asked) = resume_bump(engine.clone(), &kept, denied).await;
+        assert_eq!(outcome.status, RunStatus::Failed, "{name}: {outcome:?}");
+        let error = outcome.error.unwrap_or_default();
+        assert!(
+            error.contains(&format!("{MAY_HAVE}; it is not run again")),
+            "{name}: {error}"
+        );
+        assert_eq!(ran, 0, "{name}: not run again");
+        assert_eq!(asked.len(), 1, "{name}");
+    }
+}
+
+/// A sleep started first and awaited last, two agents and three clock readings in between.
+const SLEEP_ACROSS: &str = r#"
+export default async function (args, g) {
+  const sleeping = g.sleep(400);
+  await g.agent({label: "a", prompt: "pa"});
+  const mid = Date.now();
+  await g.agent({label: "b", prompt: "pb"});
+  const late = Date.now();
+  await sleeping;
+  const end = Date.now();
+  return [mid, late, end];
+}
+"#;
+
+#[tokio::test]
+async fn a_timer_in_flight_continues_for_its_time_left_on_the_journaled_clock() {
+    const START_MS: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+    let replies = json!({"replies": [
+        {"label": "a", "text": "A", "tokens": 1, "latency_ms": 300},
+        {"label": "b", "text": "B", "tokens": 1, "latency_ms": 50}
+    ]});
+    for engine in engines() {
+        let name = engine.name();
+        let (mut whole, _, _) = options(engine.clone(), replies.clone());
+        let recorded = Arc::new(Lines::default());
+        whole.clock = runner::host::time::ClockSetting::Fixed(START_MS);
+        whole.journal = Some(JournalMode::Record(Recorder::new(recorded.clone())));
+        let full = run(SLEEP_ACROSS, json!({}), &whole).await;
+        let expected = json!([START_MS + 300, START_MS + 350, START_MS + 400]);
+        assert_eq!(full.result, Some(expected.clone()), "{name}: {full:?}");
+        // Cut after the reading at 300 ms: the sleep (due at 400 ms) is in flight.
+        let lines = recorded.all();
+        let kept = cut_after(&lines, r#"{"k":"clock""#);
+        assert!(
+            kept.iter()
+                .any(|l| l.contains(r#""what":"400 ms""#) && l.contains(r#""t":0"#)),
+            "{name}: the sleep's start is journaled with its time: {kept:?}"
+        );
+        let journal = Journal::parse_unfinished(&(kept.join("\n") + "\n"), "cut").expect("cut");
+        let (mut resumed, _, mock) = options(engine.clone(), replies.clone());
+        resumed.clock = runner::host::time::ClockSetting::Fixed(START_MS);
+        resumed.journal = Some(JournalMode::Resume {
+            replayer: Replayer::resuming(&journal),
+            recorder: Recorder::new(Arc::new(Lines::default())),
+        });
+        let outcome = run(SLEEP_ACROSS, json!({}), &resumed).await;
+        // The clock goes on from 300 ms (b answers at 350, not 50) and the sleep ends when it
+        // was due (400 ms), not 400 ms after the resume (700).
+        assert_eq!(outcome.result, Some(expected), "{name}: {outcome:?}");
+        assert_eq!(mock.calls().len(), 1, "{name}: only b is asked");
+    }
+}
+
+#[tokio::test]
+async fn a_resumed_runs_real_clock_goes_on_from_the_journal_and_its_sleep_waits_only_what_was_left()
+{
+    let replies = json!({"replies": [
+        {"label": "a", "text": "A", "tokens": 1, "latency_ms": 300},
+        {"label": "b", "text": "B", "tokens": 1, "latency_ms": 10}
+    ]});
+    for engine in engines() {
+        let name = engine.name();
+        let (mut whole, _, _) = options(engine.clone(), replies.clone());
+        let recorded = Arc::new(Lines::default());
+        whole.journal = Some(JournalMode::Record(Recorder::new(recorded.clone())));
+        let full = run(SLEEP_ACROSS, json!({}), &whole).await;
+        assert_eq!(full.status, RunStatus::Completed, "{name}: {full:?}");
+        let kept = cut_after(&recorded.all(), r#"{"k":"clock""#);
+        let journal = Journal::parse_unfinished(&(kept.join("\n") + "\n"), "cut").expect("cut");
+        let last = Replayer::resuming(&journal).last_ms();
+        assert!(last >= 300, "{name}: the journal's clock read {last} ms");
+        let (mut resumed, sink, _) = options(engine.clone(), replies.clone());
+        resumed.journal = Some(JournalMode::Resume {
+            replayer: Replayer::resuming(&journal),
+            recorder: Recorder::new(Arc::new(Lines::default())),
+        });
+        let started = runner::clock::Stopwatch::start();
+        let outcome = run(SLEEP_ACROSS, json!({}), &resumed).await;
+        let took = started.elapsed();
+        assert_eq!(outcome.status, RunStatus::Completed, "{name}: {outcome:?}");
+        // At most about 100 ms were left of the sleep; waiting all of it again takes 400.
+        assert!(
+            took < std::time::Duration::from_millis(400),
+            "{name}: the resumed run took {took:?}"
+        );
+        // The trace's clock goes on from the journal's last reading, not from 0.
+        let finished = sink
+            .events()
+            .iter()
+            .find(|e| matches!(e.kind, runner::host::events::EventKind::RunFinished { .. }))
+            .map(|e| e.elapsed_ms)
+            .expect("the run's end");
+        assert!(
+            finished >= last,
+            "{name}: the run ended at {finished} ms, the journal had read {last} ms"
+        );
     }
 }

@@ -92,12 +92,12 @@ impl Approver for OwnerApprover {
     fn ask<'a>(&'a self, request: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
         Box::pin(async move {
             let id = uuid::Uuid::new_v4().to_string();
-            let args: String = request
-                .args
-                .to_string()
-                .chars()
-                .take(MAX_SHOWN_ARGS_CHARS)
-                .collect();
+            // A question besides the policy (a call a resumed run may repeat) says why first.
+            let shown = match &request.note {
+                Some(note) => format!("{note}: {}", request.args),
+                None => request.args.to_string(),
+            };
+            let args: String = shown.chars().take(MAX_SHOWN_ARGS_CHARS).collect();
             let now = self.clock.now();
             let deadline = self.timeout.map(|timeout| now.saturating_add(timeout));
             let (asked, run_id, tool) = (id.clone(), request.run_id.clone(), request.tool.clone());
@@ -109,7 +109,7 @@ impl Approver for OwnerApprover {
                 return Decision::Denied(format!("cannot record the approval request: {e}"));
             }
             tracing::warn!(
-                approval = %id, tool = %request.tool,
+                approval = %id, tool = %request.tool, note = request.note.as_deref().unwrap_or(""),
                 "a remote run waits for your approval: relay desktop approvals approve {id} (or deny {id})"
             );
             let mut guard = Unanswered {
@@ -159,5 +159,48 @@ impl Approver for OwnerApprover {
                 tokio::time::sleep(APPROVAL_POLL_INTERVAL).await;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::DesktopState;
+    use relay_protocol::clock::{ManualClock, Timestamp};
+
+    /// A question besides the policy (a call a resumed run may repeat) reaches the owner's
+    /// pending approvals saying why, and is answered as any other.
+    #[tokio::test]
+    async fn a_question_with_a_note_shows_the_note_to_the_owner() {
+        let state = AsyncState::new(DesktopState::open_in_memory().expect("state"));
+        let clock = Arc::new(ManualClock::new(Timestamp::from_unix_millis(1)));
+        let approver = OwnerApprover::new(state.clone(), clock);
+        let note = "g.tool (bump) was running when the run was interrupted and may have happened: approve to run it again";
+        let request = ApprovalRequest {
+            run_id: "e1".into(),
+            tool: "bump".into(),
+            args: serde_json::json!({"by": 1}),
+            note: Some(note.into()),
+        };
+        let asking = approver.ask(&request);
+        let answering = async {
+            loop {
+                let pending = state.call(|s| s.approvals(false)).await.expect("approvals");
+                if let Some(question) = pending.first() {
+                    assert_eq!(question.tool, "bump");
+                    assert_eq!(question.args, format!(r#"{note}: {{"by":1}}"#));
+                    let id = question.id.clone();
+                    let now = Timestamp::from_unix_millis(2);
+                    state
+                        .call(move |s| s.decide(&id, ApprovalStatus::Approved, now))
+                        .await
+                        .expect("decide");
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        let (decision, ()) = tokio::join!(asking, answering);
+        assert_eq!(decision, Decision::Approved);
     }
 }

@@ -68,6 +68,16 @@ pub(crate) struct RunningCommand {
     cancel: CancellationToken,
     /// The first stop asked for; later ones change nothing.
     stop: Arc<OnceLock<Stop>>,
+    /// The run's journal and whether the relay's stop closed it to resume the run later.
+    resumable: Resumable,
+}
+
+/// A run's journal as the relay's stop sees it: closed before the run's end, it is kept for
+/// the next start to resume (docs/journal.md), and the run is not reported.
+#[derive(Clone, Default)]
+pub(crate) struct Resumable {
+    journal: Arc<OnceLock<Arc<Recorder>>>,
+    kept: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl RunningCommand {
@@ -79,7 +89,29 @@ impl RunningCommand {
             slug: command.slug.clone(),
             cancel: CancellationToken::new(),
             stop: Arc::new(OnceLock::new()),
+            resumable: Resumable::default(),
         }
+    }
+
+    /// The relay stops with resuming on: the run's journal is closed where it is (nothing the
+    /// run does after this is journaled, and it stops at its next host call), so the next start
+    /// resumes it. False when its end is journaled already: the run is over, and its outcome
+    /// stands (a run that completed is not reported failed for a stop that came after it).
+    fn keep_for_resume(&self) -> bool {
+        let Some(recorder) = self.resumable.journal.get() else {
+            return true;
+        };
+        if recorder.close() {
+            self.resumable.kept.store(true, Ordering::SeqCst);
+            return true;
+        }
+        // Not closed: ended, or the journal had failed before (then the stop ends the run).
+        recorder.error().is_some()
+    }
+
+    /// Whether the relay's stop kept the run to be resumed at the next start.
+    pub(crate) fn kept_for_resume(&self) -> bool {
+        self.resumable.kept.load(Ordering::SeqCst)
     }
 
     /// The service asked to cancel (`cause`: who asked it, the agent when it does not say).
@@ -292,6 +324,7 @@ impl Relay {
             slug: session.slug.clone(),
             cancel: CancellationToken::new(),
             stop: Arc::new(OnceLock::new()),
+            resumable: Resumable::default(),
         };
         Execution {
             id: history.execution_id.clone(),
@@ -375,7 +408,11 @@ impl Relay {
             running.clone(),
             self.config.control_interval,
         ));
-        watchers.spawn(stop_on(shutdown.clone(), running.clone()));
+        watchers.spawn(stop_on(
+            shutdown.clone(),
+            running.clone(),
+            self.config.resume,
+        ));
         // What the run waits for and how far it got, told to the service as it changes (and a
         // cancel its answers carry stops the run, as the control poll's does).
         let heard = running.clone();
@@ -517,6 +554,7 @@ impl Relay {
         match StateJournal::new(self.state.blocking().clone(), &execution.id) {
             Ok(sink) => {
                 let recorder = Recorder::new(Arc::new(sink));
+                let _ = execution.running.resumable.journal.set(recorder.clone());
                 Some(match &execution.resume {
                     Some(journal) => JournalMode::Resume {
                         replayer: runner::host::journal::Replayer::resuming(journal),
@@ -557,6 +595,17 @@ impl Relay {
 }
 
 impl Execution {
+    /// The run's end to record and post, or `None` when the relay's stop kept the run to be
+    /// resumed at the next start (then nothing is posted and its execution stays running in
+    /// the state, with its journal).
+    pub(crate) fn end(&self, ran: Ran, shutdown: &CancellationToken) -> Option<Ended> {
+        if self.running.kept_for_resume() {
+            tracing::warn!(channel = %self.channel, execution = %self.id, "1 run interrupted; it resumes at the next start");
+            return None;
+        }
+        Some(self.bound(ran, shutdown))
+    }
+
     /// The bound step: once a stop was asked for, the outcome is the stop's (`cancelled` for a
     /// cancel or a withdrawal, even if the graph finished between the flag and the stop;
     /// `failed` for the relay's own stop), with its cause; a run that failed on a limit says
@@ -651,9 +700,13 @@ async fn control_poll(api: DesktopApi, running: RunningCommand, interval: std::t
     }
 }
 
-/// Stops the run when the relay stops.
-async fn stop_on(shutdown: CancellationToken, running: RunningCommand) {
+/// Stops the run when the relay stops; with `resume`, its journal is closed first, so the run
+/// stays in the state to be resumed at the next start.
+async fn stop_on(shutdown: CancellationToken, running: RunningCommand, resume: bool) {
     shutdown.cancelled().await;
+    if resume && !running.keep_for_resume() {
+        return;
+    }
     running.stop_with(Stop {
         cause: EndCause::RelayStopped,
         error: RELAY_STOPPED.to_owned(),

@@ -160,7 +160,10 @@ impl Relay {
                     return Ok(());
                 };
                 let ran = self.execute(pass, &execution, tell, shutdown).await;
-                execution.bound(ran, shutdown)
+                let Some(ended) = execution.end(ran, shutdown) else {
+                    return Ok(());
+                };
+                ended
             }
             Consent::Withdrawn => self.refuse(project, &command).await?,
         };

@@ -115,6 +115,9 @@ fn report_interrupted(
             && state.session_resumes(&execution.execution_id)?
             && state.journal_text(&execution.execution_id)?.is_some()
         {
+            // Its questions died with the relay that asked them (nobody waits for their
+            // answers): the resumed run asks again what it still needs.
+            state.expire_approvals_of(&execution.execution_id, now)?;
             resumable.push(execution);
             continue;
         }

@@ -125,7 +125,7 @@ impl Relay {
         let resumed =
             self.resumed_execution(&found.history, &session, journal, token_cap, command_id);
         let ran = self.execute(pass, &resumed, tell, shutdown).await;
-        Ok(Some(resumed.bound(ran, shutdown)))
+        Ok(resumed.end(ran, shutdown))
     }
 
     /// Reports an interrupted execution failed with `error`, as a stop did before resuming.

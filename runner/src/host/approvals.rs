@@ -90,6 +90,10 @@ pub struct ApprovalRequest {
     pub tool: String,
     /// The tool's arguments (JSON).
     pub args: serde_json::Value,
+    /// Why the owner is asked besides the policy, shown with the question (a call a resumed
+    /// run may repeat: it may have happened before the run was interrupted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// The owner's answer.
@@ -103,6 +107,20 @@ pub enum Decision {
 
 /// A boxed future, as returned by the host's object-safe async traits.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why a question to the owner did not end in an approval.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotApproved {
+    /// The owner denied it, for this reason.
+    #[error("{0}")]
+    Denied(String),
+    /// No answer within the approval timeout (seconds).
+    #[error("no answer within {0} s; a timeout counts as a denial")]
+    TimedOut(u64),
+    /// The run stopped while it waited.
+    #[error("the run was cancelled while waiting for an approval")]
+    Cancelled,
+}
 
 /// Whoever answers `ask` policies.
 pub trait Approver: Send + Sync {
@@ -189,8 +207,12 @@ impl Approver for TerminalApprover {
             let lines = lines.get_or_insert_with(read_stdin_lines);
             // Typed before this question was shown: not an answer to it.
             while lines.try_recv().is_ok() {}
+            let note = request
+                .note
+                .as_deref()
+                .map_or_else(String::new, |note| format!("\n{note}"));
             let question = format!(
-                "\napprove tool {} with {}? [y/N] ",
+                "{note}\napprove tool {} with {}? [y/N] ",
                 request.tool,
                 summarize(&request.args)
             );
@@ -244,6 +266,24 @@ impl Approvals {
     /// The policy.
     pub fn policy(&self) -> &ApprovalPolicy {
         &self.policy
+    }
+
+    /// Asks the owner `request` whatever the policy says (a call a resumed run may repeat):
+    /// `Ok` for an approval within the timeout, else why not.
+    pub async fn confirm(
+        &self,
+        request: &ApprovalRequest,
+        cancel: &CancellationToken,
+    ) -> Result<(), NotApproved> {
+        let answer = tokio::select! {
+            answer = tokio::time::timeout(self.timeout, self.approver.ask(request)) => answer,
+            () = cancel.cancelled() => return Err(NotApproved::Cancelled),
+        };
+        match answer {
+            Ok(Decision::Approved) => Ok(()),
+            Ok(Decision::Denied(reason)) => Err(NotApproved::Denied(reason)),
+            Err(_) => Err(NotApproved::TimedOut(self.timeout.as_secs())),
+        }
     }
 
     /// Decides one tool call. `on_ask` runs before the owner is asked (for the trace).
@@ -308,6 +348,7 @@ mod tests {
             run_id: "r".into(),
             tool: tool.into(),
             args: serde_json::json!({}),
+            note: None,
         }
     }
 

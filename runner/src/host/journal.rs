@@ -160,6 +160,10 @@ pub enum Entry {
         /// Or why not.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<Failed>,
+        /// A sleep's start on the run clock (ms since the run started): a resume continues a
+        /// sleep in flight for the time it had left.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        t: Option<u64>,
     },
     /// A `wait-any` and the pair it answered.
     Wait {
@@ -222,6 +226,19 @@ pub enum Entry {
         tokens: u64,
         /// Reported cost.
         cost: f64,
+    },
+    /// The owner's answer to an `ask` (a tool whose policy is `ask`), journaled as it is
+    /// given: a resume answers the same call (tool and arguments) from it, not asking again.
+    Approval {
+        /// The tool.
+        tool: String,
+        /// SHA-256 (first 16 hex digits) of the tool's name and arguments.
+        digest: String,
+        /// Whether the owner approved it.
+        approved: bool,
+        /// A denial's reason (a timeout's too).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// A trace event, as the run emitted it.
     Event {
@@ -361,6 +378,12 @@ pub enum RecordError {
     /// An entry could not be encoded.
     #[error("cannot encode a journal entry: {0}")]
     Encode(String),
+    /// The journal was closed before the run's end ([`Recorder::close`]): the run stops where
+    /// it is, to be resumed from what was written.
+    #[error(
+        "the run's journal was closed before the run's end: the run stops here and resumes from its journal"
+    )]
+    Closed,
 }
 
 #[derive(Default)]
@@ -368,6 +391,8 @@ struct RecordState {
     bytes: u64,
     entries: u64,
     error: Option<RecordError>,
+    /// The run's end is written.
+    ended: bool,
 }
 
 /// Appends a run's entries to its sink, in order, within the limits. After the first error
@@ -395,7 +420,25 @@ impl Recorder {
     /// Appends `entry`.
     pub fn append(&self, entry: &Entry) -> Result<(), RecordError> {
         let line = serde_json::to_string(entry).map_err(|e| RecordError::Encode(e.to_string()))?;
-        self.line(&line)
+        self.line(&line)?;
+        if matches!(entry, Entry::End { .. }) {
+            lock(&self.state).ended = true;
+        }
+        Ok(())
+    }
+
+    /// Closes the journal where it is, before the run's end (a relay that stops and resumes
+    /// the run at its next start): every later append fails with [`RecordError::Closed`], so
+    /// the run stops at its next host call and nothing it does after this is half-journaled.
+    /// False when there is nothing to resume: the run's end is written already, or the
+    /// journal had failed before.
+    pub fn close(&self) -> bool {
+        let mut state = lock(&self.state);
+        if state.ended || state.error.is_some() {
+            return false;
+        }
+        state.error = Some(RecordError::Closed);
+        true
     }
 
     fn line(&self, line: &str) -> Result<(), RecordError> {
@@ -648,6 +691,8 @@ pub struct Replayer {
     resuming: bool,
     /// Set once the journal ran out in a resume: every call from then on is live.
     live: std::sync::atomic::AtomicBool,
+    /// The owner's journaled answers (digest, approved, reason) a resume has not used yet.
+    approvals: Mutex<Vec<(String, bool, Option<String>)>>,
 }
 
 /// What replaying one entry asks of the run: re-emit an event, meter tokens.
@@ -675,6 +720,7 @@ impl Replayer {
             divergence: std::sync::OnceLock::new(),
             resuming: false,
             live: std::sync::atomic::AtomicBool::new(false),
+            approvals: Mutex::new(Vec::new()),
         })
     }
 
@@ -694,7 +740,48 @@ impl Replayer {
             divergence: std::sync::OnceLock::new(),
             resuming: true,
             live: std::sync::atomic::AtomicBool::new(false),
+            approvals: Mutex::new(journaled_approvals(&journal.entries)),
         })
+    }
+
+    /// The owner's journaled answer to an `ask` of the call `digest`, if a resume has one
+    /// left: `Ok` approved, `Err` denied with its reason. Each answer answers one call; with
+    /// `take` false it is only looked at.
+    pub fn approval(
+        &self,
+        digest: &str,
+        take: bool,
+    ) -> Option<Result<(), super::approvals::NotApproved>> {
+        let mut approvals = lock(&self.approvals);
+        let at = approvals.iter().position(|(d, _, _)| d == digest)?;
+        let (_, approved, reason) = if take {
+            approvals.remove(at)
+        } else {
+            approvals[at].clone()
+        };
+        Some(if approved {
+            Ok(())
+        } else {
+            Err(super::approvals::NotApproved::Denied(
+                reason.unwrap_or_else(|| "the owner denied it".to_owned()),
+            ))
+        })
+    }
+
+    /// The last reading of the run clock the journal holds (ms since the run started): a
+    /// resumed run's clock continues from it.
+    pub fn last_ms(&self) -> u64 {
+        self.entries
+            .iter()
+            .filter_map(|entry| match entry {
+                Entry::Clock { monotonic_ms, .. } => Some(*monotonic_ms),
+                Entry::Log { t, .. } => Some(*t),
+                Entry::Start { t, .. } => *t,
+                Entry::Event { e } => Some(e.elapsed_ms),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
     }
 
     /// Whether a resumed run has gone live (its journal ran out).
@@ -845,6 +932,22 @@ impl Replayer {
     }
 }
 
+/// The owner's answers in `entries`, in order.
+fn journaled_approvals(entries: &[Entry]) -> Vec<(String, bool, Option<String>)> {
+    entries
+        .iter()
+        .filter_map(|entry| match entry {
+            Entry::Approval {
+                digest,
+                approved,
+                reason,
+                ..
+            } => Some((digest.clone(), *approved, reason.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Whether a recorded event is re-emitted by a replay: not the run's start and end (the
 /// replay emits its own) nor the top graph's log lines (the replayed graph logs them again).
 fn replayed_event(event: &Event) -> bool {
@@ -893,6 +996,7 @@ mod tests {
             digest: digest(&["p"]),
             handle: Some(1),
             error: None,
+            t: None,
         };
         let lines = [
             serde_json::to_string(&header()).expect("header"),
@@ -926,5 +1030,41 @@ mod tests {
         assert!(recorder.append(&entry).is_ok());
         assert_eq!(recorder.line(&big), Err(RecordError::Full));
         assert_eq!(recorder.append(&entry), Err(RecordError::Full));
+    }
+
+    #[test]
+    fn a_closed_journal_takes_nothing_more_and_an_ended_one_is_not_closed() {
+        struct Counting(std::sync::atomic::AtomicUsize);
+        impl JournalSink for Counting {
+            fn append(&self, _: &str) -> std::io::Result<()> {
+                self.0.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+            fn finish(&self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Arc::new(Counting(std::sync::atomic::AtomicUsize::new(0)));
+        let recorder = Recorder::new(sink.clone());
+        let entry = Entry::Tokens {
+            path: vec![],
+            seq: 1,
+            used: 0,
+        };
+        assert!(recorder.append(&entry).is_ok());
+        assert!(recorder.close(), "a running journal closes");
+        assert_eq!(recorder.append(&entry), Err(RecordError::Closed));
+        assert_eq!(sink.0.load(Ordering::SeqCst), 1, "nothing after the close");
+        assert!(!recorder.close(), "closed once");
+        let ended = Recorder::new(sink);
+        let end = Entry::End {
+            status: "completed".into(),
+            result: None,
+            error: None,
+            total_tokens: 0,
+            t: 0,
+        };
+        assert!(ended.append(&end).is_ok());
+        assert!(!ended.close(), "an ended run has nothing to resume");
     }
 }

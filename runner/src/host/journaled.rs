@@ -2,9 +2,11 @@
 //! to the run's journal before the graph gets it, or, in a replay, taken from the journal.
 
 use graph_js::{ClockReading, Failure, FailureCode};
+use serde_json::Value;
 
-use super::events::Event;
-use super::journal::{Call, Entry, Failed, JournalMode, Recorder, ReplayTarget, Replayer};
+use super::approvals::{ApprovalRequest, Checked, NotApproved, Policy};
+use super::events::{Event, EventKind};
+use super::journal::{self, Call, Entry, Failed, JournalMode, Recorder, ReplayTarget, Replayer};
 use super::{Invocation, Outcome, RunShared};
 
 impl RunShared {
@@ -50,6 +52,121 @@ impl RunShared {
     pub(super) fn record_usage(&self, tokens: u64, cost: f64) {
         let _ = self.record(&Entry::Usage { tokens, cost });
     }
+
+    /// In a resume, the owner's journaled answer to this `ask` (the policy still says `ask`):
+    /// an approval answered before the stop is not asked again.
+    pub(super) fn journaled_approval(
+        &self,
+        request: &ApprovalRequest,
+    ) -> Option<Result<Checked, Failure>> {
+        if self.approvals.policy().get(&request.tool) != Policy::Ask {
+            return None;
+        }
+        let answer = self.replayer()?.approval(&approval_digest(request), true)?;
+        Some(
+            answer
+                .map(|()| Checked::Approved)
+                .map_err(|why| Failure::denied(why.to_string())),
+        )
+    }
+
+    /// Journals the owner's answer to an `ask` (not a cancel: nobody answered).
+    pub(super) fn record_approval(
+        &self,
+        request: &ApprovalRequest,
+        checked: &Result<Checked, Failure>,
+    ) {
+        if self.approvals.policy().get(&request.tool) != Policy::Ask {
+            return;
+        }
+        let answer = match checked {
+            Ok(_) => Ok(()),
+            Err(failure) if failure.code == FailureCode::Denied => {
+                Err(NotApproved::Denied(failure.message.clone()))
+            }
+            Err(_) => return,
+        };
+        self.journal_answer(request, &approval_digest(request), answer);
+    }
+
+    fn journal_answer(
+        &self,
+        request: &ApprovalRequest,
+        digest: &str,
+        answer: Result<(), NotApproved>,
+    ) {
+        let _ = self.record(&Entry::Approval {
+            tool: request.tool.clone(),
+            digest: digest.to_owned(),
+            approved: answer.is_ok(),
+            reason: answer.err().map(|why| why.to_string()),
+        });
+    }
+
+    /// A tool that is not idempotent, in flight when the run was interrupted (started, no
+    /// outcome journaled): when it may have happened (its policy allows it, or the owner had
+    /// approved it), the owner is asked, naming the call, whether to run it again; a denial or
+    /// a timeout fails the call saying it may have happened. When it cannot have happened (it
+    /// waited for an approval nobody gave) it runs as any call does.
+    pub(super) async fn call_tool_again(
+        &self,
+        depth: usize,
+        name: &str,
+        args: &str,
+    ) -> Result<Value, Failure> {
+        let interrupted = format!(
+            "g.tool ({name}) was running when the run was interrupted and may have happened"
+        );
+        let not_again = |why: &dyn std::fmt::Display| {
+            Failure::failed(format!("{interrupted}; it is not run again ({why})"))
+        };
+        let args = serde_json::from_str::<Value>(args).map_err(|e| not_again(&e))?;
+        let request = ApprovalRequest {
+            run_id: self.run_id.clone(),
+            tool: name.to_owned(),
+            args,
+            note: Some(format!("{interrupted}: approve to run it again")),
+        };
+        if self.may_have_happened(&request) {
+            let digest = journal::digest(&["again", name, &request.args.to_string()]);
+            let answer = match self.replayer().and_then(|r| r.approval(&digest, true)) {
+                Some(answer) => answer,
+                None => {
+                    self.events.emit(
+                        depth,
+                        EventKind::ApprovalRequested {
+                            tool: name.to_owned(),
+                        },
+                    );
+                    let answer = self.approvals.confirm(&request, &self.cancel).await;
+                    // A stop is nobody's answer: the next resume asks again.
+                    let answered = !matches!(answer, Err(NotApproved::Cancelled));
+                    if answered && self.stopped().is_none() {
+                        self.journal_answer(&request, &digest, answer.clone());
+                    }
+                    answer
+                }
+            };
+            answer.map_err(|why| not_again(&why))?;
+        }
+        self.call_tool(depth, name, request.args).await
+    }
+
+    fn may_have_happened(&self, request: &ApprovalRequest) -> bool {
+        match self.approvals.policy().get(&request.tool) {
+            Policy::Allow => true,
+            Policy::Deny => false,
+            Policy::Ask => self
+                .replayer()
+                .and_then(|r| r.approval(&approval_digest(request), false))
+                .is_some_and(|answer| answer.is_ok()),
+        }
+    }
+}
+
+/// What an `ask`'s journaled answer is found by: the tool and its arguments.
+fn approval_digest(request: &ApprovalRequest) -> String {
+    journal::digest(&[&request.tool, &request.args.to_string()])
 }
 
 impl ReplayTarget for RunShared {
@@ -71,8 +188,8 @@ pub(super) enum Pending {
     Tool(String, String),
     /// `start-graph`: slug and arguments.
     Graph(String, String),
-    /// `start-sleep`.
-    Sleep(u32),
+    /// `start-sleep`: its length, and its start on the run clock when the journal has it.
+    Sleep(u32, Option<u64>),
 }
 
 /// Tools a resume may run again when they were in flight at the stop: running them twice
@@ -110,19 +227,33 @@ impl Invocation {
                 Pending::Tool(name, args) if IDEMPOTENT_TOOLS.contains(&name.as_str()) => {
                     self.start_tool_live(&name, &args)
                 }
-                Pending::Tool(name, _) => Ok(self.spawn(handle, async move {
-                    Err(Failure::failed(format!(
-                        "g.tool ({name}) was running when the run was interrupted and may have happened; it is not run again"
-                    )))
-                })),
+                Pending::Tool(name, args) => {
+                    let (run, depth) = (self.run.clone(), self.depth());
+                    Ok(self.spawn(handle, async move {
+                        let value = run.call_tool_again(depth, &name, &args).await?;
+                        Ok(value.to_string())
+                    }))
+                }
                 Pending::Graph(slug, args) => self.start_graph_live(&slug, &args),
-                Pending::Sleep(ms) => self.start_sleep_live(ms),
+                Pending::Sleep(ms, started) => self.start_sleep_live(self.left_of(ms, started)),
             };
             if let Err(failure) = launched {
                 self.spawn(handle, async move { Err(failure) });
             }
         }
         self.next_handle = after;
+    }
+
+    /// What is left of a sleep of `ms` that started at `started` (ms on the run clock), on a
+    /// resumed run's clock (which continues from the journal's last reading); all of it when
+    /// the journal does not say when it started.
+    fn left_of(&self, ms: u32, started: Option<u64>) -> u32 {
+        let Some(started) = started else {
+            return ms;
+        };
+        let due = started.saturating_add(u64::from(ms));
+        let left = due.saturating_sub(self.run.clock.now().monotonic_ms);
+        u32::try_from(left).unwrap_or(ms)
     }
 
     fn next_seq(&mut self) -> u32 {
@@ -187,8 +318,12 @@ impl Invocation {
         Some(match answer {
             Ok(Some(Entry::Start {
                 handle: Some(handle),
+                t,
                 ..
-            })) => Ok(handle),
+            })) => {
+                self.replayed_start_t = t;
+                Ok(handle)
+            }
             Ok(Some(Entry::Start {
                 error: Some(error), ..
             })) => Err(error.into()),
@@ -216,6 +351,7 @@ impl Invocation {
             digest,
             handle: answer.as_ref().ok().copied(),
             error: answer.as_ref().err().map(Failed::from),
+            t: (call == Call::Sleep).then(|| self.run.clock.now().monotonic_ms),
         };
         self.run.record(&entry)?;
         answer

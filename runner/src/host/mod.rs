@@ -268,18 +268,26 @@ impl RunShared {
             run_id: self.run_id.clone(),
             tool: name.to_owned(),
             args,
+            note: None,
         };
-        let checked = self
-            .approvals
-            .check(&request, &self.cancel, || {
-                self.events.emit(
-                    depth,
-                    EventKind::ApprovalRequested {
-                        tool: name.to_owned(),
-                    },
-                );
-            })
-            .await;
+        let checked = match self.journaled_approval(&request) {
+            Some(answer) => answer,
+            None => {
+                let checked = self
+                    .approvals
+                    .check(&request, &self.cancel, || {
+                        self.events.emit(
+                            depth,
+                            EventKind::ApprovalRequested {
+                                tool: name.to_owned(),
+                            },
+                        );
+                    })
+                    .await;
+                self.record_approval(&request, &checked);
+                checked
+            }
+        };
         if let Err(failure) = checked {
             if failure.code == FailureCode::Denied {
                 self.events.emit(
@@ -338,6 +346,8 @@ pub struct Invocation {
     /// In a replay, the starts the journal answered and no outcome of theirs yet: a resume
     /// launches them live where the journal runs out (`journaled.rs`).
     in_flight: std::collections::BTreeMap<u32, journaled::Pending>,
+    /// The run-clock time of the start the replay answered last (sleeps journal it).
+    replayed_start_t: Option<u64>,
 }
 
 impl Drop for Invocation {
@@ -385,6 +395,7 @@ impl Invocation {
             tallies: HashMap::new(),
             file: None,
             in_flight: std::collections::BTreeMap::new(),
+            replayed_start_t: None,
         }
     }
 
@@ -638,7 +649,8 @@ impl Invocation {
         let what = format!("{ms} ms");
         let digest = journal::digest(&[&what]);
         if let Some(answer) = self.replay_start(journal::Call::Sleep, &what, &digest) {
-            return self.replayed(answer, journaled::Pending::Sleep(ms));
+            let started = self.replayed_start_t.take();
+            return self.replayed(answer, journaled::Pending::Sleep(ms, started));
         }
         let answer = self.start_sleep_live(ms);
         self.record_start(journal::Call::Sleep, what, digest, answer)

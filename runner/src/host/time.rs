@@ -210,6 +210,8 @@ pub fn derive_key(parent: u64, what: u64) -> u64 {
 pub struct RunClock {
     source: Source,
     state: Mutex<Virtual>,
+    /// Where a real clock's run time starts (a resumed run's continues from its journal).
+    from_ms: u64,
 }
 
 enum Source {
@@ -240,6 +242,24 @@ impl RunClock {
         Arc::new(Self {
             source,
             state: Mutex::new(Virtual::default()),
+            from_ms: 0,
+        })
+    }
+
+    /// A run clock that continues from `from_ms` after the run started (a resumed run, from
+    /// its journal's last reading), not from 0.
+    pub fn continuing(setting: ClockSetting, from_ms: u64) -> Arc<Self> {
+        let source = match setting {
+            ClockSetting::Real => Source::Real(Stopwatch::start()),
+            ClockSetting::Fixed(start_ms) => Source::Virtual { start_ms },
+        };
+        Arc::new(Self {
+            source,
+            state: Mutex::new(Virtual {
+                elapsed_ms: from_ms,
+                ..Virtual::default()
+            }),
+            from_ms,
         })
     }
 
@@ -267,7 +287,9 @@ impl RunClock {
                     .as_millis();
                 ClockReading {
                     wall_ms: i64::try_from(wall).unwrap_or(i64::MAX),
-                    monotonic_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    monotonic_ms: u64::try_from(started.elapsed().as_millis())
+                        .unwrap_or(u64::MAX)
+                        .saturating_add(self.from_ms),
                 }
             }
             Source::Virtual { start_ms } => {
