@@ -470,3 +470,98 @@ async fn a_resumed_runs_real_clock_goes_on_from_the_journal_and_its_sleep_waits_
         );
     }
 }
+
+/// A graph whose nested graph runs three agents in turn, after an agent of its own.
+const WITH_NESTED: &str = r#"
+export default async function (args, g) {
+  const a = await g.agent({label: "a", prompt: "pa"});
+  const inner = await g.graph("inner", {from: a.text});
+  return [a.text, inner, g.budget().used];
+}
+"#;
+
+const INNER: &str = r#"export const meta = {name: "Inner", slug: "inner", version: "1"};
+export default async function (args, g) {
+  const b = await g.agent({label: "b", prompt: "pb " + args.from});
+  const c = await g.agent({label: "c", prompt: "pc " + b.text});
+  await g.sleep(5);
+  const d = await g.agent({label: "d", prompt: "pd " + c.text});
+  return b.text + c.text + d.text;
+}
+"#;
+
+/// `options` with the nested graph `inner` in the catalog.
+fn with_inner(
+    engine: Arc<dyn runner::engine::Engine>,
+) -> (
+    runner::run::RunOptions,
+    Arc<runner::host::mock::MockProvider>,
+) {
+    use runner::host::graphs::{FolderCatalog, GraphSource};
+    let (mut options, _, mock) = options(engine, replies());
+    let mut catalog = FolderCatalog::default();
+    catalog.insert(GraphSource {
+        meta: graph_js::describe(INNER, &graph_js::Limits::default()).expect("meta"),
+        script: INNER.into(),
+        file: Some("graphs/inner.js".into()),
+        engine: None,
+    });
+    options.catalog = Arc::new(catalog);
+    (options, mock)
+}
+
+/// A run cut while its nested graph was running resumes that graph from its own journaled
+/// calls: the nested graph's agents whose replies were journaled are not asked again (it does
+/// not start over), and the outcome and tokens are the uninterrupted run's.
+#[tokio::test]
+async fn a_nested_graph_in_flight_at_the_cut_goes_on_from_its_journal() {
+    for engine in engines() {
+        let name = engine.name();
+        let (mut whole, _) = with_inner(engine.clone());
+        let recorded = Arc::new(Lines::default());
+        whole.seed = Some(3);
+        whole.journal = Some(JournalMode::Record(Recorder::new(recorded.clone())));
+        let full = run(WITH_NESTED, json!({}), &whole).await;
+        assert_eq!(full.status, RunStatus::Completed, "{name}: {full:?}");
+        assert_eq!(full.total_tokens, 150, "{name}");
+        let lines = recorded.all();
+        for cut in 1..lines.len() - 1 {
+            let kept = &lines[..cut];
+            let journal = Journal::parse_unfinished(&(kept.join("\n") + "\n"), "cut")
+                .unwrap_or_else(|e| panic!("{name} cut {cut}: {e}"));
+            let (mut resumed, mock) = with_inner(engine.clone());
+            resumed.seed = Some(journal.header.seed);
+            resumed.journal = Some(JournalMode::Resume {
+                replayer: Replayer::resuming(&journal),
+                recorder: Recorder::new(Arc::new(Lines::default())),
+            });
+            let outcome = run(WITH_NESTED, json!({}), &resumed).await;
+            let at = format!("{name} cut after line {cut} ({})", kept[cut - 1]);
+            assert_eq!(outcome.status, RunStatus::Completed, "{at}: {outcome:?}");
+            let result = outcome.result.clone().expect("a result");
+            assert_eq!(
+                result.as_array().map(|r| r[..2].to_vec()),
+                Some(vec![json!("A"), json!("BCD")]),
+                "{at}: {outcome:?}"
+            );
+            let asked = mock.calls();
+            for label in awaited(kept) {
+                assert!(
+                    !asked.iter().any(|p| p.starts_with(&format!("p{label}"))),
+                    "{at}: agent {label} was journaled and asked again: {asked:?}"
+                );
+            }
+            let again: u64 = ["a", "b", "c", "d"]
+                .iter()
+                .zip([10, 20, 40, 80])
+                .filter(|(l, _)| asked.iter().any(|p| p.starts_with(&format!("p{l}"))))
+                .map(|(_, t)| t)
+                .sum();
+            assert!(
+                outcome.total_tokens >= 150 && outcome.total_tokens <= 150 + again,
+                "{at}: {} tokens, {again} asked again",
+                outcome.total_tokens
+            );
+        }
+    }
+}

@@ -274,6 +274,32 @@ impl Entry {
         }
     }
 
+    /// This call of the graph at call path `prefix` or below, its path relative to that graph;
+    /// None for another graph's call and for what is no call (events, usage, answers).
+    fn rerooted(&self, prefix: &[u32]) -> Option<Entry> {
+        let path = match self {
+            Entry::Start { path, .. }
+            | Entry::Wait { path, .. }
+            | Entry::Clock { path, .. }
+            | Entry::Random { path, .. }
+            | Entry::Tokens { path, .. }
+            | Entry::Log { path, .. } => path,
+            _ => return None,
+        };
+        let rest = path.strip_prefix(prefix)?.to_vec();
+        let mut entry = self.clone();
+        match &mut entry {
+            Entry::Start { path, .. }
+            | Entry::Wait { path, .. }
+            | Entry::Clock { path, .. }
+            | Entry::Random { path, .. }
+            | Entry::Tokens { path, .. }
+            | Entry::Log { path, .. } => *path = rest,
+            _ => return None,
+        }
+        Some(entry)
+    }
+
     /// How the journal describes the call it answers, for a divergence.
     fn describe(&self) -> String {
         match self {
@@ -742,6 +768,30 @@ impl Replayer {
             live: std::sync::atomic::AtomicBool::new(false),
             approvals: Mutex::new(journaled_approvals(&journal.entries)),
         })
+    }
+
+    /// In a resume, a replayer of the calls of the nested graph at call path `prefix` (in flight
+    /// where this journal ran out), as if it were the top graph: its answers re-rooted, nothing
+    /// else (its tokens and trace were replayed with this journal's). None when the journal
+    /// holds no call of it.
+    pub fn nested(&self, prefix: &[u32]) -> Option<Arc<Self>> {
+        let entries: Vec<Entry> = self
+            .entries
+            .iter()
+            .filter_map(|entry| entry.rerooted(prefix))
+            .collect();
+        if entries.is_empty() {
+            return None;
+        }
+        Some(Arc::new(Self {
+            entries,
+            cursor: Mutex::new(Cursor::default()),
+            stamp: Arc::new(AtomicU64::new(0)),
+            divergence: std::sync::OnceLock::new(),
+            resuming: true,
+            live: std::sync::atomic::AtomicBool::new(false),
+            approvals: Mutex::new(Vec::new()),
+        }))
     }
 
     /// The owner's journaled answer to an `ask` of the call `digest`, if a resume has one

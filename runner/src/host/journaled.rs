@@ -234,7 +234,12 @@ impl Invocation {
                         Ok(value.to_string())
                     }))
                 }
-                Pending::Graph(slug, args) => self.start_graph_live(&slug, &args),
+                Pending::Graph(slug, args) => {
+                    // It replays its own calls from the journal, then goes on live.
+                    let path = super::time::child_path(self.activity.path(), handle);
+                    let calls = self.journal_replayer().and_then(|r| r.nested(&path));
+                    self.start_graph_live(&slug, &args, calls)
+                }
                 Pending::Sleep(ms, started) => self.start_sleep_live(self.left_of(ms, started)),
             };
             if let Err(failure) = launched {
@@ -256,6 +261,12 @@ impl Invocation {
         u32::try_from(left).unwrap_or(ms)
     }
 
+    /// The replayer this graph's calls are answered from: its own (a nested graph in flight
+    /// when a resumed run went live), else the run's.
+    fn journal_replayer(&self) -> Option<std::sync::Arc<Replayer>> {
+        self.replay.clone().or_else(|| self.run.replayer().cloned())
+    }
+
     fn next_seq(&mut self) -> u32 {
         self.seq = self.seq.saturating_add(1);
         self.seq
@@ -272,7 +283,7 @@ impl Invocation {
         this: &str,
         check: impl FnOnce(&Entry) -> Option<String>,
     ) -> Option<Result<Option<Entry>, Failure>> {
-        let replayer = self.run.replayer()?.clone();
+        let replayer = self.journal_replayer()?;
         let was_live = replayer.is_live();
         if replayer.runs_out(self.run.as_ref()) {
             // Once, where the top graph's journal runs out (nested graphs start live after).

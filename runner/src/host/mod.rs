@@ -348,6 +348,9 @@ pub struct Invocation {
     in_flight: std::collections::BTreeMap<u32, journaled::Pending>,
     /// The run-clock time of the start the replay answered last (sleeps journal it).
     replayed_start_t: Option<u64>,
+    /// A nested graph in flight when a resumed run went live: its calls' journal (else the
+    /// run's journal answers, if any).
+    replay: Option<Arc<journal::Replayer>>,
 }
 
 impl Drop for Invocation {
@@ -396,6 +399,7 @@ impl Invocation {
             file: None,
             in_flight: std::collections::BTreeMap::new(),
             replayed_start_t: None,
+            replay: None,
         }
     }
 
@@ -570,11 +574,18 @@ impl Invocation {
             let pending = journaled::Pending::Graph(slug.to_owned(), args.to_owned());
             return self.replayed(answer, pending);
         }
-        let answer = self.start_graph_live(slug, args);
+        let answer = self.start_graph_live(slug, args, None);
         self.record_start(journal::Call::Graph, slug.to_owned(), digest, answer)
     }
 
-    fn start_graph_live(&mut self, slug: &str, args: &str) -> Result<u32, Failure> {
+    /// Starts the nested graph `slug`; `replay` answers its calls first (it was in flight when
+    /// a resumed run went live).
+    fn start_graph_live(
+        &mut self,
+        slug: &str,
+        args: &str,
+        replay: Option<Arc<journal::Replayer>>,
+    ) -> Result<u32, Failure> {
         graphs::check_depth(&self.chain, slug)?;
         let parsed = parse_outgoing(args, &format!("graph {slug}: the arguments"), "are")
             .map_err(|e| Failure::invalid(e.to_string()))?;
@@ -596,13 +607,14 @@ impl Invocation {
         chain.push(slug.to_owned());
         // The nested graph's code is the operation's activity, and draws on a stream of its own.
         let activity = Activity::new(&self.run.clock, self.child_path(handle));
-        let child = Invocation::with_activity(
+        let mut child = Invocation::with_activity(
             self.run.clone(),
             chain,
             self.runtime.clone(),
             activity.clone(),
             time::derive_key(self.random_key, u64::from(handle)),
         );
+        child.replay = replay;
         let run = self.run.clone();
         let depth = self.depth();
         let slug = slug.to_owned();
