@@ -565,3 +565,46 @@ async fn a_question_pending_at_a_stop_expires_and_the_resumed_run_asks_again() {
     asked_then_stopped(libc::SIGTERM).await;
     asked_then_stopped(libc::SIGKILL).await;
 }
+
+/// A graph whose nested graph asks one agent (99 tokens), then a second one that takes a while.
+const NESTING_PARENT: &str = r#"
+export const meta = {name: "Nesting parent", slug: "journal-parent", version: "1.0.0"};
+export default async function (args, g) {
+  const inner = await g.graph("journal-second", {});
+  return {inner};
+}
+"#;
+
+/// A run killed while its nested graph waits for its second agent resumes that nested graph
+/// from its journaled calls: the nested graph's first agent is not asked again (its 99 tokens
+/// come from the journal), the run completes once with the uninterrupted result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_graph_killed_mid_way_resumes_from_its_journal_too() {
+    let world = World::new(replies()).await;
+    world.share(AGENT_THEN_SECOND).await;
+    let parent = world.share(NESTING_PARENT).await;
+    let command = world.queue(&parent, "key-nested-resume", json!({})).await;
+    let mut relay = spawn_relay(&world, "nested-resume");
+    wait_until(
+        "the nested graph's second agent's start is journaled",
+        || journal(&world).is_some_and(|text| text.contains(r#""what":"second""#)),
+    )
+    .await;
+    wait_until("the first agent's tokens are in the history", || {
+        world.state.history().expect("history")[0].total_tokens == 99
+    })
+    .await;
+    kill(&mut relay);
+    let asked_again = json!({"replies": [
+        {"label": "first", "text": "asked again", "tokens": 1000},
+        {"label": "second", "text": "world", "tokens": 5, "latency_ms": 300}
+    ]});
+    let restarted = world.spawn_relay("nested-resume-restart", &asked_again, &[]);
+    let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
+    let log = restarted.log();
+    assert_eq!(run["status"], "completed", "{run}: {log}");
+    assert_eq!(run["result"], json!({"inner": ["hello", "world"]}), "{run}");
+    assert_eq!(run["total_tokens"], 104, "{run}: {log}");
+    let history = world.state.history().expect("history");
+    assert_eq!(history.len(), 1, "one run, not two: {history:?}");
+}
