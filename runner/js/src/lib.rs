@@ -843,7 +843,10 @@ fn placed(
         match (pinpoint::pinpoint(&compiled, position, text), position) {
             (Some(pinned), _) => (pinned.position, pinned.message, source),
             (None, Some(position)) => (position, text.to_owned(), source),
-            (None, None) => return None,
+            (None, None) => {
+                let pinned = pinpoint::thrown_string(&compiled, text)?;
+                (pinned.position, pinned.message, source)
+            }
         },
     )
 }

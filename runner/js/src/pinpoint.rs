@@ -154,6 +154,23 @@ pub(crate) fn pinpoint(source: &str, reported: Option<Position>, message: &str) 
     }
 }
 
+/// A string the graph threw (`throw "bad config"`), which carries no stack: placed at the one
+/// `throw` of that very string literal, if there is one.
+pub(crate) fn thrown_string(source: &str, text: &str) -> Option<Pinned> {
+    let found = operations(source)?;
+    let mut places = found.thrown.iter().filter(|(_, thrown)| thrown == text);
+    let (position, _) = places.next()?;
+    if places.next().is_some() {
+        return None;
+    }
+    Some(Pinned {
+        position: *position,
+        message: format!(
+            "{text} (a string was thrown: `throw new Error(\"…\")` gives an error its place and stack)"
+        ),
+    })
+}
+
 /// The message for `candidate`: the property and the value named.
 fn worded(
     candidate: &Candidate,
@@ -331,6 +348,8 @@ struct Found {
     bodies: Vec<Position>,
     /// Every name the graph declares (variables, parameters, functions).
     declared: std::collections::BTreeSet<String>,
+    /// Each `throw "text"` of a string literal: where the string is, and the text.
+    thrown: Vec<(Position, String)>,
 }
 
 fn operations(source: &str) -> Option<Found> {
@@ -352,6 +371,7 @@ fn operations(source: &str) -> Option<Found> {
             candidates: Vec::new(),
             bodies: Vec::new(),
             declared: names.declared.clone(),
+            thrown: Vec::new(),
         },
     };
     let _ = module.visit_with(&mut finder);
@@ -806,6 +826,13 @@ impl<'ast> Visitor<'ast> for Finder<'_> {
     }
 
     fn visit_throw(&mut self, throw: &'ast Throw) -> ControlFlow<()> {
+        if let Expression::Literal(literal) = throw.target()
+            && let LiteralKind::String(sym) = literal.kind()
+        {
+            let text = self.interner.resolve_expect(*sym).to_string();
+            let at = position(throw.target().span().start());
+            self.found.thrown.push((at, text));
+        }
         let at = Some(position(throw.target().span().start()));
         self.guarded(at, |me| throw.visit_with(me))
     }
@@ -993,5 +1020,22 @@ mod tests {
             ),
             "ReferenceError: zzz is not defined"
         );
+    }
+
+    #[test]
+    fn a_thrown_string_is_placed_at_its_one_throw() {
+        let source = "export default async function () {\n  if (1) throw \"bad config\";\n  throw \"other\";\n}\n";
+        let pinned = thrown_string(source, "bad config").expect("placed");
+        assert_eq!(pinned.position, at(2, 16));
+        assert!(
+            pinned
+                .message
+                .starts_with("bad config (a string was thrown"),
+            "{}",
+            pinned.message
+        );
+        assert_eq!(thrown_string(source, "never thrown"), None);
+        let twice = "export default async function () {\n  throw \"x\";\n  throw \"x\";\n}\n";
+        assert_eq!(thrown_string(twice, "x"), None, "two places: no guess");
     }
 }
