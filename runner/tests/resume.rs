@@ -73,6 +73,31 @@ fn awaited(lines: &[String]) -> Vec<&'static str> {
         .collect()
 }
 
+/// Checks a run resumed from the cut journal `kept` (`at` names the cut): no agent whose await
+/// the journal holds was asked again (`asked`: the mock's prompts, each `p` and the agent's
+/// label first), and its tokens are the uninterrupted run's 150 plus at most those of the
+/// agents asked again.
+fn assert_not_asked_again(at: &str, kept: &[String], asked: &[String], total_tokens: u64) {
+    let was_asked = |label: &str| asked.iter().any(|p| p.starts_with(&format!("p{label}")));
+    for label in awaited(kept) {
+        assert!(
+            !was_asked(label),
+            "{at}: agent {label} was journaled and asked again: {asked:?}"
+        );
+    }
+    // The tokens of the agents asked again come on top, at most.
+    let again: u64 = ["a", "b", "c", "d"]
+        .iter()
+        .zip([10, 20, 40, 80])
+        .filter(|(label, _)| was_asked(label))
+        .map(|(_, tokens)| tokens)
+        .sum();
+    assert!(
+        (150..=150 + again).contains(&total_tokens),
+        "{at}: {total_tokens} tokens, {again} asked again"
+    );
+}
+
 #[tokio::test]
 async fn a_run_cut_at_any_entry_resumes_to_the_same_outcome_without_asking_again() {
     for engine in engines() {
@@ -100,25 +125,7 @@ async fn a_run_cut_at_any_entry_resumes_to_the_same_outcome_without_asking_again
             let outcome = run(FOUR_AGENTS, json!({}), &resumed).await;
             let at = format!("{name} cut after line {cut} ({})", kept[cut - 1]);
             assert_eq!(outcome.status, RunStatus::Completed, "{at}: {outcome:?}");
-            let asked = mock.calls();
-            for label in awaited(kept) {
-                assert!(
-                    !asked.iter().any(|p| p.contains(&format!("p{label}"))),
-                    "{at}: agent {label} was journaled and asked again: {asked:?}"
-                );
-            }
-            // The tokens of the agents asked again come on top, at most.
-            let again: u64 = ["a", "b", "c", "d"]
-                .iter()
-                .zip([10, 20, 40, 80])
-                .filter(|(l, _)| asked.iter().any(|p| p.contains(&format!("p{l}"))))
-                .map(|(_, t)| t)
-                .sum();
-            assert!(
-                outcome.total_tokens >= 150 && outcome.total_tokens <= 150 + again,
-                "{at}: {} tokens, {again} asked again",
-                outcome.total_tokens
-            );
+            assert_not_asked_again(&at, kept, &mock.calls(), outcome.total_tokens);
             let result = outcome.result.expect("a result");
             assert_eq!(
                 result.as_array().map(|r| r[..4].to_vec()),
@@ -544,24 +551,7 @@ async fn a_nested_graph_in_flight_at_the_cut_goes_on_from_its_journal() {
                 Some(vec![json!("A"), json!("BCD")]),
                 "{at}: {outcome:?}"
             );
-            let asked = mock.calls();
-            for label in awaited(kept) {
-                assert!(
-                    !asked.iter().any(|p| p.starts_with(&format!("p{label}"))),
-                    "{at}: agent {label} was journaled and asked again: {asked:?}"
-                );
-            }
-            let again: u64 = ["a", "b", "c", "d"]
-                .iter()
-                .zip([10, 20, 40, 80])
-                .filter(|(l, _)| asked.iter().any(|p| p.starts_with(&format!("p{l}"))))
-                .map(|(_, t)| t)
-                .sum();
-            assert!(
-                outcome.total_tokens >= 150 && outcome.total_tokens <= 150 + again,
-                "{at}: {} tokens, {again} asked again",
-                outcome.total_tokens
-            );
+            assert_not_asked_again(&at, kept, &mock.calls(), outcome.total_tokens);
         }
     }
 }
