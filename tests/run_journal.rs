@@ -173,26 +173,37 @@ async fn killed_during_the_second_agent(world: &World, key: &str) -> String {
     command
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_killed_mid_way_resumes_from_its_journal_and_completes_once() {
-    let world = World::new(replies()).await;
-    let command = killed_during_the_second_agent(&world, "key-resume").await;
-    // Were the first agent asked again, its answer and tokens would be these.
-    let asked_again = json!({"replies": [
+/// The replies of a restart that would tell whether the first agent was asked again: its
+/// answer and tokens would be these.
+fn asked_again() -> Value {
+    json!({"replies": [
         {"label": "first", "text": "asked again", "tokens": 1000},
         {"label": "second", "text": "world", "tokens": 5, "latency_ms": 300}
-    ]});
-    let restarted = world.spawn_relay("resume-restart", &asked_again, &[]);
-    let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
+    ]})
+}
+
+/// Starts the relay `name` on `replies` and checks that it resumes `command` to `result` once:
+/// 104 tokens (the first agent's 99 from the journal, the second agent, in flight at the stop,
+/// asked again), one history row, completed.
+async fn resumed_once(world: &World, command: &str, name: &str, replies: &Value, result: &Value) {
+    let restarted = world.spawn_relay(name, replies, &[]);
+    let run = world.wait_terminal(command, Duration::from_secs(20)).await;
     let log = restarted.log();
     assert_eq!(run["status"], "completed", "{run}: {log}");
-    assert_eq!(run["result"], json!(["hello", "world"]), "{run}");
-    // The first agent's 99 tokens come from the journal, the second (in flight) is asked again.
+    assert_eq!(&run["result"], result, "{run}");
     assert_eq!(run["total_tokens"], 104, "{run}: {log}");
     assert!(log.contains("resuming a run"), "{log}");
     let history = world.state.history().expect("history");
     assert_eq!(history.len(), 1, "one run, not two: {history:?}");
     assert_eq!(history[0].status, "completed", "{history:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_mid_way_resumes_from_its_journal_and_completes_once() {
+    let world = World::new(replies()).await;
+    let command = killed_during_the_second_agent(&world, "key-resume").await;
+    let result = json!(["hello", "world"]);
+    resumed_once(&world, &command, "resume-restart", &asked_again(), &result).await;
     let listed = harness::desktop_cli(&world.state_path(), &["history"]);
     let listed = String::from_utf8_lossy(&listed.stdout);
     assert!(listed.contains("resumed 1x after a stop"), "{listed}");
@@ -235,16 +246,15 @@ async fn a_run_stopped_by_sigterm_is_kept_and_resumed_at_the_next_start() {
         "the second agent's cancel is not journaled: {text}"
     );
 
-    let restarted = world.spawn_relay("sigterm-resume-restart", &replies(), &[]);
-    let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
-    let log = restarted.log();
-    assert_eq!(run["status"], "completed", "{run}: {log}");
-    assert_eq!(run["result"], json!(["hello", "world"]), "{run}");
-    assert_eq!(run["total_tokens"], 104, "{run}: {log}");
-    assert!(log.contains("resuming a run"), "{log}");
-    let history = world.state.history().expect("history");
-    assert_eq!(history.len(), 1, "one run, not two: {history:?}");
-    assert_eq!(history[0].status, "completed", "{history:?}");
+    let result = json!(["hello", "world"]);
+    resumed_once(
+        &world,
+        &command,
+        "sigterm-resume-restart",
+        &replies(),
+        &result,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -595,16 +605,13 @@ async fn a_nested_graph_killed_mid_way_resumes_from_its_journal_too() {
     })
     .await;
     kill(&mut relay);
-    let asked_again = json!({"replies": [
-        {"label": "first", "text": "asked again", "tokens": 1000},
-        {"label": "second", "text": "world", "tokens": 5, "latency_ms": 300}
-    ]});
-    let restarted = world.spawn_relay("nested-resume-restart", &asked_again, &[]);
-    let run = world.wait_terminal(&command, Duration::from_secs(20)).await;
-    let log = restarted.log();
-    assert_eq!(run["status"], "completed", "{run}: {log}");
-    assert_eq!(run["result"], json!({"inner": ["hello", "world"]}), "{run}");
-    assert_eq!(run["total_tokens"], 104, "{run}: {log}");
-    let history = world.state.history().expect("history");
-    assert_eq!(history.len(), 1, "one run, not two: {history:?}");
+    let result = json!({"inner": ["hello", "world"]});
+    resumed_once(
+        &world,
+        &command,
+        "nested-resume-restart",
+        &asked_again(),
+        &result,
+    )
+    .await;
 }
