@@ -59,6 +59,27 @@ impl Lines {
     }
 }
 
+/// Makes the run of `options` record its journal into the lines returned.
+fn record(options: &mut runner::run::RunOptions) -> Arc<Lines> {
+    let lines = Arc::new(Lines::default());
+    options.journal = Some(JournalMode::Record(Recorder::new(lines.clone())));
+    lines
+}
+
+/// Makes the run of `options` resume the cut journal `kept` with the journal's seed, as a
+/// restarted desktop does, appending to the lines returned.
+fn resume_from(options: &mut runner::run::RunOptions, kept: &[String]) -> Arc<Lines> {
+    let journal = Journal::parse_unfinished(&(kept.join("\n") + "\n"), "cut")
+        .unwrap_or_else(|e| panic!("a cut journal: {e}"));
+    let appended = Arc::new(Lines::default());
+    options.seed = Some(journal.header.seed);
+    options.journal = Some(JournalMode::Resume {
+        replayer: Replayer::resuming(&journal),
+        recorder: Recorder::new(appended.clone()),
+    });
+    appended
+}
+
 /// The labels whose await the journal `lines` holds.
 fn awaited(lines: &[String]) -> Vec<&'static str> {
     ["A", "B", "C", "D"]
@@ -103,9 +124,8 @@ async fn a_run_cut_at_any_entry_resumes_to_the_same_outcome_without_asking_again
     for engine in engines() {
         let name = engine.name();
         let (mut whole, _, _) = options(engine.clone(), replies());
-        let recorded = Arc::new(Lines::default());
         whole.seed = Some(7);
-        whole.journal = Some(JournalMode::Record(Recorder::new(recorded.clone())));
+        let recorded = record(&mut whole);
         let full = run(FOUR_AGENTS, json!({}), &whole).await;
         assert_eq!(full.status, RunStatus::Completed, "{name}: {full:?}");
         assert_eq!(full.total_tokens, 150, "{name}");
@@ -113,15 +133,8 @@ async fn a_run_cut_at_any_entry_resumes_to_the_same_outcome_without_asking_again
         // Every cut short of the end entry, as a kill after that line leaves the journal.
         for cut in 1..lines.len() - 1 {
             let kept = &lines[..cut];
-            let journal = Journal::parse_unfinished(&(kept.join("\n") + "\n"), "cut")
-                .unwrap_or_else(|e| panic!("{name} cut {cut}: {e}"));
             let (mut resumed, _, mock) = options(engine.clone(), replies());
-            let appended = Arc::new(Lines::default());
-            resumed.seed = Some(journal.header.seed);
-            resumed.journal = Some(JournalMode::Resume {
-                replayer: Replayer::resuming(&journal),
-                recorder: Recorder::new(appended.clone()),
-            });
+            let appended = resume_from(&mut resumed, kept);
             let outcome = run(FOUR_AGENTS, json!({}), &resumed).await;
             let at = format!("{name} cut after line {cut} ({})", kept[cut - 1]);
             assert_eq!(outcome.status, RunStatus::Completed, "{at}: {outcome:?}");
@@ -215,14 +228,13 @@ async fn recorded(
     owner: Arc<Owner>,
 ) -> (runner::RunOutcome, Vec<String>) {
     let (mut options, _, _) = options(engine, replies());
-    let lines = Arc::new(Lines::default());
     options.seed = Some(7);
     options.tools = tools;
     options
         .policy
         .set(args["tool"].as_str().expect("tool"), policy);
     options.approver = owner;
-    options.journal = Some(JournalMode::Record(Recorder::new(lines.clone())));
+    let lines = record(&mut options);
     let outcome = run(AGENT_TOOL_AGENT, args.clone(), &options).await;
     (outcome, lines.all())
 }
@@ -236,19 +248,13 @@ async fn resumed(
     tools: ToolRegistry,
     owner: Arc<Owner>,
 ) -> runner::RunOutcome {
-    let journal =
-        Journal::parse_unfinished(&(kept.join("\n") + "\n"), "cut").expect("a cut journal");
     let (mut options, _, _) = options(engine, replies());
-    options.seed = Some(journal.header.seed);
     options.tools = tools;
     options
         .policy
         .set(args["tool"].as_str().expect("tool"), policy);
     options.approver = owner;
-    options.journal = Some(JournalMode::Resume {
-        replayer: Replayer::resuming(&journal),
-        recorder: Recorder::new(Arc::new(Lines::default())),
-    });
+    resume_from(&mut options, kept);
     run(AGENT_TOOL_AGENT, args.clone(), &options).await
 }
 
@@ -403,9 +409,8 @@ async fn a_timer_in_flight_continues_for_its_time_left_on_the_journaled_clock() 
     for engine in engines() {
         let name = engine.name();
         let (mut whole, _, _) = options(engine.clone(), replies.clone());
-        let recorded = Arc::new(Lines::default());
         whole.clock = runner::host::time::ClockSetting::Fixed(START_MS);
-        whole.journal = Some(JournalMode::Record(Recorder::new(recorded.clone())));
+        let recorded = record(&mut whole);
         let full = run(SLEEP_ACROSS, json!({}), &whole).await;
         let expected = json!([START_MS + 300, START_MS + 350, START_MS + 400]);
         assert_eq!(full.result, Some(expected.clone()), "{name}: {full:?}");
@@ -417,13 +422,9 @@ async fn a_timer_in_flight_continues_for_its_time_left_on_the_journaled_clock() 
                 .any(|l| l.contains(r#""what":"400 ms""#) && l.contains(r#""t":0"#)),
             "{name}: the sleep's start is journaled with its time: {kept:?}"
         );
-        let journal = Journal::parse_unfinished(&(kept.join("\n") + "\n"), "cut").expect("cut");
         let (mut resumed, _, mock) = options(engine.clone(), replies.clone());
         resumed.clock = runner::host::time::ClockSetting::Fixed(START_MS);
-        resumed.journal = Some(JournalMode::Resume {
-            replayer: Replayer::resuming(&journal),
-            recorder: Recorder::new(Arc::new(Lines::default())),
-        });
+        resume_from(&mut resumed, &kept);
         let outcome = run(SLEEP_ACROSS, json!({}), &resumed).await;
         // The clock goes on from 300 ms (b answers at 350, not 50) and the sleep ends when it
         // was due (400 ms), not 400 ms after the resume (700).
@@ -442,8 +443,7 @@ async fn a_resumed_runs_real_clock_goes_on_from_the_journal_and_its_sleep_waits_
     for engine in engines() {
         let name = engine.name();
         let (mut whole, _, _) = options(engine.clone(), replies.clone());
-        let recorded = Arc::new(Lines::default());
-        whole.journal = Some(JournalMode::Record(Recorder::new(recorded.clone())));
+        let recorded = record(&mut whole);
         let full = run(SLEEP_ACROSS, json!({}), &whole).await;
         assert_eq!(full.status, RunStatus::Completed, "{name}: {full:?}");
         let kept = cut_after(&recorded.all(), r#"{"k":"clock""#);
@@ -451,10 +451,7 @@ async fn a_resumed_runs_real_clock_goes_on_from_the_journal_and_its_sleep_waits_
         let last = Replayer::resuming(&journal).last_ms();
         assert!(last >= 300, "{name}: the journal's clock read {last} ms");
         let (mut resumed, sink, _) = options(engine.clone(), replies.clone());
-        resumed.journal = Some(JournalMode::Resume {
-            replayer: Replayer::resuming(&journal),
-            recorder: Recorder::new(Arc::new(Lines::default())),
-        });
+        resume_from(&mut resumed, &kept);
         let started = runner::clock::Stopwatch::start();
         let outcome = run(SLEEP_ACROSS, json!({}), &resumed).await;
         let took = started.elapsed();
@@ -525,23 +522,16 @@ async fn a_nested_graph_in_flight_at_the_cut_goes_on_from_its_journal() {
     for engine in engines() {
         let name = engine.name();
         let (mut whole, _) = with_inner(engine.clone());
-        let recorded = Arc::new(Lines::default());
         whole.seed = Some(3);
-        whole.journal = Some(JournalMode::Record(Recorder::new(recorded.clone())));
+        let recorded = record(&mut whole);
         let full = run(WITH_NESTED, json!({}), &whole).await;
         assert_eq!(full.status, RunStatus::Completed, "{name}: {full:?}");
         assert_eq!(full.total_tokens, 150, "{name}");
         let lines = recorded.all();
         for cut in 1..lines.len() - 1 {
             let kept = &lines[..cut];
-            let journal = Journal::parse_unfinished(&(kept.join("\n") + "\n"), "cut")
-                .unwrap_or_else(|e| panic!("{name} cut {cut}: {e}"));
             let (mut resumed, mock) = with_inner(engine.clone());
-            resumed.seed = Some(journal.header.seed);
-            resumed.journal = Some(JournalMode::Resume {
-                replayer: Replayer::resuming(&journal),
-                recorder: Recorder::new(Arc::new(Lines::default())),
-            });
+            resume_from(&mut resumed, kept);
             let outcome = run(WITH_NESTED, json!({}), &resumed).await;
             let at = format!("{name} cut after line {cut} ({})", kept[cut - 1]);
             assert_eq!(outcome.status, RunStatus::Completed, "{at}: {outcome:?}");
