@@ -100,6 +100,51 @@ async fn sqlite_store_migrates_a_file_from_before_resumes() {
 
 use relay_testkit::postgres_url;
 
+/// A PostgreSQL schema of its own (named from `name`) holding one queued command, taken back
+/// `versions` schema versions by `undo` (SQL, `{schema}` standing for the schema's name), then
+/// opened by this build, which migrates it: the command from before, the migrated store, and a
+/// client on the database (which drops the schema in [`drop_schema`]).
+async fn postgres_taken_back(
+    url: &str,
+    name: &str,
+    undo: &str,
+    versions: usize,
+) -> (
+    relay_service::store::CommandRecord,
+    relay_service::store::PostgresStore,
+    tokio_postgres::Client,
+    String,
+) {
+    let schema = format!("{name}_{}", uuid::Uuid::new_v4().simple());
+    let connect = || relay_service::store::PostgresStore::connect_in_schema(url, Some(&schema));
+    let before = {
+        let store = connect().await.expect("connect");
+        conformance::queued_command(&store).await
+    };
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(connection);
+    let current = relay_service::store::PostgresStore::SCHEMA_VERSION;
+    client
+        .batch_execute(&format!(
+            "{} UPDATE {schema}.relay_schema SET version = {};",
+            undo.replace("{schema}", &schema),
+            current - versions
+        ))
+        .await
+        .expect("take the schema back");
+    let store = connect().await.expect("connect and migrate");
+    (before, store, client, schema)
+}
+
+async fn drop_schema(client: &tokio_postgres::Client, schema: &str) {
+    client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .expect("drop schema");
+}
+
 /// A PostgreSQL schema from the release before resumes migrates when a replica of this build
 /// starts on it: its runs read as never resumed, and resumes are kept from then on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,32 +152,12 @@ async fn postgres_store_migrates_a_schema_from_before_resumes() {
     let Some(url) = postgres_url() else {
         return;
     };
-    let schema = format!("before_resumes_{}", uuid::Uuid::new_v4().simple());
-    let connect = || relay_service::store::PostgresStore::connect_in_schema(&url, Some(&schema));
-    let before = {
-        let store = connect().await.expect("connect");
-        conformance::queued_command(&store).await
-    };
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
-    let current = relay_service::store::PostgresStore::SCHEMA_VERSION;
-    client
-        .batch_execute(&format!(
-            "ALTER TABLE {schema}.commands DROP COLUMN resumed;
-             ALTER TABLE {schema}.commands DROP COLUMN resumed_at;
-             UPDATE {schema}.relay_schema SET version = {};",
-            current - 1
-        ))
-        .await
-        .expect("take the schema back");
-    let store = connect().await.expect("connect and migrate");
+    let undo = "ALTER TABLE {schema}.commands DROP COLUMN resumed;
+                ALTER TABLE {schema}.commands DROP COLUMN resumed_at;";
+    let (before, store, client, schema) =
+        postgres_taken_back(&url, "before_resumes", undo, 1).await;
     conformance::a_command_from_before_resumes_keeps_them_after(&store, &before).await;
-    client
-        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-        .await
-        .expect("drop schema");
+    drop_schema(&client, &schema).await;
 }
 
 /// A PostgreSQL schema from the release before end causes migrates when a replica of this
@@ -142,39 +167,19 @@ async fn postgres_store_migrates_a_schema_from_before_end_causes() {
     let Some(url) = postgres_url() else {
         return;
     };
-    let schema = format!("before_causes_{}", uuid::Uuid::new_v4().simple());
-    let connect = || relay_service::store::PostgresStore::connect_in_schema(&url, Some(&schema));
-    let before = {
-        let store = connect().await.expect("connect");
-        conformance::queued_command(&store).await
-    };
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .expect("connect");
-    tokio::spawn(connection);
-    let current = relay_service::store::PostgresStore::SCHEMA_VERSION;
-    client
-        .batch_execute(&format!(
-            "ALTER TABLE {schema}.commands DROP COLUMN cancel_cause;
-             ALTER TABLE {schema}.commands DROP COLUMN end_cause;
-             ALTER TABLE {schema}.commands DROP COLUMN resumed;
-             ALTER TABLE {schema}.commands DROP COLUMN resumed_at;
-             UPDATE {schema}.relay_schema SET version = {};",
-            current - 2
-        ))
-        .await
-        .expect("take the schema back");
-    let store = connect().await.expect("connect and migrate");
+    let undo = "ALTER TABLE {schema}.commands DROP COLUMN cancel_cause;
+                ALTER TABLE {schema}.commands DROP COLUMN end_cause;
+                ALTER TABLE {schema}.commands DROP COLUMN resumed;
+                ALTER TABLE {schema}.commands DROP COLUMN resumed_at;";
+    let (before, store, client, schema) = postgres_taken_back(&url, "before_causes", undo, 2).await;
     conformance::a_command_from_before_end_causes_keeps_them_after(&store, &before).await;
     let row = client
         .query_one(&format!("SELECT version FROM {schema}.relay_schema"), &[])
         .await
         .expect("schema version");
+    let current = relay_service::store::PostgresStore::SCHEMA_VERSION;
     assert_eq!(usize::try_from(row.get::<_, i32>(0)).ok(), Some(current));
-    client
-        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
-        .await
-        .expect("drop schema");
+    drop_schema(&client, &schema).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
