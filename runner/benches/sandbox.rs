@@ -11,6 +11,10 @@
 //! interleaved rounds instead of 15. `-- loop_1e6/none` skips criterion's samples and runs only
 //! the rounds.
 //!
+//! `start_to_first_call` measures the sandbox's start from the instance's creation to the
+//! graph's first host call (the issue's figure: ≤ 0.1 ms compiled, ≤ 0.2 ms generic), pooled
+//! and on demand; `-- start_to_first_call` runs only it.
+//!
 //! `BENCH_START_RUNS=N` times N starts of each kind by the process's CPU time as well as the wall
 //! clock (see [`start_cpu`]): the figure to compare two builds by on a machine busy with other
 //! work. It runs each kind with and without the pooling allocator, taking turns.
@@ -22,7 +26,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use runner::engine::Engine;
 use runner::engine::boa::BoaEngine;
 use runner::engine::wasm::{
-    ComponentCache, GUEST_SHA256, GUEST_WASM, Source, WasmEngine, WasmLimits,
+    ComponentCache, GUEST_SHA256, GUEST_WASM, Source, WasmEngine, WasmLimits, probe,
 };
 use runner::host::mock::MockProvider;
 use runner::run::{RunOptions, RunRequest, RunStatus, run_graph};
@@ -177,14 +181,7 @@ fn start_cpu(_: &mut Criterion) {
         return;
     };
     let rt = runtime();
-    // The same engines with and without the pooling allocator, side by side: an engine takes
-    // the allocator from the variable when it is made.
-    let mut cases = Vec::new();
-    for (allocator, pool) in [("on-demand", "0"), ("pooled", "1")] {
-        // SAFETY: set before any thread of this benchmark reads the environment.
-        unsafe { std::env::set_var(runner::engine::wasm::POOL_VARIABLE, pool) };
-        cases.extend(start_cases(&rt, allocator));
-    }
+    let cases = pool_cases(&rt, &[("trivial", TRIVIAL), ("typical", TYPICAL)]);
     for round in 1..=START_ROUNDS {
         for (name, engine, script) in &cases {
             let options = options(engine.clone());
@@ -206,15 +203,31 @@ fn start_cpu(_: &mut Criterion) {
 /// Rounds of [`start_cpu`]: each case's runs, the cases taking turns.
 const START_ROUNDS: u32 = 3;
 
-/// The generic engine (trivial and typical graph) and a compiled graph of each, named with
+/// A start case: its name, its engine and the script it runs (empty for a compiled graph).
+type StartCase = (String, Arc<dyn Engine>, &'static str);
+
+/// [`start_cases`] with and without the pooling allocator, side by side: an engine takes the
+/// allocator from the variable when it is made.
+fn pool_cases(rt: &tokio::runtime::Runtime, graphs: &[(&str, &'static str)]) -> Vec<StartCase> {
+    let mut cases = Vec::new();
+    for (allocator, pool) in [("on-demand", "0"), ("pooled", "1")] {
+        // SAFETY: set before any thread of this benchmark reads the environment.
+        unsafe { std::env::set_var(runner::engine::wasm::POOL_VARIABLE, pool) };
+        cases.extend(start_cases(rt, allocator, graphs));
+    }
+    cases
+}
+
+/// The generic engine with each of `graphs` and a compiled graph of each, named with
 /// `allocator`.
 fn start_cases(
     rt: &tokio::runtime::Runtime,
     allocator: &str,
-) -> Vec<(String, Arc<dyn Engine>, &'static str)> {
+    graphs: &[(&str, &'static str)],
+) -> Vec<StartCase> {
     let wasm: Arc<dyn Engine> = Arc::new(WasmEngine::new(WasmLimits::default()).expect("sandbox"));
-    let mut cases: Vec<(String, Arc<dyn Engine>, &str)> = Vec::new();
-    for (graph, script) in [("trivial", TRIVIAL), ("typical", TYPICAL)] {
+    let mut cases: Vec<StartCase> = Vec::new();
+    for &(graph, script) in graphs {
         cases.push((format!("wasm/{graph} {allocator}"), wasm.clone(), script));
         let bytes = rt
             .block_on(runner::engine::wasm::build_component(
@@ -229,6 +242,117 @@ fn start_cases(
         cases.push((
             format!("compiled/{graph} {allocator}"),
             Arc::new(engine),
+            "",
+        ));
+    }
+    cases
+}
+
+/// The trivial graph with a host call as its first statement.
+const TRIVIAL_CALL: &str = "export default function (a, g) { g.budget(); return 1; }";
+
+/// [`TYPICAL`] with a host call as the first statement of its default export.
+static TYPICAL_CALL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    TYPICAL.replacen("(args, g) {\n", "(args, g) {\n  g.budget();\n", 1)
+});
+
+/// The sandbox's start as the issue measures it: from the instance's creation (its store made,
+/// then wasmtime's instantiation) to the graph's first host call (`g.budget()`, the first
+/// statement of its default export), from a warm engine, each start recorded by the runner's
+/// probe. The generic sandbox parses and evaluates the graph in that time; a compiled graph
+/// has it parsed and evaluated in its snapshot. Pooled and on-demand engines take turns, three
+/// rounds of `BENCH_START_RUNS` starts each (default 500); median and 90th percentile.
+fn start_to_first_call(_: &mut Criterion) {
+    if !asked_for("start_to_first_call") {
+        return;
+    }
+    let runs = std::env::var("BENCH_START_RUNS")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(500);
+    println!(
+        "start_to_first_call: the kernel's PAGEMAP_SCAN (pooled slots reset in place) is {}",
+        if wasmtime::PoolingAllocationConfig::is_pagemap_scan_available() {
+            "available"
+        } else {
+            "not available"
+        }
+    );
+    let rt = runtime();
+    let typical: &'static str = &TYPICAL_CALL;
+    let graphs = [("trivial", TRIVIAL_CALL), ("typical", typical)];
+    let mut cases = pool_cases(&rt, &graphs);
+    cases.extend(cases_as_before(&rt, &graphs));
+    for round in 1..=START_ROUNDS {
+        for (name, engine, script) in &cases {
+            let options = options(engine.clone());
+            for _ in 0..20 {
+                rt.block_on(run(script, &options));
+            }
+            probe::start();
+            for _ in 0..runs {
+                rt.block_on(run(script, &options));
+            }
+            let starts = probe::stop();
+            assert_eq!(starts.len(), runs, "one start per run");
+            let median = |figure: fn(&probe::Start) -> Duration| {
+                let mut figures: Vec<Duration> = starts.iter().map(figure).collect();
+                figures.sort();
+                figures[runs / 2].as_secs_f64() * 1000.0
+            };
+            let mut firsts: Vec<Duration> = starts.iter().map(|s| s.first_call).collect();
+            firsts.sort();
+            println!(
+                "start_to_first_call {name} (round {round}): {runs} starts, median {:.4} ms, p90 {:.4} ms (medians: store made {:.4}, instantiated {:.4})",
+                median(|s| s.first_call),
+                firsts[runs * 9 / 10].as_secs_f64() * 1000.0,
+                median(|s| s.store),
+                median(|s| s.instantiated),
+            );
+        }
+    }
+}
+
+/// The pooled cases of [`start_to_first_call`] under the engine settings before issue 47
+/// (tables filled at instantiation, 2 MiB of linear memory kept resident and reset whole), side
+/// by side with today's.
+fn cases_as_before(
+    rt: &tokio::runtime::Runtime,
+    graphs: &[(&str, &'static str)],
+) -> Vec<StartCase> {
+    // SAFETY: set before any thread of this benchmark reads the environment.
+    unsafe { std::env::set_var(runner::engine::wasm::POOL_VARIABLE, "1") };
+    let before = |config: &mut wasmtime::Config| {
+        let mut pool = runner::engine::wasm::pooling();
+        pool.linear_memory_keep_resident(runner::engine::wasm::POOL_KEEP_RESIDENT_BYTES)
+            .pagemap_scan(wasmtime::Enabled::No);
+        config
+            .table_lazy_init(false)
+            .allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool));
+    };
+    let load = |bytes: &[u8]| -> Arc<dyn Engine> {
+        Arc::new(
+            WasmEngine::load_configured(bytes, WasmLimits::default(), &before)
+                .expect("loads as before"),
+        )
+    };
+    let generic = load(&WasmEngine::generic_snapshot().expect("the generic snapshot"));
+    let mut cases: Vec<StartCase> = Vec::new();
+    for &(graph, script) in graphs {
+        cases.push((
+            format!("wasm/{graph} pooled, as before"),
+            generic.clone(),
+            script,
+        ));
+        let bytes = rt
+            .block_on(runner::engine::wasm::build_component(
+                &with_meta(script),
+                WasmLimits::default(),
+            ))
+            .expect("builds");
+        cases.push((
+            format!("compiled/{graph} pooled, as before"),
+            load(&bytes),
             "",
         ));
     }
@@ -386,7 +510,7 @@ fn variants() -> Vec<(&'static str, Arc<dyn Engine>)> {
 }
 
 /// Applies a variant's settings: `opt=speed|speed_and_size|none`, `regalloc=single_pass`,
-/// `epoch=0`, `lazy=1` (lazy table init), `inline=yes`, `move=0` (memory may not move),
+/// `epoch=0`, `lazy=1`/`lazy=0` (tables filled as used, the default, or at instantiation), `inline=yes`, `move=0` (memory may not move),
 /// `pool=0` (no pooling allocator),
 /// `perfmap=1` (a perf map in /tmp for `perf report`), `fuel` (fuel on, with a budget too
 /// large to run out), `flag:NAME=VALUE` (a Cranelift flag).
@@ -412,6 +536,9 @@ fn configure(config: &mut wasmtime::Config, settings: &str) {
             "lazy=1" => {
                 config.table_lazy_init(true);
             }
+            "lazy=0" => {
+                config.table_lazy_init(false);
+            }
             "inline=yes" => {
                 config.compiler_inlining(Inlining::Yes);
             }
@@ -436,6 +563,16 @@ fn configure(config: &mut wasmtime::Config, settings: &str) {
             }
         }
     }
+}
+
+/// Whether the bench's command line asks for `name`: no filter, or a filter it contains (for
+/// the groups that are not criterion's, which criterion's filter does not reach).
+fn asked_for(name: &str) -> bool {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
 }
 
 /// The CPU time of all of this process's threads, finished ones included (`getrusage`): unlike
@@ -480,6 +617,7 @@ fn report_ratios(clock: &str, names: &[&str], times: &[Vec<Duration>]) {
 
 criterion_group!(
     benches,
+    start_to_first_call,
     start_cpu,
     cached_start,
     compiled_graph_start,

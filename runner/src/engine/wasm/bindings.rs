@@ -57,9 +57,21 @@ pub(super) struct HostState {
     pub(super) stderr: MemoryOutputPipe,
     /// This instance's draw on the run's fuel, when `--fuel` is set.
     pub(super) fuel: Option<FuelShare>,
+    /// When this instance's creation began, while the start probe records and until the
+    /// graph's first host call (`probe`).
+    pub(super) starting: Option<super::probe::Starting>,
 }
 
 impl HostState {
+    /// The run's invocation, for a call of the host interface; the first ends the instance's
+    /// start for the probe.
+    fn invocation(&mut self) -> &mut Invocation {
+        if let Some(starting) = self.starting.take() {
+            starting.first_call();
+        }
+        &mut self.invocation
+    }
+
     /// Moves captured guest output into the trace.
     pub(super) fn flush_output(&mut self) {
         for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
@@ -103,7 +115,7 @@ fn to_wit(failure: Failure) -> wit::Failure {
 
 impl wit::Host for HostState {
     async fn start_agent(&mut self, request: wit::AgentRequest) -> Result<u32, wit::Failure> {
-        self.invocation
+        self.invocation()
             .start_agent(AgentRequest {
                 prompt: request.prompt,
                 system: request.system,
@@ -117,36 +129,36 @@ impl wit::Host for HostState {
     }
 
     async fn start_tool(&mut self, name: String, args: String) -> Result<u32, wit::Failure> {
-        self.invocation.start_tool(&name, &args).map_err(to_wit)
+        self.invocation().start_tool(&name, &args).map_err(to_wit)
     }
 
     async fn start_graph(&mut self, slug: String, args: String) -> Result<u32, wit::Failure> {
-        self.invocation.start_graph(&slug, &args).map_err(to_wit)
+        self.invocation().start_graph(&slug, &args).map_err(to_wit)
     }
 
     async fn start_sleep(&mut self, ms: u32) -> Result<u32, wit::Failure> {
-        self.invocation.start_sleep(ms).map_err(to_wit)
+        self.invocation().start_sleep(ms).map_err(to_wit)
     }
 
     async fn wait_any(&mut self, handles: Vec<u32>) -> (u32, Result<String, wit::Failure>) {
-        let (handle, outcome) = self.invocation.wait_any(&handles).await;
+        let (handle, outcome) = self.invocation().wait_any(&handles).await;
         (handle, outcome.map_err(to_wit))
     }
 
     async fn tokens_used(&mut self) -> u64 {
-        self.invocation.tokens_used()
+        self.invocation().tokens_used()
     }
 
     async fn token_cap(&mut self) -> Option<u64> {
-        self.invocation.token_cap()
+        self.invocation().token_cap()
     }
 
     async fn log(&mut self, message: String) {
-        self.invocation.log(&message);
+        self.invocation().log(&message);
     }
 
     async fn clock_now(&mut self) -> wit::ClockReading {
-        let reading = self.invocation.clock_now();
+        let reading = self.invocation().clock_now();
         wit::ClockReading {
             wall_ms: reading.wall_ms,
             monotonic_ms: reading.monotonic_ms,
@@ -158,7 +170,7 @@ impl wit::Host for HostState {
             n.min(crate::host::MAX_RANDOM_BYTES)
         });
         let mut bytes = vec![0; len];
-        self.invocation.random_bytes(&mut bytes);
+        self.invocation().random_bytes(&mut bytes);
         bytes
     }
 }

@@ -13,7 +13,8 @@ use std::sync::{Mutex, MutexGuard};
 use wasmtime::{Config, Engine, EngineWeak, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::limits::{
-    EPOCH_TICK, MAX_TABLE_ELEMENTS, POOL_KEEP_RESIDENT_BYTES, POOL_SANDBOXES, WasmLimits,
+    EPOCH_TICK, MAX_TABLE_ELEMENTS, POOL_KEEP_RESIDENT_BYTES, POOL_KEEP_RESIDENT_SCANNED_BYTES,
+    POOL_SANDBOXES, WasmLimits,
 };
 use super::{WasmError, setup};
 
@@ -51,7 +52,7 @@ fn pooling_wanted() -> bool {
 /// The pooling allocator's slots: [`POOL_SANDBOXES`] sandboxes at once (each a component of a
 /// few core instances, one linear memory of up to 4 GiB and two tables), their memories,
 /// tables and stacks reserved once per engine and reused, a slot keeping the pages a graph
-/// touched ([`POOL_KEEP_RESIDENT_BYTES`]) so the next start does not fault them in again. The
+/// touched ([`memory_keep_resident`]) so the next start does not fault them in again. The
 /// caps a run meets (memory, tables) stay the store limiter's; the pool only has room for them.
 #[doc(hidden)]
 pub fn pooling() -> PoolingAllocationConfig {
@@ -68,14 +69,29 @@ pub fn pooling() -> PoolingAllocationConfig {
         .max_tables_per_module(TABLES_PER_SANDBOX)
         .max_memory_size(4 << 30)
         .table_elements(MAX_TABLE_ELEMENTS)
-        .linear_memory_keep_resident(POOL_KEEP_RESIDENT_BYTES)
+        .linear_memory_keep_resident(memory_keep_resident())
         .table_keep_resident(POOL_KEEP_RESIDENT_BYTES)
-        .async_stack_keep_resident(POOL_KEEP_RESIDENT_BYTES);
+        .async_stack_keep_resident(POOL_KEEP_RESIDENT_BYTES)
+        // The pages a sandbox wrote are found with the kernel's PAGEMAP_SCAN (Linux 6.7 and
+        // later; elsewhere wasmtime resets the slot as before) and put back from the image in
+        // place, so they stay mapped and the next start writes them without a fault.
+        .pagemap_scan(wasmtime::Enabled::Auto);
     pool
 }
 
 /// Core instances in one guest component (the graph's module, the WASI adapter and the
 /// shims between them), with room to spare.
+/// How much of its linear memory a pooled slot keeps resident: more where the kernel tells
+/// which pages were written ([`POOL_KEEP_RESIDENT_SCANNED_BYTES`]), else
+/// [`POOL_KEEP_RESIDENT_BYTES`].
+fn memory_keep_resident() -> usize {
+    if PoolingAllocationConfig::is_pagemap_scan_available() {
+        POOL_KEEP_RESIDENT_SCANNED_BYTES
+    } else {
+        POOL_KEEP_RESIDENT_BYTES
+    }
+}
+
 const CORE_INSTANCES_PER_SANDBOX: u32 = 8;
 /// Linear memories in one guest component (the graph's module's; the adapter shares it).
 const MEMORIES_PER_SANDBOX: u32 = 1;
@@ -112,10 +128,11 @@ pub(super) fn configured(
     let mut config = Config::new();
     config
         .epoch_interruption(true)
-        // boa calls through function tables all the time; tables filled at instantiation save
-        // the lazy-init check on every indirect call: loops run about 5 % faster for about
-        // 0.1 ms more per start (`cargo bench -p runner --bench sandbox`).
-        .table_lazy_init(false)
+        // Function tables are filled as they are used (wasmtime's default): filling boa's
+        // tables at instantiation made loops about 5 % faster but cost about 0.1 ms per start,
+        // half of a compiled graph's start (`cargo bench -p runner --bench sandbox --
+        // start_to_first_call`).
+        .table_lazy_init(true)
         .consume_fuel(limits.fuel.is_some())
         .max_wasm_stack(limits.wasm_stack_bytes)
         // The fiber that runs wasm must hold the whole wasm stack plus host frames.

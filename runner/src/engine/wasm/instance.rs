@@ -20,6 +20,7 @@ pub(super) fn new_store(
     limits: WasmLimits,
     invocation: Invocation,
 ) -> Result<Store<HostState>, EngineError> {
+    let mut starting = super::probe::Starting::begin();
     let stdout = MemoryOutputPipe::new(MAX_CAPTURED_OUTPUT_BYTES);
     let stderr = MemoryOutputPipe::new(MAX_CAPTURED_OUTPUT_BYTES);
     let wasi = wasi_ctx(&invocation, stdout.clone(), stderr.clone());
@@ -37,6 +38,7 @@ pub(super) fn new_store(
         stdout,
         stderr,
         fuel: limits.fuel.map(|budget| FuelShare { budget, seen: 0 }),
+        starting: None,
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);
@@ -59,6 +61,10 @@ pub(super) fn new_store(
         Ok(UpdateDeadline::Yield(1))
     });
     store.set_epoch_deadline(1);
+    if let Some(starting) = starting.as_mut() {
+        starting.store_made();
+    }
+    store.data_mut().starting = starting;
     Ok(store)
 }
 

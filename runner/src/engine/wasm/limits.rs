@@ -25,6 +25,12 @@ pub const POOL_SANDBOXES: u32 = 512;
 /// with `memset` rather than handed back to the kernel, so the next start takes no page faults
 /// for them.
 pub const POOL_KEEP_RESIDENT_BYTES: usize = 2 * 1024 * 1024;
+/// Bytes of linear memory a pooled slot keeps resident where the kernel finds the pages a
+/// sandbox wrote (`PAGEMAP_SCAN`, Linux 6.7 and later): only those are put back from the image,
+/// so the slot keeps what a graph's start writes (boa's heap lies past the first 2 MiB), and a
+/// compiled graph starts without a page fault. Elsewhere the first [`POOL_KEEP_RESIDENT_BYTES`]
+/// are reset whole, written or not, so that smaller figure stays.
+pub const POOL_KEEP_RESIDENT_SCANNED_BYTES: usize = 8 * 1024 * 1024;
 /// All instances of one run together (the top graph and up to 64 nested graphs at once, each
 /// under the per-instance cap) may hold at most this many times the per-instance memory cap.
 /// Without it, a graph fanning out nested memory bombs holds 65 × the cap of host memory.

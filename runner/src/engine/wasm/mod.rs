@@ -16,7 +16,8 @@
 //! per configuration) and their epoch ticker; `bindings` the guest component and its glue to
 //! the host interface; `instance` one instance's store (limits applied, traps described);
 //! `cache` the compiled-component disk cache; `components` the in-memory cache; `snapshot`
-//! pre-initialization with wizer (the generic guest's snapshot and `runner build`). This file
+//! pre-initialization with wizer (the generic guest's snapshot and `runner build`); `probe` the
+//! start figures the sandbox bench reads. This file
 //! loads components and implements [`Engine`].
 
 mod bindings;
@@ -25,6 +26,8 @@ mod components;
 mod engines;
 mod instance;
 mod limits;
+#[doc(hidden)]
+pub mod probe;
 mod snapshot;
 
 use std::path::Path;
@@ -48,7 +51,8 @@ pub use components::{ComponentCache, DEFAULT_MAX_COMPONENTS};
 pub use engines::{POOL_VARIABLE, pooling};
 pub use limits::{
     DEFAULT_MEMORY_BYTES, DEFAULT_WASM_STACK_BYTES, EPOCH_TICK, MAX_CAPTURED_OUTPUT_BYTES,
-    MAX_TABLE_ELEMENTS, POOL_KEEP_RESIDENT_BYTES, POOL_SANDBOXES, RUN_MEMORY_FACTOR, WasmLimits,
+    MAX_TABLE_ELEMENTS, POOL_KEEP_RESIDENT_BYTES, POOL_KEEP_RESIDENT_SCANNED_BYTES, POOL_SANDBOXES,
+    RUN_MEMORY_FACTOR, WasmLimits,
 };
 pub use snapshot::{BUILD_DEADLINE, BuildError, build_component};
 
@@ -136,6 +140,13 @@ impl WasmEngine {
         Ok(Self::of(Arc::new(loaded), limits, cache))
     }
 
+    /// The generic guest's pre-initialized snapshot, built now (seconds). Only for benchmarks
+    /// that load it under other engine settings ([`Self::load_configured`]).
+    #[doc(hidden)]
+    pub fn generic_snapshot() -> Result<Vec<u8>, WasmError> {
+        snapshot::build_blank()
+    }
+
     /// The wasmtime engine (for `runner build`).
     pub fn wasmtime(&self) -> &wasmtime::Engine {
         &self.loaded.engine
@@ -153,7 +164,12 @@ impl WasmEngine {
     ) -> Result<R, EngineError> {
         let mut store = self.new_store(invocation)?;
         let instance = match self.loaded.pre.instantiate_async(&mut store).await {
-            Ok(instance) => instance,
+            Ok(instance) => {
+                if let Some(starting) = store.data_mut().starting.as_mut() {
+                    starting.instantiated();
+                }
+                instance
+            }
             Err(e) if format!("{e:#}").contains("maximum concurrent limit") => {
                 return Err(EngineError::Sandbox(format!(
                     "too many sandboxes at once: this process runs at most {POOL_SANDBOXES} \
