@@ -80,7 +80,7 @@ fn journal_connection(path: &std::path::Path) -> Result<rusqlite::Connection, St
         rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     connection.busy_timeout(JOURNAL_BUSY_TIMEOUT)?;
-    relay_sqlite::cache_statements(&connection);
+    relay_sqlite::cache_statements(&connection)?;
     Ok(connection)
 }
 

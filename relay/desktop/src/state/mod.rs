@@ -524,7 +524,7 @@ impl DesktopState {
 
     fn init(mut conn: Connection, path: Option<PathBuf>) -> Result<Self, StateError> {
         conn.pragma_update(None, "foreign_keys", true)?;
-        relay_sqlite::cache_statements(&conn);
+        relay_sqlite::cache_statements(&conn)?;
         relay_sqlite::migrate(&mut conn, MIGRATIONS).map_err(|e| match e {
             MigrateError::Newer { found, known } => StateError::Invalid(format!(
                 "the desktop state has schema version {found}, newer than this relay knows ({known}): \

@@ -450,7 +450,7 @@ fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     connection.busy_timeout(READER_BUSY_TIMEOUT)?;
-    relay_sqlite::cache_statements(&connection);
+    relay_sqlite::cache_statements(&connection)?;
     Ok(connection)
 }
 
@@ -494,7 +494,7 @@ fn open_connection(path: Option<&Path>) -> Result<Connection, StoreError> {
 /// Per-connection settings. FULL: a queued run or a recorded completion must survive a crash
 /// right after the answer.
 fn prepare(connection: &Connection) -> rusqlite::Result<()> {
-    relay_sqlite::cache_statements(connection);
+    relay_sqlite::cache_statements(connection)?;
     connection.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
 }
 
