@@ -45,6 +45,43 @@ async fn what_a_run_changes_is_gone_for_the_next() {
     }
 }
 
+/// A compiled graph whose snapshot holds module state and a large array (boa's heap past the
+/// first megabytes of linear memory), each run changing all of it.
+const COUNTING: &str = r#"
+export const meta = {name: "Counting", slug: "counting", version: "1"};
+let runs = 0;
+const big = new Array(200000).fill(7);
+export default function () {
+  runs += 1;
+  let sum = 0;
+  for (let i = 0; i < big.length; i += 1000) sum += big[i];
+  big.fill(runs + 100);
+  globalThis.left = (globalThis.left ?? 0) + 1;
+  return {runs, sum, left: globalThis.left};
+}
+"#;
+
+/// A pooled slot is reused from run to run and keeps the pages a run wrote resident (put back
+/// from the snapshot in place, `PAGEMAP_SCAN`): every run still starts from the snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compiled_graph_starts_from_its_snapshot_in_a_reused_slot() {
+    let engine = common::compiled(COUNTING).await;
+    let (options, _, _) = common::options(engine, json!({"default": {"text": "ok"}}));
+    for run in 0..20 {
+        let outcome = common::run("", json!({}), &options).await;
+        assert_eq!(
+            outcome.status,
+            RunStatus::Completed,
+            "run {run}: {outcome:?}"
+        );
+        assert_eq!(
+            outcome.result,
+            Some(json!({"runs": 1, "sum": 1400, "left": 1})),
+            "run {run} saw what an earlier run left"
+        );
+    }
+}
+
 const RANDOM: &str = r#"
 export const meta = {name: "Random", slug: "random", version: "1"};
 export default function () { return [Math.random(), Math.random(), Date.now()]; }
