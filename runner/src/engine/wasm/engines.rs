@@ -79,8 +79,6 @@ pub fn pooling() -> PoolingAllocationConfig {
     pool
 }
 
-/// Core instances in one guest component (the graph's module, the WASI adapter and the
-/// shims between them), with room to spare.
 /// How much of its linear memory a pooled slot keeps resident: more where the kernel tells
 /// which pages were written ([`POOL_KEEP_RESIDENT_SCANNED_BYTES`]), else
 /// [`POOL_KEEP_RESIDENT_BYTES`].
@@ -92,6 +90,8 @@ fn memory_keep_resident() -> usize {
     }
 }
 
+/// Core instances in one guest component (the graph's module, the WASI adapter and the
+/// shims between them), with room to spare.
 const CORE_INSTANCES_PER_SANDBOX: u32 = 8;
 /// Linear memories in one guest component (the graph's module's; the adapter shares it).
 const MEMORIES_PER_SANDBOX: u32 = 1;

@@ -17,8 +17,8 @@
 //! the host interface; `instance` one instance's store (limits applied, traps described);
 //! `cache` the compiled-component disk cache; `components` the in-memory cache; `snapshot`
 //! pre-initialization with wizer (the generic guest's snapshot and `runner build`); `probe` the
-//! start figures the sandbox bench reads. This file
-//! loads components and implements [`Engine`].
+//! start figures the sandbox bench reads. This file loads components and implements
+//! [`Engine`].
 
 mod bindings;
 mod cache;
