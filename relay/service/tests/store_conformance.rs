@@ -41,10 +41,17 @@ async fn sqlite_store_keeps_data_across_reopen_and_migrates_once() {
     );
 }
 
-/// A file from the release before end causes (no `cancel_cause`, no `end_cause` on commands)
-/// opens with this build: its runs read as they were, and causes are kept from then on.
-#[tokio::test]
-async fn sqlite_store_migrates_a_file_from_before_end_causes() {
+/// A SQLite file holding one queued command, taken back `versions` schema versions by `undo`
+/// (SQL), then opened by this build, which migrates it: the command from before, the migrated
+/// store, and the folder the file is in (kept while the store is used).
+async fn sqlite_taken_back(
+    undo: &str,
+    versions: usize,
+) -> (
+    relay_service::store::CommandRecord,
+    SqliteStore,
+    tempfile::TempDir,
+) {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("relay.db");
     let before = {
@@ -55,46 +62,39 @@ async fn sqlite_store_migrates_a_file_from_before_end_causes() {
     let connection = rusqlite::Connection::open(&path).expect("open the file");
     connection
         .execute_batch(&format!(
-            "ALTER TABLE commands DROP COLUMN cancel_cause;
-             ALTER TABLE commands DROP COLUMN end_cause;
-             ALTER TABLE commands DROP COLUMN resumed;
-             ALTER TABLE commands DROP COLUMN resumed_at;
-             PRAGMA user_version = {};",
-            current - 2
+            "{undo} PRAGMA user_version = {};",
+            current - versions
         ))
         .expect("take the schema back");
     drop(connection);
     let store = SqliteStore::open(&path).expect("open and migrate");
-    conformance::a_command_from_before_end_causes_keeps_them_after(&store, &before).await;
     let connection = rusqlite::Connection::open(&path).expect("open the file");
     let version: i64 = connection
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .expect("version");
     assert_eq!(usize::try_from(version).ok(), Some(current));
+    (before, store, dir)
+}
+
+/// A file from the release before end causes (no `cancel_cause`, no `end_cause` on commands)
+/// opens with this build: its runs read as they were, and causes are kept from then on.
+#[tokio::test]
+async fn sqlite_store_migrates_a_file_from_before_end_causes() {
+    let undo = "ALTER TABLE commands DROP COLUMN cancel_cause;
+                ALTER TABLE commands DROP COLUMN end_cause;
+                ALTER TABLE commands DROP COLUMN resumed;
+                ALTER TABLE commands DROP COLUMN resumed_at;";
+    let (before, store, _dir) = sqlite_taken_back(undo, 2).await;
+    conformance::a_command_from_before_end_causes_keeps_them_after(&store, &before).await;
 }
 
 /// A file from the release before resumes (no `resumed`, `resumed_at` on commands) opens with
 /// this build: its runs read as never resumed, and resumes are kept from then on.
 #[tokio::test]
 async fn sqlite_store_migrates_a_file_from_before_resumes() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("relay.db");
-    let before = {
-        let store = SqliteStore::open(&path).expect("open");
-        conformance::queued_command(&store).await
-    };
-    let current = relay_service::store::sqlite::migrations().len();
-    let connection = rusqlite::Connection::open(&path).expect("open the file");
-    connection
-        .execute_batch(&format!(
-            "ALTER TABLE commands DROP COLUMN resumed;
-             ALTER TABLE commands DROP COLUMN resumed_at;
-             PRAGMA user_version = {};",
-            current - 1
-        ))
-        .expect("take the schema back");
-    drop(connection);
-    let store = SqliteStore::open(&path).expect("open and migrate");
+    let undo = "ALTER TABLE commands DROP COLUMN resumed;
+                ALTER TABLE commands DROP COLUMN resumed_at;";
+    let (before, store, _dir) = sqlite_taken_back(undo, 1).await;
     conformance::a_command_from_before_resumes_keeps_them_after(&store, &before).await;
 }
 
