@@ -81,13 +81,7 @@ fn spawn_relay(world: &World, name: &str) -> RelayProcess {
 }
 
 async fn ask_before_writing(world: &World) -> relay_protocol::GraphSessionId {
-    let folder = world.state_dir.path().join("shared");
-    std::fs::create_dir_all(&folder).expect("folder");
-    world.state.set_folder(&folder).expect("folder set");
-    world
-        .state
-        .set_policy("fs.write", Policy::Ask)
-        .expect("policy");
+    world.shared_folder(Policy::Ask);
     world.share(AGENT_THEN_WRITE).await
 }
 

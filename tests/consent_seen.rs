@@ -271,13 +271,7 @@ async fn history_says_when_with_what_and_for_which_agent_each_run_ran() {
 async fn approvals_list_names_the_graph_project_agent_and_time_left() {
     let world =
         World::new(json!({"replies": [{"label": "first", "text": "x", "tokens": 1}]})).await;
-    let folder = world.state_dir.path().join("shared");
-    std::fs::create_dir_all(&folder).expect("folder");
-    world.state.set_folder(&folder).expect("folder set");
-    world
-        .state
-        .set_policy("fs.write", Policy::Ask)
-        .expect("policy");
+    world.shared_folder(Policy::Ask);
     let session = world.share(AGENT_THEN_WRITE).await;
     let command = world.queue(&session, "key-approval", json!({})).await;
     let config = relay_desktop::DesktopConfig {

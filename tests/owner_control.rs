@@ -65,13 +65,7 @@ async fn a_run_going(name: &str) -> Going {
 
 async fn a_run_going_with(name: &str, extra: &[&str]) -> Going {
     let world = World::new(replies()).await;
-    let folder = world.state_dir.path().join("shared");
-    std::fs::create_dir_all(&folder).expect("folder");
-    world.state.set_folder(&folder).expect("folder set");
-    world
-        .state
-        .set_policy("fs.write", Policy::Allow)
-        .expect("policy");
+    world.shared_folder(Policy::Allow);
     let session = world.share(AGENT_SLOW_WRITE).await;
     let command = world
         .queue(&session, &format!("key-{name}"), json!({}))

@@ -212,13 +212,7 @@ async fn restart_service(world: &mut World, agent_token: &str) -> Option<tempfil
 /// agent whose token outlives the service's restarts: (world, folder, agent token, command).
 async fn queued(run: usize) -> (World, std::path::PathBuf, String, String) {
     let mut world = World::new(replies()).await;
-    let folder = world.state_dir.path().join("shared");
-    std::fs::create_dir_all(&folder).expect("folder");
-    world.state.set_folder(&folder).expect("folder set");
-    world
-        .state
-        .set_policy("fs.write", runner::host::approvals::Policy::Allow)
-        .expect("policy");
+    let folder = world.shared_folder(runner::host::approvals::Policy::Allow);
     let session = world.share(TWELVE_THEN_WRITE).await;
     let agent_token = world.service.full_agent(&world.project).await;
     connect(&mut world, &agent_token).await;

@@ -330,13 +330,7 @@ fn six_replies() -> Value {
 async fn a_run_killed_at_each_agent_resumes_to_the_uninterrupted_outcome() {
     for k in 1..=6 {
         let world = World::new(six_replies()).await;
-        let folder = world.state_dir.path().join("shared");
-        std::fs::create_dir_all(&folder).expect("folder");
-        world.state.set_folder(&folder).expect("folder set");
-        world
-            .state
-            .set_policy("fs.write", runner::host::approvals::Policy::Allow)
-            .expect("policy");
+        let folder = world.shared_folder(runner::host::approvals::Policy::Allow);
         let session = world.share(SIX_THEN_WRITE).await;
         let command = world
             .queue(&session, &format!("key-six-{k}"), json!({}))
@@ -371,13 +365,7 @@ async fn a_run_killed_at_each_agent_resumes_to_the_uninterrupted_outcome() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_run_killed_again_resumes_again() {
     let world = World::new(six_replies()).await;
-    let folder = world.state_dir.path().join("shared");
-    std::fs::create_dir_all(&folder).expect("folder");
-    world.state.set_folder(&folder).expect("folder set");
-    world
-        .state
-        .set_policy("fs.write", runner::host::approvals::Policy::Allow)
-        .expect("policy");
+    world.shared_folder(runner::host::approvals::Policy::Allow);
     let session = world.share(SIX_THEN_WRITE).await;
     let command = world.queue(&session, "key-twice", json!({})).await;
     let mut relay = world.spawn_relay("twice", &six_replies(), &[]);
@@ -457,13 +445,7 @@ fn agent_writes_replies(last_turn_ms: u64) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ask_answered_before_a_kill_is_not_asked_again_after_the_resume() {
     let world = World::new(agent_writes_replies(600_000)).await;
-    let folder = world.state_dir.path().join("shared");
-    std::fs::create_dir_all(&folder).expect("folder");
-    world.state.set_folder(&folder).expect("folder set");
-    world
-        .state
-        .set_policy("fs.write", runner::host::approvals::Policy::Ask)
-        .expect("policy");
+    let folder = world.shared_folder(runner::host::approvals::Policy::Ask);
     let session = world.share(AGENT_WRITES).await;
     let command = world.queue(&session, "key-asks", json!({})).await;
     let mut relay = world.spawn_relay("asks", &agent_writes_replies(600_000), &[]);
@@ -520,13 +502,7 @@ export default async function (args, g) {
 /// question the resumed run asks.
 async fn asked_then_stopped(stop: i32) {
     let world = World::new(replies()).await;
-    let folder = world.state_dir.path().join("shared");
-    std::fs::create_dir_all(&folder).expect("folder");
-    world.state.set_folder(&folder).expect("folder set");
-    world
-        .state
-        .set_policy("fs.write", runner::host::approvals::Policy::Ask)
-        .expect("policy");
+    let folder = world.shared_folder(runner::host::approvals::Policy::Ask);
     let session = world.share(AGENT_THEN_ASKED_WRITE).await;
     let command = world.queue(&session, "key-asked", json!({})).await;
     let mut relay = spawn_relay(&world, "asked");

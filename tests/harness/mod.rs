@@ -191,6 +191,16 @@ impl World {
         }
     }
 
+    /// Gives the desktop a shared folder (`shared` in its state folder) with `fs.write` under
+    /// `policy`; the folder's path.
+    pub fn shared_folder(&self, policy: runner::host::approvals::Policy) -> std::path::PathBuf {
+        let folder = self.state_dir.path().join("shared");
+        std::fs::create_dir_all(&folder).expect("folder");
+        self.state.set_folder(&folder).expect("folder set");
+        self.state.set_policy("fs.write", policy).expect("policy");
+        folder
+    }
+
     /// Adds `script` as a session, shares it with the project (enabled) and runs one pass so
     /// the service knows it is shared.
     pub async fn share(&self, script: &str) -> GraphSessionId {
