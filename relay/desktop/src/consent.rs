@@ -72,7 +72,8 @@ impl SyncError {
     }
 }
 
-/// Reads the sharing version every [`crate::DesktopConfig::sharing_watch_interval`] and tells
+/// Reads the sharing version and whether the owner asked for a local cancel every
+/// [`crate::DesktopConfig::sharing_watch_interval`] (one statement), and tells
 /// the loop when it changed (`relay desktop share` and friends change it from another
 /// process). A read that fails is logged and tried again at the next tick.
 pub(crate) async fn watch_sharing(relay: std::sync::Arc<Relay>, tell: Tell) {
@@ -81,15 +82,19 @@ pub(crate) async fn watch_sharing(relay: std::sync::Arc<Relay>, tell: Tell) {
     let mut seen: Option<i64> = None;
     loop {
         tick.tick().await;
-        watch_local_cancels(&relay, &tell).await;
-        match relay.state.call(|state| state.sharing_version()).await {
-            Ok(version) => {
+        match relay.state.call(|state| state.sharing_and_cancels()).await {
+            Ok((version, cancels)) => {
+                if cancels {
+                    watch_local_cancels(&relay, &tell).await;
+                }
                 if seen.is_some_and(|seen| seen != version) {
                     tell.send(Event::SharingChanged);
                 }
                 seen = Some(version);
             }
-            Err(e) => tracing::warn!("cannot read the sharing version, trying again: {e}"),
+            Err(e) => tracing::warn!(
+                "cannot read the sharing version and the owner's cancels, trying again: {e}"
+            ),
         }
     }
 }

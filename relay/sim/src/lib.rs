@@ -95,7 +95,7 @@ pub fn run(
     for name in names {
         // A fresh paused runtime per scenario: virtual time starts over and nothing leaks.
         let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
+            .enable_time()
             .start_paused(true)
             .build()
             .map_err(|e| SimError::Runtime(e.to_string()))?;

@@ -60,6 +60,20 @@ impl DesktopState {
         })
     }
 
+    /// What the relay's watch reads every interval, in one statement: the sharing version
+    /// ([`DesktopState::sharing_version`]) and whether any local cancel waits (without sorting
+    /// them, as [`DesktopState::local_cancels`] does).
+    pub fn sharing_and_cancels(&self) -> Result<(i64, bool), StateError> {
+        self.with_sync(|conn| {
+            Ok(conn.query_row_cached(
+                "SELECT (SELECT CAST(value AS INTEGER) FROM settings WHERE key = ?1),
+                        EXISTS (SELECT 1 FROM local_cancels)",
+                params![super::SHARING_VERSION],
+                |row| Ok((row.get::<_, Option<i64>>(0)?.unwrap_or(0), row.get(1)?)),
+            )?)
+        })
+    }
+
     /// The commands the owner asked to cancel here, oldest first.
     pub fn local_cancels(&self) -> Result<Vec<CommandId>, StateError> {
         self.with_sync(|conn| {

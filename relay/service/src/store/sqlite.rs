@@ -46,6 +46,8 @@ const READER_BUSY_TIMEOUT: Duration = Duration::from_millis(20);
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Token ids per statement of `unrevoked_tokens`.
 const UNREVOKED_CHUNK: usize = 500;
+/// Up to this many tokens, [`Store::unrevoked_tokens`] looks each up by its key.
+const UNREVOKED_ONE_BY_ONE: usize = 16;
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts those applied.
 /// Never edit a released entry: append a new one.
@@ -960,6 +962,19 @@ impl Store for SqliteStore {
         let ids = ids.to_vec();
         self.call(move |connection| {
             let mut valid = Vec::with_capacity(ids.len());
+            if ids.len() <= UNREVOKED_ONE_BY_ONE {
+                // A few tokens (the usual held requests): one cached statement looked up per
+                // id, where an `IN` list would build a temporary b-tree and a new statement text.
+                let mut statement = connection
+                    .prepare_cached("SELECT 1 FROM tokens WHERE id = ?1 AND revoked_at IS NULL")
+                    .map_err(backend)?;
+                for id in ids {
+                    if statement.exists(params![id]).map_err(backend)? {
+                        valid.push(id);
+                    }
+                }
+                return Ok(valid);
+            }
             // SQLite binds at most 32,766 parameters; chunks keep each statement small.
             for chunk in ids.chunks(UNREVOKED_CHUNK) {
                 let marks = vec!["?"; chunk.len()].join(",");

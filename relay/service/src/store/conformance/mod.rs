@@ -312,7 +312,8 @@ pub async fn tokens_round_trip_and_revoke_once(store: &dyn Store) {
 }
 
 /// Of many token ids, one read names those that exist unrevoked: not a revoked one, not an
-/// unknown one, and every one of a list longer than a statement's parameter chunk.
+/// unknown one, and every one of a list longer than a statement's parameter chunk or of a short
+/// one.
 pub async fn unrevoked_tokens_are_read_at_once(store: &dyn Store) {
     let seed = seed(store).await;
     let mut ids: Vec<String> = (0..1_200).map(|i| format!("tok_unknown_{i}")).collect();
@@ -328,6 +329,14 @@ pub async fn unrevoked_tokens_are_read_at_once(store: &dyn Store) {
         .await
         .expect("revoke");
     let valid = store.unrevoked_tokens(&ids).await.expect("read tokens");
+    assert_eq!(valid, std::slice::from_ref(&seed.other_agent_id));
+    // A short list (a store may read it another way) says the same.
+    let few = [
+        seed.agent_id.clone(),
+        "tok_unknown".to_owned(),
+        seed.other_agent_id.clone(),
+    ];
+    let valid = store.unrevoked_tokens(&few).await.expect("read tokens");
     assert_eq!(valid, std::slice::from_ref(&seed.other_agent_id));
     assert!(store.unrevoked_tokens(&[]).await.expect("read").is_empty());
 }
