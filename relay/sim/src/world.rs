@@ -23,6 +23,7 @@ use relay_protocol::clock::{Timestamp, TokioClock};
 use relay_service::admin::{self, TokenSpec};
 use relay_service::store::QueueQuota;
 use relay_service::store::SqliteStore;
+use relay_service::store::notify::Topic;
 use relay_service::{AppState, ServiceConfig, router};
 
 /// 2026-11-08T09:30:00Z, the simulated epoch.
@@ -424,26 +425,34 @@ impl World {
             .map_err(|e| ScenarioError(e.to_string()))
     }
 
-    /// Waits (virtual time) until the run is terminal, at most `limit`.
+    /// Waits (virtual time) until the run is terminal, at most `limit`: reads the run whenever
+    /// it changes, and at least every [`relay_service::runs::MAX_GET_WAIT`]. The simulator's eye,
+    /// not a chat host: it holds no request open (a held `get_graph_run` would have the service
+    /// check its token twice a second, work no scenario models).
     pub async fn wait_terminal(
         &self,
         command: &str,
         limit: Duration,
     ) -> Result<relay_service::runs::RunView, ScenarioError> {
         let observer = self.observer().await?;
+        let runs = &self.app.runs;
         let deadline = tokio::time::Instant::now() + limit;
+        let id = command
+            .parse()
+            .map_err(|_| ScenarioError(format!("not a command id: {command}")))?;
+        let mut changes = runs.notifier.subscribe(&Topic::Run(id));
         loop {
+            // Read after subscribing: a change in between is then seen, not waited for.
+            let view = relay_service::runs::get_run(runs, &observer, command)
+                .await
+                .map_err(|e| e.to_string())?;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let view = relay_service::runs::get_run_waiting(
-                &self.app.runs,
-                &observer,
-                command,
-                left.min(relay_service::runs::MAX_GET_WAIT),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
             if view.status.is_terminal() || left.is_zero() {
                 return Ok(view);
+            }
+            tokio::select! {
+                () = changes.changed() => {}
+                () = tokio::time::sleep(left.min(relay_service::runs::MAX_GET_WAIT)) => {}
             }
         }
     }

@@ -282,7 +282,9 @@ impl DesktopState {
         self.with_sync(|conn| {
             let tx = conn.transaction()?;
             tx.execute_cached(
-                "DELETE FROM journal WHERE execution_id IN
+                // `=` a scalar subquery (the outbox has one row per command, or none): an
+                // `IN` list would build a temporary b-tree at every post.
+                "DELETE FROM journal WHERE execution_id =
                  (SELECT execution_id FROM outbox WHERE command_id = ?1)",
                 params![command_id.to_string()],
             )?;
