@@ -283,6 +283,24 @@ fn start_to_first_call(_: &mut Criterion) {
     let graphs = [("trivial", TRIVIAL_CALL), ("typical", typical)];
     let mut cases = pool_cases(&rt, &graphs);
     cases.extend(cases_as_before(&rt, &graphs));
+    // `BENCH_START_SETTINGS=S`: the generic sandbox's snapshot also under the settings `S` (see
+    // [`configure`]; `perfmap=1` to profile a start with `perf record`).
+    if let Ok(settings) = std::env::var("BENCH_START_SETTINGS") {
+        let snapshot = WasmEngine::generic_snapshot().expect("the generic snapshot");
+        let engine: Arc<dyn Engine> = Arc::new(
+            WasmEngine::load_configured(&snapshot, WasmLimits::default(), &|c| {
+                configure(c, &settings)
+            })
+            .expect("the settings load"),
+        );
+        for &(graph, script) in &graphs {
+            cases.push((format!("wasm/{graph} {settings}"), engine.clone(), script));
+        }
+    }
+    // `BENCH_START_CASES=TEXT`: only the cases whose name holds TEXT.
+    if let Ok(only) = std::env::var("BENCH_START_CASES") {
+        cases.retain(|(name, _, _)| name.contains(&only));
+    }
     for round in 1..=START_ROUNDS {
         for (name, engine, script) in &cases {
             let options = options(engine.clone());

@@ -79,7 +79,7 @@ impl DesktopState {
     pub fn folder(&self) -> Result<Option<PathBuf>, StateError> {
         self.with_sync(|conn| {
             Ok(conn
-                .query_row(
+                .query_row_cached(
                     "SELECT value FROM settings WHERE key = ?1",
                     params![FOLDER],
                     |row| row.get::<_, String>(0),

@@ -168,7 +168,7 @@ impl DesktopState {
                 return Ok(Snapshot::Unchanged { version });
             }
             let enabled = tx
-                .query_row(
+                .query_row_cached(
                     "SELECT enabled FROM projects WHERE project_id = ?1",
                     params![project_id],
                     |row| row.get::<_, bool>(0),
@@ -270,15 +270,19 @@ fn sharing_version(conn: &Connection) -> Result<i64, StateError> {
 }
 
 fn shared_sessions(conn: &Connection, project_id: &str) -> Result<Vec<Session>, StateError> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {} FROM graph_sessions s JOIN shares ON shares.session_id = s.id
-         WHERE shares.project_id = ?1 ORDER BY s.slug LIMIT ?2",
-        SESSION_COLUMNS
-            .split(", ")
-            .map(|c| format!("s.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    ))?;
+    /// The statement, written once (the pass reads it for every enabled project).
+    static SHARED_SESSIONS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT {} FROM graph_sessions s JOIN shares ON shares.session_id = s.id
+             WHERE shares.project_id = ?1 ORDER BY s.slug LIMIT ?2",
+            SESSION_COLUMNS
+                .split(", ")
+                .map(|c| format!("s.{c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    });
+    let mut stmt = conn.prepare_cached(&SHARED_SESSIONS)?;
     let rows = stmt.query_map(
         params![project_id, MAX_SYNC_SESSIONS as i64],
         session_from_row,
