@@ -65,6 +65,33 @@ async fn a_silent_desktop_fails_its_run_after_the_timeout_and_not_before() {
     service.stop().await;
 }
 
+/// Every control poll counts, however soon after the run started or after another poll: the
+/// timeout runs from the last one (a heartbeat written only now and then would fail the run
+/// early).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_silence_runs_from_the_last_poll_even_soon_after_another() {
+    let Setup {
+        service,
+        project,
+        desktop,
+        client,
+    } = setup(Era::Current).await;
+    let id = queue(&client, "silent-soon-key").await;
+    desktop.sync(&project, &[1]).await;
+    desktop.started(&id, "exec-1").await;
+    for _ in 0..3 {
+        service.clock.advance(Duration::from_secs(3));
+        desktop.control(&id).await;
+    }
+    service.clock.advance(DEFAULT_SILENCE_TIMEOUT);
+    let run = ok(&call(&client, "get_graph_run", json!({"command_id": id})).await);
+    assert_eq!(run["status"], "running", "{run}");
+    service.clock.advance(Duration::from_millis(1));
+    let run = ok(&call(&client, "get_graph_run", json!({"command_id": id})).await);
+    assert_eq!(run["status"], "failed", "{run}");
+    service.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_fails_silent_runs_without_a_read_and_the_timeout_is_configurable() {
     let config = ServiceConfig {

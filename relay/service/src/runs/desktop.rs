@@ -192,7 +192,7 @@ pub async fn command_control(
 ) -> Result<ControlResponse, DesktopError> {
     let command = desktop_command(runs, desktop, id).await?;
     heard_from(&runs.presence, &command.project_id, None).await;
-    if command.status == RunStatus::Running && heartbeat_due(runs, &command) {
+    if command.status == RunStatus::Running {
         runs.store.touch_running(id, runs.clock.now()).await?;
     }
     Ok(ControlResponse {
@@ -202,19 +202,6 @@ pub async fn command_control(
         cancel_cause: cancel_cause_of(&command).or(command.end_cause),
     })
 }
-
-/// Whether a control poll of the running `command` should move its `last_seen_at`: when it is
-/// older than a sixtieth of the silence timeout (30 s of the default 30 minutes). A desktop
-/// polls every 3 s; writing each poll would be twenty writes a minute per run for a reading
-/// that only has to tell minutes of silence apart.
-fn heartbeat_due(runs: &Runs, command: &CommandRecord) -> bool {
-    let every = runs.config.silence_timeout / HEARTBEAT_RESOLUTION;
-    let due = runs.clock.now().saturating_sub(every);
-    command.last_seen_at.is_none_or(|seen| seen <= due)
-}
-
-/// The silence timeout's parts a run's heartbeat is written at most once in.
-const HEARTBEAT_RESOLUTION: u32 = 60;
 
 /// Records the outcome of command `id`; an identical repeat is acknowledged as a replay.
 pub async fn command_completed(
