@@ -365,6 +365,10 @@ async fn run_top_graph(
             .engine
             .run(request.script.clone(), request.args.to_string(), invocation);
     let outcome = tokio::select! {
+        // In this order, not at random: a graph that finished as the cancel (or the deadline)
+        // came keeps its outcome, so the same run ends the same way every time (a random pick
+        // moved the simulator's cancel figures between two runs of one build).
+        biased;
         finished = &mut finished => Some(finished),
         () = cancel.cancelled() => {
             run.stop(FailureCode::Cancelled, "the run was cancelled");

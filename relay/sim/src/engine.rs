@@ -118,6 +118,8 @@ impl AgentProvider for SimProvider {
                 .and_then(|m| m.parse::<u64>().ok())
                 .unwrap_or(0);
             tokio::select! {
+                // A turn whose time is up as the cancel comes has answered: not a random pick.
+                biased;
                 () = tokio::time::sleep(Duration::from_millis(millis)) => Ok(Turn {
                     text: "done".into(),
                     tool_calls: Vec::new(),

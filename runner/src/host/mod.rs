@@ -724,6 +724,9 @@ impl Invocation {
             // The graph waits: the clock may move until an outcome hands it a busy token.
             drop(self.activity.take());
             let joined = tokio::select! {
+                // An outcome ready as the run stops is collected first, as the loop above
+                // hands out collected ones before it looks at the stop: not a random pick.
+                biased;
                 joined = self.tasks.join_next_with_id() => joined,
                 () = self.run.cancel.cancelled() => {
                     self.activity.resume_fresh();
