@@ -159,7 +159,7 @@ fn the_idempotency_scenario_queues_past_the_services_queue_quota() {
     assert!(idem["duplicates_without_key"].as_u64() > Some(0), "{idem}");
 }
 
-/// One seed gives one outcome: two runs of the cancel scenario (where a cancel and a run's own
+/// One seed gives one outcome: three runs of the cancel scenario (where a cancel and a run's own
 /// end can land at the same instant) report the same figures, to the millisecond. A random
 /// pick between two ready branches in the runner once moved a run's end by the engine's stop.
 #[test]
