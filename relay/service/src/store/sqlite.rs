@@ -878,12 +878,13 @@ impl Store for SqliteStore {
         id: &'a str,
     ) -> StoreFuture<'a, Option<ProjectRecord>> {
         let (owner_id, id) = (owner_id.to_owned(), id.to_owned());
-        self.call(move |connection| {
+        // Read on the calling task: every desktop request (each control poll) asks it.
+        self.read(move |connection| {
             connection
                 .query_row_cached(
                     "SELECT id, owner_id, name, created_at FROM projects \
                      WHERE id = ?1 AND owner_id = ?2",
-                    [id, owner_id],
+                    [&id, &owner_id],
                     project_from_row,
                 )
                 .optional()

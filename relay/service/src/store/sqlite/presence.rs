@@ -63,7 +63,8 @@ impl SqliteStore {
         &self,
         project_id: String,
     ) -> StoreFuture<'static, Option<PresenceRecord>> {
-        self.call(move |connection| {
+        // Read on the calling task: every look at a run (`get_graph_run`) asks it.
+        self.read(move |connection| {
             connection
                 .prepare_cached(
                     "SELECT project_id, seen_at, problem, long_polls FROM desktop_presence \
@@ -71,7 +72,7 @@ impl SqliteStore {
                 )
                 .and_then(|mut statement| {
                     statement
-                        .query_row([project_id], |row| {
+                        .query_row([&project_id], |row| {
                             Ok(PresenceRecord {
                                 project_id: row.get(0)?,
                                 seen_at: Timestamp::from_unix_millis(row.get(1)?),
