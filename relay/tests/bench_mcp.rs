@@ -3,7 +3,7 @@
 //! ends with the ratio line. The figures themselves are quoted in the issue notes, measured on a
 //! release build.
 
-/// `relay bench mcp --json`: five phases, each with calls and no errors, and a ratio.
+/// `relay bench mcp --json`: six phases, each with calls and no errors, and a ratio.
 #[test]
 fn the_mcp_bench_measures_every_phase_without_errors() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_relay"))
@@ -32,6 +32,7 @@ fn the_mcp_bench_measures_every_phase_without_errors() {
         "static route",
         "stateless 2026-07-28",
         "2025-era session",
+        "(get_graph_run",
         "static route, rate limiter on",
         "stateless, rate limiter on",
     ] {

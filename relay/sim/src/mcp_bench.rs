@@ -72,6 +72,7 @@ pub struct McpBenchReport {
 const STATIC: &str = "static route (GET /healthz)";
 const STATELESS: &str = "tool call, stateless 2026-07-28 (list_graph_sessions)";
 const SESSION: &str = "tool call, 2025-era session (list_graph_sessions)";
+const LOOK: &str = "tool call, stateless 2026-07-28 (get_graph_run, queued)";
 const STATIC_LIMITED: &str = "static route, rate limiter on";
 const STATELESS_LIMITED: &str = "tool call, stateless, rate limiter on";
 
@@ -138,23 +139,24 @@ impl fmt::Display for McpBenchReport {
 }
 
 /// Runs the benchmark: one service without the rate limiter (static route, stateless call, a
-/// 2025-era session's call), then one with it (a limit far above the load, so the limiter's
+/// 2025-era session's call, a stateless look at a queued run), then one with it (a limit far above the load, so the limiter's
 /// bookkeeping runs and refuses nothing).
 pub async fn mcp(options: McpBenchOptions) -> Result<McpBenchReport, LoadError> {
     let dir = tempfile::tempdir().map_err(fail)?;
     let db = dir.path().join("relay.db");
-    let agent = reader(&db).await?;
+    let (agent, run) = reader(&db).await?;
     let unlimited = ["--rate-per-token", "0"];
     let service = start_service_with(&options.server, &db, &unlimited).await?;
     let mut phases = Vec::new();
-    let requests = Requests::new(&service, &agent).await?;
+    let requests = Requests::new(&service, &agent, &run).await?;
     phases.push(measure(&options, &service, STATIC, &requests.health).await?);
     phases.push(measure(&options, &service, STATELESS, &requests.stateless).await?);
     phases.push(measure(&options, &service, SESSION, &requests.session).await?);
+    phases.push(measure(&options, &service, LOOK, &requests.look).await?);
     stop(service).await;
     let limited = ["--rate-per-token", "100000000", "--rate-burst", "100000000"];
     let service = start_service_with(&options.server, &db, &limited).await?;
-    let requests = Requests::new(&service, &agent).await?;
+    let requests = Requests::new(&service, &agent, &run).await?;
     phases.push(measure(&options, &service, STATIC_LIMITED, &requests.health).await?);
     phases.push(measure(&options, &service, STATELESS_LIMITED, &requests.stateless).await?);
     stop(service).await;
@@ -164,8 +166,9 @@ pub async fn mcp(options: McpBenchOptions) -> Result<McpBenchReport, LoadError> 
     })
 }
 
-/// One project with session 1 and an agent token that may read and run (the tool call reads).
-async fn reader(db: &std::path::Path) -> Result<String, LoadError> {
+/// One project with session 1, an agent token that may read and run (the tool call reads), and
+/// a run of session 1 it queued (`get_graph_run` looks at it); the token and the run's id.
+async fn reader(db: &std::path::Path) -> Result<(String, String), LoadError> {
     let project = prepare(db, 1)
         .await?
         .pop()
@@ -182,10 +185,25 @@ async fn reader(db: &std::path::Path) -> Result<String, LoadError> {
         name: "bench".into(),
         scopes,
     };
-    Ok(admin::create_token(&app.admin(), &project, agent)
+    let token = admin::create_token(&app.admin(), &project, agent)
         .await
         .map_err(fail)?
-        .token)
+        .token;
+    let identity = relay_service::auth::authenticate(&app.tokens, Some(&token))
+        .await
+        .map_err(fail)?
+        .into_agent()
+        .map_err(fail)?;
+    let request = relay_service::runs::RunRequest {
+        graph_session_id: format!("gs_{:032x}", 1),
+        arguments: serde_json::Map::new(),
+        idempotency_key: "bench-look".into(),
+        max_tokens: None,
+    };
+    let ticket = relay_service::runs::queue_run(&app.runs, &identity, request)
+        .await
+        .map_err(fail)?;
+    Ok((token, ticket.command_id.to_string()))
 }
 
 async fn stop(service: Service) {
@@ -199,6 +217,7 @@ struct Requests {
     health: Vec<u8>,
     stateless: Vec<u8>,
     session: Vec<u8>,
+    look: Vec<u8>,
 }
 
 const CLIENT_INFO: &str = r#"{"name":"relay-bench","version":"1"}"#;
@@ -206,7 +225,7 @@ const CLIENT_INFO: &str = r#"{"name":"relay-bench","version":"1"}"#;
 impl Requests {
     /// Builds them, opening the 2025-era session, and checks once that each answers as the
     /// benchmark expects (a tool result that is no error).
-    async fn new(service: &Service, agent: &str) -> Result<Requests, LoadError> {
+    async fn new(service: &Service, agent: &str, run: &str) -> Result<Requests, LoadError> {
         let host = service.base.trim_start_matches("http://").to_owned();
         let health = format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes();
         let stateless_body = json!({
@@ -241,13 +260,32 @@ impl Requests {
             ],
             &session_body.to_string(),
         );
-        for request in [&stateless, &session] {
+        let look_body = json!({
+            "jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "get_graph_run", "arguments": {"command_id": run}, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": serde_json::from_str::<Value>(CLIENT_INFO).map_err(fail)?,
+                "io.modelcontextprotocol/clientCapabilities": {}
+            }}
+        });
+        let look = post_mcp(
+            &host,
+            agent,
+            &[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "get_graph_run"),
+            ],
+            &look_body.to_string(),
+        );
+        for request in [&stateless, &session, &look] {
             check_once(&service.base, request).await?;
         }
         Ok(Requests {
             health,
             stateless,
             session,
+            look,
         })
     }
 }
