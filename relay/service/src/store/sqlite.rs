@@ -947,11 +947,12 @@ impl Store for SqliteStore {
 
     fn token<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TokenRecord>> {
         let id = id.to_owned();
-        self.call(move |connection| {
+        // Read on the calling task: every request with an OAuth access token asks it.
+        self.read(move |connection| {
             connection
                 .query_row_cached(
                     &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = ?1"),
-                    [id],
+                    [&id],
                     token_from_row,
                 )
                 .optional()

@@ -667,13 +667,14 @@ impl SqliteStore {
         &self,
         token_hash: String,
     ) -> StoreFuture<'static, Option<OAuthTokenRecord>> {
-        self.call(move |connection| {
+        // Read on the calling task: every request with an OAuth access token asks it.
+        self.read(move |connection| {
             connection
                 .query_row_cached(
                     &format!(
                         "SELECT {OAUTH_TOKEN_COLUMNS} FROM oauth_tokens WHERE token_hash = ?1"
                     ),
-                    [token_hash],
+                    [&token_hash],
                     oauth_token_from_row,
                 )
                 .optional()
