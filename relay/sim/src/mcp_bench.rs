@@ -228,24 +228,7 @@ impl Requests {
     async fn new(service: &Service, agent: &str, run: &str) -> Result<Requests, LoadError> {
         let host = service.base.trim_start_matches("http://").to_owned();
         let health = format!("GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes();
-        let stateless_body = json!({
-            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "list_graph_sessions", "arguments": {}, "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": serde_json::from_str::<Value>(CLIENT_INFO).map_err(fail)?,
-                "io.modelcontextprotocol/clientCapabilities": {}
-            }}
-        });
-        let stateless = post_mcp(
-            &host,
-            agent,
-            &[
-                ("mcp-protocol-version", "2026-07-28"),
-                ("mcp-method", "tools/call"),
-                ("mcp-name", "list_graph_sessions"),
-            ],
-            &stateless_body.to_string(),
-        );
+        let stateless = stateless_call(&host, agent, 1, "list_graph_sessions", json!({}))?;
         let session_id = open_session(service, agent).await?;
         let session_body = json!({
             "jsonrpc": "2.0", "id": 2, "method": "tools/call",
@@ -260,24 +243,7 @@ impl Requests {
             ],
             &session_body.to_string(),
         );
-        let look_body = json!({
-            "jsonrpc": "2.0", "id": 3, "method": "tools/call",
-            "params": {"name": "get_graph_run", "arguments": {"command_id": run}, "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientInfo": serde_json::from_str::<Value>(CLIENT_INFO).map_err(fail)?,
-                "io.modelcontextprotocol/clientCapabilities": {}
-            }}
-        });
-        let look = post_mcp(
-            &host,
-            agent,
-            &[
-                ("mcp-protocol-version", "2026-07-28"),
-                ("mcp-method", "tools/call"),
-                ("mcp-name", "get_graph_run"),
-            ],
-            &look_body.to_string(),
-        );
+        let look = stateless_call(&host, agent, 3, "get_graph_run", json!({"command_id": run}))?;
         for request in [&stateless, &session, &look] {
             check_once(&service.base, request).await?;
         }
@@ -288,6 +254,35 @@ impl Requests {
             look,
         })
     }
+}
+
+/// A raw stateless 2026-07-28 `tools/call` of `tool` with `arguments`: its `_meta` and its
+/// `Mcp-Method`/`Mcp-Name` headers, as a current client sends it.
+fn stateless_call(
+    host: &str,
+    agent: &str,
+    id: u64,
+    tool: &str,
+    arguments: Value,
+) -> Result<Vec<u8>, LoadError> {
+    let body = json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": serde_json::from_str::<Value>(CLIENT_INFO).map_err(fail)?,
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }}
+    });
+    Ok(post_mcp(
+        host,
+        agent,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", tool),
+        ],
+        &body.to_string(),
+    ))
 }
 
 /// A raw `POST /mcp` with the agent's token, the extra headers and the JSON body.
