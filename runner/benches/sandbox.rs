@@ -174,6 +174,9 @@ fn cached_start(c: &mut Criterion) {
 /// (all of the process's threads: the runtime's, the epoch ticker's) much less, which makes two
 /// builds comparable run after run.
 fn start_cpu(_: &mut Criterion) {
+    if !asked_for("start_cpu") {
+        return;
+    }
     let Some(runs) = std::env::var("BENCH_START_RUNS")
         .ok()
         .and_then(|n| n.parse::<u32>().ok())
@@ -283,20 +286,7 @@ fn start_to_first_call(_: &mut Criterion) {
     let graphs = [("trivial", TRIVIAL_CALL), ("typical", typical)];
     let mut cases = pool_cases(&rt, &graphs);
     cases.extend(cases_as_before(&rt, &graphs));
-    // `BENCH_START_SETTINGS=S`: the generic sandbox's snapshot also under the settings `S` (see
-    // [`configure`]; `perfmap=1` to profile a start with `perf record`).
-    if let Ok(settings) = std::env::var("BENCH_START_SETTINGS") {
-        let snapshot = WasmEngine::generic_snapshot().expect("the generic snapshot");
-        let engine: Arc<dyn Engine> = Arc::new(
-            WasmEngine::load_configured(&snapshot, WasmLimits::default(), &|c| {
-                configure(c, &settings)
-            })
-            .expect("the settings load"),
-        );
-        for &(graph, script) in &graphs {
-            cases.push((format!("wasm/{graph} {settings}"), engine.clone(), script));
-        }
-    }
+    cases.extend(start_variant(&graphs));
     // `BENCH_START_CASES=TEXT`: only the cases whose name holds TEXT.
     if let Ok(only) = std::env::var("BENCH_START_CASES") {
         cases.retain(|(name, _, _)| name.contains(&only));
@@ -329,6 +319,42 @@ fn start_to_first_call(_: &mut Criterion) {
             );
         }
     }
+}
+
+/// The generic sandbox's cases of [`start_to_first_call`] under other settings, when asked
+/// for: `BENCH_START_SETTINGS=S` loads its snapshot under the engine settings `S` (see
+/// [`configure`]; `perfmap=1` to profile a start with `perf record`), `BENCH_START_GUEST=path`
+/// snapshots another build of the guest component (e.g. one built without `strip`, whose
+/// functions a profile then names) instead of the built-in one.
+fn start_variant(graphs: &[(&str, &'static str)]) -> Vec<StartCase> {
+    let settings = std::env::var("BENCH_START_SETTINGS").ok();
+    let guest = std::env::var_os("BENCH_START_GUEST");
+    if settings.is_none() && guest.is_none() {
+        return Vec::new();
+    }
+    let snapshot = match &guest {
+        Some(path) => {
+            let bytes = std::fs::read(path).expect("BENCH_START_GUEST is readable");
+            WasmEngine::generic_snapshot_of(Vec::leak(bytes))
+        }
+        None => WasmEngine::generic_snapshot(),
+    }
+    .expect("the generic snapshot");
+    let settings = settings.unwrap_or_default();
+    let engine: Arc<dyn Engine> = Arc::new(
+        WasmEngine::load_configured(&snapshot, WasmLimits::default(), &|c| {
+            configure(c, &settings)
+        })
+        .expect("the settings load"),
+    );
+    let label = match guest {
+        Some(_) => format!("guest {settings}"),
+        None => settings,
+    };
+    graphs
+        .iter()
+        .map(|&(graph, script)| (format!("wasm/{graph} {label}"), engine.clone(), script))
+        .collect()
 }
 
 /// The pooled cases of [`start_to_first_call`] under the engine settings before issue 47
@@ -443,6 +469,9 @@ fn host_call_round_trip(c: &mut Criterion) {
 /// process's CPU time (all threads), which other processes on the machine move less.
 fn loop_1e6(c: &mut Criterion) {
     const PAIRS: usize = 15;
+    if !asked_for("loop_1e6") {
+        return;
+    }
     let rt = runtime();
     let wasm: Arc<dyn Engine> = Arc::new(WasmEngine::new(WasmLimits::default()).expect("sandbox"));
     let boa: Arc<dyn Engine> = Arc::new(BoaEngine::default());
@@ -583,14 +612,17 @@ fn configure(config: &mut wasmtime::Config, settings: &str) {
     }
 }
 
-/// Whether the bench's command line asks for `name`: no filter, or a filter it contains (for
-/// the groups that are not criterion's, which criterion's filter does not reach).
+/// Whether the bench's command line asks for `name`: no filter, a filter it contains, or one
+/// naming a part of it (`loop_1e6/none`), for the work criterion's filter does not reach.
 fn asked_for(name: &str) -> bool {
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+    filters.is_empty()
+        || filters
+            .iter()
+            .any(|f| name.contains(f.as_str()) || f.starts_with(&format!("{name}/")))
 }
 
 /// The CPU time of all of this process's threads, finished ones included (`getrusage`): unlike

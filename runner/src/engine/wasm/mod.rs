@@ -147,6 +147,13 @@ impl WasmEngine {
         snapshot::build_blank()
     }
 
+    /// [`Self::generic_snapshot`] of another build of the guest component (`guest`), for
+    /// benchmarks that compare guest build settings.
+    #[doc(hidden)]
+    pub fn generic_snapshot_of(guest: &'static [u8]) -> Result<Vec<u8>, WasmError> {
+        snapshot::build_blank_of(guest)
+    }
+
     /// The wasmtime engine (for `runner build`).
     pub fn wasmtime(&self) -> &wasmtime::Engine {
         &self.loaded.engine

@@ -25,6 +25,12 @@ pub(super) fn blank_key() -> String {
 /// from none. The snapshot does not depend on the limits runs get, so it is always taken with
 /// the defaults: a small `--fuel` or memory cap limits the graph, not the set-up before it.
 pub(super) fn build_blank() -> Result<Vec<u8>, WasmError> {
+    build_blank_of(GUEST_WASM)
+}
+
+/// [`build_blank`] for the guest component `guest` (the built-in one, or another build of it
+/// a benchmark compares).
+pub(super) fn build_blank_of(guest: &'static [u8]) -> Result<Vec<u8>, WasmError> {
     let limits = WasmLimits::default();
     tracing::info!("pre-initializing the generic guest (seconds, once per machine)");
     let built = std::thread::Builder::new()
@@ -35,7 +41,7 @@ pub(super) fn build_blank() -> Result<Vec<u8>, WasmError> {
                 .build()
                 .map_err(setup)?;
             runtime
-                .block_on(pre_initialize("", limits))
+                .block_on(pre_initialize(guest, "", limits))
                 .map_err(|e| WasmError::Setup(e.to_string()))
         })
         .map_err(setup)?
@@ -70,19 +76,23 @@ pub async fn build_component(script: &str, limits: WasmLimits) -> Result<Vec<u8>
             "the graph is empty: a graph exports `meta` and a default function".into(),
         ));
     }
-    pre_initialize(script, limits).await
+    pre_initialize(GUEST_WASM, script, limits).await
 }
 
-/// The guest snapshotted after `initialize(script)`; an empty script leaves an interpreter with
-/// the prelude evaluated and no graph.
-async fn pre_initialize(script: &str, limits: WasmLimits) -> Result<Vec<u8>, BuildError> {
+/// The guest component `guest` snapshotted after `initialize(script)`; an empty script leaves
+/// an interpreter with the prelude evaluated and no graph.
+async fn pre_initialize(
+    guest: &[u8],
+    script: &str,
+    limits: WasmLimits,
+) -> Result<Vec<u8>, BuildError> {
     use wasmtime_wizer::Wizer;
     let mut wizer = Wizer::new();
     // Keeping the export is required: wizer removes it from the core module, but the
     // component's lift of it would then dangle. The host never calls it after the build.
     wizer.init_func("initialize").keep_init_func(true);
     let (context, instrumented) = wizer
-        .instrument_component(GUEST_WASM)
+        .instrument_component(guest)
         .map_err(|e| BuildError::Snapshot(format!("{e:#}")))?;
     let engine = engine_for(limits)?;
     let component = Component::new(&engine, &instrumented).map_err(setup)?;
