@@ -96,8 +96,8 @@ async fn refused_to_queue(world: &World, session: &GraphSessionId, key: &str) {
     );
 }
 
-/// Starts a relay whose first run (of `session`) keeps running, and queues a second run behind
-/// it; returns the running and the queued command.
+/// Starts a relay whose first run (of `session`) keeps running, waits until its agent is
+/// asked, and queues a second run behind it; returns the running and the queued command.
 async fn busy_relay(
     world: &World,
     session: &GraphSessionId,
@@ -111,6 +111,17 @@ async fn busy_relay(
     let relay = world.relay();
     let (stop, task) = harness::start(&relay);
     wait_status(world, &running, "running").await;
+    // The first run's agent is asked before the test withdraws anything (the service's
+    // `running` comes a few steps earlier: the run's journal is written first), so "only the
+    // first run ever ran" counts one call whenever the withdrawal lands.
+    let asked = tokio::time::Instant::now() + Duration::from_secs(10);
+    while world.mock.calls().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < asked,
+            "the first run's agent was never asked"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let queued = world.queue(session, "key-queued", json!({})).await;
     (running, queued, stop, task)
 }
@@ -120,16 +131,6 @@ async fn disabling_a_project_while_a_run_executes_withdraws_it_at_once_and_for_g
     let world = World::new(slow_agent()).await;
     let session = world.share(ECHO).await;
     let (running, queued, stop, task) = busy_relay(&world, &session).await;
-    // The first run's agent is asked before the owner disables (the service's `running` comes
-    // a few steps earlier: the run's journal is written first).
-    let asked = tokio::time::Instant::now() + Duration::from_secs(10);
-    while world.mock.calls().is_empty() {
-        assert!(
-            tokio::time::Instant::now() < asked,
-            "the first run's agent was never asked"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     world
         .state
         .set_project_enabled(&world.project, false, Timestamp::from_unix_millis(5))
