@@ -139,8 +139,8 @@ impl fmt::Display for McpBenchReport {
 }
 
 /// Runs the benchmark: one service without the rate limiter (static route, stateless call, a
-/// 2025-era session's call, a stateless look at a queued run), then one with it (a limit far above the load, so the limiter's
-/// bookkeeping runs and refuses nothing).
+/// 2025-era session's call, a stateless look at a queued run), then one with it (a limit far
+/// above the load, so the limiter's bookkeeping runs and refuses nothing).
 pub async fn mcp(options: McpBenchOptions) -> Result<McpBenchReport, LoadError> {
     let dir = tempfile::tempdir().map_err(fail)?;
     let db = dir.path().join("relay.db");
