@@ -655,6 +655,12 @@ fn project_from_row(row: &Row<'_>) -> rusqlite::Result<ProjectRecord> {
     })
 }
 
+/// A project's sessions in listing order, each row with the project's last sync time (column 8).
+const SESSIONS_WITH_SYNC: &str = "SELECT graph_session_id, name, description, slug, version, \
+     status, synced_at, args_schema, \
+     (SELECT synced_at FROM project_syncs WHERE project_id = ?1) \
+     FROM graph_sessions WHERE project_id = ?1 ORDER BY name, graph_session_id LIMIT ?2";
+
 fn session_from_row(row: &Row<'_>) -> rusqlite::Result<SessionRecord> {
     let id: String = row.get(0)?;
     in_row("graph_sessions", &id, || {
@@ -1222,30 +1228,33 @@ impl Store for SqliteStore {
         let project_id = project_id.to_owned();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(move |connection| {
-            let sessions = connection
-                .prepare_cached(
-                    "SELECT graph_session_id, name, description, slug, version, status, synced_at, \
-                     args_schema FROM graph_sessions WHERE project_id = ?1 \
-                     ORDER BY name, graph_session_id LIMIT ?2",
-                )
+            // One statement (one read of the file's state) when the project has a session:
+            // the sync time rides along on every row. A project without sessions asks for it
+            // alone.
+            let rows = connection
+                .prepare_cached(SESSIONS_WITH_SYNC)
                 .and_then(|mut statement| {
                     statement
-                        .query_map(params![project_id, limit], session_from_row)?
+                        .query_map(params![project_id, limit], |row| {
+                            Ok((session_from_row(row)?, row.get::<_, Option<i64>>(8)?))
+                        })?
                         .collect::<rusqlite::Result<Vec<_>>>()
                 })
                 .map_err(backend)?;
-            let last_sync_at = connection
-                .query_row_cached(
-                    "SELECT synced_at FROM project_syncs WHERE project_id = ?1",
-                    [&project_id],
-                    |row| row.get::<_, i64>(0),
-                )
-                .optional()
-                .map_err(backend)?
-                .map(Timestamp::from_unix_millis);
+            let synced_at = match rows.first() {
+                Some((_, synced_at)) => *synced_at,
+                None => connection
+                    .query_row_cached(
+                        "SELECT synced_at FROM project_syncs WHERE project_id = ?1",
+                        [&project_id],
+                        |row| row.get::<_, i64>(0),
+                    )
+                    .optional()
+                    .map_err(backend)?,
+            };
             Ok(SessionSnapshot {
-                sessions,
-                last_sync_at,
+                sessions: rows.into_iter().map(|(session, _)| session).collect(),
+                last_sync_at: synced_at.map(Timestamp::from_unix_millis),
             })
         })
     }

@@ -563,24 +563,31 @@ impl PostgresStore {
         project_id: &str,
         limit: usize,
     ) -> Result<SessionSnapshot, StoreError> {
-        let sessions = self
+        // One statement (one round trip, one snapshot) when the project has a session: the
+        // sync time rides along on every row. A project without sessions asks for it alone.
+        let rows = self
             .query_rows(
                 "SELECT graph_session_id, name, description, slug, version, status, synced_at, \
-                 args_schema FROM graph_sessions WHERE project_id = $1 \
+                 args_schema, (SELECT synced_at FROM project_syncs WHERE project_id = $1) \
+                 FROM graph_sessions WHERE project_id = $1 \
                  ORDER BY name, graph_session_id LIMIT $2",
                 &[&project_id, &to_count(limit)],
-                session_from_row,
+                |row| Ok((session_from_row(row)?, at_opt(row, 8)?)),
             )
             .await?;
-        let last_sync_at = self
-            .query_row(
-                "SELECT synced_at FROM project_syncs WHERE project_id = $1",
-                &[&project_id],
-                |row| at(row, 0),
-            )
-            .await?;
+        let last_sync_at = match rows.first() {
+            Some((_, synced_at)) => *synced_at,
+            None => {
+                self.query_row(
+                    "SELECT synced_at FROM project_syncs WHERE project_id = $1",
+                    &[&project_id],
+                    |row| at(row, 0),
+                )
+                .await?
+            }
+        };
         Ok(SessionSnapshot {
-            sessions,
+            sessions: rows.into_iter().map(|(session, _)| session).collect(),
             last_sync_at,
         })
     }
