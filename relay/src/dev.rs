@@ -42,8 +42,8 @@ pub(crate) enum BenchCommand {
     /// What one MCP tool call costs `relay serve` next to its static route (`GET /healthz`),
     /// measured side by side in one run: the stateless 2026-07-28 call, a 2025-era session's
     /// call, a look at a queued run (`get_graph_run`), and the first two again with the rate
-    /// limiter on; calls/s, p50 and p99 of each, and last `tool call: N.N× the static route`
-    /// (of the stateless `list_graph_sessions`).
+    /// limiter on; calls/s, p50, p99 and the service's CPU time per call of each, and last
+    /// `tool call: N.N× the static route` (of the stateless `list_graph_sessions`).
     #[command(
         after_help = "To see where the time goes, profile the service while the bench runs, \
 e.g. `perf record -g -p $(pgrep -n -f 'relay serve') -- sleep 5` during the tool call phase, then \

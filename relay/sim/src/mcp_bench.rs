@@ -50,12 +50,23 @@ pub struct Phase {
     pub p50_ms: f64,
     /// 99th percentile latency, in milliseconds.
     pub p99_ms: f64,
+    /// The service's CPU time (all its threads, user and system) in the measured time; `None`
+    /// where it cannot be read (no `/proc`).
+    pub server_cpu: Option<Duration>,
 }
 
 impl Phase {
     /// Successful calls a second.
     pub fn per_second(&self) -> f64 {
         self.calls as f64 / self.seconds.max(f64::EPSILON)
+    }
+
+    /// The service's CPU time per successful call, in microseconds: unlike the rate, it does
+    /// not move when the client and the service share the cores differently from one run to
+    /// the next.
+    pub fn cpu_micros_per_call(&self) -> Option<f64> {
+        let cpu = self.server_cpu?;
+        (self.calls > 0).then(|| cpu.as_secs_f64() * 1e6 / self.calls as f64)
     }
 }
 
@@ -87,6 +98,13 @@ impl McpBenchReport {
         Some(fast.per_second() / slow.per_second().max(f64::EPSILON))
     }
 
+    /// How many times the static route's CPU time per call the stateless tool call's is.
+    pub fn cpu_ratio(&self) -> Option<f64> {
+        let fast = self.phase(STATIC)?.cpu_micros_per_call()?;
+        let slow = self.phase(STATELESS)?.cpu_micros_per_call()?;
+        Some(slow / fast.max(f64::EPSILON))
+    }
+
     /// The report as one JSON object.
     pub fn to_json(&self) -> Value {
         let round = |x: f64, places: i32| {
@@ -101,6 +119,7 @@ impl McpBenchReport {
                     "name": p.name, "calls": p.calls, "errors": p.errors,
                     "calls_per_second": round(p.per_second(), 0),
                     "p50_ms": round(p.p50_ms, 3), "p99_ms": round(p.p99_ms, 3),
+                    "server_cpu_us_per_call": p.cpu_micros_per_call().map(|c| round(c, 1)),
                 })
             })
             .collect();
@@ -108,6 +127,7 @@ impl McpBenchReport {
             "concurrency": self.concurrency,
             "phases": phases,
             "ratio_to_static": self.ratio().map(|r| round(r, 2)),
+            "cpu_ratio_to_static": self.cpu_ratio().map(|r| round(r, 2)),
         })
     }
 }
@@ -120,15 +140,25 @@ impl fmt::Display for McpBenchReport {
             self.concurrency
         )?;
         for p in &self.phases {
+            let cpu = p
+                .cpu_micros_per_call()
+                .map_or_else(|| "-".to_owned(), |c| format!("{c:.1}"));
             writeln!(
                 f,
-                "{:<56} {:>9.0} calls/s  p50 {:>6.2} ms  p99 {:>6.2} ms  ({} calls, {} errors)",
+                "{:<56} {:>9.0} calls/s  p50 {:>6.2} ms  p99 {:>6.2} ms  server CPU {:>6} µs/call  ({} calls, {} errors)",
                 p.name,
                 p.per_second(),
                 p.p50_ms,
                 p.p99_ms,
+                cpu,
                 p.calls,
                 p.errors
+            )?;
+        }
+        if let Some(ratio) = self.cpu_ratio() {
+            writeln!(
+                f,
+                "server CPU per call: tool call {ratio:.1}× the static route"
             )?;
         }
         match self.ratio() {
@@ -388,6 +418,13 @@ async fn measure(
             (begin, end),
         ));
     }
+    let pid = service.pid;
+    let cpu = tokio::spawn(async move {
+        tokio::time::sleep(begin.saturating_sub(clock.elapsed())).await;
+        let before = cpu_time(pid);
+        tokio::time::sleep(end.saturating_sub(clock.elapsed())).await;
+        Some(cpu_time(pid)?.saturating_sub(before?))
+    });
     let (mut latencies, mut errors) = (Vec::new(), 0);
     while let Some(done) = connections.join_next().await {
         let (mine, failed) = done.map_err(fail)??;
@@ -407,7 +444,19 @@ async fn measure(
         seconds: options.phase.as_secs_f64(),
         p50_ms: rank(0.50),
         p99_ms: rank(0.99),
+        server_cpu: cpu.await.map_err(fail)?,
     })
+}
+
+/// The CPU time process `pid` has used so far, user and system, of all its threads (finished
+/// ones included), from `/proc/PID/stat` (in USER_HZ ticks, 100 a second on Linux).
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which may hold spaces and parentheses: the state is
+    // the line's third field, utime and stime its 14th and 15th.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |field: usize| fields.get(field - 3)?.parse::<u64>().ok();
+    Some(Duration::from_millis((ticks(14)? + ticks(15)?) * 10))
 }
 
 /// One connection's loop: the latencies (µs) of the answers with status 200 that began inside
@@ -560,6 +609,7 @@ mod tests {
             seconds: 2.0,
             p50_ms: 1.0,
             p99_ms: 2.0,
+            server_cpu: None,
         }
     }
 
@@ -581,5 +631,64 @@ mod tests {
             phases: vec![phase(STATIC, 1)],
         };
         assert_eq!(partial.ratio(), None);
+    }
+
+    #[test]
+    fn the_cpu_ratio_compares_the_service_cpu_time_per_call() {
+        let with_cpu = |name, calls, millis| Phase {
+            server_cpu: Some(Duration::from_millis(millis)),
+            ..phase(name, calls)
+        };
+        // 90,000 calls in 1.8 s of CPU (20 µs each) against 30,000 in 2.4 s (80 µs each).
+        let report = McpBenchReport {
+            concurrency: 32,
+            phases: vec![
+                with_cpu(STATIC, 90_000, 1800),
+                with_cpu(STATELESS, 30_000, 2400),
+            ],
+        };
+        assert_eq!(report.phases[0].cpu_micros_per_call(), Some(20.0));
+        assert_eq!(report.cpu_ratio(), Some(4.0));
+        let text = report.to_string();
+        assert!(text.contains("server CPU   20.0 µs/call"), "{text}");
+        assert!(
+            text.ends_with(
+                "server CPU per call: tool call 4.0× the static route\ntool call: 3.0× the static route\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(report.to_json()["cpu_ratio_to_static"], json!(4.0));
+        assert_eq!(
+            report.to_json()["phases"][1]["server_cpu_us_per_call"],
+            json!(80.0)
+        );
+        // Without the service's CPU time (or without calls) there is no figure, not a zero.
+        let unknown = McpBenchReport {
+            concurrency: 32,
+            phases: vec![phase(STATIC, 90_000), with_cpu(STATELESS, 0, 2400)],
+        };
+        assert_eq!(unknown.cpu_ratio(), None);
+        assert!(!unknown.to_string().contains("server CPU per call"));
+    }
+
+    #[test]
+    fn the_cpu_time_of_this_process_is_read_and_grows() {
+        let pid = std::process::id();
+        let before = cpu_time(pid).expect("this process's /proc/PID/stat");
+        // Work until the count moves (a tick is 10 ms of CPU), however busy the machine is.
+        let watch = Stopwatch::start();
+        let mut x = 0u64;
+        let mut after = before;
+        while after == before && watch.elapsed() < Duration::from_secs(30) {
+            for _ in 0..100_000 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+            after = cpu_time(pid).expect("read again");
+        }
+        assert!(
+            after > before,
+            "{before:?} then {after:?} after 30 s of work"
+        );
+        assert_eq!(cpu_time(u32::MAX), None, "no such process");
     }
 }
