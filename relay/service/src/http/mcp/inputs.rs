@@ -222,11 +222,12 @@ pub fn decode<T: DeserializeOwned>(
     schema: &JsonObject,
     arguments: &Map<String, Value>,
 ) -> Result<T, ArgumentError> {
+    let none = Map::new();
+    // Borrowed, not copied: every tool call passes here.
     let properties = schema
         .get("properties")
         .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+        .unwrap_or(&none);
     if let Some(unknown) = arguments.keys().find(|key| !properties.contains_key(*key)) {
         return Err(ArgumentError(format!(
             "unknown argument `{unknown}`: {name} accepts only {}",
@@ -239,7 +240,7 @@ pub fn decode<T: DeserializeOwned>(
         .map(|names| names.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     let mut present = Map::new();
-    for (key, property) in &properties {
+    for (key, property) in properties {
         match arguments.get(key) {
             None | Some(Value::Null) if !required.contains(&key.as_str()) => {}
             None => {
