@@ -61,9 +61,9 @@ impl Phase {
         self.calls as f64 / self.seconds.max(f64::EPSILON)
     }
 
-    /// The service's CPU time per successful call, in microseconds: unlike the rate, it does
-    /// not move when the client and the service share the cores differently from one run to
-    /// the next.
+    /// The service's CPU time per successful call, in microseconds: what a call costs the
+    /// service itself, apart from the client's share of the cores (it still moves with the
+    /// wake-ups and contention of the moment).
     pub fn cpu_micros_per_call(&self) -> Option<f64> {
         let cpu = self.server_cpu?;
         (self.calls > 0).then(|| cpu.as_secs_f64() * 1e6 / self.calls as f64)
