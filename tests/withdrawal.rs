@@ -114,14 +114,10 @@ async fn busy_relay(
     // The first run's agent is asked before the test withdraws anything (the service's
     // `running` comes a few steps earlier: the run's journal is written first), so "only the
     // first run ever ran" counts one call whenever the withdrawal lands.
-    let asked = tokio::time::Instant::now() + Duration::from_secs(10);
-    while world.mock.calls().is_empty() {
-        assert!(
-            tokio::time::Instant::now() < asked,
-            "the first run's agent was never asked"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    harness::wait_until("the first run's agent is asked", || {
+        !world.mock.calls().is_empty()
+    })
+    .await;
     let queued = world.queue(session, "key-queued", json!({})).await;
     (running, queued, stop, task)
 }
