@@ -24,6 +24,7 @@ mod in_process;
 mod lease_fencing;
 mod link_isolation;
 mod long_poll;
+mod mcp_direct;
 mod mcp_errors;
 mod mcp_resources;
 mod mcp_sessions;

@@ -287,12 +287,16 @@ pub const UNKNOWN_TOOL: &str = "unknown";
 /// MCP tool calls since start, by tool and outcome. Callers pass a tool name of the registry
 /// or [`UNKNOWN_TOOL`], so the series are bounded by the registry.
 #[derive(Debug, Default)]
-pub struct ToolCalls(Mutex<BTreeMap<(String, ToolOutcome), u64>>);
+pub struct ToolCalls {
+    calls: Mutex<BTreeMap<(String, ToolOutcome), u64>>,
+    /// Of those, answered by the MCP endpoint's direct path (`http::mcp::direct`).
+    direct: AtomicU64,
+}
 
 impl ToolCalls {
     /// Counts one call of `tool` that came to `outcome`.
     pub fn record(&self, tool: &str, outcome: ToolOutcome) {
-        let mut calls = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         let mut key = (tool.to_owned(), outcome);
         if !calls.contains_key(&key) && calls.len() >= MAX_SERIES {
             key.0 = UNKNOWN_TOOL.to_owned();
@@ -302,12 +306,22 @@ impl ToolCalls {
 
     /// How many calls of `tool` came to `outcome`.
     pub fn count(&self, tool: &str, outcome: ToolOutcome) -> u64 {
-        let calls = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         calls.get(&(tool.to_owned(), outcome)).copied().unwrap_or(0)
     }
 
+    /// Counts one call answered by the direct path.
+    pub fn count_direct(&self) {
+        self.direct.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many calls the direct path answered.
+    pub fn direct(&self) -> u64 {
+        self.direct.load(Ordering::Relaxed)
+    }
+
     fn render(&self, text: &mut String) {
-        let calls = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         family(
             text,
             "relay_mcp_tool_calls_total",
@@ -322,6 +336,14 @@ impl ToolCalls {
                 outcome.label()
             );
         }
+        drop(calls);
+        family(
+            text,
+            "relay_mcp_direct_tool_calls_total",
+            "counter",
+            "Of the MCP tool calls, those the service answered without rmcp's per-request service: plain stateless 2026-07-28 calls of read tools.",
+        );
+        let _ = writeln!(text, "relay_mcp_direct_tool_calls_total {}", self.direct());
     }
 }
 

@@ -13,10 +13,10 @@ use rmcp::transport::common::http_header::HEADER_SESSION_ID;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::Mcp;
 use super::legacy_sessions::SessionId;
 use super::listen;
 use super::tools::{Registry, insufficient_scope_result};
+use super::{GraphTools, Mcp, direct};
 use crate::auth::{AgentIdentity, Scope};
 use crate::http::AppState;
 use crate::http::edge::Agent;
@@ -61,13 +61,20 @@ pub async fn gate(
             agent: &agent,
             base: &base,
         };
-        match read_message(&checks, body, &mut parts).await {
-            Ok((body, found)) => {
+        let bytes = match read_message(&checks, body, &mut parts).await {
+            Ok((bytes, found)) => {
                 kind = found;
-                body
+                bytes
             }
             Err(refusal) => return *refusal,
+        };
+        if matches!(kind, Kind::Call) && direct::plain_headers(&parts.headers) {
+            let graph = GraphTools { mcp: mcp.clone() };
+            if let Some(call) = direct::parse(&graph, &parts.headers, &bytes) {
+                return direct::answer(&graph, &agent, &parts, call).await;
+            }
         }
+        Body::from(bytes)
     } else {
         if let Err(wait) = app.rate.check(&agent.token_id) {
             return rate_limited(app, wait, None);
@@ -104,6 +111,8 @@ pub async fn gate(
 enum Kind {
     /// Nothing more.
     Other,
+    /// `tools/call` of a tool the agent may call: the direct path may answer it.
+    Call,
     /// `tools/list`: its answer gets the security schemes hoisted.
     ListsTools,
     /// `subscriptions/listen` naming these task ids (with the tasks extension declared).
@@ -121,12 +130,13 @@ struct Checks<'a> {
 
 /// Reads a POST's JSON-RPC message within the body limit and checks what the gate checks
 /// before rmcp sees it: one message (no batch), JSON, the token's rate, the tool's scope.
-/// Returns the body to pass on and what more the gate does with it, or the refusal to answer.
+/// Returns the message to pass on and what more the gate does with it, or the refusal to
+/// answer.
 async fn read_message(
     checks: &Checks<'_>,
     body: Body,
     parts: &mut axum::http::request::Parts,
-) -> Result<(Body, Kind), Box<Response>> {
+) -> Result<(Bytes, Kind), Box<Response>> {
     let Checks {
         app,
         tools,
@@ -134,14 +144,7 @@ async fn read_message(
         base,
     } = *checks;
     let Ok(bytes) = axum::body::to_bytes(body, MAX_MCP_BODY_BYTES).await else {
-        let body = json!({
-            "jsonrpc": "2.0",
-            "id": null,
-            "error": {"code": -32600, "message": format!("MCP requests are limited to {MAX_MCP_BODY_BYTES} bytes")},
-        });
-        return Err(Box::new(
-            (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response(),
-        ));
+        return Err(Box::new(too_large()));
     };
     let bytes = mended(bytes);
     let peek = serde_json::from_slice::<Peek>(&bytes);
@@ -190,11 +193,22 @@ async fn read_message(
                     app.metrics.tools.record(&name, ToolOutcome::Refused);
                     return Err(Box::new(insufficient_scope(base, &name, scope, peek.id)));
                 }
+                kind = Kind::Call;
             }
             _ => {}
         }
     }
-    Ok((Body::from(bytes), kind))
+    Ok((bytes, kind))
+}
+
+/// 413 with a JSON-RPC error for a body past [`MAX_MCP_BODY_BYTES`].
+fn too_large() -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": -32600, "message": format!("MCP requests are limited to {MAX_MCP_BODY_BYTES} bytes")},
+    });
+    (StatusCode::PAYLOAD_TOO_LARGE, axum::Json(body)).into_response()
 }
 
 /// `name` as the metrics' tool label: a tool of the registry, else [`UNKNOWN_TOOL`].

@@ -3,6 +3,7 @@
 //! [`Registry`] ([`standard_tools`] in the product).
 
 pub mod chat;
+mod direct;
 mod errors;
 pub mod graph;
 mod http;
@@ -214,69 +215,20 @@ impl ServerHandler for GraphTools {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let tools = &self.mcp.tools;
-        let Some(scope) = tools.scope(&request.name) else {
-            return Err(self.unknown_tool(&request.name));
+        let site = CallSite {
+            agent: agent_of(&context)?,
+            parts: context.extensions.get::<axum::http::request::Parts>(),
+            declared_tasks: context
+                .client_capabilities()
+                .is_some_and(|capabilities| capabilities.supports_tasks()),
+            progress: context
+                .meta
+                .get_progress_token()
+                .map(|token| progress::ProgressSender::new(token, context.peer.clone())),
+            gone: Some(&context.ct),
         };
-        let app = &self.mcp.app;
-        let parts = context.extensions.get::<axum::http::request::Parts>();
-        let agent = agent_of(&context)?;
-        if !agent.has_scope(scope) {
-            app.metrics
-                .tools
-                .record(&request.name, ToolOutcome::Refused);
-            let base = parts
-                .map(|p| oauth::base_url(app, &p.headers))
-                .unwrap_or_default();
-            return Ok(insufficient_scope_result(&request.name, scope, &base).into());
-        }
-        let empty = Map::new();
-        let arguments = request.arguments.as_ref().unwrap_or(&empty);
-        let declared_tasks = context
-            .client_capabilities()
-            .is_some_and(|capabilities| capabilities.supports_tasks());
-        // The one call the registry does not model: a run asked for as a task.
-        if request.name == RunGraphSession::NAME && declared_tasks {
-            let response = self.run_as_task(agent, arguments).await;
-            let outcome = match &response {
-                CallToolResponse::Task(_) => ToolOutcome::Ok,
-                _ => ToolOutcome::ToolError,
-            };
-            app.metrics.tools.record(&request.name, outcome);
-            return Ok(response);
-        }
-        let progress = context
-            .meta
-            .get_progress_token()
-            .map(|token| progress::ProgressSender::new(token, context.peer.clone()));
-        let cx = ToolContext {
-            app,
-            agent,
-            progress: progress.as_ref(),
-        };
-        let call = tools.call(&request.name, cx, arguments);
-        // A client that hung up (or cancelled the request) releases a waiting call at once;
-        // rmcp cancels the context's token then, but would let the handler run on.
-        let result = if request.name == GetGraphRun::NAME {
-            tokio::select! {
-                result = call => result,
-                () = context.ct.cancelled() => {
-                    return Err(ErrorData::internal_error("the client went away", None));
-                }
-            }
-        } else {
-            call.await
-        };
-        // The scope lookup above found the tool, so the registry has it.
-        let result =
-            result.unwrap_or_else(|| error_result(&format!("unknown tool `{}`", request.name)));
-        let outcome = if result.is_error == Some(true) {
-            ToolOutcome::ToolError
-        } else {
-            ToolOutcome::Ok
-        };
-        app.metrics.tools.record(&request.name, outcome);
-        Ok(result.into())
+        self.call(&request.name, request.arguments.as_ref(), site)
+            .await
     }
 
     async fn list_resources(
@@ -418,6 +370,20 @@ impl ServerHandler for GraphTools {
     }
 }
 
+/// What a tool call knows of its request besides the tool and its arguments.
+struct CallSite<'a> {
+    /// The authenticated caller.
+    agent: &'a AgentIdentity,
+    /// The HTTP request's head (for the base URL a scope challenge names).
+    parts: Option<&'a axum::http::request::Parts>,
+    /// Whether the client declared the tasks extension.
+    declared_tasks: bool,
+    /// The request's progress notifications, if it carried a `progressToken`.
+    progress: Option<progress::ProgressSender>,
+    /// Cancelled when the client went away (rmcp's request token).
+    gone: Option<&'a tokio_util::sync::CancellationToken>,
+}
+
 /// The authenticated agent the gate put on the request.
 fn agent_of(context: &RequestContext<RoleServer>) -> Result<&AgentIdentity, ErrorData> {
     context
@@ -434,6 +400,72 @@ fn agent_of(context: &RequestContext<RoleServer>) -> Result<&AgentIdentity, Erro
 }
 
 impl GraphTools {
+    /// A `tools/call` of `name` with `arguments`, for rmcp's `call_tool` and the direct path
+    /// ([`direct`]) alike: the registry's tool (or the run as a task), its scope checked and
+    /// its outcome counted.
+    async fn call(
+        &self,
+        name: &str,
+        arguments: Option<&Map<String, Value>>,
+        site: CallSite<'_>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let tools = &self.mcp.tools;
+        let Some(scope) = tools.scope(name) else {
+            return Err(self.unknown_tool(name));
+        };
+        let app = &self.mcp.app;
+        let agent = site.agent;
+        if !agent.has_scope(scope) {
+            app.metrics.tools.record(name, ToolOutcome::Refused);
+            let base = site
+                .parts
+                .map(|p| oauth::base_url(app, &p.headers))
+                .unwrap_or_default();
+            return Ok(insufficient_scope_result(name, scope, &base).into());
+        }
+        let empty = Map::new();
+        let arguments = arguments.unwrap_or(&empty);
+        // The one call the registry does not model: a run asked for as a task.
+        if name == RunGraphSession::NAME && site.declared_tasks {
+            let response = self.run_as_task(agent, arguments).await;
+            let outcome = match &response {
+                CallToolResponse::Task(_) => ToolOutcome::Ok,
+                _ => ToolOutcome::ToolError,
+            };
+            app.metrics.tools.record(name, outcome);
+            return Ok(response);
+        }
+        let cx = ToolContext {
+            app,
+            agent,
+            progress: site.progress.as_ref(),
+        };
+        let call = tools.call(name, cx, arguments);
+        // A client that hung up (or cancelled the request) releases a waiting call at once;
+        // rmcp cancels the context's token then, but would let the handler run on. (On the
+        // direct path the call is dropped with the request instead.)
+        let result = match site.gone {
+            Some(gone) if name == GetGraphRun::NAME => {
+                tokio::select! {
+                    result = call => result,
+                    () = gone.cancelled() => {
+                        return Err(ErrorData::internal_error("the client went away", None));
+                    }
+                }
+            }
+            _ => call.await,
+        };
+        // The scope lookup above found the tool, so the registry has it.
+        let result = result.unwrap_or_else(|| error_result(&format!("unknown tool `{name}`")));
+        let outcome = if result.is_error == Some(true) {
+            ToolOutcome::ToolError
+        } else {
+            ToolOutcome::Ok
+        };
+        app.metrics.tools.record(name, outcome);
+        Ok(result.into())
+    }
+
     /// The refusal of a call naming no tool of the registry (counted as refused).
     fn unknown_tool(&self, name: &str) -> ErrorData {
         let tools = &self.mcp.tools;
