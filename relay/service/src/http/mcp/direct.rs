@@ -27,6 +27,10 @@ use rmcp::transport::common::http_header::{
 use super::{CallSite, GraphTools};
 use crate::auth::{AgentIdentity, Scope};
 
+/// The target of rmcp's per-message log lines (which `relay serve` keeps at WARN unless
+/// `--log-mcp-messages`).
+const RMCP_SERVICE: &str = "rmcp::service";
+
 /// The one protocol version the path serves.
 const VERSION: ProtocolVersion = ProtocolVersion::V_2026_07_28;
 
@@ -124,6 +128,9 @@ pub async fn answer(
     call: DirectCall,
 ) -> Response {
     let JsonRpcRequest { id, request, .. } = call.request;
+    // The lines rmcp writes for every request, under its target, so `--log-mcp-messages`
+    // shows these calls too.
+    tracing::debug!(target: RMCP_SERVICE, %id, ?request, "received request");
     let ClientRequest::CallToolRequest(request) = request else {
         // `parse` keeps only tool calls.
         return internal_error("the direct path was given a request that is not a tool call");
@@ -149,12 +156,14 @@ pub async fn answer(
         Ok(response) => {
             let mut result = ServerResult::from(response);
             result.fill_missing_cache_hints();
+            tracing::debug!(target: RMCP_SERVICE, %id, ?result, "response message");
             ServerJsonRpcMessage::response(result, id)
         }
         Err(mut error) => {
             if error.code == ErrorCode::RESOURCE_NOT_FOUND {
                 error.code = ErrorCode::INVALID_PARAMS;
             }
+            tracing::warn!(target: RMCP_SERVICE, %id, ?error, "response error");
             ServerJsonRpcMessage::error(error, Some(id))
         }
     };
