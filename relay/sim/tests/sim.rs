@@ -183,3 +183,23 @@ fn the_same_seed_gives_the_same_figures() {
         assert_eq!(cancel(), first);
     }
 }
+
+/// `all` runs the scenarios side by side; each one's figures are those it gives alone.
+#[test]
+fn all_side_by_side_gives_each_scenarios_figures_alone() {
+    let together = simulate(false);
+    for name in relay_sim::SCENARIOS {
+        let mut alone = None;
+        run(
+            &SimOptions {
+                scenario: name.into(),
+                runs: 40,
+                seed: 7,
+                long_poll: false,
+            },
+            |_, report, _| alone = Some(report.json.clone()),
+        )
+        .expect("the simulation runs");
+        assert_eq!(alone.as_ref(), together.get(name), "{name}");
+    }
+}
