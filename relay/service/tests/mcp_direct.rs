@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use common::{TestService, call, mcp_client, ok, run_args};
+use common::{TestService, mcp_client};
 use serde_json::{Value, json};
 
 /// The `_meta` of a current-protocol request.
@@ -142,16 +142,7 @@ async fn service_with_a_run() -> (TestService, String, String) {
     let desktop = service.desktop(&project).await;
     desktop.sync(&project, &[1, 2]).await;
     let client = mcp_client(&service.mcp_url(), &token, common::Era::Current).await;
-    let ticket = ok(&call(
-        &client,
-        "run_graph_session",
-        run_args(1, "direct-run-1", json!({})),
-    )
-    .await);
-    let command = ticket["command_id"]
-        .as_str()
-        .expect("command id")
-        .to_owned();
+    let command = common::queue(&client, "direct-run-1").await;
     (service, token, command)
 }
 

@@ -111,7 +111,7 @@ pub async fn gate(
 enum Kind {
     /// Nothing more.
     Other,
-    /// `tools/call` of a tool the agent may call: the direct path may answer it.
+    /// `tools/call` the gate did not refuse for its scope: the direct path may answer it.
     Call,
     /// `tools/list`: its answer gets the security schemes hoisted.
     ListsTools,
