@@ -37,7 +37,7 @@ const VERSION: ProtocolVersion = ProtocolVersion::V_2026_07_28;
 /// Whether `headers` are those of a plain stateless current-protocol tool call: no session,
 /// both media types accepted without parameters, a JSON body, one `Host`, the protocol
 /// version, `Mcp-Method: tools/call`, one `Mcp-Name`, no `Mcp-Param-*`. (The name is checked
-/// against the body in [`answer`].)
+/// against the body in [`parse`].)
 pub fn plain_headers(headers: &HeaderMap) -> bool {
     !headers.contains_key(HEADER_SESSION_ID)
         && accepts_both(headers)
